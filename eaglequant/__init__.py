@@ -1,0 +1,24 @@
+"""eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
+
+The public API (``convert``, ``inspect``) is imported lazily so that ``import eaglequant`` and the
+CLI's ``--help`` stay fast; torch is only imported by the work that needs it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from eaglequant.api import convert, inspect
+
+__all__ = ["__version__", "convert", "inspect"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("convert", "inspect"):
+        from eaglequant import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'eaglequant' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from eaglequant.cli import main
+
+main()

@@ -1,0 +1,135 @@
+"""The library API: what the CLI calls, and what a Python user calls the same way.
+
+>>> import eaglequant
+>>> report = eaglequant.inspect("fixtures/specforge-llama")
+>>> result = eaglequant.convert("fixtures/specforge-llama", "out/fp8", scheme="fp8-per-channel", format="quark")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.checkpoint.writer import check_destination
+from eaglequant.errors import InputError
+from eaglequant.layouts.detect import describe_head
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
+from eaglequant.plan import ConversionPlan, build_plan
+from eaglequant.progress import Progress
+
+DEFAULT_SCHEME = "fp8-per-channel"
+DEFAULT_FORMAT = "quark"
+DEFAULT_ENGINES = ("vllm",)
+
+
+@dataclass
+class InspectReport:
+    source: Path
+    source_format: str
+    files: list[str]
+    head: HeadDescription
+    plan: ConversionPlan
+
+    def rows(self) -> list[dict[str, Any]]:
+        quantized = {lin.weight for lin in self.plan.quantized}
+        return [
+            {
+                "name": t.name,
+                "dtype": t.info.dtype,
+                "shape": list(t.info.shape),
+                "bytes": t.info.nbytes,
+                "file": t.info.file.name,
+                "role": t.role.value,
+                "action": "quantize" if t.name in quantized else "keep",
+                "reason": "" if t.name in quantized else self.plan.kept[t.name],
+            }
+            for t in self.head.tensors
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        head = self.head
+        return {
+            "source": str(self.source),
+            "source_format": self.source_format,
+            "files": self.files,
+            "layout": head.layout,
+            "layout_title": head.layout_title,
+            "reason": head.reason,
+            "attention": head.attention,
+            "num_layers": head.num_layers,
+            "features": list(head.features),
+            "dims": {k: v for k, v in head.dims.__dict__.items() if v is not None},
+            "fused_groups": {g.name: list(g.members) for g in head.fused_groups},
+            "scheme": self.plan.scheme.name,
+            "format": self.plan.format.name,
+            "engines": [e.name for e in self.plan.engines],
+            "tensors": self.rows(),
+            "exclude": self.plan.exclude_patterns,
+            "runtime_modules": [
+                {"engine": v.engine, "module": v.runtime_name, "quantized": v.quantized, "rule": v.rule}
+                for v in self.plan.verdicts
+            ],
+            "source_bytes": sum(t.info.nbytes for t in head.tensors),
+            "estimated_output_bytes": self.plan.output_bytes,
+        }
+
+
+def _open(src: str | Path) -> tuple[Checkpoint, HeadDescription]:
+    checkpoint = Checkpoint.open(src)
+    try:
+        existing = checkpoint.config.get("quantization_config")
+        if existing is not None:
+            method = existing.get("quant_method", "?") if isinstance(existing, dict) else "?"
+            raise InputError(
+                f"{checkpoint.root / 'config.json'}: the checkpoint is already quantized (quant_method {method!r})",
+                hint="start from the BF16 head the trainer released",
+            )
+        return checkpoint, describe_head(checkpoint)
+    except BaseException:
+        checkpoint.close()
+        raise
+
+
+def inspect(
+    src: str | Path,
+    *,
+    scheme: str = DEFAULT_SCHEME,
+    format: str = DEFAULT_FORMAT,
+    exclude: list[str] | tuple[str, ...] = (),
+    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
+    target_layers: int | None = None,
+) -> InspectReport:
+    """Describe a checkpoint and what converting it would do. Reads headers only."""
+    checkpoint, head = _open(src)
+    with checkpoint:
+        plan = build_plan(head, scheme, format, exclude=exclude, engines=engines, target_layers=target_layers)
+        files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
+        return InspectReport(Path(src), checkpoint.source_format, files, head, plan)
+
+
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    scheme: str = DEFAULT_SCHEME,
+    format: str = DEFAULT_FORMAT,
+    exclude: list[str] | tuple[str, ...] = (),
+    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
+    target_layers: int | None = None,
+    overwrite: bool = False,
+    max_shard_size: str | int = "5GB",
+    progress: Progress | None = None,
+) -> ConversionResult:
+    """Quantize the head in ``src`` and write it to ``dst`` (atomically: ``dst`` appears only when complete)."""
+    src_path, dst_path = Path(src), Path(dst)
+    max_shard_bytes = parse_size(max_shard_size)
+    check_destination(src_path, dst_path, overwrite)
+    checkpoint, head = _open(src_path)
+    with checkpoint:
+        plan = build_plan(head, scheme, format, exclude=exclude, engines=engines, target_layers=target_layers)
+        return run_conversion(
+            checkpoint, plan, dst_path, overwrite=overwrite, max_shard_bytes=max_shard_bytes, progress=progress
+        )

@@ -1,0 +1,86 @@
+"""The ``eaglequant`` command line: a thin layer over :mod:`eaglequant.api`.
+
+Heavy imports (torch, vendor libraries) happen inside the commands that need them, so ``--help``
+answers at once.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from eaglequant import __version__
+from eaglequant.cli.output import err
+from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EagleQuantError
+
+app = typer.Typer(
+    name="eaglequant",
+    help="Quantize EAGLE-3 draft heads into checkpoints that vLLM, TensorRT-LLM and SGLang load as intended.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="rich",
+)
+
+_state = {"debug": False}
+T = TypeVar("T")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"eaglequant {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def run_guarded(action: Callable[[], T]) -> T:
+    """Run a command body; turn our errors into one line and an exit code (traceback only with --debug)."""
+    try:
+        return action()
+    except EagleQuantError as exc:
+        if _state["debug"]:
+            traceback.print_exc()
+        err.print(f"[bold red]error:[/] {exc.one_line()}", markup=True, soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]; nothing was written", markup=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:
+        if _state["debug"]:
+            traceback.print_exc()
+        err.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (rerun with --debug for the "
+            "traceback and report it)",
+            markup=True,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_INTERNAL) from None
+
+
+def _register() -> None:
+    from eaglequant.cli import convert_cmd, inspect_cmd, schemes_cmd
+
+    for module in (inspect_cmd, convert_cmd, schemes_cmd):
+        module.register(app)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> Any:
+    return app(args=argv if argv is not None else sys.argv[1:], prog_name="eaglequant")

@@ -1,0 +1,79 @@
+"""``eaglequant convert SRC DST``: quantize a head and write it atomically."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eaglequant.cli.options import EngineOpt, ExcludeOpt, FormatOpt, JsonOpt, SchemeOpt, TargetLayersOpt
+from eaglequant.cli.output import BarProgress, err, human_bytes, print_json, progress_enabled
+
+
+def convert_command(
+    src: Annotated[Path, typer.Argument(help="Checkpoint directory to read.", show_default=False)],
+    dst: Annotated[
+        Path, typer.Argument(help="Directory to create (must not exist, nor be inside SRC).", show_default=False)
+    ],
+    scheme: SchemeOpt = "fp8-per-channel",
+    format: FormatOpt = "quark",
+    exclude: ExcludeOpt = None,
+    engine: EngineOpt = None,
+    target_layers: TargetLayersOpt = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if it exists.")] = False,
+    max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")] = "5GB",
+    json_out: JsonOpt = False,
+) -> None:
+    """Quantize the head in SRC with SCHEME and write it to DST in FORMAT."""
+    from eaglequant.cli import run_guarded
+
+    def body() -> None:
+        from eaglequant.api import convert
+
+        result = convert(
+            src,
+            dst,
+            scheme=scheme,
+            format=format,
+            exclude=exclude or [],
+            engines=engine or ["vllm"],
+            target_layers=target_layers,
+            overwrite=overwrite,
+            max_shard_size=max_shard_size,
+            progress=BarProgress() if progress_enabled() else None,
+        )
+        data = result.to_json()
+        if json_out:
+            print_json(data)
+        else:
+            render(data)
+
+    run_guarded(body)
+
+
+def render(data: dict[str, Any]) -> None:
+    table = Table(title=f"{data['scheme']} → {data['format']} ({data['layout']})", title_justify="left")
+    for col in ("quantized module", "shape", "rel. error", "SQNR dB"):
+        table.add_column(col)
+    for row in data["quantized"]:
+        table.add_row(row["module"], str(row["shape"]), f"{row['relative_error']:.4f}", f"{row['sqnr_db']:.1f}")
+    err.print(table)
+    kept = data["kept"]
+    assert isinstance(kept, dict)
+    linears_kept = {k: v for k, v in kept.items() if "default" in v or "--exclude" in v}
+    for name, why in linears_kept.items():
+        err.print(f"  kept {name}: {why}")
+    src_b, out_b = data["source_bytes"], data["output_bytes"]
+    assert isinstance(src_b, int) and isinstance(out_b, int)
+    err.print(f"exclude rules written for {', '.join(data['engines'])}: {data['exclude']}")
+    err.print(
+        f"[green]wrote[/] {data['destination']}: {human_bytes(src_b)} → {human_bytes(out_b)} "
+        f"({out_b / max(src_b, 1):.2f}×) in {data['seconds']} s",
+        markup=True,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("convert")(convert_command)

@@ -1,0 +1,76 @@
+"""``eaglequant inspect SRC``: the layout, every tensor, and what a conversion would do. Headers only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from eaglequant.cli.options import EngineOpt, ExcludeOpt, FormatOpt, JsonOpt, SchemeOpt, TargetLayersOpt
+from eaglequant.cli.output import err, human_bytes, print_json
+
+
+def inspect_command(
+    src: Annotated[Path, typer.Argument(help="Checkpoint directory.", show_default=False)],
+    scheme: SchemeOpt = "fp8-per-channel",
+    format: FormatOpt = "quark",
+    exclude: ExcludeOpt = None,
+    engine: EngineOpt = None,
+    target_layers: TargetLayersOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Show the detected layout and why, every tensor, what SCHEME would quantize, and the output size."""
+    from eaglequant.cli import run_guarded
+
+    def body() -> None:
+        from eaglequant.api import inspect
+
+        report = inspect(
+            src,
+            scheme=scheme,
+            format=format,
+            exclude=exclude or [],
+            engines=engine or ["vllm"],
+            target_layers=target_layers,
+        )
+        if json_out:
+            print_json(report.to_json())
+        else:
+            render(report.to_json())
+
+    run_guarded(body)
+
+
+def render(data: dict[str, Any]) -> None:
+    err.print(f"[bold]{data['source']}[/]  layout [cyan]{data['layout']}[/] ({data['layout_title']})")
+    err.print(f"  why: {data['reason']}")
+    dims = data["dims"]
+    assert isinstance(dims, dict)
+    err.print("  dims: " + ", ".join(f"{k}={v}" for k, v in dims.items()))
+    err.print(
+        f"  attention {data['attention']}, {data['num_layers']} decoder layer(s), "
+        f"features: {', '.join(data['features']) or 'none'}"
+    )
+    table = Table(title=f"tensors ({data['source_format']})", title_justify="left")
+    for col in ("name", "dtype", "shape", "size", "file", f"{data['scheme']} → {data['format']}"):
+        table.add_column(col, overflow="fold")
+    for row in data["tensors"]:
+        action = "[green]quantize[/]" if row["action"] == "quantize" else f"[dim]keep: {row['reason']}[/]"
+        table.add_row(row["name"], row["dtype"], str(row["shape"]), human_bytes(row["bytes"]), row["file"], action)
+    err.print(table)
+    runtime = Table(title="how the engines will read the written config", title_justify="left")
+    for col in ("engine", "runtime module", "quantized", "rule"):
+        runtime.add_column(col)
+    for row in data["runtime_modules"]:
+        runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", row["rule"] or "")
+    err.print(runtime)
+    err.print(f"exclude rules written: {data['exclude']}")
+    src_b, out_b = data["source_bytes"], data["estimated_output_bytes"]
+    assert isinstance(src_b, int) and isinstance(out_b, int)
+    err.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("inspect")(inspect_command)

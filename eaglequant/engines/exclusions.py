@@ -1,0 +1,108 @@
+"""Writing exclusion rules that every targeted engine really applies, and proving it.
+
+The rules are written against each engine's *runtime* module names (never checkpoint names, which
+no engine sees). When the target's layer count is unknown, the layer index is written as ``\\d+`` and
+the proof is run for several layer counts, so the rules hold whatever the target is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from eaglequant.engines.base import Engine
+from eaglequant.errors import ExclusionProofError, InputError
+from eaglequant.layouts.head import HeadDescription
+
+# Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).
+SAMPLE_TARGET_LAYERS = (1, 32, 61, 94)
+_LAYER_INDEX = re.compile(r"(?<=^model\\\.layers\\\.)\d+(?=\\\.)")
+
+
+@dataclass(frozen=True)
+class ModuleVerdict:
+    engine: str
+    runtime_name: str
+    members: tuple[str, ...]
+    quantized: bool
+    rule: str | None  # the pattern that excluded it
+
+
+def synthesize_patterns(
+    head: HeadDescription, excluded: set[str], engines: list[Engine], target_layers: int | None
+) -> list[str]:
+    """``re:`` patterns, one per runtime spelling of every module whose members are all excluded."""
+    patterns: list[str] = []
+    layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
+    for engine in engines:
+        for count in layer_counts:
+            for module in engine.runtime_modules(head, count):
+                if not set(module.members) <= excluded:
+                    continue
+                for name in module.names:
+                    escaped = re.escape(name)
+                    if target_layers is None:
+                        escaped = _LAYER_INDEX.sub(r"\\d+", escaped)
+                    pattern = f"re:^{escaped}$"
+                    if pattern not in patterns:
+                        patterns.append(pattern)
+    return patterns
+
+
+def prove(
+    head: HeadDescription,
+    patterns: list[str],
+    quantized: set[str],
+    engines: list[Engine],
+    format_name: str,
+    target_layers: int | None,
+) -> list[ModuleVerdict]:
+    """Run each engine's matching rule over its runtime names; fail on any module not treated as intended."""
+    verdicts: list[ModuleVerdict] = []
+    layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
+    for engine in engines:
+        for count in layer_counts:
+            for module in engine.runtime_modules(head, count):
+                intended = module.quantizable and set(module.members) <= quantized
+                rules = [engine.matching_rule(format_name, name, patterns) for name in module.names]
+                for name, rule in zip(module.names, rules, strict=True):
+                    applied = module.quantizable and rule is None
+                    if applied != intended:
+                        want = "quantized" if intended else "kept unquantized"
+                        got = f"excluded by {rule!r}" if rule else "matched by no exclusion rule"
+                        raise ExclusionProofError(
+                            f"{engine.title} would not apply the intended scheme to {name}: it should be {want} "
+                            f"but is {got}",
+                            hint="report this as a bug in eaglequant",
+                        )
+                if count == layer_counts[-1]:
+                    shown = module.names[0] if target_layers is not None else _symbolic(module.names[0], count)
+                    verdicts.append(
+                        ModuleVerdict(
+                            engine.name, shown, module.members, module.quantizable and rules[0] is None, rules[0]
+                        )
+                    )
+    return verdicts
+
+
+def _symbolic(runtime_name: str, target_layers: int) -> str:
+    """``model.layers.95.mlp.down_proj`` -> ``model.layers.{L+1}.mlp.down_proj`` (L = target's layer count)."""
+
+    def replace(match: re.Match[str]) -> str:
+        offset = int(match.group(1)) - target_layers
+        return f"model.layers.{{L{f'+{offset}' if offset else ''}}}."
+
+    return re.sub(r"^model\.layers\.(\d+)\.", replace, runtime_name)
+
+
+def check_fused_groups(head: HeadDescription, excluded: set[str]) -> None:
+    """Engines run fused members (q/k/v, gate/up, q_a/kv_a) as one module with one scheme."""
+    for group in head.fused_groups:
+        chosen = [m for m in group.members if m in excluded]
+        if chosen and len(chosen) != len(group.members):
+            kept = [m for m in group.members if m not in excluded]
+            raise InputError(
+                f"excluding {', '.join(chosen)} but quantizing {', '.join(kept)}: engines fuse them into one "
+                f"{group.kind} module that must use a single scheme",
+                hint="exclude all of them or none",
+            )

@@ -1,0 +1,19 @@
+"""Output formats, registered by name. Add a format by adding one module and one entry here."""
+
+from __future__ import annotations
+
+from eaglequant.errors import SchemeError
+from eaglequant.formats.base import Format, QuantizedLinear
+from eaglequant.formats.quark import QuarkFormat
+
+FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(),)}
+
+
+def get_format(name: str) -> Format:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise SchemeError(f"unknown format {name!r}", hint=f"choose one of: {', '.join(FORMATS)}") from None
+
+
+__all__ = ["FORMATS", "Format", "QuantizedLinear", "get_format"]

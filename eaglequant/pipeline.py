@@ -1,0 +1,233 @@
+"""Executing a :class:`ConversionPlan`: stream every output tensor into shards inside a temporary
+directory, write config and side files, check the result, then move it into place atomically."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant import __version__
+from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, tensor_bytes
+from eaglequant.checkpoint.writer import (
+    SafetensorsStreamWriter,
+    atomic_directory,
+    shard_names,
+    split_into_shards,
+)
+from eaglequant.errors import CheckpointError, InputError
+from eaglequant.formats import QuantizedLinear
+from eaglequant.plan import ConversionPlan
+from eaglequant.progress import NoProgress, Progress
+
+REPORT_NAME = "eaglequant_report.json"
+SKIPPED_DIRS = {".git", ".cache", ".huggingface"}
+
+
+@dataclass
+class LinearResult:
+    module: str
+    weight: str
+    shape: tuple[int, int]
+    relative_error: float
+    sqnr_db: float
+
+
+@dataclass
+class ConversionResult:
+    destination: Path
+    plan: ConversionPlan
+    files: dict[str, str]  # output file -> sha256
+    linears: list[LinearResult]
+    seconds: float
+    source_bytes: int
+    output_bytes: int
+    copied_files: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "destination": str(self.destination),
+            "layout": plan.head.layout,
+            "scheme": plan.scheme.name,
+            "format": plan.format.name,
+            "engines": [e.name for e in plan.engines],
+            "quantized": [
+                {
+                    "module": r.weight.removesuffix(".weight"),
+                    "shape": list(r.shape),
+                    "relative_error": r.relative_error,
+                    "sqnr_db": r.sqnr_db,
+                }
+                for r in self.linears
+            ],
+            "kept": plan.kept,
+            "exclude": plan.exclude_patterns,
+            "source_bytes": self.source_bytes,
+            "output_bytes": self.output_bytes,
+            "seconds": round(self.seconds, 3),
+            "files": self.files,
+            "copied_files": self.copied_files,
+        }
+
+
+def parse_size(text: str | int) -> int:
+    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes."""
+    if isinstance(text, int):
+        return text
+    units = {
+        "": 1,
+        "B": 1,
+        "KB": 10**3,
+        "MB": 10**6,
+        "GB": 10**9,
+        "TB": 10**12,
+        "KIB": 2**10,
+        "MIB": 2**20,
+        "GIB": 2**30,
+        "TIB": 2**40,
+    }
+    cleaned = text.strip().upper().replace(" ", "")
+    number = cleaned.rstrip("KMGTIB")
+    unit = cleaned[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if unit not in units or value <= 0:
+        raise InputError(f"--max-shard-size {text!r} is not a size", hint="write e.g. 5GB, 500MB or 2GiB")
+    return int(value * units[unit])
+
+
+def run_conversion(
+    checkpoint: Checkpoint,
+    plan: ConversionPlan,
+    dst: Path,
+    *,
+    overwrite: bool = False,
+    max_shard_bytes: int = 5 * 10**9,
+    progress: Progress | None = None,
+) -> ConversionResult:
+    progress = progress or NoProgress()
+    started = time.perf_counter()
+    linears: list[LinearResult] = []
+    files: dict[str, str] = {}
+    with atomic_directory(dst, overwrite) as tmp:
+        shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
+        names = shard_names(len(shards))
+        progress.start(plan.output_bytes, len(plan.outputs))
+        try:
+            _write_shards(checkpoint, plan, tmp, shards, names, files, linears, progress)
+        finally:
+            progress.stop()
+        if len(names) > 1:
+            _write_index(tmp, plan, shards, names)
+        _write_json(tmp / "config.json", {**checkpoint.config, "quantization_config": plan.quantization_config()})
+        for file_name, content in plan.format.extra_files(plan.scheme, plan.exclude_patterns).items():
+            _write_json(tmp / file_name, content)
+        copied = _copy_side_files(checkpoint, tmp)
+        _check_written(tmp, plan)
+        result = ConversionResult(
+            dst, plan, files, linears, time.perf_counter() - started, checkpoint.total_bytes, plan.output_bytes, copied
+        )
+        _write_json(tmp / REPORT_NAME, {"eaglequant_version": __version__, **result.to_json()})
+    return result
+
+
+def _write_shards(
+    checkpoint: Checkpoint,
+    plan: ConversionPlan,
+    tmp: Path,
+    shards: list[list[Any]],
+    names: list[str],
+    files: dict[str, str],
+    linears: list[LinearResult],
+    progress: Progress,
+) -> None:
+    by_name = {o.spec.name: o for o in plan.outputs}
+    pending: dict[str, Any] = {}  # outputs of the linear quantized last, until written
+    for name, specs in zip(names, shards, strict=True):
+        writer = SafetensorsStreamWriter(tmp / name, specs, metadata={"format": "pt"})
+        for spec in specs:
+            output = by_name[spec.name]
+            if output.quantized_from is None:
+                writer.mark_copied(spec.name, checkpoint.copy_to(output.source, writer.handle))
+            else:
+                if spec.name not in pending:
+                    quantized = _quantize(checkpoint, plan, output.quantized_from)
+                    pending.update(quantized.tensors)
+                    linear = plan.head.linear(output.quantized_from)
+                    linears.append(
+                        LinearResult(
+                            linear.module,
+                            linear.weight,
+                            (linear.out_features, linear.in_features),
+                            quantized.relative_error,
+                            quantized.sqnr_db,
+                        )
+                    )
+                writer.write(spec.name, tensor_bytes(pending.pop(spec.name)))
+            progress.advance(spec.nbytes, spec.name)
+        writer.close()
+        files[name] = writer.sha256
+
+
+def _quantize(checkpoint: Checkpoint, plan: ConversionPlan, module: str) -> QuantizedLinear:
+    import torch
+
+    linear = plan.head.linear(module)
+    weight = checkpoint.read(linear.weight)
+    if not bool(torch.isfinite(weight).all()):
+        bad = int((~torch.isfinite(weight)).sum())
+        info = checkpoint.tensors[linear.weight]
+        raise CheckpointError(
+            f"{info.file}: tensor {linear.weight!r} holds {bad} NaN/Inf values",
+            hint="the weights are corrupt; re-export them from the trainer",
+        )
+    return plan.format.quantize(linear, weight, plan.scheme)
+
+
+def _write_index(tmp: Path, plan: ConversionPlan, shards: list[list[Any]], names: list[str]) -> None:
+    weight_map = {spec.name: name for name, specs in zip(names, shards, strict=True) for spec in specs}
+    _write_json(
+        tmp / "model.safetensors.index.json",
+        {"metadata": {"total_size": plan.output_bytes}, "weight_map": dict(sorted(weight_map.items()))},
+    )
+
+
+def _write_json(path: Path, content: dict[str, Any]) -> None:
+    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def _copy_side_files(checkpoint: Checkpoint, tmp: Path) -> list[str]:
+    """Copy every non-weight file (tokenizer, generation config, custom code) unchanged."""
+    skip = checkpoint.weight_file_names() | {"config.json", REPORT_NAME}
+    copied = []
+    for path in sorted(checkpoint.root.rglob("*")):
+        relative = path.relative_to(checkpoint.root)
+        if set(relative.parts) & SKIPPED_DIRS or str(relative) in skip or path.is_dir():
+            continue
+        if path.suffix in (".safetensors", ".bin") and path.parent == checkpoint.root:
+            continue  # stray weight files that the index does not list are not carried over
+        source = resolve_inside(checkpoint.root, str(relative), "SRC")
+        target = tmp / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        copied.append(str(relative))
+    return copied
+
+
+def _check_written(tmp: Path, plan: ConversionPlan) -> None:
+    """Re-open the output with the strict reader and compare it with the plan."""
+    written = Checkpoint.open(tmp)
+    try:
+        expected = {o.spec.name: (o.spec.dtype, o.spec.shape) for o in plan.outputs}
+        actual = {n: (i.dtype, i.shape) for n, i in written.tensors.items()}
+        if expected != actual:
+            diff = sorted(set(expected.items()) ^ set(actual.items()))
+            raise RuntimeError(f"written checkpoint differs from the plan: {diff[:3]}")
+    finally:
+        written.close()
