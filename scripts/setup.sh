@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Creates .venv and installs eaglequant with its test and vendor-reference extras.
-# torch is pinned through constraints.txt: an unpinned torch pulls several GB of CUDA wheels.
+# Create .venv and install eaglequant into it.
+#   scripts/setup.sh          the tool itself
+#   scripts/setup.sh --test   plus the test tools and the vendor references (amd-quark, ...)
+# torch is pinned through constraints.txt: an unpinned torch would pull several GB of CUDA wheels.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test,vendors]"
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -c constraints.txt "torch==2.13.0"
-extras=${EAGLEQUANT_EXTRAS:-test,vendors}
-.venv/bin/python -m pip install -q -c constraints.txt -e ".[${extras}]"
+.venv/bin/python -m pip install -q -c constraints.txt -e ".${extras}"

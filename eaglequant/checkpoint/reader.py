@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
-COPY_CHUNK_BYTES = 16 * 1024 * 1024
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class Writable(Protocol):

@@ -53,13 +53,27 @@ def render(data: dict[str, Any]) -> None:
         f"  attention {data['attention']}, {data['num_layers']} decoder layer(s), "
         f"features: {', '.join(data['features']) or 'none'}"
     )
-    table = Table(title=f"tensors ({data['source_format']})", title_justify="left")
-    for col in ("name", "dtype", "shape", "size", "file", f"{data['scheme']} → {data['format']}"):
-        table.add_column(col, overflow="fold")
+    multi_file = len(data["files"]) > 1
+    table = Table(title=f"tensors ({data['source_format']}, {len(data['files'])} file(s))", title_justify="left")
+    table.add_column("name", no_wrap=True)
+    shard_of = {name: f"{i}/{len(data['files'])}" for i, name in enumerate(data["files"], start=1)}
+    for col in ("dtype", "shape", "size") + (("shard",) if multi_file else ()):
+        table.add_column(col, no_wrap=True)
+    table.add_column(f"{data['scheme']} → {data['format']}")
+    long_reasons = {}
     for row in data["tensors"]:
-        action = "[green]quantize[/]" if row["action"] == "quantize" else f"[dim]keep: {row['reason']}[/]"
-        table.add_row(row["name"], row["dtype"], str(row["shape"]), human_bytes(row["bytes"]), row["file"], action)
+        if row["action"] == "quantize":
+            action = "[green]quantize[/]"
+        elif row["role"] == "linear":
+            action = "[yellow]keep[/] (see below)"
+            long_reasons[row["name"]] = row["reason"]
+        else:
+            action = f"[dim]keep: {row['role'].replace('_', ' ')}[/]"
+        cells = [row["name"], row["dtype"], str(row["shape"]), human_bytes(row["bytes"])]
+        table.add_row(*cells, *([shard_of.get(row["file"], row["file"])] if multi_file else []), action)
     err.print(table)
+    for name, reason in long_reasons.items():
+        err.print(f"  [yellow]keep[/] {name}: {reason}")
     runtime = Table(title="how the engines will read the written config", title_justify="left")
     for col in ("engine", "runtime module", "quantized", "rule"):
         runtime.add_column(col)

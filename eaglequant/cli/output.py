@@ -20,6 +20,8 @@ from rich.progress import (
 from rich.progress import Progress as RichProgress
 
 err = Console(stderr=True, highlight=False)
+if not err.is_terminal and "COLUMNS" not in os.environ:
+    err = Console(stderr=True, highlight=False, width=120)  # logs and CI: tables need room for tensor names
 
 
 def print_json(data: Any) -> None:

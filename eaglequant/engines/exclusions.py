@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from eaglequant.engines.base import Engine
+from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.errors import ExclusionProofError, InputError
 from eaglequant.layouts.head import HeadDescription
 
@@ -36,17 +36,32 @@ def synthesize_patterns(
     layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
     for engine in engines:
         for count in layer_counts:
-            for module in engine.runtime_modules(head, count):
+            modules = engine.runtime_modules(head, count)
+            for module in modules:
                 if not set(module.members) <= excluded:
                     continue
                 for name in module.names:
                     escaped = re.escape(name)
                     if target_layers is None:
                         escaped = _LAYER_INDEX.sub(r"\\d+", escaped)
+                        _refuse_layer_dependent(engine, escaped, modules, excluded, _symbolic(name, count), count)
                     pattern = f"re:^{escaped}$"
                     if pattern not in patterns:
                         patterns.append(pattern)
     return patterns
+
+
+def _refuse_layer_dependent(
+    engine: Engine, regex: str, modules: list[RuntimeModule], excluded: set[str], shown: str, count: int
+) -> None:
+    """A layer-independent pattern must not also catch the same module of a layer that stays quantized."""
+    for other in modules:
+        if not set(other.members) <= excluded and any(re.fullmatch(regex, n) for n in other.names):
+            raise InputError(
+                f"excluding {shown} but not {_symbolic(other.names[0], count)} can only be written for {engine.title} with the "
+                "target's layer count (the draft's layers are numbered after the target's)",
+                hint="pass --target-layers N",
+            )
 
 
 def prove(

@@ -4,6 +4,7 @@ quantization math, and the ``quantization_config`` written into config.json."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,17 +48,21 @@ class Format(ABC):
         return {}
 
 
-def error_stats(weight: torch.Tensor, dequantized: torch.Tensor) -> tuple[float, float]:
-    """Relative Frobenius error and SQNR (dB) of a reconstruction, computed in float64."""
+def error_stats(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Tensor]) -> tuple[float, float]:
+    """Relative Frobenius error and SQNR (dB) of a reconstruction, accumulated in float64 over row blocks."""
     import math
 
     import torch
 
-    w = weight.to(torch.float64)
-    noise = (dequantized.to(torch.float64) - w).pow(2).sum().item()
-    signal = w.pow(2).sum().item()
+    from eaglequant.schemes.fp8 import row_blocks
+
+    noise = signal = 0.0
+    for rows in row_blocks(*weight.shape):
+        w = weight[rows].to(torch.float64)
+        noise += (dequantize_rows(rows).to(torch.float64) - w).pow(2).sum().item()
+        signal += w.pow(2).sum().item()
     if signal == 0:
-        return (0.0 if noise == 0 else math.inf), math.inf if noise == 0 else -math.inf
+        return (0.0, math.inf) if noise == 0 else (math.inf, -math.inf)
     rel = math.sqrt(noise / signal)
     sqnr = math.inf if noise == 0 else 10 * math.log10(signal / noise)
     return rel, sqnr

@@ -60,7 +60,7 @@ class QuarkFormat(Format):
         from eaglequant.schemes import fp8
 
         quantized, scale = fp8.quark_per_channel(weight)
-        rel, sqnr = error_stats(weight, fp8.dequantize_per_channel(quantized, scale))
+        rel, sqnr = error_stats(weight, fp8.dequantize_rows(quantized, scale))
         base = linear.checkpoint_module
         return QuantizedLinear({f"{base}.weight": quantized, f"{base}.weight_scale": scale}, rel, sqnr)
 

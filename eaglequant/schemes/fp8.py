@@ -6,25 +6,55 @@ so every flavour clamps to +-448 before casting.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 FP8_E4M3_MAX = 448.0
+BLOCK_ELEMENTS = 1 << 20  # rows are processed in blocks of about this many elements: temporaries stay small
+
+
+def row_blocks(rows: int, cols: int) -> list[slice]:
+    step = max(1, BLOCK_ELEMENTS // max(cols, 1))
+    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
 def quark_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """AMD Quark ``ptpc_fp8``, computed in row blocks (each row's scale needs only that row)."""
+    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32)
+    for rows in row_blocks(*weight.shape):
+        quantized[rows], scale[rows] = quark_per_channel_block(weight[rows])
+    return quantized, scale
+
+
+def quark_per_channel_block(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """AMD Quark ``ptpc_fp8`` (file-to-file path).
 
     scale = fp32(row amax) / 448, with 0 replaced by fp32 eps. The division uses the scale rounded to
     the weight's own dtype and happens in that dtype; the fp32 scale is what is saved.
     Returns (fp8 weight [N, K], fp32 scale [N]). Works on any block of whole rows.
+
+    One deliberate deviation: for an fp16 row whose scale is below fp16's smallest subnormal
+    (row amax < ~1.3e-5), the scale rounds to 0 in fp16 and Quark 0.13 divides by zero, writing NaN
+    for zeros and +-448 for everything else. Those rows (only those) are divided in float32.
     """
     amax = weight.abs().amax(dim=1).to(torch.float32)
     scale = amax / FP8_E4M3_MAX
     scale = torch.where(scale == 0, torch.finfo(torch.float32).eps, scale)
-    scaled = weight / scale.to(weight.dtype).unsqueeze(1)
+    divisor = scale.to(weight.dtype).unsqueeze(1)
+    scaled = weight / divisor
+    underflow = divisor == 0
+    if bool(underflow.any()):
+        exact = (weight.to(torch.float32) / scale.unsqueeze(1)).to(weight.dtype)
+        scaled = torch.where(underflow, exact, scaled)
     quantized = scaled.clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
     return quantized, scale
 
 
 def dequantize_per_channel(quantized: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return quantized.to(torch.float32) * scale.to(torch.float32).reshape(-1, 1)
+
+
+def dequantize_rows(quantized: torch.Tensor, scale: torch.Tensor) -> Callable[[slice], torch.Tensor]:
+    return lambda rows: dequantize_per_channel(quantized[rows], scale[rows])

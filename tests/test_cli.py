@@ -1,0 +1,68 @@
+"""The command line as a user drives it: fast help, JSON on stdout, messages on stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURE_NAMES, FIXTURES, ROOT, run_cli, run_cli_subprocess
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys\nfrom typer.testing import CliRunner\nfrom eaglequant.cli import app\n"
+        "r = CliRunner().invoke(app, ['--help'])\nassert r.exit_code == 0, r.output\n"
+        "heavy = [m for m in ('torch', 'triton', 'quark', 'modelopt', 'numpy') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_inspect_does_not_import_torch_for_safetensors() -> None:
+    code = (
+        "import sys\nimport eaglequant\n"
+        f"eaglequant.inspect({str(FIXTURES / 'sharded-split')!r})\n"
+        "assert 'torch' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_version_and_module_entry_point() -> None:
+    proc = run_cli_subprocess("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("eaglequant ")
+
+
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_inspect_json(name: str) -> None:
+    result = run_cli("inspect", FIXTURES / name, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["layout"] and data["reason"] and data["tensors"]
+    row = next(r for r in data["tensors"] if r["name"] == "fc.weight")
+    assert row["action"] == "keep" and row["reason"].startswith("default")
+    assert all({"name", "dtype", "shape", "bytes", "file", "action", "reason"} <= set(r) for r in data["tensors"])
+
+
+def test_inspect_human_output_goes_to_stderr() -> None:
+    result = run_cli("inspect", FIXTURES / "specforge-llama")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "specforge-llama" in result.stderr and "midlayer.self_attn.q_proj.weight" in result.stderr
+
+
+def test_convert_json_only_json_on_stdout(tmp_path: Path) -> None:
+    proc = run_cli_subprocess("convert", FIXTURES / "torchspec-mla", tmp_path / "out", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["format"] == "quark" and data["scheme"] == "fp8-per-channel"
+    assert "\r" not in proc.stderr  # no progress bar when stderr is not a terminal
+
+
+def test_schemes_lists_builtin_files() -> None:
+    result = run_cli("schemes", "--json")
+    rows = json.loads(result.stdout)
+    assert {r["name"] for r in rows} == {p.stem for p in (ROOT / "schemes").glob("*.toml")}
+    assert next(r for r in rows if r["name"] == "fp8-per-channel")["formats"] == ["quark"]

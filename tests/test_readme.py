@@ -1,0 +1,36 @@
+"""The README's two commands and CI's test command stay in step; fixtures stay small and fresh."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from tests.conftest import FIXTURES, ROOT
+
+
+def _readme_commands() -> list[str]:
+    block = re.search(r"## Two commands.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert block
+    return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    setup_and_test = _readme_commands()[1]
+    test_command = setup_and_test.split("&&", 1)[1].strip()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert test_command in ci.splitlines()
+    assert "scripts/setup.sh --test" in ci
+
+
+def test_readme_main_job_names_a_bundled_fixture() -> None:
+    main_job = _readme_commands()[0]
+    fixture = re.search(r"convert (fixtures/[\w-]+)", main_job)
+    assert fixture and (ROOT / fixture.group(1) / "config.json").exists()
+
+
+def test_fixtures_are_small_and_match_the_generator() -> None:
+    for path in FIXTURES.rglob("*"):
+        if path.is_file():
+            assert path.stat().st_size < 900_000, path
+    subprocess.run([sys.executable, str(FIXTURES / "generate.py"), "--check"], check=True, timeout=300)
