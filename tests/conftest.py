@@ -39,8 +39,13 @@ def run_cli(*args: str) -> CliResult:
 
 def run_cli_subprocess(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m eaglequant`` for real: exit codes, stderr and imports as a user sees them."""
-    return subprocess.run([sys.executable, "-m", "eaglequant", *map(str, args)], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "eaglequant", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -74,8 +79,12 @@ def quark_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             src = _bin_as_safetensors(src, work / f"{name}-src")
         jobs.append({"src": str(src), "dst": str(work / name)})
     (work / "jobs.json").write_text(json.dumps(jobs))
-    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "vendor" / "run_quark.py"), str(work / "jobs.json")],
-                          capture_output=True, text=True, timeout=1200)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "vendor" / "run_quark.py"), str(work / "jobs.json")],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"amd-quark failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return {name: work / name for name in FIXTURE_NAMES}

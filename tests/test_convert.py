@@ -77,8 +77,17 @@ def test_side_files_config_and_report(tmp_path: Path) -> None:
     for file, digest in report["files"].items():
         assert hashlib.sha256((out / file).read_bytes()).hexdigest() == digest
     assert {q["module"] for q in report["quantized"]} == {
-        f"midlayer.{m}" for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                                  "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")}
+        f"midlayer.{m}"
+        for m in (
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "self_attn.o_proj",
+            "mlp.gate_proj",
+            "mlp.up_proj",
+            "mlp.down_proj",
+        )
+    }
     assert all(q["sqnr_db"] > 25 for q in report["quantized"])
 
 
@@ -136,8 +145,10 @@ def test_partial_layer_exclusion_needs_the_target_layer_count() -> None:
     assert r"re:^model\.layers\.62\.mlp\.down_proj$" in patterns
 
 
-@pytest.mark.parametrize(("text", "expected"), [("5GB", 5 * 10**9), ("500MB", 5 * 10**8), ("2GiB", 2 * 2**30),
-                                                ("1048576", 1048576), ("1.5 GB", 1_500_000_000)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("5GB", 5 * 10**9), ("500MB", 5 * 10**8), ("2GiB", 2 * 2**30), ("1048576", 1048576), ("1.5 GB", 1_500_000_000)],
+)
 def test_parse_size(text: str, expected: int) -> None:
     assert parse_size(text) == expected
 

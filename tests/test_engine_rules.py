@@ -36,22 +36,32 @@ def test_vllm_matching_rule(pattern: str, name: str, excluded: bool) -> None:
 def test_runtime_names_follow_the_target_layer_count() -> None:
     head = inspect(FIXTURES / "multi-layer").head
     names = {n for m in ENGINE.runtime_modules(head, 61) for n in m.names}
-    assert {"model.fc", "lm_head", "model.layers.61.qkv_proj", "model.layers.62.qkv_proj",
-            "model.layers.61.self_attn.o_proj", "model.layers.62.mlp.gate_up_proj"} <= names
+    assert {
+        "model.fc",
+        "lm_head",
+        "model.layers.61.qkv_proj",
+        "model.layers.62.qkv_proj",
+        "model.layers.61.self_attn.o_proj",
+        "model.layers.62.mlp.gate_up_proj",
+    } <= names
     assert not any("midlayer" in n or ".q_proj" in n for n in names)
 
 
 def test_mla_runtime_names() -> None:
     head = inspect(FIXTURES / "torchspec-mla").head
     names = {n for m in ENGINE.runtime_modules(head, 61) for n in m.names}
-    assert {"model.layers.61.self_attn.fused_qkv_a_proj", "model.layers.61.self_attn.q_b_proj",
-            "model.layers.61.self_attn.kv_b_proj", "model.layers.61.self_attn.o_proj"} <= names
+    assert {
+        "model.layers.61.self_attn.fused_qkv_a_proj",
+        "model.layers.61.self_attn.q_b_proj",
+        "model.layers.61.self_attn.kv_b_proj",
+        "model.layers.61.self_attn.o_proj",
+    } <= names
 
 
 def test_proof_rejects_quarks_own_exclude_list() -> None:
     plan = inspect(FIXTURES / "specforge-llama").plan
     quantized = {lin.module for lin in plan.quantized}
-    with pytest.raises(ExclusionProofError, match="model.fc"):
+    with pytest.raises(ExclusionProofError, match=r"model\.fc: it should be kept unquantized"):
         prove(plan.head, ["fc", "lm_head"], quantized, [ENGINE], "quark", None)
 
 
@@ -69,5 +79,4 @@ def test_fused_spellings_must_agree() -> None:
     assert any("qkv_proj" in p and "self_attn" not in p for p in plan.exclude_patterns)
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError):
-        prove(plan.head, [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"], quantized, [ENGINE], "quark",
-              None)
+        prove(plan.head, [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"], quantized, [ENGINE], "quark", None)

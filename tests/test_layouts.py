@@ -25,8 +25,14 @@ EXPECTED = {
     "modelopt-llama": ("modelopt", "mha", 1, set(), LLAMA_FUSED, "BF16"),
     "speculators-llama": ("speculators", "mha", 1, {"embed_tokens", "lm_head", "d2t", "t2d"}, LLAMA_FUSED, "BF16"),
     "eagle-original-bin": ("eagle-original", "mha", 1, {"lm_head", "d2t", "t2d"}, LLAMA_FUSED, "F16"),
-    "multi-layer": ("eagle3-layers", "mha", 2, {"lm_head", "d2t", "t2d"},
-                    LLAMA_FUSED | {"layers.1.self_attn.qkv_proj", "layers.1.mlp.gate_up_proj"}, "BF16"),
+    "multi-layer": (
+        "eagle3-layers",
+        "mha",
+        2,
+        {"lm_head", "d2t", "t2d"},
+        LLAMA_FUSED | {"layers.1.self_attn.qkv_proj", "layers.1.mlp.gate_up_proj"},
+        "BF16",
+    ),
     "eagle31-fc-norm": ("specforge-llama", "mha", 1, {"lm_head", "d2t", "t2d", "fc_norm"}, LLAMA_FUSED, "BF16"),
     "awkward-fp32": ("specforge-llama", "mha", 1, {"lm_head", "d2t", "t2d"}, LLAMA_FUSED, "F32"),
     "sharded-split": ("specforge-llama", "mha", 1, {"embed_tokens", "lm_head", "d2t", "t2d"}, LLAMA_FUSED, "BF16"),
@@ -91,8 +97,8 @@ def _copy(name: str, tmp_path: Path) -> Path:
 
 
 def test_unknown_layout_names_what_was_expected(tmp_path: Path) -> None:
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     src = tmp_path / "bert"
     src.mkdir()

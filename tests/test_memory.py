@@ -27,19 +27,32 @@ def _big_head(path: Path) -> tuple[int, int]:
 
     path.mkdir()
     tensors = {
-        "fc.weight": rand(h, 3 * h), "norm.weight": torch.ones(h, dtype=torch.bfloat16),
-        "embed_tokens.weight": rand(vocab, h), "lm_head.weight": rand(vocab, h),
-        "midlayer.self_attn.q_proj.weight": rand(h, 2 * h), "midlayer.self_attn.k_proj.weight": rand(h, 2 * h),
-        "midlayer.self_attn.v_proj.weight": rand(h, 2 * h), "midlayer.self_attn.o_proj.weight": rand(h, h),
-        "midlayer.mlp.gate_proj.weight": rand(inter, h), "midlayer.mlp.up_proj.weight": rand(inter, h),
+        "fc.weight": rand(h, 3 * h),
+        "norm.weight": torch.ones(h, dtype=torch.bfloat16),
+        "embed_tokens.weight": rand(vocab, h),
+        "lm_head.weight": rand(vocab, h),
+        "midlayer.self_attn.q_proj.weight": rand(h, 2 * h),
+        "midlayer.self_attn.k_proj.weight": rand(h, 2 * h),
+        "midlayer.self_attn.v_proj.weight": rand(h, 2 * h),
+        "midlayer.self_attn.o_proj.weight": rand(h, h),
+        "midlayer.mlp.gate_proj.weight": rand(inter, h),
+        "midlayer.mlp.up_proj.weight": rand(inter, h),
         "midlayer.mlp.down_proj.weight": rand(h, inter),
     }
     for norm in ("hidden_norm", "input_layernorm", "post_attention_layernorm"):
         tensors[f"midlayer.{norm}.weight"] = torch.ones(h, dtype=torch.bfloat16)
     save_file(tensors, path / "model.safetensors")
-    config = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": h,
-              "intermediate_size": inter, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 128,
-              "vocab_size": vocab, "draft_vocab_size": vocab}
+    config = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "hidden_size": h,
+        "intermediate_size": inter,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": vocab,
+        "draft_vocab_size": vocab,
+    }
     (path / "config.json").write_text(json.dumps(config))
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     largest_quantized = inter * h * 2
@@ -65,11 +78,18 @@ print(json.dumps({"baseline": baseline, "peak": status("VmHWM:")}))
 
 def test_peak_rss_does_not_grow_with_the_checkpoint(tmp_path: Path) -> None:
     total, largest = _big_head(tmp_path / "src")
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path / "src"), str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=600, check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", MEASURE, str(tmp_path / "src"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     figures = json.loads(proc.stdout)
     growth = figures["peak"] - figures["baseline"]
     # A weight, its fp8 copy and the division's temporary are each at most `largest`; copies stream in 8 MiB chunks.
     bound = 6 * largest + 64 * MIB
-    assert growth < bound, f"peak grew {growth / MIB:.0f} MiB (bound {bound / MIB:.0f} MiB, checkpoint {total / MIB:.0f} MiB)"
+    assert growth < bound, (
+        f"peak grew {growth / MIB:.0f} MiB (bound {bound / MIB:.0f} MiB, checkpoint {total / MIB:.0f} MiB)"
+    )
     assert bound < total / 2  # the test would catch a pipeline that holds the checkpoint

@@ -12,7 +12,8 @@ from quark.torch import LLMTemplate, ModelQuantizer
 
 
 def main() -> None:
-    jobs = json.load(open(sys.argv[1]))
+    with open(sys.argv[1]) as handle:
+        jobs = json.load(handle)
     config = LLMTemplate.get("llama").get_config(scheme="ptpc_fp8", exclude_layers=["fc", "lm_head"])
     for job in jobs:
         ModelQuantizer(config).direct_quantize_checkpoint(job["src"], job["dst"], device="cpu")
