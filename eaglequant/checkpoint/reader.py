@@ -43,6 +43,8 @@ def load_json_object(path: Path, what: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: {what} is not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: {what} cannot be parsed ({type(exc).__name__})") from exc
     if not isinstance(value, dict):
         raise InputError(f"{path}: {what} must be a JSON object")
     return value

@@ -89,6 +89,8 @@ def read_header(path: Path) -> SafetensorsHeader:
             f"{path}: header is not valid JSON ({exc.msg} at byte {exc.pos})",
             hint="the file is corrupt or not safetensors",
         ) from exc
+    except (ValueError, RecursionError) as exc:  # e.g. integers over 4300 digits, absurd nesting
+        raise CheckpointError(f"{path}: header JSON cannot be parsed ({type(exc).__name__})") from exc
     if not isinstance(header, dict):
         _refuse(path, "header is not a JSON object")
     data_start = 8 + header_len
@@ -104,7 +106,7 @@ def _tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorIn
     if not isinstance(entry, dict):
         _refuse(path, f"header entry for {name!r} is not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if dtype not in ITEMSIZE:
+    if not isinstance(dtype, str) or dtype not in ITEMSIZE:
         _refuse(path, f"tensor {name!r} has unknown dtype {dtype!r}")
     if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
         _refuse(path, f"tensor {name!r} has an invalid shape {shape!r}")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.markup import escape
 
 from eaglequant import __version__
 from eaglequant.cli.output import err
@@ -53,7 +54,7 @@ def run_guarded(action: Callable[[], T]) -> T:
     except EagleQuantError as exc:
         if _state["debug"]:
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {exc.one_line()}", markup=True, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/]; nothing was written", markup=True)
@@ -64,7 +65,7 @@ def run_guarded(action: Callable[[], T]) -> T:
         if _state["debug"]:
             traceback.print_exc()
         err.print(
-            f"[bold red]internal error:[/] {type(exc).__name__}: {exc} (rerun with --debug for the "
+            f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} (rerun with --debug for the "
             "traceback and report it)",
             markup=True,
             soft_wrap=True,

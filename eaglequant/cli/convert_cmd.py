@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.options import EngineOpt, ExcludeOpt, FormatOpt, JsonOpt, SchemeOpt, TargetLayersOpt
@@ -58,18 +59,18 @@ def render(data: dict[str, Any]) -> None:
     for col in ("quantized module", "shape", "rel. error", "SQNR dB"):
         table.add_column(col)
     for row in data["quantized"]:
-        table.add_row(row["module"], str(row["shape"]), f"{row['relative_error']:.4f}", f"{row['sqnr_db']:.1f}")
+        table.add_row(escape(row["module"]), str(row["shape"]), f"{row['relative_error']:.4f}", f"{row['sqnr_db']:.1f}")
     err.print(table)
     kept = data["kept"]
     assert isinstance(kept, dict)
     linears_kept = {k: v for k, v in kept.items() if "default" in v or "--exclude" in v}
     for name, why in linears_kept.items():
-        err.print(f"  kept {name}: {why}")
+        err.print(f"  kept {escape(name)}: {escape(why)}")
     src_b, out_b = data["source_bytes"], data["output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)
-    err.print(f"exclude rules written for {', '.join(data['engines'])}: {data['exclude']}")
+    err.print(f"exclude rules written for {', '.join(data['engines'])}: {escape(str(data['exclude']))}")
     err.print(
-        f"[green]wrote[/] {data['destination']}: {human_bytes(src_b)} → {human_bytes(out_b)} "
+        f"[green]wrote[/] {escape(str(data['destination']))}: {human_bytes(src_b)} → {human_bytes(out_b)} "
         f"({out_b / max(src_b, 1):.2f}×) in {data['seconds']} s",
         markup=True,
     )

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.options import EngineOpt, ExcludeOpt, FormatOpt, JsonOpt, SchemeOpt, TargetLayersOpt
@@ -44,8 +45,8 @@ def inspect_command(
 
 
 def render(data: dict[str, Any]) -> None:
-    err.print(f"[bold]{data['source']}[/]  layout [cyan]{data['layout']}[/] ({data['layout_title']})")
-    err.print(f"  why: {data['reason']}")
+    err.print(f"[bold]{escape(data['source'])}[/]  layout [cyan]{data['layout']}[/] ({data['layout_title']})")
+    err.print(f"  why: {escape(data['reason'])}")
     dims = data["dims"]
     assert isinstance(dims, dict)
     err.print("  dims: " + ", ".join(f"{k}={v}" for k, v in dims.items()))
@@ -69,18 +70,18 @@ def render(data: dict[str, Any]) -> None:
             long_reasons[row["name"]] = row["reason"]
         else:
             action = f"[dim]keep: {row['role'].replace('_', ' ')}[/]"
-        cells = [row["name"], row["dtype"], str(row["shape"]), human_bytes(row["bytes"])]
+        cells = [escape(row["name"]), row["dtype"], str(row["shape"]), human_bytes(row["bytes"])]
         table.add_row(*cells, *([shard_of.get(row["file"], row["file"])] if multi_file else []), action)
     err.print(table)
     for name, reason in long_reasons.items():
-        err.print(f"  [yellow]keep[/] {name}: {reason}")
+        err.print(f"  [yellow]keep[/] {escape(name)}: {escape(reason)}")
     runtime = Table(title="how the engines will read the written config", title_justify="left")
     for col in ("engine", "runtime module", "quantized", "rule"):
         runtime.add_column(col)
     for row in data["runtime_modules"]:
-        runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", row["rule"] or "")
+        runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", escape(row["rule"] or ""))
     err.print(runtime)
-    err.print(f"exclude rules written: {data['exclude']}")
+    err.print(f"exclude rules written: {escape(str(data['exclude']))}")
     src_b, out_b = data["source_bytes"], data["estimated_output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)
     err.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")

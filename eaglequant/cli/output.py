@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
 from rich.progress import (
     BarColumn,
     DownloadColumn,
-    MofNCompleteColumn,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -44,7 +44,7 @@ def progress_enabled() -> bool:
 
 
 class BarProgress:
-    """Two bars: bytes written (with rate) and tensors done (with rate)."""
+    """One bar: bytes written with their rate, and tensors done with theirs."""
 
     def __init__(self) -> None:
         self._bar = RichProgress(
@@ -52,27 +52,28 @@ class BarProgress:
             BarColumn(),
             DownloadColumn(),
             TransferSpeedColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[label]}", style="dim"),
+            TextColumn("{task.fields[tensors]}"),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[label]}", style="dim"),
             console=err,
             transient=True,
         )
-        self._bytes: TaskID | None = None
-        self._tensors: TaskID | None = None
+        self._task: TaskID | None = None
         self._done = 0
+        self._total = 0
+        self._started = 0.0
 
     def start(self, total_bytes: int, total_tensors: int) -> None:
+        self._total, self._started = total_tensors, time.perf_counter()
         self._bar.start()
-        self._bytes = self._bar.add_task("writing", total=total_bytes, label="")
-        self._tensors = self._bar.add_task("tensors", total=total_tensors, label="", visible=False)
-        self._total_tensors = total_tensors
+        self._task = self._bar.add_task("writing", total=total_bytes, tensors=f"0/{total_tensors} tensors", label="")
 
     def advance(self, nbytes: int, label: str) -> None:
-        assert self._bytes is not None and self._tensors is not None
+        assert self._task is not None
         self._done += 1
-        self._bar.update(self._bytes, advance=nbytes, label=f"{self._done}/{self._total_tensors} tensors {label}")
-        self._bar.update(self._tensors, advance=1)
+        rate = self._done / max(time.perf_counter() - self._started, 1e-9)
+        tensors = f"{self._done}/{self._total} tensors {rate:.1f}/s"
+        self._bar.update(self._task, advance=nbytes, tensors=tensors, label=label)
 
     def stop(self) -> None:
         self._bar.stop()

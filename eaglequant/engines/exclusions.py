@@ -58,8 +58,8 @@ def _refuse_layer_dependent(
     for other in modules:
         if not set(other.members) <= excluded and any(re.fullmatch(regex, n) for n in other.names):
             raise InputError(
-                f"excluding {shown} but not {_symbolic(other.names[0], count)} can only be written for {engine.title} with the "
-                "target's layer count (the draft's layers are numbered after the target's)",
+                f"excluding {shown} but not {_symbolic(other.names[0], count)} can only be written for "
+                f"{engine.title} with the target's layer count (the draft's layers are numbered after the target's)",
                 hint="pass --target-layers N",
             )
 
