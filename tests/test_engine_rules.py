@@ -33,29 +33,36 @@ def test_vllm_matching_rule(pattern: str, name: str, excluded: bool) -> None:
     assert (ENGINE.matching_rule("quark", name, [pattern]) is not None) is excluded
 
 
-def test_runtime_names_follow_the_target_layer_count() -> None:
-    head = inspect(FIXTURES / "multi-layer").head
+@pytest.mark.parametrize(
+    ("fixture", "expected"),
+    [
+        (
+            "multi-layer",
+            {
+                "model.fc",
+                "lm_head",
+                "model.layers.61.qkv_proj",
+                "model.layers.62.qkv_proj",
+                "model.layers.61.self_attn.o_proj",
+                "model.layers.62.mlp.gate_up_proj",
+            },
+        ),
+        (
+            "torchspec-mla",
+            {
+                "model.layers.61.self_attn.fused_qkv_a_proj",
+                "model.layers.61.self_attn.q_b_proj",
+                "model.layers.61.self_attn.kv_b_proj",
+                "model.layers.61.self_attn.o_proj",
+            },
+        ),
+    ],
+)
+def test_runtime_names_follow_the_target_layer_count(fixture: str, expected: set[str]) -> None:
+    head = inspect(FIXTURES / fixture).head
     names = {n for m in ENGINE.runtime_modules(head, 61) for n in m.names}
-    assert {
-        "model.fc",
-        "lm_head",
-        "model.layers.61.qkv_proj",
-        "model.layers.62.qkv_proj",
-        "model.layers.61.self_attn.o_proj",
-        "model.layers.62.mlp.gate_up_proj",
-    } <= names
-    assert not any("midlayer" in n or ".q_proj" in n for n in names)
-
-
-def test_mla_runtime_names() -> None:
-    head = inspect(FIXTURES / "torchspec-mla").head
-    names = {n for m in ENGINE.runtime_modules(head, 61) for n in m.names}
-    assert {
-        "model.layers.61.self_attn.fused_qkv_a_proj",
-        "model.layers.61.self_attn.q_b_proj",
-        "model.layers.61.self_attn.kv_b_proj",
-        "model.layers.61.self_attn.o_proj",
-    } <= names
+    assert expected <= names
+    assert not any("midlayer" in n or ".q_proj" in n or ".q_a_proj" in n for n in names)
 
 
 def test_proof_rejects_quarks_own_exclude_list() -> None:
