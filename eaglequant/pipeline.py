@@ -65,6 +65,7 @@ class ConversionResult:
                 for r in self.linears
             ],
             "kept": plan.kept,
+            "excluded_linears": plan.excluded_linears,
             "exclude": plan.exclude_patterns,
             "source_bytes": self.source_bytes,
             "output_bytes": self.output_bytes,

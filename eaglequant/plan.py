@@ -56,6 +56,12 @@ class ConversionPlan:
     verdicts: list[ModuleVerdict] = field(default_factory=list)
 
     @property
+    def excluded_linears(self) -> dict[str, str]:
+        """Checkpoint weight name -> why that linear keeps its source dtype."""
+        quantized = {lin.weight for lin in self.quantized}
+        return {lin.weight: self.kept[lin.weight] for lin in self.head.linears if lin.weight not in quantized}
+
+    @property
     def output_bytes(self) -> int:
         return sum(t.spec.nbytes for t in self.outputs)
 

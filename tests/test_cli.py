@@ -66,3 +66,11 @@ def test_schemes_lists_builtin_files() -> None:
     rows = json.loads(result.stdout)
     assert {r["name"] for r in rows} == {p.stem for p in (ROOT / "schemes").glob("*.toml")}
     assert next(r for r in rows if r["name"] == "fp8-per-channel")["formats"] == ["quark"]
+
+
+def test_convert_human_output_names_each_kept_linear_and_why(tmp_path: Path) -> None:
+    result = run_cli("convert", FIXTURES / "specforge-llama", tmp_path / "out", "--exclude", "midlayer.mlp.*")
+    assert result.exit_code == 0 and result.stdout == ""
+    assert "kept midlayer.mlp.gate_proj.weight: --exclude midlayer.mlp.*" in result.stderr
+    assert "kept fc.weight: default" in result.stderr
+    assert "kept norm.weight" not in result.stderr  # only linears are listed

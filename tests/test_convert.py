@@ -89,6 +89,7 @@ def test_side_files_config_and_report(tmp_path: Path) -> None:
         )
     }
     assert all(q["sqnr_db"] > 25 for q in report["quantized"])
+    assert set(report["excluded_linears"]) == {"fc.weight", "lm_head.weight"}
 
 
 def test_estimated_size_is_the_tensor_bytes_written(tmp_path: Path) -> None:

@@ -61,10 +61,7 @@ def render(data: dict[str, Any]) -> None:
     for row in data["quantized"]:
         table.add_row(escape(row["module"]), str(row["shape"]), f"{row['relative_error']:.4f}", f"{row['sqnr_db']:.1f}")
     err.print(table)
-    kept = data["kept"]
-    assert isinstance(kept, dict)
-    linears_kept = {k: v for k, v in kept.items() if "default" in v or "--exclude" in v}
-    for name, why in linears_kept.items():
+    for name, why in data["excluded_linears"].items():
         err.print(f"  kept {escape(name)}: {escape(why)}")
     src_b, out_b = data["source_bytes"], data["output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)

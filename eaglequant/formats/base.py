@@ -54,7 +54,7 @@ def error_stats(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.T
 
     import torch
 
-    from eaglequant.schemes.fp8 import row_blocks
+    from eaglequant.schemes.rows import row_blocks
 
     noise = signal = 0.0
     for rows in row_blocks(*weight.shape):

@@ -10,13 +10,9 @@ from collections.abc import Callable
 
 import torch
 
+from eaglequant.schemes.rows import row_blocks
+
 FP8_E4M3_MAX = 448.0
-BLOCK_ELEMENTS = 1 << 20  # rows are processed in blocks of about this many elements: temporaries stay small
-
-
-def row_blocks(rows: int, cols: int) -> list[slice]:
-    step = max(1, BLOCK_ELEMENTS // max(cols, 1))
-    return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
 def quark_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
