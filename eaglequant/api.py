@@ -19,6 +19,7 @@ from eaglequant.layouts.head import HeadDescription
 from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
 from eaglequant.plan import ConversionPlan, build_plan
 from eaglequant.progress import Progress
+from eaglequant.schemes.model import load_scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
 DEFAULT_FORMAT = "quark"
@@ -121,15 +122,39 @@ def convert(
     target_layers: int | None = None,
     overwrite: bool = False,
     max_shard_size: str | int = "5GB",
+    calib: str | Path | None = None,
     progress: Progress | None = None,
 ) -> ConversionResult:
-    """Quantize the head in ``src`` and write it to ``dst`` (atomically: ``dst`` appears only when complete)."""
+    """Quantize the head in ``src`` and write it to ``dst`` (atomically: ``dst`` appears only when complete).
+
+    ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
+    schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
+    """
     src_path, dst_path = Path(src), Path(dst)
     max_shard_bytes = parse_size(max_shard_size)
     check_destination(src_path, dst_path, overwrite)
+    scheme_obj = load_scheme(scheme)
+    if calib is not None and not scheme_obj.needs_calibration:
+        raise InputError(
+            f"--calib was given but scheme {scheme_obj.name!r} has no calibrated activation scale",
+            hint="drop --calib, or use a scheme whose activations have global_scale = true (nvfp4)",
+        )
     checkpoint, head = _open(src_path)
     with checkpoint:
-        plan = build_plan(head, scheme, format, exclude=exclude, engines=engines, target_layers=target_layers)
+        input_amax = None
+        if calib is not None:
+            from eaglequant.draft.calibrate import calibrate
+
+            input_amax = calibrate(checkpoint, head, calib)
+        plan = build_plan(
+            head,
+            scheme_obj,
+            format,
+            exclude=exclude,
+            engines=engines,
+            target_layers=target_layers,
+            input_amax=input_amax,
+        )
         return run_conversion(
             checkpoint, plan, dst_path, overwrite=overwrite, max_shard_bytes=max_shard_bytes, progress=progress
         )

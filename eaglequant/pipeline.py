@@ -8,7 +8,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglequant import __version__
 from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, tensor_bytes
@@ -19,9 +19,12 @@ from eaglequant.checkpoint.writer import (
     split_into_shards,
 )
 from eaglequant.errors import CheckpointError, InputError
-from eaglequant.formats import QuantizedLinear
+from eaglequant.formats import GroupScales, QuantizedLinear
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
+
+if TYPE_CHECKING:
+    import torch
 
 REPORT_NAME = "eaglequant_report.json"
 SKIPPED_DIRS = {".git", ".cache", ".huggingface"}
@@ -53,7 +56,11 @@ class ConversionResult:
             "destination": str(self.destination),
             "layout": plan.head.layout,
             "scheme": plan.scheme.name,
+            "scheme_label": plan.scheme.label,
             "format": plan.format.name,
+            "algorithm": plan.format.algorithm(plan.scheme),
+            "notes": plan.notes,
+            "calibrated_input_amax": plan.input_amax,
             "engines": [e.name for e in plan.engines],
             "quantized": [
                 {
@@ -149,6 +156,7 @@ def _write_shards(
     progress: Progress,
 ) -> None:
     by_name = {o.spec.name: o for o in plan.outputs}
+    quantizer = _Quantizer(checkpoint, plan)
     pending: dict[str, Any] = {}  # outputs of the linear quantized last, until written
     for name, specs in zip(names, shards, strict=True):
         writer = SafetensorsStreamWriter(tmp / name, specs, metadata={"format": "pt"})
@@ -158,7 +166,7 @@ def _write_shards(
                 writer.mark_copied(spec.name, checkpoint.copy_to(output.source, writer.handle))
             else:
                 if spec.name not in pending:
-                    quantized = _quantize(checkpoint, plan, output.quantized_from)
+                    quantized = quantizer.quantize(output.quantized_from)
                     pending.update(quantized.tensors)
                     linear = plan.head.linear(output.quantized_from)
                     linears.append(
@@ -176,19 +184,49 @@ def _write_shards(
         files[name] = writer.sha256
 
 
-def _quantize(checkpoint: Checkpoint, plan: ConversionPlan, module: str) -> QuantizedLinear:
-    import torch
+class _Quantizer:
+    """Quantizes one linear at a time; values shared by a fused group are computed once, on first use,
+    reading the members one after another (never more than one weight in memory)."""
 
-    linear = plan.head.linear(module)
-    weight = checkpoint.read(linear.weight)
-    if not bool(torch.isfinite(weight).all()):
-        bad = int((~torch.isfinite(weight)).sum())
-        info = checkpoint.tensors[linear.weight]
-        raise CheckpointError(
-            f"{info.file}: tensor {linear.weight!r} holds {bad} NaN/Inf values",
-            hint="the weights are corrupt; re-export them from the trainer",
-        )
-    return plan.format.quantize(linear, weight, plan.scheme)
+    def __init__(self, checkpoint: Checkpoint, plan: ConversionPlan) -> None:
+        self.checkpoint = checkpoint
+        self.plan = plan
+        self._shared: dict[tuple[str, ...], GroupScales] = {}
+
+    def quantize(self, module: str) -> QuantizedLinear:
+        linear = self.plan.head.linear(module)
+        weight = self._read(linear.weight)
+        return self.plan.format.quantize(linear, weight, self.plan.scheme, self.shared_scales(module))
+
+    def shared_scales(self, module: str) -> GroupScales:
+        members = self.plan.scale_group(module)
+        if members not in self._shared:
+            self._shared[members] = self._compute_shared(members)
+        return self._shared[members]
+
+    def _compute_shared(self, members: tuple[str, ...]) -> GroupScales:
+        import torch
+
+        weight_amax = input_amax = None
+        if self.plan.scheme.weight.global_scale:
+            amaxes = [self._read(self.plan.head.linear(m).weight).abs().max().to(torch.float32) for m in members]
+            weight_amax = torch.stack(amaxes).max()
+        if self.plan.input_amax:
+            input_amax = torch.tensor(max(self.plan.input_amax[m] for m in members), dtype=torch.float32)
+        return GroupScales(weight_amax, input_amax)
+
+    def _read(self, name: str) -> torch.Tensor:
+        import torch
+
+        weight = self.checkpoint.read(name)
+        if not bool(torch.isfinite(weight).all()):
+            bad = int((~torch.isfinite(weight)).sum())
+            info = self.checkpoint.tensors[name]
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r} holds {bad} NaN/Inf values",
+                hint="the weights are corrupt; re-export them from the trainer",
+            )
+        return weight
 
 
 def _write_index(tmp: Path, plan: ConversionPlan, shards: list[list[Any]], names: list[str]) -> None:

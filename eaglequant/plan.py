@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import ModuleVerdict, check_fused_groups, prove, synthesize_patterns
+from eaglequant.engines.support import check_engines
 from eaglequant.errors import InputError
-from eaglequant.formats import Format, get_format
+from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription, HeadLinear, HeadTensor, Role
 from eaglequant.schemes import Scheme
-from eaglequant.schemes.model import load_scheme
+from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 
 # Linears kept in the source dtype unless the user asks otherwise, and why.
 DEFAULT_EXCLUSIONS: dict[str, str] = {
@@ -54,6 +55,16 @@ class ConversionPlan:
     outputs: list[OutputTensor]
     exclude_patterns: list[str]
     verdicts: list[ModuleVerdict] = field(default_factory=list)
+    input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
+    notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
+
+    def scale_group(self, module: str) -> tuple[str, ...]:
+        """The linears that share ``module``'s global and input scales: its fused group when quantized."""
+        group = self.head.group_of(module)
+        quantized = {lin.module for lin in self.quantized}
+        if group is not None and set(group.members) <= quantized:
+            return group.members
+        return (module,)
 
     @property
     def excluded_linears(self) -> dict[str, str]:
@@ -106,16 +117,25 @@ def build_plan(
     exclude: list[str] | tuple[str, ...] = (),
     engines: list[str] | tuple[str, ...] = ("vllm",),
     target_layers: int | None = None,
+    input_amax: dict[str, float] | None = None,
 ) -> ConversionPlan:
-    scheme = load_scheme(scheme) if isinstance(scheme, str) else scheme
+    notes: list[str] = []
+    scheme = _effective_scheme(load_scheme(scheme) if isinstance(scheme, str) else scheme, input_amax, notes)
     fmt = get_format(format_name)
     if not fmt.supports(scheme):
-        raise InputError(f"format {fmt.name!r} cannot store scheme {scheme.name!r}")
-    engine_objs = [get_engine(name) for name in dict.fromkeys(engines)]
+        able = [f.name for f in FORMATS.values() if f.supports(scheme)]
+        raise InputError(
+            f"format {fmt.name!r} cannot store scheme {scheme.name!r} ({scheme.label} {scheme.weight.kind})",
+            hint=f"formats that can: {', '.join(able)}" if able else "no format stores this scheme",
+        )
+    engine_names = list(dict.fromkeys(engines))
+    check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, _builtin_names_by_kinds())
+    engine_objs = [get_engine(name) for name in engine_names]
     if target_layers is not None and target_layers < 0:
         raise InputError(f"--target-layers must be >= 0, got {target_layers}")
     excluded = resolve_exclusions(head, list(exclude))
     check_fused_groups(head, set(excluded))
+    _exclude_unstorable(head, fmt, scheme, excluded, notes)
     quantized = [lin for lin in head.linears if lin.module not in excluded]
     if not quantized:
         raise InputError("every linear is excluded; nothing would be quantized", hint="relax --exclude")
@@ -124,9 +144,56 @@ def build_plan(
         check_quantizable_dtype(tensors_by_name[lin.weight].info)
     kept = {t.name: _kept_reason(t, excluded) for t in head.tensors if not _is_quantized_weight(t, quantized)}
     outputs = _outputs(head, fmt, scheme, quantized)
-    patterns = synthesize_patterns(head, set(excluded), engine_objs, target_layers)
+    patterns = synthesize_patterns(head, set(excluded), engine_objs, fmt.name, target_layers)
     verdicts = prove(head, patterns, {lin.module for lin in quantized}, engine_objs, fmt.name, target_layers)
-    return ConversionPlan(head, scheme, fmt, engine_objs, target_layers, quantized, kept, outputs, patterns, verdicts)
+    amax = {m: v for m, v in (input_amax or {}).items() if m in {lin.module for lin in quantized}}
+    return ConversionPlan(
+        head, scheme, fmt, engine_objs, target_layers, quantized, kept, outputs, patterns, verdicts, amax, notes
+    )
+
+
+def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
+    if input_amax and not scheme.needs_calibration:
+        raise InputError(
+            f"--calib was given but scheme {scheme.name!r} has no calibrated activation scale",
+            hint="drop --calib, or use a scheme whose activations have global_scale = true (nvfp4)",
+        )
+    if scheme.needs_calibration and not input_amax:
+        written = scheme.without_calibration()
+        notes.append(
+            f"{scheme.name}: no --calib data, so activations are not quantized: written as {written.label} "
+            f"(weight-only); pass --calib to get {scheme.label}"
+        )
+        return written
+    return scheme
+
+
+def _builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
+    names: dict[tuple[str, str | None], str] = {}
+    for name in builtin_scheme_names():
+        scheme = load_scheme(name)
+        names.setdefault(scheme.kinds, name)
+        if scheme.needs_calibration and scheme.if_uncalibrated == "weight-only":
+            names.setdefault(scheme.without_calibration().kinds, name)
+    return names
+
+
+def _exclude_unstorable(
+    head: HeadDescription, fmt: Format, scheme: Scheme, excluded: dict[str, str], notes: list[str]
+) -> None:
+    """Keep in the source dtype every linear the format cannot store (and the rest of its fused group)."""
+    for linear in head.linears:
+        if linear.module in excluded:
+            continue
+        problem = fmt.shape_problem(linear, scheme)
+        if problem is None:
+            continue
+        group = head.group_of(linear.module)
+        members = group.members if group else (linear.module,)
+        for member in members:
+            why = problem if member == linear.module else f"fused with {linear.module}: {problem}"
+            excluded.setdefault(member, f"kept: {why}")
+        notes.append(f"kept {', '.join(members)} unquantized: {problem}")
 
 
 def _is_quantized_weight(tensor: HeadTensor, quantized: list[HeadLinear]) -> bool:

@@ -115,6 +115,12 @@ class Checkpoint:
         )
 
     @classmethod
+    def open_file(cls, path: str | Path) -> Checkpoint:
+        """One standalone safetensors file (no config.json), e.g. calibration data."""
+        path = Path(path)
+        return cls._open_safetensors(path.parent, {}, [path])
+
+    @classmethod
     def _open_safetensors(
         cls,
         root: Path,

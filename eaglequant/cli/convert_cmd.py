@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -25,6 +25,14 @@ def convert_command(
     target_layers: TargetLayersOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if it exists.")] = False,
     max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")] = "5GB",
+    calib: Annotated[
+        Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
+        typer.Option(
+            "--calib",
+            help="Captured draft inputs (.safetensors: hidden_states [S,T,3H], input_ids [S,T]) to calibrate "
+            "static activation scales (nvfp4 W4A4). Without it nvfp4 is written W4A16.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT."""
@@ -43,6 +51,7 @@ def convert_command(
             target_layers=target_layers,
             overwrite=overwrite,
             max_shard_size=max_shard_size,
+            calib=calib,
             progress=BarProgress() if progress_enabled() else None,
         )
         data = result.to_json()
@@ -65,6 +74,8 @@ def render(data: dict[str, Any]) -> None:
         err.print(f"  kept {escape(name)}: {escape(why)}")
     src_b, out_b = data["source_bytes"], data["output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)
+    for note in data["notes"]:
+        err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
     err.print(f"exclude rules written for {', '.join(data['engines'])}: {escape(str(data['exclude']))}")
     err.print(
         f"[green]wrote[/] {escape(str(data['destination']))}: {human_bytes(src_b)} → {human_bytes(out_b)} "

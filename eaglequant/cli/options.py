@@ -9,7 +9,12 @@ import typer
 SchemeOpt = Annotated[
     str, typer.Option("--scheme", "-s", help="Built-in scheme name (see `eaglequant schemes`) or a .toml file.")
 ]
-FormatOpt = Annotated[str, typer.Option("--format", "-f", help="Output format: quark.")]
+FormatOpt = Annotated[
+    str,
+    typer.Option(
+        "--format", "-f", help="Output format: quark, modelopt or compressed-tensors (see `eaglequant schemes`)."
+    ),
+]
 ExcludeOpt = Annotated[
     Optional[list[str]],  # noqa: UP045 - Typer needs Optional here on Python 3.10
     typer.Option(
@@ -21,7 +26,9 @@ ExcludeOpt = Annotated[
 ]
 EngineOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
-    typer.Option("--engine", "-e", help="Engine that must load the result as intended: vllm. Repeatable."),
+    typer.Option(
+        "--engine", "-e", help="Engine that must load the result as intended: vllm, trtllm, sglang. Repeatable."
+    ),
 ]
 TargetLayersOpt = Annotated[
     Optional[int],  # noqa: UP045

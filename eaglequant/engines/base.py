@@ -16,7 +16,8 @@ class RuntimeModule:
     ``names``: the runtime prefix the engine matches rules against; further entries are spellings
     other engine versions use, and written rules must treat all of them alike.
     ``members``: the canonical head linears it computes (several when the engine fuses them).
-    ``quantizable``: whether the engine applies the format's scheme to this module at all.
+    ``quantizable``: whether the engine applies a format's scheme to this module at all; ``None``
+    defers to :meth:`Engine.applies_scheme`, which knows per-format exceptions.
     """
 
     names: tuple[str, ...]
@@ -34,3 +35,14 @@ class Engine(ABC):
     @abstractmethod
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
+
+    @abstractmethod
+    def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
+        """A pattern this engine, reading ``format_name``'s config, matches against ``runtime_name``.
+
+        ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
+        """
+
+    def applies_scheme(self, module: RuntimeModule, format_name: str) -> bool:
+        """Whether the engine quantizes ``module`` when no exclusion rule matches it."""
+        return module.quantizable

@@ -16,7 +16,6 @@ from eaglequant.layouts.head import HeadDescription
 
 # Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).
 SAMPLE_TARGET_LAYERS = (1, 32, 61, 94)
-_LAYER_INDEX = re.compile(r"(?<=^model\\\.layers\\\.)\d+(?=\\\.)")
 
 
 @dataclass(frozen=True)
@@ -29,9 +28,10 @@ class ModuleVerdict:
 
 
 def synthesize_patterns(
-    head: HeadDescription, excluded: set[str], engines: list[Engine], target_layers: int | None
+    head: HeadDescription, excluded: set[str], engines: list[Engine], format_name: str, target_layers: int | None
 ) -> list[str]:
-    """``re:`` patterns, one per runtime spelling of every module whose members are all excluded."""
+    """Patterns (in each engine's syntax for ``format_name``), one per runtime spelling of every module
+    whose members are all excluded."""
     patterns: list[str] = []
     layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
     for engine in engines:
@@ -41,22 +41,29 @@ def synthesize_patterns(
                 if not set(module.members) <= excluded:
                     continue
                 for name in module.names:
-                    escaped = re.escape(name)
+                    pattern = engine.write_pattern(format_name, name, any_layer=target_layers is None)
                     if target_layers is None:
-                        escaped = _LAYER_INDEX.sub(r"\\d+", escaped)
-                        _refuse_layer_dependent(engine, escaped, modules, excluded, _symbolic(name, count), count)
-                    pattern = f"re:^{escaped}$"
+                        _refuse_layer_dependent(engine, format_name, pattern, modules, excluded, name, count)
                     if pattern not in patterns:
                         patterns.append(pattern)
     return patterns
 
 
 def _refuse_layer_dependent(
-    engine: Engine, regex: str, modules: list[RuntimeModule], excluded: set[str], shown: str, count: int
+    engine: Engine,
+    format_name: str,
+    pattern: str,
+    modules: list[RuntimeModule],
+    excluded: set[str],
+    name: str,
+    count: int,
 ) -> None:
     """A layer-independent pattern must not also catch the same module of a layer that stays quantized."""
     for other in modules:
-        if not set(other.members) <= excluded and any(re.fullmatch(regex, n) for n in other.names):
+        if set(other.members) <= excluded:
+            continue
+        if any(engine.matching_rule(format_name, n, [pattern]) for n in other.names):
+            shown = _symbolic(name, count)
             raise InputError(
                 f"excluding {shown} but not {_symbolic(other.names[0], count)} can only be written for "
                 f"{engine.title} with the target's layer count (the draft's layers are numbered after the target's)",
@@ -78,10 +85,11 @@ def prove(
     for engine in engines:
         for count in layer_counts:
             for module in engine.runtime_modules(head, count):
-                intended = module.quantizable and set(module.members) <= quantized
+                quantizable = engine.applies_scheme(module, format_name)
+                intended = quantizable and set(module.members) <= quantized
                 rules = [engine.matching_rule(format_name, name, patterns) for name in module.names]
                 for name, rule in zip(module.names, rules, strict=True):
-                    applied = module.quantizable and rule is None
+                    applied = quantizable and rule is None
                     if applied != intended:
                         want = "quantized" if intended else "kept unquantized"
                         got = f"excluded by {rule!r}" if rule else "matched by no exclusion rule"
@@ -93,9 +101,7 @@ def prove(
                 if count == layer_counts[-1]:
                     shown = module.names[0] if target_layers is not None else _symbolic(module.names[0], count)
                     verdicts.append(
-                        ModuleVerdict(
-                            engine.name, shown, module.members, module.quantizable and rules[0] is None, rules[0]
-                        )
+                        ModuleVerdict(engine.name, shown, module.members, quantizable and rules[0] is None, rules[0])
                     )
     return verdicts
 

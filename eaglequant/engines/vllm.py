@@ -13,15 +13,44 @@ Sources (vllm-project/vllm):
   ``re.match`` (anchored at the start only) succeeds. The draft's QuarkConfig gets no
   packed_modules_mapping, so per-shard names such as ``q_proj`` never match a fused module.
   Quark's get_quant_method returns None for non-linear layers, so ``lm_head`` is never quantized.
+- ``vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py``: ``ignore`` goes
+  through the same ``find_matching_patterns`` rule (exact, or ``re:`` + re.match).
+- ``vllm/model_executor/layers/quantization/modelopt.py::ModelOptQuantConfigBase.is_layer_excluded``:
+  exact (``is_layer_skipped``), then *substring* (``pattern in prefix``), then ``fnmatch``; no ``re:``.
+  ``get_quant_method`` quantizes ``ParallelLMHead`` too, so ``lm_head`` must be listed to stay BF16.
+  ``apply_vllm_mapper`` splits a pattern ending in ``name*`` into ``name`` and ``name.*``.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from typing import ClassVar
 
 from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.layouts.head import HeadDescription
+
+_LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
+_ESCAPED_LAYER_NUMBER = re.compile(r"(?<=^model\\\.layers\\\.)\d+(?=\\\.)")
+
+
+def _modelopt_rule(runtime_name: str, patterns: list[str]) -> str | None:
+    expanded: list[tuple[str, str]] = []  # (pattern as vLLM uses it, pattern as written)
+    for pattern in patterns:
+        if len(pattern) >= 2 and pattern.endswith("*") and pattern[-2] != ".":
+            expanded += [(pattern[:-1], pattern), (pattern[:-1] + ".*", pattern)]
+        else:
+            expanded.append((pattern, pattern))
+    for used, written in expanded:
+        if used == runtime_name:
+            return written
+    for used, written in expanded:
+        if used in runtime_name:
+            return written
+    for used, written in expanded:
+        if fnmatch.fnmatch(runtime_name, used):
+            return written
+    return None
 
 
 class VllmEngine(Engine):
@@ -51,7 +80,22 @@ class VllmEngine(Engine):
             modules.append(RuntimeModule((f"model.layers.{target_layers + linear.layer}.{local}",), (linear.module,)))
         return modules
 
+    def applies_scheme(self, module: RuntimeModule, format_name: str) -> bool:
+        if module.names == ("lm_head",):
+            return format_name == "modelopt"
+        return module.quantizable
+
+    def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
+        if format_name == "modelopt":
+            return _LAYER_NUMBER.sub("*", runtime_name) if any_layer else runtime_name
+        escaped = re.escape(runtime_name)
+        if any_layer:
+            escaped = _ESCAPED_LAYER_NUMBER.sub(r"\\d+", escaped)
+        return f"re:^{escaped}$"
+
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
+        if format_name == "modelopt":
+            return _modelopt_rule(runtime_name, patterns)
         # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns:
         # exact string, or "re:" + re.match.
         for pattern in patterns:

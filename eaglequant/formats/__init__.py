@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from eaglequant.errors import SchemeError
-from eaglequant.formats.base import Format, QuantizedLinear
+from eaglequant.formats.base import Format, GroupScales, QuantizedLinear
 from eaglequant.formats.quark import QuarkFormat
 
 FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(),)}
@@ -16,4 +16,4 @@ def get_format(name: str) -> Format:
         raise SchemeError(f"unknown format {name!r}", hint=f"choose one of: {', '.join(FORMATS)}") from None
 
 
-__all__ = ["FORMATS", "Format", "QuantizedLinear", "get_format"]
+__all__ = ["FORMATS", "Format", "GroupScales", "QuantizedLinear", "get_format"]

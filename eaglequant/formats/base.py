@@ -16,6 +16,19 @@ if TYPE_CHECKING:
     import torch
 
 
+@dataclass(frozen=True)
+class GroupScales:
+    """Values a fused group (q/k/v, gate/up, q_a + kv_a) shares, computed before any member is written.
+
+    ``weight_amax``: max |W| over every member (the NVFP4 global scale), float32 scalar, or None when
+    the scheme has no global scale. ``input_amax``: the calibrated activation amax of the group's
+    input, float32 scalar, or None when activations are dynamic or weight-only.
+    """
+
+    weight_amax: torch.Tensor | None = None
+    input_amax: torch.Tensor | None = None
+
+
 @dataclass
 class QuantizedLinear:
     tensors: dict[str, torch.Tensor]  # output name -> tensor, exactly the names of ``tensor_specs``
@@ -29,15 +42,36 @@ class Format(ABC):
     # Which exclusion-matching rule an engine applies to this format's config (see engines/).
     exclude_key: ClassVar[str]
 
-    @abstractmethod
-    def supports(self, scheme: Scheme) -> bool: ...
+    # (weight kind, activation kind) -> the vendor's own name for that scheme.
+    algorithms: ClassVar[dict[tuple[str, str | None], str]]
+    # Whether the vendor zero-pads an in-dimension that is not a multiple of the block size.
+    pads_blocks: ClassVar[bool] = False
+
+    def algorithm(self, scheme: Scheme) -> str | None:
+        """The vendor's name for ``scheme`` (e.g. ``ptpc_fp8``, ``NVFP4``), or None if it cannot store it."""
+        return self.algorithms.get(scheme.kinds)
+
+    def supports(self, scheme: Scheme) -> bool:
+        return self.algorithm(scheme) is not None
+
+    def shape_problem(self, linear: HeadLinear, scheme: Scheme) -> str | None:
+        """Why ``linear`` cannot be stored quantized in this format, or None."""
+        block = scheme.weight.block_size
+        if block and linear.in_features % block and not self.pads_blocks:
+            return (
+                f"in-features {linear.in_features} is not a multiple of {block}, which {self.title} "
+                f"{scheme.weight.kind} requires"
+            )
+        return None
 
     @abstractmethod
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
 
     @abstractmethod
-    def quantize(self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme) -> QuantizedLinear: ...
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> QuantizedLinear: ...
 
     @abstractmethod
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:

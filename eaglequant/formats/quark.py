@@ -10,7 +10,7 @@ import copy
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.formats.base import Format, QuantizedLinear, error_stats
+from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, error_stats
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -45,9 +45,7 @@ class QuarkFormat(Format):
     name: ClassVar[str] = "quark"
     title: ClassVar[str] = "AMD Quark"
     exclude_key: ClassVar[str] = "exclude"
-
-    def supports(self, scheme: Scheme) -> bool:
-        return scheme.weight.dtype == "fp8_e4m3" and scheme.weight.granularity == "channel"
+    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {("fp8-channel", "fp8-token"): "ptpc_fp8"}
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base = linear.checkpoint_module
@@ -56,7 +54,9 @@ class QuarkFormat(Format):
             TensorSpec(f"{base}.weight_scale", "F32", (linear.out_features,)),
         ]
 
-    def quantize(self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme) -> QuantizedLinear:
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> QuantizedLinear:
         from eaglequant.schemes import fp8
 
         quantized, scale = fp8.quark_per_channel(weight)

@@ -1,13 +1,17 @@
 """Declarative quantization schemes, loaded from TOML and validated.
 
-A scheme says *what* is stored (dtypes, granularity, static or dynamic activations); a format says
-*how* it is named and which vendor's rounding it follows. Built-in schemes live in the top-level
-``schemes/`` directory (shipped inside the wheel as ``eaglequant/_builtin_schemes``).
+A scheme says *what* is stored (element dtype, scale granularity and encoding, static or dynamic
+activations); a format says *how* it is named and which vendor's rounding it follows. Built-in schemes
+live in the top-level ``schemes/`` directory (shipped inside the wheel as ``eaglequant/_builtin_schemes``).
+
+Every scheme reduces to a *kind* pair: the weight kind (``fp8-channel``, ``nvfp4``, ``mxfp4``) and the
+activation kind (``None`` for weight-only, ``fp8-token``, ``nvfp4``, ``mxfp4``). Formats and the engine
+support matrix are keyed on those kinds, so a user's own scheme file works wherever a built-in would.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,20 +19,48 @@ import tomllib
 
 from eaglequant.errors import SchemeError
 
-WEIGHT_DTYPES = {"fp8_e4m3"}
-WEIGHT_GRANULARITIES = {"fp8_e4m3": {"channel"}}
-ACTIVATION_GRANULARITIES = {"token", "tensor"}
+
+@dataclass(frozen=True)
+class _Kind:
+    """One allowed combination of element dtype, granularity and scale encoding."""
+
+    kind: str
+    dtype: str
+    granularity: str
+    block_size: int | None
+    scale_dtype: str
+    global_scale: bool
+    summary: str
+
+
+WEIGHT_KINDS = (
+    _Kind("fp8-channel", "fp8_e4m3", "channel", None, "float32", False, "FP8 E4M3, one float32 scale per row"),
+    _Kind("nvfp4", "fp4_e2m1", "block", 16, "fp8_e4m3", True, "FP4 E2M1, FP8 scale per 16, float32 global scale"),
+    _Kind("mxfp4", "fp4_e2m1", "block", 32, "e8m0", False, "FP4 E2M1, power-of-two (E8M0) scale per 32"),
+)
+ACTIVATION_KINDS = (
+    _Kind("fp8-token", "fp8_e4m3", "token", None, "float32", False, "FP8 E4M3, one scale per token at run time"),
+    _Kind("nvfp4", "fp4_e2m1", "block", 16, "fp8_e4m3", True, "NVFP4, block scales at run time, static global"),
+    _Kind("mxfp4", "fp4_e2m1", "block", 32, "e8m0", False, "MXFP4, block scales at run time"),
+)
+# Which activation kinds each weight kind pairs with (the kernels engines ship).
+PAIRINGS = {"fp8-channel": {"fp8-token"}, "nvfp4": {"nvfp4"}, "mxfp4": {"mxfp4"}}
+UNCALIBRATED_CHOICES = ("weight-only", "refuse")
 
 _TOP_KEYS = {"name", "summary", "weight", "activation"}
-_WEIGHT_KEYS = {"dtype", "granularity"}
-_ACTIVATION_KEYS = {"dtype", "granularity", "dynamic"}
+_WEIGHT_KEYS = {"dtype", "granularity", "block_size", "scale_dtype", "global_scale"}
+_ACTIVATION_KEYS = _WEIGHT_KEYS | {"dynamic", "if_uncalibrated"}
 
 
 @dataclass(frozen=True)
 class TensorQuant:
+    kind: str
     dtype: str
     granularity: str
-    dynamic: bool = False
+    block_size: int | None = None
+    scale_dtype: str = "float32"
+    global_scale: bool = False  # a float32 per-tensor scale above the block scales
+    dynamic: bool = True  # activations only: scales computed at run time
 
 
 @dataclass(frozen=True)
@@ -38,10 +70,37 @@ class Scheme:
     weight: TensorQuant
     activation: TensorQuant | None  # None: weight-only
     source: str  # file it was loaded from
+    if_uncalibrated: str = "refuse"  # what a static activation scale without calibration data becomes
 
     @property
     def weight_only(self) -> bool:
         return self.activation is None
+
+    @property
+    def kinds(self) -> tuple[str, str | None]:
+        return self.weight.kind, None if self.activation is None else self.activation.kind
+
+    @property
+    def label(self) -> str:
+        """W4A16, W8A8, ... as serving engineers say it."""
+        bits = {"fp8_e4m3": 8, "fp4_e2m1": 4}
+        act = 16 if self.activation is None else bits[self.activation.dtype]
+        return f"W{bits[self.weight.dtype]}A{act}"
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.activation is not None and self.activation.global_scale
+
+    def without_calibration(self) -> Scheme:
+        """The scheme actually written when no calibration data is given."""
+        if not self.needs_calibration:
+            return self
+        if self.if_uncalibrated == "weight-only":
+            return replace(self, activation=None)
+        raise SchemeError(
+            f"scheme {self.name!r} needs static activation scales",
+            hint="pass --calib FILE.safetensors with captured draft inputs",
+        )
 
 
 def builtin_dir() -> Path:
@@ -53,19 +112,24 @@ def builtin_scheme_names() -> list[str]:
     return sorted(p.stem for p in builtin_dir().glob("*.toml"))
 
 
+def scheme_path(name_or_path: str) -> Path:
+    if name_or_path.endswith(".toml"):
+        return Path(name_or_path)
+    path = builtin_dir() / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(builtin_scheme_names())
+        raise SchemeError(f"unknown scheme {name_or_path!r}", hint=f"choose one of: {known}, or a .toml path")
+    return path
+
+
 def load_scheme(name_or_path: str) -> Scheme:
     """Load a built-in scheme by name, or a scheme file by path."""
-    path = Path(name_or_path)
-    if not name_or_path.endswith(".toml"):
-        path = builtin_dir() / f"{name_or_path}.toml"
-        if not path.is_file():
-            known = ", ".join(builtin_scheme_names())
-            raise SchemeError(f"unknown scheme {name_or_path!r}", hint=f"choose one of: {known}, or a .toml path")
+    path = scheme_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SchemeError(f"{path}: scheme file not found") from exc
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SchemeError(f"{path}: not valid TOML ({exc})") from exc
     return parse_scheme(data, str(path))
 
@@ -82,36 +146,105 @@ def _check_keys(where: str, table: Any, allowed: set[str], required: set[str]) -
     return table
 
 
+def _describe(kinds: tuple[_Kind, ...]) -> str:
+    parts = []
+    for k in kinds:
+        block = f", block_size {k.block_size}" if k.block_size else ""
+        parts.append(f"{k.dtype}/{k.granularity}{block}/scale {k.scale_dtype}{' + global' if k.global_scale else ''}")
+    return "; ".join(parts)
+
+
+def _match_kind(where: str, table: dict[str, Any], kinds: tuple[_Kind, ...]) -> _Kind:
+    """The one allowed kind this table describes; optional keys default to that kind's values."""
+    candidates = [k for k in kinds if k.dtype == table["dtype"] and k.granularity == table["granularity"]]
+    if not candidates:
+        raise SchemeError(
+            f"{where}: dtype {table['dtype']!r} with granularity {table['granularity']!r} is not supported",
+            hint=f"supported: {_describe(kinds)}",
+        )
+    for key in ("block_size", "scale_dtype", "global_scale"):
+        if key in table:
+            candidates = [k for k in candidates if getattr(k, key) == table[key]]
+            if not candidates:
+                raise SchemeError(
+                    f"{where}: {key} = {table[key]!r} does not fit {table['dtype']} / {table['granularity']}",
+                    hint=f"supported: {_describe(kinds)}",
+                )
+    if len(candidates) > 1:
+        raise SchemeError(f"{where}: ambiguous; set block_size and scale_dtype", hint=_describe(tuple(candidates)))
+    return candidates[0]
+
+
+def _tensor_quant(kind: _Kind, dynamic: bool = True) -> TensorQuant:
+    return TensorQuant(
+        kind.kind, kind.dtype, kind.granularity, kind.block_size, kind.scale_dtype, kind.global_scale, dynamic
+    )
+
+
 def parse_scheme(data: dict[str, Any], source: str) -> Scheme:
     top = _check_keys(source, data, _TOP_KEYS, {"name", "weight"})
-    w = _check_keys(f"{source} [weight]", top["weight"], _WEIGHT_KEYS, _WEIGHT_KEYS)
-    if w["dtype"] not in WEIGHT_DTYPES:
-        raise SchemeError(
-            f"{source}: weight dtype {w['dtype']!r} is not supported",
-            hint=f"supported: {', '.join(sorted(WEIGHT_DTYPES))}",
-        )
-    if w["granularity"] not in WEIGHT_GRANULARITIES[w["dtype"]]:
-        raise SchemeError(
-            f"{source}: {w['dtype']} weights cannot use granularity {w['granularity']!r}",
-            hint=f"use {', '.join(sorted(WEIGHT_GRANULARITIES[w['dtype']]))}",
-        )
-    activation = None
-    if "activation" in top:
-        a = _check_keys(f"{source} [activation]", top["activation"], _ACTIVATION_KEYS, _ACTIVATION_KEYS)
-        if a["granularity"] not in ACTIVATION_GRANULARITIES:
-            raise SchemeError(f"{source}: activation granularity {a['granularity']!r} is not supported")
-        if not isinstance(a["dynamic"], bool):
-            raise SchemeError(f"{source}: activation.dynamic must be true or false")
-        if a["granularity"] == "token" and not a["dynamic"]:
-            raise SchemeError(f"{source}: per-token activation scales only exist at run time; set dynamic = true")
-        if not a["dynamic"]:
-            raise SchemeError(
-                f"{source}: static activation scales need calibration, which this version lacks",
-                hint="set dynamic = true",
-            )
-        activation = TensorQuant(a["dtype"], a["granularity"], a["dynamic"])
     if not isinstance(top["name"], str) or not top["name"]:
         raise SchemeError(f"{source}: name must be a non-empty string")
-    return Scheme(
-        top["name"], str(top.get("summary", "")), TensorQuant(w["dtype"], w["granularity"]), activation, source
-    )
+    if not isinstance(top.get("summary", ""), str):
+        raise SchemeError(f"{source}: summary must be a string")
+    w = _check_keys(f"{source} [weight]", top["weight"], _WEIGHT_KEYS, {"dtype", "granularity"})
+    weight = _tensor_quant(_match_kind(f"{source} [weight]", w, WEIGHT_KINDS), dynamic=False)
+    activation = None
+    if_uncalibrated = "refuse"
+    if "activation" in top:
+        where = f"{source} [activation]"
+        a = _check_keys(where, top["activation"], _ACTIVATION_KEYS, {"dtype", "granularity", "dynamic"})
+        kind = _match_kind(where, a, ACTIVATION_KINDS)
+        if not isinstance(a["dynamic"], bool):
+            raise SchemeError(f"{where}: dynamic must be true or false")
+        if not a["dynamic"]:
+            raise SchemeError(
+                f"{where}: static activation scales are only supported as the NVFP4 global scale",
+                hint="set dynamic = true (NVFP4's calibrated global scale is `global_scale = true`)",
+            )
+        if kind.kind not in PAIRINGS[weight.kind]:
+            raise SchemeError(
+                f"{source}: {weight.kind} weights do not pair with {kind.kind} activations in any engine kernel",
+                hint=f"use {', '.join(sorted(PAIRINGS[weight.kind]))} activations, or drop [activation]",
+            )
+        if "if_uncalibrated" in a:
+            if not kind.global_scale:
+                raise SchemeError(
+                    f"{where}: if_uncalibrated applies only to activations with a calibrated global_scale"
+                )
+            if a["if_uncalibrated"] not in UNCALIBRATED_CHOICES:
+                raise SchemeError(
+                    f"{where}: if_uncalibrated must be one of {', '.join(UNCALIBRATED_CHOICES)}",
+                )
+            if_uncalibrated = a["if_uncalibrated"]
+        activation = _tensor_quant(kind, dynamic=True)
+    return Scheme(top["name"], str(top.get("summary", "")), weight, activation, source, if_uncalibrated)
+
+
+def scheme_to_toml(scheme: Scheme) -> str:
+    """The canonical TOML text of a scheme (every key explicit); parses back to an equal scheme."""
+    lines = [f"name = {_toml_value(scheme.name)}", f"summary = {_toml_value(scheme.summary)}"]
+    tables: list[tuple[str, TensorQuant]] = [("weight", scheme.weight)]
+    if scheme.activation is not None:
+        tables.append(("activation", scheme.activation))
+    for title, quant in tables:
+        lines += ["", f"[{title}]"]
+        lines.append(f"dtype = {_toml_value(quant.dtype)}")
+        lines.append(f"granularity = {_toml_value(quant.granularity)}")
+        if quant.block_size is not None:
+            lines.append(f"block_size = {quant.block_size}")
+        lines.append(f"scale_dtype = {_toml_value(quant.scale_dtype)}")
+        lines.append(f"global_scale = {_toml_value(quant.global_scale)}")
+        if title == "activation":
+            lines.append(f"dynamic = {_toml_value(quant.dynamic)}")
+            if quant.global_scale:
+                lines.append(f"if_uncalibrated = {_toml_value(scheme.if_uncalibrated)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string

@@ -1,0 +1,105 @@
+"""Calibrated activation scales: the input amax of every linear, from captured draft inputs.
+
+The calibration file is a safetensors file holding, for S sequences of T tokens:
+
+- ``hidden_states``: [S, T, n_aux * H_target] (or [T, ...] for one sequence), the target's auxiliary
+  hidden states concatenated as the draft's ``fc`` reads them;
+- ``input_ids``: [S, T] int64, the tokens whose embeddings the draft reads;
+- ``input_embeds``: [S, T, H], only for heads without ``embed_tokens`` (they share the target's).
+
+The head runs forward in float32 (:mod:`eaglequant.draft.forward`) and each linear records max |x|
+over every token. Linears an engine fuses read the same input, so they share one amax.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.draft.forward import DraftForward
+from eaglequant.errors import InputError
+from eaglequant.layouts.head import HeadDescription, Role
+
+
+def canonical_weights(checkpoint: Checkpoint, head: HeadDescription):  # type: ignore[no-untyped-def]
+    """A function reading a tensor by canonical name (``layers.0.mlp.up_proj.weight``), one at a time."""
+    names = {f"{t.module}.{t.name.rsplit('.', 1)[-1]}": t.name for t in head.tensors if t.role is not Role.OTHER}
+
+    def weight(canonical: str) -> torch.Tensor:
+        return checkpoint.read(names[canonical])
+
+    return weight
+
+
+def load_calibration(path: str | Path, head: HeadDescription) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims."""
+    from eaglequant.checkpoint.reader import Checkpoint as _Checkpoint
+    from eaglequant.errors import EagleQuantError
+
+    path = Path(path)
+    if not path.is_file() or path.suffix != ".safetensors":
+        raise InputError(f"--calib {path}: not a .safetensors file")
+    try:
+        calib = _Checkpoint.open_file(path)
+    except EagleQuantError as exc:
+        raise InputError(f"--calib {path}: {exc.message}") from exc
+    with calib:
+        tensors = {name: calib.read(name) for name in calib.tensors}
+    dims = head.dims
+    width = dims.num_aux_hidden_states * dims.target_hidden_size
+    hidden = tensors.get("hidden_states")
+    if hidden is None:
+        raise InputError(f"--calib {path}: no tensor 'hidden_states' [S, T, {width}]")
+    if hidden.dim() == 2:
+        hidden = hidden[None]
+    if hidden.dim() != 3 or hidden.shape[-1] != width or not hidden.is_floating_point():
+        raise InputError(f"--calib {path}: 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]")
+    sequences, tokens = hidden.shape[:2]
+    if "input_embeds" in tensors:
+        embeds = tensors["input_embeds"].reshape(sequences, tokens, -1)
+        if embeds.shape[-1] != dims.hidden_size:
+            raise InputError(f"--calib {path}: 'input_embeds' must be [S, T, {dims.hidden_size}]")
+        return [(hidden[i], embeds[i]) for i in range(sequences)]
+    ids = tensors.get("input_ids")
+    if ids is None or ids.numel() != sequences * tokens or ids.is_floating_point():
+        raise InputError(f"--calib {path}: 'input_ids' must be an integer tensor [S, T] = [{sequences}, {tokens}]")
+    if "embed_tokens" not in head.features:
+        raise InputError(
+            f"--calib {path}: this head has no embed_tokens (it shares the target's)",
+            hint="capture 'input_embeds' [S, T, H] from the target instead of 'input_ids'",
+        )
+    ids = ids.reshape(sequences, tokens).to(torch.int64)
+    vocab = next(t.info.shape[0] for t in head.tensors if t.role is Role.EMBEDDING)
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise InputError(f"--calib {path}: token ids outside the vocabulary [0, {vocab})")
+    return [(hidden[i], ids[i]) for i in range(sequences)]
+
+
+def calibrate(checkpoint: Checkpoint, head: HeadDescription, path: str | Path) -> dict[str, float]:
+    """Canonical linear module -> max |input| over the calibration set (fused members share it)."""
+    samples = load_calibration(path, head)
+    weight = canonical_weights(checkpoint, head)
+    amax: dict[str, float] = {}
+
+    def observed(module: str, x: torch.Tensor) -> torch.Tensor:
+        amax[module] = max(amax.get(module, 0.0), float(x.abs().max()))
+        return x @ weight(f"{module}.weight").to(torch.float32).T
+
+    forward = DraftForward(head, weight, observed)
+    embedding = None
+    with torch.no_grad():
+        for hidden, tokens in samples:
+            if tokens.is_floating_point():
+                embeds = tokens
+            else:
+                if embedding is None:
+                    embedding = weight("embed_tokens.weight")
+                embeds = embedding[tokens]
+            forward(hidden, embeds, logits="lm_head" in {lin.module for lin in head.linears})
+    for group in head.fused_groups:
+        shared = max(amax.get(m, 0.0) for m in group.members)
+        for member in group.members:
+            amax[member] = shared
+    return amax
