@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import ModuleVerdict, check_fused_groups, prove, synthesize_patterns
-from eaglequant.engines.support import check_engines
+from eaglequant.engines.support import ENGINE_NAMES, check_engines
 from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.layouts.detect import check_quantizable_dtype
@@ -129,7 +129,10 @@ def build_plan(
             hint=f"formats that can: {', '.join(able)}" if able else "no format stores this scheme",
         )
     engine_names = list(dict.fromkeys(engines))
-    check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, _builtin_names_by_kinds())
+    unknown = [e for e in engine_names if e not in ENGINE_NAMES]
+    if unknown:
+        raise InputError(f"unknown engine {unknown[0]!r}", hint=f"choose from: {', '.join(ENGINE_NAMES)}")
+    notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, _builtin_names_by_kinds())
     engine_objs = [get_engine(name) for name in engine_names]
     if target_layers is not None and target_layers < 0:
         raise InputError(f"--target-layers must be >= 0, got {target_layers}")

@@ -67,27 +67,156 @@ def require_vendor(module: str) -> None:
         pytest.skip(f"{module} is not installed (pip install -e '.[vendors]')")
 
 
+# Schemes each format is checked against its vendor on, over every fixture.
+PARITY_SCHEMES = {
+    "quark": ("fp8-per-channel", "mxfp4", "mxfp4-w4a16"),
+    "compressed-tensors": ("fp8-per-channel", "nvfp4", "mxfp4", "mxfp4-w4a16"),
+    "modelopt": ("fp8-per-channel", "nvfp4"),
+}
+
+
+@dataclass(frozen=True)
+class ParityCase:
+    fixture: str
+    format: str
+    scheme: str
+
+    def __str__(self) -> str:
+        return f"{self.fixture}-{self.format}-{self.scheme}"
+
+
+def parity_cases(format_name: str) -> list[ParityCase]:
+    return [ParityCase(f, format_name, s) for f in FIXTURE_NAMES for s in PARITY_SCHEMES[format_name]]
+
+
+class CaseOutputs(dict):
+    """Vendor output directory per parity case, looked up by the case's name (see ConvertedCases)."""
+
+    def __getitem__(self, case: object) -> Path:
+        return super().__getitem__(str(case))
+
+    def __setitem__(self, case: object, path: Path) -> None:
+        super().__setitem__(str(case), path)
+
+
+class ConvertedCases:
+    """eaglequant's output for every parity case, converted once per session on first use."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self._results: dict[str, object] = {}
+
+    def __getitem__(self, case: ParityCase):  # -> eaglequant.pipeline.ConversionResult
+        # Keyed by name: pytest may import this module twice (as conftest and tests.conftest).
+        key = str(case)
+        if key not in self._results:
+            from eaglequant import convert
+
+            self._results[key] = convert(
+                FIXTURES / case.fixture, self.work / key, scheme=case.scheme, format=case.format
+            )
+        return self._results[key]
+
+
 @pytest.fixture(scope="session")
-def quark_outputs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """amd-quark's own file-to-file ptpc_fp8 output for every fixture (one subprocess, one import)."""
-    require_vendor("quark")
-    work = tmp_path_factory.mktemp("quark")
-    jobs = []
-    for name in FIXTURE_NAMES:
-        src = FIXTURES / name
-        if name not in SAFETENSORS_FIXTURES:
-            src = _bin_as_safetensors(src, work / f"{name}-src")
-        jobs.append({"src": str(src), "dst": str(work / name)})
+def converted(tmp_path_factory: pytest.TempPathFactory) -> ConvertedCases:
+    return ConvertedCases(tmp_path_factory.mktemp("eaglequant"))
+
+
+def safetensors_source(name: str, work: Path) -> Path:
+    """The fixture as safetensors (the vendors' file-to-file paths read safetensors only)."""
+    src = FIXTURES / name
+    if name in SAFETENSORS_FIXTURES:
+        return src
+    target = work / f"{name}-src"
+    if not target.exists():
+        _bin_as_safetensors(src, target)
+    return target
+
+
+def excluded_modules(result) -> list[str]:
+    """The checkpoint modules eaglequant kept unquantized, as the vendors' exclude lists name them."""
+    return sorted(weight.removesuffix(".weight") for weight in result.plan.excluded_linears)
+
+
+def _misread_norms(result) -> list[str]:
+    tensors = result.plan.head.tensors
+    names = [t.name.removesuffix(".weight") for t in tensors if t.role.value in ("norm", "embedding")]
+    return [n for n in names if not n.endswith("norm")]
+
+
+def fused_groups_file(vendor_output: Path) -> Path:
+    return vendor_output.with_name(f"{vendor_output.name}.fused-groups.safetensors")
+
+
+def run_vendor(script: str, jobs: object, work: Path, timeout: int = 1500) -> None:
     (work / "jobs.json").write_text(json.dumps(jobs))
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "vendor" / "run_quark.py"), str(work / "jobs.json")],
+        [sys.executable, str(ROOT / "tests" / "vendor" / script), str(work / "jobs.json")],
         capture_output=True,
         text=True,
-        timeout=1200,
+        timeout=timeout,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"amd-quark failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    return {name: work / name for name in FIXTURE_NAMES}
+        raise RuntimeError(f"{script} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+
+
+@pytest.fixture(scope="session")
+def quark_outputs(tmp_path_factory: pytest.TempPathFactory, converted: ConvertedCases) -> CaseOutputs:
+    """amd-quark's own file-to-file output for every quark parity case (one subprocess, one import)."""
+    require_vendor("quark")
+    work = tmp_path_factory.mktemp("quark")
+    algorithms = {"fp8-per-channel": "ptpc_fp8", "mxfp4": "mxfp4", "mxfp4-w4a16": "mxfp4_weight_only"}
+    jobs, outputs = [], CaseOutputs()
+    for case in parity_cases("quark"):
+        outputs[case] = work / str(case)
+        jobs.append(
+            {
+                "src": str(safetensors_source(case.fixture, work)),
+                "dst": str(outputs[case]),
+                "scheme": algorithms[case.scheme],
+                "exclude": excluded_modules(converted[case]),
+            }
+        )
+    run_vendor("run_quark.py", jobs, work)
+    return outputs
+
+
+@pytest.fixture(scope="session")
+def llmcompressor_outputs(tmp_path_factory: pytest.TempPathFactory, converted: ConvertedCases) -> CaseOutputs:
+    """llm-compressor's ``model_free_ptq`` output for every compressed-tensors parity case, plus
+    compressed-tensors' own NVFP4 math for MLA q_a + kv_a (:func:`fused_groups_file`), a fused group
+    vLLM builds but model_free_ptq does not know."""
+    require_vendor("llmcompressor")
+    work = tmp_path_factory.mktemp("llmcompressor")
+    jobs: dict[str, list[dict[str, object]]] = {"checkpoints": [], "groups": []}
+    outputs = CaseOutputs()
+    for case in parity_cases("compressed-tensors"):
+        result = converted[case]
+        outputs[case] = work / str(case)
+        src = safetensors_source(case.fixture, work)
+        jobs["checkpoints"].append(
+            {
+                "src": str(src),
+                "dst": str(outputs[case]),
+                "scheme": result.plan.format.algorithm(result.plan.scheme),
+                # model_free_ptq takes any "*.weight" not ending in "norm" for a linear: it would
+                # quantize embed_tokens and fail on the 1-D EAGLE-3.1 fc_norm.{i}; ignore those too.
+                "ignore": excluded_modules(result) + _misread_norms(result),
+            }
+        )
+        for group in result.plan.head.fused_groups:
+            if case.scheme == "nvfp4" and group.kind == "fused_qkv_a_proj":
+                weights = [result.plan.head.linear(m).weight for m in group.members]
+                jobs["groups"].append(
+                    {
+                        "src": str(src / "model.safetensors"),
+                        "dst": str(fused_groups_file(outputs[case])),
+                        "weights": weights,
+                    }
+                )
+    run_vendor("run_llmcompressor.py", jobs, work)
+    return outputs
 
 
 def _bin_as_safetensors(src: Path, dst: Path) -> Path:

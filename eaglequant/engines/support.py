@@ -26,11 +26,17 @@ SCHEME_KINDS: dict[tuple[str, str | None], str] = {
 @dataclass(frozen=True)
 class Support:
     loads: bool
-    note: str  # why, and under which conditions (hardware, versions)
+    note: str  # why, and under which conditions (hardware, versions); source file in the engine
+    conditional: bool = False  # loads, but only under the stated conditions: shown to the user as a warning
+    mla: bool = True  # also holds for MLA (DeepSeek / Kimi) drafts
 
 
-def _yes(note: str) -> Support:
-    return Support(True, note)
+def _yes(note: str, *, mla: bool = True) -> Support:
+    return Support(True, note, mla=mla)
+
+
+def _if(note: str, *, mla: bool = True) -> Support:
+    return Support(True, note, conditional=True, mla=mla)
 
 
 def _no(note: str) -> Support:
@@ -42,108 +48,122 @@ _NV16 = ("nvfp4", None)
 _NV4 = ("nvfp4", "nvfp4")
 _MX4 = ("mxfp4", "mxfp4")
 _MX16 = ("mxfp4", None)
+_TRT_NO_QUARK = _no("TensorRT-LLM never reads quant_method quark (_torch/model_config.py::load_hf_quant_config)")
+_SGL_NO_MLA_FP4 = "models/kimi_k25_eagle3.py drops modelopt_fp4 configs, so MLA drafts cannot load it"
 
 # (scheme kinds, format) -> engine -> Support. A missing cell means the format cannot store the scheme.
+# Read from vLLM 0.33, SGLang 0.5.23 and TensorRT-LLM main (2026) sources; see docs/engines.md.
 MATRIX: dict[tuple[tuple[str, str | None], str], dict[str, Support]] = {
     (_FP8, "quark"): {
-        "vllm": _yes("QuarkW8A8Fp8, per-channel weight + per-token activation (quark/quark.py)"),
-        "trtllm": _no("reads only ModelOpt configs (hf_quant_config.json / quant_method modelopt)"),
-        "sglang": _yes("Quark W8A8 FP8 (srt/layers/quantization/quark)"),
+        "vllm": _yes("QuarkW8A8Fp8, channel weights + dynamic token activations (quark/quark.py::_is_fp8_w8a8); SM89+"),
+        "trtllm": _TRT_NO_QUARK,
+        "sglang": _yes("QuarkW8A8Fp8 (srt/layers/quantization/quark/quark.py); SM89+ or ROCm"),
     },
     (_MX4, "quark"): {
-        "vllm": _yes("QuarkOCP_MX: native on ROCm MI350+, emulated elsewhere (quark/schemes/quark_ocp_mx.py)"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _yes("Quark MXFP4 (ROCm)"),
+        "vllm": _if("QuarkOCP_MX: native on Blackwell and MI355, Marlin weight-only on Hopper, emulated on MI300"),
+        "trtllm": _TRT_NO_QUARK,
+        "sglang": _if("Quark W4A4 MXFP4 runs on ROCm only (AITER kernels)"),
     },
     (_MX16, "quark"): {
-        "vllm": _yes("QuarkOCP_MX weight-only (quark/schemes/quark_ocp_mx.py)"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _no("Quark weight-only MXFP4 has no SGLang linear method"),
+        "vllm": _if("QuarkOCP_MX weight-only: Marlin on CUDA, emulated on ROCm (needs amd-quark installed)"),
+        "trtllm": _TRT_NO_QUARK,
+        "sglang": _no("SGLang's Quark MXFP4 requires FP4 activations"),
     },
     (_FP8, "modelopt"): {
-        "vllm": _yes("FP8_PER_CHANNEL_PER_TOKEN (modelopt.py ModelOptFp8Config)"),
-        "trtllm": _yes("QuantAlgo.FP8_PER_CHANNEL_PER_TOKEN (quantization/mode.py)"),
-        "sglang": _no("ModelOpt FP8 in SGLang is per-tensor only (modelopt_quant.py)"),
+        "vllm": _yes("FP8_PER_CHANNEL_PER_TOKEN (modelopt.py::ModelOptFp8Config), flat or nested config"),
+        "trtllm": _yes("FP8_PER_CHANNEL_PER_TOKEN → FP8RowwiseLinearMethod (_torch/modules/linear.py)"),
+        "sglang": _no("ModelOptFp8Config accepts only per-tensor FP8 (modelopt_quant.py::from_config)"),
     },
     (_NV16, "modelopt"): {
-        "vllm": _yes("W4A16_NVFP4, flat quantization_config form only (modelopt.py)"),
-        "trtllm": _yes("QuantAlgo.W4A16_NVFP4"),
-        "sglang": _no("SGLang's ModelOpt path has no W4A16_NVFP4"),
+        "vllm": _if("W4A16_NVFP4 from config.json's flat form only; Marlin on CUDA, no ROCm kernel"),
+        "trtllm": _if("W4A16NVFP4LinearMethod exists on recent main only, not in 1.2.x releases"),
+        "sglang": _yes("ModelOptFp4Config W4A16_NVFP4 (Marlin, SM80+)", mla=False),
     },
     (_NV4, "modelopt"): {
-        "vllm": _yes("NVFP4 (modelopt.py ModelOptNvFp4Config); Blackwell native, else emulated/Marlin"),
-        "trtllm": _yes("QuantAlgo.NVFP4; Blackwell"),
-        "sglang": _yes("ModelOptFp4Config (modelopt_quant.py); Blackwell"),
+        "vllm": _if("ModelOptNvFp4Config: native on Blackwell; Hopper runs it weight-only (Marlin); ROCm emulated"),
+        "trtllm": _if("NVFP4LinearMethod: Blackwell (SM100/SM120) only"),
+        "sglang": _if("ModelOptFp4Config: native on SM100+, weight-only Marlin on SM80-90", mla=False),
     },
     (_FP8, "compressed-tensors"): {
-        "vllm": _yes("CompressedTensorsW8A8Fp8, channel weights + dynamic token activations"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _yes("compressed_tensors W8A8 FP8"),
+        "vllm": _yes("CompressedTensorsW8A8Fp8, channel weights ([N, 1] scale) + dynamic token activations"),
+        "trtllm": _no("its FP8 rowwise path expects a 1-D [N] weight_scale; compressed-tensors stores [N, 1]"),
+        "sglang": _yes("CompressedTensorsW8A8Fp8 (srt/layers/quantization/compressed_tensors)"),
     },
     (_NV16, "compressed-tensors"): {
-        "vllm": _yes("CompressedTensorsW4A16Fp4 (Marlin)"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _no("no W4A16 NVFP4 scheme in SGLang's compressed_tensors"),
+        "vllm": _if("CompressedTensorsW4A4Fp4(use_a16) on CUDA (Marlin); no ROCm kernel"),
+        "trtllm": _no("compressed-tensors NVFP4 tensor renaming is not applied on the EAGLE-3 path (unverified)"),
+        "sglang": _yes("CompressedTensorsW4A16Fp4 (Marlin, SM80+)"),
     },
     (_NV4, "compressed-tensors"): {
-        "vllm": _yes("CompressedTensorsW4A4Fp4"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _yes("compressed_tensors W4A4 NVFP4"),
+        "vllm": _if("CompressedTensorsW4A4Fp4: native on Blackwell, weight-only Marlin on Hopper, ROCm emulated"),
+        "trtllm": _no("compressed-tensors NVFP4 tensor renaming is not applied on the EAGLE-3 path (unverified)"),
+        "sglang": _if("CompressedTensorsW4A4Fp4: native on SM100+, weight-only Marlin below"),
     },
     (_MX4, "compressed-tensors"): {
-        "vllm": _no("compressed-tensors has no W4A4 MXFP4 linear scheme in vLLM"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _no("no MXFP4 scheme in SGLang's compressed_tensors"),
+        "vllm": _if("same OCP-MX kernels as Quark: native on Blackwell and MI355, else Marlin or emulation"),
+        "trtllm": _no("mxfp4-pack-quantized maps to W4A16_MXFP4, which only MoE layers implement"),
+        "sglang": _no("SGLang's compressed_tensors has no dense MXFP4 scheme"),
     },
     (_MX16, "compressed-tensors"): {
-        "vllm": _yes("CompressedTensorsW4A16Mxfp4"),
-        "trtllm": _no("reads only ModelOpt configs"),
-        "sglang": _no("no MXFP4 scheme in SGLang's compressed_tensors"),
+        "vllm": _if("loads, but quantizes activations anyway on Blackwell and ROCm (runs W4A4); W4A16 on Hopper"),
+        "trtllm": _no("W4A16_MXFP4 is implemented for MoE layers only"),
+        "sglang": _no("SGLang's compressed_tensors has no dense MXFP4 scheme"),
     },
 }
 
 
-def support(kinds: tuple[str, str | None], format_name: str, engine: str) -> Support | None:
+def support(kinds: tuple[str, str | None], format_name: str, engine: str, attention: str = "mha") -> Support | None:
     """None when the format cannot store the scheme at all."""
     cell = MATRIX.get((kinds, format_name))
-    return None if cell is None else cell[engine]
+    if cell is None:
+        return None
+    entry = cell[engine]
+    if attention == "mla" and entry.loads and not entry.mla:
+        return _no(f"{entry.note}; not for MLA drafts")
+    return entry
 
 
-def working_combinations(kinds: tuple[str, str | None], engines: list[str]) -> list[tuple[tuple[str, str | None], str]]:
-    """(scheme kinds, format) pairs every engine in ``engines`` loads: same scheme first, then the others."""
-    order = [kinds, *(k for k in SCHEME_KINDS if k != kinds)]
-    return [
-        (k, fmt)
-        for k in order
-        for fmt in FORMAT_NAMES
-        if (cell := MATRIX.get((k, fmt))) is not None and all(cell[e].loads for e in engines)
-    ]
+def _loads_everywhere(kinds: tuple[str, str | None], fmt: str, engines: list[str], attention: str) -> bool:
+    return all((cell := support(kinds, fmt, e, attention)) is not None and cell.loads for e in engines)
 
 
 def check_engines(
-    kinds: tuple[str, str | None], scheme_name: str, format_name: str, engines: list[str], scheme_names: dict
-) -> None:
+    kinds: tuple[str, str | None],
+    scheme_name: str,
+    format_name: str,
+    engines: list[str],
+    attention: str,
+    scheme_names: dict[tuple[str, str | None], str],
+) -> list[str]:
     """Refuse, in one line naming a combination that works, what a targeted engine cannot load.
 
-    ``scheme_names``: scheme kinds -> a built-in scheme name, to name an alternative scheme.
+    Returns the conditions under which the targeted engines load it (to show as warnings).
+    ``scheme_names``: scheme kinds -> a built-in scheme name, to suggest another scheme.
     """
+    warnings = []
     for engine in engines:
-        cell = support(kinds, format_name, engine)
-        if cell is None or cell.loads:
+        cell = support(kinds, format_name, engine, attention)
+        if cell is None:
             continue
-        working = [(k, f) for k, f in working_combinations(kinds, engines) if k == kinds or k in scheme_names]
+        if cell.loads:
+            if cell.conditional:
+                warnings.append(f"{ENGINE_TITLES[engine]}: {cell.note}")
+            continue
+        candidates = [kinds, *(k for k in scheme_names if k != kinds)]
+        working = [(k, f) for k in candidates for f in FORMAT_NAMES if _loads_everywhere(k, f, engines, attention)]
+        titles = " and ".join(ENGINE_TITLES[e] for e in engines)
         if not working:
-            hint = f"no scheme loads in all of {', '.join(ENGINE_TITLES[e] for e in engines)}; target fewer engines"
+            hint = f"no built-in scheme loads in {titles}; target fewer engines"
         elif working[0][0] == kinds:
-            hint = f"use --format {working[0][1]}, which {' and '.join(ENGINE_TITLES[e] for e in engines)} load"
+            hint = f"use --format {working[0][1]}, which {titles} can load"
         else:
-            k, f = working[0]
-            hint = f"use --scheme {scheme_names[k]} --format {f}"
+            hint = f"use --scheme {scheme_names[working[0][0]]} --format {working[0][1]}, which {titles} can load"
         raise InputError(
             f"{ENGINE_TITLES[engine]} cannot load {scheme_name} ({SCHEME_KINDS.get(kinds, kinds)}) "
             f"in {format_name} format: {cell.note}",
             hint=hint,
         )
+    return warnings
 
 
 def render_markdown() -> str:

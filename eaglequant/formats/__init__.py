@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from eaglequant.errors import SchemeError
 from eaglequant.formats.base import Format, GroupScales, QuantizedLinear
+from eaglequant.formats.compressed_tensors import CompressedTensorsFormat
 from eaglequant.formats.quark import QuarkFormat
 
-FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(),)}
+FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(), CompressedTensorsFormat())}
 
 
 def get_format(name: str) -> Format:

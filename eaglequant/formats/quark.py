@@ -1,7 +1,14 @@
-"""AMD Quark format (``quant_method: quark``), as Quark 0.13's own export writes it.
+"""AMD Quark format (``quant_method: quark``), as Quark 0.13's own file-to-file export writes it.
 
-Per-channel FP8 (``ptpc_fp8``): ``<module>.weight`` F8_E4M3 [N, K] and ``<module>.weight_scale`` F32 [N];
-no ``input_scale`` (activations are dynamic per token). vLLM requires the scale to be 1-D.
+- Per-channel FP8 (``ptpc_fp8``): ``<module>.weight`` F8_E4M3 [N, K] and ``<module>.weight_scale`` F32 [N];
+  no ``input_scale`` (activations are dynamic per token). vLLM requires the scale to be 1-D.
+- OCP MXFP4 (``mxfp4`` W4A4 dynamic, ``mxfp4_weight_only``): ``weight`` U8 [N, K/2], ``weight_scale`` U8
+  (E8M0) [N, K/32]; both write the same tensors, only ``input_tensors`` in the config differs.
+
+Quark zero-pads an in-dimension that is not a multiple of 32, but vLLM sizes the scale as K // 32 and
+rejects the padded tensor, so such linears stay unquantized. Quark's file-to-file NVFP4 writes
+per-tensor (unshared) ``weight_scale_2`` and no input scale, which vLLM's Quark NVFP4 (W4A4 only,
+``input_scale_2``) cannot load; eaglequant writes NVFP4 as ModelOpt or compressed-tensors instead.
 """
 
 from __future__ import annotations
@@ -40,15 +47,37 @@ _FP8_SPEC: dict[str, Any] = {
     "max_input_numel": 4194304,
 }
 
+_MXFP4_SPEC: dict[str, Any] = {
+    **_FP8_SPEC,
+    "dtype": "fp4",
+    "qscheme": "per_group",
+    "ch_axis": -1,
+    "group_size": 32,
+    "symmetric": None,
+    "scale_format": "e8m0",
+    "scale_calculation_mode": "even",
+    "observer_cls": "PerBlockMXObserver",
+}
+
 
 class QuarkFormat(Format):
     name: ClassVar[str] = "quark"
     title: ClassVar[str] = "AMD Quark"
     exclude_key: ClassVar[str] = "exclude"
-    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {("fp8-channel", "fp8-token"): "ptpc_fp8"}
+    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
+        ("fp8-channel", "fp8-token"): "ptpc_fp8",
+        ("mxfp4", "mxfp4"): "mxfp4",
+        ("mxfp4", None): "mxfp4_weight_only",
+    }
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base = linear.checkpoint_module
+        if scheme.weight.kind == "mxfp4":
+            n, k = linear.out_features, linear.in_features
+            return [
+                TensorSpec(f"{base}.weight", "U8", (n, k // 2)),
+                TensorSpec(f"{base}.weight_scale", "U8", (n, k // 32)),
+            ]
         return [
             TensorSpec(f"{base}.weight", "F8_E4M3", (linear.out_features, linear.in_features)),
             TensorSpec(f"{base}.weight_scale", "F32", (linear.out_features,)),
@@ -57,18 +86,26 @@ class QuarkFormat(Format):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> QuantizedLinear:
-        from eaglequant.schemes import fp8
+        from eaglequant.schemes import fp8, mxfp4
 
+        base = linear.checkpoint_module
+        if scheme.weight.kind == "mxfp4":
+            packed, block_scale = mxfp4.quark_quantize(weight)
+            rel, sqnr = error_stats(weight, mxfp4.dequantize_rows(packed, block_scale))
+            return QuantizedLinear({f"{base}.weight": packed, f"{base}.weight_scale": block_scale}, rel, sqnr)
         quantized, scale = fp8.quark_per_channel(weight)
         rel, sqnr = error_stats(weight, fp8.dequantize_rows(quantized, scale))
-        base = linear.checkpoint_module
         return QuantizedLinear({f"{base}.weight": quantized, f"{base}.weight_scale": scale}, rel, sqnr)
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        weight = copy.deepcopy(_FP8_SPEC)
-        activation = None
-        if scheme.activation is not None:
-            activation = {**copy.deepcopy(_FP8_SPEC), "is_dynamic": True, "ch_axis": 1}
+        if scheme.weight.kind == "mxfp4":
+            weight = copy.deepcopy(_MXFP4_SPEC)
+            activation = None if scheme.activation is None else {**copy.deepcopy(_MXFP4_SPEC), "is_dynamic": True}
+        else:
+            weight = copy.deepcopy(_FP8_SPEC)
+            activation = None
+            if scheme.activation is not None:
+                activation = {**copy.deepcopy(_FP8_SPEC), "is_dynamic": True, "ch_axis": 1}
         return {
             "global_quant_config": {
                 "input_tensors": activation,

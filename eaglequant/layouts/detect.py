@@ -245,7 +245,16 @@ def _linears_and_groups(
         if len(t.info.shape) != 2:
             raise LayoutError(f"{t.info.file}: linear weight {t.name!r} is not 2-D (shape {list(t.info.shape)})")
         linears.append(
-            HeadLinear(p.module, t.name, p.kind, p.layer, t.info.shape[0], t.info.shape[1], member_of.get(p.module))
+            HeadLinear(
+                p.module,
+                t.name,
+                p.kind,
+                p.layer,
+                t.info.shape[0],
+                t.info.shape[1],
+                member_of.get(p.module),
+                t.info.dtype,
+            )
         )
     linears.sort(key=lambda lin: (lin.layer is None, lin.layer or 0, lin.module))
     return tuple(linears), tuple(groups)

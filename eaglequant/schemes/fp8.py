@@ -54,3 +54,21 @@ def dequantize_per_channel(quantized: torch.Tensor, scale: torch.Tensor) -> torc
 
 def dequantize_rows(quantized: torch.Tensor, scale: torch.Tensor) -> Callable[[slice], torch.Tensor]:
     return lambda rows: dequantize_per_channel(quantized[rows], scale[rows])
+
+
+def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """compressed-tensors / llm-compressor ``FP8_DYNAMIC`` weights, in row blocks.
+
+    Everything happens in the weight's own dtype D: scale = D(row amax / 448), 0 -> D's eps;
+    q = fp8(clamp(D(w / scale), +-448)). The scale is saved as D [N, 1].
+    """
+    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
+    scale = torch.empty((weight.shape[0], 1), dtype=weight.dtype)
+    eps = torch.tensor(torch.finfo(weight.dtype).eps, dtype=weight.dtype)
+    for rows in row_blocks(*weight.shape):
+        block = weight[rows]
+        row_scale = block.abs().amax(dim=1, keepdim=True) / torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype)
+        row_scale = torch.where(row_scale == 0, eps, row_scale)
+        quantized[rows] = (block / row_scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+        scale[rows] = row_scale
+    return quantized, scale

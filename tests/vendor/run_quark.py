@@ -1,8 +1,8 @@
-"""Run amd-quark's file-to-file ptpc_fp8 quantization on a list of checkpoints (the test oracle).
+"""The Quark oracle: amd-quark's file-to-file quantization on a list of checkpoints, in one process.
 
-Usage: python run_quark.py jobs.json   where jobs.json = [{"src": ..., "dst": ...}, ...]
-Uses the `llama` template's ptpc_fp8 scheme with exclude ["fc", "lm_head"], as AMD did for
-amd/Kimi-K2.5-Eagle3-FP8.
+Usage: python run_quark.py jobs.json   where jobs.json = [{"src", "dst", "scheme", "exclude"}, ...]
+``scheme`` is a name from Quark's `llama` LLMTemplate (ptpc_fp8, mxfp4, mxfp4_weight_only); ``exclude``
+lists checkpoint module names (Quark matches them with fnmatch), as AMD did for amd/Kimi-K2.5-Eagle3-FP8.
 """
 
 import json
@@ -14,8 +14,9 @@ from quark.torch import LLMTemplate, ModelQuantizer
 def main() -> None:
     with open(sys.argv[1]) as handle:
         jobs = json.load(handle)
-    config = LLMTemplate.get("llama").get_config(scheme="ptpc_fp8", exclude_layers=["fc", "lm_head"])
+    template = LLMTemplate.get("llama")
     for job in jobs:
+        config = template.get_config(scheme=job["scheme"], exclude_layers=job["exclude"])
         ModelQuantizer(config).direct_quantize_checkpoint(job["src"], job["dst"], device="cpu")
 
 

@@ -1,0 +1,154 @@
+"""compressed-tensors format (``quant_method: compressed-tensors``), as llm-compressor 0.14's
+``model_free_ptq`` writes it with compressed-tensors 0.19.
+
+- FP8 per channel (``float-quantized``, preset FP8_DYNAMIC): ``weight`` F8_E4M3 [N, K], ``weight_scale``
+  in the weight dtype, [N, 1].
+- NVFP4 (``nvfp4-pack-quantized``, NVFP4A16 / NVFP4): ``weight_packed`` U8 [N, K/2], ``weight_scale``
+  F8_E4M3 [N, K/16], ``weight_global_scale`` F32 [1] (= 1 / ModelOpt's weight_scale_2), and for W4A4
+  ``input_global_scale`` F32 [1].
+- MXFP4 (``mxfp4-pack-quantized``, MXFP4A16 / MXFP4): ``weight_packed`` U8 [N, K/2], ``weight_scale``
+  U8 [N, K/32].
+
+An in-dimension that is not a multiple of the block is an error in compressed-tensors, so such
+linears stay unquantized.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, error_stats
+from eaglequant.layouts.head import HeadLinear
+from eaglequant.schemes.model import Scheme
+
+if TYPE_CHECKING:
+    import torch
+
+COMPRESSED_TENSORS_VERSION = "0.19.0"
+_FORMATS = {"fp8-channel": "float-quantized", "nvfp4": "nvfp4-pack-quantized", "mxfp4": "mxfp4-pack-quantized"}
+
+
+def _args(
+    num_bits: int, strategy: str, *, dynamic: bool | str, group_size: int | None = None, scale_dtype: str | None = None
+) -> dict[str, Any]:
+    """QuantizationArgs as compressed-tensors 0.19 serialises them (its key order)."""
+    return {
+        "actorder": None,
+        "block_structure": None,
+        "dynamic": dynamic,
+        "group_size": group_size,
+        "num_bits": num_bits,
+        "observer": None,
+        "observer_kwargs": {},
+        "scale_dtype": scale_dtype,
+        "strategy": strategy,
+        "symmetric": True,
+        "type": "float",
+        "zp_dtype": None,
+    }
+
+
+_WEIGHTS = {
+    "fp8-channel": _args(8, "channel", dynamic=False),
+    "nvfp4": _args(4, "tensor_group", dynamic=False, group_size=16, scale_dtype="torch.float8_e4m3fn"),
+    "mxfp4": _args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8"),
+}
+_ACTIVATIONS = {
+    "fp8-token": _args(8, "token", dynamic=True),
+    "nvfp4": _args(4, "tensor_group", dynamic="local", group_size=16, scale_dtype="torch.float8_e4m3fn"),
+    "mxfp4": _args(4, "group", dynamic=True, group_size=32, scale_dtype="torch.uint8"),
+}
+
+
+class CompressedTensorsFormat(Format):
+    name: ClassVar[str] = "compressed-tensors"
+    title: ClassVar[str] = "compressed-tensors"
+    exclude_key: ClassVar[str] = "ignore"
+    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
+        ("fp8-channel", "fp8-token"): "FP8_DYNAMIC",
+        ("nvfp4", None): "NVFP4A16",
+        ("nvfp4", "nvfp4"): "NVFP4",
+        ("mxfp4", None): "MXFP4A16",
+        ("mxfp4", "mxfp4"): "MXFP4",
+    }
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
+        kind = scheme.weight.kind
+        if kind == "fp8-channel":
+            return [
+                TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
+                TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
+            ]
+        block = scheme.weight.block_size
+        assert block is not None
+        scale_dtype = "F8_E4M3" if kind == "nvfp4" else "U8"
+        specs = [
+            TensorSpec(f"{base}.weight_packed", "U8", (n, k // 2)),
+            TensorSpec(f"{base}.weight_scale", scale_dtype, (n, k // block)),
+        ]
+        if kind == "nvfp4":
+            specs.append(TensorSpec(f"{base}.weight_global_scale", "F32", (1,)))
+            if scheme.activation is not None:
+                specs.append(TensorSpec(f"{base}.input_global_scale", "F32", (1,)))
+        return specs
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> QuantizedLinear:
+        from eaglequant.schemes import fp8, mxfp4, nvfp4
+
+        base = linear.checkpoint_module
+        kind = scheme.weight.kind
+        if kind == "fp8-channel":
+            quantized, scale = fp8.compressed_tensors_per_channel(weight)
+            rel, sqnr = error_stats(weight, fp8.dequantize_rows(quantized, scale.reshape(-1)))
+            return QuantizedLinear({f"{base}.weight": quantized, f"{base}.weight_scale": scale}, rel, sqnr)
+        if kind == "mxfp4":
+            packed, scale = mxfp4.compressed_tensors_quantize(weight)
+            rel, sqnr = error_stats(weight, mxfp4.dequantize_rows(packed, scale))
+            return QuantizedLinear({f"{base}.weight_packed": packed, f"{base}.weight_scale": scale}, rel, sqnr)
+        assert shared.weight_amax is not None
+        global_scale = nvfp4.compressed_tensors_global_scale(shared.weight_amax, weight.dtype)
+        packed, block_scale = nvfp4.compressed_tensors_quantize(weight, global_scale)
+        rel, sqnr = error_stats(weight, nvfp4.dequantize_rows(packed, block_scale, 1 / global_scale))
+        tensors = {
+            f"{base}.weight_packed": packed,
+            f"{base}.weight_scale": block_scale,
+            f"{base}.weight_global_scale": global_scale,
+        }
+        if scheme.activation is not None:
+            assert shared.input_amax is not None
+            # Activations are bf16 at run time; the calibrated global scale follows the weight rule.
+            import torch
+
+            tensors[f"{base}.input_global_scale"] = nvfp4.compressed_tensors_global_scale(
+                shared.input_amax, torch.float32
+            )
+        return QuantizedLinear(tensors, rel, sqnr)
+
+    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+        algorithm = self.algorithm(scheme)
+        assert algorithm is not None
+        fmt = _FORMATS[scheme.weight.kind]
+        activation = None if scheme.activation is None else dict(_ACTIVATIONS[scheme.activation.kind])
+        return {
+            "config_groups": {
+                algorithm: {
+                    "format": fmt,
+                    "input_activations": activation,
+                    "output_activations": None,
+                    "targets": ["Linear"],
+                    "weights": dict(_WEIGHTS[scheme.weight.kind]),
+                }
+            },
+            "format": fmt,
+            "global_compression_ratio": None,
+            "ignore": list(exclude),
+            "kv_cache_scheme": None,
+            "quant_method": "compressed-tensors",
+            "quantization_status": "compressed",
+            "transform_config": {},
+            "version": COMPRESSED_TENSORS_VERSION,
+        }

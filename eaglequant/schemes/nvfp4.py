@@ -1,0 +1,71 @@
+"""NVFP4: E2M1 elements in blocks of 16, an FP8 E4M3 scale per block and a float32 global scale per
+tensor (shared by a fused group), per vendor.
+
+ModelOpt stores the global scale as a divisor, ``weight_scale_2`` = amax / (6 * 448); compressed-tensors
+as a multiplier, ``weight_global_scale`` = 6 * 448 / amax. The two round differently, so each flavour
+follows its vendor step by step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
+from eaglequant.schemes.rows import row_blocks
+
+BLOCK = 16
+FP8_E4M3_MAX = 448.0
+GLOBAL_RANGE = E2M1_MAX * FP8_E4M3_MAX  # 2688
+CT_ZERO_BLOCK_SCALE = 0.125  # compressed-tensors' eps for float8_e4m3fn
+
+
+def compressed_tensors_global_scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``weight_global_scale`` (float32 [1]) from the group's amax, as compressed-tensors computes it:
+    D(D(1 / max(amax, tiny)) * 2688) in the weight dtype D (torch turns ``2688 / t`` into a
+    reciprocal then a multiply); a non-finite result becomes 1.0."""
+    amax_d = amax.to(dtype).clamp(min=torch.finfo(dtype).tiny)
+    scale = amax_d.reciprocal() * GLOBAL_RANGE
+    if not bool(torch.isfinite(scale)):
+        scale = torch.tensor(1.0, dtype=dtype)
+    return scale.to(torch.float32).reshape(1)
+
+
+def compressed_tensors_quantize(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] weight -> (packed uint8 [N, K/2], block scale fp8 [N, K/16]), compressed-tensors flavour."""
+    n, k = weight.shape
+    packed = torch.empty((n, k // 2), dtype=torch.uint8)
+    scale = torch.empty((n, k // BLOCK), dtype=torch.float8_e4m3fn)
+    for rows in row_blocks(n, k):
+        packed[rows], scale[rows] = _ct_rows(weight[rows], global_scale)
+    return packed, scale
+
+
+def _ct_rows(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n, k = weight.shape
+    dtype = weight.dtype
+    blocks = weight.reshape(n, k // BLOCK, BLOCK)
+    block_scale = blocks.abs().amax(dim=-1) / torch.tensor(E2M1_MAX, dtype=dtype)  # in D
+    fp8_scale = (global_scale * block_scale.to(torch.float32)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
+    fp8_scale = fp8_scale.to(torch.float8_e4m3fn).to(torch.float32)
+    fp8_scale = torch.where(fp8_scale == 0, CT_ZERO_BLOCK_SCALE, fp8_scale)
+    effective = fp8_scale / global_scale
+    scaled = (blocks.to(torch.float32) / effective.unsqueeze(-1)).clamp(-E2M1_MAX, E2M1_MAX)
+    codes = e2m1_codes(scaled.reshape(n, k), negative_zero=True)
+    return pack_codes(codes), fp8_scale.to(torch.float8_e4m3fn)
+
+
+def dequantize(packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: torch.Tensor) -> torch.Tensor:
+    """float32 [N, K] = code value * fp8 block scale * ``global_divisor`` (ModelOpt's weight_scale_2,
+    or 1 / compressed-tensors' weight_global_scale)."""
+    n = packed.shape[0]
+    values = decode_codes(unpack_codes(packed)).reshape(n, -1, BLOCK)
+    factors = block_scale.to(torch.float32).unsqueeze(-1) * global_divisor.to(torch.float32).reshape(())
+    return (values * factors).reshape(n, -1)
+
+
+def dequantize_rows(
+    packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: torch.Tensor
+) -> Callable[[slice], torch.Tensor]:
+    return lambda rows: dequantize(packed[rows], block_scale[rows], global_divisor)

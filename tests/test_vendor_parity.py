@@ -1,0 +1,94 @@
+"""Bit-exactness against the vendor libraries, on every fixture and every scheme a format stores.
+
+Each vendor runs once per session in a subprocess (conftest), on the same source and with the same
+linears excluded as eaglequant chose; every output tensor must then be byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from eaglequant.engines.vllm import VllmEngine
+from tests.conftest import ParityCase, fused_groups_file, parity_cases
+
+pytestmark = pytest.mark.vendor
+
+
+def tensor_bytes(path: Path) -> dict[str, tuple[str, list[int], bytes]]:
+    """name -> (dtype, shape, raw bytes) over every .safetensors file in ``path`` (or that one file)."""
+    out = {}
+    files = [path] if path.is_file() else sorted(path.glob("*.safetensors"))
+    for file in files:
+        with safe_open(file, framework="pt") as handle:
+            for name in handle.keys():  # noqa: SIM118 - safe_open has no __iter__
+                tensor = handle.get_tensor(name)
+                raw = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+                out[name] = (str(tensor.dtype), list(tensor.shape), raw)
+    return out
+
+
+def assert_identical(ours: dict, theirs: dict, vendor: str) -> None:
+    assert sorted(ours) == sorted(theirs)
+    for name in sorted(ours):
+        assert ours[name][:2] == theirs[name][:2], name
+        assert ours[name][2] == theirs[name][2], f"{name} differs from {vendor}"
+
+
+def quantization_config(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text())["quantization_config"]
+
+
+# -- AMD Quark -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", parity_cases("quark"), ids=str)
+def test_quark_tensors_are_byte_identical(case: ParityCase, quark_outputs, converted) -> None:
+    result = converted[case]
+    assert result.linears, "the fixture must have quantized linears"
+    assert_identical(tensor_bytes(result.destination), tensor_bytes(quark_outputs[case]), "amd-quark")
+
+
+@pytest.mark.parametrize("case", parity_cases("quark"), ids=str)
+def test_quark_config_matches_except_exclude(case: ParityCase, quark_outputs, converted) -> None:
+    ours = quantization_config(converted[case].destination)
+    theirs = quantization_config(quark_outputs[case])
+    assert {k: v for k, v in ours.items() if k != "exclude"} == {k: v for k, v in theirs.items() if k != "exclude"}
+    # Quark writes checkpoint names, which vLLM never sees: `fc` leaves model.fc quantized.
+    assert "fc" in theirs["exclude"] and "fc" not in ours["exclude"]
+
+
+def test_quark_own_exclude_is_the_trap(quark_outputs) -> None:
+    """The reason eaglequant rewrites `exclude`: vLLM's rule applied to Quark's list quantizes model.fc."""
+    exclude = quantization_config(quark_outputs[ParityCase("specforge-llama", "quark", "fp8-per-channel")])["exclude"]
+    assert VllmEngine().matching_rule("quark", "model.fc", exclude) is None
+
+
+# -- compressed-tensors / llm-compressor ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", parity_cases("compressed-tensors"), ids=str)
+def test_compressed_tensors_are_byte_identical(case: ParityCase, llmcompressor_outputs, converted) -> None:
+    result = converted[case]
+    assert result.linears, "the fixture must have quantized linears"
+    ours = tensor_bytes(result.destination)
+    theirs = tensor_bytes(llmcompressor_outputs[case])
+    groups = fused_groups_file(llmcompressor_outputs[case])
+    if groups.exists():
+        # MLA q_a + kv_a: vLLM fuses them, so they share one global scale; model_free_ptq does not
+        # group them, compressed-tensors' own observer over the pair is the reference.
+        fused = tensor_bytes(groups)
+        assert fused and set(fused) <= set(theirs)
+        theirs.update(fused)
+    assert_identical(ours, theirs, "llm-compressor")
+
+
+@pytest.mark.parametrize("case", parity_cases("compressed-tensors"), ids=str)
+def test_compressed_tensors_config_matches_except_ignore(case: ParityCase, llmcompressor_outputs, converted) -> None:
+    ours = quantization_config(converted[case].destination)
+    theirs = quantization_config(llmcompressor_outputs[case])
+    assert {k: v for k, v in ours.items() if k != "ignore"} == {k: v for k, v in theirs.items() if k != "ignore"}
