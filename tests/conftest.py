@@ -75,18 +75,44 @@ PARITY_SCHEMES = {
 }
 
 
+# Calibrated W4A4 (static input scales) is checked on one Llama and one MLA head.
+CALIBRATED_FIXTURES = ("specforge-llama", "torchspec-mla")
+
+
 @dataclass(frozen=True)
 class ParityCase:
     fixture: str
     format: str
     scheme: str
+    calibrated: bool = False
 
     def __str__(self) -> str:
-        return f"{self.fixture}-{self.format}-{self.scheme}"
+        return f"{self.fixture}-{self.format}-{self.scheme}{'-calibrated' if self.calibrated else ''}"
 
 
 def parity_cases(format_name: str) -> list[ParityCase]:
-    return [ParityCase(f, format_name, s) for f in FIXTURE_NAMES for s in PARITY_SCHEMES[format_name]]
+    cases = [ParityCase(f, format_name, s) for f in FIXTURE_NAMES for s in PARITY_SCHEMES[format_name]]
+    if format_name == "modelopt":
+        cases += [ParityCase(f, format_name, "nvfp4", calibrated=True) for f in CALIBRATED_FIXTURES]
+    return cases
+
+
+def write_calibration(fixture: str, path: Path, sequences: int = 2, tokens: int = 12) -> Path:
+    """Synthetic captured draft inputs for a fixture: seeded, at a realistic hidden-state scale."""
+    import torch
+    from safetensors.torch import save_file
+
+    config = json.loads((FIXTURES / fixture / "config.json").read_text())
+    hidden = config.get("target_hidden_size") or config["hidden_size"]
+    generator = torch.Generator().manual_seed(7)
+    save_file(
+        {
+            "hidden_states": torch.randn(sequences, tokens, 3 * hidden, generator=generator) * 4,
+            "input_ids": torch.randint(0, config["vocab_size"], (sequences, tokens), generator=generator),
+        },
+        str(path),
+    )
+    return path
 
 
 class CaseOutputs(dict):
@@ -216,6 +242,30 @@ def llmcompressor_outputs(tmp_path_factory: pytest.TempPathFactory, converted: C
                     }
                 )
     run_vendor("run_llmcompressor.py", jobs, work)
+    return outputs
+
+
+@pytest.fixture(scope="session")
+def modelopt_outputs(tmp_path_factory: pytest.TempPathFactory, converted: ConvertedCases) -> CaseOutputs:
+    """ModelOpt's own export of every linear eaglequant quantized, per modelopt parity case, with the
+    fused groups eaglequant used (ModelOpt shares the amax of linears that read one input)."""
+    require_vendor("modelopt")
+    work = tmp_path_factory.mktemp("modelopt")
+    jobs, outputs = [], CaseOutputs()
+    for case in parity_cases("modelopt"):
+        plan = converted[case].plan
+        outputs[case] = work / f"{case}.safetensors"
+        groups = list(dict.fromkeys(plan.scale_group(lin.module) for lin in plan.quantized))
+        jobs.append(
+            {
+                "src": str(safetensors_source(case.fixture, work)),
+                "dst": str(outputs[case]),
+                "algo": plan.format.algorithm(plan.scheme),
+                "groups": [[plan.head.linear(m).weight for m in group] for group in groups],
+                "input_amax": {plan.head.linear(m).weight: amax for m, amax in plan.input_amax.items()},
+            }
+        )
+    run_vendor("run_modelopt.py", jobs, work)
     return outputs
 
 

@@ -13,8 +13,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.checkpoint.reader import tensor_bytes as tensor_bytes_of
 from eaglequant.engines.vllm import VllmEngine
-from tests.conftest import ParityCase, fused_groups_file, parity_cases
+from tests.conftest import FIXTURES, ParityCase, fused_groups_file, parity_cases
 
 pytestmark = pytest.mark.vendor
 
@@ -92,3 +94,22 @@ def test_compressed_tensors_config_matches_except_ignore(case: ParityCase, llmco
     ours = quantization_config(converted[case].destination)
     theirs = quantization_config(llmcompressor_outputs[case])
     assert {k: v for k, v in ours.items() if k != "ignore"} == {k: v for k, v in theirs.items() if k != "ignore"}
+
+
+# -- NVIDIA ModelOpt -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", parity_cases("modelopt"), ids=str)
+def test_modelopt_quantized_tensors_are_byte_identical(case: ParityCase, modelopt_outputs, converted) -> None:
+    result = converted[case]
+    assert result.linears, "the fixture must have quantized linears"
+    ours = tensor_bytes(result.destination)
+    theirs = tensor_bytes(modelopt_outputs[case])
+    quantized_modules = {lin.checkpoint_module for lin in result.plan.quantized}
+    ours_quantized = {n: v for n, v in ours.items() if n.rsplit(".", 1)[0] in quantized_modules}
+    assert_identical(ours_quantized, theirs, "nvidia-modelopt")
+    # Everything else is the source's tensors, unchanged.
+    with Checkpoint.open(FIXTURES / case.fixture) as source:
+        for name, value in ours.items():
+            if name not in ours_quantized:
+                assert value[2] == bytes(tensor_bytes_of(source.read(name))), name

@@ -5,9 +5,10 @@ from __future__ import annotations
 from eaglequant.errors import SchemeError
 from eaglequant.formats.base import Format, GroupScales, QuantizedLinear
 from eaglequant.formats.compressed_tensors import CompressedTensorsFormat
+from eaglequant.formats.modelopt import ModelOptFormat
 from eaglequant.formats.quark import QuarkFormat
 
-FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(), CompressedTensorsFormat())}
+FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(), ModelOptFormat(), CompressedTensorsFormat())}
 
 
 def get_format(name: str) -> Format:

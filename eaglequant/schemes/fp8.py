@@ -72,3 +72,22 @@ def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, 
         quantized[rows] = (block / row_scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
         scale[rows] = row_scale
     return quantized, scale
+
+
+def modelopt_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVIDIA ModelOpt ``FP8_PER_CHANNEL_PER_TOKEN`` export, in row blocks.
+
+    Row amax in the weight dtype D; 0 becomes 448 (scale 1.0) and the amax is clamped to D's
+    [tiny, max]; scale = fp32(amax) / 448 saved as F32 [N]; q = fp8(fp32(w) / scale) (no clamp needed:
+    |w / scale| <= 448 by construction).
+    """
+    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32)
+    info = torch.finfo(weight.dtype)
+    for rows in row_blocks(*weight.shape):
+        amax = weight[rows].abs().amax(dim=1)
+        amax = torch.where(amax == 0, torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype), amax)
+        row_scale = amax.clamp(info.tiny, info.max).to(torch.float32) / FP8_E4M3_MAX
+        quantized[rows] = (weight[rows].to(torch.float32) / row_scale.unsqueeze(1)).to(torch.float8_e4m3fn)
+        scale[rows] = row_scale
+    return quantized, scale

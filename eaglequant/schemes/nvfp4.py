@@ -69,3 +69,35 @@ def dequantize_rows(
     packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: torch.Tensor
 ) -> Callable[[slice], torch.Tensor]:
     return lambda rows: dequantize(packed[rows], block_scale[rows], global_divisor)
+
+
+_MODELOPT_MIN_BLOCK_SCALE = 2.0**-9  # the smallest E4M3 subnormal
+
+
+def modelopt_global_scale(amax: torch.Tensor) -> torch.Tensor:
+    """``weight_scale_2`` / ``input_scale``: fp32(amax) / 2688, a float32 0-dim tensor."""
+    return (amax.to(torch.float32) / GLOBAL_RANGE).reshape(())
+
+
+def modelopt_quantize(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] weight -> (packed uint8 [N, K/2], block scale fp8 [N, K/16]), ModelOpt's export
+    (``NVFP4QTensor.get_weights_scaling_factor`` then ``NVFP4QTensor.quantize``)."""
+    n, k = weight.shape
+    packed = torch.empty((n, k // 2), dtype=torch.uint8)
+    scale = torch.empty((n, k // BLOCK), dtype=torch.float8_e4m3fn)
+    for rows in row_blocks(n, k):
+        packed[rows], scale[rows] = _modelopt_rows(weight[rows], weight_scale_2)
+    return packed, scale
+
+
+def _modelopt_rows(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n, k = weight.shape
+    blocks = weight.reshape(n, k // BLOCK, BLOCK)
+    block_amax = blocks.abs().amax(dim=-1).to(torch.float32)
+    per_block = block_amax / (E2M1_MAX * weight_scale_2)  # 6 * ws2 is rounded to fp32 first
+    per_block = torch.where(per_block == 0, 1.0, per_block)
+    fp8_scale = per_block.clamp(_MODELOPT_MIN_BLOCK_SCALE, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+    divisor = fp8_scale.to(torch.float32) * weight_scale_2  # rounded to fp32 before dividing
+    scaled = blocks.to(torch.float32) / divisor.unsqueeze(-1)
+    codes = e2m1_codes(scaled.reshape(n, k), negative_zero=True)
+    return pack_codes(codes), fp8_scale
