@@ -65,7 +65,8 @@ def test_schemes_lists_builtin_files() -> None:
     result = run_cli("schemes", "--json")
     rows = json.loads(result.stdout)
     assert {r["name"] for r in rows} == {p.stem for p in (ROOT / "schemes").glob("*.toml")}
-    assert next(r for r in rows if r["name"] == "fp8-per-channel")["formats"] == ["quark"]
+    formats = next(r for r in rows if r["name"] == "fp8-per-channel")["formats"]
+    assert [f["format"] for f in formats] == ["quark", "modelopt", "compressed-tensors"]
 
 
 def test_convert_human_output_names_each_kept_linear_and_why(tmp_path: Path) -> None:

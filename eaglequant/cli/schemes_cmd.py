@@ -1,36 +1,85 @@
-"""``eaglequant schemes``: the built-in schemes and the formats that store them."""
+"""``eaglequant schemes``: the built-in schemes, the formats that store them and the engines that load them."""
 
 from __future__ import annotations
 
+from typing import Annotated, Optional
+
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.options import JsonOpt
 from eaglequant.cli.output import err, print_json
 
 
-def schemes_command(json_out: JsonOpt = False) -> None:
-    """List the built-in schemes (files in schemes/) and which formats can store each."""
+def schemes_command(
+    show: Annotated[
+        Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
+        typer.Option("--show", help="Print one scheme's TOML file (a built-in name or a .toml path)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """List the built-in schemes (files in schemes/), the formats that store each and the engines that load it."""
     from eaglequant.cli import run_guarded
 
     def body() -> None:
-        from eaglequant.formats import FORMATS
-        from eaglequant.schemes import builtin_scheme_names, load_scheme
+        from eaglequant.schemes.model import builtin_scheme_names, load_scheme, scheme_path
 
-        rows = []
-        for name in builtin_scheme_names():
-            scheme = load_scheme(name)
-            formats = [f.name for f in FORMATS.values() if f.supports(scheme)]
-            rows.append({"name": scheme.name, "summary": scheme.summary, "formats": formats, "file": scheme.source})
+        if show is not None:
+            scheme = load_scheme(show)  # validates
+            text = scheme_path(show).read_text(encoding="utf-8")
+            if json_out:
+                print_json({"name": scheme.name, "file": scheme.source, "toml": text})
+            else:
+                typer.echo(text, nl=False)
+            return
+        rows = [_row(load_scheme(name)) for name in builtin_scheme_names()]
         if json_out:
             print_json(rows)
             return
-        table = Table("scheme", "formats", "summary")
+        table = Table("scheme", "label", "format", "vLLM", "TensorRT-LLM", "SGLang", "summary")
         for row in rows:
-            table.add_row(str(row["name"]), ", ".join(row["formats"]), str(row["summary"]))
+            for i, fmt in enumerate(row["formats"]):
+                cells = [_mark(fmt["engines"][e]) for e in ("vllm", "trtllm", "sglang")]
+                first = (escape(row["name"]), row["label"]) if i == 0 else ("", "")
+                table.add_row(*first, fmt["format"], *cells, escape(row["summary"]) if i == 0 else "")
         err.print(table)
+        err.print("yes: loads · yes*: loads on some hardware or versions (see docs/engines.md) · no: refused")
 
     run_guarded(body)
+
+
+def _row(scheme):  # type: ignore[no-untyped-def]
+    from eaglequant.engines.support import ENGINE_NAMES, support
+    from eaglequant.formats import FORMATS
+
+    written = scheme.without_calibration() if scheme.if_uncalibrated == "weight-only" else scheme
+    formats = []
+    for fmt in FORMATS.values():
+        if not fmt.supports(scheme):
+            continue
+        engines = {}
+        for engine in ENGINE_NAMES:
+            cell = support(scheme.kinds, fmt.name, engine)
+            engines[engine] = (
+                None if cell is None else {"loads": cell.loads, "conditional": cell.conditional, "note": cell.note}
+            )
+        formats.append({"format": fmt.name, "algorithm": fmt.algorithm(scheme), "engines": engines})
+    return {
+        "name": scheme.name,
+        "label": scheme.label if written is scheme else f"{scheme.label} (calibrated) / {written.label}",
+        "summary": scheme.summary,
+        "file": scheme.source,
+        "formats": formats,
+    }
+
+
+def _mark(cell) -> str:  # type: ignore[no-untyped-def]
+    if cell is None:
+        return ""
+    if not cell["loads"]:
+        return "[red]no[/]"
+    return "[yellow]yes*[/]" if cell["conditional"] else "[green]yes[/]"
 
 
 def register(app: typer.Typer) -> None:

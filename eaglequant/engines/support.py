@@ -179,3 +179,21 @@ def render_markdown() -> str:
                 cells = [f"{'yes' if cell[e].loads else 'no'}: {cell[e].note}" for e in ENGINE_NAMES]
             lines.append(f"| {title} | {fmt} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+MATRIX_START, MATRIX_END = "<!-- support-matrix:start -->", "<!-- support-matrix:end -->"
+
+
+def update_docs(path: str = "docs/engines.md") -> None:
+    """Rewrite the matrix block in ``docs/engines.md`` from MATRIX: ``python -m eaglequant.engines.support``."""
+    from pathlib import Path
+
+    doc = Path(path)
+    text = doc.read_text(encoding="utf-8")
+    head, rest = text.split(MATRIX_START, 1)
+    _, tail = rest.split(MATRIX_END, 1)
+    doc.write_text(f"{head}{MATRIX_START}\n{render_markdown()}{MATRIX_END}{tail}", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    update_docs()

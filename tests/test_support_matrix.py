@@ -1,0 +1,92 @@
+"""The engine support matrix: one table in the code, rendered into docs, enforced by convert."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eaglequant.engines.support import (
+    ENGINE_NAMES,
+    FORMAT_NAMES,
+    MATRIX,
+    MATRIX_END,
+    MATRIX_START,
+    SCHEME_KINDS,
+    render_markdown,
+)
+from eaglequant.formats import FORMATS
+from eaglequant.schemes.model import builtin_scheme_names, load_scheme
+from tests.conftest import FIXTURES, ROOT, run_cli
+
+
+def test_docs_show_the_matrix_in_the_code() -> None:
+    text = (ROOT / "docs" / "engines.md").read_text()
+    block = text.split(MATRIX_START, 1)[1].split(MATRIX_END, 1)[0]
+    assert block.strip() == render_markdown().strip(), "run: python -m eaglequant.engines.support"
+
+
+def test_matrix_covers_exactly_what_formats_store() -> None:
+    for kinds in SCHEME_KINDS:
+        for fmt in FORMAT_NAMES:
+            stores = FORMATS[fmt].algorithms.get(kinds) is not None
+            assert ((kinds, fmt) in MATRIX) == stores, (kinds, fmt)
+    for cell in MATRIX.values():
+        assert set(cell) == set(ENGINE_NAMES)
+
+
+def test_every_builtin_scheme_is_in_the_matrix() -> None:
+    for name in builtin_scheme_names():
+        scheme = load_scheme(name)
+        assert scheme.kinds in SCHEME_KINDS and scheme.without_calibration().kinds in SCHEME_KINDS
+
+
+REFUSED = [
+    ("fp8-per-channel", "quark", "trtllm", "--format modelopt"),
+    ("fp8-per-channel", "modelopt", "sglang", "--format quark"),
+    ("mxfp4", "compressed-tensors", "sglang", "--format quark"),
+    ("mxfp4-w4a16", "quark", "trtllm", "--scheme"),
+]
+
+
+@pytest.mark.parametrize(("scheme", "fmt", "engine", "hint"), REFUSED)
+def test_convert_refuses_what_an_engine_cannot_load(
+    scheme: str, fmt: str, engine: str, hint: str, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    result = run_cli("convert", FIXTURES / "specforge-llama", out, "-s", scheme, "-f", fmt, "-e", engine)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot load" in lines[0] and hint in lines[0]
+    assert not out.exists()
+
+
+def test_sglang_refuses_modelopt_nvfp4_for_mla_only(tmp_path: Path) -> None:
+    llama = run_cli(
+        "convert", FIXTURES / "specforge-llama", tmp_path / "a", "-s", "nvfp4", "-f", "modelopt", "-e", "sglang"
+    )
+    assert llama.exit_code == 0, llama.stderr
+    mla = run_cli(
+        "convert", FIXTURES / "torchspec-mla", tmp_path / "b", "-s", "nvfp4", "-f", "modelopt", "-e", "sglang"
+    )
+    assert mla.exit_code == 2 and "MLA" in mla.stderr
+
+
+def test_several_engines_must_all_load_it(tmp_path: Path) -> None:
+    result = run_cli(
+        "convert", FIXTURES / "specforge-llama", tmp_path / "o", "-f", "modelopt", "-e", "vllm", "-e", "trtllm"
+    )
+    assert result.exit_code == 0, result.stderr
+    both = run_cli("convert", FIXTURES / "specforge-llama", tmp_path / "p", "-e", "vllm", "-e", "trtllm")
+    assert both.exit_code == 2 and "--format modelopt" in both.stderr
+
+
+def test_schemes_json_lists_engines() -> None:
+    import json
+
+    rows = json.loads(run_cli("schemes", "--json").stdout)
+    fp8 = next(r for r in rows if r["name"] == "fp8-per-channel")
+    formats = {f["format"]: f for f in fp8["formats"]}
+    assert set(formats) == {"quark", "modelopt", "compressed-tensors"}
+    assert formats["quark"]["engines"]["trtllm"]["loads"] is False
+    assert formats["modelopt"]["algorithm"] == "FP8_PER_CHANNEL_PER_TOKEN"
