@@ -87,3 +87,26 @@ def test_fused_spellings_must_agree() -> None:
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError):
         prove(plan.head, [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"], quantized, [ENGINE], "quark", None)
+
+
+@pytest.mark.parametrize("fmt", ["quark", "modelopt", "compressed-tensors"])
+@pytest.mark.parametrize("fixture", ["specforge-llama", "torchspec-mla", "multi-layer"])
+def test_written_config_makes_vllm_quantize_exactly_the_decoder_linears(fmt: str, fixture: str, tmp_path) -> None:
+    """Read back what was written and apply vLLM's rule for that format, as vLLM would."""
+    import json
+
+    from eaglequant import convert
+
+    result = convert(FIXTURES / fixture, tmp_path / "out", format=fmt)
+    config = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    rules = config["exclude"] if fmt == "quark" else config["ignore"]
+    engine = VllmEngine()
+    head = result.plan.head
+    for target_layers in (1, 61, 94):
+        quantized = set()
+        for module in engine.runtime_modules(head, target_layers):
+            decisions = {engine.matching_rule(fmt, n, rules) is None for n in module.names}
+            assert len(decisions) == 1, f"spellings of {module.names} disagree"
+            if engine.applies_scheme(module, fmt) and decisions.pop():
+                quantized.update(module.members)
+        assert quantized == {lin.module for lin in head.decoder_linears}
