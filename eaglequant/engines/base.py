@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import ClassVar
 
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,50 @@ class RuntimeModule:
     quantizable: bool = True
 
 
+def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
+    """The rule vLLM and SGLang apply to Quark ``exclude`` and compressed-tensors ``ignore``: an exact
+    string, or ``re:`` + ``re.match`` (anchored at the start only)."""
+    for pattern in patterns:
+        if pattern.startswith("re:"):
+            if re.match(pattern[3:], runtime_name):
+                return pattern
+        elif pattern == runtime_name:
+            return pattern
+    return None
+
+
 class Engine(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
+    lm_head_quantizable: ClassVar[bool] = True
+
+    def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
+        """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,
+        one per other decoder linear (named by :meth:`fused_names` and :meth:`linear_names`)."""
+        present = {linear.module for linear in head.linears}
+        modules = []
+        if "fc" in present:
+            modules.append(RuntimeModule(("model.fc",), ("fc",), self.fc_quantizable(head)))
+        if "lm_head" in present:
+            modules.append(RuntimeModule(("lm_head",), ("lm_head",), self.lm_head_quantizable))
+        grouped = {m for group in head.fused_groups for m in group.members}
+        for group in head.fused_groups:
+            modules.append(RuntimeModule(self.fused_names(head, group, target_layers), group.members))
+        for linear in head.decoder_linears:
+            if linear.module not in grouped:
+                modules.append(RuntimeModule(self.linear_names(head, linear, target_layers), (linear.module,)))
+        return modules
+
+    def fc_quantizable(self, head: HeadDescription) -> bool:
+        return True
 
     @abstractmethod
-    def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]: ...
+    def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
+        """Runtime spellings of a fused group's module (the first is the one the engine uses)."""
+
+    @abstractmethod
+    def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
+        """Runtime spellings of an unfused decoder linear."""
 
     @abstractmethod
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.engines.base import Engine, exact_or_regex_rule
+from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LLAMA_FUSED = {"qkv_proj": "model.qkv_proj", "gate_up_proj": "model.gate_up_proj"}
 _MLA_FUSED = {"fused_qkv_a_proj": "model.self_attn.fused_qkv_a_proj_with_mqa", "gate_up_proj": "model.mlp.gate_up_proj"}
@@ -32,27 +32,19 @@ class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
 
-    def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
-        mla = head.attention == "mla"
-        present = {linear.module for linear in head.linears}
-        modules = []
-        if "fc" in present:
-            modules.append(RuntimeModule(("model.fc",), ("fc",), quantizable=mla))
-        if "lm_head" in present:
-            modules.append(RuntimeModule(("lm_head",), ("lm_head",), quantizable=False))
-        fused_names = _MLA_FUSED if mla else _LLAMA_FUSED
-        grouped: set[str] = set()
-        for group in head.fused_groups:
-            modules.append(RuntimeModule((fused_names[group.kind],), group.members))
-            grouped.update(group.members)
-        for linear in head.decoder_linears:
-            if linear.module in grouped:
-                continue
-            local = linear.module.split(".", 2)[2]  # "self_attn.o_proj", "mlp.down_proj"
-            if not mla and local.startswith("mlp."):
-                local = local.removeprefix("mlp.")
-            modules.append(RuntimeModule((f"model.{local}",), (linear.module,)))
-        return modules
+    lm_head_quantizable: ClassVar[bool] = False
+
+    def fc_quantizable(self, head: HeadDescription) -> bool:
+        return head.attention == "mla"  # a plain torch.nn.Linear in Llama drafts
+
+    def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
+        return ((_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.kind],)
+
+    def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
+        local = linear.module.split(".", 2)[2]  # "self_attn.o_proj", "mlp.down_proj"
+        if head.attention != "mla":
+            local = local.removeprefix("mlp.")
+        return (f"model.{local}",)
 
     def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
         if format_name == "modelopt":
@@ -62,13 +54,7 @@ class SglangEngine(Engine):
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
         if format_name == "modelopt":
             return _modelopt_rule(runtime_name, patterns)
-        for pattern in patterns:
-            if pattern.startswith("re:"):
-                if re.match(pattern[3:], runtime_name):
-                    return pattern
-            elif pattern == runtime_name:
-                return pattern
-        return None
+        return exact_or_regex_rule(runtime_name, patterns)
 
 
 def _modelopt_rule(runtime_name: str, patterns: list[str]) -> str | None:

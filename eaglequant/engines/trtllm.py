@@ -18,40 +18,28 @@ import fnmatch
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.engines.base import Engine
+from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 _RUNTIME_FUSED_NAME = {"qkv_proj": "qkv_proj", "gate_up_proj": "gate_up_proj", "fused_qkv_a_proj": "kv_a_proj_with_mqa"}
+
+
+def _layer_prefix(head: HeadDescription, layer: int) -> str:
+    return f"model.midlayer.{layer}" if head.num_layers > 1 else "model.midlayer"
 
 
 class TrtllmEngine(Engine):
     name: ClassVar[str] = "trtllm"
     title: ClassVar[str] = "TensorRT-LLM"
 
-    def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
-        present = {linear.module for linear in head.linears}
-        modules = []
-        if "fc" in present:
-            modules.append(RuntimeModule(("model.fc",), ("fc",)))
-        if "lm_head" in present:
-            modules.append(RuntimeModule(("lm_head",), ("lm_head",)))
+    def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
+        block = group.name.split(".")[2]
+        return (f"{_layer_prefix(head, group.layer)}.{block}.{_RUNTIME_FUSED_NAME[group.kind]}",)
 
-        def layer_prefix(layer: int) -> str:
-            return f"model.midlayer.{layer}" if head.num_layers > 1 else "model.midlayer"
-
-        grouped: set[str] = set()
-        for group in head.fused_groups:
-            block = group.name.split(".")[2]
-            name = f"{layer_prefix(group.layer)}.{block}.{_RUNTIME_FUSED_NAME[group.kind]}"
-            modules.append(RuntimeModule((name,), group.members))
-            grouped.update(group.members)
-        for linear in head.decoder_linears:
-            if linear.module not in grouped:
-                assert linear.layer is not None
-                local = linear.module.split(".", 2)[2]
-                modules.append(RuntimeModule((f"{layer_prefix(linear.layer)}.{local}",), (linear.module,)))
-        return modules
+    def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
+        assert linear.layer is not None
+        return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
 
     def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
         # Runtime names do not depend on the target's layer count here.

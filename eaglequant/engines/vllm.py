@@ -27,8 +27,8 @@ import fnmatch
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.engines.base import Engine, RuntimeModule, exact_or_regex_rule
+from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
 _ESCAPED_LAYER_NUMBER = re.compile(r"(?<=^model\\\.layers\\\.)\d+(?=\\\.)")
@@ -57,28 +57,19 @@ class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
 
-    def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
-        present = {linear.module for linear in head.linears}
-        modules = []
-        if "fc" in present:
-            modules.append(RuntimeModule(("model.fc",), ("fc",)))
-        if "lm_head" in present:
-            modules.append(RuntimeModule(("lm_head",), ("lm_head",), quantizable=False))
-        grouped = {m for group in head.fused_groups for m in group.members}
-        for group in head.fused_groups:
-            layer = f"model.layers.{target_layers + group.layer}"
-            block = group.name.split(".")[2]  # "self_attn" | "mlp"
-            names: tuple[str, ...] = (f"{layer}.{block}.{group.kind}",)
-            if group.kind == "qkv_proj":
-                names = (f"{layer}.qkv_proj", f"{layer}.self_attn.qkv_proj")
-            modules.append(RuntimeModule(names, group.members))
-        for linear in head.decoder_linears:
-            if linear.module in grouped:
-                continue
-            assert linear.layer is not None
-            local = linear.module.split(".", 2)[2]  # "self_attn.o_proj"
-            modules.append(RuntimeModule((f"model.layers.{target_layers + linear.layer}.{local}",), (linear.module,)))
-        return modules
+    lm_head_quantizable: ClassVar[bool] = False  # except under ModelOpt: see applies_scheme
+
+    def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
+        layer = f"model.layers.{target_layers + group.layer}"
+        if group.kind == "qkv_proj":
+            return (f"{layer}.qkv_proj", f"{layer}.self_attn.qkv_proj")
+        block = group.name.split(".")[2]  # "self_attn" | "mlp"
+        return (f"{layer}.{block}.{group.kind}",)
+
+    def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
+        assert linear.layer is not None
+        local = linear.module.split(".", 2)[2]  # "self_attn.o_proj"
+        return (f"model.layers.{target_layers + linear.layer}.{local}",)
 
     def applies_scheme(self, module: RuntimeModule, format_name: str) -> bool:
         if module.names == ("lm_head",):
@@ -96,12 +87,5 @@ class VllmEngine(Engine):
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
         if format_name == "modelopt":
             return _modelopt_rule(runtime_name, patterns)
-        # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns:
-        # exact string, or "re:" + re.match.
-        for pattern in patterns:
-            if pattern.startswith("re:"):
-                if re.match(pattern[3:], runtime_name):
-                    return pattern
-            elif pattern == runtime_name:
-                return pattern
-        return None
+        # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns.
+        return exact_or_regex_rule(runtime_name, patterns)
