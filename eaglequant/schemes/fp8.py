@@ -10,17 +10,25 @@ from collections.abc import Callable
 
 import torch
 
-from eaglequant.schemes.rows import row_blocks
+from eaglequant.schemes.rows import by_row_blocks
 
 FP8_E4M3_MAX = 448.0
 
 
 def quark_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """AMD Quark ``ptpc_fp8``, computed in row blocks (each row's scale needs only that row)."""
-    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
-    scale = torch.empty(weight.shape[0], dtype=torch.float32)
-    for rows in row_blocks(*weight.shape):
-        quantized[rows], scale[rows] = quark_per_channel_block(weight[rows])
+    return _fp8_by_rows(weight, quark_per_channel_block, (weight.shape[0],), torch.float32)
+
+
+def _fp8_by_rows(
+    weight: torch.Tensor,
+    rows_fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]],
+    scale_shape: tuple[int, ...],
+    scale_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    quantized, scale = by_row_blocks(
+        weight, rows_fn, [(tuple(weight.shape), torch.float8_e4m3fn), (scale_shape, scale_dtype)]
+    )
     return quantized, scale
 
 
@@ -62,16 +70,13 @@ def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, 
     Everything happens in the weight's own dtype D: scale = D(row amax / 448), 0 -> D's eps;
     q = fp8(clamp(D(w / scale), +-448)). The scale is saved as D [N, 1].
     """
-    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
-    scale = torch.empty((weight.shape[0], 1), dtype=weight.dtype)
-    eps = torch.tensor(torch.finfo(weight.dtype).eps, dtype=weight.dtype)
-    for rows in row_blocks(*weight.shape):
-        block = weight[rows]
-        row_scale = block.abs().amax(dim=1, keepdim=True) / torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype)
-        row_scale = torch.where(row_scale == 0, eps, row_scale)
-        quantized[rows] = (block / row_scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-        scale[rows] = row_scale
-    return quantized, scale
+    return _fp8_by_rows(weight, _compressed_tensors_rows, (weight.shape[0], 1), weight.dtype)
+
+
+def _compressed_tensors_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = weight.abs().amax(dim=1, keepdim=True) / torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype)
+    scale = torch.where(scale == 0, torch.tensor(torch.finfo(weight.dtype).eps, dtype=weight.dtype), scale)
+    return (weight / scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn), scale
 
 
 def modelopt_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,13 +86,12 @@ def modelopt_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     [tiny, max]; scale = fp32(amax) / 448 saved as F32 [N]; q = fp8(fp32(w) / scale) (no clamp needed:
     |w / scale| <= 448 by construction).
     """
-    quantized = torch.empty(weight.shape, dtype=torch.float8_e4m3fn)
-    scale = torch.empty(weight.shape[0], dtype=torch.float32)
+    return _fp8_by_rows(weight, _modelopt_rows, (weight.shape[0],), torch.float32)
+
+
+def _modelopt_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     info = torch.finfo(weight.dtype)
-    for rows in row_blocks(*weight.shape):
-        amax = weight[rows].abs().amax(dim=1)
-        amax = torch.where(amax == 0, torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype), amax)
-        row_scale = amax.clamp(info.tiny, info.max).to(torch.float32) / FP8_E4M3_MAX
-        quantized[rows] = (weight[rows].to(torch.float32) / row_scale.unsqueeze(1)).to(torch.float8_e4m3fn)
-        scale[rows] = row_scale
-    return quantized, scale
+    amax = weight.abs().amax(dim=1)
+    amax = torch.where(amax == 0, torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype), amax)
+    scale = amax.clamp(info.tiny, info.max).to(torch.float32) / FP8_E4M3_MAX
+    return (weight.to(torch.float32) / scale.unsqueeze(1)).to(torch.float8_e4m3fn), scale

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
-from eaglequant.schemes.rows import row_blocks
+from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 32
 E8M0_BIAS = 127
@@ -40,10 +40,7 @@ def _in_row_blocks(
     weight: torch.Tensor, rows_fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = weight.shape
-    packed = torch.empty((n, k // 2), dtype=torch.uint8)
-    scale = torch.empty((n, k // BLOCK), dtype=torch.uint8)
-    for rows in row_blocks(n, k):
-        packed[rows], scale[rows] = rows_fn(weight[rows])
+    packed, scale = by_row_blocks(weight, rows_fn, [((n, k // 2), torch.uint8), ((n, k // BLOCK), torch.uint8)])
     return packed, scale
 
 

@@ -13,12 +13,20 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
-from eaglequant.schemes.rows import row_blocks
+from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 16
 FP8_E4M3_MAX = 448.0
 GLOBAL_RANGE = E2M1_MAX * FP8_E4M3_MAX  # 2688
 CT_ZERO_BLOCK_SCALE = 0.125  # compressed-tensors' eps for float8_e4m3fn
+
+
+def _by_rows(
+    weight: torch.Tensor, rows_fn: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n, k = weight.shape
+    packed, scale = by_row_blocks(weight, rows_fn, [((n, k // 2), torch.uint8), ((n, k // BLOCK), torch.float8_e4m3fn)])
+    return packed, scale
 
 
 def compressed_tensors_global_scale(amax: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -34,12 +42,7 @@ def compressed_tensors_global_scale(amax: torch.Tensor, dtype: torch.dtype) -> t
 
 def compressed_tensors_quantize(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, K] weight -> (packed uint8 [N, K/2], block scale fp8 [N, K/16]), compressed-tensors flavour."""
-    n, k = weight.shape
-    packed = torch.empty((n, k // 2), dtype=torch.uint8)
-    scale = torch.empty((n, k // BLOCK), dtype=torch.float8_e4m3fn)
-    for rows in row_blocks(n, k):
-        packed[rows], scale[rows] = _ct_rows(weight[rows], global_scale)
-    return packed, scale
+    return _by_rows(weight, lambda rows: _ct_rows(rows, global_scale))
 
 
 def _ct_rows(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,12 +85,7 @@ def modelopt_global_scale(amax: torch.Tensor) -> torch.Tensor:
 def modelopt_quantize(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, K] weight -> (packed uint8 [N, K/2], block scale fp8 [N, K/16]), ModelOpt's export
     (``NVFP4QTensor.get_weights_scaling_factor`` then ``NVFP4QTensor.quantize``)."""
-    n, k = weight.shape
-    packed = torch.empty((n, k // 2), dtype=torch.uint8)
-    scale = torch.empty((n, k // BLOCK), dtype=torch.float8_e4m3fn)
-    for rows in row_blocks(n, k):
-        packed[rows], scale[rows] = _modelopt_rows(weight[rows], weight_scale_2)
-    return packed, scale
+    return _by_rows(weight, lambda rows: _modelopt_rows(rows, weight_scale_2))
 
 
 def _modelopt_rows(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,9 +3,31 @@ temporaries stay small whatever the tensor's size."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+
 BLOCK_ELEMENTS = 1 << 20
 
 
 def row_blocks(rows: int, cols: int) -> list[slice]:
     step = max(1, BLOCK_ELEMENTS // max(cols, 1))
     return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
+
+
+def by_row_blocks(
+    weight: torch.Tensor,
+    rows_fn: Callable[[torch.Tensor], tuple[torch.Tensor, ...]],
+    outputs: Sequence[tuple[tuple[int, ...], torch.dtype]],
+) -> tuple[torch.Tensor, ...]:
+    """Run ``rows_fn`` on each row block of ``weight`` and assemble its results into tensors of the given
+    (shape, dtype), whose first dimension is the row: works wherever a row's result needs only that row."""
+    import torch
+
+    assembled = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in outputs)
+    for rows in row_blocks(*weight.shape):
+        for target, part in zip(assembled, rows_fn(weight[rows]), strict=True):
+            target[rows] = part
+    return assembled
