@@ -17,7 +17,7 @@ from eaglequant.errors import InputError
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
-from eaglequant.plan import ConversionPlan, build_plan
+from eaglequant.plan import ConversionPlan, build_plan, refuse_unused_calibration
 from eaglequant.progress import Progress
 from eaglequant.schemes.model import load_scheme
 
@@ -134,11 +134,8 @@ def convert(
     max_shard_bytes = parse_size(max_shard_size)
     check_destination(src_path, dst_path, overwrite)
     scheme_obj = load_scheme(scheme)
-    if calib is not None and not scheme_obj.needs_calibration:
-        raise InputError(
-            f"--calib was given but scheme {scheme_obj.name!r} has no calibrated activation scale",
-            hint="drop --calib, or use a scheme whose activations have global_scale = true (nvfp4)",
-        )
+    if calib is not None:
+        refuse_unused_calibration(scheme_obj)  # before the (slow) calibration forward
     checkpoint, head = _open(src_path)
     with checkpoint:
         input_amax = None

@@ -196,20 +196,24 @@ class _Quantizer:
     def quantize(self, module: str) -> QuantizedLinear:
         linear = self.plan.head.linear(module)
         weight = self._read(linear.weight)
-        return self.plan.format.quantize(linear, weight, self.plan.scheme, self.shared_scales(module))
+        return self.plan.format.quantize(linear, weight, self.plan.scheme, self.shared_scales(module, weight))
 
-    def shared_scales(self, module: str) -> GroupScales:
+    def shared_scales(self, module: str, weight: torch.Tensor) -> GroupScales:
+        """``weight`` is ``module``'s, already read: only the other members of its group are read again."""
         members = self.plan.scale_group(module)
         if members not in self._shared:
-            self._shared[members] = self._compute_shared(members)
+            self._shared[members] = self._compute_shared(members, module, weight)
         return self._shared[members]
 
-    def _compute_shared(self, members: tuple[str, ...]) -> GroupScales:
+    def _compute_shared(self, members: tuple[str, ...], module: str, weight: torch.Tensor) -> GroupScales:
         import torch
 
         weight_amax = input_amax = None
         if self.plan.scheme.weight.global_scale:
-            amaxes = [self._read(self.plan.head.linear(m).weight).abs().max().to(torch.float32) for m in members]
+            amaxes = [
+                (weight if m == module else self._read(self.plan.head.linear(m).weight)).abs().max().to(torch.float32)
+                for m in members
+            ]
             weight_amax = torch.stack(amaxes).max()
         if self.plan.input_amax:
             input_amax = torch.tensor(max(self.plan.input_amax[m] for m in members), dtype=torch.float32)

@@ -8,13 +8,14 @@ plan; ``convert`` executes one. Building a plan reads headers only.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from dataclasses import dataclass, field
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import ModuleVerdict, check_fused_groups, prove, synthesize_patterns
-from eaglequant.engines.support import ENGINE_NAMES, check_engines
+from eaglequant.engines.support import check_engines
 from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.layouts.detect import check_quantizable_dtype
@@ -129,11 +130,8 @@ def build_plan(
             hint=f"formats that can: {', '.join(able)}" if able else "no format stores this scheme",
         )
     engine_names = list(dict.fromkeys(engines))
-    unknown = [e for e in engine_names if e not in ENGINE_NAMES]
-    if unknown:
-        raise InputError(f"unknown engine {unknown[0]!r}", hint=f"choose from: {', '.join(ENGINE_NAMES)}")
-    notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, _builtin_names_by_kinds())
     engine_objs = [get_engine(name) for name in engine_names]
+    notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, _builtin_names_by_kinds())
     if target_layers is not None and target_layers < 0:
         raise InputError(f"--target-layers must be >= 0, got {target_layers}")
     excluded = resolve_exclusions(head, list(exclude))
@@ -155,12 +153,18 @@ def build_plan(
     )
 
 
-def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
-    if input_amax and not scheme.needs_calibration:
+def refuse_unused_calibration(scheme: Scheme) -> None:
+    """Calibration data only means something to a scheme with a calibrated activation scale."""
+    if not scheme.needs_calibration:
         raise InputError(
             f"--calib was given but scheme {scheme.name!r} has no calibrated activation scale",
             hint="drop --calib, or use a scheme whose activations have global_scale = true (nvfp4)",
         )
+
+
+def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
+    if input_amax:
+        refuse_unused_calibration(scheme)
     if scheme.needs_calibration and not input_amax:
         written = scheme.without_calibration()
         notes.append(
@@ -171,6 +175,7 @@ def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes
     return scheme
 
 
+@functools.cache
 def _builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
     names: dict[tuple[str, str | None], str] = {}
     for name in builtin_scheme_names():

@@ -18,12 +18,12 @@ from pathlib import Path
 import torch
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.draft.forward import DraftForward
-from eaglequant.errors import InputError
+from eaglequant.draft.forward import DraftForward, WeightFn
+from eaglequant.errors import EagleQuantError, InputError
 from eaglequant.layouts.head import HeadDescription, Role
 
 
-def canonical_weights(checkpoint: Checkpoint, head: HeadDescription):  # type: ignore[no-untyped-def]
+def canonical_weights(checkpoint: Checkpoint, head: HeadDescription) -> WeightFn:
     """A function reading a tensor by canonical name (``layers.0.mlp.up_proj.weight``), one at a time."""
     names = {f"{t.module}.{t.name.rsplit('.', 1)[-1]}": t.name for t in head.tensors if t.role is not Role.OTHER}
 
@@ -35,14 +35,11 @@ def canonical_weights(checkpoint: Checkpoint, head: HeadDescription):  # type: i
 
 def load_calibration(path: str | Path, head: HeadDescription) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims."""
-    from eaglequant.checkpoint.reader import Checkpoint as _Checkpoint
-    from eaglequant.errors import EagleQuantError
-
     path = Path(path)
     if not path.is_file() or path.suffix != ".safetensors":
         raise InputError(f"--calib {path}: not a .safetensors file")
     try:
-        calib = _Checkpoint.open_file(path)
+        calib = Checkpoint.open_file(path)
     except EagleQuantError as exc:
         raise InputError(f"--calib {path}: {exc.message}") from exc
     with calib:
@@ -85,7 +82,7 @@ def calibrate(checkpoint: Checkpoint, head: HeadDescription, path: str | Path) -
 
     def observed(module: str, x: torch.Tensor) -> torch.Tensor:
         amax[module] = max(amax.get(module, 0.0), float(x.abs().max()))
-        return x @ weight(f"{module}.weight").to(torch.float32).T
+        return forward.plain_linear(module, x)
 
     forward = DraftForward(head, weight, observed)
     embedding = None

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eaglequant.engines import ENGINES
 from eaglequant.errors import InputError
+from eaglequant.formats import FORMATS
 
-ENGINE_NAMES = ("vllm", "trtllm", "sglang")
-ENGINE_TITLES = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "sglang": "SGLang"}
-FORMAT_NAMES = ("quark", "modelopt", "compressed-tensors")
+ENGINE_NAMES = tuple(ENGINES)
+ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
+FORMAT_NAMES = tuple(FORMATS)
 SCHEME_KINDS: dict[tuple[str, str | None], str] = {
     ("fp8-channel", "fp8-token"): "FP8 per-channel W8A8 (dynamic per-token activations)",
     ("nvfp4", None): "NVFP4 W4A16",
