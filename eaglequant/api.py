@@ -69,8 +69,15 @@ class InspectReport:
             "engines": [e.name for e in self.plan.engines],
             "tensors": self.rows(),
             "exclude": self.plan.exclude_patterns,
+            "target_layers": self.plan.target.to_json(),
             "runtime_modules": [
-                {"engine": v.engine, "module": v.runtime_name, "quantized": v.quantized, "rule": v.rule}
+                {
+                    "engine": v.engine,
+                    "module": v.runtime_name,
+                    "quantized": v.quantized,
+                    "rule": v.rule,
+                    "engine_reason": v.engine_reason,
+                }
                 for v in self.plan.verdicts
             ],
             "source_bytes": sum(t.info.nbytes for t in head.tensors),
@@ -100,13 +107,24 @@ def inspect(
     scheme: str = DEFAULT_SCHEME,
     format: str = DEFAULT_FORMAT,
     exclude: list[str] | tuple[str, ...] = (),
+    quantize: list[str] | tuple[str, ...] = (),
     engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
     target_layers: int | None = None,
+    target_config: str | Path | None = None,
 ) -> InspectReport:
     """Describe a checkpoint and what converting it would do. Reads headers only."""
     checkpoint, head = _open(src)
     with checkpoint:
-        plan = build_plan(head, scheme, format, exclude=exclude, engines=engines, target_layers=target_layers)
+        plan = build_plan(
+            head,
+            scheme,
+            format,
+            exclude=exclude,
+            quantize=quantize,
+            engines=engines,
+            target_layers=target_layers,
+            target_config=target_config,
+        )
         files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
         return InspectReport(Path(src), checkpoint.source_format, files, head, plan)
 
@@ -118,8 +136,10 @@ def convert(
     scheme: str = DEFAULT_SCHEME,
     format: str = DEFAULT_FORMAT,
     exclude: list[str] | tuple[str, ...] = (),
+    quantize: list[str] | tuple[str, ...] = (),
     engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
     target_layers: int | None = None,
+    target_config: str | Path | None = None,
     overwrite: bool = False,
     max_shard_size: str | int = "5GB",
     calib: str | Path | None = None,
@@ -148,8 +168,10 @@ def convert(
             scheme_obj,
             format,
             exclude=exclude,
+            quantize=quantize,
             engines=engines,
             target_layers=target_layers,
+            target_config=target_config,
             input_amax=input_amax,
         )
         return run_conversion(

@@ -8,25 +8,32 @@ plan; ``convert`` executes one. Building a plan reads headers only.
 from __future__ import annotations
 
 import fnmatch
-import functools
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.engines import Engine, get_engine
-from eaglequant.engines.exclusions import ModuleVerdict, check_fused_groups, prove, synthesize_patterns
+from eaglequant.engines.exclusions import (
+    ModuleVerdict,
+    check_fused_groups,
+    engine_requirements,
+    prove,
+    synthesize_patterns,
+)
 from eaglequant.engines.support import check_engines
+from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription, HeadLinear, HeadTensor, Role
 from eaglequant.schemes import Scheme
-from eaglequant.schemes.model import builtin_scheme_names, load_scheme
+from eaglequant.schemes.model import builtin_names_by_kinds, load_scheme
 
 # Linears kept in the source dtype unless the user asks otherwise, and why.
 DEFAULT_EXCLUSIONS: dict[str, str] = {
-    "fc": "default: fc mixes the target's hidden states and is small; SGLang runs it unquantized",
-    "lm_head": "default: the draft's logits decide acceptance; engines keep lm_head unquantized",
+    "fc": "default: fc reads the target's hidden states (--quantize fc to quantize it)",
+    "lm_head": "default: the draft's logits decide acceptance (--quantize lm_head to quantize it)",
 }
 NON_LINEAR_REASONS = {
     Role.NORM: "norm (never quantized)",
@@ -50,7 +57,7 @@ class ConversionPlan:
     scheme: Scheme
     format: Format
     engines: list[Engine]
-    target_layers: int | None
+    target: TargetLayers
     quantized: list[HeadLinear]
     kept: dict[str, str]  # checkpoint tensor name -> why it keeps its source dtype
     outputs: list[OutputTensor]
@@ -58,6 +65,10 @@ class ConversionPlan:
     verdicts: list[ModuleVerdict] = field(default_factory=list)
     input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
     notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
+
+    @property
+    def target_layers(self) -> int | None:
+        return self.target.count
 
     def scale_group(self, module: str) -> tuple[str, ...]:
         """The linears that share ``module``'s global and input scales: its fused group when quantized."""
@@ -92,20 +103,51 @@ def match_rule(rule: str, names: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(n, rule) for n in names)
 
 
-def resolve_exclusions(head: HeadDescription, rules: list[str]) -> dict[str, str]:
-    """Canonical linear module -> why it is excluded. Each user rule must match at least one linear."""
-    excluded = {m: reason for m, reason in DEFAULT_EXCLUSIONS.items() if any(lin.module == m for lin in head.linears)}
-    for rule in rules:
-        hits = [lin for lin in head.linears if match_rule(rule, (lin.checkpoint_module, lin.weight))]
-        if not hits:
-            others = [t.name for t in head.tensors if match_rule(rule, (t.name, t.name.rsplit(".", 1)[0]))]
-            why = f"only non-linear tensors ({', '.join(others[:3])})" if others else "nothing"
+def _linears_matching(head: HeadDescription, rule: str, option: str) -> list[HeadLinear]:
+    hits = [lin for lin in head.linears if match_rule(rule, (lin.checkpoint_module, lin.weight))]
+    if not hits:
+        others = [t.name for t in head.tensors if match_rule(rule, (t.name, t.name.rsplit(".", 1)[0]))]
+        why = f"only non-linear tensors ({', '.join(others[:3])})" if others else "nothing"
+        raise InputError(
+            f"{option} {rule!r} matches {why}",
+            hint="rules match checkpoint linear names as `eaglequant inspect` shows them, "
+            "e.g. 'midlayer.self_attn.*' or 're:.*down_proj'",
+        )
+    return hits
+
+
+def resolve_exclusions(
+    head: HeadDescription,
+    exclude: list[str] | tuple[str, ...],
+    quantize: list[str] | tuple[str, ...] = (),
+    required: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """Canonical linear module -> why it keeps its source dtype.
+
+    ``required``: linears a targeted engine runs unquantized (module -> engine's reason); ``quantize``
+    rules lift the defaults (fc, lm_head) but never a requirement; ``exclude`` rules add to them. Each
+    rule must match at least one linear, and no linear may be both quantized and excluded by the user.
+    """
+    opted_in = {lin.module: rule for rule in quantize for lin in _linears_matching(head, rule, "--quantize")}
+    excluded: dict[str, str] = {}
+    for module, reason in (required or {}).items():
+        if module in opted_in:
             raise InputError(
-                f"--exclude {rule!r} matches {why}",
-                hint="rules match checkpoint linear names as `eaglequant inspect` shows them, "
-                "e.g. 'midlayer.self_attn.*' or 're:.*down_proj'",
+                f"--quantize {opted_in[module]!r} asks to quantize {head.linear(module).checkpoint_module}, "
+                f"but {reason}",
+                hint="drop that --quantize rule, or the --engine that cannot run it quantized",
             )
-        for lin in hits:
+        excluded[module] = f"kept: {reason}"
+    for module, reason in DEFAULT_EXCLUSIONS.items():
+        if module not in opted_in and any(lin.module == module for lin in head.linears):
+            excluded.setdefault(module, reason)
+    for rule in exclude:
+        for lin in _linears_matching(head, rule, "--exclude"):
+            if lin.module in opted_in:
+                raise InputError(
+                    f"{lin.checkpoint_module} is matched by --quantize {opted_in[lin.module]!r} and --exclude {rule!r}",
+                    hint="keep one of the two rules",
+                )
             excluded.setdefault(lin.module, f"--exclude {rule}")
     return excluded
 
@@ -116,8 +158,10 @@ def build_plan(
     format_name: str,
     *,
     exclude: list[str] | tuple[str, ...] = (),
+    quantize: list[str] | tuple[str, ...] = (),
     engines: list[str] | tuple[str, ...] = ("vllm",),
     target_layers: int | None = None,
+    target_config: str | Path | None = None,
     input_amax: dict[str, float] | None = None,
 ) -> ConversionPlan:
     notes: list[str] = []
@@ -131,10 +175,10 @@ def build_plan(
         )
     engine_names = list(dict.fromkeys(engines))
     engine_objs = [get_engine(name) for name in engine_names]
-    notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, _builtin_names_by_kinds())
-    if target_layers is not None and target_layers < 0:
-        raise InputError(f"--target-layers must be >= 0, got {target_layers}")
-    excluded = resolve_exclusions(head, list(exclude))
+    notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, builtin_names_by_kinds())
+    target = resolve_target_layers(target_layers, target_config, head.config)
+    required = engine_requirements(head, engine_objs, scheme.kinds, fmt.name)
+    excluded = resolve_exclusions(head, exclude, quantize, required)
     check_fused_groups(head, set(excluded))
     _exclude_unstorable(head, fmt, scheme, excluded, notes)
     quantized = [lin for lin in head.linears if lin.module not in excluded]
@@ -145,11 +189,12 @@ def build_plan(
         check_quantizable_dtype(tensors_by_name[lin.weight].info)
     kept = {t.name: _kept_reason(t, excluded) for t in head.tensors if not _is_quantized_weight(t, quantized)}
     outputs = _outputs(head, fmt, scheme, quantized)
-    patterns = synthesize_patterns(head, set(excluded), engine_objs, fmt.name, target_layers)
-    verdicts = prove(head, patterns, {lin.module for lin in quantized}, engine_objs, fmt.name, target_layers)
-    amax = {m: v for m, v in (input_amax or {}).items() if m in {lin.module for lin in quantized}}
+    patterns = synthesize_patterns(head, set(excluded), engine_objs, fmt.name, target.count)
+    quantized_modules = {lin.module for lin in quantized}
+    verdicts = prove(head, patterns, quantized_modules, engine_objs, fmt.name, scheme.kinds, target.count)
+    amax = {m: v for m, v in (input_amax or {}).items() if m in quantized_modules}
     return ConversionPlan(
-        head, scheme, fmt, engine_objs, target_layers, quantized, kept, outputs, patterns, verdicts, amax, notes
+        head, scheme, fmt, engine_objs, target, quantized, kept, outputs, patterns, verdicts, amax, notes
     )
 
 
@@ -173,17 +218,6 @@ def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes
         )
         return written
     return scheme
-
-
-@functools.cache
-def _builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
-    names: dict[tuple[str, str | None], str] = {}
-    for name in builtin_scheme_names():
-        scheme = load_scheme(name)
-        names.setdefault(scheme.kinds, name)
-        if scheme.needs_calibration and scheme.if_uncalibrated == "weight-only":
-            names.setdefault(scheme.without_calibration().kinds, name)
-    return names
 
 
 def _exclude_unstorable(

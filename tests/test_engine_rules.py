@@ -69,14 +69,14 @@ def test_proof_rejects_quarks_own_exclude_list() -> None:
     plan = inspect(FIXTURES / "specforge-llama").plan
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError, match=r"model\.fc: it should be kept unquantized"):
-        prove(plan.head, ["fc", "lm_head"], quantized, [ENGINE], "quark", None)
+        prove(plan.head, ["fc", "lm_head"], quantized, [ENGINE], "quark", plan.scheme.kinds, None)
 
 
 def test_proof_rejects_a_pattern_that_catches_too_much() -> None:
     plan = inspect(FIXTURES / "specforge-llama").plan
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError, match=r"should be quantized but is excluded by 're:\.\*proj'"):
-        prove(plan.head, ["re:^model\\.fc$", "re:.*proj"], quantized, [ENGINE], "quark", None)
+        prove(plan.head, ["re:^model\\.fc$", "re:.*proj"], quantized, [ENGINE], "quark", plan.scheme.kinds, None)
 
 
 def test_fused_spellings_must_agree() -> None:
@@ -86,7 +86,15 @@ def test_fused_spellings_must_agree() -> None:
     assert any("qkv_proj" in p and "self_attn" not in p for p in plan.exclude_patterns)
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError):
-        prove(plan.head, [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"], quantized, [ENGINE], "quark", None)
+        prove(
+            plan.head,
+            [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"],
+            quantized,
+            [ENGINE],
+            "quark",
+            plan.scheme.kinds,
+            None,
+        )
 
 
 @pytest.mark.parametrize("fmt", ["quark", "modelopt", "compressed-tensors"])
@@ -107,6 +115,6 @@ def test_written_config_makes_vllm_quantize_exactly_the_decoder_linears(fmt: str
         for module in engine.runtime_modules(head, target_layers):
             decisions = {engine.matching_rule(fmt, n, rules) is None for n in module.names}
             assert len(decisions) == 1, f"spellings of {module.names} disagree"
-            if engine.applies_scheme(module, fmt) and decisions.pop():
+            if engine.unquantized_reason(module, result.plan.scheme.kinds, fmt) is None and decisions.pop():
                 quantized.update(module.members)
         assert quantized == {lin.module for lin in head.decoder_linears}

@@ -9,7 +9,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import EngineOpt, ExcludeOpt, FormatOpt, JsonOpt, SchemeOpt, TargetLayersOpt
+from eaglequant.cli.options import (
+    EngineOpt,
+    ExcludeOpt,
+    FormatOpt,
+    JsonOpt,
+    QuantizeOpt,
+    SchemeOpt,
+    TargetConfigOpt,
+    TargetLayersOpt,
+)
 from eaglequant.cli.output import BarProgress, err, human_bytes, print_json, progress_enabled
 
 
@@ -21,8 +30,10 @@ def convert_command(
     scheme: SchemeOpt = "fp8-per-channel",
     format: FormatOpt = "quark",
     exclude: ExcludeOpt = None,
+    quantize: QuantizeOpt = None,
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
+    target_config: TargetConfigOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if it exists.")] = False,
     max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")] = "5GB",
     calib: Annotated[
@@ -47,8 +58,10 @@ def convert_command(
             scheme=scheme,
             format=format,
             exclude=exclude or [],
+            quantize=quantize or [],
             engines=engine or ["vllm"],
             target_layers=target_layers,
+            target_config=target_config,
             overwrite=overwrite,
             max_shard_size=max_shard_size,
             calib=calib,

@@ -9,7 +9,16 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import EngineOpt, ExcludeOpt, FormatOpt, JsonOpt, SchemeOpt, TargetLayersOpt
+from eaglequant.cli.options import (
+    EngineOpt,
+    ExcludeOpt,
+    FormatOpt,
+    JsonOpt,
+    QuantizeOpt,
+    SchemeOpt,
+    TargetConfigOpt,
+    TargetLayersOpt,
+)
 from eaglequant.cli.output import err, human_bytes, print_json
 
 
@@ -18,8 +27,10 @@ def inspect_command(
     scheme: SchemeOpt = "fp8-per-channel",
     format: FormatOpt = "quark",
     exclude: ExcludeOpt = None,
+    quantize: QuantizeOpt = None,
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
+    target_config: TargetConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show the detected layout and why, every tensor, what SCHEME would quantize, and the output size."""
@@ -33,8 +44,10 @@ def inspect_command(
             scheme=scheme,
             format=format,
             exclude=exclude or [],
+            quantize=quantize or [],
             engines=engine or ["vllm"],
             target_layers=target_layers,
+            target_config=target_config,
         )
         if json_out:
             print_json(report.to_json())

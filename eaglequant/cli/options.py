@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -21,7 +22,16 @@ ExcludeOpt = Annotated[
         "--exclude",
         "-x",
         help="Keep matching linears unquantized: a glob or 're:<regex>' over checkpoint names as `inspect` "
-        "shows them (e.g. 'midlayer.mlp.*'). Repeatable. fc and lm_head are always kept.",
+        "shows them (e.g. 'midlayer.mlp.*'). Repeatable.",
+    ),
+]
+QuantizeOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--quantize",
+        "-q",
+        help="Quantize matching linears that are kept by default (fc, lm_head), same syntax as --exclude. "
+        "Refused where a targeted engine runs that module unquantized. Repeatable.",
     ),
 ]
 EngineOpt = Annotated[
@@ -35,8 +45,16 @@ TargetLayersOpt = Annotated[
     typer.Option(
         "--target-layers",
         min=0,
-        help="The target model's layer count (engines name the draft layer after it). "
+        help="The target model's layer count (vLLM numbers the draft's layers after it). "
         "When unknown, exclusion rules are written to work for any count.",
+    ),
+]
+TargetConfigOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--target-config",
+        help="The target model's config.json (or its directory), to read its layer count from.",
+        show_default=False,
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON result on stdout.")]

@@ -17,13 +17,13 @@ class RuntimeModule:
     ``names``: the runtime prefix the engine matches rules against; further entries are spellings
     other engine versions use, and written rules must treat all of them alike.
     ``members``: the canonical head linears it computes (several when the engine fuses them).
-    ``quantizable``: whether the engine applies a format's scheme to this module at all; ``None``
-    defers to :meth:`Engine.applies_scheme`, which knows per-format exceptions.
+    ``runs_unquantized``: why the engine builds this module without any quantization method, whatever
+    the config says (so the checkpoint must hold it unquantized); None when the config decides.
     """
 
     names: tuple[str, ...]
     members: tuple[str, ...]
-    quantizable: bool = True
+    runs_unquantized: str | None = None
 
 
 def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
@@ -41,7 +41,6 @@ def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
 class Engine(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
-    lm_head_quantizable: ClassVar[bool] = True
 
     def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,
@@ -49,9 +48,9 @@ class Engine(ABC):
         present = {linear.module for linear in head.linears}
         modules = []
         if "fc" in present:
-            modules.append(RuntimeModule(("model.fc",), ("fc",), self.fc_quantizable(head)))
+            modules.append(RuntimeModule(("model.fc",), ("fc",), self.fc_unquantized(head)))
         if "lm_head" in present:
-            modules.append(RuntimeModule(("lm_head",), ("lm_head",), self.lm_head_quantizable))
+            modules.append(RuntimeModule(("lm_head",), ("lm_head",), self.lm_head_unquantized(head)))
         grouped = {m for group in head.fused_groups for m in group.members}
         for group in head.fused_groups:
             modules.append(RuntimeModule(self.fused_names(head, group, target_layers), group.members))
@@ -60,8 +59,17 @@ class Engine(ABC):
                 modules.append(RuntimeModule(self.linear_names(head, linear, target_layers), (linear.module,)))
         return modules
 
-    def fc_quantizable(self, head: HeadDescription) -> bool:
-        return True
+    def fc_unquantized(self, head: HeadDescription) -> str | None:
+        """Why the engine's ``fc`` never gets a quantization method for this head (None: the config decides)."""
+        return None
+
+    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
+        """Why the engine's ``lm_head`` never gets a quantization method (None: the config decides)."""
+        return None
+
+    def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
+        """Ways ``patterns`` break this engine's loading beyond which modules they exclude."""
+        return []
 
     @abstractmethod
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
@@ -82,6 +90,7 @@ class Engine(ABC):
         ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
         """
 
-    def applies_scheme(self, module: RuntimeModule, format_name: str) -> bool:
-        """Whether the engine quantizes ``module`` when no exclusion rule matches it."""
-        return module.quantizable
+    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme
+        ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
+        return module.runs_unquantized

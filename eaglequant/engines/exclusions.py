@@ -25,6 +25,21 @@ class ModuleVerdict:
     members: tuple[str, ...]
     quantized: bool
     rule: str | None  # the pattern that excluded it
+    engine_reason: str | None = None  # why the engine runs it unquantized whatever the rules say
+
+
+def engine_requirements(
+    head: HeadDescription, engines: list[Engine], kinds: tuple[str, str | None], format_name: str
+) -> dict[str, str]:
+    """Canonical linear -> why a targeted engine needs it kept unquantized in the checkpoint."""
+    required: dict[str, str] = {}
+    for engine in engines:
+        for module in engine.runtime_modules(head, 0):
+            reason = engine.unquantized_reason(module, kinds, format_name)
+            if reason is not None:
+                for member in module.members:
+                    required.setdefault(member, reason)
+    return required
 
 
 def synthesize_patterns(
@@ -37,6 +52,7 @@ def synthesize_patterns(
     for engine in engines:
         for count in layer_counts:
             modules = engine.runtime_modules(head, count)
+            _refuse_shared_names(engine, modules, excluded)
             for module in modules:
                 if not set(module.members) <= excluded:
                     continue
@@ -47,6 +63,21 @@ def synthesize_patterns(
                     if pattern not in patterns:
                         patterns.append(pattern)
     return patterns
+
+
+def _refuse_shared_names(engine: Engine, modules: list[RuntimeModule], excluded: set[str]) -> None:
+    """An engine that names several draft layers alike (SGLang) can only exclude all of them or none."""
+    seen: dict[str, RuntimeModule] = {}
+    for module in modules:
+        for name in module.names:
+            other = seen.setdefault(name, module)
+            if (set(other.members) <= excluded) != (set(module.members) <= excluded):
+                kept, quantized = (other, module) if set(other.members) <= excluded else (module, other)
+                raise InputError(
+                    f"{engine.title} names {', '.join(kept.members)} and {', '.join(quantized.members)} alike "
+                    f"({name}), so it cannot keep the first unquantized and quantize the second",
+                    hint="exclude the same modules in every draft layer, or do not target this engine",
+                )
 
 
 def _refuse_layer_dependent(
@@ -77,19 +108,28 @@ def prove(
     quantized: set[str],
     engines: list[Engine],
     format_name: str,
+    kinds: tuple[str, str | None],
     target_layers: int | None,
 ) -> list[ModuleVerdict]:
     """Run each engine's matching rule over its runtime names; fail on any module not treated as intended."""
     verdicts: list[ModuleVerdict] = []
     layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
     for engine in engines:
+        for problem in engine.pattern_problems(head, format_name, patterns):
+            raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in layer_counts:
             for module in engine.runtime_modules(head, count):
-                quantizable = engine.applies_scheme(module, format_name)
-                intended = quantizable and set(module.members) <= quantized
+                reason = engine.unquantized_reason(module, kinds, format_name)
+                if reason is not None and set(module.members) & quantized:
+                    raise ExclusionProofError(
+                        f"{engine.title} runs {module.names[0]} unquantized ({reason}) but the plan quantizes "
+                        f"{', '.join(sorted(set(module.members) & quantized))}",
+                        hint="report this as a bug in eaglequant",
+                    )
+                intended = reason is None and set(module.members) <= quantized
                 rules = [engine.matching_rule(format_name, name, patterns) for name in module.names]
                 for name, rule in zip(module.names, rules, strict=True):
-                    applied = quantizable and rule is None
+                    applied = reason is None and rule is None
                     if applied != intended:
                         want = "quantized" if intended else "kept unquantized"
                         got = f"excluded by {rule!r}" if rule else "matched by no exclusion rule"
@@ -100,9 +140,7 @@ def prove(
                         )
                 if count == layer_counts[-1]:
                     shown = module.names[0] if target_layers is not None else _symbolic(module.names[0], count)
-                    verdicts.append(
-                        ModuleVerdict(engine.name, shown, module.members, quantizable and rules[0] is None, rules[0])
-                    )
+                    verdicts.append(ModuleVerdict(engine.name, shown, module.members, intended, rules[0], reason))
     return verdicts
 
 

@@ -32,10 +32,13 @@ class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
 
-    lm_head_quantizable: ClassVar[bool] = False
+    def fc_unquantized(self, head: HeadDescription) -> str | None:
+        if head.attention == "mla":
+            return None
+        return "SGLang builds a Llama draft's fc as a plain torch.nn.Linear (models/llama_eagle3.py)"
 
-    def fc_quantizable(self, head: HeadDescription) -> bool:
-        return head.attention == "mla"  # a plain torch.nn.Linear in Llama drafts
+    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
+        return "SGLang's ParallelLMHead is claimed by no linear method"
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         return ((_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.kind],)

@@ -5,11 +5,21 @@ Sources (NVIDIA/TensorRT-LLM, main 2026):
   the draft's quant config), ``midlayer`` = one ``Eagle3DecoderLayer`` (``midlayer.{i}`` when there are
   several), whose attention is ``self_attn.qkv_proj`` / ``o_proj`` (Llama) or, for MLA,
   ``self_attn.kv_a_proj_with_mqa`` (q_a + kv_a fused), ``q_b_proj``, ``kv_b_proj``, ``o_proj``; MLP
-  ``mlp.gate_up_proj`` / ``down_proj``. Everything sits under ``model.``; ``lm_head`` at the top.
+  ``mlp.gate_up_proj`` / ``down_proj``. ``Eagle3ForCausalLM.load_weights`` puts everything under
+  ``model.`` except ``lm_head``; no ``draft_model.`` prefix is involved in the draft's own matching.
 - ``tensorrt_llm/_torch/model_config.py`` + ``quantization/modelopt_config.py``: only ModelOpt configs
-  (``hf_quant_config.json`` preferred) and compressed-tensors are read; ``exclude_modules`` entries are
-  ``fnmatchcase`` wildcards; a module is excluded when it, or one of its ancestors, matches, and a fused
-  ``qkv_proj`` / ``gate_up_proj`` is also tried under its members' names.
+  (``hf_quant_config.json`` preferred) and compressed-tensors are read.
+- ``tensorrt_llm/models/modeling_utils.py::QuantConfig.is_module_excluded_from_quantization``: an
+  ``exclude_modules`` entry is an ``fnmatchcase`` glob, or ``re:`` + ``re.fullmatch``, tried on the name and
+  each ancestor; ``_torch/models/modeling_utils.py::apply_quant_config_exclude_modules`` also tries a fused
+  ``qkv_proj`` / ``gate_up_proj`` under each member's name (any one excludes the module).
+- ``LMHead`` takes no quant config in released versions (newer main quantizes it only when the checkpoint
+  stores ``lm_head.weight_scale``), so lm_head stays unquantized.
+- ``_torch/models/modeling_deepseekv3.py::DeepseekV3WeightLoader`` (MLA drafts): ``kv_b_proj`` is split into
+  ``k_b_proj_trans`` / ``v_b_proj``, which only BF16 or block-FP8 (``weight_scale_inv``) feed; the fused
+  q_a + kv_a weight is concatenated and gets a scale only from ``weight_scale_inv`` (its NVFP4 path exists
+  on the newest main only). Whether ``kv_b_proj`` is excluded is asked with the bare leaf name
+  ``kv_b_proj``; a rule matching it sends a BF16 kv_b_proj down the block-FP8 dequant path (KeyError).
 """
 
 from __future__ import annotations
@@ -18,20 +28,36 @@ import fnmatch
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine
+from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 _RUNTIME_FUSED_NAME = {"qkv_proj": "qkv_proj", "gate_up_proj": "gate_up_proj", "fused_qkv_a_proj": "kv_a_proj_with_mqa"}
+_MLA_BF16_ONLY = {
+    "kv_b_proj": "TensorRT-LLM splits an MLA draft's kv_b_proj into k_b_proj_trans / v_b_proj, which take only "
+    "BF16 or block-FP8 weights (modeling_deepseekv3.py::DeepseekV3WeightLoader)",
+    "q_a_proj": "TensorRT-LLM loads an MLA draft's fused q_a + kv_a weight with block-FP8 scales only; other "
+    "scales are not loaded (modeling_deepseekv3.py::DeepseekV3WeightLoader)",
+}
+_MLA_BF16_ONLY["kv_a_proj_with_mqa"] = _MLA_BF16_ONLY["q_a_proj"]
 
 
 def _layer_prefix(head: HeadDescription, layer: int) -> str:
     return f"model.midlayer.{layer}" if head.num_layers > 1 else "model.midlayer"
 
 
+def _excludes(pattern: str, candidate: str) -> bool:
+    if pattern.startswith("re:"):
+        return re.fullmatch(pattern[3:], candidate) is not None
+    return fnmatch.fnmatchcase(candidate, pattern)
+
+
 class TrtllmEngine(Engine):
     name: ClassVar[str] = "trtllm"
     title: ClassVar[str] = "TensorRT-LLM"
+
+    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
+        return "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         block = group.name.split(".")[2]
@@ -40,6 +66,23 @@ class TrtllmEngine(Engine):
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         assert linear.layer is not None
         return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
+
+    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        for member in module.members:
+            reason = _MLA_BF16_ONLY.get(member.rsplit(".", 1)[-1])
+            if reason is not None:
+                return reason
+        return module.runs_unquantized
+
+    def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
+        if head.attention != "mla":
+            return []
+        return [
+            f"TensorRT-LLM asks whether the bare name 'kv_b_proj' is excluded, and {p!r} matches it: the BF16 "
+            "kv_b_proj then goes down the block-FP8 dequant path and loading fails (weight_scale_inv missing)"
+            for p in patterns
+            if _excludes(p, "kv_b_proj")
+        ]
 
     def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
         # Runtime names do not depend on the target's layer count here.
@@ -52,10 +95,6 @@ class TrtllmEngine(Engine):
         for member in _FUSED_SPELLINGS.get(parts[-1], ()):
             candidates.append(".".join([*parts[:-1], member]))
         for pattern in patterns:
-            for candidate in candidates:
-                if pattern.startswith("re:"):
-                    if re.match(pattern[3:], candidate):
-                        return pattern
-                elif fnmatch.fnmatchcase(candidate, pattern):
-                    return pattern
+            if any(_excludes(pattern, candidate) for candidate in candidates):
+                return pattern
         return None

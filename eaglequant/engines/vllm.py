@@ -3,11 +3,14 @@
 Sources (vllm-project/vllm):
 - ``vllm/model_executor/models/llama_eagle3.py``: the draft's decoder layer is built at prefix
   ``model.layers.{start_layer_id + i}`` with start_layer_id = the target's layer count; it overrides
-  ``self_attn.qkv_proj`` with ``prefix=maybe_prefix(prefix, "qkv_proj")``, so the fused QKV is matched
-  as ``model.layers.{L}.qkv_proj`` (no ``self_attn``); ``fc`` is a ``ReplicatedLinear`` at ``model.fc``
-  built with the draft's quant_config; ``lm_head`` is a ParallelLMHead.
+  the fused QKV at ``maybe_prefix(prefix, "self_attn.qkv_proj")`` (0.33; earlier releases used
+  ``"qkv_proj"``, so rules cover both spellings); ``fc`` is a ``ReplicatedLinear`` at ``model.fc``
+  built with the draft's quant_config; ``lm_head`` is a ParallelLMHead given the draft's quant config.
 - ``vllm/model_executor/models/deepseek_eagle3.py`` + ``deepseek_v2.py`` (MLA): ``self_attn.fused_qkv_a_proj``
-  (q_a_proj + kv_a_proj_with_mqa when q_lora_rank is set), ``q_b_proj`` (or ``q_proj``), ``kv_b_proj``, ``o_proj``.
+  (q_a_proj + kv_a_proj_with_mqa when q_lora_rank is set), ``q_b_proj`` (or ``q_proj``), ``kv_b_proj``, ``o_proj``;
+  its ``lm_head`` is built without a quant config, so it is never quantized.
+- ``vllm/model_executor/layers/quantization/base_config.py``: draft layers get a fresh quant config from
+  ``get_draft_quant_config`` with an empty ``packed_modules_mapping``, so no fused-name expansion happens.
 - ``vllm/model_executor/layers/quantization/quark/quark.py`` + ``quark/utils.py::should_ignore_layer``:
   an ``exclude`` entry matches a prefix when it is equal to it, or when it starts with ``re:`` and
   ``re.match`` (anchored at the start only) succeeds. The draft's QuarkConfig gets no
@@ -57,12 +60,10 @@ class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
 
-    lm_head_quantizable: ClassVar[bool] = False  # except under ModelOpt: see applies_scheme
-
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         layer = f"model.layers.{target_layers + group.layer}"
         if group.kind == "qkv_proj":
-            return (f"{layer}.qkv_proj", f"{layer}.self_attn.qkv_proj")
+            return (f"{layer}.self_attn.qkv_proj", f"{layer}.qkv_proj")
         block = group.name.split(".")[2]  # "self_attn" | "mlp"
         return (f"{layer}.{block}.{group.kind}",)
 
@@ -71,10 +72,15 @@ class VllmEngine(Engine):
         local = linear.module.split(".", 2)[2]  # "self_attn.o_proj"
         return (f"model.layers.{target_layers + linear.layer}.{local}",)
 
-    def applies_scheme(self, module: RuntimeModule, format_name: str) -> bool:
-        if module.names == ("lm_head",):
-            return format_name == "modelopt"
-        return module.quantizable
+    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
+        if head.attention == "mla":
+            return "vLLM builds an MLA draft's lm_head without a quant config (deepseek_eagle3.py)"
+        return None
+
+    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        if module.names == ("lm_head",) and module.runs_unquantized is None and format_name != "modelopt":
+            return "vLLM's Quark and compressed-tensors configs give the ParallelLMHead no quantization method"
+        return module.runs_unquantized
 
     def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
         if format_name == "modelopt":

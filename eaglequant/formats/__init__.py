@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from eaglequant.errors import SchemeError
-from eaglequant.formats.base import Format, GroupScales, QuantizedLinear
+from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, WrittenConfig
 from eaglequant.formats.compressed_tensors import CompressedTensorsFormat
 from eaglequant.formats.modelopt import ModelOptFormat
 from eaglequant.formats.quark import QuarkFormat
@@ -18,4 +18,16 @@ def get_format(name: str) -> Format:
         raise SchemeError(f"unknown format {name!r}", hint=f"choose one of: {', '.join(FORMATS)}") from None
 
 
-__all__ = ["FORMATS", "Format", "GroupScales", "QuantizedLinear", "get_format"]
+def format_for_quant_method(method: object) -> Format | None:
+    return next((fmt for fmt in FORMATS.values() if fmt.quant_method == method), None)
+
+
+__all__ = [
+    "FORMATS",
+    "Format",
+    "GroupScales",
+    "QuantizedLinear",
+    "WrittenConfig",
+    "format_for_quant_method",
+    "get_format",
+]

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.errors import InputError
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -29,6 +30,16 @@ class GroupScales:
     input_amax: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class WrittenConfig:
+    """A checkpoint's quantization config read back: the scheme it declares and its exclusion rules."""
+
+    format_name: str
+    kinds: tuple[str, str | None]
+    patterns: list[str]  # exclusion rules, as the engines read them
+    problems: list[str]  # contradictions inside the config files themselves
+
+
 @dataclass
 class QuantizedLinear:
     tensors: dict[str, torch.Tensor]  # output name -> tensor, exactly the names of ``tensor_specs``
@@ -39,6 +50,8 @@ class QuantizedLinear:
 class Format(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
+    quant_method: ClassVar[str]  # config.json's quantization_config.quant_method
+    extra_file_names: ClassVar[tuple[str, ...]] = ()  # JSON files written beside config.json
     # Which exclusion-matching rule an engine applies to this format's config (see engines/).
     exclude_key: ClassVar[str]
 
@@ -80,6 +93,37 @@ class Format(ABC):
     def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
         """Further JSON files the format writes beside config.json (none by default)."""
         return {}
+
+    @abstractmethod
+    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
+        """The parts of a config that decide the scheme, normalised so that two configs declaring the
+        same scheme compare equal (versions, observers and exclusions left out)."""
+
+    def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
+        """Which scheme a config declares and which rules exclude modules; ``extra``: the format's own
+        files beside config.json (by name) that were found."""
+        from eaglequant.schemes.model import scheme_for_kinds
+
+        found = self.scheme_fields(quantization_config)
+        for kinds in self.algorithms:
+            if found == self.scheme_fields(self.quantization_config(scheme_for_kinds(kinds), [])):
+                return WrittenConfig(self.name, kinds, self._patterns(quantization_config), [])
+        raise InputError(
+            f"config.json: the {self.title} quantization_config declares a scheme eaglequant does not model "
+            f"({_short(found)})",
+            hint=f"eaglequant reads {', '.join(sorted(set(self.algorithms.values())))}",
+        )
+
+    def _patterns(self, quantization_config: dict[str, Any]) -> list[str]:
+        rules = quantization_config.get(self.exclude_key) or []
+        if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+            raise InputError(f"config.json: quantization_config.{self.exclude_key} must be a list of strings")
+        return list(rules)
+
+
+def _short(value: object, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def error_stats(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Tensor]) -> tuple[float, float]:

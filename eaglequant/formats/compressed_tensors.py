@@ -64,6 +64,7 @@ _ACTIVATIONS = {
 class CompressedTensorsFormat(Format):
     name: ClassVar[str] = "compressed-tensors"
     title: ClassVar[str] = "compressed-tensors"
+    quant_method: ClassVar[str] = "compressed-tensors"
     exclude_key: ClassVar[str] = "ignore"
     algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
         ("fp8-channel", "fp8-token"): "FP8_DYNAMIC",
@@ -152,3 +153,24 @@ class CompressedTensorsFormat(Format):
             "transform_config": {},
             "version": COMPRESSED_TENSORS_VERSION,
         }
+
+    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
+        groups = quantization_config.get("config_groups")
+        if not isinstance(groups, dict) or len(groups) != 1:
+            return ("config_groups", len(groups) if isinstance(groups, dict) else None)
+        group = next(iter(groups.values()))
+        if not isinstance(group, dict):
+            return ("config_groups", None)
+        return (
+            group.get("format", quantization_config.get("format")),
+            group.get("targets"),
+            _args_fields(group.get("weights")),
+            _args_fields(group.get("input_activations")),
+        )
+
+
+_ARGS_KEYS = ("num_bits", "type", "strategy", "group_size", "dynamic", "symmetric")
+
+
+def _args_fields(args: object) -> tuple[object, ...] | None:
+    return tuple(args.get(key) for key in _ARGS_KEYS) if isinstance(args, dict) else None

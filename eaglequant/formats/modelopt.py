@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.errors import CheckpointError
-from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, error_stats
+from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, WrittenConfig, error_stats
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -34,6 +34,8 @@ _FP4_ARGS = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
 class ModelOptFormat(Format):
     name: ClassVar[str] = "modelopt"
     title: ClassVar[str] = "NVIDIA ModelOpt"
+    quant_method: ClassVar[str] = "modelopt"
+    extra_file_names: ClassVar[tuple[str, ...]] = (HF_QUANT_CONFIG,)
     exclude_key: ClassVar[str] = "ignore"
     algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
         ("fp8-channel", "fp8-token"): "FP8_PER_CHANNEL_PER_TOKEN",
@@ -106,3 +108,23 @@ class ModelOptFormat(Format):
             quantization["group_size"] = 16
         quantization["exclude_modules"] = list(exclude)
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
+
+    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
+        return quantization_config.get("quant_algo")
+
+    def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
+        """config.json's flat form is what vLLM reads; TensorRT-LLM prefers hf_quant_config.json. Both
+        must say the same, or the engines disagree about the checkpoint."""
+        nested = extra.get(HF_QUANT_CONFIG, {}).get("quantization")
+        flat = quantization_config if "quant_algo" in quantization_config else None
+        if flat is None and isinstance(nested, dict):
+            flat = {"quant_algo": nested.get("quant_algo"), "ignore": nested.get("exclude_modules") or []}
+        written = super().read_config(flat or quantization_config, extra)
+        if isinstance(nested, dict):
+            for key, flat_key in (("quant_algo", "quant_algo"), ("exclude_modules", "ignore")):
+                if nested.get(key) != (flat or {}).get(flat_key):
+                    written.problems.append(
+                        f"{HF_QUANT_CONFIG} has {key} {nested.get(key)!r} but config.json has {flat_key} "
+                        f"{(flat or {}).get(flat_key)!r}: TensorRT-LLM reads the first, vLLM the second"
+                    )
+        return written

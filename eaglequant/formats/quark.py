@@ -63,6 +63,7 @@ _MXFP4_SPEC: dict[str, Any] = {
 class QuarkFormat(Format):
     name: ClassVar[str] = "quark"
     title: ClassVar[str] = "AMD Quark"
+    quant_method: ClassVar[str] = "quark"
     exclude_key: ClassVar[str] = "exclude"
     algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
         ("fp8-channel", "fp8-token"): "ptpc_fp8",
@@ -132,3 +133,18 @@ class QuarkFormat(Format):
                 "weight_merge_groups": None,
             },
         }
+
+    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
+        spec = quantization_config.get("global_quant_config")
+        spec = spec if isinstance(spec, dict) else {}
+        per_layer = bool(
+            quantization_config.get("layer_quant_config") or quantization_config.get("layer_type_quant_config")
+        )
+        return _spec_fields(spec.get("weight")), _spec_fields(spec.get("input_tensors")), per_layer
+
+
+_SPEC_KEYS = ("dtype", "qscheme", "ch_axis", "group_size", "scale_format", "is_dynamic")
+
+
+def _spec_fields(spec: object) -> tuple[object, ...] | None:
+    return tuple(spec.get(key) for key in _SPEC_KEYS) if isinstance(spec, dict) else None

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
-from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.errors import LayoutError
 from eaglequant.layouts.families import LayoutEvidence, identify
@@ -27,7 +27,20 @@ FUSED_KINDS = {
 }
 
 
-def describe_head(checkpoint: Checkpoint) -> HeadDescription:
+class TensorSource(Protocol):
+    """What describing a head needs: the directory, its config.json and every tensor's header."""
+
+    @property
+    def root(self) -> Path: ...
+    @property
+    def config(self) -> dict[str, Any]: ...
+    @property
+    def source_format(self) -> str: ...
+    @property
+    def tensors(self) -> dict[str, TensorInfo]: ...
+
+
+def describe_head(checkpoint: TensorSource) -> HeadDescription:
     """Detect the layout of ``checkpoint`` and check every tensor's shape against config.json."""
     parsed = {name: parse_name(name) for name in checkpoint.tensors}
     linears_by_layer = [p for p in parsed.values() if p.role is Role.LINEAR and p.layer is not None]
@@ -84,7 +97,7 @@ def _dims_source(config: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def _int(source: dict[str, Any], key: str, checkpoint: Checkpoint, default: int | None = None) -> int:
+def _int(source: dict[str, Any], key: str, checkpoint: TensorSource, default: int | None = None) -> int:
     value = source.get(key, default)
     if type(value) is not int or value <= 0:
         found = "missing" if key not in source else f"{source[key]!r}"
@@ -92,7 +105,7 @@ def _int(source: dict[str, Any], key: str, checkpoint: Checkpoint, default: int 
     return value
 
 
-def _optional_int(source: dict[str, Any], key: str, checkpoint: Checkpoint) -> int | None:
+def _optional_int(source: dict[str, Any], key: str, checkpoint: TensorSource) -> int | None:
     return None if source.get(key) is None else _int(source, key, checkpoint)
 
 
@@ -104,7 +117,7 @@ def _num_aux(config: dict[str, Any]) -> int:
     return 3
 
 
-def read_dims(checkpoint: Checkpoint, parsed: dict[str, ParsedName], attention: str) -> HeadDims:
+def read_dims(checkpoint: TensorSource, parsed: dict[str, ParsedName], attention: str) -> HeadDims:
     source = _dims_source(checkpoint.config)
     hidden = _int(source, "hidden_size", checkpoint)
     heads = _int(source, "num_attention_heads", checkpoint)
@@ -201,7 +214,7 @@ def _expected_shapes(p: ParsedName, d: HeadDims) -> list[tuple[int, ...]] | None
     return [(o, i) for o in out_sizes for i in ins]
 
 
-def _check_shape(checkpoint: Checkpoint, tensor: HeadTensor, p: ParsedName, dims: HeadDims) -> None:
+def _check_shape(checkpoint: TensorSource, tensor: HeadTensor, p: ParsedName, dims: HeadDims) -> None:
     allowed = _expected_shapes(p, dims)
     if allowed is None or tensor.info.shape in allowed:
         return
@@ -214,7 +227,7 @@ def _check_shape(checkpoint: Checkpoint, tensor: HeadTensor, p: ParsedName, dims
 
 
 def _linears_and_groups(
-    tensors: tuple[HeadTensor, ...], parsed: dict[str, ParsedName], attention: str, checkpoint: Checkpoint
+    tensors: tuple[HeadTensor, ...], parsed: dict[str, ParsedName], attention: str, checkpoint: TensorSource
 ) -> tuple[tuple[HeadLinear, ...], tuple[FusedGroup, ...]]:
     present = {parsed[t.name].module for t in tensors if t.role is Role.LINEAR}
     groups: list[FusedGroup] = []

@@ -11,6 +11,7 @@ support matrix are keyed on those kinds, so a user's own scheme file works where
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -132,6 +133,27 @@ def load_scheme(name_or_path: str) -> Scheme:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SchemeError(f"{path}: not valid TOML ({exc})") from exc
     return parse_scheme(data, str(path))
+
+
+@functools.cache
+def builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
+    """Scheme kinds -> the built-in scheme that writes them (nvfp4 also stands for its W4A16 downgrade)."""
+    names: dict[tuple[str, str | None], str] = {}
+    for name in builtin_scheme_names():
+        scheme = load_scheme(name)
+        names.setdefault(scheme.kinds, name)
+        if scheme.needs_calibration and scheme.if_uncalibrated == "weight-only":
+            names.setdefault(scheme.without_calibration().kinds, name)
+    return names
+
+
+def scheme_for_kinds(kinds: tuple[str, str | None]) -> Scheme:
+    """The built-in scheme with these kinds, as written (used to read a checkpoint's config back)."""
+    name = builtin_names_by_kinds().get(kinds)
+    if name is None:
+        raise SchemeError(f"no built-in scheme has weight {kinds[0]} with activations {kinds[1] or 'unquantized'}")
+    scheme = load_scheme(name)
+    return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
 def _check_keys(where: str, table: Any, allowed: set[str], required: set[str]) -> dict[str, Any]:

@@ -1,0 +1,93 @@
+"""The target model's layer count, which vLLM adds to the draft's layer index to name its modules.
+
+vLLM builds draft layer ``i`` at ``model.layers.{L + i}`` with L = the target's
+``get_total_num_hidden_layers()`` (``vllm/model_executor/models/llama_eagle3.py``,
+``deepseek_eagle3.py``), i.e. the target config's ``num_hidden_layers`` (``text_config`` first, for
+multimodal targets such as Kimi-K2.5). Sources, strongest first: ``--target-layers``, ``--target-config``,
+and the head's own config when it names its verifier (speculators) and that verifier's config.json is
+on disk (a local directory, or the Hugging Face cache; never downloaded). Two sources that disagree
+are an error. When none is known, exclusion rules are written to hold for any L.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eaglequant.errors import InputError
+
+
+@dataclass(frozen=True)
+class TargetLayers:
+    count: int | None
+    source: str  # where the count came from, in words
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "source": self.source}
+
+
+UNKNOWN = TargetLayers(None, "unknown: rules are written for any target layer count")
+
+
+def layer_count(config: dict[str, Any], where: str) -> int:
+    """``num_hidden_layers`` of a target config (its ``text_config`` first)."""
+    for holder in (config.get("text_config"), config):
+        if isinstance(holder, dict) and "num_hidden_layers" in holder:
+            value = holder["num_hidden_layers"]
+            if type(value) is not int or value <= 0:
+                raise InputError(f"{where}: num_hidden_layers is {value!r}; expected a positive integer")
+            return value
+    raise InputError(f"{where}: has no num_hidden_layers", hint="pass the target model's config.json")
+
+
+def read_target_config(path: Path) -> int:
+    from eaglequant.checkpoint.reader import load_json_object
+
+    file = path / "config.json" if path.is_dir() else path
+    return layer_count(load_json_object(file, "target config"), str(file))
+
+
+def verifier_config(head_config: dict[str, Any]) -> Path | None:
+    """config.json of the verifier a speculators head names, when it is on disk."""
+    speculators = head_config.get("speculators_config")
+    verifier = speculators.get("verifier") if isinstance(speculators, dict) else None
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    if not isinstance(name, str) or not name:
+        return None
+    local = Path(name).expanduser()
+    if (local / "config.json").is_file():
+        return local / "config.json"
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def resolve_target_layers(
+    explicit: int | None, target_config: str | Path | None, head_config: dict[str, Any]
+) -> TargetLayers:
+    found: list[TargetLayers] = []
+    if explicit is not None:
+        if explicit < 0:
+            raise InputError(f"--target-layers must be >= 0, got {explicit}")
+        found.append(TargetLayers(explicit, "--target-layers"))
+    if target_config is not None:
+        found.append(TargetLayers(read_target_config(Path(target_config)), f"--target-config {target_config}"))
+    verifier = verifier_config(head_config)
+    if verifier is not None:
+        found.append(TargetLayers(layer_count(_load(verifier), str(verifier)), f"the head's verifier ({verifier})"))
+    counts = {t.count for t in found}
+    if len(counts) > 1:
+        said = ", ".join(f"{t.source} says {t.count}" for t in found)
+        raise InputError(f"the target's layer count is ambiguous: {said}", hint="make them agree, or drop one")
+    return found[0] if found else UNKNOWN
+
+
+def _load(path: Path) -> dict[str, Any]:
+    from eaglequant.checkpoint.reader import load_json_object
+
+    return load_json_object(path, "verifier config")
