@@ -3,22 +3,28 @@
 >>> import eaglequant
 >>> report = eaglequant.inspect("fixtures/specforge-llama")
 >>> result = eaglequant.convert("fixtures/specforge-llama", "out/fp8", scheme="fp8-per-channel", format="quark")
+>>> eaglequant.explain("out/fp8").ok
+True
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
+from eaglequant.engines.target import resolve_target_layers
 from eaglequant.errors import InputError
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
 from eaglequant.plan import ConversionPlan, build_plan, refuse_unused_calibration
 from eaglequant.progress import Progress
+
+if TYPE_CHECKING:
+    from eaglequant.explain import Explanation
 from eaglequant.schemes.model import load_scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
@@ -177,3 +183,24 @@ def convert(
         return run_conversion(
             checkpoint, plan, dst_path, overwrite=overwrite, max_shard_bytes=max_shard_bytes, progress=progress
         )
+
+
+def explain(
+    dst: str | Path,
+    *,
+    engines: list[str] | tuple[str, ...] = (),
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+) -> Explanation:
+    """How each engine (all, or ``engines``) will read the quantized checkpoint in ``dst``: every runtime
+    module, the rule that excludes it, the scheme applied and the tensors expected. Reads headers only;
+    ``Explanation.ok`` is False when an engine would not load it as its config says."""
+    from eaglequant.engines import get_engine
+    from eaglequant.explain import explain_checkpoint
+    from eaglequant.layouts.written import describe_written_head
+
+    names = [get_engine(name).name for name in dict.fromkeys(engines)]
+    with Checkpoint.open(dst) as checkpoint:
+        head = describe_written_head(checkpoint)
+        target = resolve_target_layers(target_layers, target_config, head.config)
+        return explain_checkpoint(checkpoint, head, names or None, target)

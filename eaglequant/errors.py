@@ -10,7 +10,8 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
-EXIT_PARITY = 3
+EXIT_CHECK_FAILED = 3  # a check on a written checkpoint failed (explain found a mismatch, a parity threshold)
+EXIT_PARITY = EXIT_CHECK_FAILED
 EXIT_INTERRUPTED = 130
 
 

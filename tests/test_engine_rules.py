@@ -1,36 +1,24 @@
-"""vLLM's exclusion matching on the draft's runtime names, including the known traps."""
+"""Each engine's exclusion matching on the draft's runtime names: the known traps, and for every fixture
+layout, engine and format, that the written config makes the engine quantize exactly what was intended."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from eaglequant import inspect
+from eaglequant.engines import ENGINES
 from eaglequant.engines.exclusions import prove
+from eaglequant.engines.support import MATRIX, support
 from eaglequant.engines.vllm import VllmEngine
-from eaglequant.errors import ExclusionProofError
-from tests.conftest import FIXTURES
+from eaglequant.errors import ExclusionProofError, InputError
+from eaglequant.formats import FORMATS
+from eaglequant.plan import build_plan
+from eaglequant.schemes.model import scheme_for_kinds
+from tests.conftest import FIXTURE_NAMES, FIXTURES
 
 ENGINE = VllmEngine()
-
-
-@pytest.mark.parametrize(
-    ("pattern", "name", "excluded"),
-    [
-        ("fc", "model.fc", False),  # Quark's own export: matches nothing at run time
-        ("re:fc", "model.fc", False),  # re.match is anchored at the start
-        ("midlayer.*", "model.layers.61.qkv_proj", False),  # checkpoint names never reach the engine
-        ("q_proj", "model.layers.61.qkv_proj", False),  # the draft gets no packed-module mapping
-        ("re:.*q_proj", "model.layers.61.qkv_proj", False),
-        ("lm_head", "lm_head", True),
-        ("model.fc", "model.fc", True),
-        ("re:.*fc.*", "model.fc", True),  # AMD's hand edit on amd/Kimi-K2.5-Eagle3-FP8
-        (r"re:^model\.fc$", "model.fc", True),
-        (r"re:.*\.fc$", "model.fc", True),
-        ("re:.*qkv_proj$", "model.layers.61.qkv_proj", True),
-    ],
-)
-def test_vllm_matching_rule(pattern: str, name: str, excluded: bool) -> None:
-    assert (ENGINE.matching_rule("quark", name, [pattern]) is not None) is excluded
 
 
 @pytest.mark.parametrize(
@@ -41,8 +29,8 @@ def test_vllm_matching_rule(pattern: str, name: str, excluded: bool) -> None:
             {
                 "model.fc",
                 "lm_head",
-                "model.layers.61.qkv_proj",
-                "model.layers.62.qkv_proj",
+                "model.layers.61.self_attn.qkv_proj",
+                "model.layers.62.self_attn.qkv_proj",
                 "model.layers.61.self_attn.o_proj",
                 "model.layers.62.mlp.gate_up_proj",
             },
@@ -63,6 +51,8 @@ def test_runtime_names_follow_the_target_layer_count(fixture: str, expected: set
     names = {n for m in ENGINE.runtime_modules(head, 61) for n in m.names}
     assert expected <= names
     assert not any("midlayer" in n or ".q_proj" in n or ".q_a_proj" in n for n in names)
+    # 0.33 spells the fused QKV self_attn.qkv_proj, earlier releases qkv_proj: both are modelled.
+    assert "model.layers.61.qkv_proj" in names or fixture == "torchspec-mla"
 
 
 def test_proof_rejects_quarks_own_exclude_list() -> None:
@@ -118,3 +108,156 @@ def test_written_config_makes_vllm_quantize_exactly_the_decoder_linears(fmt: str
             if engine.unquantized_reason(module, result.plan.scheme.kinds, fmt) is None and decisions.pop():
                 quantized.update(module.members)
         assert quantized == {lin.module for lin in head.decoder_linears}
+
+
+# (engine, format, pattern, runtime name, excluded?) — what each engine's own rule does with a pattern.
+TRAPS = [
+    # vLLM, Quark / compressed-tensors: exact or re: + re.match, no fused-name expansion.
+    ("vllm", "quark", "fc", "model.fc", False),  # what Quark's own export writes: matches nothing
+    ("vllm", "quark", "re:fc", "model.fc", False),  # re.match is anchored at the start
+    ("vllm", "quark", "midlayer.*", "model.layers.61.self_attn.qkv_proj", False),  # checkpoint names never reach it
+    ("vllm", "quark", "model.layers.61.q_proj", "model.layers.61.self_attn.qkv_proj", False),  # no packed mapping
+    ("vllm", "quark", "re:.*q_proj", "model.layers.61.self_attn.qkv_proj", False),
+    ("vllm", "quark", "re:.*fc.*", "model.fc", True),  # AMD's hand edit on amd/Kimi-K2.5-Eagle3-FP8
+    ("vllm", "quark", r"re:^model\.fc$", "model.fc", True),
+    ("vllm", "compressed-tensors", "re:.*fc$", "model.fc", True),  # llm-compressor's own ignore entry
+    ("vllm", "compressed-tensors", "lm_head", "lm_head", True),
+    ("vllm", "compressed-tensors", "re:.*qkv_proj$", "model.layers.61.self_attn.qkv_proj", True),
+    # vLLM, ModelOpt: exact, then substring, then fnmatch; no re:.
+    ("vllm", "modelopt", "fc", "model.fc", True),  # a substring of model.fc
+    ("vllm", "modelopt", "proj", "model.layers.61.self_attn.o_proj", True),  # substring: catches every projection
+    ("vllm", "modelopt", "kv_a_proj", "model.layers.61.self_attn.fused_qkv_a_proj", True),  # substring of fused_qkv_a
+    ("vllm", "modelopt", "kv_a_proj_with_mqa", "model.layers.61.self_attn.fused_qkv_a_proj", False),
+    ("vllm", "modelopt", "model.layers.6", "model.layers.61.mlp.down_proj", True),  # layer 6 catches layer 61
+    ("vllm", "modelopt", "model.layers.61*", "model.layers.61.mlp.down_proj", True),  # name* -> name, name.*
+    ("vllm", "modelopt", "re:.*fc", "model.fc", False),  # no re: in ModelOpt matching
+    ("vllm", "modelopt", "q_proj", "model.layers.61.self_attn.qkv_proj", False),
+    # TensorRT-LLM: fnmatchcase or re: + fullmatch, on the name, its ancestors and fused members' names.
+    ("trtllm", "modelopt", "fc", "model.fc", False),  # full-string glob
+    ("trtllm", "modelopt", "*fc", "model.fc", True),
+    ("trtllm", "modelopt", "midlayer.*", "model.midlayer.self_attn.qkv_proj", False),  # names start with model.
+    ("trtllm", "modelopt", "model.midlayer.*", "model.midlayer.self_attn.qkv_proj", True),
+    ("trtllm", "modelopt", "*.q_proj", "model.midlayer.self_attn.qkv_proj", True),  # one member excludes the fused
+    ("trtllm", "modelopt", "model.midlayer.self_attn", "model.midlayer.self_attn.o_proj", True),  # an ancestor
+    ("trtllm", "compressed-tensors", "re:.*fc", "model.fc", True),
+    ("trtllm", "compressed-tensors", "re:fc", "model.fc", False),
+    # SGLang, Quark / compressed-tensors: exact or re: + re.match on its own names.
+    ("sglang", "quark", "fc", "model.fc", False),
+    ("sglang", "quark", "model.layers.61.self_attn.qkv_proj", "model.qkv_proj", False),  # vLLM's name misses it
+    ("sglang", "quark", "re:.*qkv_proj$", "model.qkv_proj", True),
+    ("sglang", "compressed-tensors", r"re:^model\.down_proj$", "model.down_proj", True),
+    # SGLang, ModelOpt: glob full-matched on the name or any one part, plus the fused-MLA tail rule.
+    ("sglang", "modelopt", "qkv_proj", "model.qkv_proj", True),
+    ("sglang", "modelopt", "self_attn", "model.self_attn.o_proj", True),  # one part catches all attention
+    ("sglang", "modelopt", "kv_a_proj_with_mqa", "model.self_attn.fused_qkv_a_proj_with_mqa", True),
+    ("sglang", "modelopt", "model.layers.61.mlp.down_proj", "model.down_proj", False),
+]
+
+
+@pytest.mark.parametrize(("engine", "fmt", "pattern", "name", "excluded"), TRAPS)
+def test_engine_matching_rule(engine: str, fmt: str, pattern: str, name: str, excluded: bool) -> None:
+    assert (ENGINES[engine].matching_rule(fmt, name, [pattern]) is not None) is excluded
+
+
+@pytest.mark.parametrize("pattern", ["kv_b_proj", "*kv_b_proj", "*kv_b_proj*", "re:.*kv_b_proj"])
+def test_trtllm_refuses_rules_that_match_the_bare_kv_b_proj(pattern: str) -> None:
+    """TensorRT-LLM's MLA loader asks about the leaf name; such a rule breaks a BF16 kv_b_proj."""
+    head = inspect(FIXTURES / "torchspec-mla").head
+    assert ENGINES["trtllm"].pattern_problems(head, "modelopt", [pattern])
+    assert not ENGINES["trtllm"].pattern_problems(head, "modelopt", ["model.midlayer.self_attn.kv_b_proj"])
+
+
+def _loadable(engine: str, attention: str) -> list[tuple[tuple[str, str | None], str]]:
+    """Every weight-only or dynamic (scheme kinds, format) the engine loads: no calibration needed."""
+    return [
+        (kinds, fmt)
+        for (kinds, fmt) in MATRIX
+        if kinds != ("nvfp4", "nvfp4") and (cell := support(kinds, fmt, engine, attention)) is not None and cell.loads
+    ]
+
+
+def _engine_quantizes(engine, head, rules, fmt, kinds, target_layers) -> set[str]:
+    quantized: set[str] = set()
+    for module in engine.runtime_modules(head, target_layers):
+        decisions = {engine.matching_rule(fmt, name, rules) is None for name in module.names}
+        assert len(decisions) == 1, f"{engine.name}: spellings of {module.names} disagree"
+        if engine.unquantized_reason(module, kinds, fmt) is None and decisions.pop():
+            quantized.update(module.members)
+    return quantized
+
+
+@pytest.mark.parametrize("engine_name", list(ENGINES))
+@pytest.mark.parametrize("fixture", FIXTURE_NAMES)
+def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, engine_name: str) -> None:
+    """Engine x layout x format: the config read back as the engine reads it quantizes exactly the plan."""
+    head = inspect(FIXTURES / fixture).head
+    cases = _loadable(engine_name, head.attention)
+    assert cases, f"{engine_name} loads nothing for {fixture}"
+    for kinds, fmt_name in cases:
+        for exclude in ([], ["re:.*down_proj"]):
+            plan = build_plan(head, scheme_for_kinds(kinds), fmt_name, engines=[engine_name], exclude=exclude)
+            fmt = FORMATS[fmt_name]
+            written = fmt.read_config(plan.quantization_config(), fmt.extra_files(plan.scheme, plan.exclude_patterns))
+            assert written.kinds == kinds and not written.problems
+            intended = {lin.module for lin in plan.quantized}
+            assert intended, "nothing quantized"
+            for target_layers in (0, 3, 61, 94):
+                got = _engine_quantizes(ENGINES[engine_name], head, written.patterns, fmt_name, kinds, target_layers)
+                assert got == intended, (fmt_name, kinds, target_layers, got ^ intended)
+
+
+@pytest.mark.parametrize("fixture", ["specforge-llama", "multi-layer", "modelopt-llama"])
+def test_one_config_serves_all_three_engines(fixture: str) -> None:
+    """ModelOpt NVFP4 W4A16 loads in vLLM, TensorRT-LLM and SGLang: one exclude list must hold for all."""
+    plan = inspect(FIXTURES / fixture, scheme="nvfp4", format="modelopt", engines=list(ENGINES)).plan
+    intended = {lin.module for lin in plan.quantized}
+    for engine in ENGINES.values():
+        assert _engine_quantizes(engine, plan.head, plan.exclude_patterns, "modelopt", ("nvfp4", None), 61) == intended
+
+
+@pytest.mark.parametrize(
+    ("fixture", "engine", "kept", "why"),
+    [
+        ("specforge-llama", "sglang", "fc", "plain torch.nn.Linear"),
+        ("torchspec-mla", "trtllm", "layers.0.self_attn.kv_b_proj", "k_b_proj_trans"),
+        ("torchspec-mla", "trtllm", "layers.0.self_attn.q_a_proj", "block-FP8"),
+        ("torchspec-mla", "trtllm", "layers.0.self_attn.kv_a_proj_with_mqa", "block-FP8"),
+        ("torchspec-mla", "vllm", "lm_head", "without a quant config"),
+    ],
+)
+def test_engine_requirements_keep_modules_unquantized(fixture: str, engine: str, kept: str, why: str) -> None:
+    fmt = "modelopt" if engine == "trtllm" else "quark"
+    plan = inspect(FIXTURES / fixture, format=fmt, engines=[engine]).plan
+    assert kept not in {lin.module for lin in plan.quantized}
+    weight = plan.head.linear(kept).weight
+    assert why in plan.kept[weight]
+    with pytest.raises(InputError, match=why):
+        inspect(FIXTURES / fixture, format=fmt, engines=[engine], quantize=[plan.head.linear(kept).checkpoint_module])
+
+
+def test_quantize_lifts_a_default_exclusion() -> None:
+    plan = inspect(FIXTURES / "specforge-llama", quantize=["fc"]).plan
+    assert "fc" in {lin.module for lin in plan.quantized}
+    assert not any("fc" in p for p in plan.exclude_patterns)
+    plan = inspect(FIXTURES / "specforge-llama", format="modelopt", quantize=["lm_head"]).plan  # vLLM + ModelOpt
+    assert "lm_head" in {lin.module for lin in plan.quantized}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"quantize": ["lm_head"]}, "ParallelLMHead"),  # vLLM + Quark never quantize lm_head
+        ({"quantize": ["nothing_here"]}, "--quantize 'nothing_here' matches nothing"),
+        ({"quantize": ["fc"], "exclude": ["fc"]}, "matched by --quantize 'fc' and --exclude 'fc'"),
+        ({"exclude": ["midlayer.self_attn.q_proj"]}, "single scheme"),  # fused members stay together
+    ],
+)
+def test_rule_conflicts_are_refused(options: dict[str, list[str]], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        inspect(FIXTURES / "specforge-llama", **options)
+
+
+def test_sglang_cannot_tell_draft_layers_apart() -> None:
+    with pytest.raises(InputError, match=r"SGLang names .* alike \(model\.gate_up_proj\)"):
+        inspect(FIXTURES / "multi-layer", engines=["sglang"], exclude=["layers.1.mlp.*"], target_layers=61)
+    inspect(FIXTURES / "multi-layer", engines=["sglang"], exclude=["re:layers\\.\\d\\.mlp\\..*"])

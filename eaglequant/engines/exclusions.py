@@ -94,9 +94,9 @@ def _refuse_layer_dependent(
         if set(other.members) <= excluded:
             continue
         if any(engine.matching_rule(format_name, n, [pattern]) for n in other.names):
-            shown = _symbolic(name, count)
+            shown = symbolic_name(name, count)
             raise InputError(
-                f"excluding {shown} but not {_symbolic(other.names[0], count)} can only be written for "
+                f"excluding {shown} but not {symbolic_name(other.names[0], count)} can only be written for "
                 f"{engine.title} with the target's layer count (the draft's layers are numbered after the target's)",
                 hint="pass --target-layers N",
             )
@@ -139,12 +139,12 @@ def prove(
                             hint="report this as a bug in eaglequant",
                         )
                 if count == layer_counts[-1]:
-                    shown = module.names[0] if target_layers is not None else _symbolic(module.names[0], count)
+                    shown = module.names[0] if target_layers is not None else symbolic_name(module.names[0], count)
                     verdicts.append(ModuleVerdict(engine.name, shown, module.members, intended, rules[0], reason))
     return verdicts
 
 
-def _symbolic(runtime_name: str, target_layers: int) -> str:
+def symbolic_name(runtime_name: str, target_layers: int) -> str:
     """``model.layers.95.mlp.down_proj`` -> ``model.layers.{L+1}.mlp.down_proj`` (L = target's layer count)."""
 
     def replace(match: re.Match[str]) -> str:

@@ -1,0 +1,98 @@
+"""``eaglequant explain DST``: how each engine will read a quantized checkpoint. Headers only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from eaglequant.cli.options import JsonOpt, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.output import err, print_json
+from eaglequant.errors import EXIT_CHECK_FAILED
+
+
+def explain_command(
+    dst: Annotated[Path, typer.Argument(help="Quantized checkpoint directory.", show_default=False)],
+    engine: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--engine", "-e", help="Explain only these engines (default: all); each must load the checkpoint."
+        ),
+    ] = None,
+    target_layers: TargetLayersOpt = None,
+    target_config: TargetConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """For each engine: every runtime module, the config rule that excludes it, the scheme the engine
+    applies and the tensors it expects. Exits 3 when an engine would not load DST as its config says."""
+    from eaglequant.cli import run_guarded
+
+    def body() -> bool:
+        from eaglequant.api import explain
+
+        explanation = explain(dst, engines=engine or [], target_layers=target_layers, target_config=target_config)
+        data = explanation.to_json()
+        if json_out:
+            print_json(data)
+        else:
+            render(data)
+        return explanation.ok
+
+    if not run_guarded(body):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def render(data: dict[str, Any]) -> None:
+    target = data["target_layers"]
+    err.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {escape(data['scheme'])}", markup=True)
+    err.print(f"  exclude rules: {escape(str(data['exclude']))}")
+    err.print(
+        f"  target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})"
+    )
+    for reading in data["engines"]:
+        if reading["loads"]:
+            _render_engine(reading)
+        else:
+            err.print(f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]")
+    if data["ok"]:
+        err.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
+        return
+    for problem in data["problems"]:
+        err.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+
+
+def _render_engine(reading: dict[str, Any]) -> None:
+    table = Table(title=reading["title"], title_justify="left")
+    table.add_column("runtime module", overflow="fold")
+    table.add_column("rule", overflow="fold")
+    table.add_column("scheme", no_wrap=True)
+    table.add_column("checkpoint module", overflow="fold")
+    table.add_column("tensors it expects", no_wrap=True)
+    engine_kept = []
+    for module in reading["modules"]:
+        scheme = module["scheme"]
+        if scheme is None:
+            scheme = "[yellow]none[/]"
+            if module["engine_reason"]:
+                engine_kept.append((module["runtime_module"], module["engine_reason"]))
+                scheme += f" ({len(engine_kept)})"
+        first = (escape(module["runtime_module"]), escape(module["rule"] or ""), scheme)
+        for index, member in enumerate(module["members"]):
+            prefix = member + "."
+            expects = "\n".join(
+                f"{escape(t['name'].removeprefix(prefix))} {t['dtype']} {t['shape']}"
+                + ("" if t["found"] == "ok" else f" [red]found {escape(t['found'])}[/]")
+                for t in module["expects"]
+                if t["name"].startswith(prefix)
+            )
+            table.add_row(*(first if index == 0 else ("", "", "")), escape(member), expects)
+    err.print(table)
+    for number, (name, why) in enumerate(engine_kept, start=1):
+        err.print(f"  ({number}) {escape(name)}: {escape(why)}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("explain")(explain_command)
