@@ -62,6 +62,7 @@ class ConversionResult:
             "notes": plan.notes,
             "calibrated_input_amax": plan.input_amax,
             "engines": [e.name for e in plan.engines],
+            "target_layers": plan.target.to_json(),
             "quantized": [
                 {
                     "module": r.weight.removesuffix(".weight"),

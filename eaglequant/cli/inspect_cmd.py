@@ -90,10 +90,15 @@ def render(data: dict[str, Any]) -> None:
         err.print(f"  [yellow]keep[/] {escape(name)}: {escape(reason)}")
     runtime = Table(title="how the engines will read the written config", title_justify="left")
     for col in ("engine", "runtime module", "quantized", "rule"):
-        runtime.add_column(col)
+        runtime.add_column(col, overflow="fold")
     for row in data["runtime_modules"]:
-        runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", escape(row["rule"] or ""))
+        rule = escape(row["rule"] or "")
+        if row["engine_reason"]:
+            rule += f"{' ' if rule else ''}[dim](engine: {escape(row['engine_reason'])})[/]"
+        runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", rule)
     err.print(runtime)
+    target = data["target_layers"]
+    err.print(f"target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})")
     err.print(f"exclude rules written: {escape(str(data['exclude']))}")
     src_b, out_b = data["source_bytes"], data["estimated_output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)
