@@ -1,7 +1,7 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
-The public API (``convert``, ``inspect``, ``explain``) is imported lazily so that ``import eaglequant`` and the
-CLI's ``--help`` stay fast; torch is only imported by the work that needs it.
+The public API (``convert``, ``inspect``, ``explain``, ``verify``) is imported lazily so that
+``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by the work that needs it.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from eaglequant.api import convert, explain, inspect
+    from eaglequant.api import convert, explain, inspect, verify
 
-__all__ = ["__version__", "convert", "explain", "inspect"]
+__all__ = ["__version__", "convert", "explain", "inspect", "verify"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("convert", "explain", "inspect"):
+    if name in ("convert", "explain", "inspect", "verify"):
         from eaglequant import api
 
         return getattr(api, name)

@@ -24,7 +24,8 @@ from eaglequant.plan import ConversionPlan, build_plan, refuse_unused_calibratio
 from eaglequant.progress import Progress
 
 if TYPE_CHECKING:
-    from eaglequant.explain import Explanation
+    from eaglequant.readback import Explanation
+    from eaglequant.verification import VerifyReport
 from eaglequant.schemes.model import load_scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
@@ -149,12 +150,15 @@ def convert(
     overwrite: bool = False,
     max_shard_size: str | int = "5GB",
     calib: str | Path | None = None,
+    verify_output: bool = False,
     progress: Progress | None = None,
 ) -> ConversionResult:
     """Quantize the head in ``src`` and write it to ``dst`` (atomically: ``dst`` appears only when complete).
 
     ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
     schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
+    ``verify_output``: run :func:`verify` on the result against ``src`` and store its report in
+    ``dst/eaglequant_verify.json`` (``result.verification``).
     """
     src_path, dst_path = Path(src), Path(dst)
     max_shard_bytes = parse_size(max_shard_size)
@@ -180,9 +184,17 @@ def convert(
             target_config=target_config,
             input_amax=input_amax,
         )
-        return run_conversion(
+        result = run_conversion(
             checkpoint, plan, dst_path, overwrite=overwrite, max_shard_bytes=max_shard_bytes, progress=progress
         )
+    if verify_output:
+        from eaglequant.verification import write_verify_report
+
+        result.verification = verify(
+            dst_path, source=src_path, engines=engines, target_layers=target_layers, target_config=target_config
+        )
+        write_verify_report(result.verification)
+    return result
 
 
 def explain(
@@ -196,11 +208,48 @@ def explain(
     module, the rule that excludes it, the scheme applied and the tensors expected. Reads headers only;
     ``Explanation.ok`` is False when an engine would not load it as its config says."""
     from eaglequant.engines import get_engine
-    from eaglequant.explain import explain_checkpoint
     from eaglequant.layouts.written import describe_written_head
+    from eaglequant.readback import explain_checkpoint
 
     names = [get_engine(name).name for name in dict.fromkeys(engines)]
     with Checkpoint.open(dst) as checkpoint:
         head = describe_written_head(checkpoint)
         target = resolve_target_layers(target_layers, target_config, head.config)
         return explain_checkpoint(checkpoint, head, names or None, target)
+
+
+def verify(
+    dst: str | Path,
+    *,
+    source: str | Path | None = None,
+    engines: list[str] | tuple[str, ...] = (),
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+    seed: int = 0,
+    tokens: int = 32,
+) -> VerifyReport:
+    """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
+    report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
+    there) per-layer kernel parity and draft-head fidelity against the scheme's thresholds."""
+    from eaglequant.engines import get_engine
+    from eaglequant.layouts.written import describe_written_head
+    from eaglequant.verification import _recorded_report, verify_checkpoint
+
+    dst_path = Path(dst)
+    if source is None:
+        recorded = (_recorded_report(dst_path) or {}).get("source")
+        source = recorded if isinstance(recorded, str) and Path(recorded).is_dir() else None
+    names = [get_engine(name).name for name in dict.fromkeys(engines)]
+    with Checkpoint.open(dst_path) as checkpoint:
+        head = describe_written_head(checkpoint)
+        target = resolve_target_layers(target_layers, target_config, head.config)
+        return verify_checkpoint(
+            dst_path,
+            head,
+            checkpoint,
+            source=None if source is None else Path(source),
+            engines=names or None,
+            target=target,
+            seed=seed,
+            tokens=tokens,
+        )

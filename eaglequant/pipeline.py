@@ -49,11 +49,14 @@ class ConversionResult:
     source_bytes: int
     output_bytes: int
     copied_files: list[str] = field(default_factory=list)
+    source: Path | None = None
+    verification: Any = None  # a VerifyReport when convert ran verify
 
     def to_json(self) -> dict[str, Any]:
         plan = self.plan
         return {
             "destination": str(self.destination),
+            "source": None if self.source is None else str(self.source),
             "layout": plan.head.layout,
             "scheme": plan.scheme.name,
             "scheme_label": plan.scheme.label,
@@ -140,7 +143,15 @@ def run_conversion(
         copied = _copy_side_files(checkpoint, tmp)
         _check_written(tmp, plan)
         result = ConversionResult(
-            dst, plan, files, linears, time.perf_counter() - started, checkpoint.total_bytes, plan.output_bytes, copied
+            dst,
+            plan,
+            files,
+            linears,
+            time.perf_counter() - started,
+            checkpoint.total_bytes,
+            plan.output_bytes,
+            copied,
+            checkpoint.root.resolve(),
         )
         _write_json(tmp / REPORT_NAME, {"eaglequant_version": __version__, **result.to_json()})
     return result

@@ -20,6 +20,7 @@ from eaglequant.cli.options import (
     TargetLayersOpt,
 )
 from eaglequant.cli.output import BarProgress, err, human_bytes, print_json, progress_enabled
+from eaglequant.errors import EXIT_CHECK_FAILED
 
 
 def convert_command(
@@ -44,12 +45,16 @@ def convert_command(
             "static activation scales (nvfp4 W4A4). Without it nvfp4 is written W4A16.",
         ),
     ] = None,
+    verify: Annotated[
+        bool,
+        typer.Option("--verify", help="Then run `verify` against SRC and store eaglequant_verify.json in DST."),
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT."""
     from eaglequant.cli import run_guarded
 
-    def body() -> None:
+    def body() -> bool:
         from eaglequant.api import convert
 
         result = convert(
@@ -65,15 +70,24 @@ def convert_command(
             overwrite=overwrite,
             max_shard_size=max_shard_size,
             calib=calib,
+            verify_output=verify,
             progress=BarProgress() if progress_enabled() else None,
         )
         data = result.to_json()
+        if result.verification is not None:
+            data["verification"] = result.verification.to_json()
         if json_out:
             print_json(data)
         else:
             render(data)
+            if result.verification is not None:
+                from eaglequant.cli.verify_cmd import render as render_verification
 
-    run_guarded(body)
+                render_verification(data["verification"])
+        return result.verification is None or result.verification.ok
+
+    if not run_guarded(body):
+        raise typer.Exit(EXIT_CHECK_FAILED)
 
 
 def render(data: dict[str, Any]) -> None:

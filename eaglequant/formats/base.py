@@ -14,7 +14,11 @@ from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
+
+    from eaglequant.kernels.stored import StoredLinear
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,11 @@ class Format(ABC):
     def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
         """Further JSON files the format writes beside config.json (none by default)."""
         return {}
+
+    @abstractmethod
+    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        """The stored tensors of a quantized ``linear`` (by the names of :meth:`tensor_specs`) as a kernel reads
+        them, with this format's scale convention turned into a multiplier."""
 
     @abstractmethod
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:

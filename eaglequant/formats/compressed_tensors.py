@@ -23,7 +23,11 @@ from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
+
+    from eaglequant.kernels.stored import StoredLinear
 
 COMPRESSED_TENSORS_VERSION = "0.19.0"
 _FORMATS = {"fp8-channel": "float-quantized", "nvfp4": "nvfp4-pack-quantized", "mxfp4": "mxfp4-pack-quantized"}
@@ -153,6 +157,23 @@ class CompressedTensorsFormat(Format):
             "transform_config": {},
             "version": COMPRESSED_TENSORS_VERSION,
         }
+
+    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        import torch
+
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        scale = tensors[f"{base}.weight_scale"]
+        if scheme.weight.kind == "fp8-channel":
+            channel = scale.to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
+            return StoredLinear("fp8-channel", tensors[f"{base}.weight"], channel_scale=channel, activation="fp8-token")
+        packed = tensors[f"{base}.weight_packed"]
+        if scheme.weight.kind == "mxfp4":
+            return StoredLinear("mxfp4", packed, block_scale=scale)
+        # compressed-tensors divides by its global scale; vLLM inverts it once at load.
+        global_scale = 1.0 / tensors[f"{base}.weight_global_scale"].to(torch.float32).reshape(())
+        return StoredLinear("nvfp4", packed, block_scale=scale, global_scale=global_scale)
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         groups = quantization_config.get("config_groups")

@@ -23,7 +23,11 @@ from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
+
+    from eaglequant.kernels.stored import StoredLinear
 
 MODELOPT_VERSION = "0.47.0"
 PRODUCER = {"name": "modelopt", "version": MODELOPT_VERSION}
@@ -108,6 +112,15 @@ class ModelOptFormat(Format):
             quantization["group_size"] = 16
         quantization["exclude_modules"] = list(exclude)
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
+
+    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
+        if scheme.weight.kind == "fp8-channel":
+            return StoredLinear("fp8-channel", weight, channel_scale=scale, activation="fp8-token")
+        return StoredLinear("nvfp4", weight, block_scale=scale, global_scale=tensors[f"{base}.weight_scale_2"])
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         return quantization_config.get("quant_algo")

@@ -22,7 +22,11 @@ from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
+
+    from eaglequant.kernels.stored import StoredLinear
 
 QUARK_VERSION = "0.13"
 
@@ -133,6 +137,16 @@ class QuarkFormat(Format):
                 "weight_merge_groups": None,
             },
         }
+
+    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
+        activation = None if scheme.activation is None or scheme.weight.kind == "mxfp4" else "fp8-token"
+        if scheme.weight.kind == "mxfp4":
+            return StoredLinear("mxfp4", weight, block_scale=scale)
+        return StoredLinear("fp8-channel", weight, channel_scale=scale, activation=activation)
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         spec = quantization_config.get("global_quant_config")

@@ -48,7 +48,7 @@ ACTIVATION_KINDS = (
 PAIRINGS = {"fp8-channel": {"fp8-token"}, "nvfp4": {"nvfp4"}, "mxfp4": {"mxfp4"}}
 UNCALIBRATED_CHOICES = ("weight-only", "refuse")
 
-_TOP_KEYS = {"name", "summary", "weight", "activation"}
+_TOP_KEYS = {"name", "summary", "weight", "activation", "verify"}
 _WEIGHT_KEYS = {"dtype", "granularity", "block_size", "scale_dtype", "global_scale"}
 _ACTIVATION_KEYS = _WEIGHT_KEYS | {"dynamic", "if_uncalibrated"}
 
@@ -65,6 +65,25 @@ class TensorQuant:
 
 
 @dataclass(frozen=True)
+class VerifyThresholds:
+    """What ``eaglequant verify`` requires of a checkpoint in this scheme, on seeded activations.
+
+    Per quantized linear, the fused kernel's output against the source GEMM: SQNR (dB), cosine and
+    relative error. For the whole head, BF16 against quantized: top-1 agreement of the draft logits
+    and their mean KL divergence (nats).
+    """
+
+    min_sqnr_db: float = 12.0
+    min_cosine: float = 0.97
+    max_relative_error: float = 0.25
+    min_top1_agreement: float = 0.8
+    max_mean_kl: float = 0.1
+
+
+_VERIFY_KEYS = set(VerifyThresholds.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
 class Scheme:
     name: str
     summary: str
@@ -72,6 +91,7 @@ class Scheme:
     activation: TensorQuant | None  # None: weight-only
     source: str  # file it was loaded from
     if_uncalibrated: str = "refuse"  # what a static activation scale without calibration data becomes
+    verify: VerifyThresholds = VerifyThresholds()
 
     @property
     def weight_only(self) -> bool:
@@ -240,7 +260,16 @@ def parse_scheme(data: dict[str, Any], source: str) -> Scheme:
                 )
             if_uncalibrated = a["if_uncalibrated"]
         activation = _tensor_quant(kind, dynamic=True)
-    return Scheme(top["name"], str(top.get("summary", "")), weight, activation, source, if_uncalibrated)
+    verify = _verify_thresholds(f"{source} [verify]", top.get("verify", {}))
+    return Scheme(top["name"], str(top.get("summary", "")), weight, activation, source, if_uncalibrated, verify)
+
+
+def _verify_thresholds(where: str, table: Any) -> VerifyThresholds:
+    values = _check_keys(where, table, _VERIFY_KEYS, set())
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SchemeError(f"{where}: {key} must be a number")
+    return VerifyThresholds(**{k: float(v) for k, v in values.items()})
 
 
 def scheme_to_toml(scheme: Scheme) -> str:
@@ -261,6 +290,8 @@ def scheme_to_toml(scheme: Scheme) -> str:
             lines.append(f"dynamic = {_toml_value(quant.dynamic)}")
             if quant.global_scale:
                 lines.append(f"if_uncalibrated = {_toml_value(scheme.if_uncalibrated)}")
+    lines += ["", "[verify]"]
+    lines += [f"{key} = {value!r}" for key, value in scheme.verify.__dict__.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -60,12 +60,13 @@ def _ct_rows(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Te
 
 
 def dequantize(packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: torch.Tensor) -> torch.Tensor:
-    """float32 [N, K] = code value * fp8 block scale * ``global_divisor`` (ModelOpt's weight_scale_2,
-    or 1 / compressed-tensors' weight_global_scale)."""
+    """float32 [N, K] = (code value * fp8 block scale) * ``global_divisor`` (ModelOpt's weight_scale_2, or
+    1 / compressed-tensors' weight_global_scale). The first product is exact (2 x 4 significant bits), so
+    the one rounding is the global scale's, as in a kernel that applies it to the accumulated output."""
     n = packed.shape[0]
     values = decode_codes(unpack_codes(packed)).reshape(n, -1, BLOCK)
-    factors = block_scale.to(torch.float32).unsqueeze(-1) * global_divisor.to(torch.float32).reshape(())
-    return (values * factors).reshape(n, -1)
+    blocks = values * block_scale.to(torch.float32).unsqueeze(-1)
+    return (blocks * global_divisor.to(torch.float32).reshape(())).reshape(n, -1)
 
 
 def dequantize_rows(

@@ -1,0 +1,45 @@
+"""Fused dequant-GEMM kernels for the stored layouts, and the torch reference beside each.
+
+``fused_linear`` runs the Triton kernel when the input is on a CUDA device and Triton is installed,
+and the torch reference otherwise; ``BACKEND_CALLS`` counts which ran, so tests can prove the Triton
+path really did.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import torch
+
+from eaglequant.kernels.reference import reference_linear
+from eaglequant.kernels.stored import StoredLinear
+
+BACKEND_CALLS: Counter[str] = Counter()
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def choose_backend(x: torch.Tensor) -> str:
+    """Triton for CUDA inputs when it is installed; the torch reference otherwise."""
+    return "triton" if x.is_cuda and triton_available() else "reference"
+
+
+def fused_linear(x: torch.Tensor, stored: StoredLinear, backend: str = "auto") -> torch.Tensor:
+    """y [M, N] float32 = x [M, K] @ dequant(stored)^T. ``backend``: auto | triton | reference."""
+    if backend == "auto":
+        backend = choose_backend(x)
+    BACKEND_CALLS[backend] += 1
+    if backend == "triton":
+        from eaglequant.kernels.triton_gemm import triton_linear
+
+        return triton_linear(x, stored)
+    return reference_linear(x, stored)
+
+
+__all__ = ["BACKEND_CALLS", "StoredLinear", "choose_backend", "fused_linear", "reference_linear", "triton_available"]

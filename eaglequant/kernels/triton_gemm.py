@@ -1,0 +1,177 @@
+"""Triton fused dequant-GEMM kernels: y = x @ dequant(W)^T, reading W exactly as the formats store it.
+
+One kernel, specialised at compile time by the weight layout:
+
+- FP8 per-channel: E4M3 weight tile -> bf16 (exact), per-channel scale applied to the output; with
+  ``ACT_FP8`` the activations are quantized per token in the kernel (a first pass over K finds each
+  row's amax), so W8A8 runs as one launch.
+- NVFP4: two E2M1 codes per byte decoded in registers, times the FP8 E4M3 block scale (16 values) —
+  exact in bf16 — and the float32 global scale applied to the output.
+- MXFP4: the same codes times 2^(E8M0 - 127) per 32 values.
+
+Products are accumulated in float32. Under ``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from eaglequant.kernels.reference import FP8_MAX, MIN_TOKEN_SCALE
+from eaglequant.kernels.stored import StoredLinear
+
+_KINDS = {"fp8-channel": 0, "nvfp4": 1, "mxfp4": 2}
+_GROUP = {"fp8-channel": 1, "nvfp4": 16, "mxfp4": 32}
+
+
+@triton.jit
+def _e2m1(code):
+    """E2M1 code (low 4 bits) -> float32, without transcendental functions (exact on every backend)."""
+    exponent = (code >> 1) & 3
+    mantissa = (code & 1).to(tl.float32)
+    value = tl.where(
+        exponent == 0,
+        0.5 * mantissa,
+        tl.where(exponent == 1, 1.0 + 0.5 * mantissa, tl.where(exponent == 2, 2.0 + mantissa, 4.0 + 2.0 * mantissa)),
+    )
+    return tl.where((code & 8) != 0, -value, value)
+
+
+@triton.jit
+def _power_of_two(exponent):
+    """2^exponent as float32 for integer exponents in [-127, 127], built from its bits (exact)."""
+    normal = ((exponent + 127) << 23).to(tl.float32, bitcast=True)
+    return tl.where(exponent > -127, normal, 5.877471754111438e-39)  # 2^-127 is subnormal
+
+
+@triton.jit
+def _round_to_e4m3(v):
+    """Round float32 (|v| <= 448) to the nearest FP8 E4M3 value, ties to even, kept as float32.
+
+    The hardware conversion rounds the same way; doing it in arithmetic keeps the interpreter exact too.
+    """
+    magnitude = tl.abs(v)
+    exponent = tl.maximum(((magnitude.to(tl.int32, bitcast=True) >> 23) & 255) - 127, -6)
+    step = _power_of_two(exponent - 3)
+    magic = 12582912.0  # 1.5 * 2^23: adding and subtracting it rounds to the nearest even integer
+    rounded = ((magnitude / step + magic) - magic) * step
+    return tl.where(v < 0, -rounded, rounded)
+
+
+@triton.jit
+def _dequant_gemm(
+    x_ptr,
+    w_ptr,
+    block_scale_ptr,
+    channel_scale_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_bn,
+    stride_ym,
+    global_scale,
+    KIND: tl.constexpr,
+    ACT_FP8: tl.constexpr,
+    GROUP: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    col_ok = cols < N
+    if ACT_FP8:
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
+            amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+        token_scale = tl.maximum(amax / FP8_MAX, MIN_TOKEN_SCALE)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
+        if ACT_FP8:
+            x = _round_to_e4m3(tl.clamp(x.to(tl.float32) / token_scale[:, None], -FP8_MAX, FP8_MAX))
+        if KIND == 0:
+            w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
+            w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+            packed = tl.load(
+                w_ptr + cols[:, None] * stride_wn + half[None, :], col_ok[:, None] & (half[None, :] < K // 2), other=0
+            )
+            w = tl.reshape(tl.join(_e2m1(packed & 15), _e2m1(packed >> 4)), (BLOCK_N, BLOCK_K))
+            groups = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+            scale = tl.load(
+                block_scale_ptr + cols[:, None] * stride_bn + groups[None, :],
+                col_ok[:, None] & (groups[None, :] < K // GROUP),
+                other=0,
+            )
+            if KIND == 1:
+                scale = scale.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+            else:
+                scale = _power_of_two(scale.to(tl.int32) - 127)
+            w = tl.reshape(tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
+        if DOT_BF16:
+            acc += tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)))
+        else:  # the interpreter has no bf16 arithmetic; the operands are exact in bf16 either way
+            acc += tl.dot(x.to(tl.float32), tl.trans(w), input_precision="ieee")
+    if KIND == 0:
+        acc = acc * tl.load(channel_scale_ptr + cols, col_ok, other=0.0)[None, :]
+    if KIND == 1:
+        acc = acc * global_scale
+    if ACT_FP8:
+        acc = acc * token_scale[:, None]
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc, row_ok[:, None] & col_ok[None, :])
+
+
+def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, block_n: int = 64) -> torch.Tensor:
+    """y [M, N] float32 = x [M, K] (bf16 or float32) through the fused dequant-GEMM kernel."""
+    m, k = x.shape
+    n = stored.out_features
+    if k != stored.in_features:
+        raise ValueError(f"x has {k} features, the weight {stored.in_features}")
+    group = _GROUP[stored.kind]
+    block_k = 64 if k % 64 == 0 or group == 1 else 32
+    x = x.contiguous()
+    weight = stored.weight.view(torch.uint8)  # FP8 bytes are reinterpreted in the kernel
+    y = torch.empty((m, n), dtype=torch.float32, device=x.device)
+    dummy = torch.empty(1, dtype=torch.float32, device=x.device)
+    block_scale = stored.block_scale.view(torch.uint8) if stored.block_scale is not None else dummy
+    channel_scale = stored.channel_scale if stored.channel_scale is not None else dummy
+    global_scale = float(stored.global_scale) if stored.global_scale is not None else 1.0
+    grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
+    _dequant_gemm[grid](
+        x,
+        weight,
+        block_scale,
+        channel_scale,
+        y,
+        m,
+        n,
+        k,
+        x.stride(0),
+        weight.stride(0),
+        block_scale.stride(0) if block_scale.dim() == 2 else 0,
+        y.stride(0),
+        global_scale,
+        KIND=_KINDS[stored.kind],
+        ACT_FP8=stored.activation == "fp8-token",
+        GROUP=group,
+        DOT_BF16=os.environ.get("TRITON_INTERPRET") != "1",
+        BLOCK_M=block_m,
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+    )
+    return y

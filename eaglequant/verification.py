@@ -1,0 +1,364 @@
+"""``verify``: is a written checkpoint what the engines will load, and does it compute what the source did?
+
+1. Structure: everything ``explain`` checks for each engine (tensors, dtypes, shapes, strays, rules),
+   plus scales finite and positive, fused groups sharing their global and input scales, and the files
+   matching the SHA-256 recorded in ``eaglequant_report.json``.
+2. Per-layer parity: each quantized linear through the fused dequant-GEMM kernel (the torch reference
+   on CPU) on seeded bf16 activations, against the source weight's GEMM: SQNR, cosine, relative error.
+3. Head fidelity: the whole draft (fc, attention, MLP, norms, lm_head) in float32 with the source weights
+   and with the quantized linears, on seeded inputs: top-1 agreement and mean KL of the draft logits.
+
+Thresholds come from the scheme file (``[verify]``). Parity needs the source checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.errors import InputError
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.readback import explain_checkpoint, read_written_config
+from eaglequant.schemes.model import Scheme, scheme_for_kinds
+
+if TYPE_CHECKING:
+    import torch
+
+    from eaglequant.formats import Format
+    from eaglequant.kernels.stored import StoredLinear
+
+REPORT_NAME = "eaglequant_report.json"
+VERIFY_NAME = "eaglequant_verify.json"
+PARITY_ROWS = 64  # activations per linear
+# Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
+# for all-zero blocks).
+_POSITIVE_SCALES = ("weight_scale_2", "weight_global_scale", "input_scale", "input_global_scale")
+
+
+@dataclass(frozen=True)
+class LayerParity:
+    module: str
+    backend: str
+    sqnr_db: float
+    cosine: float
+    relative_error: float
+    failed: tuple[str, ...]  # the thresholds it misses
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "backend": self.backend,
+            "sqnr_db": _finite(self.sqnr_db),
+            "cosine": self.cosine,
+            "relative_error": self.relative_error,
+            "failed": list(self.failed),
+        }
+
+
+@dataclass(frozen=True)
+class HeadFidelity:
+    tokens: int
+    top1_agreement: float | None  # None when the head has no lm_head (it shares the target's)
+    mean_kl: float | None
+    hidden_cosine: float
+    failed: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "top1_agreement": self.top1_agreement,
+            "mean_kl": self.mean_kl,
+            "hidden_cosine": self.hidden_cosine,
+            "failed": list(self.failed),
+        }
+
+
+@dataclass
+class VerifyReport:
+    destination: Path
+    source: Path | None
+    format: str
+    scheme: Scheme
+    structure: list[str]  # problems
+    layers: list[LayerParity] = field(default_factory=list)
+    fidelity: HeadFidelity | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        found = list(self.structure)
+        found += [f"{layer.module}: {', '.join(layer.failed)}" for layer in self.layers if layer.failed]
+        if self.fidelity is not None and self.fidelity.failed:
+            found.append(f"draft head: {', '.join(self.fidelity.failed)}")
+        return found
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination": str(self.destination),
+            "source": None if self.source is None else str(self.source),
+            "format": self.format,
+            "scheme": self.scheme.name,
+            "scheme_label": self.scheme.label,
+            "thresholds": self.scheme.verify.__dict__,
+            "ok": self.ok,
+            "problems": self.problems,
+            "structure": self.structure,
+            "layers": [layer.to_json() for layer in self.layers],
+            "fidelity": None if self.fidelity is None else self.fidelity.to_json(),
+            "notes": self.notes,
+        }
+
+
+def _finite(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
+
+
+def verify_checkpoint(
+    dst: Path,
+    head: HeadDescription,
+    checkpoint: Checkpoint,
+    *,
+    source: Path | None,
+    engines: list[str] | None,
+    target: Any,
+    seed: int = 0,
+    tokens: int = 32,
+) -> VerifyReport:
+    fmt, written = read_written_config(checkpoint)
+    scheme = scheme_for_kinds(written.kinds)
+    recorded = _recorded_report(dst)
+    if engines is None and recorded is not None:
+        engines = [e for e in recorded.get("engines", []) if isinstance(e, str)] or None
+    explanation = explain_checkpoint(checkpoint, head, engines, target)
+    report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
+    quantized = _quantized_linears(explanation)
+    report.structure += _check_hashes(dst, recorded)
+    report.structure += _check_scales(checkpoint, head, fmt, scheme, quantized)
+    if scheme.activation is not None and scheme.activation.kind != "fp8-token":
+        report.notes.append(
+            f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
+            "(what Hopper-class GPUs run for this checkpoint)"
+        )
+    if source is None:
+        report.notes.append("no source checkpoint (--source): numerical parity was not checked")
+        return report
+    if report.structure:
+        report.notes.append("structure problems: numerical parity was not checked")
+        return report
+    _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, seed, tokens)
+    return report
+
+
+def _recorded_report(dst: Path) -> dict[str, Any] | None:
+    path = dst / REPORT_NAME
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _quantized_linears(explanation: Any) -> set[str]:
+    """Checkpoint modules that every explained engine runs quantized (what the plan quantized)."""
+    found: set[str] = set()
+    for reading in explanation.engines:
+        for module in reading.modules:
+            if module.scheme is not None:
+                found.update(module.members)
+    return found
+
+
+def _check_hashes(dst: Path, recorded: dict[str, Any] | None) -> list[str]:
+    files = recorded.get("files") if recorded else None
+    if not isinstance(files, dict):
+        return []
+    problems = []
+    for name, digest in files.items():
+        path = dst / name
+        if not path.is_file():
+            problems.append(f"{name}: listed in {REPORT_NAME} but missing")
+            continue
+        sha = hashlib.sha256()
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                sha.update(chunk)
+        if sha.hexdigest() != digest:
+            problems.append(f"{name}: SHA-256 differs from {REPORT_NAME} (the file changed after it was written)")
+    return problems
+
+
+def _stored(checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, module: str) -> StoredLinear:
+    linear = next(lin for lin in head.linears if lin.checkpoint_module == module)
+    names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
+    return fmt.stored_linear(linear, scheme, {name: checkpoint.read(name) for name in names})
+
+
+def _check_scales(
+    checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, quantized: set[str]
+) -> list[str]:
+    import torch
+
+    problems = []
+    for module in sorted(quantized):
+        for name in sorted(n for n in checkpoint.tensors if n.startswith(module + ".") and "scale" in n):
+            values = checkpoint.read(name)
+            if values.dtype == torch.uint8:  # E8M0: 255 is NaN
+                bad = int((values == 255).sum())
+                what = "NaN (E8M0 255)"
+            else:
+                as_float = values.to(torch.float32)
+                positive = name.rsplit(".", 1)[1] in _POSITIVE_SCALES or values.dim() == 1 or values.shape[-1] == 1
+                invalid = ~torch.isfinite(as_float) | ((as_float <= 0) if positive else (as_float < 0))
+                bad = int(invalid.sum())
+                what = "not finite and positive" if positive else "not finite and non-negative"
+            if bad:
+                problems.append(f"{name}: {bad} scale value(s) {what}")
+    for group in head.fused_groups:
+        members = [head.linear(m).checkpoint_module for m in group.members]
+        if not set(members) <= quantized:
+            continue
+        for param in _POSITIVE_SCALES:
+            names = [f"{m}.{param}" for m in members if f"{m}.{param}" in checkpoint.tensors]
+            shared = [checkpoint.read(n).to(torch.float32).reshape(-1) for n in names]
+            if len(shared) > 1 and any(not torch.equal(shared[0], v) for v in shared[1:]):
+                shown = ", ".join(f"{n}={float(v[0]):.6g}" for n, v in zip(names, shared, strict=True))
+                problems.append(f"{group.name}: fused members must share {param} but hold {shown}")
+    return problems
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _metrics(reference: torch.Tensor, got: torch.Tensor) -> tuple[float, float, float]:
+    import torch
+
+    ref, out = reference.to(torch.float64).reshape(-1), got.to(torch.float64).reshape(-1)
+    noise = (out - ref).pow(2).sum().item()
+    signal = ref.pow(2).sum().item()
+    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    cosine = float(torch.nn.functional.cosine_similarity(ref, out, dim=0)) if signal > 0 else 1.0
+    relative = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
+    return sqnr, cosine, relative
+
+
+def _check_parity(
+    report: VerifyReport,
+    checkpoint: Checkpoint,
+    head: HeadDescription,
+    fmt: Format,
+    scheme: Scheme,
+    quantized: set[str],
+    source: Path,
+    seed: int,
+    tokens: int,
+) -> None:
+    import torch
+
+    from eaglequant.draft.calibrate import canonical_weights
+    from eaglequant.draft.forward import DraftForward
+    from eaglequant.kernels import choose_backend, fused_linear
+    from eaglequant.layouts.detect import describe_head
+
+    device = _device()
+    limits = scheme.verify
+    with Checkpoint.open(source) as src:
+        src_head = describe_head(src)
+        by_module = {lin.checkpoint_module: lin for lin in src_head.linears}
+        missing = sorted(quantized - set(by_module))
+        if missing:
+            raise InputError(
+                f"--source {source}: has no linear {missing[0]}", hint="pass the checkpoint DST was made from"
+            )
+        stored: dict[str, StoredLinear] = {}
+        generator = torch.Generator().manual_seed(seed)
+        for module in sorted(quantized):
+            stored[module] = _stored(checkpoint, head, fmt, scheme, module).to(device)
+            weight = src.read(by_module[module].weight)
+            x = torch.randn(PARITY_ROWS, weight.shape[1], generator=generator).to(torch.bfloat16)
+            expected = x.to(torch.float32) @ weight.to(torch.float32).T
+            backend = choose_backend(x.to(device))
+            got = fused_linear(x.to(device), stored[module], backend).cpu()
+            sqnr, cosine, relative = _metrics(expected, got)
+            failed = []
+            if not sqnr >= limits.min_sqnr_db:
+                failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
+            if not cosine >= limits.min_cosine:
+                failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
+            if not relative <= limits.max_relative_error:
+                failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
+            report.layers.append(LayerParity(module, backend, sqnr, cosine, relative, tuple(failed)))
+        canonical = {by_module[m].module: s for m, s in stored.items()}
+        weights = canonical_weights(src, src_head)
+        report.fidelity = _fidelity(src_head, weights, canonical, limits, seed, tokens, DraftForward, device)
+
+
+def _fidelity(
+    head: HeadDescription,
+    weights: Any,
+    stored: dict[str, StoredLinear],
+    limits: Any,
+    seed: int,
+    tokens: int,
+    forward_class: Any,
+    device: str,
+) -> HeadFidelity:
+    import torch
+
+    from eaglequant.kernels import fused_linear
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    dims = head.dims
+    aux = torch.randn(tokens, dims.num_aux_hidden_states * dims.target_hidden_size, generator=generator)
+    if "embed_tokens" in head.features:
+        table = weights("embed_tokens.weight")
+        embeds = table[torch.randint(0, table.shape[0], (tokens,), generator=generator)].to(torch.float32)
+    else:
+        embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
+
+    reference = forward_class(head, weights)
+
+    def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        if module in stored:
+            return fused_linear(x.to(torch.bfloat16).to(device), stored[module]).cpu()
+        return reference.plain_linear(module, x)
+
+    quantized = forward_class(head, weights, quantized_linear)
+    has_logits = "lm_head" in {lin.module for lin in head.linears}
+    with torch.no_grad():
+        ref_hidden = reference(aux, embeds, logits=False)
+        got_hidden = quantized(aux, embeds, logits=False)
+        hidden_cosine = float(
+            torch.nn.functional.cosine_similarity(ref_hidden.double(), got_hidden.double(), dim=-1).mean()
+        )
+        failed = []
+        top1 = kl = None
+        if has_logits:
+            ref_logp = torch.log_softmax(reference.linear("lm_head", ref_hidden).double(), -1)
+            got_logp = torch.log_softmax(quantized.linear("lm_head", got_hidden).double(), -1)
+            top1 = float((ref_logp.argmax(-1) == got_logp.argmax(-1)).double().mean())
+            kl = float((ref_logp.exp() * (ref_logp - got_logp)).sum(-1).mean())
+            if not top1 >= limits.min_top1_agreement:
+                failed.append(f"top-1 agreement {top1:.3f} < {limits.min_top1_agreement}")
+            if not kl <= limits.max_mean_kl:
+                failed.append(f"mean KL {kl:.4f} > {limits.max_mean_kl}")
+    return HeadFidelity(tokens, top1, kl, hidden_cosine, tuple(failed))
+
+
+def write_verify_report(report: VerifyReport) -> Path:
+    path = report.destination / VERIFY_NAME
+    path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
