@@ -74,9 +74,9 @@ def run_guarded(action: Callable[[], T]) -> T:
 
 
 def _register() -> None:
-    from eaglequant.cli import convert_cmd, explain_cmd, inspect_cmd, schemes_cmd, verify_cmd
+    from eaglequant.cli import bench_cmd, convert_cmd, explain_cmd, inspect_cmd, schemes_cmd, verify_cmd
 
-    for module in (inspect_cmd, convert_cmd, explain_cmd, verify_cmd, schemes_cmd):
+    for module in (inspect_cmd, convert_cmd, explain_cmd, verify_cmd, schemes_cmd, bench_cmd):
         module.register(app)
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks users can run: ``eaglequant bench kernels`` (fused dequant-GEMM kernels)."""

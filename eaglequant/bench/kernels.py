@@ -1,0 +1,180 @@
+"""Timing the fused dequant-GEMM kernels on the Kimi-K2.5 EAGLE-3 head's shapes.
+
+Every kernel is timed next to, in the same run, torch's bf16 matmul and ``torch._scaled_mm`` with
+row-wise FP8 scales (the engines' FP8 baseline), and the device's measured copy bandwidth, so the
+figures are ratios taken under the same conditions. Weights are random bytes in each stored layout:
+only the time matters here (correctness is the tests' and ``verify``'s job).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from eaglequant.kernels import StoredLinear, fused_linear
+
+H = 7168
+# (name, N, K) as the engines run them: fused q/k/v and gate/up (Llama layout, 64 heads x 128, I = 12288).
+KIMI_SHAPES = [
+    ("qkv_proj", 3 * 64 * 128, 2 * H),
+    ("o_proj", H, 64 * 128),
+    ("gate_up_proj", 2 * 12288, H),
+    ("down_proj", H, 12288),
+    ("fc", H, 3 * H),
+]
+TINY_SHAPES = [("tiny", 256, 512)]
+M_VALUES = (1, 4, 16, 64, 256, 2048)
+KERNELS = ("fp8-w8a16", "fp8-w8a8", "nvfp4-w4a16", "mxfp4-w4a16")
+Timer = Callable[[Callable[[], object]], float]
+
+
+def _bound(fn: Callable[..., object], *args: object) -> Callable[[], object]:
+    return lambda: fn(*args)
+
+
+@dataclass(frozen=True)
+class Timing:
+    shape: str
+    m: int
+    n: int
+    k: int
+    kernel: str
+    backend: str
+    milliseconds: float
+    weight_bytes: int
+
+    @property
+    def tflops(self) -> float:
+        return 2 * self.m * self.n * self.k / (self.milliseconds * 1e-3) / 1e12
+
+    @property
+    def gigabytes_per_second(self) -> float:
+        moved = self.weight_bytes + 2 * self.m * self.k + 4 * self.m * self.n  # weights, bf16 x, float32 y
+        return moved / (self.milliseconds * 1e-3) / 1e9
+
+    def to_json(self, copy_gbps: float, bf16_ms: float) -> dict[str, Any]:
+        return {
+            "shape": self.shape,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "ms": self.milliseconds,
+            "tflops": self.tflops,
+            "gbps": self.gigabytes_per_second,
+            "percent_of_copy_bandwidth": 100 * self.gigabytes_per_second / copy_gbps,
+            "speedup_vs_bf16": bf16_ms / self.milliseconds,
+        }
+
+
+def random_stored(kind: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:
+    def bytes_(*shape: int) -> torch.Tensor:
+        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator).to(device)
+
+    if kind.startswith("fp8"):
+        weight = (torch.randn(n, k, generator=generator) * 0.05).to(torch.float8_e4m3fn).to(device)
+        activation = "fp8-token" if kind == "fp8-w8a8" else None
+        return StoredLinear("fp8-channel", weight, channel_scale=torch.rand(n).to(device) + 0.5, activation=activation)
+    if kind.startswith("nvfp4"):
+        scale = (torch.rand(n, k // 16, generator=generator) + 0.1).to(torch.float8_e4m3fn).to(device)
+        return StoredLinear(
+            "nvfp4", bytes_(n, k // 2), block_scale=scale, global_scale=torch.tensor(1e-3, device=device)
+        )
+    exponents = torch.randint(118, 128, (n, k // 32), dtype=torch.uint8, generator=generator).to(device)
+    return StoredLinear("mxfp4", bytes_(n, k // 2), block_scale=exponents)
+
+
+def _stored_bytes(stored: StoredLinear) -> int:
+    tensors = [stored.weight, stored.channel_scale, stored.block_scale]
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def _timer(device: str) -> Timer:
+    if device == "cuda":
+        from triton.testing import do_bench
+
+        return lambda fn: float(do_bench(fn, warmup=25, rep=100))
+
+    def cpu_time(fn: Callable[[], object]) -> float:
+        fn()
+        runs, started = 0, time.perf_counter()
+        while runs < 3 or time.perf_counter() - started < 0.05:
+            fn()
+            runs += 1
+        return (time.perf_counter() - started) / runs * 1e3
+
+    return cpu_time
+
+
+def copy_bandwidth(device: str, timer: Timer) -> float:
+    """GB/s of a device-to-device copy of 1 GiB (64 MiB on CPU): read plus write."""
+    size = (1 << 30) if device == "cuda" else (64 << 20)
+    source = torch.empty(size, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    milliseconds = timer(lambda: target.copy_(source))
+    return 2 * size / (milliseconds * 1e-3) / 1e9
+
+
+def bench_kernels(
+    device: str, m_values: tuple[int, ...] = M_VALUES, shapes: list[tuple[str, int, int]] | None = None
+) -> dict[str, Any]:
+    timer = _timer(device)
+    generator = torch.Generator().manual_seed(0)
+    copy_gbps = copy_bandwidth(device, timer)
+    rows = []
+    for name, n, k in shapes or KIMI_SHAPES:
+        dense = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16).to(device)
+        stored = {kind: random_stored(kind, n, k, device, generator) for kind in KERNELS}
+        for m in m_values:
+            x = torch.randn(m, k, generator=generator).to(torch.bfloat16).to(device)
+            bf16_ms = timer(_bound(torch.matmul, x, dense.T))
+            timings = [Timing(name, m, n, k, "torch-bf16", "torch", bf16_ms, dense.numel() * 2)]
+            scaled = _scaled_mm_timing(name, m, n, k, x, stored["fp8-w8a8"], timer)
+            if scaled is not None:
+                timings.append(scaled)
+            backend = "triton" if device == "cuda" else "reference"
+            for kind in KERNELS:
+                ms = timer(_bound(fused_linear, x, stored[kind], backend))
+                timings.append(Timing(name, m, n, k, kind, backend, ms, _stored_bytes(stored[kind])))
+            rows += [t.to_json(copy_gbps, bf16_ms) for t in timings]
+    return {
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (torch reference, not the kernels)",
+        "copy_gbps": copy_gbps,
+        "rows": rows,
+    }
+
+
+def _scaled_mm_timing(
+    name: str,
+    m: int,
+    n: int,
+    k: int,
+    x: torch.Tensor,
+    stored: StoredLinear,
+    timer: Timer,
+) -> Timing | None:
+    """torch._scaled_mm with row-wise scales, activations quantized per token first (as engines do)."""
+    if not x.is_cuda:
+        return None
+    from eaglequant.kernels.reference import quantize_tokens_fp8
+
+    assert stored.channel_scale is not None
+    weight_t = stored.weight.T  # column-major, as _scaled_mm wants its second operand
+    scale_w = stored.channel_scale.reshape(1, -1).float()
+
+    def run() -> torch.Tensor:
+        codes, scale_x = quantize_tokens_fp8(x)
+        return torch._scaled_mm(
+            codes, weight_t, scale_a=scale_x.reshape(-1, 1), scale_b=scale_w, out_dtype=torch.bfloat16
+        )
+
+    try:
+        ms = timer(run)
+    except RuntimeError:  # no FP8 tensor cores (pre-Hopper / Ada)
+        return None
+    return Timing(name, m, n, k, "torch-scaled-mm-fp8", "torch", ms, _stored_bytes(stored))

@@ -1,0 +1,135 @@
+"""``verify``: passes on every fixture conversion, fails naming the module on each kind of damage."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from eaglequant import convert, verify
+from eaglequant.errors import EXIT_CHECK_FAILED
+from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli
+
+SCHEMES = [("fp8-per-channel", "quark"), ("nvfp4", "compressed-tensors"), ("mxfp4", "quark")]
+
+
+@pytest.fixture(scope="module")
+def verified(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], object]:
+    out = tmp_path_factory.mktemp("verify")
+    results = {}
+    for fixture in FIXTURE_NAMES:
+        for scheme, fmt in SCHEMES:
+            dst = out / f"{fixture}-{scheme}"
+            results[(fixture, scheme)] = convert(FIXTURES / fixture, dst, scheme=scheme, format=fmt, verify_output=True)
+    return results
+
+
+def test_verify_passes_on_every_fixture_conversion(verified) -> None:
+    for (fixture, scheme), result in verified.items():
+        report = result.verification
+        assert report.ok, (fixture, scheme, report.problems)
+        assert {layer.module for layer in report.layers} == {lin.checkpoint_module for lin in result.plan.quantized}
+        assert all(layer.backend == ("triton" if torch.cuda.is_available() else "reference") for layer in report.layers)
+        stored = json.loads((result.destination / "eaglequant_verify.json").read_text())
+        assert stored["ok"] and stored["scheme"] == scheme
+        if "lm_head" in {lin.module for lin in result.plan.head.linears}:
+            assert report.fidelity.top1_agreement is not None
+
+
+def test_thresholds_come_from_the_scheme_file(verified) -> None:
+    report = verified[("specforge-llama", "fp8-per-channel")].verification
+    assert report.to_json()["thresholds"]["min_sqnr_db"] == 25.0
+    assert all(layer.sqnr_db > 25.0 for layer in report.layers)
+
+
+def _damaged(verified, tmp_path: Path, fixture: str, scheme: str, damage) -> Path:
+    src = verified[(fixture, scheme)].destination
+    dst = shutil.copytree(src, tmp_path / "damaged")
+    path = next(dst.glob("*.safetensors"))
+    tensors = load_file(path)
+    damage(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+    return dst
+
+
+def test_flipped_scale_byte_fails_naming_the_module(verified, tmp_path: Path) -> None:
+    def flip(tensors):
+        scale = tensors["midlayer.self_attn.o_proj.weight_scale"]
+        raw = scale.view(torch.uint8).reshape(-1)
+        raw[3] ^= 0x40  # the exponent byte of the first float32 scale
+        tensors["midlayer.self_attn.o_proj.weight_scale"] = raw.view(torch.float32).reshape(scale.shape)
+
+    report = verify(_damaged(verified, tmp_path, "specforge-llama", "fp8-per-channel", flip))
+    assert not report.ok
+    failed = [layer.module for layer in report.layers if layer.failed]
+    assert failed == ["midlayer.self_attn.o_proj"]
+    assert any("model.safetensors: SHA-256 differs" in p for p in report.problems)
+
+
+def test_missing_scale_fails(verified, tmp_path: Path) -> None:
+    dst = _damaged(
+        verified, tmp_path, "specforge-llama", "nvfp4", lambda t: t.pop("midlayer.mlp.down_proj.weight_scale")
+    )
+    problems = verify(dst).problems
+    assert any("midlayer.mlp.down_proj.weight_scale: expected F8_E4M3" in p and "missing" in p for p in problems)
+
+
+def test_stray_tensor_fails(verified, tmp_path: Path) -> None:
+    def stray(tensors):
+        tensors["midlayer.mlp.up_proj.input_global_scale"] = torch.ones(1)
+
+    problems = verify(_damaged(verified, tmp_path, "specforge-llama", "nvfp4", stray)).problems
+    assert any("midlayer.mlp.up_proj.input_global_scale: not expected" in p for p in problems)
+
+
+def test_mismatched_fused_scale_fails(verified, tmp_path: Path) -> None:
+    def unshare(tensors):
+        tensors["midlayer.self_attn.k_proj.weight_global_scale"] *= 2
+
+    problems = verify(_damaged(verified, tmp_path, "specforge-llama", "nvfp4", unshare)).problems
+    assert any("self_attn.qkv_proj: fused members must share weight_global_scale" in p for p in problems)
+
+
+def test_nan_scale_fails(verified, tmp_path: Path) -> None:
+    def nan(tensors):
+        tensors["midlayer.mlp.gate_proj.weight_scale"][0, 0] = 255  # E8M0 NaN
+
+    problems = verify(_damaged(verified, tmp_path, "specforge-llama", "mxfp4", nan)).problems
+    assert any("midlayer.mlp.gate_proj.weight_scale: 1 scale value(s) NaN" in p for p in problems)
+
+
+def test_without_source_parity_is_skipped_and_said(verified, tmp_path: Path) -> None:
+    dst = shutil.copytree(verified[("torchspec-mla", "fp8-per-channel")].destination, tmp_path / "moved")
+    report_file = dst / "eaglequant_report.json"
+    report = json.loads(report_file.read_text())
+    report["source"] = str(tmp_path / "gone")
+    report_file.write_text(json.dumps(report))
+    result = verify(dst)
+    assert not result.layers and any("numerical parity was not checked" in n for n in result.notes)
+
+
+def test_verify_cli_exit_codes(verified, tmp_path: Path) -> None:
+    good = verified[("modelopt-mla", "fp8-per-channel")].destination
+    result = run_cli("verify", good, "--json")
+    assert result.exit_code == 0 and json.loads(result.stdout)["ok"]
+
+    def zero(tensors):
+        tensors["midlayer.mlp.down_proj.weight_scale"] = torch.zeros_like(
+            tensors["midlayer.mlp.down_proj.weight_scale"]
+        )
+
+    damaged = _damaged(verified, tmp_path, "specforge-llama", "fp8-per-channel", zero)
+    result = run_cli("verify", damaged)
+    assert result.exit_code == EXIT_CHECK_FAILED
+    assert "midlayer.mlp.down_proj.weight_scale" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_convert_verify_cli_stores_the_report(tmp_path: Path) -> None:
+    result = run_cli("convert", FIXTURES / "eagle31-fc-norm", tmp_path / "out", "--verify", "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["verification"]["ok"] and (tmp_path / "out" / "eaglequant_verify.json").is_file()
