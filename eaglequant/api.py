@@ -9,13 +9,15 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
-from eaglequant.engines.target import resolve_target_layers
+from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
@@ -207,15 +209,11 @@ def explain(
     """How each engine (all, or ``engines``) will read the quantized checkpoint in ``dst``: every runtime
     module, the rule that excludes it, the scheme applied and the tensors expected. Reads headers only;
     ``Explanation.ok`` is False when an engine would not load it as its config says."""
-    from eaglequant.engines import get_engine
-    from eaglequant.layouts.written import describe_written_head
     from eaglequant.readback import explain_checkpoint
 
-    names = [get_engine(name).name for name in dict.fromkeys(engines)]
-    with Checkpoint.open(dst) as checkpoint:
-        head = describe_written_head(checkpoint)
-        target = resolve_target_layers(target_layers, target_config, head.config)
-        return explain_checkpoint(checkpoint, head, names or None, target)
+    names = _engine_names(engines)
+    with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
+        return explain_checkpoint(checkpoint, head, names, target)
 
 
 def verify(
@@ -231,25 +229,40 @@ def verify(
     """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
     report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
     there) per-layer kernel parity and draft-head fidelity against the scheme's thresholds."""
-    from eaglequant.engines import get_engine
-    from eaglequant.layouts.written import describe_written_head
-    from eaglequant.verification import _recorded_report, verify_checkpoint
+    from eaglequant.verification import recorded_report, verify_checkpoint
 
+    names = _engine_names(engines)
     dst_path = Path(dst)
     if source is None:
-        recorded = (_recorded_report(dst_path) or {}).get("source")
+        recorded = (recorded_report(dst_path) or {}).get("source")
         source = recorded if isinstance(recorded, str) and Path(recorded).is_dir() else None
-    names = [get_engine(name).name for name in dict.fromkeys(engines)]
-    with Checkpoint.open(dst_path) as checkpoint:
-        head = describe_written_head(checkpoint)
-        target = resolve_target_layers(target_layers, target_config, head.config)
+    with _open_written(dst_path, target_layers, target_config) as (checkpoint, head, target):
         return verify_checkpoint(
             dst_path,
             head,
             checkpoint,
             source=None if source is None else Path(source),
-            engines=names or None,
+            engines=names,
             target=target,
             seed=seed,
             tokens=tokens,
         )
+
+
+def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
+    """Validated engine names, or None for "not chosen"."""
+    from eaglequant.engines import get_engine
+
+    return [get_engine(name).name for name in dict.fromkeys(engines)] or None
+
+
+@contextmanager
+def _open_written(
+    dst: str | Path, target_layers: int | None, target_config: str | Path | None
+) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
+    """A quantized checkpoint, the head it was made from, and the target's layer count."""
+    from eaglequant.layouts.written import describe_written_head
+
+    with Checkpoint.open(dst) as checkpoint:
+        head = describe_written_head(checkpoint)
+        yield checkpoint, head, resolve_target_layers(target_layers, target_config, head.config)

@@ -17,7 +17,7 @@ from eaglequant.checkpoint.reader import Checkpoint, load_json_object
 from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
-from eaglequant.engines.exclusions import SAMPLE_TARGET_LAYERS, symbolic_name
+from eaglequant.engines.exclusions import layer_counts, symbolic_name
 from eaglequant.engines.support import SCHEME_KINDS, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
@@ -177,7 +177,7 @@ def _read_engine(
         note = cell.note if cell else f"{fmt.title} cannot store this scheme"
         problems: tuple[str, ...] = (f"cannot load this checkpoint: {note}",) if requested else ()
         return EngineReading(engine.name, engine.title, False, note, (), problems)
-    counts = (target.count,) if target.count is not None else SAMPLE_TARGET_LAYERS
+    counts = layer_counts(target.count)
     modules_by_count = [engine.runtime_modules(head, count) for count in counts]
     readings = []
     for index, module in enumerate(modules_by_count[-1]):

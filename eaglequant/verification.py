@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
+from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.readback import explain_checkpoint, read_written_config
+from eaglequant.readback import explain_checkpoint
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
 if TYPE_CHECKING:
@@ -129,16 +131,16 @@ def verify_checkpoint(
     *,
     source: Path | None,
     engines: list[str] | None,
-    target: Any,
+    target: TargetLayers,
     seed: int = 0,
     tokens: int = 32,
 ) -> VerifyReport:
-    fmt, written = read_written_config(checkpoint)
-    scheme = scheme_for_kinds(written.kinds)
-    recorded = _recorded_report(dst)
+    recorded = recorded_report(dst)
     if engines is None and recorded is not None:
         engines = [e for e in recorded.get("engines", []) if isinstance(e, str)] or None
     explanation = explain_checkpoint(checkpoint, head, engines, target)
+    fmt = FORMATS[explanation.format]
+    scheme = scheme_for_kinds(explanation.kinds)
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
     quantized = _quantized_linears(explanation)
     report.structure += _check_hashes(dst, recorded)
@@ -155,7 +157,7 @@ def verify_checkpoint(
     return report
 
 
-def _recorded_report(dst: Path) -> dict[str, Any] | None:
+def recorded_report(dst: Path) -> dict[str, Any] | None:
     path = dst / REPORT_NAME
     if not path.is_file():
         return None
@@ -266,7 +268,6 @@ def _check_parity(
     import torch
 
     from eaglequant.draft.calibrate import canonical_weights
-    from eaglequant.draft.forward import DraftForward
     from eaglequant.kernels import choose_backend, fused_linear
     from eaglequant.layouts.detect import describe_head
 
@@ -307,7 +308,7 @@ def _check_parity(
             return
         canonical = {by_module[m].module: s for m, s in stored.items()}
         weights = canonical_weights(src, src_head)
-        report.fidelity = _fidelity(src_head, weights, canonical, limits, seed, tokens, DraftForward, device)
+        report.fidelity = _fidelity(src_head, weights, canonical, limits, seed, tokens, device)
 
 
 def _fidelity(
@@ -317,11 +318,11 @@ def _fidelity(
     limits: Any,
     seed: int,
     tokens: int,
-    forward_class: Any,
     device: str,
 ) -> HeadFidelity:
     import torch
 
+    from eaglequant.draft.forward import DraftForward
     from eaglequant.kernels import fused_linear
 
     generator = torch.Generator().manual_seed(seed + 1)
@@ -333,14 +334,14 @@ def _fidelity(
     else:
         embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
 
-    reference = forward_class(head, weights)
+    reference = DraftForward(head, weights)
 
     def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         if module in stored:
             return fused_linear(x.to(torch.bfloat16).to(device), stored[module]).cpu()
         return reference.plain_linear(module, x)
 
-    quantized = forward_class(head, weights, quantized_linear)
+    quantized = DraftForward(head, weights, quantized_linear)
     has_logits = "lm_head" in {lin.module for lin in head.linears}
     with torch.no_grad():
         ref_hidden = reference(aux, embeds, logits=False)

@@ -18,6 +18,11 @@ from eaglequant.layouts.head import HeadDescription
 SAMPLE_TARGET_LAYERS = (1, 32, 61, 94)
 
 
+def layer_counts(target_layers: int | None) -> tuple[int, ...]:
+    """The target layer counts to name runtime modules for: the known one, or the samples."""
+    return (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
+
+
 @dataclass(frozen=True)
 class ModuleVerdict:
     engine: str
@@ -48,9 +53,9 @@ def synthesize_patterns(
     """Patterns (in each engine's syntax for ``format_name``), one per runtime spelling of every module
     whose members are all excluded."""
     patterns: list[str] = []
-    layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
+    counts = layer_counts(target_layers)
     for engine in engines:
-        for count in layer_counts:
+        for count in counts:
             modules = engine.runtime_modules(head, count)
             _refuse_shared_names(engine, modules, excluded)
             for module in modules:
@@ -113,11 +118,11 @@ def prove(
 ) -> list[ModuleVerdict]:
     """Run each engine's matching rule over its runtime names; fail on any module not treated as intended."""
     verdicts: list[ModuleVerdict] = []
-    layer_counts = (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
+    counts = layer_counts(target_layers)
     for engine in engines:
         for problem in engine.pattern_problems(head, format_name, patterns):
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
-        for count in layer_counts:
+        for count in counts:
             for module in engine.runtime_modules(head, count):
                 reason = engine.unquantized_reason(module, kinds, format_name)
                 if reason is not None and set(module.members) & quantized:
@@ -138,7 +143,7 @@ def prove(
                             f"but is {got}",
                             hint="report this as a bug in eaglequant",
                         )
-                if count == layer_counts[-1]:
+                if count == counts[-1]:
                     shown = module.names[0] if target_layers is not None else symbolic_name(module.names[0], count)
                     verdicts.append(ModuleVerdict(engine.name, shown, module.members, intended, rules[0], reason))
     return verdicts

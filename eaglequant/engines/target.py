@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglequant.checkpoint.reader import load_json_object
 from eaglequant.errors import InputError
 
 
@@ -42,8 +43,6 @@ def layer_count(config: dict[str, Any], where: str) -> int:
 
 
 def read_target_config(path: Path) -> int:
-    from eaglequant.checkpoint.reader import load_json_object
-
     file = path / "config.json" if path.is_dir() else path
     return layer_count(load_json_object(file, "target config"), str(file))
 
@@ -79,15 +78,10 @@ def resolve_target_layers(
         found.append(TargetLayers(read_target_config(Path(target_config)), f"--target-config {target_config}"))
     verifier = verifier_config(head_config)
     if verifier is not None:
-        found.append(TargetLayers(layer_count(_load(verifier), str(verifier)), f"the head's verifier ({verifier})"))
+        config = load_json_object(verifier, "verifier config")
+        found.append(TargetLayers(layer_count(config, str(verifier)), f"the head's verifier ({verifier})"))
     counts = {t.count for t in found}
     if len(counts) > 1:
         said = ", ".join(f"{t.source} says {t.count}" for t in found)
         raise InputError(f"the target's layer count is ambiguous: {said}", hint="make them agree, or drop one")
     return found[0] if found else UNKNOWN
-
-
-def _load(path: Path) -> dict[str, Any]:
-    from eaglequant.checkpoint.reader import load_json_object
-
-    return load_json_object(path, "verifier config")

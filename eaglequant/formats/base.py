@@ -85,10 +85,20 @@ class Format(ABC):
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
 
-    @abstractmethod
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> QuantizedLinear: ...
+    ) -> QuantizedLinear:
+        """The vendor's tensors for ``linear``, with the error of what an engine dequantizes from them."""
+        tensors = self.quantized_tensors(linear, weight, scheme, shared)
+        stored = self.stored_linear(linear, scheme, tensors)
+        rel, sqnr = error_stats(weight, stored.dequantize_rows)
+        return QuantizedLinear(tensors, rel, sqnr)
+
+    @abstractmethod
+    def quantized_tensors(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        """Output name -> tensor, exactly the names of :meth:`tensor_specs`, as the vendor computes them."""
 
     @abstractmethod
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:

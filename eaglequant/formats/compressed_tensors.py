@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, error_stats
+from eaglequant.formats.base import Format, GroupScales
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -99,25 +99,22 @@ class CompressedTensorsFormat(Format):
                 specs.append(TensorSpec(f"{base}.input_global_scale", "F32", (1,)))
         return specs
 
-    def quantize(
+    def quantized_tensors(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> QuantizedLinear:
+    ) -> dict[str, torch.Tensor]:
         from eaglequant.schemes import fp8, mxfp4, nvfp4
 
         base = linear.checkpoint_module
         kind = scheme.weight.kind
         if kind == "fp8-channel":
             quantized, scale = fp8.compressed_tensors_per_channel(weight)
-            rel, sqnr = error_stats(weight, fp8.dequantize_rows(quantized, scale.reshape(-1)))
-            return QuantizedLinear({f"{base}.weight": quantized, f"{base}.weight_scale": scale}, rel, sqnr)
+            return {f"{base}.weight": quantized, f"{base}.weight_scale": scale}
         if kind == "mxfp4":
             packed, scale = mxfp4.compressed_tensors_quantize(weight)
-            rel, sqnr = error_stats(weight, mxfp4.dequantize_rows(packed, scale))
-            return QuantizedLinear({f"{base}.weight_packed": packed, f"{base}.weight_scale": scale}, rel, sqnr)
+            return {f"{base}.weight_packed": packed, f"{base}.weight_scale": scale}
         assert shared.weight_amax is not None
         global_scale = nvfp4.compressed_tensors_global_scale(shared.weight_amax, weight.dtype)
         packed, block_scale = nvfp4.compressed_tensors_quantize(weight, global_scale)
-        rel, sqnr = error_stats(weight, nvfp4.dequantize_rows(packed, block_scale, 1 / global_scale))
         tensors = {
             f"{base}.weight_packed": packed,
             f"{base}.weight_scale": block_scale,
@@ -131,7 +128,7 @@ class CompressedTensorsFormat(Format):
             tensors[f"{base}.input_global_scale"] = nvfp4.compressed_tensors_global_scale(
                 shared.input_amax, torch.float32
             )
-        return QuantizedLinear(tensors, rel, sqnr)
+        return tensors
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         algorithm = self.algorithm(scheme)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.errors import CheckpointError
-from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, WrittenConfig, error_stats
+from eaglequant.formats.base import Format, GroupScales, WrittenConfig
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -60,16 +60,15 @@ class ModelOptFormat(Format):
             specs.append(TensorSpec(f"{base}.input_scale", "F32", ()))
         return specs
 
-    def quantize(
+    def quantized_tensors(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> QuantizedLinear:
+    ) -> dict[str, torch.Tensor]:
         from eaglequant.schemes import fp8, nvfp4
 
         base = linear.checkpoint_module
         if scheme.weight.kind == "fp8-channel":
             quantized, scale = fp8.modelopt_per_channel(weight)
-            rel, sqnr = error_stats(weight, fp8.dequantize_rows(quantized, scale))
-            return QuantizedLinear({f"{base}.weight": quantized, f"{base}.weight_scale": scale}, rel, sqnr)
+            return {f"{base}.weight": quantized, f"{base}.weight_scale": scale}
         assert shared.weight_amax is not None
         if float(shared.weight_amax) == 0:
             # ModelOpt itself writes weight_scale_2 = 0 and NaN block scales here.
@@ -79,7 +78,6 @@ class ModelOptFormat(Format):
             )
         weight_scale_2 = nvfp4.modelopt_global_scale(shared.weight_amax)
         packed, block_scale = nvfp4.modelopt_quantize(weight, weight_scale_2)
-        rel, sqnr = error_stats(weight, nvfp4.dequantize_rows(packed, block_scale, weight_scale_2))
         tensors = {
             f"{base}.weight": packed,
             f"{base}.weight_scale": block_scale,
@@ -88,7 +86,7 @@ class ModelOptFormat(Format):
         if scheme.activation is not None:
             assert shared.input_amax is not None
             tensors[f"{base}.input_scale"] = nvfp4.modelopt_global_scale(shared.input_amax)
-        return QuantizedLinear(tensors, rel, sqnr)
+        return tensors
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         """The flat form ModelOpt's export writes into config.json."""

@@ -17,7 +17,7 @@ import copy
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, error_stats
+from eaglequant.formats.base import Format, GroupScales
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -88,19 +88,17 @@ class QuarkFormat(Format):
             TensorSpec(f"{base}.weight_scale", "F32", (linear.out_features,)),
         ]
 
-    def quantize(
+    def quantized_tensors(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> QuantizedLinear:
+    ) -> dict[str, torch.Tensor]:
         from eaglequant.schemes import fp8, mxfp4
 
         base = linear.checkpoint_module
         if scheme.weight.kind == "mxfp4":
             packed, block_scale = mxfp4.quark_quantize(weight)
-            rel, sqnr = error_stats(weight, mxfp4.dequantize_rows(packed, block_scale))
-            return QuantizedLinear({f"{base}.weight": packed, f"{base}.weight_scale": block_scale}, rel, sqnr)
+            return {f"{base}.weight": packed, f"{base}.weight_scale": block_scale}
         quantized, scale = fp8.quark_per_channel(weight)
-        rel, sqnr = error_stats(weight, fp8.dequantize_rows(quantized, scale))
-        return QuantizedLinear({f"{base}.weight": quantized, f"{base}.weight_scale": scale}, rel, sqnr)
+        return {f"{base}.weight": quantized, f"{base}.weight_scale": scale}
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         if scheme.weight.kind == "mxfp4":

@@ -39,14 +39,18 @@ class StoredLinear:
 
     def dequantize(self) -> torch.Tensor:
         """float32 [N, K], exactly what the kernels compute from the stored bytes."""
+        return self.dequantize_rows(slice(None))
+
+    def dequantize_rows(self, rows: slice) -> torch.Tensor:
+        """float32 [rows, K] of :meth:`dequantize`, reading only those rows."""
         if self.kind == "fp8-channel":
             assert self.channel_scale is not None
-            return fp8.dequantize_per_channel(self.weight, self.channel_scale)
+            return fp8.dequantize_per_channel(self.weight[rows], self.channel_scale[rows])
         assert self.block_scale is not None
         if self.kind == "nvfp4":
             assert self.global_scale is not None
-            return nvfp4.dequantize(self.weight, self.block_scale, self.global_scale)
-        return mxfp4.dequantize(self.weight, self.block_scale)
+            return nvfp4.dequantize(self.weight[rows], self.block_scale[rows], self.global_scale)
+        return mxfp4.dequantize(self.weight[rows], self.block_scale[rows])
 
     def to(self, device: torch.device | str) -> StoredLinear:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:

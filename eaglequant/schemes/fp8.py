@@ -60,10 +60,6 @@ def dequantize_per_channel(quantized: torch.Tensor, scale: torch.Tensor) -> torc
     return quantized.to(torch.float32) * scale.to(torch.float32).reshape(-1, 1)
 
 
-def dequantize_rows(quantized: torch.Tensor, scale: torch.Tensor) -> Callable[[slice], torch.Tensor]:
-    return lambda rows: dequantize_per_channel(quantized[rows], scale[rows])
-
-
 def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """compressed-tensors / llm-compressor ``FP8_DYNAMIC`` weights, in row blocks.
 

@@ -102,7 +102,3 @@ def dequantize(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     values = decode_codes(unpack_codes(packed)).reshape(n, -1, BLOCK)
     factors = torch.exp2(scale.to(torch.float32) - E8M0_BIAS).unsqueeze(-1)
     return (values * factors).reshape(n, -1)
-
-
-def dequantize_rows(packed: torch.Tensor, scale: torch.Tensor) -> Callable[[slice], torch.Tensor]:
-    return lambda rows: dequantize(packed[rows], scale[rows])

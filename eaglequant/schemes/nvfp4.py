@@ -69,12 +69,6 @@ def dequantize(packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: 
     return (blocks * global_divisor.to(torch.float32).reshape(())).reshape(n, -1)
 
 
-def dequantize_rows(
-    packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: torch.Tensor
-) -> Callable[[slice], torch.Tensor]:
-    return lambda rows: dequantize(packed[rows], block_scale[rows], global_divisor)
-
-
 _MODELOPT_MIN_BLOCK_SCALE = 2.0**-9  # the smallest E4M3 subnormal
 
 
