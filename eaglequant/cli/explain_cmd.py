@@ -26,8 +26,10 @@ def explain_command(
     target_config: TargetConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """For each engine: every runtime module, the config rule that excludes it, the scheme the engine
-    applies and the tensors it expects. Exits 3 when an engine would not load DST as its config says."""
+    """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors.
+
+    Exits 3 when an engine would not load DST as its config says.
+    """
     from eaglequant.cli import run_guarded
 
     def body() -> bool:

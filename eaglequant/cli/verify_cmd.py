@@ -36,8 +36,10 @@ def verify_command(
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="Draft positions in the fidelity run.")] = 32,
     json_out: JsonOpt = False,
 ) -> None:
-    """Check DST: tensors and rules for each engine, scales, per-layer parity through the fused kernels and
-    draft-head fidelity against the scheme's thresholds. Exits 3 when a check fails."""
+    """Check DST: structure per engine, per-layer kernel parity, draft-head fidelity.
+
+    Thresholds come from the verify table of the scheme file. Exits 3 when a check fails.
+    """
     from eaglequant.cli import run_guarded
 
     def body() -> bool:
