@@ -1,7 +1,8 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
-The public API (``convert``, ``inspect``, ``explain``, ``verify``) is imported lazily so that
-``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by the work that needs it.
+The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``upload``; ``eaglequant.batch.run_batch``)
+is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
+the work that needs it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from eaglequant.api import convert, explain, inspect, verify
+    from eaglequant.api import convert, explain, inspect, upload, verify
 
-__all__ = ["__version__", "convert", "explain", "inspect", "verify"]
+__all__ = ["__version__", "convert", "explain", "inspect", "upload", "verify"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("convert", "explain", "inspect", "verify"):
+    if name in ("convert", "explain", "inspect", "upload", "verify"):
         from eaglequant import api
 
         return getattr(api, name)

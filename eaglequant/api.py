@@ -9,7 +9,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
+from eaglequant.hub import UploadResult, check_repo_id, resolve_source
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
@@ -28,7 +29,7 @@ from eaglequant.progress import Progress
 if TYPE_CHECKING:
     from eaglequant.readback import Explanation
     from eaglequant.verification import VerifyReport
-from eaglequant.schemes.model import load_scheme
+from eaglequant.schemes.model import Scheme, load_scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
 DEFAULT_FORMAT = "quark"
@@ -121,12 +122,15 @@ def inspect(
     target_layers: int | None = None,
     target_config: str | Path | None = None,
 ) -> InspectReport:
-    """Describe a checkpoint and what converting it would do. Reads headers only."""
-    checkpoint, head = _open(src)
+    """Describe a checkpoint (a directory or a Hub repo id) and what converting it would do. Reads headers
+    only (a Hub source is downloaded first)."""
+    source = resolve_source(src)
+    scheme_obj = load_scheme(scheme)
+    checkpoint, head = _open(source.path)
     with checkpoint:
         plan = build_plan(
             head,
-            scheme,
+            scheme_obj,
             format,
             exclude=exclude,
             quantize=quantize,
@@ -135,7 +139,7 @@ def inspect(
             target_config=target_config,
         )
         files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
-        return InspectReport(Path(src), checkpoint.source_format, files, head, plan)
+        return InspectReport(source.path, checkpoint.source_format, files, head, plan)
 
 
 def convert(
@@ -153,22 +157,32 @@ def convert(
     max_shard_size: str | int = "5GB",
     calib: str | Path | None = None,
     verify_output: bool = False,
+    repo_id: str | None = None,
     progress: Progress | None = None,
 ) -> ConversionResult:
-    """Quantize the head in ``src`` and write it to ``dst`` (atomically: ``dst`` appears only when complete).
+    """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
+    ``dst`` (atomically: ``dst`` appears only when complete, model card and report included).
 
     ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
     schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
-    ``verify_output``: run :func:`verify` on the result against ``src`` and store its report in
-    ``dst/eaglequant_verify.json`` (``result.verification``).
+    ``verify_output``: run :func:`verify` on the result against ``src`` before it is moved into place, store
+    its report in ``dst/eaglequant_verify.json`` (``result.verification``) and its figures in the card.
+    ``repo_id``: the Hub repo the result will be uploaded to; the card's serving lines name the draft by it
+    (default: the absolute path of ``dst``).
     """
-    src_path, dst_path = Path(src), Path(dst)
+    from eaglequant.card import card_context, source_card_metadata
+    from eaglequant.manifest import conversion_manifest
+
+    dst_path = Path(dst)
     max_shard_bytes = parse_size(max_shard_size)
-    check_destination(src_path, dst_path, overwrite)
+    if repo_id is not None:
+        check_repo_id(repo_id)
+    source = resolve_source(src)
+    check_destination(source.path, dst_path, overwrite)
     scheme_obj = load_scheme(scheme)
     if calib is not None:
         refuse_unused_calibration(scheme_obj)  # before the (slow) calibration forward
-    checkpoint, head = _open(src_path)
+    checkpoint, head = _open(source.path)
     with checkpoint:
         input_amax = None
         if calib is not None:
@@ -186,17 +200,106 @@ def convert(
             target_config=target_config,
             input_amax=input_amax,
         )
+        options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+        draft = repo_id or str(dst_path.resolve())
         result = run_conversion(
-            checkpoint, plan, dst_path, overwrite=overwrite, max_shard_bytes=max_shard_bytes, progress=progress
+            checkpoint,
+            plan,
+            dst_path,
+            overwrite=overwrite,
+            max_shard_bytes=max_shard_bytes,
+            progress=progress,
+            manifest=conversion_manifest(source, options),
+            card=card_context(source_card_metadata(source.path), head.config, source.repo_id, draft),
+            finish=_verifier(dst_path, source.path, engines, target_layers, target_config) if verify_output else None,
         )
-    if verify_output:
+    return result
+
+
+def manifest_key(
+    src: str | Path,
+    *,
+    scheme: str = DEFAULT_SCHEME,
+    format: str = DEFAULT_FORMAT,
+    exclude: list[str] | tuple[str, ...] = (),
+    quantize: list[str] | tuple[str, ...] = (),
+    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+    max_shard_size: str | int = "5GB",
+    calib: str | Path | None = None,
+    verify_output: bool = False,
+    repo_id: str | None = None,
+) -> str:
+    """The manifest key :func:`convert` with these arguments would record (reads headers only): a
+    destination carrying it, complete, needs no new conversion."""
+    from eaglequant.manifest import conversion_manifest
+
+    source = resolve_source(src)
+    scheme_obj = load_scheme(scheme)
+    checkpoint, head = _open(source.path)
+    with checkpoint:
+        plan = build_plan(
+            head,
+            scheme_obj,
+            format,
+            exclude=exclude,
+            quantize=quantize,
+            engines=engines,
+            target_layers=target_layers,
+            target_config=target_config,
+        )
+    max_shard_bytes = parse_size(max_shard_size)
+    options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+    return str(conversion_manifest(source, options)["key"])
+
+
+def _manifest_options(
+    scheme: Scheme,
+    plan: ConversionPlan,
+    exclude: list[str] | tuple[str, ...],
+    quantize: list[str] | tuple[str, ...],
+    max_shard_bytes: int,
+    calib: str | Path | None,
+    verify_output: bool,
+    repo_id: str | None,
+) -> dict[str, Any]:
+    """Everything besides the source that decides the bytes of a conversion's output."""
+    from eaglequant.manifest import file_sha256
+
+    return {
+        "scheme": scheme.name,
+        "scheme_sha256": file_sha256(Path(scheme.source)),
+        "format": plan.format.name,
+        "engines": sorted(e.name for e in plan.engines),
+        "exclude": list(exclude),
+        "quantize": list(quantize),
+        "target_layers": plan.target.count,
+        "max_shard_bytes": max_shard_bytes,
+        "calib_sha256": None if calib is None else file_sha256(Path(calib)),
+        "verify": verify_output,
+        "repo_id": repo_id,
+    }
+
+
+def _verifier(
+    dst: Path,
+    source: Path,
+    engines: list[str] | tuple[str, ...],
+    target_layers: int | None,
+    target_config: str | Path | None,
+) -> Callable[[Path], VerifyReport]:
+    """Verification of a finished output in its temporary directory, reported under its final name."""
+
+    def run(tmp: Path) -> VerifyReport:
         from eaglequant.verification import write_verify_report
 
-        result.verification = verify(
-            dst_path, source=src_path, engines=engines, target_layers=target_layers, target_config=target_config
-        )
-        write_verify_report(result.verification)
-    return result
+        report = verify(tmp, source=source, engines=engines, target_layers=target_layers, target_config=target_config)
+        report.destination = dst
+        write_verify_report(report, tmp)
+        return report
+
+    return run
 
 
 def explain(
@@ -228,8 +331,10 @@ def verify(
 ) -> VerifyReport:
     """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
     report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
-    there) per-layer kernel parity and draft-head fidelity against the scheme's thresholds."""
-    from eaglequant.verification import recorded_report, verify_checkpoint
+    there; a Hub repo id works too) per-layer kernel parity and draft-head fidelity against the scheme's
+    thresholds."""
+    from eaglequant.manifest import recorded_report
+    from eaglequant.verification import verify_checkpoint
 
     names = _engine_names(engines)
     dst_path = Path(dst)
@@ -241,12 +346,58 @@ def verify(
             dst_path,
             head,
             checkpoint,
-            source=None if source is None else Path(source),
+            source=None if source is None else resolve_source(source).path,
             engines=names,
             target=target,
             seed=seed,
             tokens=tokens,
         )
+
+
+def upload(
+    dst: str | Path,
+    repo_id: str,
+    *,
+    revision: str = "main",
+    private: bool = False,
+    commit_message: str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+) -> UploadResult:
+    """Upload the quantized checkpoint in ``dst`` to the Hub repo ``repo_id`` (created if needed).
+
+    ``dst`` must pass :func:`verify` (against its recorded source when that is still on disk) unless
+    ``force``. The card is re-rendered to name the draft ``repo_id`` in its serving lines. The upload is
+    huggingface_hub's ``upload_folder``: resumable, and split into several commits when very large.
+    ``dry_run``: check and list what would be sent, send nothing.
+    """
+    from eaglequant.card import rename_draft
+    from eaglequant.hub import UploadRefused, push, upload_files
+
+    check_repo_id(repo_id)
+    dst_path = Path(dst)
+    if not dst_path.is_dir():
+        raise InputError(f"{dst_path}: not a directory", hint="DST is what `eaglequant convert` wrote")
+    files = upload_files(dst_path)
+    result = UploadResult(dst_path, repo_id, revision, private, files, dry_run)
+    result.verification = verify(dst_path)
+    if not result.verification.ok:
+        if not force:
+            problems = result.verification.problems
+            raise UploadRefused(
+                f"{dst_path}: fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})",
+                hint="run `eaglequant verify` on it and fix the conversion, or pass --force to upload anyway",
+            )
+        result.forced = True
+        result.notes.append("uploaded although verify failed (--force)")
+    if dry_run:
+        result.notes.append(f"dry run: nothing sent; README.md would name the draft {repo_id}")
+        return result
+    if rename_draft(dst_path, repo_id):
+        result.notes.append(f"README.md now names the draft {repo_id}")
+        result.files = upload_files(dst_path)
+    push(result, commit_message)
+    return result
 
 
 def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
@@ -260,9 +411,16 @@ def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
 def _open_written(
     dst: str | Path, target_layers: int | None, target_config: str | Path | None
 ) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
-    """A quantized checkpoint, the head it was made from, and the target's layer count."""
+    """A quantized checkpoint, the head it was made from, and the target's layer count (given, or else the
+    one its conversion recorded)."""
     from eaglequant.layouts.written import describe_written_head
+    from eaglequant.manifest import REPORT_NAME, recorded_report
 
     with Checkpoint.open(dst) as checkpoint:
         head = describe_written_head(checkpoint)
-        yield checkpoint, head, resolve_target_layers(target_layers, target_config, head.config)
+        target = resolve_target_layers(target_layers, target_config, head.config)
+        if target_layers is None and target_config is None:
+            recorded = (recorded_report(Path(dst)) or {}).get("target_layers") or {}
+            if type(recorded.get("count")) is int:
+                target = TargetLayers(recorded["count"], f"recorded in {REPORT_NAME}: {recorded.get('source')}")
+        yield checkpoint, head, target

@@ -12,6 +12,7 @@ EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_CHECK_FAILED = 3  # a check on a written checkpoint failed (explain found a mismatch, a parity threshold)
 EXIT_PARITY = EXIT_CHECK_FAILED
+EXIT_JOBS_FAILED = 4  # batch: at least one job failed (the others ran; see the summary)
 EXIT_INTERRUPTED = 130
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant import __version__
+from eaglequant.card import CARD_NAME, render_card
 from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, tensor_bytes
 from eaglequant.checkpoint.writer import (
     SafetensorsStreamWriter,
@@ -20,14 +22,16 @@ from eaglequant.checkpoint.writer import (
 )
 from eaglequant.errors import CheckpointError, InputError
 from eaglequant.formats import GroupScales, QuantizedLinear
+from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
 
 if TYPE_CHECKING:
     import torch
 
-REPORT_NAME = "eaglequant_report.json"
-SKIPPED_DIRS = {".git", ".cache", ".huggingface"}
+# Checks run on the finished output (in its temporary directory) before it is moved into place; returns
+# their report (a VerifyReport), which the model card shows.
+Finisher = Callable[[Path], Any]
 
 
 @dataclass
@@ -51,6 +55,8 @@ class ConversionResult:
     copied_files: list[str] = field(default_factory=list)
     source: Path | None = None
     verification: Any = None  # a VerifyReport when convert ran verify
+    manifest: dict[str, Any] = field(default_factory=dict)  # see eaglequant.manifest
+    card: dict[str, Any] = field(default_factory=dict)  # see eaglequant.card.card_context
 
     def to_json(self) -> dict[str, Any]:
         plan = self.plan
@@ -60,6 +66,8 @@ class ConversionResult:
             "layout": plan.head.layout,
             "scheme": plan.scheme.name,
             "scheme_label": plan.scheme.label,
+            "scheme_kinds": list(plan.scheme.kinds),
+            "attention": plan.head.attention,
             "format": plan.format.name,
             "algorithm": plan.format.algorithm(plan.scheme),
             "notes": plan.notes,
@@ -78,12 +86,24 @@ class ConversionResult:
             "kept": plan.kept,
             "excluded_linears": plan.excluded_linears,
             "exclude": plan.exclude_patterns,
+            "tensor_dtypes": self.tensor_dtypes(),
             "source_bytes": self.source_bytes,
             "output_bytes": self.output_bytes,
             "seconds": round(self.seconds, 3),
             "files": self.files,
             "copied_files": self.copied_files,
+            "manifest": self.manifest,
+            "card": self.card,
         }
+
+    def tensor_dtypes(self) -> dict[str, dict[str, int]]:
+        """Output dtype -> tensor count and bytes."""
+        overview: dict[str, dict[str, int]] = {}
+        for output in self.plan.outputs:
+            row = overview.setdefault(output.spec.dtype, {"count": 0, "bytes": 0})
+            row["count"] += 1
+            row["bytes"] += output.spec.nbytes
+        return dict(sorted(overview.items()))
 
 
 def parse_size(text: str | int) -> int:
@@ -122,7 +142,12 @@ def run_conversion(
     overwrite: bool = False,
     max_shard_bytes: int = 5 * 10**9,
     progress: Progress | None = None,
+    manifest: dict[str, Any] | None = None,
+    card: dict[str, Any] | None = None,
+    finish: Finisher | None = None,
 ) -> ConversionResult:
+    """Write ``plan``'s output into ``dst``: shards, config, side files, report and model card; with
+    ``finish`` (verification), its JSON too, all before ``dst`` appears."""
     progress = progress or NoProgress()
     started = time.perf_counter()
     linears: list[LinearResult] = []
@@ -152,9 +177,31 @@ def run_conversion(
             plan.output_bytes,
             copied,
             checkpoint.root.resolve(),
+            manifest=manifest or {},
+            card=card or {},
         )
-        _write_json(tmp / REPORT_NAME, {"eaglequant_version": __version__, **result.to_json()})
+        _finish(tmp, result, finish)
     return result
+
+
+def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None) -> None:
+    """Report, checks, card, then the report again with the SHA-256 of every file it sits beside."""
+    _write_json(tmp / REPORT_NAME, _report(result))  # what ``finish`` checks the files against
+    if finish is not None:
+        result.verification = finish(tmp)
+    if result.card:
+        verification = None if result.verification is None else result.verification.to_json()
+        (tmp / CARD_NAME).write_text(render_card(_report(result), verification), encoding="utf-8")
+    for path in source_files(tmp):
+        name = path.relative_to(tmp).as_posix()
+        if name != REPORT_NAME and name not in result.files:
+            result.files[name] = file_sha256(path)
+    result.files = dict(sorted(result.files.items()))
+    _write_json(tmp / REPORT_NAME, _report(result))
+
+
+def _report(result: ConversionResult) -> dict[str, Any]:
+    return {"eaglequant_version": __version__, **result.to_json()}
 
 
 def _write_shards(
@@ -258,12 +305,13 @@ def _write_json(path: Path, content: dict[str, Any]) -> None:
 
 
 def _copy_side_files(checkpoint: Checkpoint, tmp: Path) -> list[str]:
-    """Copy every non-weight file (tokenizer, generation config, custom code) unchanged."""
-    skip = checkpoint.weight_file_names() | {"config.json", REPORT_NAME}
+    """Copy every non-weight file (tokenizer, generation config, custom code, licence) unchanged; the
+    source's model card is replaced by the one written for the quantized head."""
+    skip = checkpoint.weight_file_names() | {"config.json", REPORT_NAME, CARD_NAME}
     copied = []
-    for path in sorted(checkpoint.root.rglob("*")):
+    for path in source_files(checkpoint.root):
         relative = path.relative_to(checkpoint.root)
-        if set(relative.parts) & SKIPPED_DIRS or str(relative) in skip or path.is_dir():
+        if str(relative) in skip:
             continue
         if path.suffix in (".safetensors", ".bin") and path.parent == checkpoint.root:
             continue  # stray weight files that the index does not list are not carried over

@@ -13,7 +13,6 @@ Thresholds come from the scheme file (``[verify]``). Parity needs the source che
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.manifest import changed_files, recorded_report
 from eaglequant.readback import explain_checkpoint
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from eaglequant.formats import Format
     from eaglequant.kernels.stored import StoredLinear
 
-REPORT_NAME = "eaglequant_report.json"
 VERIFY_NAME = "eaglequant_verify.json"
 PARITY_ROWS = 64  # activations per linear
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -111,6 +110,7 @@ class VerifyReport:
             "scheme": self.scheme.name,
             "scheme_label": self.scheme.label,
             "thresholds": self.scheme.verify.__dict__,
+            "parity_rows": PARITY_ROWS,
             "ok": self.ok,
             "problems": self.problems,
             "structure": self.structure,
@@ -157,17 +157,6 @@ def verify_checkpoint(
     return report
 
 
-def recorded_report(dst: Path) -> dict[str, Any] | None:
-    path = dst / REPORT_NAME
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _quantized_linears(explanation: Any) -> set[str]:
     """Checkpoint modules that every explained engine runs quantized (what the plan quantized)."""
     found: set[str] = set()
@@ -180,21 +169,7 @@ def _quantized_linears(explanation: Any) -> set[str]:
 
 def _check_hashes(dst: Path, recorded: dict[str, Any] | None) -> list[str]:
     files = recorded.get("files") if recorded else None
-    if not isinstance(files, dict):
-        return []
-    problems = []
-    for name, digest in files.items():
-        path = dst / name
-        if not path.is_file():
-            problems.append(f"{name}: listed in {REPORT_NAME} but missing")
-            continue
-        sha = hashlib.sha256()
-        with path.open("rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                sha.update(chunk)
-        if sha.hexdigest() != digest:
-            problems.append(f"{name}: SHA-256 differs from {REPORT_NAME} (the file changed after it was written)")
-    return problems
+    return changed_files(dst, files) if isinstance(files, dict) else []
 
 
 def _stored(checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, module: str) -> StoredLinear:
@@ -363,7 +338,8 @@ def _fidelity(
     return HeadFidelity(tokens, top1, kl, hidden_cosine, tuple(failed))
 
 
-def write_verify_report(report: VerifyReport) -> Path:
-    path = report.destination / VERIFY_NAME
+def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:
+    """Store ``report`` in ``directory`` (default: the checkpoint it describes)."""
+    path = (directory or report.destination) / VERIFY_NAME
     path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
     return path

@@ -75,3 +75,31 @@ def test_convert_human_output_names_each_kept_linear_and_why(tmp_path: Path) -> 
     assert "kept midlayer.mlp.gate_proj.weight: --exclude midlayer.mlp.*" in result.stderr
     assert "kept fc.weight: default" in result.stderr
     assert "kept norm.weight" not in result.stderr  # only linears are listed
+
+
+def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
+    """--json: stdout holds exactly one JSON document; messages stay on stderr."""
+    src = FIXTURES / "specforge-llama"
+    dst = tmp_path / "out"
+    jobs = tmp_path / "jobs.toml"
+    jobs.write_text(f'[[job]]\nsource = "{src}"\ndestination = "batch-out"\nverify = false\n')
+    commands = {
+        "inspect": ["inspect", src],
+        "convert": ["convert", src, dst],
+        "explain": ["explain", dst],
+        "verify": ["verify", dst],
+        "upload": ["upload", dst, "org/name", "--dry-run"],
+        "batch": ["batch", jobs, "--summary", tmp_path / "summary.json"],
+        "schemes": ["schemes"],
+        "bench kernels": ["bench", "kernels", "--device", "cpu", "--tiny", "--m", "1"],
+    }
+    from eaglequant.cli import app
+
+    listed = {c.name for c in app.registered_commands} | {
+        f"bench {c.name}" for g in app.registered_groups for c in g.typer_instance.registered_commands
+    }
+    assert set(commands) == listed - {"bench"}  # a new command must be added here
+    for name, args in commands.items():
+        result = run_cli(*args, "--json")
+        assert result.exit_code == 0, (name, result.stderr)
+        assert json.loads(result.stdout), name  # one document: json.loads refuses anything more

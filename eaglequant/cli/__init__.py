@@ -74,9 +74,18 @@ def run_guarded(action: Callable[[], T]) -> T:
 
 
 def _register() -> None:
-    from eaglequant.cli import bench_cmd, convert_cmd, explain_cmd, inspect_cmd, schemes_cmd, verify_cmd
+    from eaglequant.cli import (
+        batch_cmd,
+        bench_cmd,
+        convert_cmd,
+        explain_cmd,
+        inspect_cmd,
+        schemes_cmd,
+        upload_cmd,
+        verify_cmd,
+    )
 
-    for module in (inspect_cmd, convert_cmd, explain_cmd, verify_cmd, schemes_cmd, bench_cmd):
+    for module in (inspect_cmd, convert_cmd, explain_cmd, verify_cmd, upload_cmd, batch_cmd, schemes_cmd, bench_cmd):
         module.register(app)
 
 

@@ -19,12 +19,15 @@ from eaglequant.cli.options import (
     TargetConfigOpt,
     TargetLayersOpt,
 )
-from eaglequant.cli.output import BarProgress, err, human_bytes, print_json, progress_enabled
+from eaglequant.cli.output import BarProgress, err, human_bytes, print_json, progress_enabled, quiet_hub_progress
 from eaglequant.errors import EXIT_CHECK_FAILED
 
 
 def convert_command(
-    src: Annotated[Path, typer.Argument(help="Checkpoint directory to read.", show_default=False)],
+    src: Annotated[
+        str,
+        typer.Argument(help="Checkpoint directory, or Hub repo id org/name[@revision].", show_default=False),
+    ],
     dst: Annotated[
         Path, typer.Argument(help="Directory to create (must not exist, nor be inside SRC).", show_default=False)
     ],
@@ -49,14 +52,25 @@ def convert_command(
         bool,
         typer.Option("--verify", help="Then run `verify` against SRC and store eaglequant_verify.json in DST."),
     ] = False,
+    repo_id: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--repo-id",
+            help="Hub repo the result will be uploaded to: the model card's serving lines name the draft by it "
+            "(default: DST's absolute path).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Quantize the head in SRC with SCHEME and write it to DST in FORMAT."""
+    """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
     from eaglequant.cli import run_guarded
 
     def body() -> bool:
         from eaglequant.api import convert
+        from eaglequant.hub import is_hub_reference
 
+        if is_hub_reference(src):
+            quiet_hub_progress()
         result = convert(
             src,
             dst,
@@ -71,6 +85,7 @@ def convert_command(
             max_shard_size=max_shard_size,
             calib=calib,
             verify_output=verify,
+            repo_id=repo_id,
             progress=BarProgress() if progress_enabled() else None,
         )
         data = result.to_json()

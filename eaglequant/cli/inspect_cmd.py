@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -19,11 +18,13 @@ from eaglequant.cli.options import (
     TargetConfigOpt,
     TargetLayersOpt,
 )
-from eaglequant.cli.output import err, human_bytes, print_json
+from eaglequant.cli.output import err, human_bytes, print_json, quiet_hub_progress
 
 
 def inspect_command(
-    src: Annotated[Path, typer.Argument(help="Checkpoint directory.", show_default=False)],
+    src: Annotated[
+        str, typer.Argument(help="Checkpoint directory, or Hub repo id org/name[@revision].", show_default=False)
+    ],
     scheme: SchemeOpt = "fp8-per-channel",
     format: FormatOpt = "quark",
     exclude: ExcludeOpt = None,
@@ -38,7 +39,10 @@ def inspect_command(
 
     def body() -> None:
         from eaglequant.api import inspect
+        from eaglequant.hub import is_hub_reference
 
+        if is_hub_reference(src):
+            quiet_hub_progress()
         report = inspect(
             src,
             scheme=scheme,

@@ -43,6 +43,14 @@ def progress_enabled() -> bool:
     return err.is_terminal
 
 
+def quiet_hub_progress() -> None:
+    """huggingface_hub draws its own bars on stderr: keep them for a terminal, as ours."""
+    if not progress_enabled():
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
 class BarProgress:
     """One bar: bytes written with their rate, and tensors done with theirs."""
 

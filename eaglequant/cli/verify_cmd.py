@@ -14,10 +14,11 @@ from eaglequant.cli.output import err, print_json
 from eaglequant.errors import EXIT_CHECK_FAILED
 
 SourceOpt = Annotated[
-    Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
+    Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
     typer.Option(
         "--source",
-        help="The BF16 checkpoint DST was made from (default: the one recorded in DST's report, if present).",
+        help="The BF16 checkpoint DST was made from, a directory or Hub repo id (default: the one recorded in "
+        "DST's report, if present).",
         show_default=False,
     ),
 ]

@@ -26,6 +26,15 @@ class RuntimeModule:
     runs_unquantized: str | None = None
 
 
+@dataclass(frozen=True)
+class ServingSnippet:
+    """A copy-paste line (or file) that serves a target model with a draft head in an engine."""
+
+    caption: str
+    language: str  # for the Markdown code fence
+    text: str
+
+
 def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
     """The rule vLLM and SGLang apply to Quark ``exclude`` and compressed-tensors ``ignore``: an exact
     string, or ``re:`` + ``re.match`` (anchored at the start only)."""
@@ -94,3 +103,8 @@ class Engine(ABC):
         """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme
         ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
         return module.runs_unquantized
+
+    @abstractmethod
+    def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
+        """How to serve ``target`` with the draft head at ``draft`` (a path or Hub id) proposing
+        ``draft_tokens`` tokens per step."""

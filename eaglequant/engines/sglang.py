@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, exact_or_regex_rule
+from eaglequant.engines.base import Engine, ServingSnippet, exact_or_regex_rule
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LLAMA_FUSED = {"qkv_proj": "model.qkv_proj", "gate_up_proj": "model.gate_up_proj"}
@@ -58,6 +58,14 @@ class SglangEngine(Engine):
         if format_name == "modelopt":
             return _modelopt_rule(runtime_name, patterns)
         return exact_or_regex_rule(runtime_name, patterns)
+
+    def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
+        line = (
+            f"python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
+            f"--speculative-draft-model-path {draft} --speculative-num-steps {draft_tokens} "
+            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {draft_tokens + 1}"
+        )
+        return [ServingSnippet("SGLang", "bash", line)]
 
 
 def _modelopt_rule(runtime_name: str, patterns: list[str]) -> str | None:

@@ -28,7 +28,7 @@ import fnmatch
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule
+from eaglequant.engines.base import Engine, RuntimeModule, ServingSnippet
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -98,3 +98,17 @@ class TrtllmEngine(Engine):
             if any(_excludes(pattern, candidate) for candidate in candidates):
                 return pattern
         return None
+
+    def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
+        config = (
+            "speculative_config:\n"
+            "  decoding_type: Eagle\n"
+            f"  max_draft_len: {draft_tokens}\n"
+            f"  speculative_model_dir: {draft}\n"
+        )
+        return [
+            ServingSnippet("TensorRT-LLM: extra-llm-api-config.yml", "yaml", config),
+            ServingSnippet(
+                "TensorRT-LLM", "bash", f"trtllm-serve {target} --extra_llm_api_options extra-llm-api-config.yml"
+            ),
+        ]

@@ -27,10 +27,11 @@ Sources (vllm-project/vllm):
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule, exact_or_regex_rule
+from eaglequant.engines.base import Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
@@ -95,3 +96,7 @@ class VllmEngine(Engine):
             return _modelopt_rule(runtime_name, patterns)
         # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns.
         return exact_or_regex_rule(runtime_name, patterns)
+
+    def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
+        spec = json.dumps({"model": draft, "method": "eagle3", "num_speculative_tokens": draft_tokens})
+        return [ServingSnippet("vLLM", "bash", f"vllm serve {target} --speculative-config '{spec}'")]

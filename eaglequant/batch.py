@@ -1,0 +1,300 @@
+"""``batch``: run the conversions (and uploads) a TOML job file lists, as a CI step.
+
+A job is skipped when its destination is complete and its manifest carries the key this job would
+produce (same source bytes, same options, same eaglequant); a failed job is recorded and the others go
+on. Paths in the job file are relative to the file. See ``docs/ci.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from eaglequant.errors import EXIT_INTERNAL, EagleQuantError, InputError
+from eaglequant.hub import check_repo_id, parse_repo_ref
+
+UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
+
+_CONVERT_KEYS = {
+    "scheme": str,
+    "format": str,
+    "engines": list,
+    "exclude": list,
+    "quantize": list,
+    "target_layers": int,
+    "target_config": str,
+    "max_shard_size": str,
+    "calib": str,
+    "verify": bool,
+}
+_JOB_KEYS = {"name": str, "source": str, "destination": str, "overwrite": bool, "upload": dict, **_CONVERT_KEYS}
+_UPLOAD_KEYS = {"repo_id": str, "revision": str, "private": bool, "commit_message": str}
+_PATH_KEYS = ("target_config", "calib")
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list of strings", dict: "a table"}
+
+
+@dataclass(frozen=True)
+class UploadSpec:
+    repo_id: str
+    revision: str = "main"
+    private: bool = False
+    commit_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    source: str  # a resolved local path, or a Hub repo id
+    destination: Path
+    convert: dict[str, Any]  # keyword arguments of eaglequant.api.convert
+    overwrite: bool = False
+    upload: UploadSpec | None = None
+
+
+@dataclass
+class JobOutcome:
+    job: Job
+    status: str = "pending"  # converted | skipped | failed
+    reason: str = ""  # why it was skipped, or what failed
+    exit_code: int = 0
+    seconds: float = 0.0
+    verified: bool | None = None
+    manifest_key: str | None = None
+    upload: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.job.name,
+            "source": self.job.source,
+            "destination": str(self.job.destination),
+            "status": self.status,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "verified": self.verified,
+            "manifest_key": self.manifest_key,
+            "upload": self.upload,
+        }
+
+
+@dataclass
+class BatchResult:
+    jobs_file: Path
+    outcomes: list[JobOutcome] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status != "failed" and (o.upload or {}).get("status") != "failed" for o in self.outcomes)
+
+    def to_json(self) -> dict[str, Any]:
+        counts: dict[str, int] = {"converted": 0, "skipped": 0, "failed": 0, "uploaded": 0}
+        for outcome in self.outcomes:
+            counts[outcome.status] = counts.get(outcome.status, 0) + 1
+            counts["uploaded"] += (outcome.upload or {}).get("status") == "uploaded"
+        return {
+            "jobs_file": str(self.jobs_file),
+            "ok": self.ok,
+            "counts": counts,
+            "jobs": [o.to_json() for o in self.outcomes],
+        }
+
+
+def load_jobs(path: Path) -> list[Job]:
+    """Parse and check the whole job file before anything runs (exit 2 on any mistake)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: job file not found") from exc
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{path}: not a readable TOML job file ({exc})") from exc
+    unknown = set(data) - {"defaults", "job"}
+    if unknown:
+        raise InputError(f"{path}: unknown table {sorted(unknown)[0]!r}", hint="expected [defaults] and [[job]]")
+    defaults = _checked(path, "[defaults]", data.get("defaults", {}), set(_JOB_KEYS) - {"name", "source"})
+    entries = data.get("job")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{path}: no [[job]] entries")
+    jobs = [
+        _job(path, index, {**defaults, **_checked(path, f"job {index + 1}", entry, set(_JOB_KEYS))})
+        for index, entry in enumerate(entries)
+    ]
+    _refuse_clashes(path, jobs)
+    return jobs
+
+
+def _checked(path: Path, where: str, table: Any, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: {where} must be a table")
+    for key, value in table.items():
+        if key not in allowed:
+            raise InputError(f"{path}: {where}: unknown key {key!r}", hint=f"known keys: {', '.join(sorted(allowed))}")
+        expected = _JOB_KEYS[key]
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise InputError(f"{path}: {where}: {key} must be {_TYPE_WORDS[expected]}, not {value!r}")
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            raise InputError(f"{path}: {where}: {key} must be a list of strings")
+    return table
+
+
+def _job(path: Path, index: int, entry: dict[str, Any]) -> Job:
+    for key in ("source", "destination"):
+        if key not in entry:
+            raise InputError(f"{path}: job {index + 1}: {key} is missing")
+    base = path.parent
+    destination = base / entry["destination"]
+    name = entry.get("name") or destination.name
+    convert = {key: entry[key] for key in _CONVERT_KEYS if key in entry}
+    for key in _PATH_KEYS:
+        if key in convert:
+            convert[key] = str(base / convert[key])
+    convert["verify_output"] = convert.pop("verify", True)
+    upload = _upload_spec(path, name, entry["upload"]) if "upload" in entry else None
+    if upload is not None:
+        convert["repo_id"] = upload.repo_id
+    return Job(name, _source(base, entry["source"]), destination, convert, entry.get("overwrite", False), upload)
+
+
+def _source(base: Path, source: str) -> str:
+    """A path relative to the job file when it exists there; otherwise a Hub repo id if it is one."""
+    local = base / source
+    if local.exists() or parse_repo_ref(source) is None:
+        return str(local)
+    return source
+
+
+def _upload_spec(path: Path, name: str, table: dict[str, Any]) -> UploadSpec:
+    for key, value in table.items():
+        expected = _UPLOAD_KEYS.get(key)
+        if expected is None:
+            raise InputError(
+                f"{path}: job {name!r}: upload: unknown key {key!r}", hint=f"known keys: {', '.join(_UPLOAD_KEYS)}"
+            )
+        if not isinstance(value, expected):
+            raise InputError(f"{path}: job {name!r}: upload: {key} must be {_TYPE_WORDS[expected]}, not {value!r}")
+    if "repo_id" not in table:
+        raise InputError(f"{path}: job {name!r}: upload needs repo_id")
+    check_repo_id(table["repo_id"])
+    return UploadSpec(**table)
+
+
+def _refuse_clashes(path: Path, jobs: list[Job]) -> None:
+    seen: dict[Any, str] = {}
+    for job in jobs:
+        for key in (("name", job.name), ("destination", job.destination.resolve())):
+            if key in seen:
+                raise InputError(f"{path}: jobs {seen[key]!r} and {job.name!r} share the {key[0]} {key[1]}")
+            seen[key] = job.name
+
+
+def run_batch(
+    path: str | Path,
+    *,
+    only: list[str] | tuple[str, ...] = (),
+    on_job: Callable[[int, int, JobOutcome], None] | None = None,
+) -> BatchResult:
+    """Run every job of ``path`` (or those named in ``only``) in order; ``on_job`` hears of each one done."""
+    jobs_file = Path(path)
+    jobs = load_jobs(jobs_file)
+    if only:
+        missing = sorted(set(only) - {job.name for job in jobs})
+        if missing:
+            raise InputError(f"{jobs_file}: no job named {missing[0]!r}")
+        jobs = [job for job in jobs if job.name in only]
+    result = BatchResult(jobs_file)
+    for number, job in enumerate(jobs, 1):
+        outcome = run_job(job)
+        result.outcomes.append(outcome)
+        if on_job is not None:
+            on_job(number, len(jobs), outcome)
+    return result
+
+
+def run_job(job: Job) -> JobOutcome:
+    from eaglequant import api
+    from eaglequant.manifest import completed_with, recorded_report
+
+    outcome = JobOutcome(job)
+    started = time.perf_counter()
+    try:
+        outcome.manifest_key = api.manifest_key(job.source, **job.convert)
+        why_not = completed_with(job.destination, outcome.manifest_key)
+        if why_not is None:
+            outcome.status, outcome.reason = "skipped", "complete, from the same source and options"
+            outcome.verified = _recorded_verification(job.destination)
+        else:
+            overwrite = job.overwrite or recorded_report(job.destination) is not None
+            result = api.convert(job.source, job.destination, overwrite=overwrite, **job.convert)
+            outcome.status, outcome.reason = "converted", why_not
+            if result.verification is not None:
+                outcome.verified = result.verification.ok
+            if outcome.verified is False:
+                _fail(outcome, "verify failed: " + "; ".join(result.verification.problems[:3]), 3)
+    except EagleQuantError as exc:
+        _fail(outcome, exc.one_line(), exc.exit_code)
+    except Exception as exc:
+        _fail(
+            outcome,
+            f"internal error: {type(exc).__name__}: {exc} (rerun it with `eaglequant --debug convert`)",
+            EXIT_INTERNAL,
+        )
+    outcome.seconds = time.perf_counter() - started
+    if job.upload is not None and outcome.status != "failed":
+        outcome.upload = _upload(job, outcome.manifest_key or "")
+    return outcome
+
+
+def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
+    outcome.status, outcome.reason, outcome.exit_code = "failed", reason, exit_code
+
+
+def _recorded_verification(dst: Path) -> bool | None:
+    from eaglequant.verification import VERIFY_NAME
+
+    try:
+        return bool(json.loads((dst / VERIFY_NAME).read_text(encoding="utf-8"))["ok"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _upload(job: Job, key: str) -> dict[str, Any]:
+    """Upload unless this destination, with this manifest key, already went to that repo and revision."""
+    from eaglequant import api
+
+    assert job.upload is not None
+    spec = job.upload
+    record = _uploads(job.destination)
+    target = f"{spec.repo_id}@{spec.revision}"
+    previous = record.get(target)
+    if isinstance(previous, dict) and previous.get("manifest_key") == key:
+        return {"status": "skipped", "repo_id": spec.repo_id, "commit_url": previous.get("commit_url")}
+    try:
+        result = api.upload(
+            job.destination,
+            spec.repo_id,
+            revision=spec.revision,
+            private=spec.private,
+            commit_message=spec.commit_message,
+        )
+    except EagleQuantError as exc:
+        return {"status": "failed", "repo_id": spec.repo_id, "error": exc.one_line(), "exit_code": exc.exit_code}
+    except Exception as exc:
+        return {"status": "failed", "repo_id": spec.repo_id, "error": f"internal error: {type(exc).__name__}: {exc}"}
+    record[target] = {"manifest_key": key, "commit_url": result.commit_url, "commit_oid": result.commit_oid}
+    path = job.destination / UPLOADS_RECORD
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return {"status": "uploaded", "repo_id": spec.repo_id, "commit_url": result.commit_url}
+
+
+def _uploads(dst: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((dst / UPLOADS_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

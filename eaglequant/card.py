@@ -1,0 +1,242 @@
+"""The model card (``README.md``) written into every converted checkpoint.
+
+Rendered only from what the destination records (``eaglequant_report.json`` and, when verified,
+``eaglequant_verify.json``), so it always shows the figures of the conversion it sits beside, and can be
+re-rendered later (``upload`` does, to name the draft by its Hub repo id).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eaglequant.engines import ENGINES
+from eaglequant.engines.support import support
+from eaglequant.formats import FORMATS
+
+CARD_NAME = "README.md"
+DRAFT_TOKENS = 3  # num_speculative_tokens / max_draft_len in the serving lines
+# Licence keys the Hub reads from a card's metadata; carried over from the source card unchanged.
+LICENSE_KEYS = ("license", "license_name", "license_link")
+SCHEME_TAGS = {"fp8-channel": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+
+
+def source_card_metadata(source: Path) -> dict[str, Any]:
+    """The YAML metadata of the source's README.md ({} when it has none or it cannot be read)."""
+    from huggingface_hub.repocard import metadata_load
+
+    try:
+        data = metadata_load(source / CARD_NAME) if (source / CARD_NAME).is_file() else None
+    except Exception:  # a malformed card must not stop a conversion; it only loses the licence
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def card_context(
+    source_meta: dict[str, Any], head_config: dict[str, Any], base_model: str | None, draft: str
+) -> dict[str, Any]:
+    """What the card needs beyond the report: who the draft is, the target it serves, the licence."""
+    return {
+        "base_model": base_model,
+        "draft": draft,
+        "target": target_model(head_config, source_meta),
+        "library_name": source_meta.get("library_name") or "transformers",
+        "license": {k: source_meta[k] for k in LICENSE_KEYS if isinstance(source_meta.get(k), str)},
+    }
+
+
+def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> str | None:
+    """The target model the draft was trained for: the speculators verifier, else the source card's
+    ``base_model`` (an EAGLE head's card names its target there)."""
+    verifier = (head_config.get("speculators_config") or {}).get("verifier") or {}
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    base = source_meta.get("base_model")
+    if isinstance(base, list) and base:
+        base = base[0]
+    return base if isinstance(base, str) and base else None
+
+
+def render_card(report: dict[str, Any], verification: dict[str, Any] | None) -> str:
+    """``report``: the dict in ``eaglequant_report.json``; ``verification``: the one in
+    ``eaglequant_verify.json``, or None when the conversion was not verified."""
+    context = report["card"]
+    sections = [
+        _front_matter(report, context),
+        _title(report, context),
+        _quantization_table(report),
+        _quantized_table(report),
+        _kept_table(report),
+        _dtype_table(report),
+        _size_table(report),
+        _verification(report, verification),
+        _serving(report, context),
+        f"---\n\nWritten by eaglequant {report.get('eaglequant_version', '')}; `eaglequant_report.json` holds "
+        "every figure above and the SHA-256 of each file.\n",
+    ]
+    return "\n".join(s for s in sections if s)
+
+
+def _front_matter(report: dict[str, Any], context: dict[str, Any]) -> str:
+    from huggingface_hub import ModelCardData
+
+    weight_kind = report["scheme_kinds"][0]
+    tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
+    tags += [SCHEME_TAGS.get(weight_kind, weight_kind), report["format"]]
+    fields: dict[str, Any] = {"library_name": context["library_name"], "tags": tags, **context["license"]}
+    if context["base_model"]:
+        fields.update(base_model=context["base_model"], base_model_relation="quantized")
+    return f"---\n{ModelCardData(**fields).to_yaml()}\n---\n"
+
+
+def _title(report: dict[str, Any], context: dict[str, Any]) -> str:
+    name = context["draft"].rstrip("/").rsplit("/", 1)[-1]
+    source = report["manifest"]["source"]
+    if source["repo_id"]:
+        origin = f"[`{source['repo_id']}`](https://huggingface.co/{source['repo_id']})"
+        if source["commit"]:
+            origin += f" (commit `{source['commit'][:12]}`)"
+    else:
+        origin = f"`{source['path']}`"
+    engines = ", ".join(ENGINES[e].title for e in report["engines"])
+    target = f" for `{context['target']}`" if context["target"] else ""
+    return (
+        f"# {name}\n\n"
+        f"An EAGLE-3 speculative-decoding draft head{target}, quantized from {origin} to "
+        f"**{report['scheme']}** ({report['scheme_label']}) in **{FORMATS[report['format']].title}** format. "
+        f"Its exclusion rules were checked against the module names and matching rules of: {engines}.\n"
+    )
+
+
+def _quantization_table(report: dict[str, Any]) -> str:
+    target = report["target_layers"]
+    rows = [
+        ("Scheme", f"`{report['scheme']}` ({report['scheme_label']})"),
+        ("Format", f"{FORMATS[report['format']].title} (`{report['algorithm']}`)"),
+        ("Layout of the source", f"`{report['layout']}`"),
+        ("Engines checked", ", ".join(ENGINES[e].title for e in report["engines"])),
+        ("Target layer count", str(target["count"]) if target["count"] is not None else "any (rules hold for every L)"),
+        ("Exclusion rules written", ", ".join(f"`{p}`" for p in report["exclude"]) or "none"),
+    ]
+    rows += [("Calibrated activation scales", "yes")] if report.get("calibrated_input_amax") else []
+    lines = ["## Quantization", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    lines += [f"\nNote: {note}" for note in report["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _quantized_table(report: dict[str, Any]) -> str:
+    lines = ["## Quantized modules", "", "| module | shape | SQNR (dB) | relative error |", "|---|---|---:|---:|"]
+    for row in report["quantized"]:
+        shape = "×".join(str(d) for d in row["shape"])
+        lines.append(f"| `{row['module']}` | {shape} | {row['sqnr_db']:.1f} | {row['relative_error']:.4f} |")
+    lines.append("\nSQNR and relative error of the stored weights against the source weights.")
+    return "\n".join(lines) + "\n"
+
+
+def _kept_table(report: dict[str, Any]) -> str:
+    lines = ["## Kept unquantized", "", "| tensor | why |", "|---|---|"]
+    for name, why in sorted(report["kept"].items()):
+        lines.append(f"| `{name}` | {why} |")
+    return "\n".join(lines) + "\n"
+
+
+def _dtype_table(report: dict[str, Any]) -> str:
+    lines = ["## Tensor dtypes", "", "| dtype | tensors | bytes |", "|---|---:|---:|"]
+    for dtype, row in sorted(report["tensor_dtypes"].items()):
+        lines.append(f"| `{dtype}` | {row['count']} | {row['bytes']:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def _size_table(report: dict[str, Any]) -> str:
+    before, after = report["source_bytes"], report["output_bytes"]
+    return (
+        "## Size\n\n| | bytes | |\n|---|---:|---:|\n"
+        f"| source tensors | {before:,} | |\n"
+        f"| quantized tensors | {after:,} | {after / max(before, 1):.2f}× |\n"
+    )
+
+
+def _verification(report: dict[str, Any], verification: dict[str, Any] | None) -> str:
+    if verification is None:
+        return (
+            "## Verification\n\nNot verified when written. Run `eaglequant verify <this directory> --source "
+            "<the BF16 head>` for per-layer kernel parity and draft-head agreement.\n"
+        )
+    verdict = "passed" if verification["ok"] else "**FAILED**: " + "; ".join(verification["problems"])
+    limits = verification["thresholds"]
+    lines = [
+        "## Verification",
+        "",
+        f"`eaglequant verify` {verdict}. Each quantized linear was run through the fused dequant-GEMM kernel on "
+        f"{verification['parity_rows']} seeded BF16 activations and compared with the source GEMM "
+        f"(thresholds: SQNR ≥ {limits['min_sqnr_db']} dB, cosine ≥ {limits['min_cosine']}).",
+        "",
+        "| module | kernel | SQNR (dB) | cosine |",
+        "|---|---|---:|---:|",
+    ]
+    for layer in verification["layers"]:
+        lines.append(f"| `{layer['module']}` | {layer['backend']} | {layer['sqnr_db']:.1f} | {layer['cosine']:.5f} |")
+    fidelity = verification.get("fidelity")
+    if fidelity:
+        lines += ["", f"Whole draft head on {fidelity['tokens']} seeded positions:", ""]
+        lines += ["| measure | value | threshold |", "|---|---:|---:|"]
+        if fidelity["top1_agreement"] is not None:
+            lines.append(f"| top-1 agreement | {fidelity['top1_agreement']:.3f} | ≥ {limits['min_top1_agreement']} |")
+            lines.append(f"| mean KL (nats) | {fidelity['mean_kl']:.2e} | ≤ {limits['max_mean_kl']} |")
+        lines.append(f"| final hidden cosine | {fidelity['hidden_cosine']:.5f} | |")
+    lines += [f"\nNote: {note}" for note in verification["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _serving(report: dict[str, Any], context: dict[str, Any]) -> str:
+    target = context["target"] or "<target-model>"
+    lines = ["## Serving", ""]
+    if not context["target"]:
+        lines += ["Replace `<target-model>` with the model this head drafts for.", ""]
+    kinds = (report["scheme_kinds"][0], report["scheme_kinds"][1])
+    for name, engine in ENGINES.items():
+        if name in report["engines"]:
+            for snippet in engine.serving_snippets(target, context["draft"], DRAFT_TOKENS):
+                lines += [f"{snippet.caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
+            continue
+        verdict = support(kinds, report["format"], name, report["attention"])
+        if verdict is not None and not verdict.loads:
+            lines += [f"{engine.title}: does not load this checkpoint ({verdict.note}).", ""]
+        else:
+            lines += [
+                f"{engine.title}: not checked for this engine; convert with `--engine {name}` "
+                f"(or run `eaglequant explain <this directory> --engine {name}`) first.",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def rename_draft(dst: Path, draft: str) -> bool:
+    """Re-render ``dst``'s card so its serving lines name the draft ``draft`` (e.g. the Hub repo it is
+    uploaded to) and record the card's new SHA-256 in the report. False when there is nothing to change
+    (already named so, or ``dst`` has no eaglequant report)."""
+    import json
+
+    from eaglequant.manifest import REPORT_NAME, file_sha256, recorded_report
+    from eaglequant.verification import VERIFY_NAME
+
+    report = recorded_report(dst)
+    if report is None or not isinstance(report.get("card"), dict) or report["card"].get("draft") == draft:
+        return False
+    verify_path = dst / VERIFY_NAME
+    verification = json.loads(verify_path.read_text(encoding="utf-8")) if verify_path.is_file() else None
+    report["card"]["draft"] = draft
+    _replace(dst / CARD_NAME, render_card(report, verification))
+    report["files"][CARD_NAME] = file_sha256(dst / CARD_NAME)
+    _replace(dst / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    return True
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all."""
+    import os
+
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)

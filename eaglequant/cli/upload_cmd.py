@@ -1,0 +1,74 @@
+"""``eaglequant upload DST REPO_ID``: verify, then push a quantized head to the Hugging Face Hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from eaglequant.cli.options import JsonOpt
+from eaglequant.cli.output import err, human_bytes, print_json, quiet_hub_progress
+
+
+def upload_command(
+    dst: Annotated[
+        Path, typer.Argument(help="Quantized checkpoint directory (what convert wrote).", show_default=False)
+    ],
+    repo_id: Annotated[
+        str, typer.Argument(help="Hub repo to upload to, org/name (created if needed).", show_default=False)
+    ],
+    revision: Annotated[str, typer.Option("--revision", help="Branch to commit to (created if needed).")] = "main",
+    private: Annotated[bool, typer.Option("--private", help="Create the repo private.")] = False,
+    commit_message: Annotated[
+        Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
+        typer.Option("--commit-message", "-m", help="Message of the upload commit.", show_default=False),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Verify and list what would be sent; send nothing.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Upload even if DST fails verify.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Verify DST, then upload it to the Hub and print the commit URL. The token comes from HF_TOKEN (or
+    `hf auth login`) and is never printed."""
+    from eaglequant.cli import run_guarded
+
+    def body() -> None:
+        from eaglequant.api import upload
+
+        quiet_hub_progress()
+        result = upload(
+            dst,
+            repo_id,
+            revision=revision,
+            private=private,
+            commit_message=commit_message,
+            dry_run=dry_run,
+            force=force,
+        )
+        data = result.to_json()
+        if json_out:
+            print_json(data)
+        else:
+            render(data)
+
+    run_guarded(body)
+
+
+def render(data: dict[str, Any]) -> None:
+    verified = {True: "verify passed", False: "verify FAILED (--force)", None: "not verified"}[data["verified"]]
+    where = f"{data['repo_id']}@{data['revision']}" + (" (private)" if data["private"] else "")
+    err.print(f"{escape(data['destination'])} → {escape(where)}: {verified}")
+    for name, size in data["files"].items():
+        err.print(f"  {escape(name)}  {human_bytes(size)}")
+    err.print(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])}")
+    for note in data["notes"]:
+        err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
+    if data["commit_url"]:
+        print(data["commit_url"])
+
+
+def register(app: typer.Typer) -> None:
+    app.command("upload")(upload_command)

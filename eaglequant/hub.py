@@ -1,0 +1,282 @@
+"""The Hugging Face Hub: resolving a ``org/name[@revision]`` source to a local snapshot, and uploading a
+quantized head.
+
+Everything goes through ``huggingface_hub``, so ``HF_HOME``, ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE``,
+``HF_ENDPOINT`` and ``HF_TOKEN`` (or a saved login) apply as they do for every Hub tool. eaglequant never
+reads, prints or stores the token itself; error messages are scrubbed of it in case a server echoes it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError
+
+if TYPE_CHECKING:
+    from eaglequant.verification import VerifyReport
+
+# ``org/name`` as the Hub spells repo ids (96 characters at most), optionally ``@revision``.
+_REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<revision>[\w./-]+))?$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_SHA256_BLOB = re.compile(r"^[0-9a-f]{64}$")
+
+# What a conversion reads or carries over besides the weights; weights are chosen per repo below.
+SIDE_FILE_PATTERNS = ("*.json", "README.md", "LICENSE*", "NOTICE*")
+WEIGHT_FILE_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+# Never uploaded: huggingface_hub's resumable-upload state and eaglequant's own bookkeeping.
+UPLOAD_IGNORE = (".cache/*", ".cache/**", ".eaglequant/*", ".eaglequant/**", ".git/*", ".git/**")
+
+
+class HubError(InputError):
+    """The Hub refused or could not be reached; the message says what to do. Exit code 2."""
+
+
+class UploadRefused(EagleQuantError):
+    """DST fails ``verify``; uploading it would publish a broken checkpoint. Exit code 3."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """Where a checkpoint came from: a local directory, possibly a Hub snapshot of ``repo_id``."""
+
+    path: Path
+    repo_id: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+
+    @property
+    def label(self) -> str:
+        if self.repo_id is None:
+            return str(self.path)
+        return self.repo_id if self.revision in (None, "main") else f"{self.repo_id}@{self.revision}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit}
+
+
+def parse_repo_ref(text: str) -> tuple[str, str | None] | None:
+    """``org/name`` or ``org/name@revision`` -> (repo_id, revision); None when ``text`` is not a repo id."""
+    match = _REPO_ID.match(text)
+    if match is None or text.startswith((".", "/", "~")) or ".." in text:
+        return None
+    return match["repo"], match["revision"]
+
+
+def is_hub_reference(src: str | Path) -> bool:
+    """A Hub repo id that is not also a local path (a local directory always wins)."""
+    return isinstance(src, str) and not Path(src).exists() and parse_repo_ref(src) is not None
+
+
+def resolve_source(src: str | Path) -> SourceRef:
+    """A local directory as is (recognising Hub cache snapshots), or a Hub repo id downloaded with
+    ``snapshot_download`` restricted to the files a conversion needs."""
+    if not is_hub_reference(src):
+        return _local_source(Path(src))
+    parsed = parse_repo_ref(str(src))
+    assert parsed is not None
+    repo_id, revision = parsed
+    return _download(repo_id, revision)
+
+
+def _local_source(path: Path) -> SourceRef:
+    """Recognise ``.../models--org--name/snapshots/<commit>`` so the card can name the base model."""
+    real = path.resolve()
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        parts = real.parent.parent.name.split("--")[1:]
+        if len(parts) == 2:
+            return SourceRef(path, f"{parts[0]}/{parts[1]}", None, real.name)
+    return SourceRef(path)
+
+
+def _download(repo_id: str, revision: str | None) -> SourceRef:
+    from huggingface_hub import constants, snapshot_download
+
+    label = repo_id if revision is None else f"{repo_id}@{revision}"
+    with _hub_errors(label):
+        patterns = _needed_patterns(repo_id, revision)
+        folder = snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
+    path = Path(folder)
+    if not (path / "config.json").is_file():
+        where = "the local Hugging Face cache" if constants.HF_HUB_OFFLINE else "the repository"
+        raise HubError(f"{label}: {where} has no config.json", hint="is this an EAGLE-3 draft head repository?")
+    return SourceRef(path, repo_id, revision or "main", path.name if _COMMIT.match(path.name) else None)
+
+
+def _needed_patterns(repo_id: str, revision: str | None) -> list[str]:
+    """The side files plus the one weight set the reader will use (safetensors before .bin), chosen from
+    the repository's file list, or offline from the cached snapshot's."""
+    from huggingface_hub import HfApi, constants, try_to_load_from_cache
+
+    if constants.HF_HUB_OFFLINE:
+        cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+        names = [p.name for p in Path(cached).parent.iterdir()] if isinstance(cached, str) else []
+    else:
+        names = [s.rfilename for s in HfApi().model_info(repo_id, revision=revision).siblings or []]
+    return [*SIDE_FILE_PATTERNS, *weight_patterns(names)]
+
+
+def weight_patterns(names: list[str]) -> list[str]:
+    """Which weight files to fetch, in the order :meth:`Checkpoint.open` looks for them."""
+    top = [n for n in names if "/" not in n]
+    if "model.safetensors.index.json" in top:
+        return ["*.safetensors"]
+    if "model.safetensors" in top:
+        return ["model.safetensors"]
+    safetensors = [n for n in top if n.endswith(".safetensors")]
+    if safetensors:
+        return safetensors
+    return ["pytorch_model*.bin"]
+
+
+@contextmanager
+def _hub_errors(label: str) -> Iterator[None]:
+    """huggingface_hub's exceptions -> one actionable line (exit 2), with the token scrubbed."""
+    import httpx
+    from huggingface_hub import constants, errors
+
+    try:
+        yield
+    except errors.OfflineModeIsEnabled as exc:
+        raise HubError(f"{label}: the Hub is needed but HF_HUB_OFFLINE is set", hint="unset it") from exc
+    except (errors.RepositoryNotFoundError, errors.GatedRepoError) as exc:
+        raise HubError(
+            f"{label}: repository not found, or your token cannot access it",
+            hint="check the id, and set HF_TOKEN to a token with access",
+        ) from exc
+    except errors.RevisionNotFoundError as exc:
+        raise HubError(f"{label}: no such revision", hint="check the branch, tag or commit after '@'") from exc
+    except errors.IncompleteSnapshotError as exc:
+        raise HubError(
+            f"{label}: the cached snapshot lacks files the conversion needs ({_scrub(str(exc)).split('(', 1)[-1]}",
+            hint="download it again with network access",
+        ) from exc
+    except errors.LocalEntryNotFoundError as exc:
+        cache = constants.HF_HUB_CACHE
+        if constants.HF_HUB_OFFLINE:
+            raise HubError(
+                f"{label}: not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set",
+                hint=f"download it once with network access (hf download {label.split('@')[0]}), or unset it",
+            ) from exc
+        raise HubError(
+            f"{label}: the Hub ({constants.ENDPOINT}) cannot be reached and the cache ({cache}) does not have it",
+            hint="check the network, or set HF_HUB_OFFLINE=1 to use only the cache",
+        ) from exc
+    except errors.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise HubError(
+            f"{label}: the Hub answered HTTP {status}: {_scrub(str(exc).splitlines()[0])}",
+            hint="for 401/403 check that HF_TOKEN has write access",
+        ) from exc
+    except (httpx.HTTPError, OSError) as exc:
+        raise HubError(
+            f"{label}: cannot reach the Hub ({constants.ENDPOINT}): {_scrub(str(exc))}",
+            hint="check the network, or set HF_HUB_OFFLINE=1 to use only the cache",
+        ) from exc
+
+
+def _scrub(text: str) -> str:
+    from huggingface_hub import get_token
+
+    token = get_token()
+    return text.replace(token, "***") if token else text
+
+
+# -- upload ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class UploadResult:
+    destination: Path
+    repo_id: str
+    revision: str
+    private: bool
+    files: dict[str, int]  # path in repo -> bytes
+    dry_run: bool
+    verification: VerifyReport | None = None
+    forced: bool = False
+    commit_url: str | None = None
+    commit_oid: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.files.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination": str(self.destination),
+            "repo_id": self.repo_id,
+            "revision": self.revision,
+            "private": self.private,
+            "dry_run": self.dry_run,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
+            "verified": None if self.verification is None else self.verification.ok,
+            "forced": self.forced,
+            "commit_url": self.commit_url,
+            "commit_oid": self.commit_oid,
+            "notes": self.notes,
+        }
+
+
+def upload_files(dst: Path) -> dict[str, int]:
+    """The files of ``dst`` that go to the Hub, with their sizes (bookkeeping directories left out)."""
+    files = {}
+    for path in sorted(dst.rglob("*")):
+        relative = path.relative_to(dst).as_posix()
+        if path.is_file() and not any(fnmatch.fnmatch(relative, p) for p in UPLOAD_IGNORE):
+            files[relative] = path.stat().st_size
+    return files
+
+
+def check_repo_id(repo_id: str) -> None:
+    parsed = parse_repo_ref(repo_id)
+    if parsed is None or parsed[1] is not None:
+        raise InputError(f"{repo_id!r} is not a Hub repo id", hint="write it as org/name (use --revision for a branch)")
+
+
+def push(result: UploadResult, commit_message: str | None) -> None:
+    """Create the repo (and branch) if needed and upload ``result.destination``; fills in the commit.
+
+    ``upload_folder`` is huggingface_hub's resumable path for big folders (since 1.x, which deprecated
+    ``upload_large_folder`` in its favour): with hf_xet it uploads deduplicated chunks, splits very large
+    folders into several commits, and a rerun resumes where an interrupted one stopped.
+    """
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    with _hub_errors(result.repo_id):
+        api.create_repo(result.repo_id, private=result.private, exist_ok=True, repo_type="model")
+        if result.revision != "main":
+            api.create_branch(result.repo_id, branch=result.revision, exist_ok=True)
+        info = api.upload_folder(
+            repo_id=result.repo_id,
+            folder_path=result.destination,
+            revision=result.revision,
+            commit_message=commit_message or _default_message(result),
+            ignore_patterns=list(UPLOAD_IGNORE),
+        )
+    result.commit_url, result.commit_oid = info.commit_url, info.oid
+
+
+def _default_message(result: UploadResult) -> str:
+    return f"Upload quantized EAGLE-3 draft head ({len(result.files)} files) with eaglequant"
+
+
+def blob_sha256(path: Path) -> str | None:
+    """The SHA-256 of a Hub cache file, for free: LFS blobs are named by it. None for other files."""
+    if not path.is_symlink():
+        return None
+    target = Path(os.path.realpath(path))
+    if target.parent.name == "blobs" and _SHA256_BLOB.match(target.name):
+        return target.name
+    return None
