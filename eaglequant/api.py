@@ -19,7 +19,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
-from eaglequant.hub import UploadResult, check_repo_id, resolve_source
+from eaglequant.hub import SourceRef, UploadResult, check_repo_id, resolve_source
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
@@ -124,22 +124,37 @@ def inspect(
 ) -> InspectReport:
     """Describe a checkpoint (a directory or a Hub repo id) and what converting it would do. Reads headers
     only (a Hub source is downloaded first)."""
+    target = (target_layers, target_config)
+    with _planned(src, scheme, format, exclude, quantize, engines, target) as (source, checkpoint, plan):
+        files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
+        return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan)
+
+
+@contextmanager
+def _planned(
+    src: str | Path,
+    scheme: str,
+    format: str,
+    exclude: list[str] | tuple[str, ...],
+    quantize: list[str] | tuple[str, ...],
+    engines: list[str] | tuple[str, ...],
+    target: tuple[int | None, str | Path | None],
+) -> Iterator[tuple[SourceRef, Checkpoint, ConversionPlan]]:
+    """The source opened, and the plan for it (from headers only). ``target``: layer count, target config."""
     source = resolve_source(src)
-    scheme_obj = load_scheme(scheme)
     checkpoint, head = _open(source.path)
     with checkpoint:
         plan = build_plan(
             head,
-            scheme_obj,
+            scheme,
             format,
             exclude=exclude,
             quantize=quantize,
             engines=engines,
-            target_layers=target_layers,
-            target_config=target_config,
+            target_layers=target[0],
+            target_config=target[1],
         )
-        files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
-        return InspectReport(source.path, checkpoint.source_format, files, head, plan)
+        yield source, checkpoint, plan
 
 
 def convert(
@@ -235,22 +250,11 @@ def manifest_key(
     destination carrying it, complete, needs no new conversion."""
     from eaglequant.manifest import conversion_manifest
 
-    source = resolve_source(src)
     scheme_obj = load_scheme(scheme)
-    checkpoint, head = _open(source.path)
-    with checkpoint:
-        plan = build_plan(
-            head,
-            scheme_obj,
-            format,
-            exclude=exclude,
-            quantize=quantize,
-            engines=engines,
-            target_layers=target_layers,
-            target_config=target_config,
-        )
-    max_shard_bytes = parse_size(max_shard_size)
-    options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+    target = (target_layers, target_config)
+    with _planned(src, scheme, format, exclude, quantize, engines, target) as (source, _, plan):
+        max_shard_bytes = parse_size(max_shard_size)
+        options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
     return str(conversion_manifest(source, options)["key"])
 
 
