@@ -27,8 +27,11 @@ def batch_command(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run every job of JOBS_FILE: convert, verify, upload. Jobs whose destination is complete and made from
-    the same source and options are skipped; a failed job does not stop the others. Exits 4 if any failed."""
+    """Run the conversions (and uploads) a TOML job file lists, as one CI step.
+
+    Jobs whose destination is complete and made from the same source and options are skipped; a failed job
+    does not stop the others. Exits 4 if any failed.
+    """
     from eaglequant.cli import run_guarded
 
     def body() -> bool:

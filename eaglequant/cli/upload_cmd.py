@@ -31,8 +31,11 @@ def upload_command(
     force: Annotated[bool, typer.Option("--force", help="Upload even if DST fails verify.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """Verify DST, then upload it to the Hub and print the commit URL. The token comes from HF_TOKEN (or
-    `hf auth login`) and is never printed."""
+    """Verify DST, then upload it to the Hub and print the commit URL.
+
+    Refuses (exit 3) when DST fails verify, unless --force. The token comes from HF_TOKEN (or `hf auth login`)
+    and is never printed.
+    """
     from eaglequant.cli import run_guarded
 
     def body() -> None:
