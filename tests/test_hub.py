@@ -225,3 +225,19 @@ def test_upload_dry_run_lists_and_sends_nothing(converted: Path, tmp_path: Path,
 def test_upload_rejects_a_bad_repo_id(converted: Path) -> None:
     proc = run_cli_subprocess("upload", converted, "not a repo id", "--dry-run")
     assert proc.returncode == 2 and "not a Hub repo id" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_hub_cache_snapshot_given_as_a_path_is_known_as_its_repo(tmp_path: Path) -> None:
+    snapshot = _cache_snapshot(tmp_path / "hf-home", "org/by-path", _source_files(), refs=("main",))
+    dst = tmp_path / "out"
+    proc = run_cli_subprocess("convert", snapshot, dst, "--json", env=_env(tmp_path, offline=True))
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["manifest"]["source"]["commit"] == COMMIT
+    assert _front_matter((dst / "README.md").read_text())["base_model"] == "org/by-path"
+
+
+def test_a_missing_repo_is_one_clear_line(tmp_path: Path, hub: FakeHub) -> None:
+    proc = run_cli_subprocess("inspect", "org/does-not-exist", env=_env(tmp_path, hub))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "repository not found" in proc.stderr and "HF_TOKEN" in proc.stderr
+    assert TOKEN not in proc.stderr
