@@ -133,7 +133,7 @@ def inspect(
 @contextmanager
 def _planned(
     src: str | Path,
-    scheme: str,
+    scheme: str | Scheme,
     format: str,
     exclude: list[str] | tuple[str, ...],
     quantize: list[str] | tuple[str, ...],
@@ -252,7 +252,7 @@ def manifest_key(
 
     scheme_obj = load_scheme(scheme)
     target = (target_layers, target_config)
-    with _planned(src, scheme, format, exclude, quantize, engines, target) as (source, _, plan):
+    with _planned(src, scheme_obj, format, exclude, quantize, engines, target) as (source, _, plan):
         max_shard_bytes = parse_size(max_shard_size)
         options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
     return str(conversion_manifest(source, options)["key"])
@@ -422,9 +422,11 @@ def _open_written(
 
     with Checkpoint.open(dst) as checkpoint:
         head = describe_written_head(checkpoint)
-        target = resolve_target_layers(target_layers, target_config, head.config)
+        recorded: dict[str, Any] = {}
         if target_layers is None and target_config is None:
             recorded = (recorded_report(Path(dst)) or {}).get("target_layers") or {}
-            if type(recorded.get("count")) is int:
-                target = TargetLayers(recorded["count"], f"recorded in {REPORT_NAME}: {recorded.get('source')}")
+        if type(recorded.get("count")) is int:
+            target = TargetLayers(recorded["count"], f"recorded in {REPORT_NAME}: {recorded.get('source')}")
+        else:
+            target = resolve_target_layers(target_layers, target_config, head.config)
         yield checkpoint, head, target
