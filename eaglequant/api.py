@@ -174,6 +174,7 @@ def convert(
     verify_output: bool = False,
     repo_id: str | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> ConversionResult:
     """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
     ``dst`` (atomically: ``dst`` appears only when complete, model card and report included).
@@ -184,9 +185,11 @@ def convert(
     its report in ``dst/eaglequant_verify.json`` (``result.verification``) and its figures in the card.
     ``repo_id``: the Hub repo the result will be uploaded to; the card's serving lines name the draft by it
     (default: the absolute path of ``dst``).
+    ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the same
+    byte for byte whatever their number.
     """
     from eaglequant.card import card_context, source_card_metadata
-    from eaglequant.manifest import conversion_manifest
+    from eaglequant.manifest import BackgroundDigests, conversion_manifest
 
     dst_path = Path(dst)
     max_shard_bytes = parse_size(max_shard_size)
@@ -198,6 +201,7 @@ def convert(
     if calib is not None:
         refuse_unused_calibration(scheme_obj)  # before the (slow) calibration forward
     checkpoint, head = _open(source.path)
+    digests = BackgroundDigests(source.path)  # hashing the source overlaps the conversion
     with checkpoint:
         input_amax = None
         if calib is not None:
@@ -224,9 +228,10 @@ def convert(
             overwrite=overwrite,
             max_shard_bytes=max_shard_bytes,
             progress=progress,
-            manifest=conversion_manifest(source, options),
+            manifest=lambda: conversion_manifest(source, options, digests.result()),
             card=card_context(source_card_metadata(source.path), head.config, source.repo_id, draft),
             finish=_verifier(dst_path, source.path, engines, target_layers, target_config) if verify_output else None,
+            workers=workers,
         )
     return result
 

@@ -6,23 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from eaglequant import __version__
+from eaglequant.checkpoint.hashing import cached_file_sha256, file_sha256
 from eaglequant.hub import SourceRef, blob_sha256
 
 REPORT_NAME = "eaglequant_report.json"
 SKIPPED_DIRS = {".git", ".cache", ".huggingface", ".eaglequant"}
-HASH_CHUNK_BYTES = 8 * 1024 * 1024
 
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(HASH_CHUNK_BYTES):
-            digest.update(chunk)
-    return digest.hexdigest()
+__all__ = ["REPORT_NAME", "SKIPPED_DIRS", "BackgroundDigests", "file_sha256"]
 
 
 def source_files(root: Path) -> list[Path]:
@@ -33,13 +28,40 @@ def source_files(root: Path) -> list[Path]:
 
 
 def source_digests(root: Path) -> dict[str, str]:
-    """Relative path -> SHA-256 for every source file (Hub cache blobs named by their hash are not re-read)."""
-    return {p.relative_to(root).as_posix(): blob_sha256(p) or file_sha256(p) for p in source_files(root)}
+    """Relative path -> SHA-256 for every source file (Hub cache blobs are named by their hash, and files
+    hashed before and unchanged since are found in the cache: neither is read again)."""
+    return {p.relative_to(root).as_posix(): blob_sha256(p) or cached_file_sha256(p) for p in source_files(root)}
 
 
-def conversion_manifest(source: SourceRef, options: dict[str, Any]) -> dict[str, Any]:
-    """``options``: the conversion's settings, already normalised (resolved counts, sorted engines)."""
-    files = source_digests(source.path)
+class BackgroundDigests:
+    """:func:`source_digests` computed in a daemon thread, so hashing the source overlaps converting it."""
+
+    def __init__(self, root: Path) -> None:
+        self._files: dict[str, str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(root,), name="sha256 source", daemon=True)
+        self._thread.start()
+
+    def _run(self, root: Path) -> None:
+        try:
+            self._files = source_digests(root)
+        except BaseException as exc:  # re-raised by result()
+            self._error = exc
+
+    def result(self) -> dict[str, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._files is not None
+        return self._files
+
+
+def conversion_manifest(
+    source: SourceRef, options: dict[str, Any], files: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """``options``: the conversion's settings, already normalised (resolved counts, sorted engines);
+    ``files``: the source's :func:`source_digests` when already computed."""
+    files = source_digests(source.path) if files is None else files
     options = {**options, "eaglequant_version": __version__}
     key_material = json.dumps({"source_files": files, "options": options}, sort_keys=True)
     return {

@@ -4,9 +4,14 @@ directory, write config and side files, check the result, then move it into plac
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,16 +20,20 @@ from eaglequant import __version__
 from eaglequant.card import CARD_NAME, render_card
 from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, tensor_bytes
 from eaglequant.checkpoint.writer import (
-    SafetensorsStreamWriter,
+    SafetensorsShard,
+    TensorSpec,
     atomic_directory,
     shard_names,
     split_into_shards,
 )
 from eaglequant.errors import CheckpointError, InputError
-from eaglequant.formats import GroupScales, QuantizedLinear
+from eaglequant.formats import GroupScales
+from eaglequant.formats.base import error_figures
+from eaglequant.layouts.head import HeadLinear
 from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
+from eaglequant.schemes.rows import row_blocks
 
 if TYPE_CHECKING:
     import torch
@@ -142,22 +151,29 @@ def run_conversion(
     overwrite: bool = False,
     max_shard_bytes: int = 5 * 10**9,
     progress: Progress | None = None,
-    manifest: dict[str, Any] | None = None,
+    manifest: Callable[[], dict[str, Any]] | None = None,
     card: dict[str, Any] | None = None,
     finish: Finisher | None = None,
+    workers: int | None = None,
 ) -> ConversionResult:
     """Write ``plan``'s output into ``dst``: shards, config, side files, report and model card; with
-    ``finish`` (verification), its JSON too, all before ``dst`` appears."""
+    ``finish`` (verification), its JSON too, all before ``dst`` appears.
+
+    ``manifest``: called once the tensors are written (the source may be hashed meanwhile).
+    ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the
+    same byte for byte whatever their number.
+    """
     progress = progress or NoProgress()
     started = time.perf_counter()
-    linears: list[LinearResult] = []
+    workers = workers or default_workers()
     files: dict[str, str] = {}
     with atomic_directory(dst, overwrite) as tmp:
         shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
         names = shard_names(len(shards))
         progress.start(plan.output_bytes, len(plan.outputs))
         try:
-            _write_shards(checkpoint, plan, tmp, shards, names, files, linears, progress)
+            shard_digests, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress)
+            files.update(shard_digests)
         finally:
             progress.stop()
         if len(names) > 1:
@@ -177,7 +193,7 @@ def run_conversion(
             plan.output_bytes,
             copied,
             checkpoint.root.resolve(),
-            manifest=manifest or {},
+            manifest=manifest() if manifest else {},
             card=card or {},
         )
         _finish(tmp, result, finish)
@@ -201,95 +217,239 @@ def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None) -> Non
 
 
 def _report(result: ConversionResult) -> dict[str, Any]:
-    return {"eaglequant_version": __version__, **result.to_json()}
+    """The report written into DST: the same bytes for the same source, options and DST, so it holds no
+    timing (``convert --json`` prints the seconds)."""
+    report = {"eaglequant_version": __version__, **result.to_json()}
+    del report["seconds"]
+    return report
+
+
+COPY_TASK_BYTES = 64 * 1024 * 1024  # kept tensors are copied in pieces of this size
+QUANTIZE_TASK_ELEMENTS = 1 << 22  # weights are quantized in blocks of whole rows of about this many elements
+
+
+def default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def _write_shards(
     checkpoint: Checkpoint,
     plan: ConversionPlan,
     tmp: Path,
-    shards: list[list[Any]],
+    shards: list[list[TensorSpec]],
     names: list[str],
-    files: dict[str, str],
-    linears: list[LinearResult],
+    workers: int,
     progress: Progress,
-) -> None:
-    by_name = {o.spec.name: o for o in plan.outputs}
-    quantizer = _Quantizer(checkpoint, plan)
-    pending: dict[str, Any] = {}  # outputs of the linear quantized last, until written
-    for name, specs in zip(names, shards, strict=True):
-        writer = SafetensorsStreamWriter(tmp / name, specs, metadata={"format": "pt"})
-        for spec in specs:
-            output = by_name[spec.name]
-            if output.quantized_from is None:
-                writer.mark_copied(spec.name, checkpoint.copy_to(output.source, writer.handle))
-            else:
-                if spec.name not in pending:
-                    quantized = quantizer.quantize(output.quantized_from)
-                    pending.update(quantized.tensors)
-                    linear = plan.head.linear(output.quantized_from)
-                    linears.append(
-                        LinearResult(
-                            linear.module,
-                            linear.weight,
-                            (linear.out_features, linear.in_features),
-                            quantized.relative_error,
-                            quantized.sqnr_db,
-                        )
-                    )
-                writer.write(spec.name, tensor_bytes(pending.pop(spec.name)))
-            progress.advance(spec.nbytes, spec.name)
-        writer.close()
-        files[name] = writer.sha256
+) -> tuple[dict[str, str], list[LinearResult]]:
+    """Every output tensor into its planned place; returns each shard's SHA-256 and the quantized linears."""
+    files: list[SafetensorsShard] = []
+    try:
+        for name, specs in zip(names, shards, strict=True):
+            files.append(SafetensorsShard(tmp / name, specs, metadata={"format": "pt"}))
+        with _torch_threads(1):  # parallelism comes from the workers; nested OpenMP teams only contend
+            linears = _ShardFiller(checkpoint, plan, files).run(workers, progress)
+        return {name: shard.close() for name, shard in zip(names, files, strict=True)}, linears
+    finally:
+        for shard in files:
+            shard.discard()
 
 
-class _Quantizer:
-    """Quantizes one linear at a time; values shared by a fused group are computed once, on first use,
-    reading the members one after another (never more than one weight in memory)."""
+@contextmanager
+def _torch_threads(count: int) -> Iterator[None]:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@dataclass
+class _Task:
+    """One piece of work: copy part of a kept tensor, or quantize a block of a linear's rows."""
+
+    run: Callable[[], Any]
+    nbytes: int  # output bytes it writes, for progress
+    label: str
+    module: str | None = None  # for row blocks: the linear they belong to
+
+
+class _ShardFiller:
+    """Cuts the plan into tasks and runs them, in a thread pool when ``workers`` > 1.
+
+    Every task writes its bytes at their planned offsets and every block's error sums are kept by block
+    index, so the files and the report are byte-identical whatever the number of workers. At most two
+    tasks per worker are in flight, so memory is bounded by a few row blocks, not by tensor size.
+    """
+
+    def __init__(self, checkpoint: Checkpoint, plan: ConversionPlan, files: list[SafetensorsShard]) -> None:
+        self.checkpoint = checkpoint
+        self.plan = plan
+        self.where = {name: shard for shard in files for name in shard.specs}
+        self.scales = _GroupScales(checkpoint, plan)
+        self.blocks: dict[str, list[QuantizedSums]] = {}
+        self.linears: list[LinearResult] = []
+
+    def run(self, workers: int, progress: Progress) -> list[LinearResult]:
+        if workers <= 1:
+            for task in self._tasks():
+                self._collect(task, task.run(), progress)
+            return self.linears
+        in_flight: deque[tuple[_Task, Future[Any]]] = deque()
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="eaglequant")
+        try:
+            for task in self._tasks():
+                in_flight.append((task, pool.submit(task.run)))
+                while len(in_flight) >= 2 * workers:
+                    done, future = in_flight.popleft()
+                    self._collect(done, future.result(), progress)
+            while in_flight:
+                done, future = in_flight.popleft()
+                self._collect(done, future.result(), progress)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        return self.linears
+
+    def _tasks(self) -> Iterator[_Task]:
+        started: set[str] = set()
+        for output in self.plan.outputs:
+            module = output.quantized_from
+            if module is None:
+                yield from self._copy_tasks(output.source, output.spec)
+            elif module not in started:
+                started.add(module)
+                yield from self._quantize_tasks(module)
+
+    def _copy_tasks(self, source: str, spec: TensorSpec) -> Iterator[_Task]:
+        shard = self.where[spec.name]
+        for start in range(0, spec.nbytes, COPY_TASK_BYTES):
+            nbytes = min(COPY_TASK_BYTES, spec.nbytes - start)
+
+            def copy(start: int = start, nbytes: int = nbytes) -> None:
+                self.checkpoint.copy_into(source, shard, spec.name, start, nbytes)
+
+            yield _Task(copy, nbytes, spec.name)
+
+    def _quantize_tasks(self, module: str) -> Iterator[_Task]:
+        linear = self.plan.head.linear(module)
+        specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, self.plan.scheme)}
+        shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
+        blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS)
+        self.blocks[module] = []
+        for rows in blocks:
+            nbytes = sum(
+                _row_bytes(spec, linear) * (rows.stop - rows.start) or (spec.nbytes if rows.start == 0 else 0)
+                for spec in specs.values()
+            )
+
+            def quantize(rows: slice = rows) -> QuantizedSums:
+                return self._quantize_block(linear, specs, shared, rows)
+
+            yield _Task(quantize, nbytes, linear.weight, module)
+
+    def _quantize_block(
+        self, linear: HeadLinear, specs: dict[str, TensorSpec], shared: GroupScales, rows: slice
+    ) -> QuantizedSums:
+        weight = self.checkpoint.read_rows(linear.weight, rows)
+        block = self.plan.format.quantize_rows(linear, weight, self.plan.scheme, shared)
+        for name, tensor in block.tensors.items():
+            spec, data = specs[name], tensor_bytes(tensor)
+            row_bytes = _row_bytes(spec, linear)
+            if row_bytes:
+                if len(data) != row_bytes * (rows.stop - rows.start):
+                    raise RuntimeError(f"{name!r}: rows {rows.start}:{rows.stop} gave {len(data)} bytes")
+                self.where[name].write(name, rows.start * row_bytes, data)
+            elif rows.start == 0:  # a per-tensor value, the same for every block
+                self.where[name].write(name, 0, data)
+        return QuantizedSums(block.noise, block.signal, block.nonfinite)
+
+    def _collect(self, task: _Task, result: Any, progress: Progress) -> None:
+        progress.advance(task.nbytes, task.label)
+        if task.module is None:
+            return
+        blocks = self.blocks[task.module]
+        blocks.append(result)
+        linear = self.plan.head.linear(task.module)
+        if len(blocks) == len(row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS)):
+            self.linears.append(self._linear_result(linear, blocks))
+
+    def _linear_result(self, linear: HeadLinear, blocks: list[QuantizedSums]) -> LinearResult:
+        info = self.checkpoint.tensors[linear.weight]
+        nonfinite = sum(b.nonfinite for b in blocks)
+        if nonfinite:
+            raise CheckpointError(
+                f"{info.file}: tensor {linear.weight!r} holds {nonfinite} NaN/Inf values",
+                hint="the weights are corrupt; re-export them from the trainer",
+            )
+        noise, signal = math.fsum(b.noise for b in blocks), math.fsum(b.signal for b in blocks)
+        if signal == 0:
+            raise CheckpointError(
+                f"{info.file}: tensor {linear.weight!r} is all zeros",
+                hint=f"a trained weight is never all zero: re-export the head, or keep it with --exclude "
+                f"{linear.checkpoint_module}",
+            )
+        rel, sqnr = error_figures(noise, signal)
+        return LinearResult(linear.module, linear.weight, (linear.out_features, linear.in_features), rel, sqnr)
+
+
+@dataclass(frozen=True)
+class QuantizedSums:
+    noise: float
+    signal: float
+    nonfinite: int
+
+
+def _row_bytes(spec: TensorSpec, linear: HeadLinear) -> int:
+    """Bytes per weight row of an output indexed by row (weights, per-row and per-block scales); 0 for
+    a per-tensor value."""
+    if len(spec.shape) >= 1 and spec.shape[0] == linear.out_features and spec.nbytes:
+        return spec.nbytes // spec.shape[0]
+    return 0
+
+
+class _GroupScales:
+    """Values a fused group shares, computed once, on first use: the NVFP4 global scale needs one extra
+    pass over every member's rows (max |W|), read a block at a time."""
 
     def __init__(self, checkpoint: Checkpoint, plan: ConversionPlan) -> None:
         self.checkpoint = checkpoint
         self.plan = plan
         self._shared: dict[tuple[str, ...], GroupScales] = {}
 
-    def quantize(self, module: str) -> QuantizedLinear:
-        linear = self.plan.head.linear(module)
-        weight = self._read(linear.weight)
-        return self.plan.format.quantize(linear, weight, self.plan.scheme, self.shared_scales(module, weight))
-
-    def shared_scales(self, module: str, weight: torch.Tensor) -> GroupScales:
-        """``weight`` is ``module``'s, already read: only the other members of its group are read again."""
+    def get(self, module: str) -> GroupScales:
         members = self.plan.scale_group(module)
         if members not in self._shared:
-            self._shared[members] = self._compute_shared(members, module, weight)
+            self._shared[members] = self._compute(members)
         return self._shared[members]
 
-    def _compute_shared(self, members: tuple[str, ...], module: str, weight: torch.Tensor) -> GroupScales:
+    def _compute(self, members: tuple[str, ...]) -> GroupScales:
         import torch
 
         weight_amax = input_amax = None
         if self.plan.scheme.weight.global_scale:
-            amaxes = [
-                (weight if m == module else self._read(self.plan.head.linear(m).weight)).abs().max().to(torch.float32)
-                for m in members
-            ]
-            weight_amax = torch.stack(amaxes).max()
+            weight_amax = torch.stack([self._amax(self.plan.head.linear(m)) for m in members]).max()
         if self.plan.input_amax:
             input_amax = torch.tensor(max(self.plan.input_amax[m] for m in members), dtype=torch.float32)
         return GroupScales(weight_amax, input_amax)
 
-    def _read(self, name: str) -> torch.Tensor:
+    def _amax(self, linear: HeadLinear) -> torch.Tensor:
         import torch
 
-        weight = self.checkpoint.read(name)
-        if not bool(torch.isfinite(weight).all()):
+        amax = torch.zeros((), dtype=torch.float32)
+        for rows in row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS):
+            block = self.checkpoint.read_rows(linear.weight, rows)
+            amax = torch.maximum(amax, block.abs().max().to(torch.float32))
+        if not bool(torch.isfinite(amax)):
+            info = self.checkpoint.tensors[linear.weight]
+            weight = self.checkpoint.read(linear.weight)
             bad = int((~torch.isfinite(weight)).sum())
-            info = self.checkpoint.tensors[name]
             raise CheckpointError(
-                f"{info.file}: tensor {name!r} holds {bad} NaN/Inf values",
+                f"{info.file}: tensor {linear.weight!r} holds {bad} NaN/Inf values",
                 hint="the weights are corrupt; re-export them from the trainer",
             )
-        return weight
+        return amax
 
 
 def _write_index(tmp: Path, plan: ConversionPlan, shards: list[list[Any]], names: list[str]) -> None:

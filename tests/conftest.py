@@ -22,6 +22,12 @@ FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json")
 SAFETENSORS_FIXTURES = [n for n in FIXTURE_NAMES if not (FIXTURES / n / "pytorch_model.bin").exists()]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Keep eaglequant's digest cache out of the user's home (subprocesses inherit the variable)."""
+    os.environ["EAGLEQUANT_CACHE_DIR"] = str(tmp_path_factory.mktemp("eaglequant-cache"))
+
+
 @dataclass
 class CliResult:
     exit_code: int

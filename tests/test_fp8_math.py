@@ -107,3 +107,17 @@ def test_values_on_the_fp8_grid_and_between_survive(exponent: int, codes: list[i
     mids = grid * 1.0625  # on or between grid points, exactly representable in bf16
     row = torch.cat([torch.tensor([448.0]), grid, mids]) * s
     _check(row.unsqueeze(0).to(torch.bfloat16))
+
+
+def test_e4m3_lookup_matches_torch_for_every_code() -> None:
+    from eaglequant.schemes.fp8 import e4m3_to_float32
+
+    codes = torch.arange(256, dtype=torch.uint8).repeat(3).reshape(3, 256).view(torch.float8_e4m3fn)
+    expected = codes.to(torch.float32)
+    actual = e4m3_to_float32(codes)
+    assert actual.dtype == torch.float32 and actual.shape == expected.shape
+    # bit for bit: -0.0 keeps its sign and both NaN codes stay NaN
+    assert torch.equal(actual.view(torch.int32)[~expected.isnan()], expected.view(torch.int32)[~expected.isnan()])
+    assert torch.equal(actual.isnan(), expected.isnan()) and int(expected.isnan().sum()) == 6
+    strided = codes[:, ::3]  # a non-contiguous view converts the same
+    assert torch.equal(e4m3_to_float32(strided).nan_to_num(), strided.to(torch.float32).nan_to_num())

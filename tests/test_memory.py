@@ -1,7 +1,8 @@
-"""Peak memory is bounded by the largest tensor plus a constant, not by the checkpoint size.
+"""Peak memory is bounded by a constant (a few row blocks in flight and the hashers' windows), not by
+the checkpoint's size nor by its largest tensor: here the quantized lm_head alone is larger than the bound.
 
 This checks a property with a wide margin; the memory *goals* on full-size heads belong to the
-benchmark, not to unit tests.
+benchmark (``eaglequant bench convert``), not to unit tests.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def _big_head(path: Path) -> tuple[int, int]:
     }
     (path / "config.json").write_text(json.dumps(config))
     total = sum(t.numel() * t.element_size() for t in tensors.values())
-    largest_quantized = inter * h * 2
+    largest_quantized = vocab * h * 2  # lm_head, quantized below
     return total, largest_quantized
 
 
@@ -71,7 +72,7 @@ def status(key):
 
 torch.zeros(1).abs()  # initialise torch's CPU allocator before the baseline
 baseline = status("VmRSS:")
-convert(sys.argv[1], sys.argv[2])
+convert(sys.argv[1], sys.argv[2], quantize=["lm_head"], format="modelopt")
 print(json.dumps({"baseline": baseline, "peak": status("VmHWM:")}))
 """
 
@@ -87,8 +88,8 @@ def test_peak_rss_does_not_grow_with_the_checkpoint(tmp_path: Path) -> None:
     )
     figures = json.loads(proc.stdout)
     growth = figures["peak"] - figures["baseline"]
-    # A weight, its fp8 copy and the division's temporary are each at most `largest`; copies stream in 8 MiB chunks.
-    bound = 6 * largest + 64 * MIB
+    bound = 192 * MIB  # whatever the tensor sizes: row blocks of 4M elements, two per worker in flight
+    assert bound < largest  # holding the largest tensor alone would break the bound
     assert growth < bound, (
         f"peak grew {growth / MIB:.0f} MiB (bound {bound / MIB:.0f} MiB, checkpoint {total / MIB:.0f} MiB)"
     )

@@ -3,6 +3,7 @@ parser fails only with :class:`CheckpointError` whatever bytes it is given."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import struct
@@ -19,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from eaglequant.checkpoint.dtypes import ITEMSIZE, from_torch, to_torch
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import read_bytes, read_header
-from eaglequant.checkpoint.writer import SafetensorsStreamWriter, TensorSpec, safetensors_header
+from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, safetensors_header
 from eaglequant.errors import CheckpointError
 
 
@@ -71,10 +72,10 @@ def assert_same(actual: torch.Tensor, expected: torch.Tensor) -> None:
 
 def write_with_eaglequant(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None) -> None:
     specs = [TensorSpec(name, from_torch(t.dtype), tuple(t.shape)) for name, t in tensors.items()]
-    writer = SafetensorsStreamWriter(path, specs, metadata=metadata)
-    for name, tensor in tensors.items():
-        writer.write(name, raw_bytes(tensor))
-    writer.close()
+    shard = SafetensorsShard(path, specs, metadata=metadata)
+    for name, tensor in reversed(tensors.items()):  # positioned writes: any order gives the same file
+        shard.write(name, 0, raw_bytes(tensor))
+    assert shard.close() == hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # -- (a) eaglequant's writer -> both readers -------------------------------------------------------

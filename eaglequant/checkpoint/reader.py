@@ -4,7 +4,8 @@ Supported sources: ``model.safetensors``; shards listed by ``model.safetensors.i
 unindexed ``*.safetensors``; ``pytorch_model.bin`` (or shards listed by ``pytorch_model.bin.index.json``),
 unpickled only with ``torch.load(weights_only=True)``.
 
-Memory: ``read`` materialises one tensor; ``copy_to`` streams one tensor's bytes in fixed chunks.
+Memory: ``read`` materialises one tensor, ``read_rows`` a block of its rows; ``copy_into`` copies bytes
+from file to file without holding them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import threading
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -25,11 +28,14 @@ if TYPE_CHECKING:
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
-COPY_CHUNK_BYTES = 8 * 1024 * 1024
 
 
-class Writable(Protocol):
-    def write(self, data: bytes | bytearray | memoryview, /) -> int: ...
+class ByteTarget(Protocol):
+    """Where tensor bytes go (a :class:`~eaglequant.checkpoint.writer.SafetensorsShard`)."""
+
+    def write(self, name: str, start: int, data: bytes | bytearray | memoryview) -> None: ...
+
+    def copy_from(self, name: str, start: int, src_fd: int, src_offset: int, nbytes: int) -> None: ...
 
 
 def load_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -52,10 +58,17 @@ def load_json_object(path: Path, what: str) -> dict[str, Any]:
 
 def resolve_inside(root: Path, relative: str, what: str) -> Path:
     """Resolve ``relative`` under ``root``, refusing absolute paths, ``..`` and symlinks that leave ``root``."""
+    if "\0" in relative:
+        raise CheckpointError(f"{root}: {what} names {relative!r}, which is not a valid file name")
     if not relative or os.path.isabs(relative) or ".." in Path(relative).parts:
         raise CheckpointError(f"{root}: {what} names {relative!r}, a path outside the checkpoint directory")
     path = root / relative
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except RuntimeError as exc:  # a symlink loop (Python < 3.13 raises this even when not strict)
+        raise CheckpointError(f"{path}: is a symlink loop") from exc
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be resolved ({exc.strerror})") from exc
     if not _within(real, root.resolve()) and not _within_hf_cache_blobs(real, root):
         raise CheckpointError(f"{path}: is a symlink leading outside the checkpoint directory ({real})")
     return path
@@ -86,13 +99,14 @@ class Checkpoint:
     metadata_files: list[str] = field(default_factory=list)  # files that describe weights (indexes)
     _bin_state: dict[str, Any] = field(default_factory=dict, repr=False)
     _fds: dict[Path, int] = field(default_factory=dict, repr=False)
+    _fds_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
     def open(cls, root: str | Path) -> Checkpoint:
         root = Path(root)
         if not root.is_dir():
             raise InputError(f"{root}: not a directory", hint="SRC must be a checkpoint directory")
-        config = load_json_object(root / "config.json", "config.json")
+        config = load_json_object(resolve_inside(root, "config.json", "SRC"), "config.json")
         if (root / SAFETENSORS_INDEX).exists():
             return cls._open_indexed(root, config, SAFETENSORS_INDEX, "safetensors-sharded")
         if (root / "model.safetensors").exists():
@@ -137,13 +151,13 @@ class Checkpoint:
                     raise CheckpointError(f"{path}: tensor {name!r} also appears in {tensors[name].file.name}")
                 tensors[name] = info
         if weight_map is not None:
-            _check_weight_map(root, weight_map, tensors)
+            _check_weight_map(root / (index or SAFETENSORS_INDEX), weight_map, tensors)
         kind = "safetensors-sharded" if index else "safetensors"
         return cls(root, config, kind, files, tensors, [index] if index else [])
 
     @classmethod
     def _open_indexed(cls, root: Path, config: dict[str, Any], index: str, kind: str) -> Checkpoint:
-        index_json = load_json_object(root / index, index)
+        index_json = load_json_object(resolve_inside(root, index, "SRC"), index)
         weight_map = index_json.get("weight_map")
         if (
             not isinstance(weight_map, dict)
@@ -151,15 +165,22 @@ class Checkpoint:
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items())
         ):
             raise CheckpointError(f"{root / index}: weight_map must map tensor names to shard file names")
-        files = []
+        files: list[Path] = []
         for shard in sorted(set(weight_map.values())):
             path = resolve_inside(root, shard, index)
-            if not path.is_file():
+            try:
+                is_file = path.is_file()
+            except OSError as exc:  # e.g. a name longer than the filesystem allows
+                raise CheckpointError(
+                    f"{root / index}: names shard {shard!r}, which cannot be opened ({exc.strerror})"
+                ) from exc
+            if not is_file:
                 raise CheckpointError(
                     f"{root / index}: names shard {shard!r}, which does not exist",
                     hint="the download is incomplete; fetch the missing shard",
                 )
-            files.append(path)
+            if path not in files:  # 'x.safetensors' and './x.safetensors' are one shard
+                files.append(path)
         if kind == "pytorch-bin":
             return cls._open_bin(root, config, files, [index], weight_map)
         return cls._open_safetensors(root, config, files, index, weight_map)
@@ -184,6 +205,10 @@ class Checkpoint:
                     raise CheckpointError(f"{path}: entry {name!r} is not a tensor")
                 if name in tensors:
                     raise CheckpointError(f"{path}: tensor {name!r} also appears in {tensors[name].file.name}")
+                if value.layout != torch.strided or value.device.type != "cpu":  # sparse, meta: nothing to read
+                    raise CheckpointError(
+                        f"{path}: tensor {name!r} is not a dense tensor with data ({value.layout}, {value.device})"
+                    )
                 try:
                     dtype = from_torch(value.dtype)
                 except ValueError as exc:
@@ -192,44 +217,58 @@ class Checkpoint:
                 tensors[name] = TensorInfo(name, dtype, tuple(value.shape), path, -1, nbytes)
                 state[name] = value
         if weight_map is not None:
-            _check_weight_map(root, weight_map, tensors)
+            _check_weight_map(root / (indexes[0] if indexes else BIN_INDEX), weight_map, tensors)
         return cls(root, config, "pytorch-bin", files, tensors, indexes, state)
 
     # -- reading -------------------------------------------------------------------------------
 
     def read(self, name: str) -> torch.Tensor:
         """Materialise one tensor on the CPU (a private copy; nothing else is loaded)."""
-        import torch
-
         info = self.tensors[name]
         if info.offset < 0:
             return self._bin_state[name].contiguous().clone()
+        return self._materialise(info)
+
+    def read_rows(self, name: str, rows: slice) -> torch.Tensor:
+        """Rows ``rows`` of tensor ``name`` (a private copy), reading only their bytes."""
+        info = self.tensors[name]
+        start, stop, _ = rows.indices(info.shape[0])
+        if info.offset < 0:
+            return self._bin_state[name][start:stop].contiguous().clone()
+        row_bytes = info.nbytes // info.shape[0]
+        part = TensorInfo(
+            name,
+            info.dtype,
+            (stop - start, *info.shape[1:]),
+            info.file,
+            info.offset + start * row_bytes,
+            (stop - start) * row_bytes,
+        )
+        return self._materialise(part)
+
+    def _materialise(self, info: TensorInfo) -> torch.Tensor:
+        import torch
+
         dtype = to_torch(info.dtype)
         if info.nbytes == 0:
             return torch.empty(info.shape, dtype=dtype)
         buf = read_bytes(info, self._fd(info.file))
         return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).reshape(info.shape)
 
-    def copy_to(self, name: str, out: Writable) -> int:
-        """Copy one tensor's bytes to ``out`` unchanged, in bounded chunks. Returns the byte count."""
+    def copy_into(self, name: str, target: ByteTarget, out_name: str, start: int, nbytes: int) -> None:
+        """Copy bytes ``[start, start + nbytes)`` of tensor ``name`` unchanged into ``target``'s tensor
+        ``out_name`` at the same place (in the kernel when the source is a safetensors file)."""
         info = self.tensors[name]
         if info.offset < 0:
-            out.write(tensor_bytes(self._bin_state[name]))
-            return info.nbytes
-        fd = self._fd(info.file)
-        done = 0
-        while done < info.nbytes:
-            chunk = os.pread(fd, min(COPY_CHUNK_BYTES, info.nbytes - done), info.offset + done)
-            if not chunk:
-                raise CheckpointError(f"{info.file}: unexpected end of file while copying {name!r}")
-            out.write(chunk)
-            done += len(chunk)
-        return done
+            target.write(out_name, start, tensor_bytes(self._bin_state[name])[start : start + nbytes])
+        else:
+            target.copy_from(out_name, start, self._fd(info.file), info.offset + start, nbytes)
 
     def _fd(self, path: Path) -> int:
-        if path not in self._fds:
-            self._fds[path] = os.open(path, os.O_RDONLY)
-        return self._fds[path]
+        with self._fds_lock:  # readers may run in several threads
+            if path not in self._fds:
+                self._fds[path] = os.open(path, os.O_RDONLY)
+            return self._fds[path]
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -262,13 +301,16 @@ def tensor_bytes(tensor: torch.Tensor) -> memoryview:
     return memoryview(flat.view(torch.uint8).numpy().data)
 
 
-def _check_weight_map(root: Path, weight_map: dict[str, str], tensors: dict[str, TensorInfo]) -> None:
+def _check_weight_map(index: Path, weight_map: dict[str, str], tensors: dict[str, TensorInfo]) -> None:
     for name, shard in weight_map.items():
         info = tensors.get(name)
         if info is None:
-            raise CheckpointError(f"{root}: the index maps {name!r} to {shard}, but that shard does not hold it")
+            raise CheckpointError(f"{index}: maps tensor {name!r} to {shard!r}, but that shard does not hold it")
         if info.file.name != Path(shard).name:
-            raise CheckpointError(f"{root}: the index maps {name!r} to {shard}, but it is in {info.file.name}")
+            raise CheckpointError(
+                f"{index}: maps tensor {name!r} to {shard!r}, but it is in {info.file.name!r}",
+                hint="the index and the shards disagree; re-download the checkpoint",
+            )
     unlisted = sorted(set(tensors) - set(weight_map))
     if unlisted:
         raise CheckpointError(
@@ -281,13 +323,17 @@ def _torch_load(path: Path) -> dict[str, Any]:
     import torch
 
     try:
-        try:
-            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        except RuntimeError as exc:
-            if "mmap" not in str(exc):
-                raise
-            # Legacy (non-zip) pickles cannot be memory-mapped; they are read whole.
-            loaded = torch.load(path, map_location="cpu", weights_only=True)
+        # torch warns on stderr about some storages it rebuilds (e.g. quantized tensors' TypedStorage); the
+        # user is told about such tensors in one error line instead.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError as exc:
+                if "mmap" not in str(exc):
+                    raise
+                # Legacy (non-zip) pickles cannot be memory-mapped; they are read whole.
+                loaded = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
         raise CheckpointError(
             f"{path}: refused to unpickle objects that are not tensors (weights_only=True)",

@@ -129,15 +129,22 @@ def _tensor_info(path: Path, name: str, entry: Any, data_start: int) -> TensorIn
 def _check_coverage(path: Path, tensors: dict[str, TensorInfo], data_start: int, file_size: int) -> None:
     """The data region must be tiled exactly by the tensors: no gap, no overlap, nothing past the end."""
     data_size = file_size - data_start
+    ordered = sorted(tensors.values(), key=lambda t: (t.offset, t.nbytes))
+    for info in ordered:  # first: a tensor sent past the end is named, not the gap it leaves behind
+        begin = info.offset - data_start
+        if begin + info.nbytes > data_size:
+            _refuse(
+                path,
+                f"tensor {info.name!r} has data_offsets [{begin}, {begin + info.nbytes}] past the end of the "
+                f"{data_size} bytes after the header",
+            )
     cursor = 0
-    for info in sorted(tensors.values(), key=lambda t: (t.offset, t.nbytes)):
+    for info in ordered:
         begin = info.offset - data_start
         if begin != cursor:
             kind = "overlaps the previous tensor" if begin < cursor else f"leaves a gap of {begin - cursor} bytes"
             _refuse(path, f"tensor {info.name!r} {kind}")
         cursor = begin + info.nbytes
-    if cursor > data_size:
-        _refuse(path, f"tensor data needs {cursor} bytes but the file holds {data_size} after the header")
     if cursor < data_size:
         _refuse(path, f"{data_size - cursor} trailing bytes after the last tensor")
 

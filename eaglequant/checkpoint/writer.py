@@ -1,24 +1,23 @@
-"""Writing checkpoints: streamed safetensors shards and an output directory that appears atomically.
-
-A shard's header is computed from the planned tensor list (names, dtypes, shapes) before any data
-exists, so tensors can be appended one at a time: memory never holds a whole shard.
-"""
+"""Writing checkpoints: safetensors shards written by planned offsets, and an output directory that
+appears atomically."""
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import json
 import math
 import os
 import secrets
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from eaglequant.checkpoint.dtypes import ITEMSIZE
+from eaglequant.checkpoint.hashing import FollowingHasher
 from eaglequant.errors import OutputError
 
 TMP_MARKER = ".eaglequant-tmp-"
@@ -55,73 +54,134 @@ def safetensors_header(specs: list[TensorSpec], metadata: dict[str, str] | None 
     return len(raw).to_bytes(8, "little") + raw
 
 
-class HashingFile:
-    """A write-only file that keeps the SHA-256 of everything written, so no second read is needed."""
+class SafetensorsShard:
+    """One output shard, written by tensor and byte range in any order.
 
-    def __init__(self, path: Path) -> None:
-        self._file: IO[bytes] = open(path, "wb")  # noqa: SIM115 - closed in close()
-        self._sha = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        self._sha.update(data)
-        self.size += len(data)
-        return self._file.write(data)
-
-    def hexdigest(self) -> str:
-        return self._sha.hexdigest()
-
-    def close(self, sync: bool = True) -> None:
-        if sync:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        self._file.close()
-
-
-class SafetensorsStreamWriter:
-    """Writes the header up front, then accepts each tensor's bytes in the planned order."""
+    The header is computed from the planned specs and written first, and the file is sized up front, so
+    every tensor's place is known before any data exists: writers (possibly several threads) put bytes
+    at their planned offsets with positioned writes, and nothing ever holds the whole shard in memory.
+    A :class:`FollowingHasher` hashes the file in order as ranges complete.
+    """
 
     def __init__(self, path: Path, specs: list[TensorSpec], metadata: dict[str, str] | None = None) -> None:
+        header = safetensors_header(specs, metadata)
         self.path = path
-        self.specs = specs
-        self._next = 0
-        self._handle = HashingFile(path)
-        self._handle.write(safetensors_header(specs, metadata))
+        self.specs = {spec.name: spec for spec in specs}
+        self.offsets: dict[str, int] = {}
+        offset = len(header)
+        for spec in specs:
+            self.offsets[spec.name] = offset
+            offset += spec.nbytes
+        self.size = offset
+        self._written = 0
+        self._closed = False
+        self._lock = threading.Lock()
+        try:
+            self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        except OSError as exc:
+            raise OutputError(f"{path}: cannot create ({exc.strerror})") from exc
+        self._hasher: FollowingHasher | None = None
+        try:
+            try:
+                os.ftruncate(self.fd, self.size)  # past a size limit or quota this fails now, not midway
+            except OSError as exc:
+                raise _write_error(path, exc) from exc
+            self._hasher = FollowingHasher(path, self.size)
+            self._pwrite(memoryview(header), 0)
+        except BaseException:
+            self.discard()
+            raise
 
-    @property
-    def handle(self) -> HashingFile:
-        return self._handle
+    def write(self, name: str, start: int, data: bytes | bytearray | memoryview) -> None:
+        """Put ``data`` at byte ``start`` of tensor ``name``'s planned data."""
+        view = memoryview(data).cast("B")  # lengths in bytes, whatever the buffer's item type
+        self._check_range(name, start, len(view))
+        self._pwrite(view, self.offsets[name] + start)
 
-    @property
-    def sha256(self) -> str:
-        return self._handle.hexdigest()
+    def copy_from(self, name: str, start: int, src_fd: int, src_offset: int, nbytes: int) -> None:
+        """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` into tensor ``name`` at byte ``start``, in the
+        kernel (no bytes pass through Python)."""
+        self._check_range(name, start, nbytes)
+        out, done = self.offsets[name] + start, 0
+        while done < nbytes:
+            try:
+                n = os.copy_file_range(src_fd, self.fd, nbytes - done, src_offset + done, out + done)
+            except OSError as exc:
+                if exc.errno not in _NO_COPY_FILE_RANGE:
+                    raise _write_error(self.path, exc) from exc
+                n = self._copy_by_reads(src_fd, src_offset + done, out + done, nbytes - done)
+            if n <= 0:
+                raise OutputError(f"{self.path}: source ended while copying {name!r}")
+            done += n
+        self._completed(out, out + nbytes)
 
-    def expect(self, name: str) -> TensorSpec:
-        """The spec of the next tensor, which must be ``name``."""
-        spec = self.specs[self._next]
-        if spec.name != name:
-            raise RuntimeError(f"writer expected {spec.name!r} next, got {name!r}")
-        return spec
+    def _copy_by_reads(self, src_fd: int, src_offset: int, out: int, nbytes: int) -> int:
+        chunk = os.pread(src_fd, min(nbytes, COPY_CHUNK_BYTES), src_offset)
+        if chunk:
+            self._pwrite_raw(chunk, out)
+        return len(chunk)
 
-    def write(self, name: str, data: bytes | bytearray | memoryview) -> None:
-        spec = self.expect(name)
-        if len(data) != spec.nbytes:
-            raise RuntimeError(f"{name!r}: planned {spec.nbytes} bytes, got {len(data)}")
-        self._handle.write(data)
-        self._next += 1
+    def _check_range(self, name: str, start: int, nbytes: int) -> None:
+        spec = self.specs[name]
+        if start < 0 or start + nbytes > spec.nbytes:
+            raise RuntimeError(f"{name!r}: bytes [{start}, {start + nbytes}) outside its planned {spec.nbytes}")
 
-    def mark_copied(self, name: str, nbytes: int) -> None:
-        """Record that ``name`` was written directly through :attr:`handle` (a chunked copy)."""
-        spec = self.expect(name)
-        if nbytes != spec.nbytes:
-            raise RuntimeError(f"{name!r}: planned {spec.nbytes} bytes, copied {nbytes}")
-        self._next += 1
+    def _pwrite(self, view: memoryview, offset: int) -> None:
+        self._pwrite_raw(view, offset)
+        self._completed(offset, offset + len(view))
 
-    def close(self) -> None:
-        if self._next != len(self.specs):
-            self._handle.close(sync=False)
-            raise RuntimeError(f"{self.path.name}: {len(self.specs) - self._next} planned tensors never written")
-        self._handle.close()
+    def _pwrite_raw(self, data: bytes | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.pwrite(self.fd, view[done:], offset + done)
+        except OSError as exc:
+            raise _write_error(self.path, exc) from exc
+
+    def _completed(self, start: int, end: int) -> None:
+        with self._lock:
+            self._written += end - start
+        assert self._hasher is not None
+        self._hasher.completed(start, end)
+
+    def close(self) -> str:
+        """Sync the shard and return its SHA-256; every planned byte must have been written once."""
+        if self._written != self.size:
+            raise RuntimeError(f"{self.path.name}: wrote {self._written} of {self.size} planned bytes")
+        assert self._hasher is not None
+        try:
+            digest = self._hasher.hexdigest()
+            os.fsync(self.fd)
+        except OSError as exc:
+            raise _write_error(self.path, exc) from exc
+        finally:
+            self._closed = True
+            os.close(self.fd)
+        return digest
+
+    def discard(self) -> None:
+        """Stop hashing and close the file (no-op after :meth:`close`); the caller removes it."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._hasher is not None:
+            self._hasher.abandon()
+        os.close(self.fd)
+
+
+_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EPERM}
+COPY_CHUNK_BYTES = 8 * 1024 * 1024
+
+
+def _write_error(path: Path, exc: OSError) -> OutputError:
+    hints = {
+        errno.ENOSPC: "free space on that filesystem or choose another DST",
+        errno.EDQUOT: "your disk quota is exhausted; free space or choose another DST",
+        errno.EFBIG: "the file size limit (ulimit -f) is too small for this shard; raise it or lower --max-shard-size",
+    }
+    hint = hints.get(exc.errno or 0, "check DST's filesystem")
+    return OutputError(f"{path}: write failed ({exc.strerror})", hint=hint)
 
 
 def shard_names(count: int) -> list[str]:
@@ -198,7 +258,7 @@ def atomic_directory(dst: Path, overwrite: bool) -> Iterator[Path]:
         raise OutputError(f"{dst.parent}: cannot create the output directory ({exc.strerror})") from exc
     try:
         yield tmp
-        _fsync_dir(tmp)
+        _fsync_tree(tmp)  # every file and directory on disk before the rename makes DST visible
         if dst.exists():
             if not overwrite:
                 raise OutputError(f"{dst}: appeared while converting", hint="pass --overwrite to replace it")
@@ -212,6 +272,19 @@ def atomic_directory(dst: Path, overwrite: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):  # files before the directories holding them
+        if path.is_file() and not path.is_symlink():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif path.is_dir():
+            _fsync_dir(path)
+    _fsync_dir(root)
 
 
 def _fsync_dir(path: Path) -> None:

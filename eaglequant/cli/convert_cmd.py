@@ -60,6 +60,15 @@ def convert_command(
             "(default: DST's absolute path).",
         ),
     ] = None,
+    workers: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--workers",
+            min=1,
+            help="Threads that copy and quantize (default: one per core, at most 4). The output is the same "
+            "byte for byte whatever the number.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
@@ -87,6 +96,7 @@ def convert_command(
             verify_output=verify,
             repo_id=repo_id,
             progress=BarProgress() if progress_enabled() else None,
+            workers=workers,
         )
         data = result.to_json()
         if result.verification is not None:

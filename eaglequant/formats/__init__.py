@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from eaglequant.errors import SchemeError
-from eaglequant.formats.base import Format, GroupScales, QuantizedLinear, WrittenConfig
+from eaglequant.formats.base import Format, GroupScales, QuantizedRows, WrittenConfig
 from eaglequant.formats.compressed_tensors import CompressedTensorsFormat
 from eaglequant.formats.modelopt import ModelOptFormat
 from eaglequant.formats.quark import QuarkFormat
@@ -26,7 +26,7 @@ __all__ = [
     "FORMATS",
     "Format",
     "GroupScales",
-    "QuantizedLinear",
+    "QuantizedRows",
     "WrittenConfig",
     "format_for_quant_method",
     "get_format",

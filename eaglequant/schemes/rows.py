@@ -12,8 +12,8 @@ if TYPE_CHECKING:
 BLOCK_ELEMENTS = 1 << 20
 
 
-def row_blocks(rows: int, cols: int) -> list[slice]:
-    step = max(1, BLOCK_ELEMENTS // max(cols, 1))
+def row_blocks(rows: int, cols: int, block_elements: int = BLOCK_ELEMENTS) -> list[slice]:
+    step = max(1, block_elements // max(cols, 1))
     return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 
