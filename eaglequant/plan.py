@@ -262,7 +262,11 @@ def _outputs(head: HeadDescription, fmt: Format, scheme: Scheme, quantized: list
     names = [o.spec.name for o in outputs]
     clash = next((n for n in names if names.count(n) > 1), None)
     if clash:
+        held = next((t.info.file for t in head.tensors if t.name == clash), None)
         raise InputError(
-            f"output tensor {clash!r} would be written twice; the source already holds a tensor by that name"
+            f"{held}: holds tensor {clash!r}, a name the quantized output needs for its own tensor"
+            if held is not None
+            else f"output tensor {clash!r} would be written twice",
+            hint="the source looks partly quantized already; start from the BF16 head the trainer released",
         )
     return sorted(outputs, key=lambda o: o.spec.name)
