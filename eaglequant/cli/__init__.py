@@ -6,6 +6,7 @@ answers at once.
 
 from __future__ import annotations
 
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from rich.markup import escape
 
 from eaglequant import __version__
 from eaglequant.cli.output import err
-from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EagleQuantError
+from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
 
 app = typer.Typer(
     name="eaglequant",
@@ -56,9 +57,9 @@ def run_guarded(action: Callable[[], T]) -> T:
             traceback.print_exc()
         err.print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True, soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         err.print("[yellow]interrupted[/]; nothing was written", markup=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED) from None
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:
@@ -92,5 +93,18 @@ def _register() -> None:
 _register()
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, a container stopped): unwound like Ctrl-C, so temporaries are removed."""
+
+
+def _terminate(_signum: int, _frame: object) -> None:
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> Any:
+    signal.signal(signal.SIGTERM, _terminate)
+    if hasattr(signal, "SIGXFSZ"):
+        # Past the file size limit (ulimit -f), a write then fails with EFBIG, reported as an error,
+        # instead of the signal killing the process with a half-written temporary directory.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     return app(args=argv if argv is not None else sys.argv[1:], prog_name="eaglequant")
