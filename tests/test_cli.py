@@ -77,11 +77,14 @@ def test_convert_human_output_names_each_kept_linear_and_why(tmp_path: Path) -> 
     assert "kept norm.weight" not in result.stderr  # only linears are listed
 
 
+MXFP4 = ("--scheme", "mxfp4")
+
+
 def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
     """--json: stdout holds exactly one JSON document; messages stay on stderr."""
     src = FIXTURES / "specforge-llama"
     dst = tmp_path / "out"
-    jobs = tmp_path / "jobs.toml"
+    jobs, bench = tmp_path / "jobs.toml", tmp_path / "b"
     jobs.write_text(f'[[job]]\nsource = "{src}"\ndestination = "batch-out"\nverify = false\n')
     commands = {
         "inspect": ["inspect", src],
@@ -92,6 +95,7 @@ def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
         "batch": ["batch", jobs, "--summary", tmp_path / "summary.json"],
         "schemes": ["schemes"],
         "bench kernels": ["bench", "kernels", "--device", "cpu", "--tiny", "--m", "1"],
+        "bench convert": ["bench", "convert", "--head", "tiny", "--no-anchors", "--cache-dir", bench, *MXFP4],
     }
     from eaglequant.cli import app
 

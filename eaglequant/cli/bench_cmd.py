@@ -1,10 +1,12 @@
-"""``eaglequant bench kernels``: time the fused dequant-GEMM kernels against torch baselines."""
+"""``eaglequant bench kernels`` and ``bench convert``: timings next to baselines measured in the same run."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.options import JsonOpt
@@ -46,6 +48,113 @@ def kernels_command(
             render(result)
 
     run_guarded(body)
+
+
+@bench_app.command("convert")
+def convert_command(
+    cache_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--cache-dir", help="Where the synthetic heads are kept (default ~/.cache/eaglequant/bench)."),
+    ] = None,
+    work_dir: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--work-dir", help="Where outputs are written and deleted (default: CACHE_DIR/runs)."),
+    ] = None,
+    head: Annotated[
+        list[str] | None,
+        typer.Option("--head", help="kimi-llama, kimi-mla (the default: both) or tiny (a quick check it runs)."),
+    ] = None,
+    scheme: Annotated[
+        list[str] | None, typer.Option("--scheme", help="Schemes to time (repeatable; default every built-in one).")
+    ] = None,
+    anchors: Annotated[
+        bool, typer.Option("--anchors/--no-anchors", help="Also time amd-quark and llm-compressor when installed.")
+    ] = True,
+    workers: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--workers", min=1, help="Passed to convert (default: convert's own default)."),
+    ] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the table as Markdown (for docs).")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Time convert on full-size synthetic Kimi-K2.5 heads next to the copy floor and the vendor tools.
+
+    The heads (6.4 GB and 5.8 GB of bf16) are generated once and cached; each run writes and then
+    deletes its output, so the work directory needs about 7 GB free. Timings are for a warm page cache.
+    """
+    from eaglequant.cli import run_guarded
+
+    def body() -> None:
+        from eaglequant.bench.convert import bench_convert
+        from eaglequant.bench.heads import FULL_SIZE_HEADS, HEADS_BY_NAME
+        from eaglequant.errors import InputError
+
+        for name in head or []:
+            if name not in HEADS_BY_NAME:
+                raise InputError(f"--head {name!r}: unknown head", hint=f"choose from {', '.join(HEADS_BY_NAME)}")
+        cache = cache_dir or Path.home() / ".cache" / "eaglequant" / "bench"
+        work = work_dir or cache / "runs"
+        work.mkdir(parents=True, exist_ok=True)
+        result = bench_convert(
+            cache,
+            work,
+            heads=tuple(head or FULL_SIZE_HEADS),
+            schemes=tuple(scheme) if scheme else None,
+            anchors=anchors,
+            workers=workers,
+            log=lambda line: err.print(f"[dim]{escape(line)}[/]", markup=True),
+        )
+        if json_out:
+            print_json(result)
+        elif markdown:
+            print(convert_markdown(result))
+        else:
+            err.print(convert_table(result))
+
+    run_guarded(body)
+
+
+CONVERT_COLUMNS = ("head", "run", "scheme", "wall s", "MB/s in", "peak RSS GiB", "× copy", "× anchors")
+
+
+def convert_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for run in result["runs"]:
+
+        def num(value: float | None, fmt: str) -> str:
+            return "—" if value is None else format(value, fmt)
+
+        anchors = ", ".join(f"{ratio:.2f}× {name}" for name, ratio in run["vs_anchors"].items())
+        rss = None if run["peak_rss_bytes"] is None else run["peak_rss_bytes"] / 2**30
+        rows.append(
+            [
+                run["head"],
+                run["kind"],
+                run["scheme"],
+                run["error"] or num(run["wall_s"], ".1f"),
+                num(run["input_mb_per_s"], ".0f"),
+                num(rss, ".2f"),
+                num(run["vs_copy"], ".2f"),
+                anchors,
+            ]
+        )
+    return rows
+
+
+def convert_table(result: dict[str, Any]) -> Table:
+    m = result["machine"]
+    table = Table(title=f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB", title_justify="left")
+    for col in CONVERT_COLUMNS:
+        table.add_column(col)
+    for row in convert_rows(result):
+        table.add_row(*(escape(cell) for cell in row))
+    return table
+
+
+def convert_markdown(result: dict[str, Any]) -> str:
+    lines = ["| " + " | ".join(CONVERT_COLUMNS) + " |", "|" + "---|" * len(CONVERT_COLUMNS)]
+    lines += ["| " + " | ".join(row) + " |" for row in convert_rows(result)]
+    return "\n".join(lines)
 
 
 def render(result: dict[str, Any]) -> None:
