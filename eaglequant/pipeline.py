@@ -379,10 +379,7 @@ class _ShardFiller:
         info = self.checkpoint.tensors[linear.weight]
         nonfinite = sum(b.nonfinite for b in blocks)
         if nonfinite:
-            raise CheckpointError(
-                f"{info.file}: tensor {linear.weight!r} holds {nonfinite} NaN/Inf values",
-                hint="the weights are corrupt; re-export them from the trainer",
-            )
+            raise _nonfinite_error(self.checkpoint, linear.weight, nonfinite)
         noise, signal = math.fsum(b.noise for b in blocks), math.fsum(b.signal for b in blocks)
         if signal == 0:
             raise CheckpointError(
@@ -437,19 +434,23 @@ class _GroupScales:
     def _amax(self, linear: HeadLinear) -> torch.Tensor:
         import torch
 
-        amax = torch.zeros((), dtype=torch.float32)
+        amax, nonfinite = torch.zeros((), dtype=torch.float32), 0
         for rows in row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS):
             block = self.checkpoint.read_rows(linear.weight, rows)
-            amax = torch.maximum(amax, block.abs().max().to(torch.float32))
-        if not bool(torch.isfinite(amax)):
-            info = self.checkpoint.tensors[linear.weight]
-            weight = self.checkpoint.read(linear.weight)
-            bad = int((~torch.isfinite(weight)).sum())
-            raise CheckpointError(
-                f"{info.file}: tensor {linear.weight!r} holds {bad} NaN/Inf values",
-                hint="the weights are corrupt; re-export them from the trainer",
-            )
+            block_amax = block.abs().max().to(torch.float32)
+            if not bool(torch.isfinite(block_amax)):
+                nonfinite += int((~torch.isfinite(block)).sum())
+            amax = torch.maximum(amax, block_amax)
+        if nonfinite:
+            raise _nonfinite_error(self.checkpoint, linear.weight, nonfinite)
         return amax
+
+
+def _nonfinite_error(checkpoint: Checkpoint, weight: str, count: int) -> CheckpointError:
+    return CheckpointError(
+        f"{checkpoint.tensors[weight].file}: tensor {weight!r} holds {count} NaN/Inf values",
+        hint="the weights are corrupt; re-export them from the trainer",
+    )
 
 
 def _write_index(tmp: Path, plan: ConversionPlan, shards: list[list[Any]], names: list[str]) -> None:

@@ -636,6 +636,13 @@ CASES = [
     # tensor contents
     case("nan-weight", "specforge-llama", set_value(Q_PROJ, float("nan")), ("model.safetensors", Q_PROJ, "NaN")),
     case(
+        "nan-weight-in-nvfp4-group",  # found by the group's global-amax pass, before any member is quantized
+        "specforge-llama",
+        set_value("midlayer.self_attn.v_proj.weight", float("nan")),
+        ("model.safetensors", "'midlayer.self_attn.v_proj.weight'", "NaN"),
+        args=("--scheme", "nvfp4", "--format", "modelopt"),
+    ),
+    case(
         "inf-weight",
         "specforge-llama",
         set_value("midlayer.mlp.down_proj.weight", float("inf")),
