@@ -201,7 +201,6 @@ def convert(
     if calib is not None:
         refuse_unused_calibration(scheme_obj)  # before the (slow) calibration forward
     checkpoint, head = _open(source.path)
-    digests = BackgroundDigests(source.path)  # hashing the source overlaps the conversion
     with checkpoint:
         input_amax = None
         if calib is not None:
@@ -220,6 +219,7 @@ def convert(
             input_amax=input_amax,
         )
         options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+        digests = BackgroundDigests(source.path)  # once the plan holds: hashing overlaps the conversion
         draft = repo_id or str(dst_path.resolve())
         result = run_conversion(
             checkpoint,

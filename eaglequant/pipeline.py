@@ -28,7 +28,7 @@ from eaglequant.checkpoint.writer import (
 )
 from eaglequant.errors import CheckpointError, InputError
 from eaglequant.formats import GroupScales
-from eaglequant.formats.base import error_figures
+from eaglequant.formats.base import ErrorSums, error_figures
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
@@ -289,7 +289,8 @@ class _ShardFiller:
         self.plan = plan
         self.where = {name: shard for shard in files for name in shard.specs}
         self.scales = _GroupScales(checkpoint, plan)
-        self.blocks: dict[str, list[QuantizedSums]] = {}
+        self.blocks: dict[str, list[ErrorSums]] = {}  # per linear, its blocks' sums as they complete
+        self.block_counts: dict[str, int] = {}
         self.linears: list[LinearResult] = []
 
     def run(self, workers: int, progress: Progress) -> list[LinearResult]:
@@ -337,21 +338,21 @@ class _ShardFiller:
         specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, self.plan.scheme)}
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
         blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS)
-        self.blocks[module] = []
+        self.blocks[module], self.block_counts[module] = [], len(blocks)
         for rows in blocks:
             nbytes = sum(
                 _row_bytes(spec, linear) * (rows.stop - rows.start) or (spec.nbytes if rows.start == 0 else 0)
                 for spec in specs.values()
             )
 
-            def quantize(rows: slice = rows) -> QuantizedSums:
+            def quantize(rows: slice = rows) -> ErrorSums:
                 return self._quantize_block(linear, specs, shared, rows)
 
             yield _Task(quantize, nbytes, linear.weight, module)
 
     def _quantize_block(
         self, linear: HeadLinear, specs: dict[str, TensorSpec], shared: GroupScales, rows: slice
-    ) -> QuantizedSums:
+    ) -> ErrorSums:
         weight = self.checkpoint.read_rows(linear.weight, rows)
         block = self.plan.format.quantize_rows(linear, weight, self.plan.scheme, shared)
         for name, tensor in block.tensors.items():
@@ -363,7 +364,7 @@ class _ShardFiller:
                 self.where[name].write(name, rows.start * row_bytes, data)
             elif rows.start == 0:  # a per-tensor value, the same for every block
                 self.where[name].write(name, 0, data)
-        return QuantizedSums(block.noise, block.signal, block.nonfinite)
+        return block.sums
 
     def _collect(self, task: _Task, result: Any, progress: Progress) -> None:
         progress.advance(task.nbytes, task.label)
@@ -371,11 +372,10 @@ class _ShardFiller:
             return
         blocks = self.blocks[task.module]
         blocks.append(result)
-        linear = self.plan.head.linear(task.module)
-        if len(blocks) == len(row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS)):
-            self.linears.append(self._linear_result(linear, blocks))
+        if len(blocks) == self.block_counts[task.module]:
+            self.linears.append(self._linear_result(self.plan.head.linear(task.module), blocks))
 
-    def _linear_result(self, linear: HeadLinear, blocks: list[QuantizedSums]) -> LinearResult:
+    def _linear_result(self, linear: HeadLinear, blocks: list[ErrorSums]) -> LinearResult:
         info = self.checkpoint.tensors[linear.weight]
         nonfinite = sum(b.nonfinite for b in blocks)
         if nonfinite:
@@ -389,13 +389,6 @@ class _ShardFiller:
             )
         rel, sqnr = error_figures(noise, signal)
         return LinearResult(linear.module, linear.weight, (linear.out_features, linear.in_features), rel, sqnr)
-
-
-@dataclass(frozen=True)
-class QuantizedSums:
-    noise: float
-    signal: float
-    nonfinite: int
 
 
 def _row_bytes(spec: TensorSpec, linear: HeadLinear) -> int:

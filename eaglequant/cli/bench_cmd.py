@@ -117,13 +117,13 @@ def convert_command(
 CONVERT_COLUMNS = ("head", "run", "scheme", "wall s", "MB/s in", "peak RSS GiB", "× copy", "× anchors")
 
 
+def _figure(value: float | None, fmt: str) -> str:
+    return "—" if value is None else format(value, fmt)
+
+
 def convert_rows(result: dict[str, Any]) -> list[list[str]]:
     rows = []
     for run in result["runs"]:
-
-        def num(value: float | None, fmt: str) -> str:
-            return "—" if value is None else format(value, fmt)
-
         anchors = ", ".join(f"{ratio:.2f}× {name}" for name, ratio in run["vs_anchors"].items())
         rss = None if run["peak_rss_bytes"] is None else run["peak_rss_bytes"] / 2**30
         rows.append(
@@ -131,10 +131,10 @@ def convert_rows(result: dict[str, Any]) -> list[list[str]]:
                 run["head"],
                 run["kind"],
                 run["scheme"],
-                run["error"] or num(run["wall_s"], ".1f"),
-                num(run["input_mb_per_s"], ".0f"),
-                num(rss, ".2f"),
-                num(run["vs_copy"], ".2f"),
+                run["error"] or _figure(run["wall_s"], ".1f"),
+                _figure(run["input_mb_per_s"], ".0f"),
+                _figure(rss, ".2f"),
+                _figure(run["vs_copy"], ".2f"),
                 anchors,
             ]
         )

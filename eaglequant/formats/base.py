@@ -45,16 +45,23 @@ class WrittenConfig:
     problems: list[str]  # contradictions inside the config files themselves
 
 
+@dataclass(frozen=True)
+class ErrorSums:
+    """Over a block of weights: the sum of squared reconstruction errors, of squared weights (for
+    :func:`error_figures`), and the count of NaN/Inf weights."""
+
+    noise: float
+    signal: float
+    nonfinite: int
+
+
 @dataclass
 class QuantizedRows:
     """A block of a linear's rows, quantized: row-indexed outputs hold only these rows, per-tensor values
-    (global and input scales) are whole. ``noise`` and ``signal`` are the sums of squared reconstruction
-    error and of squared weights over the block, for :func:`error_figures`."""
+    (global and input scales) are whole."""
 
     tensors: dict[str, torch.Tensor]  # output name -> tensor, exactly the names of ``tensor_specs``
-    noise: float
-    signal: float
-    nonfinite: int  # weights that are NaN or +-Inf
+    sums: ErrorSums
 
 
 class Format(ABC):
@@ -99,7 +106,7 @@ class Format(ABC):
         weight block by block gives exactly the bytes of quantizing it whole."""
         tensors = self.quantized_tensors(linear, weight_rows, scheme, shared)
         stored = self.stored_linear(linear, scheme, tensors)
-        return QuantizedRows(tensors, *error_sums(weight_rows, stored.dequantize_rows))
+        return QuantizedRows(tensors, error_sums(weight_rows, stored.dequantize_rows))
 
     @abstractmethod
     def quantized_tensors(
@@ -152,8 +159,8 @@ def _short(value: object, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def error_sums(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Tensor]) -> tuple[float, float, int]:
-    """(sum of squared error, sum of squared weights, count of NaN/Inf weights) of a reconstruction.
+def error_sums(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Tensor]) -> ErrorSums:
+    """The :class:`ErrorSums` of a reconstruction.
 
     Squares are summed in float32 per sub-block of rows and the sub-block sums in float64 (an error of
     ~1e-7 relative: enough for a figure in dB, and one pass instead of float64 copies of everything).
@@ -172,17 +179,15 @@ def error_sums(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Te
         nonfinite = int((~torch.isfinite(weight)).sum())
         if nonfinite == 0:  # finite weights whose squares overflow float32: sum them in float64
             return _error_sums_float64(weight, dequantize_rows)
-    return noise, signal, nonfinite
+    return ErrorSums(noise, signal, nonfinite)
 
 
-def _error_sums_float64(
-    weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Tensor]
-) -> tuple[float, float, int]:
+def _error_sums_float64(weight: torch.Tensor, dequantize_rows: Callable[[slice], torch.Tensor]) -> ErrorSums:
     import torch
 
     w = weight.to(torch.float64)
     noise = float((dequantize_rows(slice(None)).to(torch.float64) - w).pow(2).sum())
-    return noise, float(w.pow(2).sum()), 0
+    return ErrorSums(noise, float(w.pow(2).sum()), 0)
 
 
 def error_figures(noise: float, signal: float) -> tuple[float, float]:
