@@ -199,6 +199,7 @@ def _serving(report: dict[str, Any], context: dict[str, Any]) -> str:
         if name in report["engines"]:
             for snippet in engine.serving_snippets(target, context["draft"], DRAFT_TOKENS):
                 lines += [f"{snippet.caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
+            lines += [f"Note: {note}.\n" for note in engine.notes(report["attention"], kinds, report["format"])]
             continue
         verdict = support(kinds, report["format"], name, report["attention"])
         if verdict is not None and not verdict.loads:

@@ -69,6 +69,7 @@ class EngineReading:
     note: str  # the support matrix's word on this scheme and format
     modules: tuple[ModuleReading, ...]
     problems: tuple[str, ...]  # engine-wide: cannot load it, or a rule that breaks its loader
+    notes: tuple[str, ...] = ()  # deployment settings that change what the engine runs
 
     @property
     def all_problems(self) -> list[str]:
@@ -79,7 +80,9 @@ class EngineReading:
             "engine": self.engine,
             "title": self.title,
             "loads": self.loads,
+            "release": ENGINES[self.engine].release,
             "note": self.note,
+            "notes": list(self.notes),
             "problems": list(self.problems),
             "modules": [m.to_json() for m in self.modules],
         }
@@ -184,7 +187,8 @@ def _read_engine(
         spellings = [(count, m.names) for count, m in zip(counts, (ms[index] for ms in modules_by_count), strict=True)]
         readings.append(_read_module(engine, head, tensors, fmt, scheme, patterns, module, spellings, target))
     problems = tuple(engine.pattern_problems(head, fmt.name, patterns))
-    return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems)
+    notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name))
+    return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes)
 
 
 def _read_module(

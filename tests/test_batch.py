@@ -33,7 +33,7 @@ source = "{mla}"
 destination = "out/mla-nvfp4"
 scheme = "nvfp4"
 format = "modelopt"
-engines = ["vllm", "trtllm"]
+engines = ["vllm", "trtllm-main"]
 target_layers = 61
 """
 
@@ -133,7 +133,7 @@ def test_job_file_mistakes_are_refused_before_anything_runs(tmp_path: Path, text
 
 def test_the_bundled_example_job_file_is_valid() -> None:
     jobs = load_jobs(ROOT / "fixtures" / "batch-example.toml")
-    assert [job.name for job in jobs] == ["llama-fp8", "kimi-mla-nvfp4-trtllm", "speculators-mxfp4"]
+    assert [job.name for job in jobs] == ["llama-fp8", "kimi-mla-nvfp4-trtllm-main", "speculators-mxfp4"]
     for job in jobs:
         assert Path(job.source).is_dir() and job.convert["verify_output"] is True
         assert job.destination.resolve().is_relative_to(ROOT / "out")

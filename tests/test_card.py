@@ -33,7 +33,7 @@ def mla_nvfp4(tmp_path_factory) -> Path:
         dst,
         scheme="nvfp4",
         format="modelopt",
-        engines=["vllm", "trtllm"],
+        engines=["vllm", "trtllm-main"],
         target_layers=61,
         verify_output=True,
         repo_id="org/kimi-eagle3-nvfp4",

@@ -132,15 +132,19 @@ TRAPS = [
     ("vllm", "modelopt", "model.layers.61*", "model.layers.61.mlp.down_proj", True),  # name* -> name, name.*
     ("vllm", "modelopt", "re:.*fc", "model.fc", False),  # no re: in ModelOpt matching
     ("vllm", "modelopt", "q_proj", "model.layers.61.self_attn.qkv_proj", False),
-    # TensorRT-LLM: fnmatchcase or re: + fullmatch, on the name, its ancestors and fused members' names.
+    # TensorRT-LLM 1.2.x: fnmatchcase on the name and fused members' names; no ancestors, no re:.
     ("trtllm", "modelopt", "fc", "model.fc", False),  # full-string glob
     ("trtllm", "modelopt", "*fc", "model.fc", True),
     ("trtllm", "modelopt", "midlayer.*", "model.midlayer.self_attn.qkv_proj", False),  # names start with model.
     ("trtllm", "modelopt", "model.midlayer.*", "model.midlayer.self_attn.qkv_proj", True),
     ("trtllm", "modelopt", "*.q_proj", "model.midlayer.self_attn.qkv_proj", True),  # one member excludes the fused
-    ("trtllm", "modelopt", "model.midlayer.self_attn", "model.midlayer.self_attn.o_proj", True),  # an ancestor
-    ("trtllm", "compressed-tensors", "re:.*fc", "model.fc", True),
-    ("trtllm", "compressed-tensors", "re:fc", "model.fc", False),
+    ("trtllm", "modelopt", "model.midlayer.self_attn", "model.midlayer.self_attn.o_proj", False),  # no ancestors
+    ("trtllm", "modelopt", "re:.*fc", "model.fc", False),  # re: is a literal glob in 1.2.x
+    # TensorRT-LLM main: also ancestors, and re: + fullmatch.
+    ("trtllm-main", "modelopt", "*.q_proj", "model.midlayer.self_attn.qkv_proj", True),
+    ("trtllm-main", "modelopt", "model.midlayer.self_attn", "model.midlayer.self_attn.o_proj", True),  # an ancestor
+    ("trtllm-main", "compressed-tensors", "re:.*fc", "model.fc", True),
+    ("trtllm-main", "compressed-tensors", "re:fc", "model.fc", False),
     # SGLang, Quark / compressed-tensors: exact or re: + re.match on its own names.
     ("sglang", "quark", "fc", "model.fc", False),
     ("sglang", "quark", "model.layers.61.self_attn.qkv_proj", "model.qkv_proj", False),  # vLLM's name misses it
@@ -161,10 +165,10 @@ def test_engine_matching_rule(engine: str, fmt: str, pattern: str, name: str, ex
 
 @pytest.mark.parametrize("pattern", ["kv_b_proj", "*kv_b_proj", "*kv_b_proj*", "re:.*kv_b_proj"])
 def test_trtllm_refuses_rules_that_match_the_bare_kv_b_proj(pattern: str) -> None:
-    """TensorRT-LLM's MLA loader asks about the leaf name; such a rule breaks a BF16 kv_b_proj."""
+    """TensorRT-LLM main's MLA loader asks about the leaf name; such a rule breaks a BF16 kv_b_proj."""
     head = inspect(FIXTURES / "torchspec-mla").head
-    assert ENGINES["trtllm"].pattern_problems(head, "modelopt", [pattern])
-    assert not ENGINES["trtllm"].pattern_problems(head, "modelopt", ["model.midlayer.self_attn.kv_b_proj"])
+    assert ENGINES["trtllm-main"].pattern_problems(head, "modelopt", [pattern])
+    assert not ENGINES["trtllm-main"].pattern_problems(head, "modelopt", ["model.midlayer.self_attn.kv_b_proj"])
 
 
 def _loadable(engine: str, attention: str) -> list[tuple[tuple[str, str | None], str]]:
@@ -192,6 +196,9 @@ def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, 
     """Engine x layout x format: the config read back as the engine reads it quantizes exactly the plan."""
     head = inspect(FIXTURES / fixture).head
     cases = _loadable(engine_name, head.attention)
+    if (engine_name, head.attention) == ("trtllm", "mla"):
+        assert not cases, "TensorRT-LLM 1.2.x has no MLA draft model"
+        return
     assert cases, f"{engine_name} loads nothing for {fixture}"
     for kinds, fmt_name in cases:
         for exclude in ([], ["re:.*down_proj"]):
@@ -207,26 +214,30 @@ def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, 
 
 
 @pytest.mark.parametrize("fixture", ["specforge-llama", "multi-layer", "modelopt-llama"])
-def test_one_config_serves_all_three_engines(fixture: str) -> None:
-    """ModelOpt NVFP4 W4A16 loads in vLLM, TensorRT-LLM and SGLang: one exclude list must hold for all."""
-    plan = inspect(FIXTURES / fixture, scheme="nvfp4", format="modelopt", engines=list(ENGINES)).plan
+def test_one_config_serves_every_engine(fixture: str) -> None:
+    """ModelOpt FP8 per-channel loads in vLLM and both TensorRT-LLM targets: one exclude list must hold for all."""
+    engines = ["vllm", "trtllm", "trtllm-main"]
+    plan = inspect(FIXTURES / fixture, format="modelopt", engines=engines).plan
     intended = {lin.module for lin in plan.quantized}
-    for engine in ENGINES.values():
-        assert _engine_quantizes(engine, plan.head, plan.exclude_patterns, "modelopt", ("nvfp4", None), 61) == intended
+    for engine in engines:
+        got = _engine_quantizes(ENGINES[engine], plan.head, plan.exclude_patterns, "modelopt", plan.scheme.kinds, 61)
+        assert got == intended
 
 
 @pytest.mark.parametrize(
     ("fixture", "engine", "kept", "why"),
     [
         ("specforge-llama", "sglang", "fc", "plain torch.nn.Linear"),
-        ("torchspec-mla", "trtllm", "layers.0.self_attn.kv_b_proj", "k_b_proj_trans"),
-        ("torchspec-mla", "trtllm", "layers.0.self_attn.q_a_proj", "block-FP8"),
-        ("torchspec-mla", "trtllm", "layers.0.self_attn.kv_a_proj_with_mqa", "block-FP8"),
+        ("specforge-llama", "trtllm", "fc", "fc without a quant config"),
+        ("torchspec-mla", "trtllm-main", "layers.0.self_attn.kv_b_proj", "k_b_proj_trans"),
+        ("torchspec-mla", "trtllm-main", "layers.0.self_attn.q_a_proj", "block-FP8"),
+        ("torchspec-mla", "trtllm-main", "layers.0.self_attn.kv_a_proj_with_mqa", "block-FP8"),
         ("torchspec-mla", "vllm", "lm_head", "without a quant config"),
+        ("torchspec-mla", "sglang", "layers.0.self_attn.kv_b_proj", "float weights only"),
     ],
 )
 def test_engine_requirements_keep_modules_unquantized(fixture: str, engine: str, kept: str, why: str) -> None:
-    fmt = "modelopt" if engine == "trtllm" else "quark"
+    fmt = "modelopt" if engine.startswith("trtllm") else "quark"
     plan = inspect(FIXTURES / fixture, format=fmt, engines=[engine]).plan
     assert kept not in {lin.module for lin in plan.quantized}
     weight = plan.head.linear(kept).weight

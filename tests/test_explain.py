@@ -31,14 +31,15 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, st
     out = tmp_path_factory.mktemp("explain")
     done = {}
     for fixture in FIXTURE_NAMES:
-        for scheme, fmt in (("fp8-per-channel", "quark"), ("nvfp4", "modelopt")):
+        for scheme, fmt in (("fp8-per-channel", "quark"), ("nvfp4", "modelopt"), ("fp8-per-channel", "modelopt")):
             kinds = ("fp8-channel", "fp8-token") if scheme == "fp8-per-channel" else ("nvfp4", None)
             attention = "mla" if "mla" in fixture else "mha"
             engines = _engines_loading(kinds, fmt, attention)
-            dst = out / f"{fixture}-{fmt}"
+            dst = out / f"{fixture}-{fmt}-{scheme}"
             result = convert(FIXTURES / fixture, dst, scheme=scheme, format=fmt, engines=engines)
             QUANTIZED[dst] = {lin.checkpoint_module for lin in result.plan.quantized}
-            done[(fixture, fmt, ",".join(engines))] = dst
+            label = f"{fmt}:{scheme}" if (scheme, fmt) == ("fp8-per-channel", "modelopt") else fmt
+            done[(fixture, label, ",".join(engines))] = dst
     return done
 
 
@@ -61,10 +62,10 @@ def test_every_conversion_explains_clean_for_the_engines_it_targets(written) -> 
 
 
 def test_explain_lists_rule_scheme_and_tensors(written) -> None:
-    dst = written[("torchspec-mla", "modelopt", "vllm,trtllm")]
+    dst = written[("torchspec-mla", "modelopt", "vllm,trtllm-main")]
     data = explain(dst).to_json()
     assert data["ok"] and data["format"] == "modelopt" and data["kinds"] == ["nvfp4", None]
-    trt = next(e for e in data["engines"] if e["engine"] == "trtllm")
+    trt = next(e for e in data["engines"] if e["engine"] == "trtllm-main")
     kv_b = next(m for m in trt["modules"] if m["runtime_module"] == "model.midlayer.self_attn.kv_b_proj")
     assert kv_b["scheme"] is None and kv_b["rule"] == "model.midlayer.self_attn.kv_b_proj"
     assert [t["dtype"] for t in kv_b["expects"]] == ["BF16"]
@@ -100,28 +101,28 @@ def test_quarks_own_exclude_list_is_caught(written, tmp_path: Path) -> None:
     assert json.loads(result.stdout)["ok"] is False
 
 
-def test_a_checkpoint_converted_for_vllm_is_wrong_for_trtllm_mla(written, tmp_path: Path) -> None:
+def test_a_checkpoint_converted_for_vllm_is_wrong_for_trtllm_main_mla(written, tmp_path: Path) -> None:
     dst = tmp_path / "vllm-only"
     convert(FIXTURES / "torchspec-mla", dst, scheme="nvfp4", format="modelopt", engines=["vllm"])
     assert explain(dst, engines=["vllm"]).ok
-    problems = explain(dst, engines=["trtllm"]).all_problems
+    problems = explain(dst, engines=["trtllm-main"]).all_problems
     assert any("kv_b_proj runs unquantized" in p and "stored quantized" in p for p in problems)
     assert any("kv_a_proj_with_mqa runs unquantized" in p for p in problems)
 
 
 def test_trtllm_kv_b_leaf_rule_is_caught(written, tmp_path: Path) -> None:
-    dst = _copy(written[("torchspec-mla", "modelopt", "vllm,trtllm")], tmp_path / "leaf")
+    dst = _copy(written[("torchspec-mla", "modelopt", "vllm,trtllm-main")], tmp_path / "leaf")
     config = json.loads((dst / "config.json").read_text())
     _edit_config(dst, ignore=[*config["quantization_config"]["ignore"], "*kv_b_proj"])
     hf = json.loads((dst / "hf_quant_config.json").read_text())
     hf["quantization"]["exclude_modules"].append("*kv_b_proj")
     (dst / "hf_quant_config.json").write_text(json.dumps(hf))
-    problems = explain(dst, engines=["trtllm"]).all_problems
+    problems = explain(dst, engines=["trtllm-main"]).all_problems
     assert any("bare name 'kv_b_proj'" in p and "'*kv_b_proj'" in p for p in problems)
 
 
 def test_modelopt_config_files_that_disagree_are_caught(written, tmp_path: Path) -> None:
-    dst = _copy(written[("specforge-llama", "modelopt", "vllm,trtllm,sglang")], tmp_path / "disagree")
+    dst = _copy(written[("specforge-llama", "modelopt", "vllm,sglang,trtllm-main")], tmp_path / "disagree")
     _edit_config(dst, ignore=["lm_head"])
     problems = explain(dst).all_problems
     assert any("hf_quant_config.json has exclude_modules" in p for p in problems)
@@ -191,8 +192,8 @@ def test_explain_does_not_import_torch(written) -> None:
 
 
 def test_explain_cli_renders_each_engine(written) -> None:
-    dst = written[("torchspec-mla", "modelopt", "vllm,trtllm")]
-    result = run_cli("explain", dst, "--engine", "trtllm", "--target-layers", "61")
+    dst = written[("torchspec-mla", "modelopt", "vllm,trtllm-main")]
+    result = run_cli("explain", dst, "--engine", "trtllm-main", "--target-layers", "61")
     assert result.exit_code == 0, result.stderr
     assert "TensorRT-LLM" in result.stderr and "vLLM" not in result.stderr
     assert "k_b_proj_trans" in result.stderr  # the engine's reason for keeping kv_b_proj BF16

@@ -67,7 +67,7 @@ def render(data: dict[str, Any]) -> None:
 
 
 def _render_engine(reading: dict[str, Any]) -> None:
-    table = Table(title=reading["title"], title_justify="left")
+    table = Table(title=f"{reading['title']} {reading['release']}", title_justify="left")
     table.add_column("runtime module", overflow="fold")
     table.add_column("rule", overflow="fold")
     table.add_column("scheme", no_wrap=True)
@@ -94,6 +94,8 @@ def _render_engine(reading: dict[str, Any]) -> None:
     err.print(table)
     for number, (name, why) in enumerate(engine_kept, start=1):
         err.print(f"  ({number}) {escape(name)}: {escape(why)}")
+    for note in reading["notes"]:
+        err.print(f"  [yellow]note[/]: {escape(note)}", markup=True)
 
 
 def register(app: typer.Typer) -> None:

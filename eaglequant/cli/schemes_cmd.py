@@ -37,10 +37,12 @@ def schemes_command(
         if json_out:
             print_json(rows)
             return
-        table = Table("scheme", "label", "format", "vLLM", "TensorRT-LLM", "SGLang", "summary")
+        from eaglequant.engines.support import ENGINE_NAMES, ENGINE_TITLES
+
+        table = Table("scheme", "label", "format", *(ENGINE_TITLES[e] for e in ENGINE_NAMES), "summary")
         for row in rows:
             for i, fmt in enumerate(row["formats"]):
-                cells = [_mark(fmt["engines"][e]) for e in ("vllm", "trtllm", "sglang")]
+                cells = [_mark(fmt["engines"][e]) for e in ENGINE_NAMES]
                 first = (escape(row["name"]), row["label"]) if i == 0 else ("", "")
                 table.add_row(*first, fmt["format"], *cells, escape(row["summary"]) if i == 0 else "")
         err.print(table)

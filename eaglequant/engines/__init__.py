@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.engines.sglang import SglangEngine
-from eaglequant.engines.trtllm import TrtllmEngine
+from eaglequant.engines.trtllm import TrtllmEngine, TrtllmMainEngine
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.errors import InputError
 
-ENGINES: dict[str, Engine] = {engine.name: engine for engine in (VllmEngine(), TrtllmEngine(), SglangEngine())}
+ENGINES: dict[str, Engine] = {
+    engine.name: engine for engine in (VllmEngine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
+}
 
 
 def get_engine(name: str) -> Engine:

