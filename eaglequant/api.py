@@ -9,7 +9,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +27,7 @@ from eaglequant.plan import ConversionPlan, build_plan, refuse_unused_calibratio
 from eaglequant.progress import Progress
 
 if TYPE_CHECKING:
+    from eaglequant.engine_load import LoadCheck
     from eaglequant.readback import Explanation
     from eaglequant.verification import VerifyReport
 from eaglequant.schemes.model import Scheme, load_scheme
@@ -337,30 +338,62 @@ def verify(
     target_config: str | Path | None = None,
     seed: int = 0,
     tokens: int = 32,
+    load_with: list[str] | tuple[str, ...] = (),
+    engine_python: str | Path | None = None,
 ) -> VerifyReport:
     """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
     report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
     there; a Hub repo id works too) per-layer kernel parity and draft-head fidelity against the scheme's
-    thresholds."""
+    thresholds.
+
+    ``load_with``: engines ("vllm", "sglang") whose own code then loads ``dst`` on CPU, module by module
+    (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
+    (default: this one)."""
+    from eaglequant.engine_load import get_probe
     from eaglequant.manifest import recorded_report
     from eaglequant.verification import verify_checkpoint
 
+    load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
     names = _engine_names(engines)
     dst_path = Path(dst)
     if source is None:
         recorded = (recorded_report(dst_path) or {}).get("source")
         source = recorded if isinstance(recorded, str) and Path(recorded).is_dir() else None
+    source_path = None if source is None else resolve_source(source).path
     with _open_written(dst_path, target_layers, target_config) as (checkpoint, head, target):
-        return verify_checkpoint(
-            dst_path,
-            head,
-            checkpoint,
-            source=None if source is None else resolve_source(source).path,
-            engines=names,
-            target=target,
-            seed=seed,
-            tokens=tokens,
+        report = verify_checkpoint(
+            dst_path, head, checkpoint, source=source_path, engines=names, target=target, seed=seed, tokens=tokens
         )
+    for engine in load_engines:
+        report.engine_loads += load_checks(
+            [dst_path], engine=engine, sources=[source_path], engine_python=engine_python
+        )
+    return report
+
+
+def load_checks(
+    dsts: Sequence[str | Path],
+    *,
+    engine: str,
+    sources: Sequence[str | Path | None] | None = None,
+    engine_python: str | Path | None = None,
+) -> list[LoadCheck]:
+    """Load each quantized checkpoint in ``dsts`` with ``engine``'s own code ("vllm" or "sglang"), on CPU, in
+    one process of ``engine_python`` (default: this interpreter), and hold what it did against eaglequant's
+    reading of the checkpoint for that engine (see :mod:`eaglequant.engine_load`). ``sources``: the BF16
+    checkpoints they were made from, for the engine's own GEMM against the source's (None: not run)."""
+    from eaglequant.engine_load import LoadJob, expectation, judge, run_probe
+
+    chosen = list(sources) if sources is not None else [None] * len(dsts)
+    if len(chosen) != len(dsts):
+        raise InputError(f"{len(dsts)} checkpoints but {len(chosen)} sources", hint="give one source per checkpoint")
+    expected, jobs = [], []
+    for dst, source in zip(dsts, chosen, strict=True):
+        with _open_written(dst, None, None) as (checkpoint, head, target):
+            expected.append(expectation(checkpoint, head, target, engine))
+        jobs.append(LoadJob(Path(dst), None if source is None else Path(source), expected[-1].target_layers))
+    run = run_probe(engine, jobs, engine_python)
+    return [judge(run, index, wanted) for index, wanted in enumerate(expected)]
 
 
 def upload(

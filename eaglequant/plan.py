@@ -175,6 +175,10 @@ def build_plan(
         )
     engine_names = list(dict.fromkeys(engines))
     engine_objs = [get_engine(name) for name in engine_names]
+    for engine in engine_objs:
+        refusal = engine.head_refusal(head)
+        if refusal is not None:
+            raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
     notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, builtin_names_by_kinds())
     target = resolve_target_layers(target_layers, target_config, head.config)
     required = engine_requirements(head, engine_objs, scheme.kinds, fmt.name)

@@ -176,8 +176,9 @@ def _read_engine(
     requested: bool,
 ) -> EngineReading:
     cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
-    if cell is None or not cell.loads:
-        note = cell.note if cell else f"{fmt.title} cannot store this scheme"
+    refusal = engine.head_refusal(head)
+    if cell is None or not cell.loads or refusal is not None:
+        note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
         problems: tuple[str, ...] = (f"cannot load this checkpoint: {note}",) if requested else ()
         return EngineReading(engine.name, engine.title, False, note, (), problems)
     counts = layer_counts(target.count)

@@ -31,6 +31,7 @@ from eaglequant.schemes.model import Scheme, scheme_for_kinds
 if TYPE_CHECKING:
     import torch
 
+    from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
     from eaglequant.kernels.stored import StoredLinear
 
@@ -89,10 +90,12 @@ class VerifyReport:
     layers: list[LayerParity] = field(default_factory=list)
     fidelity: HeadFidelity | None = None
     notes: list[str] = field(default_factory=list)
+    engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
 
     @property
     def problems(self) -> list[str]:
         found = list(self.structure)
+        found += [f"{check.engine} load: {problem}" for check in self.engine_loads for problem in check.problems]
         found += [f"{layer.module}: {', '.join(layer.failed)}" for layer in self.layers if layer.failed]
         if self.fidelity is not None and self.fidelity.failed:
             found.append(f"draft head: {', '.join(self.fidelity.failed)}")
@@ -117,6 +120,7 @@ class VerifyReport:
             "layers": [layer.to_json() for layer in self.layers],
             "fidelity": None if self.fidelity is None else self.fidelity.to_json(),
             "notes": self.notes,
+            "engine_loads": [check.to_json() for check in self.engine_loads],
         }
 
 

@@ -59,7 +59,7 @@ def cli():
     return run_cli
 
 
-def _vendor_required() -> bool:
+def vendor_required() -> bool:
     # In CI the vendor libraries are installed on purpose: a missing one must fail, not skip.
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -68,7 +68,7 @@ def require_vendor(module: str) -> None:
     try:
         __import__(module)
     except ImportError:
-        if _vendor_required():
+        if vendor_required():
             raise
         pytest.skip(f"{module} is not installed (pip install -e '.[vendors]')")
 
@@ -287,3 +287,14 @@ def _bin_as_safetensors(src: Path, dst: Path) -> Path:
     save_file({k: v.contiguous() for k, v in state.items()}, dst / "model.safetensors")
     shutil.copy(src / "config.json", dst / "config.json")
     return dst
+
+
+# Patches each engine-load probe applied (tests/test_engine_load.py), listed at the end of the run.
+ENGINE_PATCHES: dict[str, list[str]] = {}
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for engine, patches in ENGINE_PATCHES.items():
+        terminalreporter.write_line(f"{engine} engine-load probe patched, for CPU only:")
+        for patch in patches:
+            terminalreporter.write_line(f"  - {patch}")

@@ -199,6 +199,8 @@ def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, 
     if (engine_name, head.attention) == ("trtllm", "mla"):
         assert not cases, "TensorRT-LLM 1.2.x has no MLA draft model"
         return
+    if ENGINES[engine_name].head_refusal(head) is not None:
+        return  # the engine cannot build this head at all (SGLang: a speculators or original EAGLE config)
     assert cases, f"{engine_name} loads nothing for {fixture}"
     for kinds, fmt_name in cases:
         for exclude in ([], ["re:.*down_proj"]):
@@ -272,3 +274,21 @@ def test_sglang_cannot_tell_draft_layers_apart() -> None:
     with pytest.raises(InputError, match=r"SGLang names .* alike \(model\.gate_up_proj\)"):
         inspect(FIXTURES / "multi-layer", engines=["sglang"], exclude=["layers.1.mlp.*"], target_layers=61)
     inspect(FIXTURES / "multi-layer", engines=["sglang"], exclude=["re:layers\\.\\d\\.mlp\\..*"])
+
+
+@pytest.mark.parametrize(
+    ("scheme", "fmt", "kept"),
+    [
+        ("fp8-per-channel", "quark", {"kv_b_proj"}),
+        ("fp8-per-channel", "compressed-tensors", {"kv_b_proj"}),
+        ("nvfp4", "compressed-tensors", {"kv_b_proj", "q_a_proj", "kv_a_proj_with_mqa"}),
+    ],
+)
+def test_sglang_mla_drafts_keep_what_its_loader_cannot_take(scheme: str, fmt: str, kept: set[str]) -> None:
+    """SGLang 0.5.23's MLA draft: kv_b_proj float only; under NVFP4 the fused q_a + kv_a too (one global scale)."""
+    plan = inspect(FIXTURES / "torchspec-mla", scheme=scheme, format=fmt, engines=["sglang"]).plan
+    unquantized = {lin.module.rsplit(".", 1)[-1] for lin in plan.head.decoder_linears} - {
+        lin.module.rsplit(".", 1)[-1] for lin in plan.quantized
+    }
+    assert unquantized == kept
+    assert "SGLang" in plan.kept[plan.head.linear("layers.0.self_attn.kv_b_proj").weight]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant import convert, explain
+from eaglequant import convert, explain, inspect
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import support
 from eaglequant.errors import EXIT_CHECK_FAILED, InputError
@@ -21,8 +21,15 @@ from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli
 ALL_ENGINES = list(ENGINES)
 
 
-def _engines_loading(kinds: tuple[str, str | None], fmt: str, attention: str) -> list[str]:
-    return [e for e in ALL_ENGINES if (cell := support(kinds, fmt, e, attention)) is not None and cell.loads]
+def _engines_loading(kinds: tuple[str, str | None], fmt: str, fixture: str) -> list[str]:
+    head = inspect(FIXTURES / fixture).head
+    return [
+        e
+        for e in ALL_ENGINES
+        if (cell := support(kinds, fmt, e, head.attention)) is not None
+        and cell.loads
+        and ENGINES[e].head_refusal(head) is None
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +40,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, st
     for fixture in FIXTURE_NAMES:
         for scheme, fmt in (("fp8-per-channel", "quark"), ("nvfp4", "modelopt"), ("fp8-per-channel", "modelopt")):
             kinds = ("fp8-channel", "fp8-token") if scheme == "fp8-per-channel" else ("nvfp4", None)
-            attention = "mla" if "mla" in fixture else "mha"
-            engines = _engines_loading(kinds, fmt, attention)
+            engines = _engines_loading(kinds, fmt, fixture)
             dst = out / f"{fixture}-{fmt}-{scheme}"
             result = convert(FIXTURES / fixture, dst, scheme=scheme, format=fmt, engines=engines)
             QUANTIZED[dst] = {lin.checkpoint_module for lin in result.plan.quantized}

@@ -90,3 +90,41 @@ def test_schemes_json_lists_engines() -> None:
     assert set(formats) == {"quark", "modelopt", "compressed-tensors"}
     assert formats["quark"]["engines"]["trtllm"]["loads"] is False
     assert formats["modelopt"]["algorithm"] == "FP8_PER_CHANNEL_PER_TOKEN"
+
+
+@pytest.mark.parametrize(
+    ("fixture", "scheme", "fmt", "says"),
+    [
+        ("specforge-llama", "nvfp4", "modelopt", "W4A16_NVFP4 is not a QuantAlgo in 1.2.x"),  # wrote it before
+        ("specforge-llama", "nvfp4", "compressed-tensors", "does not read compressed-tensors"),
+        ("torchspec-mla", "fp8-per-channel", "modelopt", "no EAGLE-3 MLA draft model"),
+    ],
+)
+def test_trtllm_means_the_installable_release(fixture: str, scheme: str, fmt: str, says: str, tmp_path: Path) -> None:
+    """--engine trtllm is TensorRT-LLM 1.2.x: what only main loads is refused, and trtllm-main accepts it."""
+    refused = run_cli("convert", FIXTURES / fixture, tmp_path / "a", "-s", scheme, "-f", fmt, "-e", "trtllm")
+    assert refused.exit_code == 2 and says in refused.stderr, refused.stderr
+    if fmt == "modelopt":
+        main = run_cli("convert", FIXTURES / fixture, tmp_path / "b", "-s", scheme, "-f", fmt, "-e", "trtllm-main")
+        assert main.exit_code == 0, main.stderr
+
+
+def test_trtllm_keeps_fc_unquantized(tmp_path: Path) -> None:
+    """1.2.x builds the draft's fc without a quant config: --quantize fc is refused for it."""
+    result = run_cli(
+        "convert", FIXTURES / "specforge-llama", tmp_path / "o", "-f", "modelopt", "-e", "trtllm", "--quantize", "fc"
+    )
+    assert result.exit_code == 2 and "fc without a quant config" in result.stderr
+
+
+def test_matrix_says_run_or_read_with_the_release() -> None:
+    text = render_markdown()
+    header = text.splitlines()[0]
+    assert "vLLM 0.32.0" in header and "SGLang 0.5.23" in header and "TensorRT-LLM 1.2.x" in header
+    for line in text.splitlines()[2:]:
+        cells = line.strip("|").split("|")[2:]
+        if "format cannot store it" in line:
+            continue
+        for engine, cell in zip(ENGINE_NAMES, cells, strict=True):
+            expected = "(run)" if engine in ("vllm", "sglang") else "(read)"
+            assert expected in cell, (engine, cell)

@@ -35,6 +35,22 @@ def verify_command(
     target_config: TargetConfigOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the activations and draft inputs.")] = 0,
     tokens: Annotated[int, typer.Option("--tokens", min=1, help="Draft positions in the fidelity run.")] = 32,
+    load_with: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--load-with",
+            help="Also load DST with this engine's own code on CPU (vllm or sglang; repeatable): per module, the "
+            "quantization method it picks, the tensors it consumes, and whether the loaded values equal the file.",
+        ),
+    ] = None,
+    engine_python: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--engine-python",
+            help="Python interpreter that has the --load-with engine installed (default: this one).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check DST: structure per engine, per-layer kernel parity, draft-head fidelity.
@@ -54,6 +70,8 @@ def verify_command(
             target_config=target_config,
             seed=seed,
             tokens=tokens,
+            load_with=load_with or [],
+            engine_python=engine_python,
         )
         data = report.to_json()
         if json_out:
@@ -97,12 +115,41 @@ def render(data: dict[str, Any]) -> None:
             parts.insert(0, f"top-1 agreement {fidelity['top1_agreement']:.3f} (≥ {limits['min_top1_agreement']})")
             parts.insert(1, f"mean KL {fidelity['mean_kl']:.2e} (≤ {limits['max_mean_kl']})")
         err.print(f"draft head over {fidelity['tokens']} positions: " + ", ".join(parts))
+    for load in data["engine_loads"]:
+        render_engine_load(load)
     for note in data["notes"]:
         err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
     if data["ok"]:
         err.print("[green]ok[/]: structure, parity and fidelity checks hold", markup=True)
     for problem in data["problems"]:
         err.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+
+
+def render_engine_load(load: dict[str, Any]) -> None:
+    title = f"{load['engine']} {load['version']} loading {load['checkpoint']}"
+    if not load["loaded"]:
+        err.print(f"[bold]{escape(title)}[/]: [red]failed[/]: {escape(str(load['error']))}", markup=True)
+    table = Table(title=title, title_justify="left")
+    for col in ("runtime module", "method", "planned", "tensors", "values", "GEMM rel. error"):
+        table.add_column(col, overflow="fold")
+    for row in load["modules"]:
+        planned = row["planned_quantized"]
+        mismatch = planned is not None and planned != row["quantized"]
+        relative = row["gemm_relative_error"]
+        table.add_row(
+            f"{'[red]' if mismatch else ''}{escape(row['runtime_module'])}",
+            escape(str(row["quant_method"]).rsplit("/", 1)[-1]),  # the scheme class says it all
+            "—" if planned is None else ("quantized" if planned else "unquantized"),
+            str(len(row["tensors"])),
+            "equal" if row["values_equal"] else "[red]differ[/]",
+            "—" if relative is None else f"{relative:.4f}",
+        )
+    if load["modules"]:
+        err.print(table)
+    for note in load["notes"]:
+        err.print(f"  [yellow]note[/]: {escape(note)}", markup=True)
+    for patch in load["patches"]:
+        err.print(f"  [dim]patched for CPU: {escape(patch)}[/]", markup=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -100,6 +100,10 @@ class Engine(ABC):
         ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
         """
 
+    def head_refusal(self, head: HeadDescription) -> str | None:
+        """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
+        return None
+
     def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:
         """What a user serving this head with the engine should know beyond what loads (deployment settings
         that change what runs)."""

@@ -44,6 +44,9 @@ _MLA_FUSED_GLOBAL_SCALE = (
     "members' (models/kimi_k25_eagle3.py fused loader: AssertionError)"
 )
 _PER_TENSOR_GLOBAL_SCALE_KINDS = ("nvfp4",)
+# configs/model_config.py builds the draft from config.json's architectures; these are its EAGLE-3 drafts
+# (models/llama_eagle3.py, models/kimi_k25_eagle3.py EntryClass).
+_EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
 
 
 class SglangEngine(Engine):
@@ -55,6 +58,24 @@ class SglangEngine(Engine):
         if head.attention == "mla":
             return None
         return "SGLang builds a Llama draft's fc as a plain torch.nn.Linear (models/llama_eagle3.py)"
+
+    def head_refusal(self, head: HeadDescription) -> str | None:
+        architectures = head.config.get("architectures")
+        architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+        if architecture not in _EAGLE3_ARCHITECTURES or not head.config.get("model_type"):
+            return (
+                f"SGLang builds the draft class config.json names, and {architecture!r} "
+                f"(model_type {head.config.get('model_type')!r}) is not one of its EAGLE-3 drafts "
+                f"({', '.join(_EAGLE3_ARCHITECTURES)}; configs/model_config.py)"
+            )
+        own_head = "lm_head" in head.features or head.config.get("tie_word_embeddings")
+        if not own_head and head.config.get("draft_vocab_size") is not None:
+            return (
+                "the head has no lm_head and config.json sets draft_vocab_size, so SGLang builds a draft lm_head "
+                "it never loads (models/llama_eagle3.py, kimi_k25_eagle3.py: the target's is used only when "
+                "draft_vocab_size is unset)"
+            )
+        return None
 
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         if module.names == ("lm_head",) and format_name != "modelopt":

