@@ -319,12 +319,13 @@ def explain(
     target_layers: int | None = None,
     target_config: str | Path | None = None,
 ) -> Explanation:
-    """How each engine (all, or ``engines``) will read the quantized checkpoint in ``dst``: every runtime
-    module, the rule that excludes it, the scheme applied and the tensors expected. Reads headers only;
-    ``Explanation.ok`` is False when an engine would not load it as its config says."""
+    """How each engine will read the quantized checkpoint in ``dst``: every runtime module, the rule that
+    excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
+    when an engine would not load it as its config says. ``engines``: default, those its conversion targeted
+    (every engine for a checkpoint another tool wrote); ``["all"]``: every engine."""
     from eaglequant.readback import explain_checkpoint
 
-    names = _engine_names(engines)
+    names = None if "all" in engines else _engine_names(engines) or _recorded_engines(Path(dst))
     with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
         return explain_checkpoint(checkpoint, head, names, target)
 
@@ -362,7 +363,15 @@ def verify(
     source_path = None if source is None else resolve_source(source).path
     with _open_written(dst_path, target_layers, target_config) as (checkpoint, head, target):
         report = verify_checkpoint(
-            dst_path, head, checkpoint, source=source_path, engines=names, target=target, seed=seed, tokens=tokens
+            dst_path,
+            head,
+            checkpoint,
+            source=source_path,
+            engines=names,
+            every_engine="all" in engines,
+            target=target,
+            seed=seed,
+            tokens=tokens,
         )
     for engine in load_engines:
         report.engine_loads += load_checks(
@@ -405,16 +414,20 @@ def upload(
     commit_message: str | None = None,
     dry_run: bool = False,
     force: bool = False,
+    source: str | Path | None = None,
 ) -> UploadResult:
     """Upload the quantized checkpoint in ``dst`` to the Hub repo ``repo_id`` (created if needed).
 
-    ``dst`` must pass :func:`verify` (against its recorded source when that is still on disk) unless
-    ``force``. The card is re-rendered to name the draft ``repo_id`` in its serving lines. The upload is
-    huggingface_hub's ``upload_folder``: resumable, and split into several commits when very large.
-    ``dry_run``: check and list what would be sent, send nothing.
+    ``dst`` must have passed numerical verification unless ``force``: :func:`verify` against ``source`` (default:
+    the source recorded in its report, when still on disk), or, without a source, the passing verification
+    recorded at conversion (``convert --verify``), provided every file still has the SHA-256 the report records.
+    The card is re-rendered to name the draft ``repo_id`` in its serving lines. The upload is huggingface_hub's
+    ``upload_folder``: resumable, and split into several commits when very large.
+    ``dry_run``: check (by the same rule) and list what would be sent, send nothing.
     """
     from eaglequant.card import rename_draft
     from eaglequant.hub import UploadRefused, push, upload_files
+    from eaglequant.verification import NOT_VERIFIED
 
     check_repo_id(repo_id)
     dst_path = Path(dst)
@@ -422,16 +435,19 @@ def upload(
         raise InputError(f"{dst_path}: not a directory", hint="DST is what `eaglequant convert` wrote")
     files = upload_files(dst_path)
     result = UploadResult(dst_path, repo_id, revision, private, files, dry_run)
-    result.verification = verify(dst_path)
-    if not result.verification.ok:
+    result.verification = verify(dst_path, source=source)
+    refusal = _upload_refusal(result.verification)
+    if refusal is not None:
         if not force:
-            problems = result.verification.problems
-            raise UploadRefused(
-                f"{dst_path}: fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})",
-                hint="run `eaglequant verify` on it and fix the conversion, or pass --force to upload anyway",
-            )
+            dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
+            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=_UPLOAD_HINTS[result.verification.verdict])
         result.forced = True
-        result.notes.append("uploaded although verify failed (--force)")
+        result.notes.append(f"{refusal}; uploaded anyway (--force)")
+    elif result.verification.verdict == NOT_VERIFIED:
+        result.notes.append(
+            "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
+            "SHA-256 the report records"
+        )
     if dry_run:
         result.notes.append(f"dry run: nothing sent; README.md would name the draft {repo_id}")
         return result
@@ -442,11 +458,44 @@ def upload(
     return result
 
 
+_UPLOAD_HINTS = {
+    "failed": "run `eaglequant verify` on it and fix the conversion, or pass --force to upload anyway",
+    "not verified numerically": "pass --source SRC (the checkpoint it was made from), or convert it with --verify; "
+    "--force uploads it anyway",
+}
+
+
+def _upload_refusal(report: VerifyReport) -> str | None:
+    """Why ``upload`` refuses a checkpoint with this verification (None: it may go)."""
+    from eaglequant.verification import FAILED, NOT_VERIFIED, recorded_verification
+
+    if report.verdict == FAILED:
+        problems = report.problems
+        return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
+    if report.verdict == NOT_VERIFIED:
+        recorded = recorded_verification(report.destination)
+        if recorded is not None and recorded.get("verdict", "passed") == "passed" and recorded.get("layers"):
+            return None
+        what = "recorded a failure" if recorded is not None and recorded.get("ok") is False else "recorded none"
+        return f"not verified numerically: no source to check it against, and its conversion {what}"
+    return None
+
+
 def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
-    """Validated engine names, or None for "not chosen"."""
+    """Validated engine names; None for "not chosen"; every engine for "all"."""
     from eaglequant.engines import get_engine
 
-    return [get_engine(name).name for name in dict.fromkeys(engines)] or None
+    return [get_engine(name).name for name in dict.fromkeys(engines) if name != "all"] or None
+
+
+def _recorded_engines(dst: Path) -> list[str] | None:
+    """The engines a conversion by eaglequant targeted (None: no report, so every engine)."""
+    from eaglequant.engines import ENGINES
+    from eaglequant.manifest import recorded_report
+
+    recorded = (recorded_report(dst) or {}).get("engines")
+    names = [name for name in recorded if name in ENGINES] if isinstance(recorded, list) else []
+    return names or None
 
 
 @contextmanager

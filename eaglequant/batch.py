@@ -224,6 +224,8 @@ def run_job(job: Job) -> JobOutcome:
     try:
         outcome.manifest_key = api.manifest_key(job.source, **job.convert)
         why_not = completed_with(job.destination, outcome.manifest_key)
+        if why_not is None and _recorded_verification(job.destination) is False:
+            why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
         if why_not is None:
             outcome.status, outcome.reason = "skipped", "complete, from the same source and options"
             outcome.verified = _recorded_verification(job.destination)
@@ -234,7 +236,8 @@ def run_job(job: Job) -> JobOutcome:
             if result.verification is not None:
                 outcome.verified = result.verification.ok
             if outcome.verified is False:
-                _fail(outcome, "verify failed: " + "; ".join(result.verification.problems[:3]), 3)
+                problems = "; ".join(result.verification.problems[:3])
+                _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", 3)
     except EagleQuantError as exc:
         _fail(outcome, exc.one_line(), exc.exit_code)
     except Exception as exc:
@@ -254,12 +257,10 @@ def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
 
 
 def _recorded_verification(dst: Path) -> bool | None:
-    from eaglequant.verification import VERIFY_NAME
+    from eaglequant.verification import recorded_verification
 
-    try:
-        return bool(json.loads((dst / VERIFY_NAME).read_text(encoding="utf-8"))["ok"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    recorded = recorded_verification(dst)
+    return None if recorded is None else recorded.get("ok") is True
 
 
 def _upload(job: Job, key: str) -> dict[str, Any]:

@@ -164,6 +164,8 @@ def _verification(report: dict[str, Any], verification: dict[str, Any] | None) -
             "<the BF16 head>` for per-layer kernel parity and draft-head agreement.\n"
         )
     verdict = "passed" if verification["ok"] else "**FAILED**: " + "; ".join(verification["problems"])
+    if verification["ok"] is False and not verification["problems"]:
+        verdict = "not verified numerically (no source checkpoint)"
     limits = verification["thresholds"]
     lines = [
         "## Verification",

@@ -39,7 +39,8 @@ class HubError(InputError):
 
 
 class UploadRefused(EagleQuantError):
-    """DST fails ``verify``; uploading it would publish a broken checkpoint. Exit code 3."""
+    """DST fails ``verify`` or was never verified numerically; uploading it would publish what no check
+    vouches for. Exit code 3."""
 
     exit_code = EXIT_CHECK_FAILED
 
@@ -220,7 +221,7 @@ class UploadResult:
             "dry_run": self.dry_run,
             "files": self.files,
             "total_bytes": self.total_bytes,
-            "verified": None if self.verification is None else self.verification.ok,
+            "verified": None if self.verification is None else self.verification.verdict,
             "forced": self.forced,
             "commit_url": self.commit_url,
             "commit_oid": self.commit_oid,

@@ -33,6 +33,7 @@ from eaglequant.layouts.head import HeadLinear
 from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
+from eaglequant.schemes.model import scheme_to_toml
 from eaglequant.schemes.rows import row_blocks
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class ConversionResult:
             "scheme": plan.scheme.name,
             "scheme_label": plan.scheme.label,
             "scheme_kinds": list(plan.scheme.kinds),
+            "scheme_toml": scheme_to_toml(plan.scheme),  # thresholds included: verify applies these
             "attention": plan.head.attention,
             "format": plan.format.name,
             "algorithm": plan.format.algorithm(plan.scheme),
@@ -157,7 +159,8 @@ def run_conversion(
     workers: int | None = None,
 ) -> ConversionResult:
     """Write ``plan``'s output into ``dst``: shards, config, side files, report and model card; with
-    ``finish`` (verification), its JSON too, all before ``dst`` appears.
+    ``finish`` (verification), its JSON too, all before ``dst`` appears. An output that fails verification
+    goes to :func:`failed_verification_path` instead (``result.destination``), and ``dst`` is left as it was.
 
     ``manifest``: called once the tensors are written (the source may be hashed meanwhile).
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the
@@ -167,7 +170,12 @@ def run_conversion(
     started = time.perf_counter()
     workers = workers or default_workers()
     files: dict[str, str] = {}
-    with atomic_directory(dst, overwrite) as tmp:
+    done: list[ConversionResult] = []
+
+    def divert() -> Path | None:
+        return done[0].destination if done and done[0].destination != dst else None
+
+    with atomic_directory(dst, overwrite, divert) as tmp:
         shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
         names = shard_names(len(shards))
         progress.start(plan.output_bytes, len(plan.outputs))
@@ -197,7 +205,13 @@ def run_conversion(
             card=card or {},
         )
         _finish(tmp, result, finish)
+        done.append(result)
     return result
+
+
+def failed_verification_path(dst: Path) -> Path:
+    """Where an output that failed ``convert --verify`` is kept: beside DST, named so nobody takes it for DST."""
+    return dst.with_name(f"{dst.name}.verify-failed")
 
 
 def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None) -> None:
@@ -205,6 +219,8 @@ def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None) -> Non
     _write_json(tmp / REPORT_NAME, _report(result))  # what ``finish`` checks the files against
     if finish is not None:
         result.verification = finish(tmp)
+        if not result.verification.ok:
+            result.destination = failed_verification_path(result.destination)
     if result.card:
         verification = None if result.verification is None else result.verification.to_json()
         (tmp / CARD_NAME).write_text(render_card(_report(result), verification), encoding="utf-8")

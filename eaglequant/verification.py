@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from eaglequant.kernels.stored import StoredLinear
 
 VERIFY_NAME = "eaglequant_verify.json"
+PASSED, FAILED, NOT_VERIFIED = "passed", "failed", "not verified numerically"
 PARITY_ROWS = 64  # activations per linear
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
 # for all-zero blocks).
@@ -103,7 +104,27 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """No check that ran found a problem (see :attr:`verdict` for whether parity and fidelity ran)."""
         return not self.problems
+
+    @property
+    def numerical(self) -> bool:
+        """Per-layer parity and draft-head fidelity ran (they need the source checkpoint)."""
+        return self.source is not None and bool(self.layers)
+
+    @property
+    def verdict(self) -> str:
+        if not self.ok:
+            return FAILED
+        return PASSED if self.numerical else NOT_VERIFIED
+
+    @property
+    def checks(self) -> list[str]:
+        ran = ["structure", "scales", "hashes"]
+        ran += ["parity"] if self.layers else []
+        ran += ["fidelity"] if self.fidelity is not None else []
+        ran += [f"{check.engine} load" for check in self.engine_loads]
+        return ran
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -114,7 +135,9 @@ class VerifyReport:
             "scheme_label": self.scheme.label,
             "thresholds": self.scheme.verify.__dict__,
             "parity_rows": PARITY_ROWS,
-            "ok": self.ok,
+            "ok": self.verdict == PASSED,
+            "verdict": self.verdict,
+            "checks": self.checks,
             "problems": self.problems,
             "structure": self.structure,
             "layers": [layer.to_json() for layer in self.layers],
@@ -138,14 +161,19 @@ def verify_checkpoint(
     target: TargetLayers,
     seed: int = 0,
     tokens: int = 32,
+    every_engine: bool = False,
 ) -> VerifyReport:
+    """``engines``: the engines that must load it (default: those its conversion targeted, or with
+    ``every_engine``, or for a checkpoint another tool wrote, every engine that can)."""
     recorded = recorded_report(dst)
-    if engines is None and recorded is not None:
+    if engines is None and recorded is not None and not every_engine:
         engines = [e for e in recorded.get("engines", []) if isinstance(e, str)] or None
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
-    scheme = scheme_for_kinds(explanation.kinds)
+    scheme, scheme_note = recorded_scheme(recorded, explanation.kinds)
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
+    if scheme_note:
+        report.notes.append(scheme_note)
     quantized = _quantized_linears(explanation)
     report.structure += _check_hashes(dst, recorded)
     report.structure += _check_scales(checkpoint, head, fmt, scheme, quantized)
@@ -155,10 +183,35 @@ def verify_checkpoint(
             "(what Hopper-class GPUs run for this checkpoint)"
         )
     if source is None:
-        report.notes.append("no source checkpoint (--source): numerical parity was not checked")
+        report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
         return report
     _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, seed, tokens)
     return report
+
+
+def recorded_scheme(recorded: dict[str, Any] | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
+    """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote,
+    the built-in scheme of the same kinds, with a note saying so."""
+    import tomllib
+
+    from eaglequant.manifest import REPORT_NAME
+    from eaglequant.schemes.model import parse_scheme
+
+    text = recorded.get("scheme_toml") if recorded else None
+    if not isinstance(text, str):
+        fallback = scheme_for_kinds(kinds)
+        return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
+    try:
+        scheme = parse_scheme(tomllib.loads(text), f"{REPORT_NAME} scheme_toml")
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{REPORT_NAME}: scheme_toml is not TOML ({exc})", hint="convert it again") from None
+    if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
+        raise InputError(
+            f"{REPORT_NAME}: the recorded scheme {scheme.name} ({scheme.kinds}) is not what config.json declares "
+            f"({kinds})",
+            hint="the checkpoint was changed after conversion; convert it again",
+        )
+    return (scheme if scheme.kinds == kinds else scheme.without_calibration()), None
 
 
 def _quantized_linears(explanation: Any) -> set[str]:
@@ -340,6 +393,15 @@ def _fidelity(
             if not kl <= limits.max_mean_kl:
                 failed.append(f"mean KL {kl:.4f} > {limits.max_mean_kl}")
     return HeadFidelity(tokens, top1, kl, hidden_cosine, tuple(failed))
+
+
+def recorded_verification(dst: Path) -> dict[str, Any] | None:
+    """The verification ``convert --verify`` stored in ``dst`` (None: none, or unreadable)."""
+    try:
+        data = json.loads((dst / VERIFY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:

@@ -178,7 +178,7 @@ def test_upload_commit_message_and_branch(converted: Path, tmp_path: Path, hub: 
     )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["revision"] == "fp8" and result["verified"] is True
+    assert result["revision"] == "fp8" and result["verified"] == "passed"
     head = hub.repos["org/branchy"].branches["fp8"][-1]
     assert head.title == "FP8 draft" and result["commit_oid"] == head.oid
     assert hub.repos["org/branchy"].branches["main"] == []
@@ -211,7 +211,7 @@ def test_upload_dry_run_lists_and_sends_nothing(converted: Path, tmp_path: Path,
     proc = run_cli_subprocess("upload", dst, "org/dry", "--dry-run", "--json", env=_env(tmp_path, hub))
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["dry_run"] is True and result["commit_url"] is None and result["verified"] is True
+    assert result["dry_run"] is True and result["commit_url"] is None and result["verified"] == "passed"
     expected = {p.name: p.stat().st_size for p in dst.iterdir() if p.is_file()}
     assert result["files"] == expected and result["total_bytes"] == sum(expected.values())
     assert hub.requests[before:] == []

@@ -11,7 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
-from eaglequant.errors import EXIT_CHECK_FAILED
+from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
 from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli
 
 SCHEMES = [("fp8-per-channel", "quark"), ("nvfp4", "compressed-tensors"), ("mxfp4", "quark")]
@@ -109,7 +109,16 @@ def test_without_source_parity_is_skipped_and_said(verified, tmp_path: Path) -> 
     report["source"] = str(tmp_path / "gone")
     report_file.write_text(json.dumps(report))
     result = verify(dst)
-    assert not result.layers and any("numerical parity was not checked" in n for n in result.notes)
+    assert not result.layers and any("parity and fidelity were not checked" in n for n in result.notes)
+    assert result.verdict == "not verified numerically" and not result.numerical
+    # It must never claim numerical checks passed: its own exit code, ok false in JSON, no "ok:" line.
+    cli = run_cli("verify", dst, "--json")
+    data = json.loads(cli.stdout)
+    assert cli.exit_code == EXIT_NOT_VERIFIED and data["ok"] is False
+    assert data["verdict"] == "not verified numerically" and "parity" not in data["checks"]
+    human = run_cli("verify", dst)
+    assert human.exit_code == EXIT_NOT_VERIFIED and "not verified numerically" in human.stderr
+    assert "ok:" not in human.stderr and "upload` refuses it" in human.stderr
 
 
 def test_verify_cli_exit_codes(verified, tmp_path: Path) -> None:

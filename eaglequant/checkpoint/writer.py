@@ -10,7 +10,7 @@ import os
 import secrets
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,11 +243,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 @contextmanager
-def atomic_directory(dst: Path, overwrite: bool) -> Iterator[Path]:
+def atomic_directory(dst: Path, overwrite: bool, divert: Callable[[], Path | None] | None = None) -> Iterator[Path]:
     """Yield a temporary directory beside ``dst``; on success it replaces ``dst`` in one rename.
 
-    On any exception (including KeyboardInterrupt) the temporary directory is removed and ``dst``
-    is left exactly as it was.
+    ``divert``: asked once the body is done; a path it returns receives the directory instead (replacing an
+    earlier one there), and ``dst`` is left as it was. On any exception (including KeyboardInterrupt) the
+    temporary directory is removed and ``dst`` is left exactly as it was.
     """
     dst.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(dst)
@@ -259,7 +260,10 @@ def atomic_directory(dst: Path, overwrite: bool) -> Iterator[Path]:
     try:
         yield tmp
         _fsync_tree(tmp)  # every file and directory on disk before the rename makes DST visible
-        if dst.exists():
+        elsewhere = divert() if divert is not None else None
+        if elsewhere is not None:
+            _replace_diverted(tmp, elsewhere)
+        elif dst.exists():
             if not overwrite:
                 raise OutputError(f"{dst}: appeared while converting", hint="pass --overwrite to replace it")
             trash = dst.parent / f".{dst.name}{TMP_MARKER}{os.getpid()}-old"
@@ -272,6 +276,15 @@ def atomic_directory(dst: Path, overwrite: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _replace_diverted(tmp: Path, target: Path) -> None:
+    """Put ``tmp`` at ``target``, replacing what an earlier run diverted there (and nothing else)."""
+    if target.exists():
+        if not (target / "eaglequant_report.json").is_file():
+            raise OutputError(f"{target}: exists and was not written by eaglequant", hint="move it away")
+        shutil.rmtree(target)
+    tmp.rename(target)
 
 
 def _fsync_tree(root: Path) -> None:

@@ -109,6 +109,13 @@ def convert_command(
                 from eaglequant.cli.verify_cmd import render as render_verification
 
                 render_verification(data["verification"])
+        if result.verification is not None and not result.verification.ok:
+            err.print(
+                f"[bold red]verify failed[/]: the output is at {escape(str(result.destination))}, not at "
+                f"{escape(str(dst))}, which was left as it was; `eaglequant upload` refuses it",
+                markup=True,
+                soft_wrap=True,
+            )
         return result.verification is None or result.verification.ok
 
     if not run_guarded(body):

@@ -19,7 +19,10 @@ def explain_command(
     engine: Annotated[
         list[str] | None,
         typer.Option(
-            "--engine", "-e", help="Explain only these engines (default: all); each must load the checkpoint."
+            "--engine",
+            "-e",
+            help="Engines to explain, each of which must load DST (default: those DST was made for, or every engine "
+            "for a checkpoint another tool wrote; 'all': every engine).",
         ),
     ] = None,
     target_layers: TargetLayersOpt = None,

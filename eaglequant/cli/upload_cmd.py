@@ -28,13 +28,24 @@ def upload_command(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Verify and list what would be sent; send nothing.")
     ] = False,
-    force: Annotated[bool, typer.Option("--force", help="Upload even if DST fails verify.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Upload even if DST fails verify or was not verified numerically.")
+    ] = False,
+    source: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--source",
+            help="The checkpoint DST was made from, to verify it against (default: the one DST's report records).",
+            show_default=False,
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Verify DST, then upload it to the Hub and print the commit URL.
 
-    Refuses (exit 3) when DST fails verify, unless --force. The token comes from HF_TOKEN (or `hf auth login`)
-    and is never printed.
+    Refuses (exit 3) when DST fails verify or was never verified numerically (against --source now, or by
+    convert --verify with its files unchanged since), unless --force; --dry-run follows the same rule. The token
+    comes from HF_TOKEN (or `hf auth login`) and is never printed.
     """
     from eaglequant.cli import run_guarded
 
@@ -50,6 +61,7 @@ def upload_command(
             commit_message=commit_message,
             dry_run=dry_run,
             force=force,
+            source=source,
         )
         data = result.to_json()
         if json_out:
@@ -61,7 +73,12 @@ def upload_command(
 
 
 def render(data: dict[str, Any]) -> None:
-    verified = {True: "verify passed", False: "verify FAILED (--force)", None: "not verified"}[data["verified"]]
+    verified = {
+        "passed": "verify passed",
+        "failed": "verify FAILED (--force)",
+        "not verified numerically": "not verified numerically (--force)",
+        None: "not verified",
+    }[data["verified"]]
     where = f"{data['repo_id']}@{data['revision']}" + (" (private)" if data["private"] else "")
     err.print(f"{escape(data['destination'])} → {escape(where)}: {verified}")
     for name, size in data["files"].items():

@@ -11,7 +11,8 @@ from rich.table import Table
 
 from eaglequant.cli.options import JsonOpt, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import err, print_json
-from eaglequant.errors import EXIT_CHECK_FAILED
+from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
 
 SourceOpt = Annotated[
     Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
@@ -29,7 +30,11 @@ def verify_command(
     source: SourceOpt = None,
     engine: Annotated[
         Optional[list[str]],  # noqa: UP045
-        typer.Option("--engine", "-e", help="Engines whose loading is checked (default: those DST was made for)."),
+        typer.Option(
+            "--engine",
+            "-e",
+            help="Engines whose loading is checked (default: those DST was made for; 'all': every engine).",
+        ),
     ] = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
@@ -55,11 +60,12 @@ def verify_command(
 ) -> None:
     """Check DST: structure per engine, per-layer kernel parity, draft-head fidelity.
 
-    Thresholds come from the verify table of the scheme file. Exits 3 when a check fails.
+    Thresholds come from the verify table of the scheme DST was converted with (recorded in its report). Exits 3
+    when a check fails, 5 when the others hold but parity and fidelity could not run (no source).
     """
     from eaglequant.cli import run_guarded
 
-    def body() -> bool:
+    def body() -> str:
         from eaglequant.api import verify
 
         report = verify(
@@ -78,10 +84,13 @@ def verify_command(
             print_json(data)
         else:
             render(data)
-        return report.ok
+        return report.verdict
 
-    if not run_guarded(body):
+    verdict = run_guarded(body)
+    if verdict == FAILED:
         raise typer.Exit(EXIT_CHECK_FAILED)
+    if verdict == NOT_VERIFIED:
+        raise typer.Exit(EXIT_NOT_VERIFIED)
 
 
 def render(data: dict[str, Any]) -> None:
@@ -119,8 +128,14 @@ def render(data: dict[str, Any]) -> None:
         render_engine_load(load)
     for note in data["notes"]:
         err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
-    if data["ok"]:
-        err.print("[green]ok[/]: structure, parity and fidelity checks hold", markup=True)
+    if data["verdict"] == PASSED:
+        err.print(f"[green]ok[/]: {', '.join(data['checks'])} hold", markup=True)
+    elif data["verdict"] == NOT_VERIFIED:
+        err.print(
+            f"[yellow]not verified numerically[/]: {', '.join(data['checks'])} hold, but parity and fidelity did "
+            "not run (pass --source SRC, the checkpoint DST was made from); `eaglequant upload` refuses it",
+            markup=True,
+        )
     for problem in data["problems"]:
         err.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
 
