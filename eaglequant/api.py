@@ -19,6 +19,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
+from eaglequant.fidelity import DEFAULT_TOKENS
 from eaglequant.hub import SourceRef, UploadResult, check_repo_id, resolve_source
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
@@ -338,7 +339,7 @@ def verify(
     target_layers: int | None = None,
     target_config: str | Path | None = None,
     seed: int = 0,
-    tokens: int = 32,
+    tokens: int = DEFAULT_TOKENS,
     load_with: list[str] | tuple[str, ...] = (),
     engine_python: str | Path | None = None,
 ) -> VerifyReport:

@@ -183,6 +183,11 @@ def _verification(report: dict[str, Any], verification: dict[str, Any] | None) -
     if fidelity:
         lines += ["", f"Whole draft head on {fidelity['tokens']} seeded positions:", ""]
         lines += ["| measure | value | threshold |", "|---|---:|---:|"]
+        if fidelity.get("mean_tv") is not None:
+            lines.append(
+                f"| mean total variation (bounds the acceptance-rate drop) | {fidelity['mean_tv']:.4f} | "
+                f"≤ {limits['max_mean_tv']} |"
+            )
         if fidelity["top1_agreement"] is not None:
             lines.append(f"| top-1 agreement | {fidelity['top1_agreement']:.3f} | ≥ {limits['min_top1_agreement']} |")
             lines.append(f"| mean KL (nats) | {fidelity['mean_kl']:.2e} | ≤ {limits['max_mean_kl']} |")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
+from eaglequant.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.manifest import changed_files, recorded_report
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from eaglequant.kernels.stored import StoredLinear
 
 VERIFY_NAME = "eaglequant_verify.json"
+ROW_BLOCK_ELEMENTS = 1 << 22
 PASSED, FAILED, NOT_VERIFIED = "passed", "failed", "not verified numerically"
 PARITY_ROWS = 64  # activations per linear
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -51,6 +53,8 @@ class LayerParity:
     cosine: float
     relative_error: float
     failed: tuple[str, ...]  # the thresholds it misses
+    max_block_error: float = 0.0  # the worst scale block of the dequantized weight against the source's
+    worst_block: tuple[int, int] = (0, 0)  # its row and first column
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -59,24 +63,8 @@ class LayerParity:
             "sqnr_db": _finite(self.sqnr_db),
             "cosine": self.cosine,
             "relative_error": self.relative_error,
-            "failed": list(self.failed),
-        }
-
-
-@dataclass(frozen=True)
-class HeadFidelity:
-    tokens: int
-    top1_agreement: float | None  # None when the head has no lm_head (it shares the target's)
-    mean_kl: float | None
-    hidden_cosine: float
-    failed: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "top1_agreement": self.top1_agreement,
-            "mean_kl": self.mean_kl,
-            "hidden_cosine": self.hidden_cosine,
+            "max_block_relative_error": self.max_block_error,
+            "worst_block": list(self.worst_block),
             "failed": list(self.failed),
         }
 
@@ -160,7 +148,7 @@ def verify_checkpoint(
     engines: list[str] | None,
     target: TargetLayers,
     seed: int = 0,
-    tokens: int = 32,
+    tokens: int = DEFAULT_TOKENS,
     every_engine: bool = False,
 ) -> VerifyReport:
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
@@ -334,65 +322,55 @@ def _check_parity(
                 failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
             if not relative <= limits.max_relative_error:
                 failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
-            report.layers.append(LayerParity(module, backend, sqnr, cosine, relative, tuple(failed)))
+            block_error, row, column = _worst_block(weight, stored[module], scheme.weight.block_size)
+            if not block_error <= limits.max_block_relative_error:
+                failed.append(
+                    f"weight block at row {row}, column {column}: error {block_error:.3f} > "
+                    f"{limits.max_block_relative_error} (a scale or code out of place)"
+                )
+            report.layers.append(
+                LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
+            )
         if len(stored) < len(quantized):
             report.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
             return
         canonical = {by_module[m].module: s for m, s in stored.items()}
         weights = canonical_weights(src, src_head)
-        report.fidelity = _fidelity(src_head, weights, canonical, limits, seed, tokens, device)
+        report.fidelity = head_fidelity(src_head, weights, canonical, limits, seed, tokens, device)
 
 
-def _fidelity(
-    head: HeadDescription,
-    weights: Any,
-    stored: dict[str, StoredLinear],
-    limits: Any,
-    seed: int,
-    tokens: int,
-    device: str,
-) -> HeadFidelity:
+def _worst_block(weight: torch.Tensor, stored: StoredLinear, block: int | None) -> tuple[float, int, int]:
+    """The largest error of one scale block of the dequantized weight (``block`` weights of a row; a whole row
+    for per-channel scales), and where (row, first column): a misplaced scale or code spoils its block, however
+    small a share of the linear it is.
+
+    Each block's error is measured against its own norm, or the linear's median block norm when that is
+    larger: a near-zero block (whose scale the vendors' math rounds coarsely) cannot fail on error that is
+    negligible to the output, and an all-zero block must stay (nearly) zero.
+    """
     import torch
 
-    from eaglequant.draft.forward import DraftForward
-    from eaglequant.kernels import fused_linear
+    columns = weight.shape[1]
+    width = block if block and columns % block == 0 else columns
+    step = max(1, ROW_BLOCK_ELEMENTS // max(1, columns))
+    row_blocks = [slice(start, start + step) for start in range(0, weight.shape[0], step)]
 
-    generator = torch.Generator().manual_seed(seed + 1)
-    dims = head.dims
-    aux = torch.randn(tokens, dims.num_aux_hidden_states * dims.target_hidden_size, generator=generator)
-    if "embed_tokens" in head.features:
-        table = weights("embed_tokens.weight")
-        embeds = table[torch.randint(0, table.shape[0], (tokens,), generator=generator)].to(torch.float32)
-    else:
-        embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
+    def norms(rows: slice) -> torch.Tensor:
+        return weight[rows].to(torch.float32).reshape(-1, columns // width, width).norm(dim=2)
 
-    reference = DraftForward(head, weights)
-
-    def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        if module in stored:
-            return fused_linear(x.to(torch.bfloat16).to(device), stored[module]).cpu()
-        return reference.plain_linear(module, x)
-
-    quantized = DraftForward(head, weights, quantized_linear)
-    has_logits = "lm_head" in {lin.module for lin in head.linears}
-    with torch.no_grad():
-        ref_hidden = reference(aux, embeds, logits=False)
-        got_hidden = quantized(aux, embeds, logits=False)
-        hidden_cosine = float(
-            torch.nn.functional.cosine_similarity(ref_hidden.double(), got_hidden.double(), dim=-1).mean()
-        )
-        failed = []
-        top1 = kl = None
-        if has_logits:
-            ref_logp = torch.log_softmax(reference.linear("lm_head", ref_hidden).double(), -1)
-            got_logp = torch.log_softmax(quantized.linear("lm_head", got_hidden).double(), -1)
-            top1 = float((ref_logp.argmax(-1) == got_logp.argmax(-1)).double().mean())
-            kl = float((ref_logp.exp() * (ref_logp - got_logp)).sum(-1).mean())
-            if not top1 >= limits.min_top1_agreement:
-                failed.append(f"top-1 agreement {top1:.3f} < {limits.min_top1_agreement}")
-            if not kl <= limits.max_mean_kl:
-                failed.append(f"mean KL {kl:.4f} > {limits.max_mean_kl}")
-    return HeadFidelity(tokens, top1, kl, hidden_cosine, tuple(failed))
+    floor = float(torch.cat([norms(rows).reshape(-1) for rows in row_blocks]).median())
+    worst, where = 0.0, (0, 0)
+    for rows in row_blocks:
+        source = weight[rows].to(torch.float32)
+        diff = (stored.dequantize_rows(rows).cpu() - source).reshape(-1, columns // width, width).norm(dim=2)
+        scale = norms(rows).clamp_min(floor)
+        error = torch.where(scale > 0, diff / scale.clamp_min(1e-30), torch.where(diff > 0, math.inf, 0.0))
+        error = torch.nan_to_num(error, nan=math.inf)
+        value = float(error.max())
+        if value > worst:
+            flat = int(error.argmax())
+            worst, where = value, (rows.start + flat // error.shape[1], (flat % error.shape[1]) * width)
+    return worst, where[0], where[1]
 
 
 def recorded_verification(dst: Path) -> dict[str, Any] | None:

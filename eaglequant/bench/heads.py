@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import shutil
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,15 +115,23 @@ def llama_head(
     return SyntheticHead(name, "Kimi-K2.5 EAGLE-3, SpecForge Llama layout", config, tensors)
 
 
-def kimi_mla() -> SyntheticHead:
-    d = MLA_DIMS
+def kimi_llama_scaled(divisor: int) -> SyntheticHead:
+    """The Kimi-K2.5 Llama head with every dimension (head_dim aside) divided by ``divisor``."""
+    return llama_head(H // divisor, INTERMEDIATE // divisor, HEADS // divisor, HEAD_DIM, VOCAB // divisor,
+                      name=f"kimi-llama-div{divisor}")  # fmt: skip
+
+
+def kimi_mla(divisor: int = 1) -> SyntheticHead:
+    """The Kimi-K2.5 MLA head; ``divisor`` divides every dimension (a smaller head of the same shape)."""
+    d = {key: value // divisor for key, value in MLA_DIMS.items()}
+    hidden, heads, vocab, intermediate = H // divisor, HEADS // divisor, VOCAB // divisor, INTERMEDIATE // divisor
     qk = d["qk_nope_head_dim"] + d["qk_rope_head_dim"]
     linears = [
-        ("midlayer.self_attn.q_a_proj.weight", (d["q_lora_rank"], 2 * H)),
-        ("midlayer.self_attn.q_b_proj.weight", (HEADS * qk, d["q_lora_rank"])),
-        ("midlayer.self_attn.kv_a_proj_with_mqa.weight", (d["kv_lora_rank"] + d["qk_rope_head_dim"], 2 * H)),
-        ("midlayer.self_attn.kv_b_proj.weight", (HEADS * (d["qk_nope_head_dim"] + d["v_head_dim"]), d["kv_lora_rank"])),
-        ("midlayer.self_attn.o_proj.weight", (H, HEADS * d["v_head_dim"])),
+        ("midlayer.self_attn.q_a_proj.weight", (d["q_lora_rank"], 2 * hidden)),
+        ("midlayer.self_attn.q_b_proj.weight", (heads * qk, d["q_lora_rank"])),
+        ("midlayer.self_attn.kv_a_proj_with_mqa.weight", (d["kv_lora_rank"] + d["qk_rope_head_dim"], 2 * hidden)),
+        ("midlayer.self_attn.kv_b_proj.weight", (heads * (d["qk_nope_head_dim"] + d["v_head_dim"]), d["kv_lora_rank"])),
+        ("midlayer.self_attn.o_proj.weight", (hidden, heads * d["v_head_dim"])),
     ]
     norms = [
         ("midlayer.self_attn.q_a_layernorm.weight", d["q_lora_rank"]),
@@ -132,13 +140,13 @@ def kimi_mla() -> SyntheticHead:
     config = {
         "architectures": ["Eagle3DeepseekV2ForCausalLM"],
         "model_type": "kimi_k2",
-        "hidden_size": H,
-        "intermediate_size": INTERMEDIATE,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": HEADS,
+        "hidden_size": hidden,
+        "intermediate_size": intermediate,
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
         **d,
-        "vocab_size": VOCAB,
-        "draft_vocab_size": VOCAB,
+        "vocab_size": vocab,
+        "draft_vocab_size": vocab,
         "num_hidden_layers": 1,
         "hidden_act": "silu",
         "rms_norm_eps": 1e-5,
@@ -148,8 +156,9 @@ def kimi_mla() -> SyntheticHead:
         "torch_dtype": "bfloat16",
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": AUX_LAYERS, "use_aux_hidden_state": True},
     }
-    tensors = _common(H, INTERMEDIATE, VOCAB, linears, norms)
-    return SyntheticHead("kimi-mla", "Kimi-K2.5 EAGLE-3, TorchSpec MLA layout", config, tensors)
+    tensors = _common(hidden, intermediate, vocab, linears, norms)
+    name = "kimi-mla" if divisor == 1 else f"kimi-mla-div{divisor}"
+    return SyntheticHead(name, "Kimi-K2.5 EAGLE-3, TorchSpec MLA layout", config, tensors)
 
 
 def tiny_head() -> SyntheticHead:
@@ -157,7 +166,11 @@ def tiny_head() -> SyntheticHead:
     return llama_head(hidden=256, intermediate=512, heads=4, head_dim=64, vocab=4096, name="tiny")
 
 
-HEADS_BY_NAME = {"kimi-llama": llama_head, "kimi-mla": kimi_mla, "tiny": tiny_head}
+HEADS_BY_NAME: dict[str, Callable[[], SyntheticHead]] = {
+    "kimi-llama": llama_head,
+    "kimi-mla": kimi_mla,
+    "tiny": tiny_head,
+}
 FULL_SIZE_HEADS = ("kimi-llama", "kimi-mla")
 
 

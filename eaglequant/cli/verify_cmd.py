@@ -12,6 +12,7 @@ from rich.table import Table
 from eaglequant.cli.options import JsonOpt, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import err, print_json
 from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.fidelity import DEFAULT_TOKENS
 from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
 
 SourceOpt = Annotated[
@@ -39,7 +40,9 @@ def verify_command(
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the activations and draft inputs.")] = 0,
-    tokens: Annotated[int, typer.Option("--tokens", min=1, help="Draft positions in the fidelity run.")] = 32,
+    tokens: Annotated[
+        int, typer.Option("--tokens", min=2, help="Draft positions in the fidelity run.")
+    ] = DEFAULT_TOKENS,
     load_with: Annotated[
         Optional[list[str]],  # noqa: UP045
         typer.Option(
@@ -104,6 +107,7 @@ def render(data: dict[str, Any]) -> None:
             f"SQNR dB ≥ {limits['min_sqnr_db']}",
             f"cosine ≥ {limits['min_cosine']}",
             f"rel. error ≤ {limits['max_relative_error']}",
+            f"worst block ≤ {limits['max_block_relative_error']}",
         ):
             table.add_column(col)
         for row in data["layers"]:
@@ -115,15 +119,27 @@ def render(data: dict[str, Any]) -> None:
                 f"{sqnr:.1f}" if isinstance(sqnr, float) else str(sqnr),
                 f"{row['cosine']:.5f}",
                 f"{row['relative_error']:.4f}",
+                f"{row['max_block_relative_error']:.4f}",
             )
         err.print(table)
     fidelity = data["fidelity"]
     if fidelity:
         parts = [f"hidden cosine {fidelity['hidden_cosine']:.5f}"]
-        if fidelity["top1_agreement"] is not None:
-            parts.insert(0, f"top-1 agreement {fidelity['top1_agreement']:.3f} (≥ {limits['min_top1_agreement']})")
-            parts.insert(1, f"mean KL {fidelity['mean_kl']:.2e} (≤ {limits['max_mean_kl']})")
+        shift, floor = fidelity["shift"], fidelity["bf16_floor"]
+        if shift is not None:
+            parts[:0] = [
+                f"mean TV {shift['mean_tv']:.4f} ± {shift['tv_spread']:.4f} (≤ {limits['max_mean_tv']}: the "
+                "acceptance-rate drop it allows)",
+                f"mean KL {shift['mean_kl']:.2e} (≤ {limits['max_mean_kl']})",
+                f"top-1 agreement {shift['top1_agreement']:.3f} ({shift['flips']} flips, "
+                f"{shift['noise_flips']:.1f} explained by noise)",
+            ]
         err.print(f"draft head over {fidelity['tokens']} positions: " + ", ".join(parts))
+        if floor is not None:
+            err.print(
+                f"  the source draft in bf16 arithmetic: mean TV {floor['mean_tv']:.4f}, top-1 agreement "
+                f"{floor['top1_agreement']:.3f}"
+            )
     for load in data["engine_loads"]:
         render_engine_load(load)
     for note in data["notes"]:

@@ -1,0 +1,166 @@
+"""Draft-head fidelity: how far the quantized draft's next-token distributions are from the source draft's.
+
+The statistics (total variation, KL, arg-max flips beyond what the perturbation explains) and the rule that
+decides on them (confidence bounds, not point estimates) are explained in docs/verification.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.layouts.head import HeadDescription
+
+if TYPE_CHECKING:
+    import torch
+
+    from eaglequant.kernels.stored import StoredLinear
+
+DEFAULT_TOKENS = 256  # draft positions in the fidelity run
+CONFIDENCE_Z = 2.33  # one-sided 99%: a head statistic fails only when its confidence bound misses the threshold
+FLIP_Z = 3.09  # one-sided 99.9% on the count of arg-max flips the perturbation explains
+FLIP_RIVALS = 16  # the nearest rivals of each position's top-1 that the flip estimate considers
+
+
+@dataclass(frozen=True)
+class DistributionShift:
+    """How far one draft's next-token distributions are from the source draft's, over the positions."""
+
+    mean_tv: float
+    tv_spread: float  # standard deviation of TV over positions
+    mean_kl: float
+    kl_spread: float
+    top1_agreement: float
+    flips: int  # positions whose arg-max changed
+    noise_flips: float  # flips the logits' perturbation explains, were it noise
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class HeadFidelity:
+    tokens: int
+    top1_agreement: float | None  # None when the head has no lm_head (it shares the target's)
+    mean_kl: float | None
+    hidden_cosine: float
+    failed: tuple[str, ...]
+    shift: DistributionShift | None = None  # quantized against source, fp32 arithmetic
+    floor: DistributionShift | None = None  # the source draft in bf16 arithmetic, as an engine runs it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tokens": self.tokens,
+            "top1_agreement": self.top1_agreement,
+            "mean_kl": self.mean_kl,
+            "mean_tv": None if self.shift is None else self.shift.mean_tv,
+            "hidden_cosine": self.hidden_cosine,
+            "shift": None if self.shift is None else self.shift.to_json(),
+            "bf16_floor": None if self.floor is None else self.floor.to_json(),
+            "failed": list(self.failed),
+        }
+
+
+def distribution_shift(reference: torch.Tensor, other: torch.Tensor, chunk: int = 32) -> DistributionShift:
+    """TV, KL and arg-max flips of ``other``'s logits against ``reference``'s ([T, V] each), with the flips a
+    noise-like perturbation of the same size would cause: logits perturbed independently with standard
+    deviation s let a rival trailing the top-1 by m overtake it with probability Phi(-m / (s * sqrt 2)); a
+    position flips unless none of its nearest rivals does."""
+    import torch
+
+    tv, kl, flips, expected = [], [], [], []
+    for start in range(0, reference.shape[0], chunk):
+        ref = reference[start : start + chunk].double()
+        got = other[start : start + chunk].double()
+        ref_logp, got_logp = torch.log_softmax(ref, -1), torch.log_softmax(got, -1)
+        ref_p = ref_logp.exp()
+        tv.append(0.5 * (ref_p - got_logp.exp()).abs().sum(-1))
+        kl.append((ref_p * (ref_logp - got_logp)).sum(-1))
+        flips.append(ref.argmax(-1) != got.argmax(-1))
+        top = ref.topk(min(FLIP_RIVALS + 1, ref.shape[-1]), -1).values
+        margins = top[:, :1] - top[:, 1:]  # [T, rivals]
+        spread = (got - ref).std(-1, keepdim=True).clamp_min(1e-30)
+        overtake = 0.5 * torch.erfc(margins / (spread * 2.0))  # Phi(-m/(s*sqrt2)) = erfc(m/(2s))/2
+        expected.append(1.0 - torch.prod(1.0 - overtake, dim=-1))
+    tv_all, kl_all, flips_all = torch.cat(tv), torch.cat(kl), torch.cat(flips)
+    count = tv_all.numel()
+    return DistributionShift(
+        float(tv_all.mean()),
+        float(tv_all.std()) if count > 1 else 0.0,
+        float(kl_all.mean()),
+        float(kl_all.std()) if count > 1 else 0.0,
+        1.0 - float(flips_all.double().mean()),
+        int(flips_all.sum()),
+        float(torch.cat(expected).sum()),
+    )
+
+
+def judge_shift(shift: DistributionShift, tokens: int, limits: Any) -> list[str]:
+    """What the head's distribution shift fails, deciding on confidence bounds rather than point estimates."""
+    failed = []
+    root = math.sqrt(max(tokens, 1))
+    tv_lower = shift.mean_tv - CONFIDENCE_Z * shift.tv_spread / root
+    if tv_lower > limits.max_mean_tv:
+        failed.append(f"mean TV {shift.mean_tv:.4f} (at least {tv_lower:.4f} at 99%) > {limits.max_mean_tv}")
+    kl_lower = shift.mean_kl - CONFIDENCE_Z * shift.kl_spread / root
+    if kl_lower > limits.max_mean_kl:
+        failed.append(f"mean KL {shift.mean_kl:.4f} (at least {kl_lower:.4f} at 99%) > {limits.max_mean_kl}")
+    explained = shift.noise_flips + FLIP_Z * math.sqrt(shift.noise_flips) + 1.0
+    if shift.top1_agreement < limits.min_top1_agreement and shift.flips > explained:
+        failed.append(
+            f"top-1 agreement {shift.top1_agreement:.3f} < {limits.min_top1_agreement}: {shift.flips} arg-max flips "
+            f"where the logits' perturbation explains {shift.noise_flips:.1f}"
+        )
+    return failed
+
+
+def head_fidelity(
+    head: HeadDescription,
+    weights: Any,
+    stored: dict[str, StoredLinear],
+    limits: Any,
+    seed: int,
+    tokens: int,
+    device: str,
+) -> HeadFidelity:
+    import torch
+
+    from eaglequant.draft.forward import DraftForward
+    from eaglequant.kernels import fused_linear
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    dims = head.dims
+    aux = torch.randn(tokens, dims.num_aux_hidden_states * dims.target_hidden_size, generator=generator)
+    if "embed_tokens" in head.features:
+        table = weights("embed_tokens.weight")
+        embeds = table[torch.randint(0, table.shape[0], (tokens,), generator=generator)].to(torch.float32)
+    else:
+        embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
+
+    reference = DraftForward(head, weights)
+
+    def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        if module in stored:
+            return fused_linear(x.to(torch.bfloat16).to(device), stored[module]).cpu()
+        return reference.plain_linear(module, x)
+
+    def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(torch.bfloat16) @ weights(f"{module}.weight").to(torch.bfloat16).T).to(torch.float32)
+
+    quantized = DraftForward(head, weights, quantized_linear)
+    engine_like = DraftForward(head, weights, bf16_linear)
+    has_logits = "lm_head" in {lin.module for lin in head.linears}
+    with torch.no_grad():
+        ref_hidden = reference(aux, embeds, logits=False)
+        got_hidden = quantized(aux, embeds, logits=False)
+        hidden_cosine = float(
+            torch.nn.functional.cosine_similarity(ref_hidden.double(), got_hidden.double(), dim=-1).mean()
+        )
+        if not has_logits:
+            return HeadFidelity(tokens, None, None, hidden_cosine, ())
+        ref_logits = reference.linear("lm_head", ref_hidden)
+        shift = distribution_shift(ref_logits, quantized.linear("lm_head", got_hidden))
+        floor = distribution_shift(ref_logits, engine_like.linear("lm_head", engine_like(aux, embeds, logits=False)))
+    failed = judge_shift(shift, tokens, limits)
+    return HeadFidelity(tokens, shift.top1_agreement, shift.mean_kl, hidden_cosine, tuple(failed), shift, floor)

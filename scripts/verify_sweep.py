@@ -1,0 +1,102 @@
+"""The long sweep behind ``verify``'s promise: no correct conversion fails, every planted fault does.
+
+    .venv/bin/python scripts/verify_sweep.py                      # fixtures + Kimi-K2.5 heads at 1/8, 20 seeds
+    .venv/bin/python scripts/verify_sweep.py --heads kimi-llama-div8 --seeds 5 --json
+
+Every head (the bundled fixtures, and synthetic Kimi-K2.5 Llama and MLA heads with every dimension divided by
+``--divisor``) is converted once per (scheme, format) a format stores, then verified against its source with
+``--seeds`` seeds. A correct conversion that fails is a false failure; the script exits 1 if there is any. CI
+runs a subset (tests/test_fidelity.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CELLS = [
+    ("fp8-per-channel", "quark"),
+    ("fp8-per-channel", "compressed-tensors"),
+    ("fp8-per-channel", "modelopt"),
+    ("nvfp4", "compressed-tensors"),
+    ("nvfp4", "modelopt"),
+    ("mxfp4", "quark"),
+    ("mxfp4", "compressed-tensors"),
+    ("mxfp4-w4a16", "quark"),
+    ("mxfp4-w4a16", "compressed-tensors"),
+]
+
+
+def heads(names: list[str], divisor: int, work: Path) -> dict[str, Path]:
+    from eaglequant.bench.heads import kimi_llama_scaled, kimi_mla, write_head
+
+    found: dict[str, Path] = {}
+    for name in names:
+        if name == "fixtures":
+            found.update({p.name: p for p in sorted((ROOT / "fixtures").iterdir()) if (p / "config.json").is_file()})
+            continue
+        head = {"kimi-llama": kimi_llama_scaled, "kimi-mla": kimi_mla}[name.removesuffix(f"-div{divisor}")](divisor)
+        directory = work / head.name
+        directory.mkdir()
+        write_head(head, directory)
+        found[head.name] = directory
+    return found
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--heads", default="fixtures,kimi-llama,kimi-mla", help="comma-separated")
+    parser.add_argument("--divisor", type=int, default=8, help="divides the Kimi heads' dimensions")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    from eaglequant import convert, verify
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="verify-sweep-") as tmp:
+        work = Path(tmp)
+        for name, source in heads(args.heads.split(","), args.divisor, work).items():
+            for scheme, fmt in CELLS:
+                dst = work / f"{name}-{scheme}-{fmt}"
+                convert(source, dst, scheme=scheme, format=fmt)
+                started = time.perf_counter()
+                verdicts = [verify(dst, source=source, seed=seed) for seed in range(args.seeds)]
+                failures = [(seed, r.problems) for seed, r in enumerate(verdicts) if r.verdict != "passed"]
+                tvs = [r.fidelity.shift.mean_tv for r in verdicts if r.fidelity and r.fidelity.shift]
+                agreement = [r.fidelity.top1_agreement for r in verdicts if r.fidelity and r.fidelity.top1_agreement]
+                rows.append(
+                    {
+                        "head": name,
+                        "scheme": scheme,
+                        "format": fmt,
+                        "seeds": args.seeds,
+                        "false_failures": len(failures),
+                        "first_failure": failures[0] if failures else None,
+                        "max_mean_tv": max(tvs) if tvs else None,
+                        "min_top1_agreement": min(agreement) if agreement else None,
+                        "seconds_per_verify": (time.perf_counter() - started) / args.seeds,
+                    }
+                )
+                shutil.rmtree(dst, ignore_errors=True)
+                if not args.json:
+                    row = rows[-1]
+                    tv = "—" if row["max_mean_tv"] is None else f"{row['max_mean_tv']:.4f}"
+                    print(
+                        f"{name:24} {scheme:16} {fmt:19} false failures {row['false_failures']}/{args.seeds}  "
+                        f"max mean TV {tv}  {row['seconds_per_verify']:.2f} s/verify",
+                        flush=True,
+                    )
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    return 1 if any(row["false_failures"] for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

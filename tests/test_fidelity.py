@@ -1,0 +1,159 @@
+"""Verification without false failures, and every planted fault caught by the numbers alone.
+
+Correct conversions of every fixture in every (scheme, format) must pass verify over several seeds (the long
+sweep, 20 seeds and Kimi-shaped heads, is ``scripts/verify_sweep.py``). Each planted fault must fail verify,
+with the report's file hashes updated, so that the numerical and structural checks, not the hash check,
+catch it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from eaglequant import convert, verify
+from eaglequant.fidelity import DistributionShift, distribution_shift, judge_shift
+from eaglequant.schemes.model import load_scheme
+from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli_subprocess
+
+CELLS = [
+    ("fp8-per-channel", "quark"),
+    ("fp8-per-channel", "compressed-tensors"),
+    ("fp8-per-channel", "modelopt"),
+    ("nvfp4", "compressed-tensors"),
+    ("nvfp4", "modelopt"),
+    ("mxfp4", "quark"),
+    ("mxfp4", "compressed-tensors"),
+    ("mxfp4-w4a16", "quark"),
+]
+SEEDS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], Path]:
+    out = tmp_path_factory.mktemp("fidelity")
+    return {
+        (fixture, scheme, fmt): convert(FIXTURES / fixture, out / f"{fixture}-{scheme}-{fmt}", scheme=scheme,
+                                        format=fmt).destination
+        for fixture in FIXTURE_NAMES
+        for scheme, fmt in CELLS
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("scheme", "fmt"), CELLS)
+def test_correct_conversions_pass_over_seeds(converted, scheme: str, fmt: str) -> None:
+    for fixture in FIXTURE_NAMES:
+        for seed in SEEDS:
+            report = verify(converted[(fixture, scheme, fmt)], source=FIXTURES / fixture, seed=seed)
+            assert report.verdict == "passed", (fixture, seed, report.problems)
+
+
+def _rehash(dst: Path) -> None:
+    """Record the damaged files' SHA-256, as if eaglequant had written them: only the numbers can tell."""
+    report_path = dst / "eaglequant_report.json"
+    report = json.loads(report_path.read_text())
+    for name in report["files"]:
+        report["files"][name] = hashlib.sha256((dst / name).read_bytes()).hexdigest()
+    report_path.write_text(json.dumps(report))
+
+
+def _plant(converted, tmp_path: Path, key: tuple[str, str, str], damage) -> Path:  # type: ignore[no-untyped-def]
+    dst = Path(shutil.copytree(converted[key], tmp_path / "faulty"))
+    path = dst / "model.safetensors"
+    tensors = load_file(path)
+    damage(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+    _rehash(dst)
+    return dst
+
+
+def _times_two_one_channel(tensors) -> None:  # type: ignore[no-untyped-def]
+    tensors["midlayer.mlp.down_proj.weight_scale"][5] *= 2
+
+
+def _flip_one_block_scale_byte(tensors) -> None:  # type: ignore[no-untyped-def]
+    scale = tensors["midlayer.self_attn.o_proj.weight_scale"]
+    raw = scale.view(torch.uint8).clone()
+    byte = int(raw[5, 1])
+    raw[5, 1] = byte ^ next(bit for bit in (0x40, 0x20, 0x10) if not byte & bit)  # an exponent bit: x4 or more
+    tensors["midlayer.self_attn.o_proj.weight_scale"] = raw.view(scale.dtype)
+
+
+def _swap_nibbles(tensors) -> None:  # type: ignore[no-untyped-def]
+    packed = tensors["midlayer.mlp.up_proj.weight"]
+    tensors["midlayer.mlp.up_proj.weight"] = (packed >> 4) | (packed << 4)
+
+
+def _unshare_global_scale(tensors) -> None:  # type: ignore[no-untyped-def]
+    tensors["midlayer.self_attn.k_proj.weight_global_scale"] *= 1.5
+
+
+def _drop_a_scale(tensors) -> None:  # type: ignore[no-untyped-def]
+    del tensors["midlayer.mlp.gate_proj.weight_scale"]
+
+
+def _bf16_under_a_rule(tensors) -> None:  # type: ignore[no-untyped-def]
+    weight = tensors["midlayer.self_attn.o_proj.weight"]
+    tensors["midlayer.self_attn.o_proj.weight"] = weight.to(torch.float32).to(torch.bfloat16)
+    del tensors["midlayer.self_attn.o_proj.weight_scale"]
+
+
+FAULTS = [
+    ("one channel's scale x2", ("specforge-llama", "fp8-per-channel", "quark"), _times_two_one_channel, "down_proj"),
+    ("one block-scale byte flipped", ("specforge-llama", "nvfp4", "compressed-tensors"), _flip_one_block_scale_byte,
+     "o_proj"),
+    ("nibble order swapped", ("specforge-llama", "mxfp4", "quark"), _swap_nibbles, "up_proj"),
+    ("fused members' global scales differ", ("specforge-llama", "nvfp4", "compressed-tensors"),
+     _unshare_global_scale, "qkv_proj"),
+    ("a missing scale", ("specforge-llama", "fp8-per-channel", "quark"), _drop_a_scale, "gate_proj"),
+    ("a BF16 weight under a quantized rule", ("specforge-llama", "fp8-per-channel", "quark"), _bf16_under_a_rule,
+     "o_proj"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "key", "damage", "where"), FAULTS, ids=[f[0] for f in FAULTS])
+def test_every_planted_fault_fails(converted, tmp_path: Path, name: str, key, damage, where: str) -> None:  # type: ignore[no-untyped-def]
+    dst = _plant(converted, tmp_path, key, damage)
+    report = verify(dst, source=FIXTURES / key[0])
+    assert report.verdict == "failed", name
+    assert any(where in problem for problem in report.problems), report.problems
+    assert not any("SHA-256" in problem for problem in report.problems)  # the numbers caught it, not the hashes
+    refused = run_cli_subprocess("upload", dst, "org/name", "--dry-run", "--source", FIXTURES / key[0],
+                                 env={"HF_ENDPOINT": "http://127.0.0.1:9"})  # fmt: skip
+    assert refused.returncode == 3 and "fails verify" in refused.stderr
+
+
+def _shift(**values: float) -> DistributionShift:
+    base = {"mean_tv": 0.01, "tv_spread": 0.01, "mean_kl": 0.001, "kl_spread": 0.001, "top1_agreement": 1.0,
+            "flips": 0, "noise_flips": 0.0}  # fmt: skip
+    return DistributionShift(**{**base, **values})  # type: ignore[arg-type]
+
+
+def test_head_statistics_decide_on_confidence_bounds() -> None:
+    limits = load_scheme("fp8-per-channel").verify
+    assert judge_shift(_shift(), 256, limits) == []
+    # a mean above the threshold whose lower bound is not: too little evidence to fail a conversion
+    assert judge_shift(_shift(mean_tv=0.11, tv_spread=0.3), 32, limits) == []
+    assert judge_shift(_shift(mean_tv=0.11, tv_spread=0.01), 256, limits)
+    # flips on near-ties that the perturbation explains are noise; many more are damage
+    assert judge_shift(_shift(top1_agreement=0.85, flips=38, noise_flips=35.0), 256, limits) == []
+    assert judge_shift(_shift(top1_agreement=0.85, flips=38, noise_flips=5.0), 256, limits)
+
+
+def test_flat_logits_flip_without_failing() -> None:
+    """Nearly flat logits: a tiny noise-like perturbation flips many arg-maxes, and that is not damage."""
+    generator = torch.Generator().manual_seed(0)
+    reference = torch.randn(512, 2048, generator=generator) * 0.01
+    perturbed = reference + torch.randn(512, 2048, generator=generator) * 0.002
+    shift = distribution_shift(reference, perturbed)
+    assert shift.top1_agreement < 0.9  # the old fixed gate would fail this
+    assert judge_shift(shift, 512, load_scheme("fp8-per-channel").verify) == []
+    biased = reference.clone()
+    biased[:, 7] += 0.05  # one token always wins: structured damage
+    assert judge_shift(distribution_shift(reference, biased), 512, load_scheme("fp8-per-channel").verify)
