@@ -20,17 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CELLS = [
-    ("fp8-per-channel", "quark"),
-    ("fp8-per-channel", "compressed-tensors"),
-    ("fp8-per-channel", "modelopt"),
-    ("nvfp4", "compressed-tensors"),
-    ("nvfp4", "modelopt"),
-    ("mxfp4", "quark"),
-    ("mxfp4", "compressed-tensors"),
-    ("mxfp4-w4a16", "quark"),
-    ("mxfp4-w4a16", "compressed-tensors"),
-]
 
 
 def heads(names: list[str], divisor: int, work: Path) -> dict[str, Path]:
@@ -58,12 +47,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from eaglequant import convert, verify
+    from eaglequant.schemes.model import stored_cells
 
     rows = []
     with tempfile.TemporaryDirectory(prefix="verify-sweep-") as tmp:
         work = Path(tmp)
         for name, source in heads(args.heads.split(","), args.divisor, work).items():
-            for scheme, fmt in CELLS:
+            for scheme, fmt in stored_cells():
                 dst = work / f"{name}-{scheme}-{fmt}"
                 convert(source, dst, scheme=scheme, format=fmt)
                 started = time.perf_counter()

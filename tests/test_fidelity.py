@@ -19,19 +19,10 @@ from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
 from eaglequant.fidelity import DistributionShift, distribution_shift, judge_shift
-from eaglequant.schemes.model import load_scheme
+from eaglequant.schemes.model import load_scheme, stored_cells
 from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli_subprocess
 
-CELLS = [
-    ("fp8-per-channel", "quark"),
-    ("fp8-per-channel", "compressed-tensors"),
-    ("fp8-per-channel", "modelopt"),
-    ("nvfp4", "compressed-tensors"),
-    ("nvfp4", "modelopt"),
-    ("mxfp4", "quark"),
-    ("mxfp4", "compressed-tensors"),
-    ("mxfp4-w4a16", "quark"),
-]
+CELLS = stored_cells()
 SEEDS = (0, 1)
 
 

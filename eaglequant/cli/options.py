@@ -58,3 +58,13 @@ TargetConfigOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON result on stdout.")]
+
+SourceOpt = Annotated[
+    Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
+    typer.Option(
+        "--source",
+        help="The BF16 checkpoint DST was made from, a directory or Hub repo id (default: the one recorded in "
+        "DST's report, if still there). verify, and upload before it sends, check DST against it.",
+        show_default=False,
+    ),
+]

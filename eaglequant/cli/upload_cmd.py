@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from eaglequant.cli.options import JsonOpt
+from eaglequant.cli.options import JsonOpt, SourceOpt
 from eaglequant.cli.output import err, human_bytes, print_json, quiet_hub_progress
 
 
@@ -31,14 +31,7 @@ def upload_command(
     force: Annotated[
         bool, typer.Option("--force", help="Upload even if DST fails verify or was not verified numerically.")
     ] = False,
-    source: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--source",
-            help="The checkpoint DST was made from, to verify it against (default: the one DST's report records).",
-            show_default=False,
-        ),
-    ] = None,
+    source: SourceOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Verify DST, then upload it to the Hub and print the commit URL.

@@ -9,21 +9,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import JsonOpt, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.options import JsonOpt, SourceOpt, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import err, print_json
 from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
 from eaglequant.fidelity import DEFAULT_TOKENS
 from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
-
-SourceOpt = Annotated[
-    Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
-    typer.Option(
-        "--source",
-        help="The BF16 checkpoint DST was made from, a directory or Hub repo id (default: the one recorded in "
-        "DST's report, if present).",
-        show_default=False,
-    ),
-]
 
 
 def verify_command(

@@ -163,6 +163,15 @@ def load_scheme(name_or_path: str) -> Scheme:
 
 
 @functools.cache
+def stored_cells() -> list[tuple[str, str]]:
+    """Every (built-in scheme, format that stores it), as a conversion names them."""
+    from eaglequant.formats import FORMATS
+
+    return [
+        (name, fmt) for name in builtin_scheme_names() for fmt in FORMATS if FORMATS[fmt].supports(load_scheme(name))
+    ]
+
+
 def builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
     """Scheme kinds -> the built-in scheme that writes them (nvfp4 also stands for its W4A16 downgrade)."""
     names: dict[tuple[str, str | None], str] = {}
