@@ -16,7 +16,8 @@ Sources (vllm-project/vllm, v0.32.0):
   an ``exclude`` entry matches a prefix when it is equal to it, or when it starts with ``re:`` and
   ``re.match`` (anchored at the start only) succeeds. The draft's QuarkConfig gets no
   packed_modules_mapping, so per-shard names such as ``q_proj`` never match a fused module.
-  Quark's get_quant_method returns None for non-linear layers, so ``lm_head`` is never quantized.
+  Quark's (and compressed-tensors') get_quant_method gives the ParallelLMHead ``UnquantizedEmbeddingMethod``
+  (seen by loading with vLLM 0.32.0), so ``lm_head`` is never quantized.
 - ``vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py``: ``ignore`` goes
   through the same ``find_matching_patterns`` rule (exact, or ``re:`` + re.match).
 - ``vllm/model_executor/layers/quantization/modelopt.py::ModelOptQuantConfigBase.is_layer_excluded``:
