@@ -232,7 +232,9 @@ def convert(
             progress=progress,
             manifest=lambda: conversion_manifest(source, options, digests.result()),
             card=card_context(source_card_metadata(source.path), head.config, source.repo_id, draft),
-            finish=_verifier(dst_path, source.path, engines, target_layers, target_config) if verify_output else None,
+            finish=_verifier(dst_path, source.path, engines, target_layers, target_config, calib)
+            if verify_output
+            else None,
             workers=workers,
         )
     return result
@@ -299,13 +301,22 @@ def _verifier(
     engines: list[str] | tuple[str, ...],
     target_layers: int | None,
     target_config: str | Path | None,
+    inputs: str | Path | None,
 ) -> Callable[[Path], VerifyReport]:
-    """Verification of a finished output in its temporary directory, reported under its final name."""
+    """Verification of a finished output in its temporary directory, reported under its final name; the
+    calibration inputs, when there are some, are also the draft-head fidelity run's."""
 
     def run(tmp: Path) -> VerifyReport:
         from eaglequant.verification import write_verify_report
 
-        report = verify(tmp, source=source, engines=engines, target_layers=target_layers, target_config=target_config)
+        report = verify(
+            tmp,
+            source=source,
+            engines=engines,
+            target_layers=target_layers,
+            target_config=target_config,
+            inputs=inputs,
+        )
         report.destination = dst
         write_verify_report(report, tmp)
         return report
@@ -342,12 +353,15 @@ def verify(
     tokens: int = DEFAULT_TOKENS,
     load_with: list[str] | tuple[str, ...] = (),
     engine_python: str | Path | None = None,
+    inputs: str | Path | None = None,
 ) -> VerifyReport:
     """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
     report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
     there; a Hub repo id works too) per-layer kernel parity and draft-head fidelity against the scheme's
     thresholds.
 
+    ``inputs``: captured draft inputs (the ``--calib`` file format) for the draft-head fidelity run; default:
+    seeded synthetic inputs (``seed``, ``tokens`` positions).
     ``load_with``: engines ("vllm", "sglang") whose own code then loads ``dst`` on CPU, module by module
     (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
     (default: this one)."""
@@ -373,6 +387,7 @@ def verify(
             target=target,
             seed=seed,
             tokens=tokens,
+            inputs=None if inputs is None else Path(inputs),
         )
     for engine in load_engines:
         report.engine_loads += load_checks(

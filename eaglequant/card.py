@@ -181,7 +181,8 @@ def _verification(report: dict[str, Any], verification: dict[str, Any] | None) -
         lines.append(f"| `{layer['module']}` | {layer['backend']} | {layer['sqnr_db']:.1f} | {layer['cosine']:.5f} |")
     fidelity = verification.get("fidelity")
     if fidelity:
-        lines += ["", f"Whole draft head on {fidelity['tokens']} seeded positions:", ""]
+        inputs = fidelity.get("inputs", "synthetic")
+        lines += ["", f"Whole draft head on {fidelity['tokens']} positions, inputs {inputs}:", ""]
         lines += ["| measure | value | threshold |", "|---|---:|---:|"]
         if fidelity.get("mean_tv") is not None:
             lines.append(

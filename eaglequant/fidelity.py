@@ -48,10 +48,12 @@ class HeadFidelity:
     failed: tuple[str, ...]
     shift: DistributionShift | None = None  # quantized against source, fp32 arithmetic
     floor: DistributionShift | None = None  # the source draft in bf16 arithmetic, as an engine runs it
+    inputs: str = "synthetic"  # which draft inputs were used, in words
 
     def to_json(self) -> dict[str, Any]:
         return {
             "tokens": self.tokens,
+            "inputs": self.inputs,
             "top1_agreement": self.top1_agreement,
             "mean_kl": self.mean_kl,
             "mean_tv": None if self.shift is None else self.shift.mean_tv,
@@ -115,19 +117,10 @@ def judge_shift(shift: DistributionShift, tokens: int, limits: Any) -> list[str]
     return failed
 
 
-def head_fidelity(
-    head: HeadDescription,
-    weights: Any,
-    stored: dict[str, StoredLinear],
-    limits: Any,
-    seed: int,
-    tokens: int,
-    device: str,
-) -> HeadFidelity:
+def synthetic_inputs(head: HeadDescription, weights: Any, seed: int, tokens: int) -> list[tuple[Any, Any]]:
+    """One seeded sequence: target hidden states from a standard normal, token embeddings of random ids (or a
+    0.02-scale normal for a head without embed_tokens)."""
     import torch
-
-    from eaglequant.draft.forward import DraftForward
-    from eaglequant.kernels import fused_linear
 
     generator = torch.Generator().manual_seed(seed + 1)
     dims = head.dims
@@ -137,6 +130,23 @@ def head_fidelity(
         embeds = table[torch.randint(0, table.shape[0], (tokens,), generator=generator)].to(torch.float32)
     else:
         embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
+    return [(aux, embeds)]
+
+
+def head_fidelity(
+    head: HeadDescription,
+    weights: Any,
+    stored: dict[str, StoredLinear],
+    limits: Any,
+    sequences: list[tuple[Any, Any]],
+    device: str,
+    inputs: str,
+) -> HeadFidelity:
+    """``sequences``: (aux hidden [T, n_aux * H_target], embeds [T, H] or token ids [T]) each, run one at a time."""
+    import torch
+
+    from eaglequant.draft.forward import DraftForward
+    from eaglequant.kernels import fused_linear
 
     reference = DraftForward(head, weights)
 
@@ -151,16 +161,30 @@ def head_fidelity(
     quantized = DraftForward(head, weights, quantized_linear)
     engine_like = DraftForward(head, weights, bf16_linear)
     has_logits = "lm_head" in {lin.module for lin in head.linears}
+    embedding = None
+    hidden: dict[str, list[torch.Tensor]] = {"ref": [], "got": [], "bf16": []}
     with torch.no_grad():
-        ref_hidden = reference(aux, embeds, logits=False)
-        got_hidden = quantized(aux, embeds, logits=False)
+        for aux, tokens in sequences:
+            if tokens.is_floating_point():
+                embeds = tokens
+            else:
+                embedding = weights("embed_tokens.weight") if embedding is None else embedding
+                embeds = embedding[tokens].to(torch.float32)
+            hidden["ref"].append(reference(aux, embeds, logits=False))
+            hidden["got"].append(quantized(aux, embeds, logits=False))
+            if has_logits:
+                hidden["bf16"].append(engine_like(aux, embeds, logits=False))
+        ref_hidden, got_hidden = torch.cat(hidden["ref"]), torch.cat(hidden["got"])
+        positions = ref_hidden.shape[0]
         hidden_cosine = float(
             torch.nn.functional.cosine_similarity(ref_hidden.double(), got_hidden.double(), dim=-1).mean()
         )
         if not has_logits:
-            return HeadFidelity(tokens, None, None, hidden_cosine, ())
+            return HeadFidelity(positions, None, None, hidden_cosine, (), inputs=inputs)
         ref_logits = reference.linear("lm_head", ref_hidden)
         shift = distribution_shift(ref_logits, quantized.linear("lm_head", got_hidden))
-        floor = distribution_shift(ref_logits, engine_like.linear("lm_head", engine_like(aux, embeds, logits=False)))
-    failed = judge_shift(shift, tokens, limits)
-    return HeadFidelity(tokens, shift.top1_agreement, shift.mean_kl, hidden_cosine, tuple(failed), shift, floor)
+        floor = distribution_shift(ref_logits, engine_like.linear("lm_head", torch.cat(hidden["bf16"])))
+    failed = judge_shift(shift, positions, limits)
+    return HeadFidelity(
+        positions, shift.top1_agreement, shift.mean_kl, hidden_cosine, tuple(failed), shift, floor, inputs
+    )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
-from eaglequant.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity
+from eaglequant.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.manifest import changed_files, recorded_report
@@ -150,6 +150,7 @@ def verify_checkpoint(
     seed: int = 0,
     tokens: int = DEFAULT_TOKENS,
     every_engine: bool = False,
+    inputs: Path | None = None,
 ) -> VerifyReport:
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
     ``every_engine``, or for a checkpoint another tool wrote, every engine that can)."""
@@ -173,7 +174,7 @@ def verify_checkpoint(
     if source is None:
         report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
         return report
-    _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, seed, tokens)
+    _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
     return report
 
 
@@ -282,12 +283,11 @@ def _check_parity(
     scheme: Scheme,
     quantized: set[str],
     source: Path,
-    seed: int,
-    tokens: int,
+    draft_inputs: tuple[int, int, Path | None],  # seed, synthetic positions, captured inputs
 ) -> None:
     import torch
 
-    from eaglequant.draft.calibrate import canonical_weights
+    from eaglequant.draft.calibrate import canonical_weights, load_calibration
     from eaglequant.kernels import choose_backend, fused_linear
     from eaglequant.layouts.detect import describe_head
 
@@ -302,6 +302,7 @@ def _check_parity(
                 f"--source {source}: has no linear {missing[0]}", hint="pass the checkpoint DST was made from"
             )
         stored: dict[str, StoredLinear] = {}
+        seed, tokens, inputs = draft_inputs
         generator = torch.Generator().manual_seed(seed)
         for module in sorted(quantized):
             try:
@@ -336,7 +337,14 @@ def _check_parity(
             return
         canonical = {by_module[m].module: s for m, s in stored.items()}
         weights = canonical_weights(src, src_head)
-        report.fidelity = head_fidelity(src_head, weights, canonical, limits, seed, tokens, device)
+        if inputs is not None:
+            sequences = load_calibration(inputs, src_head, "--inputs")
+            positions = sum(len(aux) for aux, _ in sequences)
+            described = f"captured: {inputs.name} ({len(sequences)} sequences, {positions} positions)"
+        else:
+            sequences = synthetic_inputs(src_head, weights, seed, tokens)
+            described = f"synthetic: seed {seed}, {tokens} positions"
+        report.fidelity = head_fidelity(src_head, weights, canonical, limits, sequences, device, described)
 
 
 def _worst_block(weight: torch.Tensor, stored: StoredLinear, block: int | None) -> tuple[float, int, int]:

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from eaglequant import convert, verify
 from eaglequant.fidelity import DistributionShift, distribution_shift, judge_shift
 from eaglequant.schemes.model import load_scheme, stored_cells
-from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli_subprocess
+from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli, run_cli_subprocess, write_calibration
 
 CELLS = stored_cells()
 SEEDS = (0, 1)
@@ -148,3 +148,28 @@ def test_flat_logits_flip_without_failing() -> None:
     biased = reference.clone()
     biased[:, 7] += 0.05  # one token always wins: structured damage
     assert judge_shift(distribution_shift(reference, biased), 512, load_scheme("fp8-per-channel").verify)
+
+
+def test_captured_inputs_drive_the_fidelity_run(tmp_path: Path) -> None:
+    """convert --calib --verify and verify --inputs run the head on the captured inputs, and say so."""
+    calib = write_calibration("specforge-llama", tmp_path / "calib.safetensors", sequences=3, tokens=20)
+    dst = tmp_path / "out"
+    result = convert(FIXTURES / "specforge-llama", dst, scheme="nvfp4", format="modelopt", calib=calib,
+                     verify_output=True)  # fmt: skip
+    fidelity = result.verification.fidelity
+    assert fidelity.tokens == 60 and fidelity.inputs.startswith("captured: calib.safetensors (3 sequences")
+    assert "captured: calib.safetensors" in (dst / "README.md").read_text()
+    later = verify(dst, source=FIXTURES / "specforge-llama", inputs=calib)
+    assert later.verdict == "passed" and later.fidelity.inputs == fidelity.inputs
+    synthetic = verify(dst, source=FIXTURES / "specforge-llama")
+    assert synthetic.fidelity.inputs.startswith("synthetic: seed 0")
+
+
+def test_bad_inputs_are_one_line_naming_the_flag(tmp_path: Path) -> None:
+    dst = tmp_path / "out"
+    convert(FIXTURES / "specforge-llama", dst)
+    wrong = tmp_path / "wrong.safetensors"
+    save_file({"hidden_states": torch.zeros(1, 4, 7), "input_ids": torch.zeros(1, 4, dtype=torch.int64)}, wrong)
+    result = run_cli("verify", dst, "--source", FIXTURES / "specforge-llama", "--inputs", wrong)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and lines[-1].startswith("error: --inputs") and "hidden_states" in lines[-1]

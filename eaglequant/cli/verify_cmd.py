@@ -41,6 +41,15 @@ def verify_command(
             "quantization method it picks, the tensors it consumes, and whether the loaded values equal the file.",
         ),
     ] = None,
+    inputs: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--inputs",
+            help="Captured draft inputs (the --calib file format) for the draft-head fidelity run, instead of "
+            "seeded synthetic ones.",
+            show_default=False,
+        ),
+    ] = None,
     engine_python: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(
@@ -71,6 +80,7 @@ def verify_command(
             tokens=tokens,
             load_with=load_with or [],
             engine_python=engine_python,
+            inputs=inputs,
         )
         data = report.to_json()
         if json_out:
@@ -124,7 +134,7 @@ def render(data: dict[str, Any]) -> None:
                 f"top-1 agreement {shift['top1_agreement']:.3f} ({shift['flips']} flips, "
                 f"{shift['noise_flips']:.1f} explained by noise)",
             ]
-        err.print(f"draft head over {fidelity['tokens']} positions: " + ", ".join(parts))
+        err.print(f"draft head over {fidelity['tokens']} positions ({fidelity['inputs']}): " + ", ".join(parts))
         if floor is not None:
             err.print(
                 f"  the source draft in bf16 arithmetic: mean TV {floor['mean_tv']:.4f}, top-1 agreement "

@@ -33,44 +33,47 @@ def canonical_weights(checkpoint: Checkpoint, head: HeadDescription) -> WeightFn
     return weight
 
 
-def load_calibration(path: str | Path, head: HeadDescription) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims."""
+def load_calibration(
+    path: str | Path, head: HeadDescription, option: str = "--calib"
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims. ``option``
+    names the file in messages (the CLI flag that gave it)."""
     path = Path(path)
     if not path.is_file() or path.suffix != ".safetensors":
-        raise InputError(f"--calib {path}: not a .safetensors file")
+        raise InputError(f"{option} {path}: not a .safetensors file")
     try:
         calib = Checkpoint.open_file(path)
     except EagleQuantError as exc:
-        raise InputError(f"--calib {path}: {exc.message}") from exc
+        raise InputError(f"{option} {path}: {exc.message}") from exc
     with calib:
         tensors = {name: calib.read(name) for name in calib.tensors}
     dims = head.dims
     width = dims.num_aux_hidden_states * dims.target_hidden_size
     hidden = tensors.get("hidden_states")
     if hidden is None:
-        raise InputError(f"--calib {path}: no tensor 'hidden_states' [S, T, {width}]")
+        raise InputError(f"{option} {path}: no tensor 'hidden_states' [S, T, {width}]")
     if hidden.dim() == 2:
         hidden = hidden[None]
     if hidden.dim() != 3 or hidden.shape[-1] != width or not hidden.is_floating_point():
-        raise InputError(f"--calib {path}: 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]")
+        raise InputError(f"{option} {path}: 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]")
     sequences, tokens = hidden.shape[:2]
     if "input_embeds" in tensors:
         embeds = tensors["input_embeds"].reshape(sequences, tokens, -1)
         if embeds.shape[-1] != dims.hidden_size:
-            raise InputError(f"--calib {path}: 'input_embeds' must be [S, T, {dims.hidden_size}]")
+            raise InputError(f"{option} {path}: 'input_embeds' must be [S, T, {dims.hidden_size}]")
         return [(hidden[i], embeds[i]) for i in range(sequences)]
     ids = tensors.get("input_ids")
     if ids is None or ids.numel() != sequences * tokens or ids.is_floating_point():
-        raise InputError(f"--calib {path}: 'input_ids' must be an integer tensor [S, T] = [{sequences}, {tokens}]")
+        raise InputError(f"{option} {path}: 'input_ids' must be an integer tensor [S, T] = [{sequences}, {tokens}]")
     if "embed_tokens" not in head.features:
         raise InputError(
-            f"--calib {path}: this head has no embed_tokens (it shares the target's)",
+            f"{option} {path}: this head has no embed_tokens (it shares the target's)",
             hint="capture 'input_embeds' [S, T, H] from the target instead of 'input_ids'",
         )
     ids = ids.reshape(sequences, tokens).to(torch.int64)
     vocab = next(t.info.shape[0] for t in head.tensors if t.role is Role.EMBEDDING)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise InputError(f"--calib {path}: token ids outside the vocabulary [0, {vocab})")
+        raise InputError(f"{option} {path}: token ids outside the vocabulary [0, {vocab})")
     return [(hidden[i], ids[i]) for i in range(sequences)]
 
 
