@@ -335,9 +335,10 @@ def explain(
     excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: default, those its conversion targeted
     (every engine for a checkpoint another tool wrote); ``["all"]``: every engine."""
+    from eaglequant.manifest import recorded_engines, recorded_report
     from eaglequant.readback import explain_checkpoint
 
-    names = None if "all" in engines else _engine_names(engines) or _recorded_engines(Path(dst))
+    names = None if "all" in engines else _engine_names(engines) or recorded_engines(recorded_report(Path(dst)))
     with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
         return explain_checkpoint(checkpoint, head, names, target)
 
@@ -498,20 +499,10 @@ def _upload_refusal(report: VerifyReport) -> str | None:
 
 
 def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
-    """Validated engine names; None for "not chosen"; every engine for "all"."""
+    """Validated engine names ("all" left to the caller); None for "not chosen"."""
     from eaglequant.engines import get_engine
 
     return [get_engine(name).name for name in dict.fromkeys(engines) if name != "all"] or None
-
-
-def _recorded_engines(dst: Path) -> list[str] | None:
-    """The engines a conversion by eaglequant targeted (None: no report, so every engine)."""
-    from eaglequant.engines import ENGINES
-    from eaglequant.manifest import recorded_report
-
-    recorded = (recorded_report(dst) or {}).get("engines")
-    names = [name for name in recorded if name in ENGINES] if isinstance(recorded, list) else []
-    return names or None
 
 
 @contextmanager

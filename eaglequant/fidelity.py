@@ -42,13 +42,19 @@ class DistributionShift:
 @dataclass(frozen=True)
 class HeadFidelity:
     tokens: int
-    top1_agreement: float | None  # None when the head has no lm_head (it shares the target's)
-    mean_kl: float | None
     hidden_cosine: float
     failed: tuple[str, ...]
-    shift: DistributionShift | None = None  # quantized against source, fp32 arithmetic
+    inputs: str  # which draft inputs were used, in words
+    shift: DistributionShift | None = None  # quantized against source; None without lm_head (the target's)
     floor: DistributionShift | None = None  # the source draft in bf16 arithmetic, as an engine runs it
-    inputs: str = "synthetic"  # which draft inputs were used, in words
+
+    @property
+    def top1_agreement(self) -> float | None:
+        return None if self.shift is None else self.shift.top1_agreement
+
+    @property
+    def mean_kl(self) -> float | None:
+        return None if self.shift is None else self.shift.mean_kl
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,11 +186,9 @@ def head_fidelity(
             torch.nn.functional.cosine_similarity(ref_hidden.double(), got_hidden.double(), dim=-1).mean()
         )
         if not has_logits:
-            return HeadFidelity(positions, None, None, hidden_cosine, (), inputs=inputs)
+            return HeadFidelity(positions, hidden_cosine, (), inputs)
         ref_logits = reference.linear("lm_head", ref_hidden)
         shift = distribution_shift(ref_logits, quantized.linear("lm_head", got_hidden))
         floor = distribution_shift(ref_logits, engine_like.linear("lm_head", torch.cat(hidden["bf16"])))
     failed = judge_shift(shift, positions, limits)
-    return HeadFidelity(
-        positions, shift.top1_agreement, shift.mean_kl, hidden_cosine, tuple(failed), shift, floor, inputs
-    )
+    return HeadFidelity(positions, hidden_cosine, tuple(failed), inputs, shift, floor)

@@ -80,6 +80,15 @@ def recorded_report(dst: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def recorded_engines(report: dict[str, Any] | None) -> list[str] | None:
+    """The engines a conversion targeted, as its report records them (None: no report, or none recorded)."""
+    from eaglequant.engines import ENGINES
+
+    recorded = (report or {}).get("engines")
+    names = [name for name in recorded if name in ENGINES] if isinstance(recorded, list) else []
+    return names or None
+
+
 def completed_with(dst: Path, key: str) -> str | None:
     """Why ``dst`` cannot be reused for a conversion with manifest ``key``; None when it can: it carries
     that key and every file its report lists is there with the recorded SHA-256."""

@@ -25,7 +25,7 @@ from eaglequant.errors import InputError
 from eaglequant.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.manifest import changed_files, recorded_report
+from eaglequant.manifest import changed_files, recorded_engines, recorded_report
 from eaglequant.readback import explain_checkpoint
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
@@ -155,8 +155,8 @@ def verify_checkpoint(
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
     ``every_engine``, or for a checkpoint another tool wrote, every engine that can)."""
     recorded = recorded_report(dst)
-    if engines is None and recorded is not None and not every_engine:
-        engines = [e for e in recorded.get("engines", []) if isinstance(e, str)] or None
+    if engines is None and not every_engine:
+        engines = recorded_engines(recorded)
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
     scheme, scheme_note = recorded_scheme(recorded, explanation.kinds)

@@ -151,7 +151,7 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
         tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
         raise EngineLoadError(
             f"{probe.title} probe ({interpreter}) exited {done.returncode} without a report: {tail}",
-            hint="rerun with the engine's own logs: EAGLEQUANT_PROBE_DEBUG=1",
+            hint=f"check that it has {probe.title} installed: {probe.install}",
         ) from None
     results = tuple(data.get("results", ()))
     if len(results) != len(jobs):
@@ -239,8 +239,9 @@ class Expectation:
 def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> Expectation:
     """``explain``'s reading of ``checkpoint`` for ``engine``, named for ``target``'s layer count (61 when
     unknown), as the plan the engine's own load is held against."""
+    from eaglequant.manifest import recorded_report
     from eaglequant.readback import explain_checkpoint
-    from eaglequant.schemes.model import scheme_for_kinds
+    from eaglequant.verification import recorded_scheme
 
     get_probe(engine)
     if target.count is None:
@@ -248,7 +249,8 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLay
     explanation = explain_checkpoint(checkpoint, head, [engine], target)
     reading = explanation.engines[0]
     planned = {module.runtime_name: module.scheme is not None for module in reading.modules}
-    limit = scheme_for_kinds(explanation.kinds).verify.max_relative_error
+    scheme, _ = recorded_scheme(recorded_report(checkpoint.root), explanation.kinds)  # as verify judges it
+    limit = scheme.verify.max_relative_error
     assert target.count is not None
     weight_only = explanation.kinds[1] is None
     return Expectation(engine, target.count, planned, limit, reading.loads, reading.note, weight_only)

@@ -58,8 +58,9 @@ def _layer_prefix(head: HeadDescription, layer: int) -> str:
     return f"model.midlayer.{layer}" if head.num_layers > 1 else "model.midlayer"
 
 
-def _excludes(pattern: str, candidate: str) -> bool:
-    if pattern.startswith("re:"):
+def _excludes(pattern: str, candidate: str, regex: bool = True) -> bool:
+    """``regex``: ``re:`` means a regular expression (main); without it, ``re:...`` is a plain glob (1.2.x)."""
+    if regex and pattern.startswith("re:"):
         return re.fullmatch(pattern[3:], candidate) is not None
     return fnmatch.fnmatchcase(candidate, pattern)
 
@@ -74,6 +75,8 @@ class TrtllmMainEngine(Engine):
     name: ClassVar[str] = "trtllm-main"
     title: ClassVar[str] = "TensorRT-LLM main"
     release: ClassVar[str] = "(2026)"
+    matches_ancestors: ClassVar[bool] = True  # an exclude entry matching a parent module excludes the child
+    reads_regex: ClassVar[bool] = True  # "re:" entries are regular expressions
 
     def lm_head_unquantized(self, head: HeadDescription) -> str | None:
         return "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
@@ -109,10 +112,10 @@ class TrtllmMainEngine(Engine):
 
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
         parts = runtime_name.split(".")
-        ancestors = [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)]
+        ancestors = [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)] if self.matches_ancestors else []
         candidates = [runtime_name, *ancestors, *_fused_member_names(runtime_name)]
         for pattern in patterns:
-            if any(_excludes(pattern, candidate) for candidate in candidates):
+            if any(_excludes(pattern, candidate, self.reads_regex) for candidate in candidates):
                 return pattern
         return None
 
@@ -137,16 +140,11 @@ class TrtllmEngine(TrtllmMainEngine):
     name: ClassVar[str] = "trtllm"
     title: ClassVar[str] = "TensorRT-LLM"
     release: ClassVar[str] = "1.2.x"
+    matches_ancestors: ClassVar[bool] = False
+    reads_regex: ClassVar[bool] = False
 
     def fc_unquantized(self, head: HeadDescription) -> str | None:
         return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
 
     def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
         return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question
-
-    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
-        candidates = [runtime_name, *_fused_member_names(runtime_name)]
-        for pattern in patterns:
-            if any(fnmatch.fnmatchcase(candidate, pattern) for candidate in candidates):
-                return pattern
-        return None
