@@ -20,8 +20,13 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglequant.kernels.reference import FP8_MAX, MIN_TOKEN_SCALE
+from eaglequant.kernels import reference
 from eaglequant.kernels.stored import StoredLinear
+
+# Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
+# interpreter does not check).
+FP8_MAX = tl.constexpr(reference.FP8_MAX)
+MIN_TOKEN_SCALE = tl.constexpr(reference.MIN_TOKEN_SCALE)
 
 _KINDS = {"fp8-channel": 0, "nvfp4": 1, "mxfp4": 2}
 _GROUP = {"fp8-channel": 1, "nvfp4": 16, "mxfp4": 32}
