@@ -177,6 +177,7 @@ def convert(
     repo_id: str | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
+    device: str = "cpu",
 ) -> ConversionResult:
     """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
     ``dst`` (atomically: ``dst`` appears only when complete, model card and report included).
@@ -188,13 +189,16 @@ def convert(
     ``repo_id``: the Hub repo the result will be uploaded to; the card's serving lines name the draft by it
     (default: the absolute path of ``dst``).
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the same
-    byte for byte whatever their number.
+    byte for byte whatever their number. ``device``: ``cpu`` or ``cuda`` for the quantization math; the
+    tensors written are the same byte for byte (see :mod:`eaglequant.devices`).
     """
     from eaglequant.card import card_context, source_card_metadata
+    from eaglequant.devices import quantization_device
     from eaglequant.manifest import BackgroundDigests, conversion_manifest
 
     dst_path = Path(dst)
     max_shard_bytes = parse_size(max_shard_size)
+    quantization_device(device)  # a missing GPU is bad input, said before any work
     if repo_id is not None:
         check_repo_id(repo_id)
     source = resolve_source(src)
@@ -236,6 +240,7 @@ def convert(
             if verify_output
             else None,
             workers=workers,
+            device=device,
         )
     return result
 

@@ -26,6 +26,7 @@ from eaglequant.checkpoint.writer import (
     shard_names,
     split_into_shards,
 )
+from eaglequant.devices import quantization_device, shared_on
 from eaglequant.errors import CheckpointError, InputError
 from eaglequant.formats import GroupScales
 from eaglequant.formats.base import ErrorSums, error_figures
@@ -157,6 +158,7 @@ def run_conversion(
     card: dict[str, Any] | None = None,
     finish: Finisher | None = None,
     workers: int | None = None,
+    device: str = "cpu",
 ) -> ConversionResult:
     """Write ``plan``'s output into ``dst``: shards, config, side files, report and model card; with
     ``finish`` (verification), its JSON too, all before ``dst`` appears. An output that fails verification
@@ -164,9 +166,11 @@ def run_conversion(
 
     ``manifest``: called once the tensors are written (the source may be hashed meanwhile).
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the
-    same byte for byte whatever their number.
+    same byte for byte whatever their number. ``device``: where the quantization math runs (see
+    :mod:`eaglequant.devices`); the tensors written are the same byte for byte.
     """
     progress = progress or NoProgress()
+    math_device = quantization_device(device)
     started = time.perf_counter()
     workers = workers or default_workers()
     files: dict[str, str] = {}
@@ -180,7 +184,7 @@ def run_conversion(
         names = shard_names(len(shards))
         progress.start(plan.output_bytes, len(plan.outputs))
         try:
-            shard_digests, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress)
+            shard_digests, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress, math_device)
             files.update(shard_digests)
         finally:
             progress.stop()
@@ -256,6 +260,7 @@ def _write_shards(
     names: list[str],
     workers: int,
     progress: Progress,
+    device: torch.device | None = None,
 ) -> tuple[dict[str, str], list[LinearResult]]:
     """Every output tensor into its planned place; returns each shard's SHA-256 and the quantized linears."""
     files: list[SafetensorsShard] = []
@@ -263,7 +268,7 @@ def _write_shards(
         for name, specs in zip(names, shards, strict=True):
             files.append(SafetensorsShard(tmp / name, specs, metadata={"format": "pt"}))
         with _torch_threads(1):  # parallelism comes from the workers; nested OpenMP teams only contend
-            linears = _ShardFiller(checkpoint, plan, files).run(workers, progress)
+            linears = _ShardFiller(checkpoint, plan, files, device).run(workers, progress)
         return {name: shard.close() for name, shard in zip(names, files, strict=True)}, linears
     finally:
         for shard in files:
@@ -300,9 +305,16 @@ class _ShardFiller:
     tasks per worker are in flight, so memory is bounded by a few row blocks, not by tensor size.
     """
 
-    def __init__(self, checkpoint: Checkpoint, plan: ConversionPlan, files: list[SafetensorsShard]) -> None:
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        plan: ConversionPlan,
+        files: list[SafetensorsShard],
+        device: torch.device | None = None,
+    ) -> None:
         self.checkpoint = checkpoint
         self.plan = plan
+        self.device = device  # None: quantize on the CPU
         self.where = {name: shard for shard in files for name in shard.specs}
         self.scales = _GroupScales(checkpoint, plan)
         self.blocks: dict[str, list[ErrorSums]] = {}  # per linear, its blocks' sums as they complete
@@ -370,9 +382,11 @@ class _ShardFiller:
         self, linear: HeadLinear, specs: dict[str, TensorSpec], shared: GroupScales, rows: slice
     ) -> ErrorSums:
         weight = self.checkpoint.read_rows(linear.weight, rows)
+        if self.device is not None:
+            weight, shared = weight.to(self.device), shared_on(shared, self.device)
         block = self.plan.format.quantize_rows(linear, weight, self.plan.scheme, shared)
         for name, tensor in block.tensors.items():
-            spec, data = specs[name], tensor_bytes(tensor)
+            spec, data = specs[name], tensor_bytes(tensor.cpu())
             row_bytes = _row_bytes(spec, linear)
             if row_bytes:
                 if len(data) != row_bytes * (rows.stop - rows.start):

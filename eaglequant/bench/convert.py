@@ -95,8 +95,11 @@ def bench_convert(
     anchors: bool = True,
     workers: int | None = None,
     log: Any = None,
+    device: str = "cpu",
+    verify: bool = True,
 ) -> dict[str, Any]:
-    """Time every run on every head; ``log(line)`` is told what runs next."""
+    """Time every run on every head; ``log(line)`` is told what runs next. ``verify``: also time
+    ``convert --verify`` of the first scheme (its peak RSS is the verification's)."""
     from eaglequant.schemes import builtin_scheme_names
 
     say = log or (lambda _line: None)
@@ -114,6 +117,7 @@ def bench_convert(
             _timed(head, "copy", "cp -r + sync", copy, work_dir, say),
             _timed(head, "round-trip", "load_file + save_file", round_trip, work_dir, say),
         ]
+        options = ["--device", device] + (["--workers", str(workers)] if workers else [])
         for scheme in chosen:
             fmt = default_format(scheme)
             command = [
@@ -128,15 +132,16 @@ def bench_convert(
                 "--format",
                 fmt,
             ]
-            if workers:
-                command += ["--workers", str(workers)]
-            head_runs.append(_timed(head, "eaglequant", f"{scheme} ({fmt})", command, work_dir, say))
+            head_runs.append(_timed(head, "eaglequant", f"{scheme} ({fmt})", command + options, work_dir, say))
+            if verify and scheme == chosen[0]:
+                label = f"{scheme} ({fmt}) --verify"
+                head_runs.append(_timed(head, "eaglequant", label, [*command, *options, "--verify"], work_dir, say))
             if anchors:
                 for vendor, name in ANCHORS.get(scheme, []):
                     head_runs.append(_anchor(head, src, scheme, vendor, name, work_dir, say))
         _ratios(head_runs, source_bytes)
         runs += head_runs
-    return {"machine": machine(), "workers": workers, "runs": [asdict(r) for r in runs]}
+    return {"machine": machine(), "workers": workers, "device": device, "runs": [asdict(r) for r in runs]}
 
 
 def default_format(scheme: str) -> str:
@@ -190,7 +195,7 @@ def _ratios(runs: list[Run], source_bytes: int) -> None:
         run.input_mb_per_s = round(source_bytes / run.wall_s / 1e6, 1)
         if copy is not None and copy.wall_s:
             run.vs_copy = round(run.wall_s / copy.wall_s, 2)
-        if run.kind == "eaglequant":
+        if run.kind == "eaglequant" and not run.scheme.endswith("--verify"):
             scheme = run.scheme.split(" ")[0]
             for vendor, name in ANCHORS.get(scheme, []):
                 anchor = next((a for a in anchors if a.kind == vendor and a.scheme == name), None)

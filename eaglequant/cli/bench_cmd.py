@@ -74,6 +74,11 @@ def convert_command(
         Optional[int],  # noqa: UP045
         typer.Option("--workers", min=1, help="Passed to convert (default: convert's own default)."),
     ] = None,
+    device: Annotated[str, typer.Option("--device", help="Passed to convert: cpu (the default) or cuda.")] = "cpu",
+    verify: Annotated[
+        bool,
+        typer.Option("--verify-run/--no-verify-run", help="Also time convert --verify of the first scheme."),
+    ] = True,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the table as Markdown (for docs).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
@@ -102,6 +107,8 @@ def convert_command(
             schemes=tuple(scheme) if scheme else None,
             anchors=anchors,
             workers=workers,
+            device=device,
+            verify=verify,
             log=lambda line: err.print(f"[dim]{escape(line)}[/]", markup=True),
         )
         if json_out:

@@ -69,6 +69,14 @@ def convert_command(
             "byte for byte whatever the number.",
         ),
     ] = None,
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            help="Where the quantization math runs: cpu, or cuda (a GPU with a CUDA build of torch). The tensors "
+            "written are the same byte for byte.",
+        ),
+    ] = "cpu",
     json_out: JsonOpt = False,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
@@ -97,6 +105,7 @@ def convert_command(
             repo_id=repo_id,
             progress=BarProgress() if progress_enabled() else None,
             workers=workers,
+            device=device,
         )
         data = result.to_json()
         if result.verification is not None:

@@ -20,7 +20,7 @@ def e2m1_codes(scaled: torch.Tensor, *, negative_zero: bool) -> torch.Tensor:
     saturating at +-6. ``negative_zero``: whether a negative value that rounds to 0 keeps its sign
     bit (0x8) or is written as +0 (0x0) — vendors differ."""
     magnitude = scaled.abs()
-    codes = torch.zeros(scaled.shape, dtype=torch.uint8)
+    codes = torch.zeros(scaled.shape, dtype=torch.uint8, device=scaled.device)
     for index, midpoint in enumerate(_MIDPOINTS):
         above = magnitude > midpoint if index % 2 == 0 else magnitude >= midpoint
         codes += above.to(torch.uint8)
@@ -44,5 +44,5 @@ def unpack_codes(packed: torch.Tensor) -> torch.Tensor:
 
 def decode_codes(codes: torch.Tensor) -> torch.Tensor:
     """E2M1 codes -> float32 values."""
-    table = torch.tensor(E2M1_MAGNITUDES + tuple(-m for m in E2M1_MAGNITUDES), dtype=torch.float32)
+    table = torch.tensor(E2M1_MAGNITUDES + tuple(-m for m in E2M1_MAGNITUDES), dtype=torch.float32, device=codes.device)
     return table[codes.long()]

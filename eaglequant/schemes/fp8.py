@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import torch
 
+from eaglequant.schemes.exact import divide
 from eaglequant.schemes.rows import by_row_blocks
 
 FP8_E4M3_MAX = 448.0
@@ -44,7 +45,7 @@ def quark_per_channel_block(weight: torch.Tensor) -> tuple[torch.Tensor, torch.T
     for zeros and +-448 for everything else. Those rows (only those) are divided in float32.
     """
     amax = weight.abs().amax(dim=1).to(torch.float32)
-    scale = amax / FP8_E4M3_MAX
+    scale = divide(amax, FP8_E4M3_MAX)
     scale = torch.where(scale == 0, torch.finfo(torch.float32).eps, scale)
     divisor = scale.to(weight.dtype).unsqueeze(1)
     scaled = weight / divisor
@@ -82,7 +83,7 @@ def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, 
 
 
 def _compressed_tensors_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = weight.abs().amax(dim=1, keepdim=True) / torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype)
+    scale = divide(weight.abs().amax(dim=1, keepdim=True), torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype))
     scale = torch.where(scale == 0, torch.tensor(torch.finfo(weight.dtype).eps, dtype=weight.dtype), scale)
     return (weight / scale).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn), scale
 
@@ -101,5 +102,5 @@ def _modelopt_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     info = torch.finfo(weight.dtype)
     amax = weight.abs().amax(dim=1)
     amax = torch.where(amax == 0, torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype), amax)
-    scale = amax.clamp(info.tiny, info.max).to(torch.float32) / FP8_E4M3_MAX
+    scale = divide(amax.clamp(info.tiny, info.max).to(torch.float32), FP8_E4M3_MAX)
     return (weight.to(torch.float32) / scale.unsqueeze(1)).to(torch.float8_e4m3fn), scale

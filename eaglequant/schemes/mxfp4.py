@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from eaglequant.schemes.exact import floor_log2, power_of_two
 from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
 from eaglequant.schemes.rows import by_row_blocks
 
@@ -54,7 +55,7 @@ def _quark_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
     exponent = shared_exponents(blocks.abs().amax(dim=-1))
     # Division in float32 by the exact power of two (2^-127 is an fp32 subnormal and is kept).
-    scaled = blocks.to(torch.float32) / torch.exp2(exponent.to(torch.float32)).unsqueeze(-1)
+    scaled = blocks.to(torch.float32) / power_of_two(exponent).unsqueeze(-1)
     codes = e2m1_codes(scaled.reshape(n, k), negative_zero=False)
     # Quark takes the log of max(scale, 2^-126) when storing: e = -127 is written as byte 1.
     stored = exponent.clamp(min=-126) + E8M0_BIAS
@@ -87,10 +88,10 @@ def _ct_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     dtype = weight.dtype
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
     power = _round_to_power_of_two(blocks.abs().amax(dim=-1))
-    biased = (E8M0_BIAS + torch.floor(torch.log2(power)) - 2).clamp(0, 255).round().to(torch.uint8)
-    scale = torch.exp2(biased.to(torch.int32).to(torch.float32) - E8M0_BIAS).to(dtype)
+    biased = (E8M0_BIAS + floor_log2(power) - 2).clamp(0, 255).round().to(torch.uint8)
+    scale = power_of_two(biased.to(torch.int32) - E8M0_BIAS).to(dtype)
     scale = torch.where(scale == 0, torch.tensor(1.0, dtype=dtype), scale)  # fp16: 2^-127 underflows
-    stored = (E8M0_BIAS + torch.floor(torch.log2(scale)).to(torch.int32)).to(torch.uint8)
+    stored = (E8M0_BIAS + floor_log2(scale).to(torch.int32)).to(torch.uint8)
     scaled = (blocks / scale.unsqueeze(-1)).clamp(-E2M1_MAX, E2M1_MAX).reshape(n, k)
     codes = e2m1_codes(scaled.to(torch.float32), negative_zero=True)
     return pack_codes(codes), stored
@@ -100,5 +101,5 @@ def dequantize(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """What an engine computes from the stored bytes: float32 [N, K]."""
     n = packed.shape[0]
     values = decode_codes(unpack_codes(packed)).reshape(n, -1, BLOCK)
-    factors = torch.exp2(scale.to(torch.float32) - E8M0_BIAS).unsqueeze(-1)
+    factors = power_of_two(scale.to(torch.int32) - E8M0_BIAS).unsqueeze(-1)
     return (values * factors).reshape(n, -1)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 
+from eaglequant.schemes.exact import divide
 from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
 from eaglequant.schemes.rows import by_row_blocks
 
@@ -36,7 +37,7 @@ def compressed_tensors_global_scale(amax: torch.Tensor, dtype: torch.dtype) -> t
     amax_d = amax.to(dtype).clamp(min=torch.finfo(dtype).tiny)
     scale = amax_d.reciprocal() * GLOBAL_RANGE
     if not bool(torch.isfinite(scale)):
-        scale = torch.tensor(1.0, dtype=dtype)
+        scale = torch.tensor(1.0, dtype=dtype, device=amax.device)
     return scale.to(torch.float32).reshape(1)
 
 
@@ -49,7 +50,7 @@ def _ct_rows(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Te
     n, k = weight.shape
     dtype = weight.dtype
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
-    block_scale = blocks.abs().amax(dim=-1) / torch.tensor(E2M1_MAX, dtype=dtype)  # in D
+    block_scale = divide(blocks.abs().amax(dim=-1), torch.tensor(E2M1_MAX, dtype=dtype))  # in D
     fp8_scale = (global_scale * block_scale.to(torch.float32)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
     fp8_scale = fp8_scale.to(torch.float8_e4m3fn).to(torch.float32)
     fp8_scale = torch.where(fp8_scale == 0, CT_ZERO_BLOCK_SCALE, fp8_scale)
@@ -74,7 +75,7 @@ _MODELOPT_MIN_BLOCK_SCALE = 2.0**-9  # the smallest E4M3 subnormal
 
 def modelopt_global_scale(amax: torch.Tensor) -> torch.Tensor:
     """``weight_scale_2`` / ``input_scale``: fp32(amax) / 2688, a float32 0-dim tensor."""
-    return (amax.to(torch.float32) / GLOBAL_RANGE).reshape(())
+    return divide(amax.to(torch.float32), GLOBAL_RANGE).reshape(())
 
 
 def modelopt_quantize(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

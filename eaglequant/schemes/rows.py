@@ -26,6 +26,8 @@ def by_row_blocks(
     (shape, dtype), whose first dimension is the row: works wherever a row's result needs only that row."""
     import torch
 
+    if weight.device.type != "cpu":  # a GPU takes the whole block at once: row blocks only save CPU cache
+        return rows_fn(weight)
     assembled = tuple(torch.empty(shape, dtype=dtype) for shape, dtype in outputs)
     for rows in row_blocks(*weight.shape):
         for target, part in zip(assembled, rows_fn(weight[rows]), strict=True):
