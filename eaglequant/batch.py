@@ -17,6 +17,7 @@ from typing import Any
 import tomllib
 
 from eaglequant.batch_checks import check_convert_options, check_name, check_repo_id
+from eaglequant.batch_record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.errors import EXIT_INTERNAL, EagleQuantError, InputError
 from eaglequant.hub import parse_repo_ref
@@ -92,6 +93,7 @@ class BatchResult:
     job_names: list[str] = field(default_factory=list)  # every job of the file, run here or not
     shard: tuple[int, int] | None = None
     outcomes: list[JobOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -108,6 +110,7 @@ class BatchResult:
             jobs=[o.to_json() for o in self.outcomes],
             eaglequant_version=__version__,
             shard=None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}",
+            notes=self.notes,
         )
 
 
@@ -245,44 +248,49 @@ def run_batch(
     only: Sequence[str] = (),
     shard: tuple[int, int] | None = None,
     on_job: Callable[[int, int, JobOutcome], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> BatchResult:
-    """Run the jobs of ``path`` that :func:`select_jobs` picks, in order; ``on_job`` hears of each one done.
-    The whole file is checked first."""
+    """Run the jobs of ``path`` that :func:`select_jobs` picks, in order; ``on_job`` hears of each one done,
+    ``on_note`` of what the summary's ``notes`` say. The whole file is checked first."""
+    from eaglequant.hub import hub_offline
+
     jobs_file = Path(path)
     jobs = load_jobs(jobs_file)
     selected = select_jobs(jobs_file, jobs, only, shard)
     result = BatchResult(jobs_file, file_sha256(jobs_file), [job.name for job in jobs], shard)
+    use_hub = not hub_offline()
+    if not use_hub and any(job.upload is not None for job in selected):
+        result.notes.append(OFFLINE_NOTE)
+    for note in result.notes:
+        if on_note is not None:
+            on_note(note)
     for number, job in enumerate(selected, 1):
-        outcome = run_job(job)
+        outcome = run_job(job, use_hub=use_hub)
         result.outcomes.append(outcome)
         if on_job is not None:
             on_job(number, len(selected), outcome)
     return result
 
 
-def run_job(job: Job) -> JobOutcome:
+def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
+    """Convert (and upload) ``job`` unless it is done: on the Hub when it has ``[job.upload]`` and ``use_hub``,
+    else (or when the Hub lacks it) in its destination."""
     from eaglequant import api
-    from eaglequant.manifest import completed_with, recorded_report
 
     outcome = JobOutcome(job)
     started = time.perf_counter()
+    record: HubRecord | None = None
     try:
         outcome.manifest_key = api.manifest_key(job.source, **job.convert)
-        why_not = completed_with(job.destination, outcome.manifest_key)
-        if why_not is None and _recorded_verification(job.destination) is False:
-            why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
-        if why_not is None:
-            outcome.status, outcome.reason = "skipped", "complete, from the same source and options"
-            outcome.verified = _recorded_verification(job.destination)
+        if job.upload is not None and use_hub:
+            record = hub_record(job.upload.repo_id, job.upload.revision, outcome.manifest_key)
+        if record is not None and record.done:
+            reason = (
+                f"on the Hub at {record.target} (commit {str(record.commit)[:12]}), from the same source and options"
+            )
+            outcome.status, outcome.reason, outcome.verified = "skipped", reason, record.verified
         else:
-            overwrite = job.overwrite or recorded_report(job.destination) is not None
-            result = api.convert(job.source, job.destination, overwrite=overwrite, **job.convert)
-            outcome.status, outcome.reason = "converted", why_not
-            if result.verification is not None:
-                outcome.verified = result.verification.ok
-            if outcome.verified is False:
-                problems = "; ".join(result.verification.problems[:3])
-                _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", 3)
+            _convert_unless_done(job, outcome, record)
     except EagleQuantError as exc:
         _fail(outcome, exc.one_line(), exc.exit_code)
     except Exception as exc:
@@ -292,24 +300,45 @@ def run_job(job: Job) -> JobOutcome:
             EXIT_INTERNAL,
         )
     outcome.seconds = time.perf_counter() - started
-    if job.upload is not None and outcome.status != "failed":
-        outcome.upload = _upload(job, outcome.manifest_key or "")
+    if record is not None and record.done:
+        outcome.upload = {"status": "skipped", "repo_id": record.repo_id, "commit_url": record.commit_url}
+    elif job.upload is not None and outcome.status != "failed":
+        outcome.upload = _upload(job, outcome.manifest_key or "", trust_local_record=record is None)
     return outcome
+
+
+def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None) -> None:
+    """The local rule: skip when the destination is complete, from the same source and options, and its
+    recorded verification did not fail; else convert."""
+    from eaglequant import api
+    from eaglequant.manifest import completed_with, recorded_report
+
+    assert outcome.manifest_key is not None
+    on_hub = "" if record is None else f" (on the Hub at {record.target}: {record.why_not})"
+    why_not = completed_with(job.destination, outcome.manifest_key)
+    if why_not is None and recorded_verified(job.destination) is False:
+        why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
+    if why_not is None:
+        outcome.status, outcome.reason = "skipped", f"complete, from the same source and options{on_hub}"
+        outcome.verified = recorded_verified(job.destination)
+        return
+    overwrite = job.overwrite or recorded_report(job.destination) is not None
+    result = api.convert(job.source, job.destination, overwrite=overwrite, **job.convert)
+    outcome.status, outcome.reason = "converted", f"{why_not}{on_hub}"
+    if result.verification is not None:
+        outcome.verified = result.verification.ok
+    if outcome.verified is False:
+        problems = "; ".join(result.verification.problems[:3])
+        _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", 3)
 
 
 def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
     outcome.status, outcome.reason, outcome.exit_code = "failed", reason, exit_code
 
 
-def _recorded_verification(dst: Path) -> bool | None:
-    from eaglequant.verification import recorded_verification
-
-    recorded = recorded_verification(dst)
-    return None if recorded is None else recorded.get("ok") is True
-
-
-def _upload(job: Job, key: str) -> dict[str, Any]:
-    """Upload unless this destination, with this manifest key, already went to that repo and revision."""
+def _upload(job: Job, key: str, *, trust_local_record: bool) -> dict[str, Any]:
+    """Upload unless this destination, with this manifest key, already went to that repo and revision (as
+    ``.eaglequant/uploads.json`` records, when ``trust_local_record``: the Hub was not asked)."""
     from eaglequant import api
 
     assert job.upload is not None
@@ -317,7 +346,7 @@ def _upload(job: Job, key: str) -> dict[str, Any]:
     record = _uploads(job.destination)
     target = f"{spec.repo_id}@{spec.revision}"
     previous = record.get(target)
-    if isinstance(previous, dict) and previous.get("manifest_key") == key:
+    if trust_local_record and isinstance(previous, dict) and previous.get("manifest_key") == key:
         return {"status": "skipped", "repo_id": spec.repo_id, "commit_url": previous.get("commit_url")}
     try:
         result = api.upload(

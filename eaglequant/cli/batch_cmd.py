@@ -43,9 +43,9 @@ def batch_command(
 ) -> None:
     """Run the conversions (and uploads) a TOML job file lists, as one CI step.
 
-    Jobs already done are skipped: for a job with [job.upload], when its Hub repo holds an upload of the
-    same source and options; otherwise when its destination does. A failed job does not stop the others.
-    Exits 4 if any failed. With --list --json, the job names are one JSON list, for a CI matrix.
+    Skips a job whose Hub repo (with \\[job.upload]) or destination holds its output from the same source and options.
+
+    A failed job does not stop the others; exits 4 if any failed. --list --json: the job names for a CI matrix.
     """
     from eaglequant.cli import run_guarded
 
@@ -60,7 +60,7 @@ def batch_command(
             sys.stdout.write((json.dumps(names) if json_out else "\n".join(names)) + "\n")
             return True
         quiet_hub_progress()
-        result = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job)
+        result = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=_note)
         data = result.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -84,6 +84,10 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     if match is None or not 1 <= int(match[1]) <= int(match[2]):
         raise InputError(f"--shard {text}: not a slice K/N with 1 <= K <= N", hint="e.g. --shard 2/4")
     return int(match[1]), int(match[2])
+
+
+def _note(text: str) -> None:
+    err.print(f"note: {escape(text)}", soft_wrap=True)
 
 
 def _report_job(number: int, total: int, outcome: Any) -> None:
