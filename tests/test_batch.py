@@ -199,8 +199,9 @@ def test_list_prints_the_job_names_for_a_ci_matrix(tmp_path: Path) -> None:
     listed = run_cli("batch", path, "--list", "--json")
     assert listed.exit_code == 0 and listed.stdout.count("\n") == 1  # one line: fits $GITHUB_OUTPUT
     assert json.loads(listed.stdout) == ["head-0", "head-1", "head-2"]
-    assert run_cli("batch", path, "--list").stdout.splitlines() == ["head-0", "head-1", "head-2"]
-    assert not (tmp_path / "out").exists() and not Path("eaglequant-batch-summary.json").exists()
+    human = run_cli("batch", path, "--list", "--summary", tmp_path / "s.json")
+    assert human.stdout.splitlines() == ["head-0", "head-1", "head-2"]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "s.json").exists()  # nothing ran
 
 
 @pytest.mark.parametrize("count", [1, 5, 7])
