@@ -224,7 +224,9 @@ def convert(
             target_config=target_config,
             input_amax=input_amax,
         )
-        options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+        options = _manifest_options(
+            scheme_obj, _planned_names(plan), exclude, quantize, max_shard_bytes, calib, verify_output, repo_id
+        )
         digests = BackgroundDigests(source.path)  # once the plan holds: hashing overlaps the conversion
         draft = repo_id or str(dst_path.resolve())
         result = run_conversion(
@@ -260,21 +262,56 @@ def manifest_key(
     verify_output: bool = False,
     repo_id: str | None = None,
 ) -> str:
-    """The manifest key :func:`convert` with these arguments would record (reads headers only): a
-    destination carrying it, complete, needs no new conversion."""
+    """The manifest key :func:`convert` with these arguments would record, without converting: a destination
+    carrying it, complete, needs no new conversion. A local source's headers are read (and the options checked
+    against them); a Hub source is not downloaded: its weights' SHA-256 come from the Hub's file listing, and
+    only its small side files (config.json, ...) are fetched."""
+    from eaglequant.hub import hub_offline, is_hub_reference
     from eaglequant.manifest import conversion_manifest
 
     scheme_obj = load_scheme(scheme)
+    max_shard_bytes = parse_size(max_shard_size)
+    settings = (exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+    if is_hub_reference(src) and not hub_offline():
+        return _remote_manifest_key(str(src), scheme_obj, format, engines, (target_layers, target_config), settings)
     target = (target_layers, target_config)
     with _planned(src, scheme_obj, format, exclude, quantize, engines, target) as (source, _, plan):
-        max_shard_bytes = parse_size(max_shard_size)
-        options = _manifest_options(scheme_obj, plan, exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+        options = _manifest_options(scheme_obj, _planned_names(plan), *settings)
     return str(conversion_manifest(source, options)["key"])
+
+
+def _remote_manifest_key(
+    src: str,
+    scheme: Scheme,
+    format: str,
+    engines: list[str] | tuple[str, ...],
+    target: tuple[int | None, str | Path | None],
+    settings: tuple[Any, ...],
+) -> str:
+    """:func:`manifest_key` of a Hub source from its listing and config.json: the names a plan would resolve
+    (format, engines, the target's layer count) are resolved as :func:`build_plan` does."""
+    from eaglequant.engines import get_engine
+    from eaglequant.formats import get_format
+    from eaglequant.hub import remote_source_digests
+    from eaglequant.manifest import manifest_key_of
+
+    files, config = remote_source_digests(src)
+    names = (
+        get_format(format).name,
+        [get_engine(name).name for name in dict.fromkeys(engines)],
+        resolve_target_layers(target[0], target[1], config).count,
+    )
+    return manifest_key_of(files, _manifest_options(scheme, names, *settings))
+
+
+def _planned_names(plan: ConversionPlan) -> tuple[str, list[str], int | None]:
+    """What of a plan the manifest records: format, engines, the target's resolved layer count."""
+    return plan.format.name, [e.name for e in plan.engines], plan.target.count
 
 
 def _manifest_options(
     scheme: Scheme,
-    plan: ConversionPlan,
+    planned: tuple[str, list[str], int | None],
     exclude: list[str] | tuple[str, ...],
     quantize: list[str] | tuple[str, ...],
     max_shard_bytes: int,
@@ -285,14 +322,15 @@ def _manifest_options(
     """Everything besides the source that decides the bytes of a conversion's output."""
     from eaglequant.manifest import file_sha256
 
+    format_name, engine_names, target_count = planned
     return {
         "scheme": scheme.name,
         "scheme_sha256": file_sha256(Path(scheme.source)),
-        "format": plan.format.name,
-        "engines": sorted(e.name for e in plan.engines),
+        "format": format_name,
+        "engines": sorted(engine_names),
         "exclude": list(exclude),
         "quantize": list(quantize),
-        "target_layers": plan.target.count,
+        "target_layers": target_count,
         "max_shard_bytes": max_shard_bytes,
         "calib_sha256": None if calib is None else file_sha256(Path(calib)),
         "verify": verify_output,

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
+from eaglequant.batch_checks import check_convert_options, check_name, check_repo_id
+from eaglequant.batch_record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
+from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.errors import EXIT_INTERNAL, EagleQuantError, InputError
-from eaglequant.hub import check_repo_id, parse_repo_ref
+from eaglequant.hub import parse_repo_ref
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
 
@@ -86,23 +89,29 @@ class JobOutcome:
 @dataclass
 class BatchResult:
     jobs_file: Path
+    jobs_sha256: str = ""  # the job file's bytes: summaries of one file merge, those of different files do not
+    job_names: list[str] = field(default_factory=list)  # every job of the file, run here or not
+    shard: tuple[int, int] | None = None
     outcomes: list[JobOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(o.status != "failed" and (o.upload or {}).get("status") != "failed" for o in self.outcomes)
 
     def to_json(self) -> dict[str, Any]:
-        counts: dict[str, int] = {"converted": 0, "skipped": 0, "failed": 0, "uploaded": 0}
-        for outcome in self.outcomes:
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
-            counts["uploaded"] += (outcome.upload or {}).get("status") == "uploaded"
-        return {
-            "jobs_file": str(self.jobs_file),
-            "ok": self.ok,
-            "counts": counts,
-            "jobs": [o.to_json() for o in self.outcomes],
-        }
+        from eaglequant import __version__
+        from eaglequant.batch_summary import summary_json
+
+        return summary_json(
+            jobs_file=str(self.jobs_file),
+            jobs_sha256=self.jobs_sha256,
+            job_names=self.job_names,
+            jobs=[o.to_json() for o in self.outcomes],
+            eaglequant_version=__version__,
+            shard=None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}",
+            notes=self.notes,
+        )
 
 
 def load_jobs(path: Path) -> list[Job]:
@@ -149,12 +158,17 @@ def _job(path: Path, index: int, entry: dict[str, Any]) -> Job:
     base = path.parent
     destination = base / entry["destination"]
     name = entry.get("name") or destination.name
+    where = f"{path}: job {name!r}"
+    check_name(where, name)
     convert = {key: entry[key] for key in _CONVERT_KEYS if key in entry}
     for key in _PATH_KEYS:
         if key in convert:
             convert[key] = str(base / convert[key])
+    if convert.get("scheme", "").endswith(".toml"):  # a scheme file, relative to the job file
+        convert["scheme"] = str(base / convert["scheme"])
+    check_convert_options(where, convert)
     convert["verify_output"] = convert.pop("verify", True)
-    upload = _upload_spec(path, name, entry["upload"]) if "upload" in entry else None
+    upload = _upload_spec(where, entry["upload"]) if "upload" in entry else None
     if upload is not None:
         convert["repo_id"] = upload.repo_id
     return Job(name, _source(base, entry["source"]), destination, convert, entry.get("overwrite", False), upload)
@@ -168,76 +182,115 @@ def _source(base: Path, source: str) -> str:
     return source
 
 
-def _upload_spec(path: Path, name: str, table: dict[str, Any]) -> UploadSpec:
+def _upload_spec(where: str, table: dict[str, Any]) -> UploadSpec:
+    where = f"{where}: [job.upload]"
     for key, value in table.items():
         expected = _UPLOAD_KEYS.get(key)
         if expected is None:
-            raise InputError(
-                f"{path}: job {name!r}: upload: unknown key {key!r}", hint=f"known keys: {', '.join(_UPLOAD_KEYS)}"
-            )
+            raise InputError(f"{where}: unknown key {key!r}", hint=f"known keys: {', '.join(_UPLOAD_KEYS)}")
         if not isinstance(value, expected):
-            raise InputError(f"{path}: job {name!r}: upload: {key} must be {_TYPE_WORDS[expected]}, not {value!r}")
+            raise InputError(f"{where}: {key} must be {_TYPE_WORDS[expected]}, not {value!r}")
     if "repo_id" not in table:
-        raise InputError(f"{path}: job {name!r}: upload needs repo_id")
-    check_repo_id(table["repo_id"])
+        raise InputError(f"{where}: repo_id is missing", hint='add repo_id = "org/name"')
+    check_repo_id(where, table["repo_id"])
     return UploadSpec(**table)
 
 
 def _refuse_clashes(path: Path, jobs: list[Job]) -> None:
-    seen: dict[Any, str] = {}
-    for job in jobs:
-        for key in (("name", job.name), ("destination", job.destination.resolve())):
-            if key in seen:
-                raise InputError(f"{path}: jobs {seen[key]!r} and {job.name!r} share the {key[0]} {key[1]}")
-            seen[key] = job.name
+    """One destination per job (checked first: a name defaults to its destination's), one name per job."""
+    by_destination: dict[Path, int] = {}
+    by_name: dict[str, int] = {}
+    for number, job in enumerate(jobs, 1):
+        first = by_destination.setdefault(job.destination.resolve(), number)
+        if first != number:
+            raise InputError(
+                f"{path}: job {first} ({jobs[first - 1].name!r}) and job {number} ({job.name!r}) both write to "
+                f"{job.destination}",
+                hint="give each job its own destination",
+            )
+        first = by_name.setdefault(job.name, number)
+        if first != number:
+            raise InputError(
+                f"{path}: job {first} and job {number} are both named {job.name!r}",
+                hint='set a different name = "..." in one of them (names select jobs for --only and CI matrices)',
+            )
+
+
+def select_jobs(
+    jobs_file: Path, jobs: list[Job], only: Sequence[str] = (), shard: tuple[int, int] | None = None
+) -> list[Job]:
+    """The jobs named in ``only``, or shard K of N (``shard=(K, N)``: the jobs at positions K, K+N, K+2N, ...
+    of the file, counting from 1, so N runners share the jobs evenly and a rerun gives each the same ones as
+    long as jobs are added at the end), or all of them."""
+    if only and shard is not None:
+        raise InputError("only and shard both select jobs", hint="pass one of them")
+    if only:
+        missing = [name for name in only if name not in {job.name for job in jobs}]
+        if missing:
+            raise InputError(f"{jobs_file}: no job named {missing[0]!r}", hint=f"jobs: {_names(jobs)}")
+        return [job for job in jobs if job.name in only]
+    if shard is not None:
+        k, n = shard
+        if not 1 <= k <= n:
+            raise InputError(f"shard=({k}, {n}): K must be between 1 and N")
+        return jobs[k - 1 :: n]
+    return jobs
+
+
+def _names(jobs: list[Job]) -> str:
+    names = ", ".join(job.name for job in jobs[:8])
+    return names + (f" and {len(jobs) - 8} more" if len(jobs) > 8 else "")
 
 
 def run_batch(
     path: str | Path,
     *,
-    only: list[str] | tuple[str, ...] = (),
+    only: Sequence[str] = (),
+    shard: tuple[int, int] | None = None,
     on_job: Callable[[int, int, JobOutcome], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
 ) -> BatchResult:
-    """Run every job of ``path`` (or those named in ``only``) in order; ``on_job`` hears of each one done."""
+    """Run the jobs of ``path`` that :func:`select_jobs` picks, in order; ``on_job`` hears of each one done,
+    ``on_note`` of what the summary's ``notes`` say. The whole file is checked first."""
+    from eaglequant.hub import hub_offline
+
     jobs_file = Path(path)
     jobs = load_jobs(jobs_file)
-    if only:
-        missing = sorted(set(only) - {job.name for job in jobs})
-        if missing:
-            raise InputError(f"{jobs_file}: no job named {missing[0]!r}")
-        jobs = [job for job in jobs if job.name in only]
-    result = BatchResult(jobs_file)
-    for number, job in enumerate(jobs, 1):
-        outcome = run_job(job)
+    selected = select_jobs(jobs_file, jobs, only, shard)
+    result = BatchResult(jobs_file, file_sha256(jobs_file), [job.name for job in jobs], shard)
+    use_hub = not hub_offline()
+    if not use_hub and any(job.upload is not None for job in selected):
+        result.notes.append(OFFLINE_NOTE)
+    for note in result.notes:
+        if on_note is not None:
+            on_note(note)
+    for number, job in enumerate(selected, 1):
+        outcome = run_job(job, use_hub=use_hub)
         result.outcomes.append(outcome)
         if on_job is not None:
-            on_job(number, len(jobs), outcome)
+            on_job(number, len(selected), outcome)
     return result
 
 
-def run_job(job: Job) -> JobOutcome:
+def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
+    """Convert (and upload) ``job`` unless it is done: on the Hub when it has ``[job.upload]`` and ``use_hub``,
+    else (or when the Hub lacks it) in its destination."""
     from eaglequant import api
-    from eaglequant.manifest import completed_with, recorded_report
 
     outcome = JobOutcome(job)
     started = time.perf_counter()
+    record: HubRecord | None = None
     try:
         outcome.manifest_key = api.manifest_key(job.source, **job.convert)
-        why_not = completed_with(job.destination, outcome.manifest_key)
-        if why_not is None and _recorded_verification(job.destination) is False:
-            why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
-        if why_not is None:
-            outcome.status, outcome.reason = "skipped", "complete, from the same source and options"
-            outcome.verified = _recorded_verification(job.destination)
+        if job.upload is not None and use_hub:
+            record = hub_record(job.upload.repo_id, job.upload.revision, outcome.manifest_key)
+        if record is not None and record.done:
+            reason = (
+                f"on the Hub at {record.target} (commit {str(record.commit)[:12]}), from the same source and options"
+            )
+            outcome.status, outcome.reason, outcome.verified = "skipped", reason, record.verified
         else:
-            overwrite = job.overwrite or recorded_report(job.destination) is not None
-            result = api.convert(job.source, job.destination, overwrite=overwrite, **job.convert)
-            outcome.status, outcome.reason = "converted", why_not
-            if result.verification is not None:
-                outcome.verified = result.verification.ok
-            if outcome.verified is False:
-                problems = "; ".join(result.verification.problems[:3])
-                _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", 3)
+            _convert_unless_done(job, outcome, record)
     except EagleQuantError as exc:
         _fail(outcome, exc.one_line(), exc.exit_code)
     except Exception as exc:
@@ -247,24 +300,45 @@ def run_job(job: Job) -> JobOutcome:
             EXIT_INTERNAL,
         )
     outcome.seconds = time.perf_counter() - started
-    if job.upload is not None and outcome.status != "failed":
-        outcome.upload = _upload(job, outcome.manifest_key or "")
+    if record is not None and record.done:
+        outcome.upload = {"status": "skipped", "repo_id": record.repo_id, "commit_url": record.commit_url}
+    elif job.upload is not None and outcome.status != "failed":
+        outcome.upload = _upload(job, outcome.manifest_key or "", trust_local_record=record is None)
     return outcome
+
+
+def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None) -> None:
+    """The local rule: skip when the destination is complete, from the same source and options, and its
+    recorded verification did not fail; else convert."""
+    from eaglequant import api
+    from eaglequant.manifest import completed_with, recorded_report
+
+    assert outcome.manifest_key is not None
+    on_hub = "" if record is None else f" (on the Hub at {record.target}: {record.why_not})"
+    why_not = completed_with(job.destination, outcome.manifest_key)
+    if why_not is None and recorded_verified(job.destination) is False:
+        why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
+    if why_not is None:
+        outcome.status, outcome.reason = "skipped", f"complete, from the same source and options{on_hub}"
+        outcome.verified = recorded_verified(job.destination)
+        return
+    overwrite = job.overwrite or recorded_report(job.destination) is not None
+    result = api.convert(job.source, job.destination, overwrite=overwrite, **job.convert)
+    outcome.status, outcome.reason = "converted", f"{why_not}{on_hub}"
+    if result.verification is not None:
+        outcome.verified = result.verification.ok
+    if outcome.verified is False:
+        problems = "; ".join(result.verification.problems[:3])
+        _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", 3)
 
 
 def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
     outcome.status, outcome.reason, outcome.exit_code = "failed", reason, exit_code
 
 
-def _recorded_verification(dst: Path) -> bool | None:
-    from eaglequant.verification import recorded_verification
-
-    recorded = recorded_verification(dst)
-    return None if recorded is None else recorded.get("ok") is True
-
-
-def _upload(job: Job, key: str) -> dict[str, Any]:
-    """Upload unless this destination, with this manifest key, already went to that repo and revision."""
+def _upload(job: Job, key: str, *, trust_local_record: bool) -> dict[str, Any]:
+    """Upload unless this destination, with this manifest key, already went to that repo and revision (as
+    ``.eaglequant/uploads.json`` records, when ``trust_local_record``: the Hub was not asked)."""
     from eaglequant import api
 
     assert job.upload is not None
@@ -272,7 +346,7 @@ def _upload(job: Job, key: str) -> dict[str, Any]:
     record = _uploads(job.destination)
     target = f"{spec.repo_id}@{spec.revision}"
     previous = record.get(target)
-    if isinstance(previous, dict) and previous.get("manifest_key") == key:
+    if trust_local_record and isinstance(previous, dict) and previous.get("manifest_key") == key:
         return {"status": "skipped", "repo_id": spec.repo_id, "commit_url": previous.get("commit_url")}
     try:
         result = api.upload(

@@ -122,6 +122,10 @@ def _needed_patterns(repo_id: str, revision: str | None) -> list[str]:
         names = [p.name for p in Path(cached).parent.iterdir()] if isinstance(cached, str) else []
     else:
         names = [s.rfilename for s in HfApi().model_info(repo_id, revision=revision).siblings or []]
+    return needed_patterns(names)
+
+
+def needed_patterns(names: list[str]) -> list[str]:
     return [*SIDE_FILE_PATTERNS, *weight_patterns(names)]
 
 
@@ -136,6 +140,75 @@ def weight_patterns(names: list[str]) -> list[str]:
     if safetensors:
         return safetensors
     return ["pytorch_model*.bin"]
+
+
+def hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+# -- reading a repo without its weights ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepoListing:
+    """A repo's files at one commit: for each, its size and, when stored with LFS (weights), its SHA-256."""
+
+    repo_id: str
+    commit: str
+    lfs_sha256: dict[str, str | None]  # path -> the LFS object's SHA-256 (None: a regular git file)
+
+    def fetch(self, name: str) -> Path:
+        """A small (non-LFS) file of this commit, downloaded into the Hugging Face cache."""
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(self.repo_id, name, revision=self.commit))
+
+    def sha256(self, name: str) -> str:
+        """The SHA-256 of ``name``: from the listing for an LFS file (never downloaded), else of its bytes."""
+        from eaglequant.checkpoint.hashing import file_sha256
+
+        return self.lfs_sha256[name] or file_sha256(self.fetch(name))
+
+
+def repo_listing(repo_id: str, revision: str | None) -> RepoListing | None:
+    """The files of ``repo_id`` at ``revision`` in one request (``model_info`` with ``files_metadata``), no
+    file content; None when the repo or the revision does not exist (or the token cannot see it)."""
+    from huggingface_hub import HfApi, errors
+
+    label = repo_id if revision is None else f"{repo_id}@{revision}"
+    with _hub_errors(label):
+        try:
+            info = HfApi().model_info(repo_id, revision=revision, files_metadata=True)
+        except (errors.RepositoryNotFoundError, errors.RevisionNotFoundError):
+            return None
+    files = {s.rfilename: (s.lfs.sha256 if s.lfs else None) for s in info.siblings or []}
+    assert info.sha is not None
+    return RepoListing(repo_id, info.sha, files)
+
+
+def remote_source_digests(src: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """For a Hub source: what :func:`eaglequant.manifest.source_digests` gives once :func:`resolve_source` has
+    downloaded it (the SHA-256 of every file a conversion fetches), and its config.json, without downloading
+    the weights: their SHA-256 is in the listing; only the small side files are fetched."""
+    from huggingface_hub.utils import filter_repo_objects
+
+    from eaglequant.checkpoint.reader import load_json_object
+
+    parsed = parse_repo_ref(src)
+    assert parsed is not None
+    with _hub_errors(src):
+        listing = repo_listing(*parsed)
+        if listing is None:
+            raise HubError(f"{src}: repository or revision not found, or your token cannot access it")
+        names = sorted(listing.lfs_sha256)
+        needed = list(filter_repo_objects(names, allow_patterns=needed_patterns(names)))
+        if "config.json" not in needed:
+            raise HubError(f"{src}: the repository has no config.json", hint="is this an EAGLE-3 draft head?")
+        digests = {name: listing.sha256(name) for name in needed}
+        config = load_json_object(listing.fetch("config.json"), "config.json")
+    return digests, config
 
 
 @contextmanager

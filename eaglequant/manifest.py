@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,12 +64,17 @@ def conversion_manifest(
     ``files``: the source's :func:`source_digests` when already computed."""
     files = source_digests(source.path) if files is None else files
     options = {**options, "eaglequant_version": __version__}
+    return {"key": _key(files, options), "source": {**source.to_json(), "files": files}, "options": options}
+
+
+def manifest_key_of(files: dict[str, str], options: dict[str, Any]) -> str:
+    """The key :func:`conversion_manifest` gives for source ``files`` (path -> SHA-256) and ``options``."""
+    return _key(files, {**options, "eaglequant_version": __version__})
+
+
+def _key(files: dict[str, str], options: dict[str, Any]) -> str:
     key_material = json.dumps({"source_files": files, "options": options}, sort_keys=True)
-    return {
-        "key": hashlib.sha256(key_material.encode()).hexdigest(),
-        "source": {**source.to_json(), "files": files},
-        "options": options,
-    }
+    return hashlib.sha256(key_material.encode()).hexdigest()
 
 
 def recorded_report(dst: Path) -> dict[str, Any] | None:
@@ -95,13 +101,26 @@ def completed_with(dst: Path, key: str) -> str | None:
     report = recorded_report(dst)
     if report is None:
         return "no report" if dst.exists() else "absent"
-    if (report.get("manifest") or {}).get("key") != key:
+    return reuse_problem(report, key, lambda files: changed_files(dst, files))
+
+
+def reuse_problem(report: dict[str, Any], key: str, changed: Callable[[dict[str, str]], list[str]]) -> str | None:
+    """Why the output ``report`` describes cannot stand for a conversion with manifest ``key`` (None when it
+    can); ``changed``: the files of a name -> SHA-256 map that are missing or differ where the output is."""
+    recorded_key, files = recorded_output(report)
+    if recorded_key != key:
         return "made from another source or with other options"
-    files = report.get("files")
-    if not isinstance(files, dict) or not files:
+    if not files:
         return "report lists no files"
-    problems = changed_files(dst, files)
+    problems = changed(files)
     return problems[0] if problems else None
+
+
+def recorded_output(report: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+    """The manifest key and the output files (name -> SHA-256) a report records: the one reader of them."""
+    key = (report.get("manifest") or {}).get("key")
+    files = report.get("files")
+    return (key if isinstance(key, str) else None), (files if isinstance(files, dict) else {})
 
 
 def changed_files(dst: Path, files: dict[str, str]) -> list[str]:

@@ -2,7 +2,8 @@
 
 It implements the endpoints ``huggingface_hub`` calls to create a repo and a branch, upload a folder
 (preupload, LFS batch + basic PUT, NDJSON commit; also through ``upload_large_folder``), list commits,
-and download a snapshot (repo info, tree, resolve). It keeps every file's bytes and records every
+and download a snapshot (repo info, with file metadata as ``model_info(files_metadata=True)`` asks; tree;
+resolve). It keeps every file's bytes and records every
 request, so tests check what arrived, byte for byte, and which headers came with it. Start it with
 ``python tests/hub_server.py`` to point a real ``HF_ENDPOINT`` at it by hand.
 """
@@ -17,7 +18,7 @@ import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 _REPO = r"(?P<repo>[^/]+/[^/]+?)"
 
@@ -42,6 +43,9 @@ class Repo:
         commits = self.branches.get(revision) or []
         return commits[-1].files if commits else {}
 
+    def knows(self, commit: str) -> bool:
+        return any(c.oid == commit for commits in self.branches.values() for c in commits)
+
     def head(self, revision: str) -> str:
         commits = self.branches.get(revision)
         if commits:
@@ -54,6 +58,7 @@ class Request:
     method: str
     path: str
     authorization: str | None
+    query: str = ""
 
 
 class FakeHub:
@@ -210,12 +215,17 @@ class FakeHub:
         ]
         return 200, listing, {}
 
-    def _repo_info(self, repo: str, revision: str = "main", **_: Any) -> tuple[int, Any, dict[str, str]]:
+    def _repo_info(self, repo: str, query: str, revision: str = "main", **_: Any) -> tuple[int, Any, dict[str, str]]:
+        """As the Hub answers: with ``?blobs=true`` (``files_metadata=True``) each sibling has its size, git
+        blob id and, for an LFS file, ``lfs: {sha256, size, pointerSize}``; an unknown revision is a 404."""
         state = self.repos.get(repo)
         if state is None:
             return 404, {"error": "Repository not found"}, {"X-Error-Code": "RepoNotFound"}
         sha = state.head(unquote(revision))
-        siblings = [{"rfilename": name} for name in sorted(state.tree(sha))]
+        if unquote(revision) not in state.branches and not state.knows(sha):
+            return 404, {"error": f"Invalid rev id: {unquote(revision)}"}, {"X-Error-Code": "RevisionNotFound"}
+        blobs = parse_qs(query).get("blobs", ["false"])[0].lower() in ("1", "true")
+        siblings = [_sibling(name, data, blobs) for name, data in sorted(state.tree(sha).items())]
         return 200, {"id": repo, "modelId": repo, "sha": sha, "private": state.private, "siblings": siblings}, {}
 
     def _tree(self, repo: str, revision: str, **_: Any) -> tuple[int, Any, dict[str, str]]:
@@ -242,6 +252,15 @@ class FakeHub:
         return 200, data, headers
 
 
+def _sibling(name: str, data: bytes, blobs: bool) -> dict[str, Any]:
+    sibling: dict[str, Any] = {"rfilename": name}
+    if blobs:
+        sibling.update(size=len(data), blobId=_git_oid(data))
+        if _is_lfs(name, len(data)):
+            sibling["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+    return sibling
+
+
 def _mode(path: str, size: int) -> str:
     return "lfs" if _is_lfs(path, size) else "regular"
 
@@ -264,7 +283,7 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
         def _serve(self, send_body: bool = True) -> None:
             url = urlsplit(self.path)
             body = self._body()
-            hub.requests.append(Request(self.command, url.path, self.headers.get("Authorization")))
+            hub.requests.append(Request(self.command, url.path, self.headers.get("Authorization"), url.query))
             status, payload, headers = hub.handle(self.command, url.path, body, url.query)
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
             self.send_response(status)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -116,7 +117,7 @@ def test_a_foreign_destination_is_not_overwritten(jobs: Path, tmp_path: Path) ->
         ('[[job]]\nsource = "a"\n', "destination is missing"),
         ('[[job]]\nsource = "a"\ndestination = "b"\nengines = "vllm"\n', "engines must be a list"),
         ('[[job]]\nsource = "a"\ndestination = "b"\ntarget_layers = true\n', "target_layers must be an integer"),
-        ('[[job]]\nsource = "a"\ndestination = "b"\n[[job]]\nsource = "c"\ndestination = "b"\n', "share the"),
+        ('[[job]]\nsource = "a"\ndestination = "b"\n[[job]]\nsource = "c"\ndestination = "b"\n', "both write to"),
         ('[[job]]\nsource = "a"\ndestination = "b"\n[job.upload]\nrepo_id = "x y"\n', "not a Hub repo id"),
         ("[defaults]\n", "no [[job]] entries"),
         ("[[job]\n", "not a readable TOML job file"),
@@ -129,6 +130,111 @@ def test_job_file_mistakes_are_refused_before_anything_runs(tmp_path: Path, text
         load_jobs(path)
     result = run_cli("batch", path, "--summary", tmp_path / "s.json")
     assert result.exit_code == 2 and message in result.stderr and not (tmp_path / "s.json").exists()
+
+
+VALID_JOB = '[[job]]\nname = "fine"\nsource = "{src}"\ndestination = "out/fine"\n'
+
+
+@pytest.mark.parametrize(
+    ("job", "message"),
+    [
+        ('scheme = "nvfp"', "scheme = 'nvfp': unknown scheme 'nvfp'; choose one of:"),
+        ('scheme = "mine.toml"', "scheme = "),  # a scheme file, looked for beside the job file
+        ('format = "modelop"', "format = 'modelop': unknown format 'modelop'"),
+        ('engines = ["vllm", "tensorrt"]', "engines = 'tensorrt': unknown engine 'tensorrt'"),
+        ('scheme = "fp8-per-channel"\nformat = "quark"\nengines = ["trtllm"]', 'use format = "modelopt"'),
+        ('scheme = "mxfp4"\nformat = "modelopt"', "format = 'modelopt' cannot store scheme = 'mxfp4'"),
+        ('max_shard_size = "5 gigs"', "max_shard_size = '5 gigs'"),
+        ("target_layers = -1", "target_layers must be >= 0"),
+        ('calib = "nope.safetensors"', "calib = "),
+        ('name = "my job"', "name 'my job' is not a usable job name"),
+    ],
+)
+def test_every_job_is_checked_before_the_first_one_runs(tmp_path: Path, job: str, message: str) -> None:
+    """A mistake in the last job is exit 2 before the first (valid) job converts anything."""
+    path = tmp_path / "jobs.toml"
+    bad = f'[[job]]\nsource = "{FIXTURES / "specforge-llama"}"\ndestination = "out/bad"\n{job}\n'
+    path.write_text(VALID_JOB.format(src=FIXTURES / "specforge-llama") + bad)
+    for args in ((), ("--list",), ("--list", "--json")):
+        result = run_cli("batch", path, "--summary", tmp_path / "s.json", *args)
+        assert result.exit_code == 2, result.stderr
+        assert message in result.stderr and result.stdout == "" and not re.search(r"--[a-z]", result.stderr)
+        assert not (tmp_path / "out").exists() and not (tmp_path / "s.json").exists()
+
+
+def test_clashing_jobs_are_named_with_what_they_share(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.toml"
+    job = '[[job]]\nsource = "a"\ndestination = "{dst}"\n{extra}\n'
+    path.write_text(
+        job.format(dst="out/x", extra="")
+        + job.format(dst="out/y", extra="")
+        + job.format(dst="out/x", extra='name = "z"')
+    )
+    with pytest.raises(InputError) as raised:
+        load_jobs(path)
+    assert raised.value.message == f"{path}: job 1 ('x') and job 3 ('z') both write to {tmp_path / 'out/x'}"
+    path.write_text(job.format(dst="out/x", extra="") + job.format(dst="elsewhere/x", extra=""))
+    with pytest.raises(InputError, match=r"job 1 and job 2 are both named 'x'; set a different name = "):
+        load_jobs(path)
+
+
+def test_a_revision_in_repo_id_is_told_in_the_job_file_s_words(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.toml"
+    path.write_text('[[job]]\nsource = "a"\ndestination = "b"\n[job.upload]\nrepo_id = "org/name@fp8"\n')
+    result = run_cli("batch", path)
+    assert result.exit_code == 2
+    assert 'write repo_id = "org/name" and revision = "fp8" in [job.upload]' in result.stderr
+    assert "--revision" not in result.stderr
+
+
+def _numbered_jobs(tmp_path: Path, count: int) -> Path:
+    path = tmp_path / "jobs.toml"
+    job = '[[job]]\nsource = "{src}"\ndestination = "out/head-{n}"\n'
+    path.write_text("".join(job.format(src=FIXTURES / "specforge-llama", n=n) for n in range(count)))
+    return path
+
+
+def test_list_prints_the_job_names_for_a_ci_matrix(tmp_path: Path) -> None:
+    path = _numbered_jobs(tmp_path, 3)
+    listed = run_cli("batch", path, "--list", "--json")
+    assert listed.exit_code == 0 and listed.stdout.count("\n") == 1  # one line: fits $GITHUB_OUTPUT
+    assert json.loads(listed.stdout) == ["head-0", "head-1", "head-2"]
+    human = run_cli("batch", path, "--list", "--summary", tmp_path / "s.json")
+    assert human.stdout.splitlines() == ["head-0", "head-1", "head-2"]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "s.json").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("count", [1, 5, 7])
+@pytest.mark.parametrize("shards", [1, 2, 3, 8])
+def test_shards_cover_every_job_once_evenly_and_stably(tmp_path: Path, count: int, shards: int) -> None:
+    path = _numbered_jobs(tmp_path, count)
+    slices = [
+        json.loads(run_cli("batch", path, "--list", "--json", "--shard", f"{k}/{shards}").stdout)
+        for k in range(1, shards + 1)
+    ]
+    every = [name for names in slices for name in names]
+    assert sorted(every) == [f"head-{n}" for n in range(count)] and len(set(every)) == count
+    assert max(map(len, slices)) - min(map(len, slices)) <= 1  # even
+    assert slices[0] == [f"head-{n}" for n in range(0, count, shards)]  # by position: the same on every rerun
+    # a job added at the end leaves every other job where it was
+    path.write_text(path.read_text() + f'[[job]]\nsource = "{FIXTURES / "specforge-llama"}"\ndestination = "out/new"\n')
+    again = [
+        json.loads(run_cli("batch", path, "--list", "--json", "--shard", f"{k}/{shards}").stdout)
+        for k in range(1, shards + 1)
+    ]
+    assert [[name for name in names if name != "new"] for names in again] == slices
+
+
+@pytest.mark.parametrize("shard", ["0/3", "4/3", "1/0", "2", "a/b", "-1/3"])
+def test_a_bad_shard_is_refused(tmp_path: Path, shard: str) -> None:
+    result = run_cli("batch", _numbered_jobs(tmp_path, 2), "--shard", shard)
+    assert result.exit_code == 2 and f"--shard {shard}: not a slice K/N" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+def test_only_and_shard_do_not_mix(tmp_path: Path) -> None:
+    result = run_cli("batch", _numbered_jobs(tmp_path, 2), "--shard", "1/2", "--only", "head-0")
+    assert result.exit_code == 2 and "--only and --shard both select jobs" in result.stderr
 
 
 def test_the_bundled_example_job_file_is_valid() -> None:

@@ -93,6 +93,7 @@ def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
         "verify": ["verify", dst],
         "upload": ["upload", dst, "org/name", "--dry-run"],
         "batch": ["batch", jobs, "--summary", tmp_path / "summary.json"],
+        "batch-merge": ["batch-merge", tmp_path / "summary.json"],  # the summary batch just wrote
         "schemes": ["schemes"],
         "bench kernels": ["bench", "kernels", "--device", "cpu", "--tiny", "--m", "1"],
         "bench convert": ["bench", "convert", "--head", "tiny", "--no-anchors", "--cache-dir", bench, *MXFP4],

@@ -77,6 +77,7 @@ def run_guarded(action: Callable[[], T]) -> T:
 def _register() -> None:
     from eaglequant.cli import (
         batch_cmd,
+        batch_merge_cmd,
         bench_cmd,
         convert_cmd,
         explain_cmd,
@@ -86,7 +87,17 @@ def _register() -> None:
         verify_cmd,
     )
 
-    for module in (inspect_cmd, convert_cmd, explain_cmd, verify_cmd, upload_cmd, batch_cmd, schemes_cmd, bench_cmd):
+    for module in (
+        inspect_cmd,
+        convert_cmd,
+        explain_cmd,
+        verify_cmd,
+        upload_cmd,
+        batch_cmd,
+        batch_merge_cmd,
+        schemes_cmd,
+        bench_cmd,
+    ):
         module.register(app)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -11,7 +13,7 @@ from rich.markup import escape
 
 from eaglequant.cli.options import JsonOpt
 from eaglequant.cli.output import err, print_json, quiet_hub_progress
-from eaglequant.errors import EXIT_JOBS_FAILED
+from eaglequant.errors import EXIT_JOBS_FAILED, InputError
 
 
 def batch_command(
@@ -25,20 +27,40 @@ def batch_command(
         Optional[list[str]],  # noqa: UP045 - Typer needs Optional here on Python 3.10
         typer.Option("--only", help="Run only the job with this name. Repeatable.", show_default=False),
     ] = None,
+    shard: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--shard",
+            metavar="K/N",
+            help="Run the K-th of N even slices of the jobs: those at positions K, K+N, K+2N, ... in the file.",
+            show_default=False,
+        ),
+    ] = None,
+    list_jobs: Annotated[
+        bool, typer.Option("--list", help="Check the whole file and print the job names; run nothing.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Run the conversions (and uploads) a TOML job file lists, as one CI step.
 
-    Jobs whose destination is complete and made from the same source and options are skipped; a failed job
-    does not stop the others. Exits 4 if any failed.
+    Skips a job whose Hub repo (with \\[job.upload]) or destination holds its output from the same source and options.
+
+    A failed job does not stop the others; exits 4 if any failed. --list --json: the job names for a CI matrix.
     """
     from eaglequant.cli import run_guarded
 
     def body() -> bool:
-        from eaglequant.batch import run_batch
+        from eaglequant.batch import load_jobs, run_batch, select_jobs
 
+        if only and shard is not None:
+            raise InputError("--only and --shard both select jobs", hint="pass one of them")
+        selection = _shard(shard)
+        if list_jobs:
+            names = [job.name for job in select_jobs(jobs_file, load_jobs(jobs_file), only or [], selection)]
+            sys.stdout.write((json.dumps(names) if json_out else "\n".join(names)) + "\n")
+            return True
         quiet_hub_progress()
-        result = run_batch(jobs_file, only=only or [], on_job=_report_job)
+        result = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=_note)
         data = result.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -53,6 +75,19 @@ def batch_command(
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_JOBS_FAILED)
+
+
+def _shard(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
+    if match is None or not 1 <= int(match[1]) <= int(match[2]):
+        raise InputError(f"--shard {text}: not a slice K/N with 1 <= K <= N", hint="e.g. --shard 2/4")
+    return int(match[1]), int(match[2])
+
+
+def _note(text: str) -> None:
+    err.print(f"note: {escape(text)}", soft_wrap=True)
 
 
 def _report_job(number: int, total: int, outcome: Any) -> None:

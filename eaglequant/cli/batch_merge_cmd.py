@@ -1,0 +1,82 @@
+"""``eaglequant batch-merge SUMMARY...``: one table from the summaries of the runners of a CI matrix.
+
+A top-level command rather than ``batch merge``: ``batch`` takes the job file as its argument, and a Typer
+group cannot also take one, so ``batch merge`` would either break ``eaglequant batch JOBS.toml`` or make a job
+file named ``merge`` mean something else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from eaglequant.cli.options import JsonOpt
+from eaglequant.cli.output import print_json
+from eaglequant.errors import EXIT_JOBS_FAILED
+
+_STYLES = {"converted": "green", "skipped": "cyan", "failed": "bold red", "missing": "bold red"}
+
+
+def batch_merge_command(
+    summaries: Annotated[
+        list[Path],
+        typer.Argument(
+            help="The JSON summaries `eaglequant batch --summary` wrote.", metavar="SUMMARY...", show_default=False
+        ),
+    ],
+    output: Annotated[
+        Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
+        typer.Option("--summary", help="Also write the merged summary to this file.", show_default=False),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Merge the summaries of one job file's runners (a CI matrix) into one table.
+
+    Exits 4 when a job failed or no summary reports it, 2 when the files are not summaries of one job file.
+    """
+    from eaglequant.cli import run_guarded
+
+    def body() -> bool:
+        from eaglequant.batch_summary import merge_summaries
+
+        merged = merge_summaries(summaries)
+        if output is not None:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            output.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
+        if json_out:
+            print_json(merged)
+        else:
+            _print_table(merged)
+        return bool(merged["ok"])
+
+    if not run_guarded(body):
+        raise typer.Exit(EXIT_JOBS_FAILED)
+
+
+def _print_table(merged: dict[str, Any]) -> None:
+    out = Console(highlight=False, soft_wrap=False)
+    table = Table(box=None, pad_edge=False)
+    table.add_column("job", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("verify", no_wrap=True)
+    table.add_column("upload", no_wrap=True)
+    table.add_column("why", overflow="fold")
+    for job in merged["jobs"]:
+        status = str(job.get("status"))
+        verified = {True: "ok", False: "failed", None: "-"}.get(job.get("verified"), "-")
+        upload = (job.get("upload") or {}).get("status") or "-"
+        style = _STYLES.get(status, "")
+        table.add_row(escape(job["name"]), f"[{style}]{status}[/]", verified, upload, escape(str(job.get("reason"))))
+    out.print(table)
+    counts = merged["counts"]
+    out.print(", ".join(f"{n} {what}" for what, n in counts.items()) + f" (from {len(merged['summaries'])} summaries)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("batch-merge")(batch_merge_command)
