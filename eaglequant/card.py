@@ -7,6 +7,8 @@ re-rendered later (``upload`` does, to name the draft by its Hub repo id).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +242,22 @@ def rename_draft(dst: Path, draft: str) -> bool:
     report["files"][CARD_NAME] = file_sha256(dst / CARD_NAME)
     _replace(dst / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return True
+
+
+@contextmanager
+def renamed_draft(dst: Path, draft: str) -> Iterator[bool]:
+    """:func:`rename_draft` for the duration of the block; on an exception the card and report are put back
+    as they were (an upload that failed leaves DST unchanged). Yields whether anything changed."""
+    from eaglequant.manifest import REPORT_NAME
+
+    before = {name: (dst / name).read_bytes() for name in (CARD_NAME, REPORT_NAME) if (dst / name).is_file()}
+    changed = rename_draft(dst, draft)
+    try:
+        yield changed
+    except BaseException:
+        for name, data in before.items():
+            _replace(dst / name, data.decode("utf-8"))
+        raise
 
 
 def _replace(path: Path, text: str) -> None:

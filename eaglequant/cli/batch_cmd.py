@@ -9,14 +9,17 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from eaglequant.cli.options import JsonOpt
-from eaglequant.cli.output import err, print_json, quiet_hub_progress
+from eaglequant.cli.command import Command
+from eaglequant.cli.output import MODE, info, out, quiet_hub_progress, result
 from eaglequant.errors import EXIT_JOBS_FAILED
 
 
 def batch_command(
     jobs_file: Annotated[
-        Path, typer.Argument(help="TOML job file (see fixtures/batch-example.toml).", show_default=False)
+        Path,
+        typer.Argument(
+            help="TOML job file (see fixtures/batch-example.toml).", metavar="JOBS.toml", show_default=False
+        ),
     ],
     summary: Annotated[Path, typer.Option("--summary", help="Where to write the JSON summary of every job.")] = Path(
         "eaglequant-batch-summary.json"
@@ -25,7 +28,6 @@ def batch_command(
         Optional[list[str]],  # noqa: UP045 - Typer needs Optional here on Python 3.10
         typer.Option("--only", help="Run only the job with this name. Repeatable.", show_default=False),
     ] = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """Run the conversions (and uploads) a TOML job file lists, as one CI step.
 
@@ -38,36 +40,48 @@ def batch_command(
         from eaglequant.batch import run_batch
 
         quiet_hub_progress()
-        result = run_batch(jobs_file, only=only or [], on_job=_report_job)
-        data = result.to_json()
+        outcome = run_batch(jobs_file, only=only or [], on_job=_report_job)
+        data = outcome.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        if json_out:
-            print_json(data)
-        counts = data["counts"]
-        err.print(
-            f"{counts['converted']} converted, {counts['skipped']} skipped, {counts['failed']} failed, "
-            f"{counts['uploaded']} uploaded; summary in {escape(str(summary))}"
-        )
-        return result.ok
+        data["summary_file"] = str(summary.absolute())
+        result(data, render)
+        return outcome.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_JOBS_FAILED)
 
 
+def render(data: dict[str, Any]) -> None:
+    counts = data["counts"]
+    out.print(
+        f"{counts['converted']} converted, {counts['skipped']} skipped, {counts['failed']} failed, "
+        f"{counts['uploaded']} uploaded; summary in {escape(data['summary_file'])}",
+        soft_wrap=True,
+    )
+
+
+# The manifest's short reasons for converting, as a sentence a reader follows.
+_WHY_CONVERTED = {"absent": "nothing at its destination yet", "no report": "its destination has no eaglequant report"}
+
+
 def _report_job(number: int, total: int, outcome: Any) -> None:
+    """Progress: one line per finished job on stderr (the summary is the result)."""
+    if MODE.quiet:
+        return
     data = outcome.to_json()
     style = {"converted": "green", "skipped": "cyan", "failed": "bold red"}[data["status"]]
-    verified = {True: ", verify ok", False: ", verify FAILED", None: ""}[data["verified"]]
-    line = (
-        f"[{number}/{total}] {escape(data['name'])}: [{style}]{data['status']}[/] ({escape(data['reason'])}{verified})"
+    reason = _WHY_CONVERTED.get(data["reason"], data["reason"])
+    verified = {True: "; verified", False: "", None: ""}[data["verified"]]
+    info(
+        f"[{number}/{total}] {escape(data['name'])}: [{style}]{data['status']}[/] ({escape(reason)}){verified}",
+        markup=True,
     )
-    err.print(line, markup=True, soft_wrap=True)
     upload = data["upload"]
     if upload:
         text = upload.get("commit_url") or upload.get("error") or ""
-        err.print(f"      upload to {escape(upload['repo_id'])}: {upload['status']} {escape(text)}", soft_wrap=True)
+        info(f"      upload to {escape(upload['repo_id'])}: {upload['status']} {escape(text)}", markup=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("batch")(batch_command)
+    app.command("batch", cls=Command)(batch_command)
