@@ -42,7 +42,6 @@ def card_context(
         "base_model": base_model,
         "draft": draft,
         "target": target_model(head_config, source_meta),
-        "library_name": source_meta.get("library_name") or "transformers",
         "license": {k: source_meta[k] for k in LICENSE_KEYS if isinstance(source_meta.get(k), str)},
     }
 
@@ -86,10 +85,20 @@ def _front_matter(report: dict[str, Any], context: dict[str, Any]) -> str:
     weight_kind = report["scheme_kinds"][0]
     tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
     tags += [SCHEME_TAGS.get(weight_kind, weight_kind), report["format"]]
-    fields: dict[str, Any] = {"library_name": context["library_name"], "tags": tags, **context["license"]}
+    fields: dict[str, Any] = {"library_name": library_name(report["engines"]), "tags": tags, **context["license"]}
     if context["base_model"]:
         fields.update(base_model=context["base_model"], base_model_relation="quantized")
     return f"---\n{ModelCardData(**fields).to_yaml()}\n---\n"
+
+
+# The Hub's library_name says what loads the checkpoint. transformers cannot load an EAGLE-3 draft quantized in
+# these formats; the serving engine the rules were proven for can. The Hub keeps any name as the library tag.
+LIBRARY_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "trtllm-main": "tensorrt-llm"}
+
+
+def library_name(engines: list[str]) -> str:
+    """The first engine the conversion targeted (vLLM by default), as the Hub names it."""
+    return next((LIBRARY_NAMES[e] for e in engines if e in LIBRARY_NAMES), "vllm")
 
 
 def _title(report: dict[str, Any], context: dict[str, Any]) -> str:
