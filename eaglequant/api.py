@@ -516,7 +516,7 @@ def _open_written(
     from eaglequant.layouts.written import describe_written_head
     from eaglequant.manifest import REPORT_NAME, recorded_report
 
-    with Checkpoint.open(dst) as checkpoint:
+    with Checkpoint.open(dst, "DST") as checkpoint:
         head = describe_written_head(checkpoint)
         recorded: dict[str, Any] = {}
         if target_layers is None and target_config is None:
