@@ -20,8 +20,19 @@ def name_column(table: Table, header: str) -> None:
     table.add_column(header, no_wrap=True, overflow="ignore")
 
 
+READABLE = 12  # the narrowest a column that wraps may get before the table reads better as a list
+
+
 def fits(table: Table, console: Console) -> bool:
-    return Measurement.get(console, console.options, table).minimum <= console.width
+    """Name columns at their full width, every other column at least READABLE wide (or its content's width)."""
+    if Measurement.get(console, console.options, table).minimum > console.width:
+        return False
+    needed = 1 + 3 * len(table.columns)  # borders and padding
+    for column in table.columns:
+        cells = [_plain(column.header), *(_plain(cell) for cell in column.cells)]
+        widest = max((len(line) for cell in cells for line in cell.splitlines()), default=0)
+        needed += widest if column.no_wrap else min(widest, READABLE)
+    return needed <= console.width
 
 
 def show(table: Table) -> None:
