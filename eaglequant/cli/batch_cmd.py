@@ -44,19 +44,18 @@ def batch_command(
         data = outcome.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        data["summary_file"] = str(summary.absolute())
-        result(data, render)
+        result(data, lambda counted: render(counted, summary))
         return outcome.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_JOBS_FAILED)
 
 
-def render(data: dict[str, Any]) -> None:
+def render(data: dict[str, Any], summary: Path) -> None:
     counts = data["counts"]
     out.print(
         f"{counts['converted']} converted, {counts['skipped']} skipped, {counts['failed']} failed, "
-        f"{counts['uploaded']} uploaded; summary in {escape(data['summary_file'])}",
+        f"{counts['uploaded']} uploaded; summary in {escape(str(summary.absolute()))}",
         soft_wrap=True,
     )
 

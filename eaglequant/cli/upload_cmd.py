@@ -9,7 +9,7 @@ from rich.markup import escape
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.options import QuantizedDstArg, SourceOpt
-from eaglequant.cli.output import absolute, human_bytes, note, out, quiet_hub_progress, result
+from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import phase
 
 
@@ -73,12 +73,14 @@ def render(data: dict[str, Any]) -> None:
     }[data["verified"]]
     if data["dry_run"]:
         verified = verified.replace("sent with", "would be sent with")
+    # A dry run's result is what it would send; a real upload's is its commit URL (what scripts capture).
+    say = out.print if data["dry_run"] else lambda text, **kw: info(text)
     where = f"{data['repo_id']}@{data['revision']}" + (" (private)" if data["private"] else "")
-    out.print(f"{escape(data['destination'])} → {escape(where)}: {verified}", soft_wrap=True)
+    say(f"{escape(data['destination'])} → {escape(where)}: {verified}", soft_wrap=True)
     for name, size in data["files"].items():
-        out.print(f"  {escape(name)}  {human_bytes(size)}", soft_wrap=True)
+        say(f"  {escape(name)}  {human_bytes(size)}", soft_wrap=True)
     sent = "would be sent" if data["dry_run"] else "sent"
-    out.print(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])} {sent}")
+    say(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])} {sent}")
     if data["commit_url"]:
         out.print(data["commit_url"], soft_wrap=True)
 
