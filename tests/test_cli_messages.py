@@ -33,7 +33,7 @@ def test_q_is_quiet_not_quantize_and_f_is_gone(tmp_path: Path) -> None:
     result = run_cli("convert", SRC, tmp_path / "out", "-q", "--verify")
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""
-    refused = run_cli("convert", SRC, tmp_path / "other", "--format", "quark")
+    refused = run_cli("convert", SRC, tmp_path / "other", "-f", "quark")
     assert refused.exit_code == 2
 
 
