@@ -171,6 +171,7 @@ def convert(
     target_layers: int | None = None,
     target_config: str | Path | None = None,
     overwrite: bool = False,
+    overwrite_any: bool = False,
     max_shard_size: str | int = "5GB",
     calib: str | Path | None = None,
     verify_output: bool = False,
@@ -180,7 +181,8 @@ def convert(
     device: str = "cpu",
 ) -> ConversionResult:
     """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
-    ``dst`` (atomically: ``dst`` appears only when complete, model card and report included).
+    ``dst`` (atomically: ``dst`` appears only when complete, model card and report included). An existing
+    ``dst`` is replaced with ``overwrite`` if eaglequant wrote it (it has a report), with ``overwrite_any`` whatever.
 
     ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
     schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
@@ -196,13 +198,12 @@ def convert(
     from eaglequant.devices import quantization_device
     from eaglequant.manifest import BackgroundDigests, conversion_manifest
 
-    dst_path = Path(dst)
-    max_shard_bytes = parse_size(max_shard_size)
+    dst_path, max_shard_bytes = Path(dst), parse_size(max_shard_size)
     quantization_device(device)  # a missing GPU is bad input, said before any work
     if repo_id is not None:
         check_repo_id(repo_id)
     source = resolve_source(src)
-    check_destination(source.path, dst_path, overwrite)
+    check_destination(source.path, dst_path, overwrite, overwrite_any)
     scheme_obj = load_scheme(scheme)
     if calib is not None:
         refuse_unused_calibration(scheme_obj)  # before the (slow) calibration forward
@@ -233,7 +234,7 @@ def convert(
             checkpoint,
             plan,
             dst_path,
-            overwrite=overwrite,
+            overwrite=overwrite or overwrite_any,
             max_shard_bytes=max_shard_bytes,
             progress=progress,
             manifest=lambda: conversion_manifest(source, options, digests.result()),
@@ -485,7 +486,7 @@ def upload(
     ``upload_folder``: resumable, and split into several commits when very large.
     ``dry_run``: check (by the same rule) and list what would be sent, send nothing.
     """
-    from eaglequant.card import rename_draft
+    from eaglequant.card import renamed_draft
     from eaglequant.hub import UploadRefused, push, upload_files
     from eaglequant.verification import NOT_VERIFIED
 
@@ -502,7 +503,7 @@ def upload(
             dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
             raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=_UPLOAD_HINTS[result.verification.verdict])
         result.forced = True
-        result.notes.append(f"{refusal}; uploaded anyway (--force)")
+        result.notes.append(f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)")
     elif result.verification.verdict == NOT_VERIFIED:
         result.notes.append(
             "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
@@ -511,17 +512,18 @@ def upload(
     if dry_run:
         result.notes.append(f"dry run: nothing sent; README.md would name the draft {repo_id}")
         return result
-    if rename_draft(dst_path, repo_id):
-        result.notes.append(f"README.md now names the draft {repo_id}")
-        result.files = upload_files(dst_path)
-    push(result, commit_message)
+    with renamed_draft(dst_path, repo_id) as renamed:  # put back as it was if the upload fails
+        if renamed:
+            result.notes.append(f"README.md now names the draft {repo_id}")
+            result.files = upload_files(dst_path)
+        push(result, commit_message)
     return result
 
 
 _UPLOAD_HINTS = {
-    "failed": "run `eaglequant verify` on it and fix the conversion, or pass --force to upload anyway",
-    "not verified numerically": "pass --source SRC (the checkpoint it was made from), or convert it with --verify; "
-    "--force uploads it anyway",
+    "failed": "run `eaglequant verify` on it and fix the conversion, or pass force=True to upload anyway",
+    "not verified numerically": "pass source=SRC (the checkpoint it was made from), or convert it with "
+    "verify_output=True; force=True uploads it anyway",
 }
 
 
@@ -557,7 +559,7 @@ def _open_written(
     from eaglequant.layouts.written import describe_written_head
     from eaglequant.manifest import REPORT_NAME, recorded_report
 
-    with Checkpoint.open(dst) as checkpoint:
+    with Checkpoint.open(dst, "DST") as checkpoint:
         head = describe_written_head(checkpoint)
         recorded: dict[str, Any] = {}
         if target_layers is None and target_config is None:

@@ -19,7 +19,7 @@ import tomllib
 from eaglequant.batch_checks import check_convert_options, check_name, check_repo_id
 from eaglequant.batch_record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
 from eaglequant.checkpoint.hashing import file_sha256
-from eaglequant.errors import EXIT_INTERNAL, EagleQuantError, InputError
+from eaglequant.errors import EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.hub import parse_repo_ref
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
@@ -322,8 +322,13 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
         outcome.status, outcome.reason = "skipped", f"complete, from the same source and options{on_hub}"
         outcome.verified = recorded_verified(job.destination)
         return
-    overwrite = job.overwrite or recorded_report(job.destination) is not None
-    result = api.convert(job.source, job.destination, overwrite=overwrite, **job.convert)
+    # A destination eaglequant wrote is always replaced; anything else only with ``overwrite = true``.
+    if job.destination.exists() and recorded_report(job.destination) is None and not job.overwrite:
+        raise OutputError(
+            f"{job.destination}: already exists and was not written by eaglequant",
+            hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",
+        )
+    result = api.convert(job.source, job.destination, overwrite=True, overwrite_any=job.overwrite, **job.convert)
     outcome.status, outcome.reason = "converted", f"{why_not}{on_hub}"
     if result.verification is not None:
         outcome.verified = result.verification.ok

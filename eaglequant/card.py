@@ -7,6 +7,8 @@ re-rendered later (``upload`` does, to name the draft by its Hub repo id).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +42,6 @@ def card_context(
         "base_model": base_model,
         "draft": draft,
         "target": target_model(head_config, source_meta),
-        "library_name": source_meta.get("library_name") or "transformers",
         "license": {k: source_meta[k] for k in LICENSE_KEYS if isinstance(source_meta.get(k), str)},
     }
 
@@ -84,10 +85,20 @@ def _front_matter(report: dict[str, Any], context: dict[str, Any]) -> str:
     weight_kind = report["scheme_kinds"][0]
     tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
     tags += [SCHEME_TAGS.get(weight_kind, weight_kind), report["format"]]
-    fields: dict[str, Any] = {"library_name": context["library_name"], "tags": tags, **context["license"]}
+    fields: dict[str, Any] = {"library_name": library_name(report["engines"]), "tags": tags, **context["license"]}
     if context["base_model"]:
         fields.update(base_model=context["base_model"], base_model_relation="quantized")
     return f"---\n{ModelCardData(**fields).to_yaml()}\n---\n"
+
+
+# The Hub's library_name says what loads the checkpoint. transformers cannot load an EAGLE-3 draft quantized in
+# these formats; the serving engine the rules were proven for can. The Hub keeps any name as the library tag.
+LIBRARY_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "trtllm-main": "tensorrt-llm"}
+
+
+def library_name(engines: list[str]) -> str:
+    """The first engine the conversion targeted (vLLM by default), as the Hub names it."""
+    return next((LIBRARY_NAMES[e] for e in engines if e in LIBRARY_NAMES), "vllm")
 
 
 def _title(report: dict[str, Any], context: dict[str, Any]) -> str:
@@ -240,6 +251,22 @@ def rename_draft(dst: Path, draft: str) -> bool:
     report["files"][CARD_NAME] = file_sha256(dst / CARD_NAME)
     _replace(dst / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return True
+
+
+@contextmanager
+def renamed_draft(dst: Path, draft: str) -> Iterator[bool]:
+    """:func:`rename_draft` for the duration of the block; on an exception the card and report are put back
+    as they were (an upload that failed leaves DST unchanged). Yields whether anything changed."""
+    from eaglequant.manifest import REPORT_NAME
+
+    before = {name: (dst / name).read_bytes() for name in (CARD_NAME, REPORT_NAME) if (dst / name).is_file()}
+    changed = rename_draft(dst, draft)
+    try:
+        yield changed
+    except BaseException:
+        for name, data in before.items():
+            _replace(dst / name, data.decode("utf-8"))
+        raise
 
 
 def _replace(path: Path, text: str) -> None:

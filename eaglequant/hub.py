@@ -212,15 +212,16 @@ def remote_source_digests(src: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 @contextmanager
-def _hub_errors(label: str) -> Iterator[None]:
-    """huggingface_hub's exceptions -> one actionable line (exit 2), with the token scrubbed."""
+def _hub_errors(label: str, *, uploading: bool = False) -> Iterator[None]:
+    """huggingface_hub's exceptions -> one actionable line (exit 2), with the token scrubbed. ``uploading``:
+    the cache cannot stand in for the Hub, so the hints never suggest HF_HUB_OFFLINE."""
     import httpx
     from huggingface_hub import constants, errors
 
     try:
         yield
     except errors.OfflineModeIsEnabled as exc:
-        raise HubError(f"{label}: the Hub is needed but HF_HUB_OFFLINE is set", hint="unset it") from exc
+        raise HubError(f"{label}: the Hub is needed but HF_HUB_OFFLINE is set", hint="unset HF_HUB_OFFLINE") from exc
     except (errors.RepositoryNotFoundError, errors.GatedRepoError) as exc:
         raise HubError(
             f"{label}: repository not found, or your token cannot access it",
@@ -238,11 +239,11 @@ def _hub_errors(label: str) -> Iterator[None]:
         if constants.HF_HUB_OFFLINE:
             raise HubError(
                 f"{label}: not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set",
-                hint=f"download it once with network access (hf download {label.split('@')[0]}), or unset it",
+                hint=f"download it once with network access ({_download_command(label)}), or unset it",
             ) from exc
         raise HubError(
             f"{label}: the Hub ({constants.ENDPOINT}) cannot be reached and the cache ({cache}) does not have it",
-            hint="check the network, or set HF_HUB_OFFLINE=1 to use only the cache",
+            hint="check the network (and HF_ENDPOINT), then run it again",
         ) from exc
     except errors.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
@@ -251,10 +252,16 @@ def _hub_errors(label: str) -> Iterator[None]:
             hint="for 401/403 check that HF_TOKEN has write access",
         ) from exc
     except (httpx.HTTPError, OSError) as exc:
-        raise HubError(
-            f"{label}: cannot reach the Hub ({constants.ENDPOINT}): {_scrub(str(exc))}",
-            hint="check the network, or set HF_HUB_OFFLINE=1 to use only the cache",
-        ) from exc
+        hint = "check the network (and HF_ENDPOINT), then run it again"
+        if uploading:
+            hint = "check the network and run it again: the upload resumes where it stopped"
+        raise HubError(f"{label}: cannot reach the Hub ({constants.ENDPOINT}): {_scrub(str(exc))}", hint=hint) from exc
+
+
+def _download_command(label: str) -> str:
+    """``hf download org/name --revision r`` for ``org/name@r``."""
+    name, _, revision = label.partition("@")
+    return f"hf download {name}" + (f" --revision {revision}" if revision else "")
 
 
 def _scrub(text: str) -> str:
@@ -328,7 +335,7 @@ def push(result: UploadResult, commit_message: str | None) -> None:
     from huggingface_hub import HfApi
 
     api = HfApi()
-    with _hub_errors(result.repo_id):
+    with _hub_errors(result.repo_id, uploading=True):
         api.create_repo(result.repo_id, private=result.private, exist_ok=True, repo_type="model")
         if result.revision != "main":
             api.create_branch(result.repo_id, branch=result.revision, exist_ok=True)

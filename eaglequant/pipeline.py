@@ -182,12 +182,10 @@ def run_conversion(
     with atomic_directory(dst, overwrite, divert) as tmp:
         shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
         names = shard_names(len(shards))
-        progress.start(plan.output_bytes, len(plan.outputs))
-        try:
-            shard_digests, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress, math_device)
-            files.update(shard_digests)
-        finally:
-            progress.stop()
+        progress.phase("writing", work=_work_bytes(checkpoint, plan), tensors=_tensor_count(plan))
+        shard_digests, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress, math_device)
+        files.update(shard_digests)
+        progress.phase("checking")
         if len(names) > 1:
             _write_index(tmp, plan, shards, names)
         _write_json(tmp / "config.json", {**checkpoint.config, "quantization_config": plan.quantization_config()})
@@ -195,6 +193,7 @@ def run_conversion(
             _write_json(tmp / file_name, content)
         copied = _copy_side_files(checkpoint, tmp)
         _check_written(tmp, plan)
+        progress.phase("hashing the source")  # what the background hashing has not read yet
         result = ConversionResult(
             dst,
             plan,
@@ -208,9 +207,21 @@ def run_conversion(
             manifest=manifest() if manifest else {},
             card=card or {},
         )
-        _finish(tmp, result, finish)
+        _finish(tmp, result, finish, progress)
+        progress.stop()
         done.append(result)
     return result
+
+
+def _tensor_count(plan: ConversionPlan) -> int:
+    """Source tensors the writing phase finishes: each kept tensor, and each quantized linear's weight."""
+    return len({o.quantized_from or o.source for o in plan.outputs})
+
+
+def _work_bytes(checkpoint: Checkpoint, plan: ConversionPlan) -> int:
+    """Bytes the writing phase reads and writes."""
+    read = {o.source: checkpoint.tensors[o.source].nbytes for o in plan.outputs}
+    return sum(read.values()) + plan.output_bytes
 
 
 def failed_verification_path(dst: Path) -> Path:
@@ -218,10 +229,11 @@ def failed_verification_path(dst: Path) -> Path:
     return dst.with_name(f"{dst.name}.verify-failed")
 
 
-def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None) -> None:
+def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None, progress: Progress) -> None:
     """Report, checks, card, then the report again with the SHA-256 of every file it sits beside."""
     _write_json(tmp / REPORT_NAME, _report(result))  # what ``finish`` checks the files against
     if finish is not None:
+        progress.phase("verifying")
         result.verification = finish(tmp)
         if not result.verification.ok:
             result.destination = failed_verification_path(result.destination)
@@ -292,9 +304,11 @@ class _Task:
     """One piece of work: copy part of a kept tensor, or quantize a block of a linear's rows."""
 
     run: Callable[[], Any]
-    nbytes: int  # output bytes it writes, for progress
+    nbytes: int  # output bytes it writes
     label: str
     module: str | None = None  # for row blocks: the linear they belong to
+    read: int = 0  # source bytes it reads, for progress
+    last: bool = False  # the task that completes its tensor, for progress
 
 
 class _ShardFiller:
@@ -359,7 +373,7 @@ class _ShardFiller:
             def copy(start: int = start, nbytes: int = nbytes) -> None:
                 self.checkpoint.copy_into(source, shard, spec.name, start, nbytes)
 
-            yield _Task(copy, nbytes, spec.name)
+            yield _Task(copy, nbytes, spec.name, read=nbytes, last=start + nbytes == spec.nbytes)
 
     def _quantize_tasks(self, module: str) -> Iterator[_Task]:
         linear = self.plan.head.linear(module)
@@ -367,6 +381,7 @@ class _ShardFiller:
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
         blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS)
         self.blocks[module], self.block_counts[module] = [], len(blocks)
+        row_read = self.checkpoint.tensors[linear.weight].nbytes // linear.out_features
         for rows in blocks:
             nbytes = sum(
                 _row_bytes(spec, linear) * (rows.stop - rows.start) or (spec.nbytes if rows.start == 0 else 0)
@@ -376,7 +391,8 @@ class _ShardFiller:
             def quantize(rows: slice = rows) -> ErrorSums:
                 return self._quantize_block(linear, specs, shared, rows)
 
-            yield _Task(quantize, nbytes, linear.weight, module)
+            read, last = row_read * (rows.stop - rows.start), rows.stop == linear.out_features
+            yield _Task(quantize, nbytes, linear.weight, module, read, last)
 
     def _quantize_block(
         self, linear: HeadLinear, specs: dict[str, TensorSpec], shared: GroupScales, rows: slice
@@ -397,7 +413,7 @@ class _ShardFiller:
         return block.sums
 
     def _collect(self, task: _Task, result: Any, progress: Progress) -> None:
-        progress.advance(task.nbytes, task.label)
+        progress.advance(task.nbytes + task.read, task.label if task.last else None)
         if task.module is None:
             return
         blocks = self.blocks[task.module]

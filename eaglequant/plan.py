@@ -137,7 +137,7 @@ def resolve_exclusions(
                 f"but {reason}",
                 hint="drop that --quantize rule, or the --engine that cannot run it quantized",
             )
-        excluded[module] = f"kept: {reason}"
+        excluded[module] = reason
     for module, reason in DEFAULT_EXCLUSIONS.items():
         if module not in opted_in and any(lin.module == module for lin in head.linears):
             excluded.setdefault(module, reason)
@@ -238,7 +238,7 @@ def _exclude_unstorable(
         members = group.members if group else (linear.module,)
         for member in members:
             why = problem if member == linear.module else f"fused with {linear.module}: {problem}"
-            excluded.setdefault(member, f"kept: {why}")
+            excluded.setdefault(member, why)
         notes.append(f"kept {', '.join(members)} unquantized: {problem}")
 
 

@@ -1,4 +1,10 @@
-"""Progress reporting, kept behind a tiny protocol so the library has no UI dependency."""
+"""Progress reporting, kept behind a tiny protocol so the library has no UI dependency.
+
+A run is a sequence of phases (``reading``, ``writing``, ``hashing``, ``checking``, ``verifying``...). A phase
+with measurable work gives its total in bytes (read plus written) and the number of tensors it finishes;
+``advance`` reports bytes done and, when a tensor is complete, its name, so a display counts tensors, never
+pieces of them.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +12,21 @@ from typing import Protocol
 
 
 class Progress(Protocol):
-    def start(self, total_bytes: int, total_tensors: int) -> None: ...
+    def phase(self, name: str, *, work: int | None = None, tensors: int | None = None) -> None:
+        """A phase begins (ending the one before); ``work``, ``tensors``: its totals, None when unknown."""
 
-    def advance(self, nbytes: int, label: str) -> None: ...
+    def advance(self, work: int, finished: str | None = None) -> None:
+        """``work`` more bytes read or written; ``finished``: the tensor this completed, if any."""
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """The last phase ended."""
 
 
 class NoProgress:
-    def start(self, total_bytes: int, total_tensors: int) -> None:
+    def phase(self, name: str, *, work: int | None = None, tensors: int | None = None) -> None:
         pass
 
-    def advance(self, nbytes: int, label: str) -> None:
+    def advance(self, work: int, finished: str | None = None) -> None:
         pass
 
     def stop(self) -> None:

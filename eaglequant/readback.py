@@ -129,8 +129,8 @@ def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
         config = {"quant_method": "modelopt"}  # older ModelOpt exports: engines read hf_quant_config.json
     if not isinstance(config, dict):
         raise InputError(
-            f"{config_path}: no quantization_config; explain reads a quantized checkpoint",
-            hint="use `eaglequant inspect` for a source checkpoint",
+            f"{config_path}: no quantization_config: this is not a quantized checkpoint",
+            hint="give the directory `eaglequant convert` wrote (DST); `eaglequant inspect` describes a source",
         )
     fmt = format_for_quant_method(config.get("quant_method"))
     if fmt is None:

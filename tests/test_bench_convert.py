@@ -22,6 +22,8 @@ def test_tiny_run_reports_every_figure(tmp_path: Path) -> None:
     assert api.inspect(src).plan.head.layout == "specforge-llama"
 
     result = bench_convert(tmp_path / "cache", tmp_path / "work", heads=("tiny",), schemes=("nvfp4",), anchors=False)
+    verified = result["runs"].pop()  # convert --verify of the first scheme comes right after it
+    assert verified["scheme"] == "nvfp4 (modelopt) --verify" and verified["error"] is None
     runs = {run["kind"]: run for run in result["runs"]}
     assert set(runs) == {"copy", "round-trip", "eaglequant"}
     assert all(run["error"] is None and run["wall_s"] > 0 and run["peak_rss_bytes"] > 0 for run in runs.values())

@@ -47,10 +47,10 @@ def test_inspect_json(name: str) -> None:
     assert all({"name", "dtype", "shape", "bytes", "file", "action", "reason"} <= set(r) for r in data["tensors"])
 
 
-def test_inspect_human_output_goes_to_stderr() -> None:
+def test_inspect_human_output_goes_to_stdout() -> None:
     result = run_cli("inspect", FIXTURES / "specforge-llama")
-    assert result.exit_code == 0 and result.stdout == ""
-    assert "specforge-llama" in result.stderr and "midlayer.self_attn.q_proj.weight" in result.stderr
+    assert result.exit_code == 0 and result.stderr == ""
+    assert "specforge-llama" in result.stdout and "midlayer.self_attn.q_proj.weight" in result.stdout
 
 
 def test_convert_json_only_json_on_stdout(tmp_path: Path) -> None:
@@ -71,10 +71,11 @@ def test_schemes_lists_builtin_files() -> None:
 
 def test_convert_human_output_names_each_kept_linear_and_why(tmp_path: Path) -> None:
     result = run_cli("convert", FIXTURES / "specforge-llama", tmp_path / "out", "--exclude", "midlayer.mlp.*")
-    assert result.exit_code == 0 and result.stdout == ""
-    assert "kept midlayer.mlp.gate_proj.weight: --exclude midlayer.mlp.*" in result.stderr
-    assert "kept fc.weight: default" in result.stderr
-    assert "kept norm.weight" not in result.stderr  # only linears are listed
+    assert result.exit_code == 0
+    assert "kept midlayer.mlp.gate_proj.weight: --exclude midlayer.mlp.*" in result.stdout
+    assert "kept fc.weight: default" in result.stdout
+    assert "kept norm.weight" not in result.stdout  # only linears are listed
+    assert "kept: " not in result.stdout  # "kept lm_head.weight: kept: ..." said it twice
 
 
 MXFP4 = ("--scheme", "mxfp4")

@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from eaglequant import convert, inspect
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import TMP_MARKER
-from eaglequant.errors import InputError
+from eaglequant.errors import InputError, OutputError
 from eaglequant.pipeline import REPORT_NAME, parse_size
 from tests.conftest import FIXTURES
 
@@ -102,7 +102,9 @@ def test_overwrite_replaces_and_leaves_no_temporaries(tmp_path: Path) -> None:
     dst = tmp_path / "out"
     dst.mkdir()
     (dst / "stale.txt").write_text("old")
-    convert(FIXTURES / "specforge-llama", dst, overwrite=True)
+    with pytest.raises(OutputError, match="not written by eaglequant"):  # overwrite replaces only our own output
+        convert(FIXTURES / "specforge-llama", dst, overwrite=True)
+    convert(FIXTURES / "specforge-llama", dst, overwrite_any=True)
     assert not (dst / "stale.txt").exists() and (dst / "model.safetensors").exists()
     assert not [p for p in tmp_path.iterdir() if TMP_MARKER in p.name]
 

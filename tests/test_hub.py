@@ -217,9 +217,33 @@ def test_upload_dry_run_lists_and_sends_nothing(converted: Path, tmp_path: Path,
     assert hub.requests[before:] == []
 
     human = run_cli_subprocess("upload", dst, "org/dry", "--dry-run", env=_env(tmp_path, hub))
-    assert human.returncode == 0 and human.stdout == ""
-    assert "model.safetensors" in human.stderr and "dry run: nothing sent" in human.stderr
-    assert ".cache" not in human.stderr
+    assert human.returncode == 0
+    assert "model.safetensors" in human.stdout and "dry run: nothing sent" in human.stderr
+    assert ".cache" not in human.stdout + human.stderr
+
+
+def test_upload_dry_run_with_force_does_not_say_it_sent(converted: Path, tmp_path: Path, hub: FakeHub) -> None:
+    dst = _copy(converted, tmp_path)
+    (dst / "eaglequant_report.json").unlink()  # no report, no source: not verified numerically
+    proc = run_cli_subprocess("upload", dst, "org/dry", "--dry-run", "--force", env=_env(tmp_path, hub))
+    assert proc.returncode == 0, proc.stderr
+    assert "would" in proc.stdout + proc.stderr
+    assert " sent it anyway" not in proc.stderr and "uploaded anyway" not in proc.stderr
+
+
+def test_a_failed_upload_leaves_dst_as_it_was_and_never_suggests_offline(converted: Path, tmp_path: Path) -> None:
+    dst = _copy(converted, tmp_path)
+    before = {p.name: p.read_bytes() for p in dst.iterdir() if p.is_file()}
+    proc = run_cli_subprocess("upload", dst, "org/unreachable", env=_env(tmp_path))  # nothing listens
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "HF_HUB_OFFLINE" not in proc.stderr  # the cache cannot stand in for an upload
+    assert {p.name: p.read_bytes() for p in dst.iterdir() if p.is_file()} == before  # README.md, report unchanged
+
+
+def test_offline_hint_keeps_the_revision(tmp_path: Path) -> None:
+    proc = run_cli_subprocess("inspect", "org/not-cached@v2", env=_env(tmp_path, offline=True))
+    assert proc.returncode == 2
+    assert "hf download org/not-cached --revision v2" in proc.stderr
 
 
 def test_upload_rejects_a_bad_repo_id(converted: Path) -> None:

@@ -54,7 +54,7 @@ def test_convert_refuses_what_an_engine_cannot_load(
     scheme: str, fmt: str, engine: str, hint: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "out"
-    result = run_cli("convert", FIXTURES / "specforge-llama", out, "-s", scheme, "-f", fmt, "-e", engine)
+    result = run_cli("convert", FIXTURES / "specforge-llama", out, "-s", scheme, "--format", fmt, "-e", engine)
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot load" in lines[0] and hint in lines[0]
@@ -63,18 +63,18 @@ def test_convert_refuses_what_an_engine_cannot_load(
 
 def test_sglang_refuses_modelopt_nvfp4_for_mla_only(tmp_path: Path) -> None:
     llama = run_cli(
-        "convert", FIXTURES / "specforge-llama", tmp_path / "a", "-s", "nvfp4", "-f", "modelopt", "-e", "sglang"
+        "convert", FIXTURES / "specforge-llama", tmp_path / "a", "-s", "nvfp4", "--format", "modelopt", "-e", "sglang"
     )
     assert llama.exit_code == 0, llama.stderr
     mla = run_cli(
-        "convert", FIXTURES / "torchspec-mla", tmp_path / "b", "-s", "nvfp4", "-f", "modelopt", "-e", "sglang"
+        "convert", FIXTURES / "torchspec-mla", tmp_path / "b", "-s", "nvfp4", "--format", "modelopt", "-e", "sglang"
     )
     assert mla.exit_code == 2 and "MLA" in mla.stderr
 
 
 def test_several_engines_must_all_load_it(tmp_path: Path) -> None:
     result = run_cli(
-        "convert", FIXTURES / "specforge-llama", tmp_path / "o", "-f", "modelopt", "-e", "vllm", "-e", "trtllm"
+        "convert", FIXTURES / "specforge-llama", tmp_path / "o", "--format", "modelopt", "-e", "vllm", "-e", "trtllm"
     )
     assert result.exit_code == 0, result.stderr
     both = run_cli("convert", FIXTURES / "specforge-llama", tmp_path / "p", "-e", "vllm", "-e", "trtllm")
@@ -102,17 +102,27 @@ def test_schemes_json_lists_engines() -> None:
 )
 def test_trtllm_means_the_installable_release(fixture: str, scheme: str, fmt: str, says: str, tmp_path: Path) -> None:
     """--engine trtllm is TensorRT-LLM 1.2.x: what only main loads is refused, and trtllm-main accepts it."""
-    refused = run_cli("convert", FIXTURES / fixture, tmp_path / "a", "-s", scheme, "-f", fmt, "-e", "trtllm")
+    refused = run_cli("convert", FIXTURES / fixture, tmp_path / "a", "-s", scheme, "--format", fmt, "-e", "trtllm")
     assert refused.exit_code == 2 and says in refused.stderr, refused.stderr
     if fmt == "modelopt":
-        main = run_cli("convert", FIXTURES / fixture, tmp_path / "b", "-s", scheme, "-f", fmt, "-e", "trtllm-main")
+        main = run_cli(
+            "convert", FIXTURES / fixture, tmp_path / "b", "-s", scheme, "--format", fmt, "-e", "trtllm-main"
+        )
         assert main.exit_code == 0, main.stderr
 
 
 def test_trtllm_keeps_fc_unquantized(tmp_path: Path) -> None:
     """1.2.x builds the draft's fc without a quant config: --quantize fc is refused for it."""
     result = run_cli(
-        "convert", FIXTURES / "specforge-llama", tmp_path / "o", "-f", "modelopt", "-e", "trtllm", "--quantize", "fc"
+        "convert",
+        FIXTURES / "specforge-llama",
+        tmp_path / "o",
+        "--format",
+        "modelopt",
+        "-e",
+        "trtllm",
+        "--quantize",
+        "fc",
     )
     assert result.exit_code == 2 and "fc without a quant config" in result.stderr
 

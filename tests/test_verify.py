@@ -117,8 +117,8 @@ def test_without_source_parity_is_skipped_and_said(verified, tmp_path: Path) -> 
     assert cli.exit_code == EXIT_NOT_VERIFIED and data["ok"] is False
     assert data["verdict"] == "not verified numerically" and "parity" not in data["checks"]
     human = run_cli("verify", dst)
-    assert human.exit_code == EXIT_NOT_VERIFIED and "not verified numerically" in human.stderr
-    assert "ok:" not in human.stderr and "upload` refuses it" in human.stderr
+    assert human.exit_code == EXIT_NOT_VERIFIED and "not verified numerically" in human.stdout
+    assert "ok:" not in human.stdout and "upload` refuses it" in human.stdout
 
 
 def test_verify_cli_exit_codes(verified, tmp_path: Path) -> None:
@@ -134,7 +134,7 @@ def test_verify_cli_exit_codes(verified, tmp_path: Path) -> None:
     damaged = _damaged(verified, tmp_path, "specforge-llama", "fp8-per-channel", zero)
     result = run_cli("verify", damaged)
     assert result.exit_code == EXIT_CHECK_FAILED
-    assert "midlayer.mlp.down_proj.weight_scale" in result.stderr and "Traceback" not in result.stderr
+    assert "midlayer.mlp.down_proj.weight_scale" in result.stdout and "Traceback" not in result.stderr
 
 
 def test_convert_verify_cli_stores_the_report(tmp_path: Path) -> None:

@@ -92,16 +92,19 @@ def bench_convert(
     work_dir: Path,
     heads: tuple[str, ...] = FULL_SIZE_HEADS,
     schemes: tuple[str, ...] | None = None,
-    anchors: bool = True,
+    anchors: bool | None = None,
     workers: int | None = None,
     log: Any = None,
     device: str = "cpu",
     verify: bool = True,
 ) -> dict[str, Any]:
-    """Time every run on every head; ``log(line)`` is told what runs next. ``verify``: also time
-    ``convert --verify`` of the first scheme (its peak RSS is the verification's)."""
+    """Time every run on every head; ``log(line)`` is told what runs next. ``anchors``: also time the vendor
+    tools (default: yes, unless the only head is the tiny one, a quick check the vendors' start-up would swamp).
+    ``verify``: also time ``convert --verify`` of the first scheme (its peak RSS is the verification's)."""
     from eaglequant.schemes import builtin_scheme_names
 
+    if anchors is None:
+        anchors = any(head != "tiny" for head in heads)
     say = log or (lambda _line: None)
     chosen = schemes or tuple(builtin_scheme_names())
     work_dir.mkdir(parents=True, exist_ok=True)

@@ -102,11 +102,18 @@ class Checkpoint:
     _fds_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def open(cls, root: str | Path) -> Checkpoint:
+    def open(cls, root: str | Path, role: str = "SRC") -> Checkpoint:
+        """``role``: what the directory is to the caller (SRC, DST), for messages."""
         root = Path(root)
         if not root.is_dir():
-            raise InputError(f"{root}: not a directory", hint="SRC must be a checkpoint directory")
-        config = load_json_object(resolve_inside(root, "config.json", "SRC"), "config.json")
+            what = "a checkpoint directory" if role == "SRC" else "a quantized checkpoint directory"
+            raise InputError(f"{root}: not a directory", hint=f"{role} must be {what}")
+        if not (root / "config.json").exists() and not (root / "config.json").is_symlink():
+            raise InputError(
+                f"{root}: config.json is missing",
+                hint=f"{role} must be a Hugging Face checkpoint directory: config.json beside the weights",
+            )
+        config = load_json_object(resolve_inside(root, "config.json", role), "config.json")
         if (root / SAFETENSORS_INDEX).exists():
             return cls._open_indexed(root, config, SAFETENSORS_INDEX, "safetensors-sharded")
         if (root / "model.safetensors").exists():

@@ -203,16 +203,29 @@ def split_into_shards(specs: list[TensorSpec], max_shard_bytes: int) -> list[lis
     return shards
 
 
-def check_destination(src: Path, dst: Path, overwrite: bool) -> None:
+def check_destination(src: Path, dst: Path, overwrite: bool, overwrite_any: bool = False) -> None:
+    """Refuse a DST that overlaps SRC, or that exists: ``overwrite`` replaces only a directory an eaglequant
+    conversion wrote (it has the report), ``overwrite_any`` any directory."""
     src_real, dst_real = src.resolve(), dst.resolve()
     if dst_real == src_real or src_real in dst_real.parents:
         raise OutputError(f"{dst}: the destination is inside the source checkpoint {src}", hint="choose another DST")
     if dst_real in src_real.parents:
         raise OutputError(f"{dst}: the destination contains the source checkpoint {src}", hint="choose another DST")
-    if dst.exists() and not overwrite:
-        raise OutputError(f"{dst}: already exists", hint="pass --overwrite to replace it, or choose another DST")
-    if dst.exists() and not dst.is_dir():
-        raise OutputError(f"{dst}: exists and is not a directory")
+    if not dst.exists():
+        return
+    if not dst.is_dir():
+        raise OutputError(f"{dst}: exists and is not a directory", hint="move it away, or choose another DST")
+    if overwrite_any:
+        return
+    if not overwrite:
+        raise OutputError(f"{dst}: already exists", hint="pass overwrite=True to replace it, or choose another DST")
+    from eaglequant.manifest import REPORT_NAME
+
+    if not (dst / REPORT_NAME).is_file():
+        raise OutputError(
+            f"{dst}: exists and was not written by eaglequant (no {REPORT_NAME}), so overwrite=True leaves it alone",
+            hint="choose another DST, or pass overwrite_any=True to delete what it holds",
+        )
 
 
 def remove_stale_temporaries(dst: Path) -> list[Path]:
@@ -265,7 +278,7 @@ def atomic_directory(dst: Path, overwrite: bool, divert: Callable[[], Path | Non
             _replace_diverted(tmp, elsewhere)
         elif dst.exists():
             if not overwrite:
-                raise OutputError(f"{dst}: appeared while converting", hint="pass --overwrite to replace it")
+                raise OutputError(f"{dst}: appeared while converting", hint="pass overwrite=True to replace it")
             trash = dst.parent / f".{dst.name}{TMP_MARKER}{os.getpid()}-old"
             dst.rename(trash)
             tmp.rename(dst)

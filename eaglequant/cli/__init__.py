@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.markup import escape
 
 from eaglequant import __version__
-from eaglequant.cli.output import err
+from eaglequant.cli.command import HELP_OPTION_NAMES, Group, cli_words
+from eaglequant.cli.output import MODE, Mode, error, info
 from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
 
 app = typer.Typer(
@@ -26,9 +26,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="rich",
+    context_settings={"help_option_names": HELP_OPTION_NAMES},
+    cls=Group,
 )
 
-_state = {"debug": False}
 T = TypeVar("T")
 
 
@@ -40,12 +41,15 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show full tracebacks on errors (also accepted after the command).")
+    ] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    _state["debug"] = debug
+    MODE.__dict__.update(Mode().__dict__)  # each command starts from the defaults (tests run many in one process)
+    MODE.debug = MODE.verbose = debug
 
 
 def run_guarded(action: Callable[[], T]) -> T:
@@ -53,24 +57,24 @@ def run_guarded(action: Callable[[], T]) -> T:
     try:
         return action()
     except EagleQuantError as exc:
-        if _state["debug"]:
+        if MODE.debug:
             traceback.print_exc()
-        err.print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True, soft_wrap=True)
+        error(cli_words(exc.one_line()), exc.exit_code, type(exc).__name__)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
-        err.print("[yellow]interrupted[/]; nothing was written", markup=True)
-        raise typer.Exit(EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED) from None
+        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        if MODE.json:
+            error("interrupted; nothing was written", code, type(exc).__name__)
+        else:
+            info("[yellow]interrupted[/]; nothing was written", markup=True)
+        raise typer.Exit(code) from None
     except (typer.Exit, typer.Abort):
         raise
     except Exception as exc:
-        if _state["debug"]:
+        if MODE.debug:
             traceback.print_exc()
-        err.print(
-            f"[bold red]internal error:[/] {type(exc).__name__}: {escape(str(exc))} (rerun with --debug for the "
-            "traceback and report it)",
-            markup=True,
-            soft_wrap=True,
-        )
+        message = f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback and report it)"
+        error(message, EXIT_INTERNAL, type(exc).__name__, internal=True)
         raise typer.Exit(EXIT_INTERNAL) from None
 
 

@@ -11,14 +11,17 @@ from typing import Annotated, Any, Optional
 import typer
 from rich.markup import escape
 
-from eaglequant.cli.options import JsonOpt
-from eaglequant.cli.output import err, print_json, quiet_hub_progress
+from eaglequant.cli.command import Command
+from eaglequant.cli.output import MODE, info, note, out, quiet_hub_progress, result
 from eaglequant.errors import EXIT_JOBS_FAILED, InputError
 
 
 def batch_command(
     jobs_file: Annotated[
-        Path, typer.Argument(help="TOML job file (see fixtures/batch-example.toml).", show_default=False)
+        Path,
+        typer.Argument(
+            help="TOML job file (see fixtures/batch-example.toml).", metavar="JOBS.toml", show_default=False
+        ),
     ],
     summary: Annotated[Path, typer.Option("--summary", help="Where to write the JSON summary of every job.")] = Path(
         "eaglequant-batch-summary.json"
@@ -39,13 +42,13 @@ def batch_command(
     list_jobs: Annotated[
         bool, typer.Option("--list", help="Check the whole file and print the job names; run nothing.")
     ] = False,
-    json_out: JsonOpt = False,
 ) -> None:
     """Run the conversions (and uploads) a TOML job file lists, as one CI step.
 
     Skips a job whose Hub repo (with \\[job.upload]) or destination holds its output from the same source and options.
 
-    A failed job does not stop the others; exits 4 if any failed. --list --json: the job names for a CI matrix.
+    Otherwise it converts (and uploads) the job; a failed job does not stop the others, and the command exits 4 if
+    any failed. --list --json: the job names, for a CI matrix.
     """
     from eaglequant.cli import run_guarded
 
@@ -57,21 +60,15 @@ def batch_command(
         selection = _shard(shard)
         if list_jobs:
             names = [job.name for job in select_jobs(jobs_file, load_jobs(jobs_file), only or [], selection)]
-            sys.stdout.write((json.dumps(names) if json_out else "\n".join(names)) + "\n")
+            sys.stdout.write((json.dumps(names) if MODE.json else "\n".join(names)) + "\n")
             return True
         quiet_hub_progress()
-        result = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=_note)
-        data = result.to_json()
+        outcome = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=note)
+        data = outcome.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        if json_out:
-            print_json(data)
-        counts = data["counts"]
-        err.print(
-            f"{counts['converted']} converted, {counts['skipped']} skipped, {counts['failed']} failed, "
-            f"{counts['uploaded']} uploaded; summary in {escape(str(summary))}"
-        )
-        return result.ok
+        result(data, lambda counted: render(counted, summary))
+        return outcome.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_JOBS_FAILED)
@@ -86,23 +83,36 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2])
 
 
-def _note(text: str) -> None:
-    err.print(f"note: {escape(text)}", soft_wrap=True)
+def render(data: dict[str, Any], summary: Path) -> None:
+    counts = data["counts"]
+    out.print(
+        f"{counts['converted']} converted, {counts['skipped']} skipped, {counts['failed']} failed, "
+        f"{counts['uploaded']} uploaded; summary in {escape(str(summary.absolute()))}",
+        soft_wrap=True,
+    )
+
+
+# The manifest's short reasons for converting, as a sentence a reader follows.
+_WHY_CONVERTED = {"absent": "nothing at its destination yet", "no report": "its destination has no eaglequant report"}
 
 
 def _report_job(number: int, total: int, outcome: Any) -> None:
+    """Progress: one line per finished job on stderr (the summary is the result)."""
+    if MODE.quiet:
+        return
     data = outcome.to_json()
     style = {"converted": "green", "skipped": "cyan", "failed": "bold red"}[data["status"]]
-    verified = {True: ", verify ok", False: ", verify FAILED", None: ""}[data["verified"]]
-    line = (
-        f"[{number}/{total}] {escape(data['name'])}: [{style}]{data['status']}[/] ({escape(data['reason'])}{verified})"
+    reason = _WHY_CONVERTED.get(data["reason"], data["reason"])
+    verified = {True: "; verified", False: "", None: ""}[data["verified"]]
+    info(
+        f"[{number}/{total}] {escape(data['name'])}: [{style}]{data['status']}[/] ({escape(reason)}){verified}",
+        markup=True,
     )
-    err.print(line, markup=True, soft_wrap=True)
     upload = data["upload"]
     if upload:
         text = upload.get("commit_url") or upload.get("error") or ""
-        err.print(f"      upload to {escape(upload['repo_id'])}: {upload['status']} {escape(text)}", soft_wrap=True)
+        info(f"      upload to {escape(upload['repo_id'])}: {upload['status']} {escape(text)}", markup=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("batch")(batch_command)
+    app.command("batch", cls=Command)(batch_command)

@@ -12,12 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import JsonOpt
-from eaglequant.cli.output import print_json
+from eaglequant.cli.command import Command
+from eaglequant.cli.output import out, result
 from eaglequant.errors import EXIT_JOBS_FAILED
 
 _STYLES = {"converted": "green", "skipped": "cyan", "failed": "bold red", "missing": "bold red"}
@@ -34,7 +33,6 @@ def batch_merge_command(
         Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
         typer.Option("--summary", help="Also write the merged summary to this file.", show_default=False),
     ] = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """Merge the summaries of one job file's runners (a CI matrix) into one table.
 
@@ -49,10 +47,7 @@ def batch_merge_command(
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
-        if json_out:
-            print_json(merged)
-        else:
-            _print_table(merged)
+        result(merged, _print_table)
         return bool(merged["ok"])
 
     if not run_guarded(body):
@@ -60,7 +55,6 @@ def batch_merge_command(
 
 
 def _print_table(merged: dict[str, Any]) -> None:
-    out = Console(highlight=False, soft_wrap=False)
     table = Table(box=None, pad_edge=False)
     table.add_column("job", no_wrap=True)
     table.add_column("status", no_wrap=True)
@@ -79,4 +73,4 @@ def _print_table(merged: dict[str, Any]) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("batch-merge")(batch_merge_command)
+    app.command("batch-merge", cls=Command)(batch_merge_command)

@@ -9,20 +9,23 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import JsonOpt
-from eaglequant.cli.output import err, print_json
+from eaglequant.cli.command import HELP_OPTION_NAMES, Command, Group
+from eaglequant.cli.output import info, out, result
 
-bench_app = typer.Typer(help="Benchmarks: time, throughput, and ratios to baselines measured in the same run.")
+bench_app = typer.Typer(
+    help="Benchmarks: time, throughput, and ratios to baselines measured in the same run.",
+    context_settings={"help_option_names": HELP_OPTION_NAMES},
+    cls=Group,
+)
 
 
-@bench_app.command("kernels")
+@bench_app.command("kernels", cls=Command)
 def kernels_command(
     m: Annotated[
         list[int] | None, typer.Option("--m", help="Token counts M (repeatable; default 1 4 16 64 256 2048).")
     ] = None,
     tiny: Annotated[bool, typer.Option("--tiny", help="One small shape instead of the Kimi-K2.5 head's.")] = False,
     device: Annotated[str, typer.Option("--device", help="cuda (default when present) or cpu (torch reference).")] = "",
-    json_out: JsonOpt = False,
 ) -> None:
     """Time each kernel on the Kimi-K2.5 EAGLE-3 head's shapes next to torch bf16 matmul and torch._scaled_mm."""
     from eaglequant.cli import run_guarded
@@ -41,16 +44,12 @@ def kernels_command(
             )
         if chosen == "cuda" and not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA GPU is visible")
-        result = bench_kernels(chosen, tuple(m or M_VALUES), TINY_SHAPES if tiny else None)
-        if json_out:
-            print_json(result)
-        else:
-            render(result)
+        result(bench_kernels(chosen, tuple(m or M_VALUES), TINY_SHAPES if tiny else None), render)
 
     run_guarded(body)
 
 
-@bench_app.command("convert")
+@bench_app.command("convert", cls=Command)
 def convert_command(
     cache_dir: Annotated[
         Optional[Path],  # noqa: UP045
@@ -62,14 +61,19 @@ def convert_command(
     ] = None,
     head: Annotated[
         list[str] | None,
-        typer.Option("--head", help="kimi-llama, kimi-mla (the default: both) or tiny (a quick check it runs)."),
+        typer.Option("--head", help="kimi-llama, kimi-mla (the default: both) or tiny (a quick check that it runs)."),
     ] = None,
     scheme: Annotated[
         list[str] | None, typer.Option("--scheme", help="Schemes to time (repeatable; default every built-in one).")
     ] = None,
     anchors: Annotated[
-        bool, typer.Option("--anchors/--no-anchors", help="Also time amd-quark and llm-compressor when installed.")
-    ] = True,
+        Optional[bool],  # noqa: UP045
+        typer.Option(
+            "--anchors/--no-anchors",
+            help="Also time amd-quark and llm-compressor when installed (default: yes, except for --head tiny alone).",
+            show_default=False,
+        ),
+    ] = None,
     workers: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option("--workers", min=1, help="Passed to convert (default: convert's own default)."),
@@ -80,7 +84,6 @@ def convert_command(
         typer.Option("--verify-run/--no-verify-run", help="Also time convert --verify of the first scheme."),
     ] = True,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the table as Markdown (for docs).")] = False,
-    json_out: JsonOpt = False,
 ) -> None:
     """Time convert on full-size synthetic Kimi-K2.5 heads next to the copy floor and the vendor tools.
 
@@ -100,7 +103,7 @@ def convert_command(
         cache = cache_dir or Path.home() / ".cache" / "eaglequant" / "bench"
         work = work_dir or cache / "runs"
         work.mkdir(parents=True, exist_ok=True)
-        result = bench_convert(
+        timings = bench_convert(
             cache,
             work,
             heads=tuple(head or FULL_SIZE_HEADS),
@@ -109,14 +112,9 @@ def convert_command(
             workers=workers,
             device=device,
             verify=verify,
-            log=lambda line: err.print(f"[dim]{escape(line)}[/]", markup=True),
+            log=lambda line: info(f"[dim]{escape(line)}[/]", markup=True),
         )
-        if json_out:
-            print_json(result)
-        elif markdown:
-            print(convert_markdown(result))
-        else:
-            err.print(convert_table(result))
+        result(timings, lambda data: print(convert_markdown(data)) if markdown else out.print(convert_table(data)))
 
     run_guarded(body)
 
@@ -179,7 +177,7 @@ def render(result: dict[str, Any]) -> None:
             f"{row['percent_of_copy_bandwidth']:.0f}",
             f"{row['speedup_vs_bf16']:.2f}",
         )
-    err.print(table)
+    out.print(table)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,28 +9,27 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from eaglequant.cli.command import Command
 from eaglequant.cli.options import (
+    DstArg,
     EngineOpt,
     ExcludeOpt,
     FormatOpt,
-    JsonOpt,
     QuantizeOpt,
     SchemeOpt,
+    SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
 )
-from eaglequant.cli.output import BarProgress, err, human_bytes, print_json, progress_enabled, quiet_hub_progress
+from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
+from eaglequant.cli.progress_display import progress_display, shown
+from eaglequant.cli.tables import name_column, show
 from eaglequant.errors import EXIT_CHECK_FAILED
 
 
 def convert_command(
-    src: Annotated[
-        str,
-        typer.Argument(help="Checkpoint directory, or Hub repo id org/name[@revision].", show_default=False),
-    ],
-    dst: Annotated[
-        Path, typer.Argument(help="Directory to create (must not exist, nor be inside SRC).", show_default=False)
-    ],
+    src: SrcArg,
+    dst: DstArg,
     scheme: SchemeOpt = "fp8-per-channel",
     format: FormatOpt = "quark",
     exclude: ExcludeOpt = None,
@@ -38,7 +37,16 @@ def convert_command(
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if it exists.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace DST if an earlier eaglequant convert wrote it.")
+    ] = False,
+    overwrite_any: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite-any",
+            help="Replace DST whatever it holds, even a directory eaglequant did not write: its files are deleted.",
+        ),
+    ] = False,
     max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")] = "5GB",
     calib: Annotated[
         Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
@@ -77,7 +85,6 @@ def convert_command(
             "written are the same byte for byte.",
         ),
     ] = "cpu",
-    json_out: JsonOpt = False,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
     from eaglequant.cli import run_guarded
@@ -88,44 +95,44 @@ def convert_command(
 
         if is_hub_reference(src):
             quiet_hub_progress()
-        result = convert(
-            src,
-            dst,
-            scheme=scheme,
-            format=format,
-            exclude=exclude or [],
-            quantize=quantize or [],
-            engines=engine or ["vllm"],
-            target_layers=target_layers,
-            target_config=target_config,
-            overwrite=overwrite,
-            max_shard_size=max_shard_size,
-            calib=calib,
-            verify_output=verify,
-            repo_id=repo_id,
-            progress=BarProgress() if progress_enabled() else None,
-            workers=workers,
-            device=device,
-        )
-        data = result.to_json()
-        if result.verification is not None:
-            data["verification"] = result.verification.to_json()
-        if json_out:
-            print_json(data)
-        else:
-            render(data)
-            if result.verification is not None:
-                from eaglequant.cli.verify_cmd import render as render_verification
-
-                render_verification(data["verification"])
-        if result.verification is not None and not result.verification.ok:
-            err.print(
-                f"[bold red]verify failed[/]: the output is at {escape(str(result.destination))}, not at "
+        with shown(progress_display()) as display:
+            if not is_hub_reference(src):
+                display.phase("reading")  # headers, the plan, and with --calib the calibration run
+            converted = convert(
+                src,
+                dst,
+                scheme=scheme,
+                format=format,
+                exclude=exclude or [],
+                quantize=quantize or [],
+                engines=engine or ["vllm"],
+                target_layers=target_layers,
+                target_config=target_config,
+                overwrite=overwrite,
+                overwrite_any=overwrite_any,
+                max_shard_size=max_shard_size,
+                calib=calib,
+                verify_output=verify,
+                repo_id=repo_id,
+                progress=display,
+                workers=workers,
+                device=device,
+            )
+        data = converted.to_json()
+        data["destination"] = absolute(converted.destination)
+        if converted.verification is not None:
+            data["verification"] = converted.verification.to_json()
+            data["verification"]["destination"] = data["destination"]
+        result(data, render)
+        for text in data["notes"]:
+            note(text)
+        if converted.verification is not None and not converted.verification.ok:
+            info(
+                f"[bold red]verification failed[/]: the output is at {escape(str(converted.destination))}, not at "
                 f"{escape(str(dst))}, which was left as it was; `eaglequant upload` refuses it",
                 markup=True,
-                soft_wrap=True,
             )
-        return result.verification is None or result.verification.ok
+        return converted.verification is None or converted.verification.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
@@ -133,24 +140,28 @@ def convert_command(
 
 def render(data: dict[str, Any]) -> None:
     table = Table(title=f"{data['scheme']} → {data['format']} ({data['layout']})", title_justify="left")
-    for col in ("quantized module", "shape", "rel. error", "SQNR dB"):
+    name_column(table, "quantized module")
+    for col in ("shape", "rel. error", "SQNR dB"):
         table.add_column(col)
     for row in data["quantized"]:
         table.add_row(escape(row["module"]), str(row["shape"]), f"{row['relative_error']:.4f}", f"{row['sqnr_db']:.1f}")
-    err.print(table)
+    show(table)
     for name, why in data["excluded_linears"].items():
-        err.print(f"  kept {escape(name)}: {escape(why)}")
+        out.print(f"  kept {escape(name)}: {escape(why)}", soft_wrap=True)
     src_b, out_b = data["source_bytes"], data["output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)
-    for note in data["notes"]:
-        err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
-    err.print(f"exclude rules written for {', '.join(data['engines'])}: {escape(str(data['exclude']))}")
-    err.print(
+    out.print(f"exclude rules written for {', '.join(data['engines'])}: {escape(str(data['exclude']))}", soft_wrap=True)
+    out.print(
         f"[green]wrote[/] {escape(str(data['destination']))}: {human_bytes(src_b)} → {human_bytes(out_b)} "
         f"({out_b / max(src_b, 1):.2f}×) in {data['seconds']} s",
         markup=True,
+        soft_wrap=True,
     )
+    if data.get("verification") is not None:
+        from eaglequant.cli.verify_cmd import render as render_verification
+
+        render_verification(data["verification"])
 
 
 def register(app: typer.Typer) -> None:
-    app.command("convert")(convert_command)
+    app.command("convert", cls=Command)(convert_command)

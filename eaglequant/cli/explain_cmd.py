@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import JsonOpt, TargetConfigOpt, TargetLayersOpt
-from eaglequant.cli.output import err, print_json
+from eaglequant.cli.command import Command
+from eaglequant.cli.options import QuantizedDstArg, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.output import absolute, note, out, result
+from eaglequant.cli.tables import name_column, show
 from eaglequant.errors import EXIT_CHECK_FAILED
 
 
 def explain_command(
-    dst: Annotated[Path, typer.Argument(help="Quantized checkpoint directory.", show_default=False)],
+    dst: QuantizedDstArg,
     engine: Annotated[
         list[str] | None,
         typer.Option(
@@ -27,7 +28,6 @@ def explain_command(
     ] = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors.
 
@@ -40,10 +40,8 @@ def explain_command(
 
         explanation = explain(dst, engines=engine or [], target_layers=target_layers, target_config=target_config)
         data = explanation.to_json()
-        if json_out:
-            print_json(data)
-        else:
-            render(data)
+        data["destination"] = absolute(data["destination"])
+        result(data, render)
         return explanation.ok
 
     if not run_guarded(body):
@@ -52,30 +50,30 @@ def explain_command(
 
 def render(data: dict[str, Any]) -> None:
     target = data["target_layers"]
-    err.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {escape(data['scheme'])}", markup=True)
-    err.print(f"  exclude rules: {escape(str(data['exclude']))}")
-    err.print(
+    out.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {escape(data['scheme'])}", markup=True)
+    out.print(f"  exclude rules: {escape(str(data['exclude']))}")
+    out.print(
         f"  target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})"
     )
     for reading in data["engines"]:
         if reading["loads"]:
             _render_engine(reading)
         else:
-            err.print(f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]")
+            out.print(f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]")
     if data["ok"]:
-        err.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
+        out.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
         return
     for problem in data["problems"]:
-        err.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
 
 
 def _render_engine(reading: dict[str, Any]) -> None:
     table = Table(title=f"{reading['title']} {reading['release']}", title_justify="left")
-    table.add_column("runtime module", overflow="fold")
+    name_column(table, "runtime module")
     table.add_column("rule", overflow="fold")
-    table.add_column("scheme", no_wrap=True)
-    table.add_column("checkpoint module", overflow="fold")
-    table.add_column("tensors it expects", no_wrap=True)
+    table.add_column("scheme")
+    name_column(table, "checkpoint module")
+    table.add_column("tensors it expects")
     engine_kept = []
     for module in reading["modules"]:
         scheme = module["scheme"]
@@ -94,12 +92,12 @@ def _render_engine(reading: dict[str, Any]) -> None:
                 if t["name"].startswith(prefix)
             )
             table.add_row(*(first if index == 0 else ("", "", "")), escape(member), expects)
-    err.print(table)
+    show(table)
     for number, (name, why) in enumerate(engine_kept, start=1):
-        err.print(f"  ({number}) {escape(name)}: {escape(why)}")
-    for note in reading["notes"]:
-        err.print(f"  [yellow]note[/]: {escape(note)}", markup=True)
+        out.print(f"  ({number}) {escape(name)}: {escape(why)}")
+    for text in reading["notes"]:
+        note(text)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("explain")(explain_command)
+    app.command("explain", cls=Command)(explain_command)

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
+from eaglequant.cli.command import Command
 from eaglequant.cli.options import (
     EngineOpt,
     ExcludeOpt,
     FormatOpt,
-    JsonOpt,
     QuantizeOpt,
     SchemeOpt,
+    SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
 )
-from eaglequant.cli.output import err, human_bytes, print_json, quiet_hub_progress
+from eaglequant.cli.output import absolute, human_bytes, out, quiet_hub_progress, result
+from eaglequant.cli.tables import name_column, show
 
 
 def inspect_command(
-    src: Annotated[
-        str, typer.Argument(help="Checkpoint directory, or Hub repo id org/name[@revision].", show_default=False)
-    ],
+    src: SrcArg,
     scheme: SchemeOpt = "fp8-per-channel",
     format: FormatOpt = "quark",
     exclude: ExcludeOpt = None,
@@ -32,7 +32,6 @@ def inspect_command(
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """Show the detected layout and why, every tensor, what SCHEME would quantize, and the output size."""
     from eaglequant.cli import run_guarded
@@ -53,27 +52,26 @@ def inspect_command(
             target_layers=target_layers,
             target_config=target_config,
         )
-        if json_out:
-            print_json(report.to_json())
-        else:
-            render(report.to_json())
+        data = report.to_json()
+        data["source"] = absolute(data["source"])
+        result(data, render)
 
     run_guarded(body)
 
 
 def render(data: dict[str, Any]) -> None:
-    err.print(f"[bold]{escape(data['source'])}[/]  layout [cyan]{data['layout']}[/] ({data['layout_title']})")
-    err.print(f"  why: {escape(data['reason'])}")
+    out.print(f"[bold]{escape(data['source'])}[/]  layout [cyan]{data['layout']}[/] ({data['layout_title']})")
+    out.print(f"  why: {escape(data['reason'])}")
     dims = data["dims"]
     assert isinstance(dims, dict)
-    err.print("  dims: " + ", ".join(f"{k}={v}" for k, v in dims.items()))
-    err.print(
+    out.print("  dims: " + ", ".join(f"{k}={v}" for k, v in dims.items()))
+    out.print(
         f"  attention {data['attention']}, {data['num_layers']} decoder layer(s), "
         f"features: {', '.join(data['features']) or 'none'}"
     )
     multi_file = len(data["files"]) > 1
     table = Table(title=f"tensors ({data['source_format']}, {len(data['files'])} file(s))", title_justify="left")
-    table.add_column("name", no_wrap=True)
+    name_column(table, "name")
     shard_of = {name: f"{i}/{len(data['files'])}" for i, name in enumerate(data["files"], start=1)}
     for col in ("dtype", "shape", "size") + (("shard",) if multi_file else ()):
         table.add_column(col, no_wrap=True)
@@ -89,25 +87,27 @@ def render(data: dict[str, Any]) -> None:
             action = f"[dim]keep: {row['role'].replace('_', ' ')}[/]"
         cells = [escape(row["name"]), row["dtype"], str(row["shape"]), human_bytes(row["bytes"])]
         table.add_row(*cells, *([shard_of.get(row["file"], row["file"])] if multi_file else []), action)
-    err.print(table)
+    show(table)
     for name, reason in long_reasons.items():
-        err.print(f"  [yellow]keep[/] {escape(name)}: {escape(reason)}")
+        out.print(f"  [yellow]keep[/] {escape(name)}: {escape(reason)}")
     runtime = Table(title="how the engines will read the written config", title_justify="left")
-    for col in ("engine", "runtime module", "quantized", "rule"):
-        runtime.add_column(col, overflow="fold")
+    runtime.add_column("engine", no_wrap=True)
+    name_column(runtime, "runtime module")
+    runtime.add_column("quantized")
+    runtime.add_column("rule", overflow="fold")
     for row in data["runtime_modules"]:
         rule = escape(row["rule"] or "")
         if row["engine_reason"]:
             rule += f"{' ' if rule else ''}[dim](engine: {escape(row['engine_reason'])})[/]"
         runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", rule)
-    err.print(runtime)
+    show(runtime)
     target = data["target_layers"]
-    err.print(f"target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})")
-    err.print(f"exclude rules written: {escape(str(data['exclude']))}")
+    out.print(f"target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})")
+    out.print(f"exclude rules written: {escape(str(data['exclude']))}")
     src_b, out_b = data["source_bytes"], data["estimated_output_bytes"]
     assert isinstance(src_b, int) and isinstance(out_b, int)
-    err.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
+    out.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
 
 
 def register(app: typer.Typer) -> None:
-    app.command("inspect")(inspect_command)
+    app.command("inspect", cls=Command)(inspect_command)

@@ -12,9 +12,7 @@ SchemeOpt = Annotated[
 ]
 FormatOpt = Annotated[
     str,
-    typer.Option(
-        "--format", "-f", help="Output format: quark, modelopt or compressed-tensors (see `eaglequant schemes`)."
-    ),
+    typer.Option("--format", help="Output format: quark, modelopt or compressed-tensors (see `eaglequant schemes`)."),
 ]
 ExcludeOpt = Annotated[
     Optional[list[str]],  # noqa: UP045 - Typer needs Optional here on Python 3.10
@@ -29,7 +27,6 @@ QuantizeOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
         "--quantize",
-        "-q",
         help="Quantize matching linears that are kept by default (fc, lm_head), same syntax as --exclude. "
         "Refused where a targeted engine runs that module unquantized. Repeatable.",
     ),
@@ -57,7 +54,17 @@ TargetConfigOpt = Annotated[
         show_default=False,
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON result on stdout.")]
+SrcArg = Annotated[
+    str,
+    typer.Argument(help="Checkpoint directory, or Hub repo id org/name[@revision].", show_default=False),
+]
+DstArg = Annotated[
+    Path,
+    typer.Argument(help="Directory to create (must not exist, nor be inside SRC).", show_default=False),
+]
+QuantizedDstArg = Annotated[
+    Path, typer.Argument(help="Quantized checkpoint directory (what convert wrote).", show_default=False)
+]
 
 SourceOpt = Annotated[
     Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10

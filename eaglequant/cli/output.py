@@ -1,32 +1,145 @@
-"""Rendering for the CLI: messages and progress on stderr, results (``--json``) on stdout."""
+"""The CLI's one output layer: results on stdout, everything else on stderr.
+
+Every command hands its result to :func:`result` (a JSON document under ``--json``, its human rendering
+otherwise) and says anything else through :func:`note`, :func:`info` and :func:`detail`, which respect
+``--quiet`` and ``--verbose``. Errors go through :func:`error`: one line on stderr, and under ``--json`` also
+one JSON object on stdout, so a pipe into ``jq`` never meets an empty stream.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import sys
-import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TransferSpeedColumn,
-)
-from rich.progress import Progress as RichProgress
+from rich.markup import escape
 
-err = Console(stderr=True, highlight=False)
-if not err.is_terminal and "COLUMNS" not in os.environ:
-    err = Console(stderr=True, highlight=False, width=120)  # logs and CI: tables need room for tensor names
+# The values huggingface_hub reads as true in its environment switches (constants._is_true).
+TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+PROGRESS_SWITCHES = ("EAGLEQUANT_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
+
+
+@dataclass
+class Mode:
+    """What the command line asked for; reset before every command (see ``eaglequant.cli``)."""
+
+    json: bool = False
+    quiet: bool = False  # errors only on stderr
+    verbose: bool = False  # also the details, and phase timings on a terminal
+    debug: bool = False  # tracebacks
+
+
+MODE = Mode()
+
+
+def _console(*, stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    wide = not stream.isatty() and "COLUMNS" not in os.environ  # logs and CI: tables need room for names
+    return Console(stderr=stderr, highlight=False, width=120 if wide else None)
+
+
+class _Stream:
+    """A console bound to the stream as it is when used (tests swap sys.stdout and sys.stderr)."""
+
+    def __init__(self, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+        self._stream: Any = None
+
+    @property
+    def console(self) -> Console:
+        stream = sys.stderr if self._stderr else sys.stdout
+        if self._console is None or stream is not self._stream:
+            self._console, self._stream = _console(stderr=self._stderr), stream
+        return self._console
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        self.console.print(*objects, **kwargs)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.console.is_terminal
+
+    @property
+    def width(self) -> int:
+        return self.console.width
+
+
+out = _Stream(stderr=False)  # results
+err = _Stream(stderr=True)  # progress, notes, warnings, errors
+
+
+def env_true(name: str) -> bool:
+    """An environment switch read as huggingface_hub reads its own: 1, ON, YES, TRUE (any case) are true."""
+    return os.environ.get(name, "").strip().upper() in TRUE_VALUES
+
+
+def progress_enabled() -> bool:
+    """Bars only on a terminal, unless --quiet or a switch turns them off."""
+    return err.is_terminal and not MODE.quiet and not any(env_true(name) for name in PROGRESS_SWITCHES)
+
+
+def quiet_hub_progress() -> None:
+    """huggingface_hub draws its own bars on stderr: keep them where ours are shown."""
+    if not progress_enabled():
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+
+
+def result(data: Any, render: Callable[[Any], None]) -> None:
+    """The command's result on stdout: one JSON document under --json, else ``render(data)``."""
+    if MODE.json:
+        print_json(data)
+    else:
+        render(data)
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
     sys.stdout.flush()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value.absolute())
+    return str(value)
+
+
+def absolute(path: str | Path | None) -> str | None:
+    """A path as JSON and messages give it: absolute, not resolved through links."""
+    return None if path is None else str(Path(path).absolute())
+
+
+def note(text: str) -> None:
+    """Something the user should know (a warning); not shown with --quiet."""
+    if not MODE.quiet:
+        err.print(f"[yellow]note[/]: {escape(text)}", markup=True, soft_wrap=True)
+
+
+def info(text: str, *, markup: bool = False) -> None:
+    """A message about the run (what happens, where things went); not shown with --quiet."""
+    if not MODE.quiet:
+        err.print(text if markup else escape(text), markup=True, soft_wrap=True)
+
+
+def detail(text: str) -> None:
+    """Shown with --verbose only."""
+    if MODE.verbose and not MODE.quiet:
+        err.print(f"[dim]{escape(text)}[/]", markup=True, soft_wrap=True)
+
+
+def error(message: str, exit_code: int, error_type: str, *, internal: bool = False) -> None:
+    """One line on stderr; under --json also ``{"ok": false, "error": {...}, "exit_code": N}`` on stdout."""
+    label = "internal error" if internal else "error"
+    err.print(f"[bold red]{label}:[/] {escape(message)}", markup=True, soft_wrap=True)
+    if MODE.json:
+        print_json({"ok": False, "error": {"type": error_type, "message": message}, "exit_code": exit_code})
 
 
 def human_bytes(n: float) -> str:
@@ -35,53 +148,3 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
-
-
-def progress_enabled() -> bool:
-    if os.environ.get("EAGLEQUANT_DISABLE_PROGRESS_BARS") or os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS"):
-        return False
-    return err.is_terminal
-
-
-def quiet_hub_progress() -> None:
-    """huggingface_hub draws its own bars on stderr: keep them for a terminal, as ours."""
-    if not progress_enabled():
-        from huggingface_hub.utils import disable_progress_bars
-
-        disable_progress_bars()
-
-
-class BarProgress:
-    """One bar: bytes written with their rate, and tensors done with theirs."""
-
-    def __init__(self) -> None:
-        self._bar = RichProgress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            DownloadColumn(),
-            TransferSpeedColumn(),
-            TextColumn("{task.fields[tensors]}"),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[label]}", style="dim"),
-            console=err,
-            transient=True,
-        )
-        self._task: TaskID | None = None
-        self._done = 0
-        self._total = 0
-        self._started = 0.0
-
-    def start(self, total_bytes: int, total_tensors: int) -> None:
-        self._total, self._started = total_tensors, time.perf_counter()
-        self._bar.start()
-        self._task = self._bar.add_task("writing", total=total_bytes, tensors=f"0/{total_tensors} tensors", label="")
-
-    def advance(self, nbytes: int, label: str) -> None:
-        assert self._task is not None
-        self._done += 1
-        rate = self._done / max(time.perf_counter() - self._started, 1e-9)
-        tensors = f"{self._done}/{self._total} tensors {rate:.1f}/s"
-        self._bar.update(self._task, advance=nbytes, tensors=tensors, label=label)
-
-    def stop(self) -> None:
-        self._bar.stop()

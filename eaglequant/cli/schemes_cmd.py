@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import JsonOpt
-from eaglequant.cli.output import err, print_json
+from eaglequant.cli.command import Command
+from eaglequant.cli.output import out, result
 
 
 def schemes_command(
@@ -17,7 +17,6 @@ def schemes_command(
         Optional[str],  # noqa: UP045 - Typer needs Optional here on Python 3.10
         typer.Option("--show", help="Print one scheme's TOML file (a built-in name or a .toml path)."),
     ] = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """List the built-in schemes (files in schemes/), the formats that store each and the engines that load it."""
     from eaglequant.cli import run_guarded
@@ -28,27 +27,24 @@ def schemes_command(
         if show is not None:
             scheme = load_scheme(show)  # validates
             text = scheme_path(show).read_text(encoding="utf-8")
-            if json_out:
-                print_json({"name": scheme.name, "file": scheme.source, "toml": text})
-            else:
-                typer.echo(text, nl=False)
+            result({"name": scheme.name, "file": scheme.source, "toml": text}, lambda data: typer.echo(text, nl=False))
             return
-        rows = [_row(load_scheme(name)) for name in builtin_scheme_names()]
-        if json_out:
-            print_json(rows)
-            return
-        from eaglequant.engines.support import ENGINE_NAMES, ENGINE_TITLES
-
-        table = Table("scheme", "label", "format", *(ENGINE_TITLES[e] for e in ENGINE_NAMES), "summary")
-        for row in rows:
-            for i, fmt in enumerate(row["formats"]):
-                cells = [_mark(fmt["engines"][e]) for e in ENGINE_NAMES]
-                first = (escape(row["name"]), row["label"]) if i == 0 else ("", "")
-                table.add_row(*first, fmt["format"], *cells, escape(row["summary"]) if i == 0 else "")
-        err.print(table)
-        err.print("yes: loads · yes*: loads on some hardware or versions (see docs/engines.md) · no: refused")
+        result([_row(load_scheme(name)) for name in builtin_scheme_names()], render)
 
     run_guarded(body)
+
+
+def render(rows: list[dict[str, Any]]) -> None:
+    from eaglequant.engines.support import ENGINE_NAMES, ENGINE_TITLES
+
+    table = Table("scheme", "label", "format", *(ENGINE_TITLES[e] for e in ENGINE_NAMES), "summary")
+    for row in rows:
+        for i, fmt in enumerate(row["formats"]):
+            cells = [_mark(fmt["engines"][e]) for e in ENGINE_NAMES]
+            first = (escape(row["name"]), row["label"]) if i == 0 else ("", "")
+            table.add_row(*first, fmt["format"], *cells, escape(row["summary"]) if i == 0 else "")
+    out.print(table)
+    out.print("yes: loads · yes*: loads on some hardware or versions (see docs/engines.md) · no: refused")
 
 
 def _row(scheme):  # type: ignore[no-untyped-def]
@@ -85,4 +81,4 @@ def _mark(cell) -> str:  # type: ignore[no-untyped-def]
 
 
 def register(app: typer.Typer) -> None:
-    app.command("schemes")(schemes_command)
+    app.command("schemes", cls=Command)(schemes_command)

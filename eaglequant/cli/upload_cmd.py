@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
 
-from eaglequant.cli.options import JsonOpt, SourceOpt
-from eaglequant.cli.output import err, human_bytes, print_json, quiet_hub_progress
+from eaglequant.cli.command import Command
+from eaglequant.cli.options import QuantizedDstArg, SourceOpt
+from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
+from eaglequant.cli.progress_display import phase
 
 
 def upload_command(
-    dst: Annotated[
-        Path, typer.Argument(help="Quantized checkpoint directory (what convert wrote).", show_default=False)
-    ],
+    dst: QuantizedDstArg,
     repo_id: Annotated[
         str, typer.Argument(help="Hub repo to upload to, org/name (created if needed).", show_default=False)
     ],
@@ -32,7 +31,6 @@ def upload_command(
         bool, typer.Option("--force", help="Upload even if DST fails verify or was not verified numerically.")
     ] = False,
     source: SourceOpt = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """Verify DST, then upload it to the Hub and print the commit URL.
 
@@ -46,21 +44,22 @@ def upload_command(
         from eaglequant.api import upload
 
         quiet_hub_progress()
-        result = upload(
-            dst,
-            repo_id,
-            revision=revision,
-            private=private,
-            commit_message=commit_message,
-            dry_run=dry_run,
-            force=force,
-            source=source,
-        )
-        data = result.to_json()
-        if json_out:
-            print_json(data)
-        else:
-            render(data)
+        with phase("verifying, then uploading"):
+            uploaded = upload(
+                dst,
+                repo_id,
+                revision=revision,
+                private=private,
+                commit_message=commit_message,
+                dry_run=dry_run,
+                force=force,
+                source=source,
+            )
+        data = uploaded.to_json()
+        data["destination"] = absolute(data["destination"])
+        result(data, render)
+        for text in data["notes"]:
+            note(text)
 
     run_guarded(body)
 
@@ -68,20 +67,23 @@ def upload_command(
 def render(data: dict[str, Any]) -> None:
     verified = {
         "passed": "verify passed",
-        "failed": "verify FAILED (--force)",
-        "not verified numerically": "not verified numerically (--force)",
+        "failed": "verify failed, sent with --force",
+        "not verified numerically": "not verified numerically, sent with --force",
         None: "not verified",
     }[data["verified"]]
+    if data["dry_run"]:
+        verified = verified.replace("sent with", "would be sent with")
+    # A dry run's result is what it would send; a real upload's is its commit URL (what scripts capture).
+    say = out.print if data["dry_run"] else lambda text, **kw: info(text)
     where = f"{data['repo_id']}@{data['revision']}" + (" (private)" if data["private"] else "")
-    err.print(f"{escape(data['destination'])} → {escape(where)}: {verified}")
+    say(f"{escape(data['destination'])} → {escape(where)}: {verified}", soft_wrap=True)
     for name, size in data["files"].items():
-        err.print(f"  {escape(name)}  {human_bytes(size)}")
-    err.print(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])}")
-    for note in data["notes"]:
-        err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
+        say(f"  {escape(name)}  {human_bytes(size)}", soft_wrap=True)
+    sent = "would be sent" if data["dry_run"] else "sent"
+    say(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])} {sent}")
     if data["commit_url"]:
-        print(data["commit_url"])
+        out.print(data["commit_url"], soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("upload")(upload_command)
+    app.command("upload", cls=Command)(upload_command)

@@ -9,15 +9,18 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from eaglequant.cli.options import JsonOpt, SourceOpt, TargetConfigOpt, TargetLayersOpt
-from eaglequant.cli.output import err, print_json
+from eaglequant.cli.command import Command
+from eaglequant.cli.options import QuantizedDstArg, SourceOpt, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.output import absolute, note, out, result
+from eaglequant.cli.progress_display import phase
+from eaglequant.cli.tables import name_column, show
 from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
 from eaglequant.fidelity import DEFAULT_TOKENS
 from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
 
 
 def verify_command(
-    dst: Annotated[Path, typer.Argument(help="Quantized checkpoint directory.", show_default=False)],
+    dst: QuantizedDstArg,
     source: SourceOpt = None,
     engine: Annotated[
         Optional[list[str]],  # noqa: UP045
@@ -58,7 +61,6 @@ def verify_command(
             show_default=False,
         ),
     ] = None,
-    json_out: JsonOpt = False,
 ) -> None:
     """Check DST: structure per engine, per-layer kernel parity, draft-head fidelity.
 
@@ -70,23 +72,22 @@ def verify_command(
     def body() -> str:
         from eaglequant.api import verify
 
-        report = verify(
-            dst,
-            source=source,
-            engines=engine or [],
-            target_layers=target_layers,
-            target_config=target_config,
-            seed=seed,
-            tokens=tokens,
-            load_with=load_with or [],
-            engine_python=engine_python,
-            inputs=inputs,
-        )
+        with phase("verifying"):
+            report = verify(
+                dst,
+                source=source,
+                engines=engine or [],
+                target_layers=target_layers,
+                target_config=target_config,
+                seed=seed,
+                tokens=tokens,
+                load_with=load_with or [],
+                engine_python=engine_python,
+                inputs=inputs,
+            )
         data = report.to_json()
-        if json_out:
-            print_json(data)
-        else:
-            render(data)
+        data["destination"] = absolute(data["destination"])
+        result(data, render)
         return report.verdict
 
     verdict = run_guarded(body)
@@ -98,30 +99,9 @@ def verify_command(
 
 def render(data: dict[str, Any]) -> None:
     limits = data["thresholds"]
-    err.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {data['scheme']} ({data['scheme_label']})")
+    out.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {data['scheme']} ({data['scheme_label']})")
     if data["layers"]:
-        table = Table(title="per-layer parity (fused kernel vs source GEMM)", title_justify="left")
-        for col in (
-            "module",
-            "backend",
-            f"SQNR dB ≥ {limits['min_sqnr_db']}",
-            f"cosine ≥ {limits['min_cosine']}",
-            f"rel. error ≤ {limits['max_relative_error']}",
-            f"worst block ≤ {limits['max_block_relative_error']}",
-        ):
-            table.add_column(col)
-        for row in data["layers"]:
-            mark = "[red]" if row["failed"] else ""
-            sqnr = row["sqnr_db"]
-            table.add_row(
-                f"{mark}{escape(row['module'])}",
-                row["backend"],
-                f"{sqnr:.1f}" if isinstance(sqnr, float) else str(sqnr),
-                f"{row['cosine']:.5f}",
-                f"{row['relative_error']:.4f}",
-                f"{row['max_block_relative_error']:.4f}",
-            )
-        err.print(table)
+        show(_parity_table(data["layers"], limits))
     fidelity = data["fidelity"]
     if fidelity:
         parts = [f"hidden cosine {fidelity['hidden_cosine']:.5f}"]
@@ -134,34 +114,65 @@ def render(data: dict[str, Any]) -> None:
                 f"top-1 agreement {shift['top1_agreement']:.3f} ({shift['flips']} flips, "
                 f"{shift['noise_flips']:.1f} explained by noise)",
             ]
-        err.print(f"draft head over {fidelity['tokens']} positions ({fidelity['inputs']}): " + ", ".join(parts))
+        out.print(f"draft head over {fidelity['tokens']} positions ({fidelity['inputs']}): " + ", ".join(parts))
         if floor is not None:
-            err.print(
+            out.print(
                 f"  the source draft in bf16 arithmetic: mean TV {floor['mean_tv']:.4f}, top-1 agreement "
                 f"{floor['top1_agreement']:.3f}"
             )
     for load in data["engine_loads"]:
         render_engine_load(load)
-    for note in data["notes"]:
-        err.print(f"[yellow]note[/]: {escape(note)}", markup=True)
+    for text in data["notes"]:
+        note(text)
     if data["verdict"] == PASSED:
-        err.print(f"[green]ok[/]: {', '.join(data['checks'])} hold", markup=True)
+        out.print(f"[green]ok[/]: {', '.join(data['checks'])} hold", markup=True)
     elif data["verdict"] == NOT_VERIFIED:
-        err.print(
+        out.print(
             f"[yellow]not verified numerically[/]: {', '.join(data['checks'])} hold, but parity and fidelity did "
             "not run (pass --source SRC, the checkpoint DST was made from); `eaglequant upload` refuses it",
             markup=True,
         )
     for problem in data["problems"]:
-        err.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+
+
+def _parity_table(layers: list[dict[str, Any]], limits: dict[str, Any]) -> Table:
+    """One row per quantized linear; the backend goes to the title when every row shares it."""
+    backends = {row["backend"] for row in layers}
+    title = "per-layer parity (fused kernel vs source GEMM)"
+    if len(backends) == 1:
+        title += f", {next(iter(backends))}"
+    table = Table(title=title, title_justify="left")
+    name_column(table, "module")
+    if len(backends) > 1:
+        table.add_column("backend")
+    for header in (
+        f"SQNR dB ≥ {limits['min_sqnr_db']}",
+        f"cosine ≥ {limits['min_cosine']}",
+        f"rel. error ≤ {limits['max_relative_error']}",
+        f"worst block ≤ {limits['max_block_relative_error']}",
+    ):
+        table.add_column(header, justify="right")
+    for row in layers:
+        sqnr = row["sqnr_db"]
+        cells = [
+            f"{sqnr:.1f}" if isinstance(sqnr, float) else str(sqnr),
+            f"{row['cosine']:.5f}",
+            f"{row['relative_error']:.4f}",
+            f"{row['max_block_relative_error']:.4f}",
+        ]
+        module = f"{'[red]' if row['failed'] else ''}{escape(row['module'])}"
+        table.add_row(module, *([row["backend"]] if len(backends) > 1 else []), *cells)
+    return table
 
 
 def render_engine_load(load: dict[str, Any]) -> None:
     title = f"{load['engine']} {load['version']} loading {load['checkpoint']}"
     if not load["loaded"]:
-        err.print(f"[bold]{escape(title)}[/]: [red]failed[/]: {escape(str(load['error']))}", markup=True)
+        out.print(f"[bold]{escape(title)}[/]: [red]failed[/]: {escape(str(load['error']))}", markup=True)
     table = Table(title=title, title_justify="left")
-    for col in ("runtime module", "method", "planned", "tensors", "values", "GEMM rel. error"):
+    name_column(table, "runtime module")
+    for col in ("method", "planned", "tensors", "values", "GEMM rel. error"):
         table.add_column(col, overflow="fold")
     for row in load["modules"]:
         planned = row["planned_quantized"]
@@ -176,12 +187,12 @@ def render_engine_load(load: dict[str, Any]) -> None:
             "—" if relative is None else f"{relative:.4f}",
         )
     if load["modules"]:
-        err.print(table)
-    for note in load["notes"]:
-        err.print(f"  [yellow]note[/]: {escape(note)}", markup=True)
+        show(table)
+    for text in load["notes"]:
+        note(text)
     for patch in load["patches"]:
-        err.print(f"  [dim]patched for CPU: {escape(patch)}[/]", markup=True)
+        out.print(f"  [dim]patched for CPU: {escape(patch)}[/]", markup=True)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("verify")(verify_command)
+    app.command("verify", cls=Command)(verify_command)

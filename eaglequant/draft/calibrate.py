@@ -39,6 +39,8 @@ def load_calibration(
     """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims. ``option``
     names the file in messages (the CLI flag that gave it)."""
     path = Path(path)
+    if not path.exists():
+        raise InputError(f"{option} {path}: no such file", hint="give the captured draft inputs' .safetensors file")
     if not path.is_file() or path.suffix != ".safetensors":
         raise InputError(f"{option} {path}: not a .safetensors file")
     try:

@@ -165,8 +165,9 @@ def check_fused_groups(head: HeadDescription, excluded: set[str]) -> None:
         chosen = [m for m in group.members if m in excluded]
         if chosen and len(chosen) != len(group.members):
             kept = [m for m in group.members if m not in excluded]
+            names = {m: head.linear(m).checkpoint_module for m in group.members}  # as the user writes them
             raise InputError(
-                f"excluding {', '.join(chosen)} but quantizing {', '.join(kept)}: engines fuse them into one "
-                f"{group.kind} module that must use a single scheme",
-                hint="exclude all of them or none",
+                f"excluding {', '.join(names[m] for m in chosen)} but quantizing {', '.join(names[m] for m in kept)}: "
+                f"engines fuse them into one {group.kind} module that must use a single scheme",
+                hint=f"exclude all of {', '.join(names.values())}, or none of them",
             )

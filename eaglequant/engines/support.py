@@ -151,6 +151,10 @@ def _loads_everywhere(kinds: tuple[str, str | None], fmt: str, engines: list[str
     return all((cell := support(kinds, fmt, e, attention)) is not None and cell.loads for e in engines)
 
 
+def _weight_bits(kinds: tuple[str, str | None]) -> int:
+    return 8 if kinds[0].startswith("fp8") else 4
+
+
 def check_engines(
     kinds: tuple[str, str | None],
     scheme_name: str,
@@ -173,7 +177,8 @@ def check_engines(
             if cell.conditional:
                 warnings.append(f"{ENGINE_TITLES[engine]}: {cell.note}")
             continue
-        candidates = [kinds, *(k for k in scheme_names if k != kinds)]
+        others = sorted((k for k in scheme_names if k != kinds), key=lambda k: _weight_bits(k) != _weight_bits(kinds))
+        candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit
         working = [(k, f) for k in candidates for f in FORMAT_NAMES if _loads_everywhere(k, f, engines, attention)]
         titles = " and ".join(ENGINE_TITLES[e] for e in engines)
         if not working:

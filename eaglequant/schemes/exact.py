@@ -33,7 +33,7 @@ def power_of_two(exponent: torch.Tensor) -> torch.Tensor:
 def floor_log2(x: torch.Tensor) -> torch.Tensor:
     """``floor(log2(x))`` as float32 for x >= 0 in any float dtype: exact, from the exponent ``frexp``
     gives (x = m * 2^e with m in [0.5, 1)); -inf for 0, +inf for inf, as ``log2`` gives."""
-    mantissa, exponent = torch.frexp(x.to(torch.float32))
+    _, exponent = torch.frexp(x.to(torch.float32))
     result = (exponent - 1).to(torch.float32)
     result = torch.where(x == 0, -torch.inf, result)
     return torch.where(torch.isinf(x), torch.inf, result)

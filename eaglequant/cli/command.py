@@ -1,0 +1,158 @@
+"""What every command shares: ``-h``, ``--json``, ``-q``, ``-v``, ``--debug`` (also after the subcommand),
+tidy help, JSON usage errors, and the library's parameter names turned into the flags a user types."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+
+from eaglequant.cli.output import MODE, error
+from eaglequant.errors import EXIT_BAD_INPUT
+
+HELP_OPTION_NAMES = ["-h", "--help"]
+UsageError: type[Exception] = typer.BadParameter.__mro__[1]  # click's (Typer may vendor its own click)
+
+
+def _set_json(value: bool) -> bool:
+    MODE.json = MODE.json or value
+    return value
+
+
+def _set_quiet(value: bool) -> bool:
+    MODE.quiet = MODE.quiet or value
+    return value
+
+
+def _set_verbose(value: bool) -> bool:
+    MODE.verbose = MODE.verbose or value
+    return value
+
+
+def _set_debug(value: bool) -> bool:
+    MODE.debug = MODE.debug or value
+    MODE.verbose = MODE.verbose or value
+    return value
+
+
+def _template(
+    json: Annotated[bool, typer.Option("--json", callback=_set_json, help="Print one JSON result on stdout.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", callback=_set_quiet, help="Print only the result and errors.")
+    ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", callback=_set_verbose, help="Also print details and each phase's duration."),
+    ] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", callback=_set_debug, help="Show full tracebacks on errors.")
+    ] = False,
+) -> None:
+    """The options every command takes (their values go to MODE, not to the command)."""
+
+
+def _common_params() -> list[Any]:
+    template = typer.Typer()
+    template.command()(_template)
+    params = typer.main.get_command(template).params
+    for param in params:
+        param.expose_value = False
+    return [p for p in params if p.name != "help"]
+
+
+class Command(TyperCommand):
+    """A Typer command with the shared options and help as users read it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["context_settings"] = {**(kwargs.get("context_settings") or {}), "help_option_names": HELP_OPTION_NAMES}
+        super().__init__(*args, **kwargs)
+        self.params.extend(_common_params())
+        self.help = tidy_help(self.help)
+        for param in self.params:
+            _tidy_param(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            _tidy_param(option)
+        return option
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        given = list(args)  # the parser consumes the list
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            if "--json" in given:  # a usage error under --json still answers in JSON
+                MODE.json = True
+                error(str(exc), EXIT_BAD_INPUT, "UsageError")
+                MODE.json = False  # click prints its own message on stderr next
+            raise
+
+
+class Group(TyperGroup):
+    """The top-level command (and ``bench``): help as users read it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = tidy_help(self.help)
+        for param in self.params:
+            _tidy_param(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)
+        if option is not None:
+            _tidy_param(option)
+        return option
+
+
+def tidy_help(text: str | None) -> str | None:
+    """Docstring paragraphs as single lines (the terminal wraps them), with no rich markup read into them."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(escape(" ".join(p.split())) for p in paragraphs)
+
+
+def _tidy_param(param: Any) -> None:
+    if isinstance(param, TyperArgument) and param.metavar is None:
+        param.metavar = (param.name or "").upper()  # SRC, DST, as the help text names them
+    if getattr(param, "is_flag", False) and param.metavar is None:
+        param.metavar = ""  # a flag takes no value: no <bool> beside it
+    if getattr(param, "help", None):
+        param.help = escape(" ".join(param.help.split()))  # '[@revision]' is text, not rich markup
+
+
+# Library parameters (as its errors name them) -> the flag a command-line user types.
+_FLAG_VALUES = {
+    "overwrite": "--overwrite",
+    "overwrite_any": "--overwrite-any",
+    "force": "--force",
+    "verify_output": "--verify",
+}
+_FLAG_OPTIONS = {
+    "source": "--source",
+    "exclude": "--exclude",
+    "quantize": "--quantize",
+    "engines": "--engine",
+    "scheme": "--scheme",
+    "format": "--format",
+    "calib": "--calib",
+    "inputs": "--inputs",
+    "target_layers": "--target-layers",
+    "target_config": "--target-config",
+    "max_shard_size": "--max-shard-size",
+    "repo_id": "--repo-id",
+}
+_TRUE_FLAG = re.compile(r"\b(" + "|".join(_FLAG_VALUES) + r")=True\b")
+_VALUE_OPTION = re.compile(r"\b(" + "|".join(_FLAG_OPTIONS) + r")=(?=\S)")
+
+
+def cli_words(message: str) -> str:
+    """A library message as the command line says it: ``overwrite=True`` -> ``--overwrite``,
+    ``source=SRC`` -> ``--source SRC``."""
+    message = _TRUE_FLAG.sub(lambda m: _FLAG_VALUES[m.group(1)], message)
+    return _VALUE_OPTION.sub(lambda m: _FLAG_OPTIONS[m.group(1)] + " ", message)

@@ -1,0 +1,71 @@
+"""Tables that never cut a module name: a table when it fits the terminal, a list when it does not.
+
+Columns holding names are ``no_wrap``, so a table's narrowest rendering keeps every name whole; when even
+that is wider than the console, each row is printed as a name followed by its other cells, one per line.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console, RenderableType
+from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
+from rich.text import Text
+
+from eaglequant.cli.output import out
+
+
+def name_column(table: Table, header: str) -> None:
+    """A column of module or tensor names: never wrapped, never truncated."""
+    table.add_column(header, no_wrap=True, overflow="ignore")
+
+
+READABLE = 12  # the narrowest a column that wraps may get before the table reads better as a list
+
+
+def fits(table: Table, console: Console) -> bool:
+    """Name columns at their full width, every other column at least READABLE wide (or its content's width)."""
+    if Measurement.get(console, console.options, table).minimum > console.width:
+        return False
+    needed = 1 + 3 * len(table.columns)  # borders and padding
+    for column in table.columns:
+        cells = [_plain(column.header), *(_plain(cell) for cell in column.cells)]
+        widest = max((len(line) for cell in cells for line in cell.splitlines()), default=0)
+        needed += widest if column.no_wrap else min(widest, READABLE)
+    return needed <= console.width
+
+
+def show(table: Table) -> None:
+    """Print ``table`` on stdout as a table if it fits, else as a list."""
+    console = out.console
+    if fits(table, console):
+        console.print(table)
+        return
+    console.print(as_list(table))
+
+
+def as_list(table: Table) -> Text:
+    """Each row as its first cell, then ``header: cell`` for the others, indented."""
+    text = Text()
+    if table.title:
+        text.append(_plain(table.title) + "\n", style="bold")
+    columns = [(_plain(column.header), list(column.cells)) for column in table.columns]
+    rows = len(columns[0][1]) if columns else 0
+    for index in range(rows):
+        heading = _plain(columns[0][1][index])
+        if heading:
+            text.append(heading + "\n")
+        for header, cells in columns[1:]:
+            cell = _plain(cells[index])
+            if cell:
+                joined = cell.replace("\n", "; ")
+                text.append(f"    {header}: {joined}\n")
+    return text
+
+
+def _plain(cell: RenderableType) -> str:
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        return Text.from_markup(cell).plain
+    return escape(str(cell))
