@@ -7,6 +7,7 @@ decides on them (confidence bounds, not point estimates) are explained in docs/v
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -15,12 +16,14 @@ from eaglequant.layouts.head import HeadDescription
 if TYPE_CHECKING:
     import torch
 
+    from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.kernels.stored import StoredLinear
 
 DEFAULT_TOKENS = 256  # draft positions in the fidelity run
 CONFIDENCE_Z = 2.33  # one-sided 99%: a head statistic fails only when its confidence bound misses the threshold
 FLIP_Z = 3.09  # one-sided 99.9% on the count of arg-max flips the perturbation explains
 FLIP_RIVALS = 16  # the nearest rivals of each position's top-1 that the flip estimate considers
+FLOOR_POSITIONS = 64  # positions the bf16 floor (reported, not judged) is measured on: a whole third forward costs
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class HeadFidelity:
     inputs: str  # which draft inputs were used, in words
     shift: DistributionShift | None = None  # quantized against source; None without lm_head (the target's)
     floor: DistributionShift | None = None  # the source draft in bf16 arithmetic, as an engine runs it
+    floor_positions: int = 0  # the first positions the floor was measured on
 
     @property
     def top1_agreement(self) -> float | None:
@@ -66,11 +70,12 @@ class HeadFidelity:
             "hidden_cosine": self.hidden_cosine,
             "shift": None if self.shift is None else self.shift.to_json(),
             "bf16_floor": None if self.floor is None else self.floor.to_json(),
+            "bf16_floor_positions": self.floor_positions,
             "failed": list(self.failed),
         }
 
 
-def distribution_shift(reference: torch.Tensor, other: torch.Tensor, chunk: int = 32) -> DistributionShift:
+def distribution_shift(reference: torch.Tensor, other: torch.Tensor, chunk: int = 8) -> DistributionShift:
     """TV, KL and arg-max flips of ``other``'s logits against ``reference``'s ([T, V] each), with the flips a
     noise-like perturbation of the same size would cause: logits perturbed independently with standard
     deviation s let a rival trailing the top-1 by m overtake it with probability Phi(-m / (s * sqrt 2)); a
@@ -123,7 +128,7 @@ def judge_shift(shift: DistributionShift, tokens: int, limits: Any) -> list[str]
     return failed
 
 
-def synthetic_inputs(head: HeadDescription, weights: Any, seed: int, tokens: int) -> list[tuple[Any, Any]]:
+def synthetic_inputs(head: HeadDescription, weights: CanonicalWeights, seed: int, tokens: int) -> list[tuple[Any, Any]]:
     """One seeded sequence: target hidden states from a standard normal, token embeddings of random ids (or a
     0.02-scale normal for a head without embed_tokens)."""
     import torch
@@ -132,8 +137,9 @@ def synthetic_inputs(head: HeadDescription, weights: Any, seed: int, tokens: int
     dims = head.dims
     aux = torch.randn(tokens, dims.num_aux_hidden_states * dims.target_hidden_size, generator=generator)
     if "embed_tokens" in head.features:
-        table = weights("embed_tokens.weight")
-        embeds = table[torch.randint(0, table.shape[0], (tokens,), generator=generator)].to(torch.float32)
+        vocab = weights.shape("embed_tokens.weight")[0]
+        ids = torch.randint(0, vocab, (tokens,), generator=generator)
+        embeds = weights.gather("embed_tokens.weight", ids).to(torch.float32)
     else:
         embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
     return [(aux, embeds)]
@@ -141,45 +147,59 @@ def synthetic_inputs(head: HeadDescription, weights: Any, seed: int, tokens: int
 
 def head_fidelity(
     head: HeadDescription,
-    weights: Any,
-    stored: dict[str, StoredLinear],
+    weights: CanonicalWeights,
+    stored: Callable[[str], StoredLinear | None],
     limits: Any,
     sequences: list[tuple[Any, Any]],
     device: str,
     inputs: str,
 ) -> HeadFidelity:
-    """``sequences``: (aux hidden [T, n_aux * H_target], embeds [T, H] or token ids [T]) each, run one at a time."""
+    """``sequences``: (aux hidden [T, n_aux * H_target], embeds [T, H] or token ids [T]) each, run one at a time.
+    ``stored(module)``: the quantized linear of a canonical module, read when needed (None: not quantized).
+    Every linear is computed a block of output rows at a time, so memory holds one block of one weight."""
     import torch
 
     from eaglequant.draft.forward import DraftForward
+    from eaglequant.draft.weights import by_output_rows
     from eaglequant.kernels import fused_linear
 
     reference = DraftForward(head, weights)
 
     def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        if module in stored:
-            return fused_linear(x.to(torch.bfloat16).to(device), stored[module]).cpu()
-        return reference.plain_linear(module, x)
+        linear = stored(module)
+        if linear is None:
+            return reference.plain_linear(module, x)
+        x_device = x.to(torch.bfloat16).to(device)
+        blocks = weights.row_blocks(f"{module}.weight")
+        return by_output_rows(
+            x, linear.out_features, blocks, lambda _x, rows: fused_linear(x_device, linear.rows(rows))
+        )
 
     def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        return (x.to(torch.bfloat16) @ weights(f"{module}.weight").to(torch.bfloat16).T).to(torch.float32)
+        name = f"{module}.weight"
+        x16 = x.to(torch.bfloat16)
+
+        def product(_x: torch.Tensor, rows: slice) -> torch.Tensor:
+            return x16 @ weights.rows(name, rows).to(torch.bfloat16).T
+
+        return by_output_rows(x, weights.shape(name)[0], weights.row_blocks(name), product)
 
     quantized = DraftForward(head, weights, quantized_linear)
     engine_like = DraftForward(head, weights, bf16_linear)
     has_logits = "lm_head" in {lin.module for lin in head.linears}
-    embedding = None
     hidden: dict[str, list[torch.Tensor]] = {"ref": [], "got": [], "bf16": []}
+    floor_rows: list[int] = []  # the positions (prefixes of the sequences: attention is causal) of the floor
     with torch.no_grad():
         for aux, tokens in sequences:
-            if tokens.is_floating_point():
-                embeds = tokens
-            else:
-                embedding = weights("embed_tokens.weight") if embedding is None else embedding
-                embeds = embedding[tokens].to(torch.float32)
+            embeds = tokens if tokens.is_floating_point() else weights.gather("embed_tokens.weight", tokens)
+            embeds = embeds.to(torch.float32)
+            start = sum(len(h) for h in hidden["ref"])
             hidden["ref"].append(reference(aux, embeds, logits=False))
             hidden["got"].append(quantized(aux, embeds, logits=False))
-            if has_logits:
-                hidden["bf16"].append(engine_like(aux, embeds, logits=False))
+            prefix = min(len(aux), FLOOR_POSITIONS - len(floor_rows))
+            if has_logits and prefix > 0:
+                hidden["bf16"].append(engine_like(aux[:prefix], embeds[:prefix], logits=False))
+                floor_rows += range(start, start + prefix)
         ref_hidden, got_hidden = torch.cat(hidden["ref"]), torch.cat(hidden["got"])
         positions = ref_hidden.shape[0]
         hidden_cosine = float(
@@ -187,8 +207,14 @@ def head_fidelity(
         )
         if not has_logits:
             return HeadFidelity(positions, hidden_cosine, (), inputs)
-        ref_logits = reference.linear("lm_head", ref_hidden)
-        shift = distribution_shift(ref_logits, quantized.linear("lm_head", got_hidden))
-        floor = distribution_shift(ref_logits, engine_like.linear("lm_head", torch.cat(hidden["bf16"])))
+        if stored("lm_head") is None:  # one pass over the (large, unquantized) lm_head for both drafts
+            both = reference.linear("lm_head", torch.cat((ref_hidden, got_hidden)))
+            ref_logits, got_logits = both[:positions], both[positions:]
+        else:
+            ref_logits, got_logits = reference.linear("lm_head", ref_hidden), quantized.linear("lm_head", got_hidden)
+        shift = distribution_shift(ref_logits, got_logits)
+        del got_logits
+        floor_logits = engine_like.linear("lm_head", torch.cat(hidden["bf16"]))
+        floor = distribution_shift(ref_logits[floor_rows], floor_logits)
     failed = judge_shift(shift, positions, limits)
-    return HeadFidelity(positions, hidden_cosine, tuple(failed), inputs, shift, floor)
+    return HeadFidelity(positions, hidden_cosine, tuple(failed), inputs, shift, floor, len(floor_rows))

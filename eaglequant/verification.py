@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,7 @@ from eaglequant.schemes.model import Scheme, scheme_for_kinds
 if TYPE_CHECKING:
     import torch
 
+    from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
     from eaglequant.kernels.stored import StoredLinear
@@ -287,8 +289,8 @@ def _check_parity(
 ) -> None:
     import torch
 
-    from eaglequant.draft.calibrate import canonical_weights, load_calibration
-    from eaglequant.kernels import choose_backend, fused_linear
+    from eaglequant.draft.calibrate import load_calibration
+    from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.layouts.detect import describe_head
 
     device = _device()
@@ -301,42 +303,27 @@ def _check_parity(
             raise InputError(
                 f"--source {source}: has no linear {missing[0]}", hint="pass the checkpoint DST was made from"
             )
-        stored: dict[str, StoredLinear] = {}
+        weights = CanonicalWeights(src, src_head)
         seed, tokens, inputs = draft_inputs
         generator = torch.Generator().manual_seed(seed)
-        for module in sorted(quantized):
+        readable: set[str] = set()
+        for module in sorted(quantized):  # one linear in memory at a time
             try:
-                stored[module] = _stored(checkpoint, head, fmt, scheme, module).to(device)
+                stored = _stored(checkpoint, head, fmt, scheme, module).to(device)
             except KeyError:  # a missing tensor: already a structure problem
                 report.notes.append(f"{module}: parity not checked (tensors missing)")
                 continue
-            weight = src.read(by_module[module].weight)
-            x = torch.randn(PARITY_ROWS, weight.shape[1], generator=generator).to(torch.bfloat16)
-            expected = x.to(torch.float32) @ weight.to(torch.float32).T
-            backend = choose_backend(x.to(device))
-            got = fused_linear(x.to(device), stored[module], backend).cpu()
-            sqnr, cosine, relative = _metrics(expected, got)
-            failed = []
-            if not sqnr >= limits.min_sqnr_db:
-                failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
-            if not cosine >= limits.min_cosine:
-                failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
-            if not relative <= limits.max_relative_error:
-                failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
-            block_error, row, column = _worst_block(weight, stored[module], scheme.weight.block_size)
-            if not block_error <= limits.max_block_relative_error:
-                failed.append(
-                    f"weight block at row {row}, column {column}: error {block_error:.3f} > "
-                    f"{limits.max_block_relative_error} (a scale or code out of place)"
-                )
-            report.layers.append(
-                LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
-            )
-        if len(stored) < len(quantized):
+            readable.add(module)
+            report.layers.append(_layer_parity(module, by_module[module].module, weights, stored, scheme, generator))
+        if len(readable) < len(quantized):
             report.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
             return
-        canonical = {by_module[m].module: s for m, s in stored.items()}
-        weights = canonical_weights(src, src_head)
+        by_canonical = {by_module[m].module: m for m in quantized}
+
+        def stored_linear(canonical: str) -> StoredLinear | None:
+            module = by_canonical.get(canonical)
+            return None if module is None else _stored(checkpoint, head, fmt, scheme, module).to(device)
+
         if inputs is not None:
             sequences = load_calibration(inputs, src_head, "--inputs")
             positions = sum(len(aux) for aux, _ in sequences)
@@ -344,13 +331,64 @@ def _check_parity(
         else:
             sequences = synthetic_inputs(src_head, weights, seed, tokens)
             described = f"synthetic: seed {seed}, {tokens} positions"
-        report.fidelity = head_fidelity(src_head, weights, canonical, limits, sequences, device, described)
+        report.fidelity = head_fidelity(src_head, weights, stored_linear, limits, sequences, device, described)
 
 
-def _worst_block(weight: torch.Tensor, stored: StoredLinear, block: int | None) -> tuple[float, int, int]:
+def _layer_parity(
+    module: str,
+    canonical: str,
+    weights: CanonicalWeights,
+    stored: StoredLinear,
+    scheme: Scheme,
+    generator: torch.Generator,
+) -> LayerParity:
+    """One quantized linear through the fused kernel against the source GEMM, and its worst scale block; both a
+    block of output rows at a time."""
+    import torch
+
+    from eaglequant.draft.weights import by_output_rows
+    from eaglequant.kernels import choose_backend, fused_linear
+
+    limits = scheme.verify
+    name = f"{canonical}.weight"
+    blocks = weights.row_blocks(name)
+    x = torch.randn(PARITY_ROWS, stored.in_features, generator=generator).to(torch.bfloat16)
+    x_device = x.to(stored.weight.device)
+    backend = choose_backend(x_device)
+    expected = by_output_rows(
+        x,
+        stored.out_features,
+        blocks,
+        lambda x, rows: x.to(torch.float32) @ weights.rows(name, rows).to(torch.float32).T,
+    )
+    got = by_output_rows(
+        x, stored.out_features, blocks, lambda _x, rows: fused_linear(x_device, stored.rows(rows), backend)
+    )
+    sqnr, cosine, relative = _metrics(expected, got)
+    failed = []
+    if not sqnr >= limits.min_sqnr_db:
+        failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
+    if not cosine >= limits.min_cosine:
+        failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
+    if not relative <= limits.max_relative_error:
+        failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
+    block_error, row, column = _worst_block(
+        lambda rows: weights.rows(name, rows), blocks, stored, scheme.weight.block_size
+    )
+    if not block_error <= limits.max_block_relative_error:
+        failed.append(
+            f"weight block at row {row}, column {column}: error {block_error:.3f} > "
+            f"{limits.max_block_relative_error} (a scale or code out of place)"
+        )
+    return LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
+
+
+def _worst_block(
+    read_rows: Callable[[slice], torch.Tensor], row_blocks: list[slice], stored: StoredLinear, block: int | None
+) -> tuple[float, int, int]:
     """The largest error of one scale block of the dequantized weight (``block`` weights of a row; a whole row
     for per-channel scales), and where (row, first column): a misplaced scale or code spoils its block, however
-    small a share of the linear it is.
+    small a share of the linear it is. The source weight is read a block of rows at a time (``read_rows``).
 
     Each block's error is measured against its own norm, or the linear's median block norm when that is
     larger: a near-zero block (whose scale the vendors' math rounds coarsely) cannot fail on error that is
@@ -358,20 +396,18 @@ def _worst_block(weight: torch.Tensor, stored: StoredLinear, block: int | None) 
     """
     import torch
 
-    columns = weight.shape[1]
+    columns = stored.in_features
     width = block if block and columns % block == 0 else columns
-    step = max(1, ROW_BLOCK_ELEMENTS // max(1, columns))
-    row_blocks = [slice(start, start + step) for start in range(0, weight.shape[0], step)]
 
-    def norms(rows: slice) -> torch.Tensor:
-        return weight[rows].to(torch.float32).reshape(-1, columns // width, width).norm(dim=2)
+    def norms(source: torch.Tensor) -> torch.Tensor:
+        return source.reshape(-1, columns // width, width).norm(dim=2)
 
-    floor = float(torch.cat([norms(rows).reshape(-1) for rows in row_blocks]).median())
+    floor = float(torch.cat([norms(read_rows(rows).to(torch.float32)).reshape(-1) for rows in row_blocks]).median())
     worst, where = 0.0, (0, 0)
     for rows in row_blocks:
-        source = weight[rows].to(torch.float32)
-        diff = (stored.dequantize_rows(rows).cpu() - source).reshape(-1, columns // width, width).norm(dim=2)
-        scale = norms(rows).clamp_min(floor)
+        source = read_rows(rows).to(torch.float32)
+        diff = norms(stored.dequantize_rows(rows).cpu() - source)
+        scale = norms(source).clamp_min(floor)
         error = torch.where(scale > 0, diff / scale.clamp_min(1e-30), torch.where(diff > 0, math.inf, 0.0))
         error = torch.nan_to_num(error, nan=math.inf)
         value = float(error.max())

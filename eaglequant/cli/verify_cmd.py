@@ -117,8 +117,8 @@ def render(data: dict[str, Any]) -> None:
         out.print(f"draft head over {fidelity['tokens']} positions ({fidelity['inputs']}): " + ", ".join(parts))
         if floor is not None:
             out.print(
-                f"  the source draft in bf16 arithmetic: mean TV {floor['mean_tv']:.4f}, top-1 agreement "
-                f"{floor['top1_agreement']:.3f}"
+                f"  the source draft in bf16 arithmetic (first {fidelity.get('bf16_floor_positions')} positions): "
+                f"mean TV {floor['mean_tv']:.4f}, top-1 agreement {floor['top1_agreement']:.3f}"
             )
     for load in data["engine_loads"]:
         render_engine_load(load)

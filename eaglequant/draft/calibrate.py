@@ -18,19 +18,10 @@ from pathlib import Path
 import torch
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.draft.forward import DraftForward, WeightFn
+from eaglequant.draft.forward import DraftForward
+from eaglequant.draft.weights import CanonicalWeights
 from eaglequant.errors import EagleQuantError, InputError
 from eaglequant.layouts.head import HeadDescription, Role
-
-
-def canonical_weights(checkpoint: Checkpoint, head: HeadDescription) -> WeightFn:
-    """A function reading a tensor by canonical name (``layers.0.mlp.up_proj.weight``), one at a time."""
-    names = {f"{t.module}.{t.name.rsplit('.', 1)[-1]}": t.name for t in head.tensors if t.role is not Role.OTHER}
-
-    def weight(canonical: str) -> torch.Tensor:
-        return checkpoint.read(names[canonical])
-
-    return weight
 
 
 def load_calibration(
@@ -82,7 +73,7 @@ def load_calibration(
 def calibrate(checkpoint: Checkpoint, head: HeadDescription, path: str | Path) -> dict[str, float]:
     """Canonical linear module -> max |input| over the calibration set (fused members share it)."""
     samples = load_calibration(path, head)
-    weight = canonical_weights(checkpoint, head)
+    weight = CanonicalWeights(checkpoint, head)
     amax: dict[str, float] = {}
 
     def observed(module: str, x: torch.Tensor) -> torch.Tensor:
@@ -90,15 +81,9 @@ def calibrate(checkpoint: Checkpoint, head: HeadDescription, path: str | Path) -
         return forward.plain_linear(module, x)
 
     forward = DraftForward(head, weight, observed)
-    embedding = None
     with torch.no_grad():
         for hidden, tokens in samples:
-            if tokens.is_floating_point():
-                embeds = tokens
-            else:
-                if embedding is None:
-                    embedding = weight("embed_tokens.weight")
-                embeds = embedding[tokens]
+            embeds = tokens if tokens.is_floating_point() else weight.gather("embed_tokens.weight", tokens)
             forward(hidden, embeds, logits="lm_head" in {lin.module for lin in head.linears})
     for group in head.fused_groups:
         shared = max(amax.get(m, 0.0) for m in group.members)

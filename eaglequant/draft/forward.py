@@ -8,7 +8,8 @@ plain decoder layers. Attention is Llama GQA or DeepSeek/Kimi MLA, causal, with 
 Sources: vLLM ``model_executor/models/llama_eagle3.py`` and ``deepseek_eagle3.py``; SpecForge
 ``specforge/modeling/draft/llama3_eagle.py``.
 
-Weights are fetched one at a time through a callable, so memory holds one weight plus activations.
+Weights are read through :class:`~eaglequant.draft.weights.CanonicalWeights`, a block of rows at a time, so
+memory holds one block of one weight plus activations.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from collections.abc import Callable
 
 import torch
 
+from eaglequant.draft.weights import CanonicalWeights, by_output_rows
 from eaglequant.layouts.head import HeadDescription
 
-WeightFn = Callable[[str], torch.Tensor]  # canonical tensor name ("layers.0.self_attn.q_proj.weight") -> tensor
 LinearFn = Callable[[str, torch.Tensor], torch.Tensor]  # canonical module, input -> output
 
 
@@ -55,7 +56,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> 
 class DraftForward:
     """Runs the head on one sequence; ``linear`` computes every linear (plain, quantized, or observed)."""
 
-    def __init__(self, head: HeadDescription, weight: WeightFn, linear: LinearFn | None = None) -> None:
+    def __init__(self, head: HeadDescription, weight: CanonicalWeights, linear: LinearFn | None = None) -> None:
         self.head = head
         self.weight = weight
         self.linear = linear or self.plain_linear
@@ -65,7 +66,13 @@ class DraftForward:
         self.present = {t.module + "." + t.name.rsplit(".", 1)[-1] for t in head.tensors}
 
     def plain_linear(self, module: str, x: torch.Tensor) -> torch.Tensor:
-        return x @ self.weight(f"{module}.weight").to(torch.float32).T
+        """float32 x @ W^T, reading W a block of rows at a time."""
+        name = f"{module}.weight"
+
+        def product(x: torch.Tensor, rows: slice) -> torch.Tensor:
+            return x @ self.weight.rows(name, rows).to(torch.float32).T
+
+        return by_output_rows(x, self.weight.shape(name)[0], self.weight.row_blocks(name), product)
 
     def norm(self, module: str, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight(f"{module}.weight"), self.eps)

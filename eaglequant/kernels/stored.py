@@ -52,6 +52,21 @@ class StoredLinear:
             return nvfp4.dequantize(self.weight[rows], self.block_scale[rows], self.global_scale)
         return mxfp4.dequantize(self.weight[rows], self.block_scale[rows])
 
+    def rows(self, rows: slice) -> StoredLinear:
+        """The linear restricted to output rows ``rows`` (a linear of its own: its scales are per row or global)."""
+
+        def part(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[rows]
+
+        return StoredLinear(
+            self.kind,
+            self.weight[rows],
+            part(self.channel_scale),
+            part(self.block_scale),
+            self.global_scale,
+            self.activation,
+        )
+
     def to(self, device: torch.device | str) -> StoredLinear:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device)

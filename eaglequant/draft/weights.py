@@ -1,0 +1,69 @@
+"""A draft head's tensors by canonical name, read a block of rows at a time, and linears computed that way.
+
+The reference forward (calibration, verification) never holds a whole large weight: a linear's output is
+computed one block of output rows at a time, and an embedding lookup reads only the rows it needs, so memory
+holds one block whatever the head's size (the full-size Kimi-K2.5 lm_head alone is 2.35 GB of bf16).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from eaglequant.layouts.head import Role
+from eaglequant.schemes.rows import row_blocks
+
+if TYPE_CHECKING:
+    import torch
+
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.layouts.head import HeadDescription
+
+STREAM_ELEMENTS = 1 << 23  # weights per block of rows read (16 MB of bf16)
+
+
+class CanonicalWeights:
+    """Tensors by canonical name (``layers.0.mlp.up_proj.weight``); calling it reads a whole tensor (for the
+    small ones: norms, biases)."""
+
+    def __init__(self, checkpoint: Checkpoint, head: HeadDescription) -> None:
+        self.checkpoint = checkpoint
+        self.names = {
+            f"{t.module}.{t.name.rsplit('.', 1)[-1]}": t.name for t in head.tensors if t.role is not Role.OTHER
+        }
+
+    def __call__(self, name: str) -> torch.Tensor:
+        return self.checkpoint.read(self.names[name])
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.checkpoint.tensors[self.names[name]].shape)
+
+    def rows(self, name: str, rows: slice) -> torch.Tensor:
+        return self.checkpoint.read_rows(self.names[name], rows)
+
+    def row_blocks(self, name: str) -> list[slice]:
+        out_features, in_features = self.shape(name)
+        return row_blocks(out_features, in_features, STREAM_ELEMENTS)
+
+    def gather(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` (any order, repeats allowed) of tensor ``name``, reading each distinct row once."""
+        import torch
+
+        unique, where = torch.unique(ids, return_inverse=True)
+        rows = torch.stack([self.rows(name, slice(i, i + 1))[0] for i in unique.tolist()])
+        return rows[where]
+
+
+def by_output_rows(
+    x: torch.Tensor,
+    out_features: int,
+    blocks: list[slice],
+    product: Callable[[torch.Tensor, slice], torch.Tensor],
+) -> torch.Tensor:
+    """float32 [T, out_features] of a linear, one block of its output rows (``product(x, rows)``) at a time."""
+    import torch
+
+    out = torch.empty(x.shape[0], out_features, dtype=torch.float32)
+    for rows in blocks:
+        out[:, rows] = product(x, rows).to(torch.float32).cpu()
+    return out
