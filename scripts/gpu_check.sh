@@ -18,7 +18,8 @@ step environment
   $PY -c 'import torch, triton, sys; print(sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'; } | tee "$OUT/environment.txt"
 
 step GPU tests
-timeout 300 $PY -m pytest -q -p no:cacheprovider tests/test_device.py tests/test_kernels.py 2>&1 | tail -25 | tee "$OUT/tests.txt"
+timeout 300 $PY -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_device.py tests/test_kernels.py > "$OUT/tests.txt" 2>&1
+grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.txt" | tail -15
 
 step bench kernels
 timeout 240 $PY -m eaglequant bench kernels --json > "$OUT/bench-kernels.json" 2> "$OUT/bench-kernels.err"

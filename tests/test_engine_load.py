@@ -267,7 +267,7 @@ def test_verify_load_with_vllm_on_the_bundled_fixture(tmp_path: Path) -> None:
     assert all(m["values_equal"] for m in load["modules"])
     assert any(m["gemm_relative_error"] is not None for m in load["modules"] if m["quantized"])
     human = run_cli_subprocess("verify", dst, "--load-with", "vllm", "--engine-python", python)
-    assert human.returncode == 0 and "vllm 0.32.0 loading" in human.stderr and "patched for CPU" in human.stderr
+    assert human.returncode == 0 and "vllm 0.32.0 loading" in human.stdout and "patched for CPU" in human.stdout
 
 
 @pytest.mark.engine
@@ -275,7 +275,7 @@ def test_verify_load_with_fails_a_checkpoint_the_engine_misreads(vllm_loads) -> 
     _, dst, _ = vllm_loads["quark-own-exclude"]
     result = run_cli_subprocess("verify", dst, "--load-with", "vllm", "--engine-python", engine_python("vllm"))
     assert result.returncode == EXIT_CHECK_FAILED
-    assert "vllm load: model.fc.weight_scale: never loaded" in result.stderr
+    assert "vllm load: model.fc.weight_scale: never loaded" in result.stdout
 
 
 def test_load_with_an_engine_that_is_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -201,7 +201,7 @@ def test_explain_cli_renders_each_engine(written) -> None:
     dst = written[("torchspec-mla", "modelopt", "vllm,trtllm-main")]
     result = run_cli("explain", dst, "--engine", "trtllm-main", "--target-layers", "61")
     assert result.exit_code == 0, result.stderr
-    assert "TensorRT-LLM" in result.stderr and "vLLM" not in result.stderr
-    assert "k_b_proj_trans" in result.stderr  # the engine's reason for keeping kv_b_proj BF16
+    assert "TensorRT-LLM" in result.stdout and "vLLM" not in result.stdout  # the result is on stdout
+    assert "k_b_proj_trans" in result.stdout  # the engine's reason for keeping kv_b_proj BF16
     result = run_cli("explain", dst, "--engine", "sglang")
-    assert result.exit_code == EXIT_CHECK_FAILED and "cannot load this checkpoint" in result.stderr
+    assert result.exit_code == EXIT_CHECK_FAILED and "cannot load this checkpoint" in result.stdout
