@@ -40,6 +40,30 @@ def test_e2m1_codes_are_nearest_even(values: list[float], negative_zero: bool) -
     assert torch.equal(fp4.unpack_codes(fp4.pack_codes(codes)), codes)
 
 
+def test_e2m1_codes_on_every_bfloat16_and_beside_every_midpoint() -> None:
+    """The bit-level encoder against the float64 definition on all 65536 bf16 values (scaled into range) and
+    on the float32 neighbours of every midpoint and grid point, where an off-by-one-ulp rounding would show."""
+    every_bf16 = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).to(torch.float32)
+    every_bf16 = every_bf16[torch.isfinite(every_bf16)]
+    points = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, *GRID[1:], 7.0])
+    below, above = torch.nextafter(points, torch.zeros(1)), torch.nextafter(points, torch.full((1,), 9.0))
+    beside = torch.cat([below, points, above])
+    for x in (every_bf16, every_bf16 * 2.0**-120, torch.cat([beside, -beside])):
+        for negative_zero in (True, False):
+            codes = fp4.e2m1_codes(x, negative_zero=negative_zero).tolist()
+            for value, code in zip(x.tolist(), codes, strict=True):
+                magnitude = nearest_even_code(value)
+                sign = value < 0 and (negative_zero or magnitude != 0)
+                assert code == magnitude | (8 if sign else 0), value
+
+
+def test_packed_bytes_decode_to_their_two_values() -> None:
+    every_byte = torch.arange(256, dtype=torch.uint8).reshape(2, 128)
+    signed = GRID + tuple(-v for v in GRID)
+    expected = [[signed[c] for c in row] for row in fp4.unpack_codes(every_byte).tolist()]
+    assert fp4.decode_packed(every_byte).tolist() == expected
+
+
 def test_e2m1_ties_and_signs() -> None:
     ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.0, 7.0])
     assert fp4.e2m1_codes(ties, negative_zero=True).tolist() == [0, 2, 2, 4, 4, 6, 6, 8, 0, 7]

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.schemes.exact import floor_log2, power_of_two
-from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
+from eaglequant.schemes.fp4 import E2M1_MAX, decode_packed, e2m1_codes, pack_codes
 from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 32
@@ -100,6 +100,6 @@ def _ct_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def dequantize(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """What an engine computes from the stored bytes: float32 [N, K]."""
     n = packed.shape[0]
-    values = decode_codes(unpack_codes(packed)).reshape(n, -1, BLOCK)
+    values = decode_packed(packed).reshape(n, -1, BLOCK)
     factors = power_of_two(scale.to(torch.int32) - E8M0_BIAS).unsqueeze(-1)
     return (values * factors).reshape(n, -1)

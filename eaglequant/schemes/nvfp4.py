@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.schemes.exact import divide
-from eaglequant.schemes.fp4 import E2M1_MAX, decode_codes, e2m1_codes, pack_codes, unpack_codes
+from eaglequant.schemes.fp4 import E2M1_MAX, decode_packed, e2m1_codes, pack_codes
 from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 16
@@ -65,7 +65,7 @@ def dequantize(packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: 
     1 / compressed-tensors' weight_global_scale). The first product is exact (2 x 4 significant bits), so
     the one rounding is the global scale's, as in a kernel that applies it to the accumulated output."""
     n = packed.shape[0]
-    values = decode_codes(unpack_codes(packed)).reshape(n, -1, BLOCK)
+    values = decode_packed(packed).reshape(n, -1, BLOCK)
     blocks = values * block_scale.to(torch.float32).unsqueeze(-1)
     return (blocks * global_divisor.to(torch.float32).reshape(())).reshape(n, -1)
 
