@@ -2,9 +2,11 @@
 
     .venv/bin/python scripts/verify_sweep.py                      # fixtures + Kimi-K2.5 heads at 1/8, 20 seeds
     .venv/bin/python scripts/verify_sweep.py --heads kimi-llama-div8 --seeds 5 --json
+    .venv/bin/python scripts/verify_sweep.py --heads kimi-llama,kimi-mla --divisor 1 --seeds 2   # full size
 
 Every head (the bundled fixtures, and synthetic Kimi-K2.5 Llama and MLA heads with every dimension divided by
-``--divisor``) is converted once per (scheme, format) a format stores, then verified against its source with
+``--divisor``; 1: the full-size heads of ``bench convert``, from its cache) is converted once per (scheme, format)
+a format stores, then verified against its source with
 ``--seeds`` seeds. A correct conversion that fails is a false failure; the script exits 1 if there is any. CI
 runs a subset (tests/test_fidelity.py).
 """
@@ -23,12 +25,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def heads(names: list[str], divisor: int, work: Path) -> dict[str, Path]:
-    from eaglequant.bench.heads import kimi_llama_scaled, kimi_mla, write_head
+    from eaglequant.bench.heads import cached_head, kimi_llama_scaled, kimi_mla, write_head
 
     found: dict[str, Path] = {}
     for name in names:
         if name == "fixtures":
             found.update({p.name: p for p in sorted((ROOT / "fixtures").iterdir()) if (p / "config.json").is_file()})
+            continue
+        if divisor == 1:  # full size: the heads bench convert generates once and caches
+            found[name] = cached_head(name, Path.home() / ".cache" / "eaglequant" / "bench")
             continue
         head = {"kimi-llama": kimi_llama_scaled, "kimi-mla": kimi_mla}[name.removesuffix(f"-div{divisor}")](divisor)
         directory = work / head.name

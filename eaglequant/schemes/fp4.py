@@ -32,9 +32,9 @@ def e2m1_codes(scaled: torch.Tensor, *, negative_zero: bool) -> torch.Tensor:
     small = (magnitude * 2.0 + _ROUND_TO_INTEGER).view(torch.int32) - 0x4B400000  # bits of 1.5 * 2^23
     below_one = ((mbits >> 23) - 127) >> 31  # all ones where the magnitude is below 1, else 0
     codes = normal + ((small - normal) & below_one)
-    negative = (bits >> 31) & ((magnitude_bits + 0x7FFFFFFF) >> 31)  # all ones where negative and not -0.0
+    negative = (bits >> 31) & ((-magnitude_bits) >> 31)  # all ones where negative and not -0.0
     if not negative_zero:
-        negative &= (codes + 0x7FFFFFFF) >> 31  # and not rounded to zero
+        negative &= (-codes) >> 31  # and not rounded to zero
     return (codes | (negative & 8)).to(torch.uint8)
 
 
