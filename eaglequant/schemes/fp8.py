@@ -61,16 +61,16 @@ def dequantize_per_channel(quantized: torch.Tensor, scale: torch.Tensor) -> torc
     return e4m3_to_float32(quantized) * scale.to(torch.float32).reshape(-1, 1)
 
 
-_E4M3_VALUES = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32).numpy()
+_E4M3_VALUES = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float32)
 
 
 def e4m3_to_float32(quantized: torch.Tensor) -> torch.Tensor:
-    """``quantized.to(torch.float32)``, bit for bit. On the CPU torch converts FP8 one element at a time;
-    a lookup in the table of all 256 values (made by that same conversion) is ~1.7x faster."""
+    """``quantized.to(torch.float32)``, bit for bit. On the CPU torch converts FP8 one element at a time; a
+    lookup in the table of all 256 values (made by that same conversion) is ~3x faster."""
     if quantized.device.type != "cpu":
         return quantized.to(torch.float32)
-    codes = quantized.contiguous().view(torch.uint8).numpy()
-    return torch.from_numpy(_E4M3_VALUES[codes])
+    codes = quantized.contiguous().view(torch.uint8)
+    return _E4M3_VALUES.index_select(0, codes.reshape(-1).int()).reshape(codes.shape)
 
 
 def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

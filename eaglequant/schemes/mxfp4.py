@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.schemes.exact import floor_log2, power_of_two
-from eaglequant.schemes.fp4 import E2M1_MAX, decode_packed, e2m1_codes, pack_codes
+from eaglequant.schemes.fp4 import E2M1_MAX, block_amax, decode_packed, e2m1_codes, pack_codes
 from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 32
@@ -53,7 +53,7 @@ def quark_quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _quark_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = weight.shape
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
-    exponent = shared_exponents(blocks.abs().amax(dim=-1))
+    exponent = shared_exponents(block_amax(blocks))
     # Division in float32 by the exact power of two (2^-127 is an fp32 subnormal and is kept).
     scaled = blocks.to(torch.float32) / power_of_two(exponent).unsqueeze(-1)
     codes = e2m1_codes(scaled.reshape(n, k), negative_zero=False)
@@ -87,7 +87,7 @@ def _ct_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = weight.shape
     dtype = weight.dtype
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
-    power = _round_to_power_of_two(blocks.abs().amax(dim=-1))
+    power = _round_to_power_of_two(block_amax(blocks))
     biased = (E8M0_BIAS + floor_log2(power) - 2).clamp(0, 255).round().to(torch.uint8)
     scale = power_of_two(biased.to(torch.int32) - E8M0_BIAS).to(dtype)
     scale = torch.where(scale == 0, torch.tensor(1.0, dtype=dtype), scale)  # fp16: 2^-127 underflows

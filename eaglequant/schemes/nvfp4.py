@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.schemes.exact import divide
-from eaglequant.schemes.fp4 import E2M1_MAX, decode_packed, e2m1_codes, pack_codes
+from eaglequant.schemes.fp4 import E2M1_MAX, block_amax, decode_packed, e2m1_codes, pack_codes
 from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 16
@@ -50,7 +50,7 @@ def _ct_rows(weight: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Te
     n, k = weight.shape
     dtype = weight.dtype
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
-    block_scale = divide(blocks.abs().amax(dim=-1), torch.tensor(E2M1_MAX, dtype=dtype))  # in D
+    block_scale = divide(block_amax(blocks), torch.tensor(E2M1_MAX, dtype=dtype))  # in D
     fp8_scale = (global_scale * block_scale.to(torch.float32)).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX)
     fp8_scale = fp8_scale.to(torch.float8_e4m3fn).to(torch.float32)
     fp8_scale = torch.where(fp8_scale == 0, CT_ZERO_BLOCK_SCALE, fp8_scale)
@@ -87,8 +87,8 @@ def modelopt_quantize(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tup
 def _modelopt_rows(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     n, k = weight.shape
     blocks = weight.reshape(n, k // BLOCK, BLOCK)
-    block_amax = blocks.abs().amax(dim=-1).to(torch.float32)
-    per_block = block_amax / (E2M1_MAX * weight_scale_2)  # 6 * ws2 is rounded to fp32 first
+    amax = block_amax(blocks).to(torch.float32)
+    per_block = amax / (E2M1_MAX * weight_scale_2)  # 6 * ws2 is rounded to fp32 first
     per_block = torch.where(per_block == 0, 1.0, per_block)
     fp8_scale = per_block.clamp(_MODELOPT_MIN_BLOCK_SCALE, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
     divisor = fp8_scale.to(torch.float32) * weight_scale_2  # rounded to fp32 before dividing
