@@ -40,7 +40,6 @@ from eaglequant.report import (
     ConversionReport,
     ManifestRecord,
     RecordedLinear,
-    VerificationSummary,
     dtype_totals,
 )
 from eaglequant.schemes.model import scheme_to_toml
@@ -112,7 +111,7 @@ class ConversionResult:
             tuple(self.copied_files),
             self.manifest,
             self.card,
-            None if verification is None else VerificationSummary(verification.ok, verification.verdict),
+            None if verification is None else verification.summary(),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -194,11 +194,6 @@ class ConversionReport:
         top = JsonObject(data, where, ReportError, _REPAIR)
         version = _report_version(top)
         top.refuse_unknown(_V1_KEYS + (("report_version", "verification") if version >= 2 else ()))
-        kinds = top.get("scheme_kinds")
-        if not (isinstance(kinds, list) and len(kinds) == 2 and isinstance(kinds[0], str)):
-            raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
-        if not (kinds[1] is None or isinstance(kinds[1], str)):
-            raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
         target = top.child("target_layers")
         return cls(
             eaglequant_version=top.text("eaglequant_version"),
@@ -208,7 +203,7 @@ class ConversionReport:
             layout=top.text("layout"),
             scheme=top.text("scheme"),
             scheme_label=top.text("scheme_label"),
-            scheme_kinds=(kinds[0], kinds[1]),
+            scheme_kinds=_kinds(top),
             scheme_toml=top.text("scheme_toml"),
             attention=top.text("attention"),
             format=top.text("format"),
@@ -301,6 +296,15 @@ def _report_version(top: JsonObject) -> int:
     if version < 2:
         raise top.wrong("report_version", f"2 to {REPORT_VERSION} (version 1 reports have no report_version)")
     return version
+
+
+def _kinds(top: JsonObject) -> tuple[str, str | None]:
+    kinds = top.get("scheme_kinds")
+    if not (isinstance(kinds, list) and len(kinds) == 2 and isinstance(kinds[0], str)) or not (
+        kinds[1] is None or isinstance(kinds[1], str)
+    ):
+        raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
+    return kinds[0], kinds[1]
 
 
 def _linear(row: JsonObject) -> RecordedLinear:

@@ -28,7 +28,7 @@ from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.manifest import changed_files
 from eaglequant.readback import explain_checkpoint
-from eaglequant.report import REPORT_NAME, ConversionReport, read_report, recorded_engines
+from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
 if TYPE_CHECKING:
@@ -116,6 +116,10 @@ class VerifyReport:
         ran += ["fidelity"] if self.fidelity is not None else []
         ran += [f"{check.engine} load" for check in self.engine_loads]
         return ran
+
+    def summary(self) -> VerificationSummary:
+        """What the conversion's report records of this verification."""
+        return VerificationSummary(self.verdict == PASSED, self.verdict)
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -18,6 +18,7 @@ from eaglequant.report import (
     ReportError,
     read_report,
 )
+from eaglequant.verdict import recorded_verdict
 from tests.conftest import FIXTURES, run_cli
 
 
@@ -101,3 +102,12 @@ def test_no_report_reads_as_none(tmp_path: Path) -> None:
     (tmp_path / REPORT_NAME).write_text("{not json")
     with pytest.raises(ReportError, match="not JSON"):
         read_report(tmp_path)
+
+
+def test_a_recorded_pass_needs_the_report_and_the_verification_file_to_agree(verified: Path, tmp_path: Path) -> None:
+    assert recorded_verdict(verified) == "passed"
+    failed = {"ok": False, "verdict": "failed"}
+    dst = _copy_with(verified, tmp_path, lambda data: data.update(verification=failed))
+    assert recorded_verdict(dst) == "failed"  # eaglequant_verify.json alone says passed
+    (dst / REPORT_NAME).unlink()
+    assert recorded_verdict(dst) is None  # nothing ties the files to the verification
