@@ -278,7 +278,7 @@ def manifest_key(
     target = (target_layers, target_config)
     with _planned(src, scheme_obj, format, exclude, quantize, engines, target) as (source, _, plan):
         options = _manifest_options(scheme_obj, _planned_names(plan), *settings)
-    return str(conversion_manifest(source, options)["key"])
+    return conversion_manifest(source, options).key
 
 
 def _remote_manifest_key(
@@ -379,10 +379,10 @@ def explain(
     excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: default, those its conversion targeted
     (every engine for a checkpoint another tool wrote); ``["all"]``: every engine."""
-    from eaglequant.manifest import recorded_engines, recorded_report
     from eaglequant.readback import explain_checkpoint
+    from eaglequant.report import read_report, recorded_engines
 
-    names = None if "all" in engines else _engine_names(engines) or recorded_engines(recorded_report(Path(dst)))
+    names = None if "all" in engines else _engine_names(engines) or recorded_engines(read_report(Path(dst)))
     with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
         return explain_checkpoint(checkpoint, head, names, target)
 
@@ -411,15 +411,15 @@ def verify(
     (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
     (default: this one)."""
     from eaglequant.engine_load import get_probe
-    from eaglequant.manifest import recorded_report
+    from eaglequant.report import read_report
     from eaglequant.verification import verify_checkpoint
 
     load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
     names = _engine_names(engines)
     dst_path = Path(dst)
     if source is None:
-        recorded = (recorded_report(dst_path) or {}).get("source")
-        source = recorded if isinstance(recorded, str) and Path(recorded).is_dir() else None
+        recorded = read_report(dst_path)
+        source = recorded.source if recorded and recorded.source and Path(recorded.source).is_dir() else None
     source_path = None if source is None else resolve_source(source).path
     with _open_written(dst_path, target_layers, target_config) as (checkpoint, head, target):
         report = verify_checkpoint(
@@ -529,16 +529,17 @@ _UPLOAD_HINTS = {
 
 def _upload_refusal(report: VerifyReport) -> str | None:
     """Why ``upload`` refuses a checkpoint with this verification (None: it may go)."""
-    from eaglequant.verification import FAILED, NOT_VERIFIED, recorded_verification
+    from eaglequant.verdict import recorded_verdict
+    from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
 
     if report.verdict == FAILED:
         problems = report.problems
         return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
     if report.verdict == NOT_VERIFIED:
-        recorded = recorded_verification(report.destination)
-        if recorded is not None and recorded.get("verdict", "passed") == "passed" and recorded.get("layers"):
+        recorded = recorded_verdict(report.destination)
+        if recorded == PASSED:
             return None
-        what = "recorded a failure" if recorded is not None and recorded.get("ok") is False else "recorded none"
+        what = "recorded a failure" if recorded == FAILED else "recorded none"
         return f"not verified numerically: no source to check it against, and its conversion {what}"
     return None
 
@@ -557,15 +558,14 @@ def _open_written(
     """A quantized checkpoint, the head it was made from, and the target's layer count (given, or else the
     one its conversion recorded)."""
     from eaglequant.layouts.written import describe_written_head
-    from eaglequant.manifest import REPORT_NAME, recorded_report
+    from eaglequant.report import REPORT_NAME, read_report
 
     with Checkpoint.open(dst, "DST") as checkpoint:
         head = describe_written_head(checkpoint)
-        recorded: dict[str, Any] = {}
-        if target_layers is None and target_config is None:
-            recorded = (recorded_report(Path(dst)) or {}).get("target_layers") or {}
-        if type(recorded.get("count")) is int:
-            target = TargetLayers(recorded["count"], f"recorded in {REPORT_NAME}: {recorded.get('source')}")
+        report = read_report(Path(dst)) if target_layers is None and target_config is None else None
+        recorded = None if report is None else report.target_layers
+        if recorded is not None and recorded.count is not None:
+            target = TargetLayers(recorded.count, f"recorded in {REPORT_NAME}: {recorded.source}")
         else:
             target = resolve_target_layers(target_layers, target_config, head.config)
         yield checkpoint, head, target

@@ -311,7 +311,8 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
     """The local rule: skip when the destination is complete, from the same source and options, and its
     recorded verification did not fail; else convert."""
     from eaglequant import api
-    from eaglequant.manifest import completed_with, recorded_report
+    from eaglequant.manifest import completed_with
+    from eaglequant.report import readable_report
 
     assert outcome.manifest_key is not None
     on_hub = "" if record is None else f" (on the Hub at {record.target}: {record.why_not})"
@@ -323,7 +324,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
         outcome.verified = recorded_verified(job.destination)
         return
     # A destination eaglequant wrote is always replaced; anything else only with ``overwrite = true``.
-    if job.destination.exists() and recorded_report(job.destination) is None and not job.overwrite:
+    if job.destination.exists() and readable_report(job.destination) is None and not job.overwrite:
         raise OutputError(
             f"{job.destination}: already exists and was not written by eaglequant",
             hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",

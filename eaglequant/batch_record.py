@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eaglequant.hub import RepoListing, repo_listing
-from eaglequant.manifest import REPORT_NAME, recorded_report, reuse_problem
+from eaglequant.manifest import reuse_problem
+from eaglequant.report import REPORT_NAME, readable_report
 
 OFFLINE_NOTE = "HF_HUB_OFFLINE is set: jobs with [job.upload] are judged done from their local destination"
 
@@ -46,7 +47,7 @@ def hub_record(repo_id: str, revision: str, key: str) -> HubRecord:
     if REPORT_NAME not in listing.lfs_sha256:
         return HubRecord(repo_id, revision, listing.commit, f"the Hub repo has no {REPORT_NAME}")
     snapshot = listing.fetch(REPORT_NAME).parent  # the commit's snapshot in the Hugging Face cache
-    report = recorded_report(snapshot)
+    report = readable_report(snapshot)
     if report is None:
         return HubRecord(repo_id, revision, listing.commit, f"the Hub's {REPORT_NAME} cannot be read")
     why_not = reuse_problem(report, key, lambda files: _changed_on_hub(listing, files))
@@ -77,8 +78,9 @@ def _verified_on_hub(listing: RepoListing, snapshot: Path) -> bool | None:
 
 
 def recorded_verified(directory: Path) -> bool | None:
-    """The verification recorded beside an output: passed (True), failed (False), none recorded (None)."""
-    from eaglequant.verification import recorded_verification
+    """The verification recorded with an output: passed (True), failed (False), none recorded (None)."""
+    from eaglequant.verdict import recorded_verdict
+    from eaglequant.verification import PASSED
 
-    recorded = recorded_verification(directory)
-    return None if recorded is None else recorded.get("ok") is True
+    verdict = recorded_verdict(directory)
+    return None if verdict is None else verdict == PASSED

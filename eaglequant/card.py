@@ -7,7 +7,7 @@ re-rendered later (``upload`` does, to name the draft by its Hub repo id).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ from typing import Any
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
+from eaglequant.report import REPORT_NAME, CardContext, ConversionReport
 
 CARD_NAME = "README.md"
 DRAFT_TOKENS = 3  # num_speculative_tokens / max_draft_len in the serving lines
@@ -36,14 +37,10 @@ def source_card_metadata(source: Path) -> dict[str, Any]:
 
 def card_context(
     source_meta: dict[str, Any], head_config: dict[str, Any], base_model: str | None, draft: str
-) -> dict[str, Any]:
+) -> CardContext:
     """What the card needs beyond the report: who the draft is, the target it serves, the licence."""
-    return {
-        "base_model": base_model,
-        "draft": draft,
-        "target": target_model(head_config, source_meta),
-        "license": {k: source_meta[k] for k in LICENSE_KEYS if isinstance(source_meta.get(k), str)},
-    }
+    licence = {k: source_meta[k] for k in LICENSE_KEYS if isinstance(source_meta.get(k), str)}
+    return CardContext(base_model, draft, target_model(head_config, source_meta), licence)
 
 
 def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> str | None:
@@ -59,10 +56,11 @@ def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> st
     return base if isinstance(base, str) and base else None
 
 
-def render_card(report: dict[str, Any], verification: dict[str, Any] | None) -> str:
-    """``report``: the dict in ``eaglequant_report.json``; ``verification``: the one in
+def render_card(report: ConversionReport, verification: dict[str, Any] | None) -> str:
+    """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: the dict in
     ``eaglequant_verify.json``, or None when the conversion was not verified."""
-    context = report["card"]
+    context = report.card
+    assert context is not None, "a report written without a card context has no card"
     sections = [
         _front_matter(report, context),
         _title(report, context),
@@ -71,23 +69,23 @@ def render_card(report: dict[str, Any], verification: dict[str, Any] | None) -> 
         _kept_table(report),
         _dtype_table(report),
         _size_table(report),
-        _verification(report, verification),
+        _verification(verification),
         _serving(report, context),
-        f"---\n\nWritten by eaglequant {report.get('eaglequant_version', '')}; `eaglequant_report.json` holds "
+        f"---\n\nWritten by eaglequant {report.eaglequant_version}; `{REPORT_NAME}` holds "
         "every figure above and the SHA-256 of each file.\n",
     ]
     return "\n".join(s for s in sections if s)
 
 
-def _front_matter(report: dict[str, Any], context: dict[str, Any]) -> str:
+def _front_matter(report: ConversionReport, context: CardContext) -> str:
     from huggingface_hub import ModelCardData
 
-    weight_kind = report["scheme_kinds"][0]
+    weight_kind = report.scheme_kinds[0]
     tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
-    tags += [SCHEME_TAGS.get(weight_kind, weight_kind), report["format"]]
-    fields: dict[str, Any] = {"library_name": library_name(report["engines"]), "tags": tags, **context["license"]}
-    if context["base_model"]:
-        fields.update(base_model=context["base_model"], base_model_relation="quantized")
+    tags += [SCHEME_TAGS.get(weight_kind, weight_kind), report.format]
+    fields: dict[str, Any] = {"library_name": library_name(report.engines), "tags": tags, **context.license}
+    if context.base_model:
+        fields.update(base_model=context.base_model, base_model_relation="quantized")
     return f"---\n{ModelCardData(**fields).to_yaml()}\n---\n"
 
 
@@ -96,71 +94,71 @@ def _front_matter(report: dict[str, Any], context: dict[str, Any]) -> str:
 LIBRARY_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "trtllm-main": "tensorrt-llm"}
 
 
-def library_name(engines: list[str]) -> str:
+def library_name(engines: Iterable[str]) -> str:
     """The first engine the conversion targeted (vLLM by default), as the Hub names it."""
     return next((LIBRARY_NAMES[e] for e in engines if e in LIBRARY_NAMES), "vllm")
 
 
-def _title(report: dict[str, Any], context: dict[str, Any]) -> str:
-    name = context["draft"].rstrip("/").rsplit("/", 1)[-1]
-    source = report["manifest"]["source"]
-    if source["repo_id"]:
-        origin = f"[`{source['repo_id']}`](https://huggingface.co/{source['repo_id']})"
-        if source["commit"]:
-            origin += f" (commit `{source['commit'][:12]}`)"
-    else:
-        origin = f"`{source['path']}`"
-    engines = ", ".join(ENGINES[e].title for e in report["engines"])
-    target = f" for `{context['target']}`" if context["target"] else ""
+def _title(report: ConversionReport, context: CardContext) -> str:
+    name = context.draft.rstrip("/").rsplit("/", 1)[-1]
+    origin = f"`{report.source}`"
+    if report.manifest is not None:
+        source = report.manifest.source
+        origin = f"`{source.path}`"
+        if source.repo_id:
+            origin = f"[`{source.repo_id}`](https://huggingface.co/{source.repo_id})"
+            origin += f" (commit `{source.commit[:12]}`)" if source.commit else ""
+    engines = ", ".join(ENGINES[e].title for e in report.engines)
+    target = f" for `{context.target}`" if context.target else ""
     return (
         f"# {name}\n\n"
         f"An EAGLE-3 speculative-decoding draft head{target}, quantized from {origin} to "
-        f"**{report['scheme']}** ({report['scheme_label']}) in **{FORMATS[report['format']].title}** format. "
+        f"**{report.scheme}** ({report.scheme_label}) in **{FORMATS[report.format].title}** format. "
         f"Its exclusion rules were checked against the module names and matching rules of: {engines}.\n"
     )
 
 
-def _quantization_table(report: dict[str, Any]) -> str:
-    target = report["target_layers"]
+def _quantization_table(report: ConversionReport) -> str:
+    count = report.target_layers.count
     rows = [
-        ("Scheme", f"`{report['scheme']}` ({report['scheme_label']})"),
-        ("Format", f"{FORMATS[report['format']].title} (`{report['algorithm']}`)"),
-        ("Layout of the source", f"`{report['layout']}`"),
-        ("Engines checked", ", ".join(ENGINES[e].title for e in report["engines"])),
-        ("Target layer count", str(target["count"]) if target["count"] is not None else "any (rules hold for every L)"),
-        ("Exclusion rules written", ", ".join(f"`{p}`" for p in report["exclude"]) or "none"),
+        ("Scheme", f"`{report.scheme}` ({report.scheme_label})"),
+        ("Format", f"{FORMATS[report.format].title} (`{report.algorithm}`)"),
+        ("Layout of the source", f"`{report.layout}`"),
+        ("Engines checked", ", ".join(ENGINES[e].title for e in report.engines)),
+        ("Target layer count", str(count) if count is not None else "any (rules hold for every L)"),
+        ("Exclusion rules written", ", ".join(f"`{p}`" for p in report.exclude) or "none"),
     ]
-    rows += [("Calibrated activation scales", "yes")] if report.get("calibrated_input_amax") else []
+    rows += [("Calibrated activation scales", "yes")] if report.calibrated_input_amax else []
     lines = ["## Quantization", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
-    lines += [f"\nNote: {note}" for note in report["notes"]]
+    lines += [f"\nNote: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
 
 
-def _quantized_table(report: dict[str, Any]) -> str:
+def _quantized_table(report: ConversionReport) -> str:
     lines = ["## Quantized modules", "", "| module | shape | SQNR (dB) | relative error |", "|---|---|---:|---:|"]
-    for row in report["quantized"]:
-        shape = "×".join(str(d) for d in row["shape"])
-        lines.append(f"| `{row['module']}` | {shape} | {row['sqnr_db']:.1f} | {row['relative_error']:.4f} |")
+    for row in report.quantized:
+        shape = "×".join(str(d) for d in row.shape)
+        lines.append(f"| `{row.module}` | {shape} | {row.sqnr_db:.1f} | {row.relative_error:.4f} |")
     lines.append("\nSQNR and relative error of the stored weights against the source weights.")
     return "\n".join(lines) + "\n"
 
 
-def _kept_table(report: dict[str, Any]) -> str:
+def _kept_table(report: ConversionReport) -> str:
     lines = ["## Kept unquantized", "", "| tensor | why |", "|---|---|"]
-    for name, why in sorted(report["kept"].items()):
+    for name, why in sorted(report.kept.items()):
         lines.append(f"| `{name}` | {why} |")
     return "\n".join(lines) + "\n"
 
 
-def _dtype_table(report: dict[str, Any]) -> str:
+def _dtype_table(report: ConversionReport) -> str:
     lines = ["## Tensor dtypes", "", "| dtype | tensors | bytes |", "|---|---:|---:|"]
-    for dtype, row in sorted(report["tensor_dtypes"].items()):
-        lines.append(f"| `{dtype}` | {row['count']} | {row['bytes']:,} |")
+    for dtype, total in sorted(report.tensor_dtypes.items()):
+        lines.append(f"| `{dtype}` | {total.count} | {total.nbytes:,} |")
     return "\n".join(lines) + "\n"
 
 
-def _size_table(report: dict[str, Any]) -> str:
-    before, after = report["source_bytes"], report["output_bytes"]
+def _size_table(report: ConversionReport) -> str:
+    before, after = report.source_bytes, report.output_bytes
     return (
         "## Size\n\n| | bytes | |\n|---|---:|---:|\n"
         f"| source tensors | {before:,} | |\n"
@@ -168,7 +166,7 @@ def _size_table(report: dict[str, Any]) -> str:
     )
 
 
-def _verification(report: dict[str, Any], verification: dict[str, Any] | None) -> str:
+def _verification(verification: dict[str, Any] | None) -> str:
     if verification is None:
         return (
             "## Verification\n\nNot verified when written. Run `eaglequant verify <this directory> --source "
@@ -208,19 +206,19 @@ def _verification(report: dict[str, Any], verification: dict[str, Any] | None) -
     return "\n".join(lines) + "\n"
 
 
-def _serving(report: dict[str, Any], context: dict[str, Any]) -> str:
-    target = context["target"] or "<target-model>"
+def _serving(report: ConversionReport, context: CardContext) -> str:
+    target = context.target or "<target-model>"
     lines = ["## Serving", ""]
-    if not context["target"]:
+    if not context.target:
         lines += ["Replace `<target-model>` with the model this head drafts for.", ""]
-    kinds = (report["scheme_kinds"][0], report["scheme_kinds"][1])
+    kinds = report.scheme_kinds
     for name, engine in ENGINES.items():
-        if name in report["engines"]:
-            for snippet in engine.serving_snippets(target, context["draft"], DRAFT_TOKENS):
+        if name in report.engines:
+            for snippet in engine.serving_snippets(target, context.draft, DRAFT_TOKENS):
                 lines += [f"{snippet.caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
-            lines += [f"Note: {note}.\n" for note in engine.notes(report["attention"], kinds, report["format"])]
+            lines += [f"Note: {note}.\n" for note in engine.notes(report.attention, kinds, report.format)]
             continue
-        verdict = support(kinds, report["format"], name, report["attention"])
+        verdict = support(kinds, report.format, name, report.attention)
         if verdict is not None and not verdict.loads:
             lines += [f"{engine.title}: does not load this checkpoint ({verdict.note}).", ""]
         else:
@@ -237,19 +235,21 @@ def rename_draft(dst: Path, draft: str) -> bool:
     uploaded to) and record the card's new SHA-256 in the report. False when there is nothing to change
     (already named so, or ``dst`` has no eaglequant report)."""
     import json
+    from dataclasses import replace
 
-    from eaglequant.manifest import REPORT_NAME, file_sha256, recorded_report
+    from eaglequant.manifest import file_sha256
+    from eaglequant.report import read_report
     from eaglequant.verification import VERIFY_NAME
 
-    report = recorded_report(dst)
-    if report is None or not isinstance(report.get("card"), dict) or report["card"].get("draft") == draft:
+    report = read_report(dst)
+    if report is None or report.card is None or report.card.draft == draft:
         return False
     verify_path = dst / VERIFY_NAME
     verification = json.loads(verify_path.read_text(encoding="utf-8")) if verify_path.is_file() else None
-    report["card"]["draft"] = draft
+    report = replace(report, card=replace(report.card, draft=draft))
     _replace(dst / CARD_NAME, render_card(report, verification))
-    report["files"][CARD_NAME] = file_sha256(dst / CARD_NAME)
-    _replace(dst / REPORT_NAME, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    report = replace(report, files={**report.files, CARD_NAME: file_sha256(dst / CARD_NAME)})
+    _replace(dst / REPORT_NAME, report.to_text())
     return True
 
 
@@ -257,8 +257,6 @@ def rename_draft(dst: Path, draft: str) -> bool:
 def renamed_draft(dst: Path, draft: str) -> Iterator[bool]:
     """:func:`rename_draft` for the duration of the block; on an exception the card and report are put back
     as they were (an upload that failed leaves DST unchanged). Yields whether anything changed."""
-    from eaglequant.manifest import REPORT_NAME
-
     before = {name: (dst / name).read_bytes() for name in (CARD_NAME, REPORT_NAME) if (dst / name).is_file()}
     changed = rename_draft(dst, draft)
     try:

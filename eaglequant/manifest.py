@@ -14,8 +14,8 @@ from typing import Any
 from eaglequant import __version__
 from eaglequant.checkpoint.hashing import cached_file_sha256, file_sha256
 from eaglequant.hub import SourceRef, blob_sha256
+from eaglequant.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, readable_report
 
-REPORT_NAME = "eaglequant_report.json"
 SKIPPED_DIRS = {".git", ".cache", ".huggingface", ".eaglequant"}
 
 __all__ = ["REPORT_NAME", "SKIPPED_DIRS", "BackgroundDigests", "file_sha256"]
@@ -59,12 +59,13 @@ class BackgroundDigests:
 
 def conversion_manifest(
     source: SourceRef, options: dict[str, Any], files: dict[str, str] | None = None
-) -> dict[str, Any]:
+) -> ManifestRecord:
     """``options``: the conversion's settings, already normalised (resolved counts, sorted engines);
     ``files``: the source's :func:`source_digests` when already computed."""
     files = source_digests(source.path) if files is None else files
     options = {**options, "eaglequant_version": __version__}
-    return {"key": _key(files, options), "source": {**source.to_json(), "files": files}, "options": options}
+    recorded = RecordedSource(str(source.path), source.repo_id, source.revision, source.commit, files)
+    return ManifestRecord(_key(files, options), recorded, options)
 
 
 def manifest_key_of(files: dict[str, str], options: dict[str, Any]) -> str:
@@ -77,50 +78,24 @@ def _key(files: dict[str, str], options: dict[str, Any]) -> str:
     return hashlib.sha256(key_material.encode()).hexdigest()
 
 
-def recorded_report(dst: Path) -> dict[str, Any] | None:
-    """The report ``convert`` wrote into ``dst``, or None when there is none (or it cannot be read)."""
-    try:
-        value = json.loads((dst / REPORT_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def recorded_engines(report: dict[str, Any] | None) -> list[str] | None:
-    """The engines a conversion targeted, as its report records them (None: no report, or none recorded)."""
-    from eaglequant.engines import ENGINES
-
-    recorded = (report or {}).get("engines")
-    names = [name for name in recorded if name in ENGINES] if isinstance(recorded, list) else []
-    return names or None
-
-
 def completed_with(dst: Path, key: str) -> str | None:
     """Why ``dst`` cannot be reused for a conversion with manifest ``key``; None when it can: it carries
     that key and every file its report lists is there with the recorded SHA-256."""
-    report = recorded_report(dst)
+    report = readable_report(dst)
     if report is None:
         return "no report" if dst.exists() else "absent"
     return reuse_problem(report, key, lambda files: changed_files(dst, files))
 
 
-def reuse_problem(report: dict[str, Any], key: str, changed: Callable[[dict[str, str]], list[str]]) -> str | None:
+def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[str, str]], list[str]]) -> str | None:
     """Why the output ``report`` describes cannot stand for a conversion with manifest ``key`` (None when it
     can); ``changed``: the files of a name -> SHA-256 map that are missing or differ where the output is."""
-    recorded_key, files = recorded_output(report)
-    if recorded_key != key:
+    if report.manifest is None or report.manifest.key != key:
         return "made from another source or with other options"
-    if not files:
+    if not report.files:
         return "report lists no files"
-    problems = changed(files)
+    problems = changed(report.files)
     return problems[0] if problems else None
-
-
-def recorded_output(report: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
-    """The manifest key and the output files (name -> SHA-256) a report records: the one reader of them."""
-    key = (report.get("manifest") or {}).get("key")
-    files = report.get("files")
-    return (key if isinstance(key, str) else None), (files if isinstance(files, dict) else {})
 
 
 def changed_files(dst: Path, files: dict[str, str]) -> list[str]:

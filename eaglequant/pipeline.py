@@ -34,6 +34,14 @@ from eaglequant.layouts.head import HeadLinear
 from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
+from eaglequant.report import (
+    REPORT_VERSION,
+    CardContext,
+    ConversionReport,
+    ManifestRecord,
+    RecordedLinear,
+    dtype_totals,
+)
 from eaglequant.schemes.model import scheme_to_toml
 from eaglequant.schemes.rows import row_blocks
 
@@ -66,56 +74,49 @@ class ConversionResult:
     copied_files: list[str] = field(default_factory=list)
     source: Path | None = None
     verification: Any = None  # a VerifyReport when convert ran verify
-    manifest: dict[str, Any] = field(default_factory=dict)  # see eaglequant.manifest
-    card: dict[str, Any] = field(default_factory=dict)  # see eaglequant.card.card_context
+    manifest: ManifestRecord | None = None  # see eaglequant.manifest
+    card: CardContext | None = None  # see eaglequant.card.card_context
+
+    def report(self) -> ConversionReport:
+        """What ``eaglequant_report.json`` records: the same for the same source, options and DST (no timing)."""
+        plan, verification = self.plan, self.verification
+        return ConversionReport(
+            __version__,
+            REPORT_VERSION,
+            str(self.destination),
+            None if self.source is None else str(self.source),
+            plan.head.layout,
+            plan.scheme.name,
+            plan.scheme.label,
+            plan.scheme.kinds,
+            scheme_to_toml(plan.scheme),
+            plan.head.attention,
+            plan.format.name,
+            plan.format.algorithm(plan.scheme),
+            tuple(plan.notes),
+            plan.input_amax,
+            tuple(e.name for e in plan.engines),
+            plan.target,
+            tuple(
+                RecordedLinear(r.weight.removesuffix(".weight"), r.shape, r.relative_error, r.sqnr_db)
+                for r in self.linears
+            ),
+            plan.kept,
+            plan.excluded_linears,
+            tuple(plan.exclude_patterns),
+            dtype_totals((o.spec.dtype, o.spec.nbytes) for o in plan.outputs),
+            self.source_bytes,
+            self.output_bytes,
+            self.files,
+            tuple(self.copied_files),
+            self.manifest,
+            self.card,
+            None if verification is None else verification.summary(),
+        )
 
     def to_json(self) -> dict[str, Any]:
-        plan = self.plan
-        return {
-            "destination": str(self.destination),
-            "source": None if self.source is None else str(self.source),
-            "layout": plan.head.layout,
-            "scheme": plan.scheme.name,
-            "scheme_label": plan.scheme.label,
-            "scheme_kinds": list(plan.scheme.kinds),
-            "scheme_toml": scheme_to_toml(plan.scheme),  # thresholds included: verify applies these
-            "attention": plan.head.attention,
-            "format": plan.format.name,
-            "algorithm": plan.format.algorithm(plan.scheme),
-            "notes": plan.notes,
-            "calibrated_input_amax": plan.input_amax,
-            "engines": [e.name for e in plan.engines],
-            "target_layers": plan.target.to_json(),
-            "quantized": [
-                {
-                    "module": r.weight.removesuffix(".weight"),
-                    "shape": list(r.shape),
-                    "relative_error": r.relative_error,
-                    "sqnr_db": r.sqnr_db,
-                }
-                for r in self.linears
-            ],
-            "kept": plan.kept,
-            "excluded_linears": plan.excluded_linears,
-            "exclude": plan.exclude_patterns,
-            "tensor_dtypes": self.tensor_dtypes(),
-            "source_bytes": self.source_bytes,
-            "output_bytes": self.output_bytes,
-            "seconds": round(self.seconds, 3),
-            "files": self.files,
-            "copied_files": self.copied_files,
-            "manifest": self.manifest,
-            "card": self.card,
-        }
-
-    def tensor_dtypes(self) -> dict[str, dict[str, int]]:
-        """Output dtype -> tensor count and bytes."""
-        overview: dict[str, dict[str, int]] = {}
-        for output in self.plan.outputs:
-            row = overview.setdefault(output.spec.dtype, {"count": 0, "bytes": 0})
-            row["count"] += 1
-            row["bytes"] += output.spec.nbytes
-        return dict(sorted(overview.items()))
+        """``convert --json``: the report, and the seconds the conversion took."""
+        return {**self.report().to_json(), "seconds": round(self.seconds, 3)}
 
 
 def parse_size(text: str | int) -> int:
@@ -154,8 +155,8 @@ def run_conversion(
     overwrite: bool = False,
     max_shard_bytes: int = 5 * 10**9,
     progress: Progress | None = None,
-    manifest: Callable[[], dict[str, Any]] | None = None,
-    card: dict[str, Any] | None = None,
+    manifest: Callable[[], ManifestRecord] | None = None,
+    card: CardContext | None = None,
     finish: Finisher | None = None,
     workers: int | None = None,
     device: str = "cpu",
@@ -204,8 +205,8 @@ def run_conversion(
             plan.output_bytes,
             copied,
             checkpoint.root.resolve(),
-            manifest=manifest() if manifest else {},
-            card=card or {},
+            manifest=manifest() if manifest else None,
+            card=card,
         )
         _finish(tmp, result, finish, progress)
         progress.stop()
@@ -231,29 +232,21 @@ def failed_verification_path(dst: Path) -> Path:
 
 def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None, progress: Progress) -> None:
     """Report, checks, card, then the report again with the SHA-256 of every file it sits beside."""
-    _write_json(tmp / REPORT_NAME, _report(result))  # what ``finish`` checks the files against
+    (tmp / REPORT_NAME).write_text(result.report().to_text(), encoding="utf-8")  # what ``finish`` checks against
     if finish is not None:
         progress.phase("verifying")
         result.verification = finish(tmp)
         if not result.verification.ok:
             result.destination = failed_verification_path(result.destination)
-    if result.card:
+    if result.card is not None:
         verification = None if result.verification is None else result.verification.to_json()
-        (tmp / CARD_NAME).write_text(render_card(_report(result), verification), encoding="utf-8")
+        (tmp / CARD_NAME).write_text(render_card(result.report(), verification), encoding="utf-8")
     for path in source_files(tmp):
         name = path.relative_to(tmp).as_posix()
         if name != REPORT_NAME and name not in result.files:
             result.files[name] = file_sha256(path)
     result.files = dict(sorted(result.files.items()))
-    _write_json(tmp / REPORT_NAME, _report(result))
-
-
-def _report(result: ConversionResult) -> dict[str, Any]:
-    """The report written into DST: the same bytes for the same source, options and DST, so it holds no
-    timing (``convert --json`` prints the seconds)."""
-    report = {"eaglequant_version": __version__, **result.to_json()}
-    del report["seconds"]
-    return report
+    (tmp / REPORT_NAME).write_text(result.report().to_text(), encoding="utf-8")
 
 
 COPY_TASK_BYTES = 64 * 1024 * 1024  # kept tensors are copied in pieces of this size

@@ -26,8 +26,9 @@ from eaglequant.errors import InputError
 from eaglequant.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.manifest import changed_files, recorded_engines, recorded_report
+from eaglequant.manifest import changed_files
 from eaglequant.readback import explain_checkpoint
+from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
 if TYPE_CHECKING:
@@ -116,6 +117,10 @@ class VerifyReport:
         ran += [f"{check.engine} load" for check in self.engine_loads]
         return ran
 
+    def summary(self) -> VerificationSummary:
+        """What the conversion's report records of this verification."""
+        return VerificationSummary(self.verdict == PASSED, self.verdict)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "destination": str(self.destination),
@@ -156,7 +161,7 @@ def verify_checkpoint(
 ) -> VerifyReport:
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
     ``every_engine``, or for a checkpoint another tool wrote, every engine that can)."""
-    recorded = recorded_report(dst)
+    recorded = read_report(dst)
     if engines is None and not every_engine:
         engines = recorded_engines(recorded)
     explanation = explain_checkpoint(checkpoint, head, engines, target)
@@ -180,20 +185,18 @@ def verify_checkpoint(
     return report
 
 
-def recorded_scheme(recorded: dict[str, Any] | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
-    """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote,
-    the built-in scheme of the same kinds, with a note saying so."""
+def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
+    """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
+    (no report), the built-in scheme of the same kinds, with a note saying so."""
     import tomllib
 
-    from eaglequant.manifest import REPORT_NAME
     from eaglequant.schemes.model import parse_scheme
 
-    text = recorded.get("scheme_toml") if recorded else None
-    if not isinstance(text, str):
+    if recorded is None:
         fallback = scheme_for_kinds(kinds)
         return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
     try:
-        scheme = parse_scheme(tomllib.loads(text), f"{REPORT_NAME} scheme_toml")
+        scheme = parse_scheme(tomllib.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{REPORT_NAME}: scheme_toml is not TOML ({exc})", hint="convert it again") from None
     if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
@@ -215,9 +218,8 @@ def _quantized_linears(explanation: Any) -> set[str]:
     return found
 
 
-def _check_hashes(dst: Path, recorded: dict[str, Any] | None) -> list[str]:
-    files = recorded.get("files") if recorded else None
-    return changed_files(dst, files) if isinstance(files, dict) else []
+def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:
+    return [] if recorded is None else changed_files(dst, recorded.files)
 
 
 def _stored(checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, module: str) -> StoredLinear:
@@ -415,15 +417,6 @@ def _worst_block(
             flat = int(error.argmax())
             worst, where = value, (rows.start + flat // error.shape[1], (flat % error.shape[1]) * width)
     return worst, where[0], where[1]
-
-
-def recorded_verification(dst: Path) -> dict[str, Any] | None:
-    """The verification ``convert --verify`` stored in ``dst`` (None: none, or unreadable)."""
-    try:
-        data = json.loads((dst / VERIFY_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:

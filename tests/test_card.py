@@ -14,6 +14,7 @@ import yaml
 import eaglequant
 from eaglequant.card import rename_draft, render_card
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.report import read_report
 from tests.conftest import FIXTURES
 
 
@@ -114,7 +115,8 @@ def test_rename_draft_keeps_the_report_true(mla_nvfp4: Path, tmp_path: Path) -> 
 
 
 def test_a_failed_verification_shows_in_the_card(mla_nvfp4: Path) -> None:
-    report = json.loads((mla_nvfp4 / "eaglequant_report.json").read_text())
+    report = read_report(mla_nvfp4)
+    assert report is not None
     verification = json.loads((mla_nvfp4 / "eaglequant_verify.json").read_text())
     verification.update(ok=False, problems=["model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0"])
     assert "**FAILED**: model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0" in render_card(report, verification)

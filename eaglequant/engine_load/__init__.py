@@ -239,8 +239,8 @@ class Expectation:
 def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> Expectation:
     """``explain``'s reading of ``checkpoint`` for ``engine``, named for ``target``'s layer count (61 when
     unknown), as the plan the engine's own load is held against."""
-    from eaglequant.manifest import recorded_report
     from eaglequant.readback import explain_checkpoint
+    from eaglequant.report import read_report
     from eaglequant.verification import recorded_scheme
 
     get_probe(engine)
@@ -249,7 +249,7 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLay
     explanation = explain_checkpoint(checkpoint, head, [engine], target)
     reading = explanation.engines[0]
     planned = {module.runtime_name: module.scheme is not None for module in reading.modules}
-    scheme, _ = recorded_scheme(recorded_report(checkpoint.root), explanation.kinds)  # as verify judges it
+    scheme, _ = recorded_scheme(read_report(checkpoint.root), explanation.kinds)  # as verify judges it
     limit = scheme.verify.max_relative_error
     assert target.count is not None
     weight_only = explanation.kinds[1] is None
