@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -344,28 +343,29 @@ def _layer_parity(
     scheme: Scheme,
     generator: torch.Generator,
 ) -> LayerParity:
-    """One quantized linear through the fused kernel against the source GEMM, and its worst scale block; both a
-    block of output rows at a time."""
+    """One quantized linear through the fused kernel against the source GEMM, and its worst scale block, in one
+    pass over blocks of output rows: each block of the source is read and widened to float32 once."""
     import torch
 
-    from eaglequant.draft.weights import by_output_rows
     from eaglequant.kernels import choose_backend, fused_linear
 
     limits = scheme.verify
     name = f"{canonical}.weight"
-    blocks = weights.row_blocks(name)
-    x = torch.randn(PARITY_ROWS, stored.in_features, generator=generator).to(torch.bfloat16)
-    x_device = x.to(stored.weight.device)
+    columns = stored.in_features
+    block = scheme.weight.block_size
+    width = block if block and columns % block == 0 else columns  # one scale block (a whole row per channel)
+    x = torch.randn(PARITY_ROWS, columns, generator=generator).to(torch.bfloat16)
+    x32, x_device = x.to(torch.float32), x.to(stored.weight.device)
     backend = choose_backend(x_device)
-    expected = by_output_rows(
-        x,
-        stored.out_features,
-        blocks,
-        lambda x, rows: x.to(torch.float32) @ weights.rows(name, rows).to(torch.float32).T,
-    )
-    got = by_output_rows(
-        x, stored.out_features, blocks, lambda _x, rows: fused_linear(x_device, stored.rows(rows), backend)
-    )
+    expected = torch.empty(PARITY_ROWS, stored.out_features)
+    got = torch.empty(PARITY_ROWS, stored.out_features)
+    source_norms, error_norms = [], []
+    for rows in weights.row_blocks(name):
+        source = weights.rows(name, rows).to(torch.float32)
+        expected[:, rows] = x32 @ source.T
+        got[:, rows] = fused_linear(x_device, stored.rows(rows), backend).to(torch.float32).cpu()
+        source_norms.append(_block_norms(source, width))
+        error_norms.append(_block_norms(stored.dequantize_rows(rows).cpu() - source, width))
     sqnr, cosine, relative = _metrics(expected, got)
     failed = []
     if not sqnr >= limits.min_sqnr_db:
@@ -374,9 +374,8 @@ def _layer_parity(
         failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
     if not relative <= limits.max_relative_error:
         failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
-    block_error, row, column = _worst_block(
-        lambda rows: weights.rows(name, rows), blocks, stored, scheme.weight.block_size
-    )
+    block_error, row, block_index = _worst_block(torch.cat(source_norms), torch.cat(error_norms))
+    column = block_index * width
     if not block_error <= limits.max_block_relative_error:
         failed.append(
             f"weight block at row {row}, column {column}: error {block_error:.3f} > "
@@ -385,12 +384,15 @@ def _layer_parity(
     return LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
 
 
-def _worst_block(
-    read_rows: Callable[[slice], torch.Tensor], row_blocks: list[slice], stored: StoredLinear, block: int | None
-) -> tuple[float, int, int]:
-    """The largest error of one scale block of the dequantized weight (``block`` weights of a row; a whole row
-    for per-channel scales), and where (row, first column): a misplaced scale or code spoils its block, however
-    small a share of the linear it is. The source weight is read a block of rows at a time (``read_rows``).
+def _block_norms(weight: torch.Tensor, width: int) -> torch.Tensor:
+    """[rows, K] -> [rows, K / width]: the norm of every scale block."""
+    return weight.reshape(weight.shape[0], -1, width).norm(dim=2)
+
+
+def _worst_block(source_norms: torch.Tensor, error_norms: torch.Tensor) -> tuple[float, int, int]:
+    """The largest error of one scale block of the dequantized weight, and where (row, block index), from the
+    norms of every block of the source and of its reconstruction error ([rows, blocks] each): a misplaced scale
+    or code spoils its block, however small a share of the linear it is.
 
     Each block's error is measured against its own norm, or the linear's median block norm when that is
     larger: a near-zero block (whose scale the vendors' math rounds coarsely) cannot fail on error that is
@@ -398,25 +400,11 @@ def _worst_block(
     """
     import torch
 
-    columns = stored.in_features
-    width = block if block and columns % block == 0 else columns
-
-    def norms(source: torch.Tensor) -> torch.Tensor:
-        return source.reshape(-1, columns // width, width).norm(dim=2)
-
-    floor = float(torch.cat([norms(read_rows(rows).to(torch.float32)).reshape(-1) for rows in row_blocks]).median())
-    worst, where = 0.0, (0, 0)
-    for rows in row_blocks:
-        source = read_rows(rows).to(torch.float32)
-        diff = norms(stored.dequantize_rows(rows).cpu() - source)
-        scale = norms(source).clamp_min(floor)
-        error = torch.where(scale > 0, diff / scale.clamp_min(1e-30), torch.where(diff > 0, math.inf, 0.0))
-        error = torch.nan_to_num(error, nan=math.inf)
-        value = float(error.max())
-        if value > worst:
-            flat = int(error.argmax())
-            worst, where = value, (rows.start + flat // error.shape[1], (flat % error.shape[1]) * width)
-    return worst, where[0], where[1]
+    scale = source_norms.clamp_min(float(source_norms.median()))
+    error = torch.where(scale > 0, error_norms / scale.clamp_min(1e-30), torch.where(error_norms > 0, math.inf, 0.0))
+    error = torch.nan_to_num(error, nan=math.inf)
+    flat = int(error.argmax())
+    return float(error.reshape(-1)[flat]), flat // error.shape[1], flat % error.shape[1]
 
 
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:
