@@ -22,14 +22,15 @@ DEVICES = ("cpu", "cuda")
 
 
 def quantization_device(name: str) -> torch.device | None:
-    """The torch device for ``name`` ("cpu", "cuda", "cuda:1"); None for the CPU (no copies needed)."""
-    import torch
-
+    """The torch device for ``name`` ("cpu", "cuda", "cuda:1"); None for the CPU (no copies needed, and no torch
+    import: it is started in the background while the first tensors are copied)."""
     kind, _, index = name.partition(":")
     if kind not in DEVICES or (index and (kind == "cpu" or not index.isdigit())):
         raise InputError(f"device {name!r} is not one eaglequant runs on", hint="use cpu or cuda (or cuda:N)")
     if kind == "cpu":
         return None
+    import torch
+
     if not torch.cuda.is_available():
         raise InputError(
             f"device {name!r}: this torch ({torch.__version__}) sees no CUDA GPU",

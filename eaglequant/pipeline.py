@@ -7,11 +7,11 @@ import json
 import math
 import os
 import shutil
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -272,24 +272,42 @@ def _write_shards(
     try:
         for name, specs in zip(names, shards, strict=True):
             files.append(SafetensorsShard(tmp / name, specs, metadata={"format": "pt"}))
-        with _torch_threads(1):  # parallelism comes from the workers; nested OpenMP teams only contend
-            linears = _ShardFiller(checkpoint, plan, files, device).run(workers, progress)
+        torch_ready = _TorchInBackground()
+        try:
+            linears = _ShardFiller(checkpoint, plan, files, device, torch_ready.wait).run(workers, progress)
+        finally:
+            torch_ready.restore()
         return {name: shard.close() for name, shard in zip(names, files, strict=True)}, linears
     finally:
         for shard in files:
             shard.discard()
 
 
-@contextmanager
-def _torch_threads(count: int) -> Iterator[None]:
-    import torch
+class _TorchInBackground:
+    """torch takes seconds to import, and the kept tensors (most of a head's bytes) are copied without it: it is
+    imported in a thread while the first copies run, and set to one intra-op thread (parallelism comes from the
+    workers; nested OpenMP teams only contend); :meth:`restore` puts the caller's thread count back."""
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    def __init__(self) -> None:
+        self._before: int | None = None
+        self._thread = threading.Thread(target=self._load, name="eaglequant-torch-import", daemon=True)
+        self._thread.start()
+
+    def _load(self) -> None:
+        import torch
+
+        self._before = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def restore(self) -> None:
+        self._thread.join()
+        if self._before is not None:
+            import torch
+
+            torch.set_num_threads(self._before)
 
 
 @dataclass
@@ -318,10 +336,12 @@ class _ShardFiller:
         plan: ConversionPlan,
         files: list[SafetensorsShard],
         device: torch.device | None = None,
+        torch_ready: Callable[[], None] = lambda: None,
     ) -> None:
         self.checkpoint = checkpoint
         self.plan = plan
         self.device = device  # None: quantize on the CPU
+        self.torch_ready = torch_ready  # returns once torch is imported
         self.where = {name: shard for shard in files for name in shard.specs}
         self.scales = _GroupScales(checkpoint, plan)
         self.blocks: dict[str, list[ErrorSums]] = {}  # per linear, its blocks' sums as they complete
@@ -349,12 +369,15 @@ class _ShardFiller:
         return self.linears
 
     def _tasks(self) -> Iterator[_Task]:
+        """The copies first (they need no torch, which loads meanwhile), then the quantized linears in plan order."""
+        for output in self.plan.outputs:
+            if output.quantized_from is None:
+                yield from self._copy_tasks(output.source, output.spec)
+        self.torch_ready()
         started: set[str] = set()
         for output in self.plan.outputs:
             module = output.quantized_from
-            if module is None:
-                yield from self._copy_tasks(output.source, output.spec)
-            elif module not in started:
+            if module is not None and module not in started:
                 started.add(module)
                 yield from self._quantize_tasks(module)
 

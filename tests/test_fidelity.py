@@ -130,8 +130,9 @@ def test_head_statistics_decide_on_confidence_bounds() -> None:
     limits = load_scheme("fp8-per-channel").verify
     assert judge_shift(_shift(), 256, limits) == []
     # a mean above the threshold whose lower bound is not: too little evidence to fail a conversion
-    assert judge_shift(_shift(mean_tv=0.11, tv_spread=0.3), 32, limits) == []
-    assert judge_shift(_shift(mean_tv=0.11, tv_spread=0.01), 256, limits)
+    above = limits.max_mean_tv + 0.01
+    assert judge_shift(_shift(mean_tv=above, tv_spread=0.3), 32, limits) == []
+    assert judge_shift(_shift(mean_tv=above, tv_spread=0.01), 256, limits)
     # flips on near-ties that the perturbation explains are noise; many more are damage
     assert judge_shift(_shift(top1_agreement=0.85, flips=38, noise_flips=35.0), 256, limits) == []
     assert judge_shift(_shift(top1_agreement=0.85, flips=38, noise_flips=5.0), 256, limits)
