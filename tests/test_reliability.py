@@ -77,6 +77,7 @@ def test_sigkill_at_random_moments_leaves_dst_absent_or_complete(medium_head: Pa
         if dst.exists():
             assert snapshot(dst) == reference  # the rename is the only way DST appears, and only when complete
             outcomes["complete"] += 1
+            shutil.rmtree(dst)  # the next trial starts afresh (else it would only meet an existing DST)
         else:
             outcomes["absent"] += 1
         for name in leftovers(dst):
