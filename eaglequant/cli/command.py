@@ -64,22 +64,32 @@ def _common_params() -> list[Any]:
     return [p for p in params if p.name != "help"]
 
 
-class Command(TyperCommand):
+class _TidyHelp:
+    """Help as users read it: the docstring's line breaks joined, each option's help tidied."""
+
+    help: str | None
+    params: list[Any]
+
+    def _tidy(self) -> None:
+        self.help = tidy_help(self.help)
+        for param in self.params:
+            _tidy_param(param)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            _tidy_param(option)
+        return option
+
+
+class Command(_TidyHelp, TyperCommand):
     """A Typer command with the shared options and help as users read it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["context_settings"] = {**(kwargs.get("context_settings") or {}), "help_option_names": HELP_OPTION_NAMES}
         super().__init__(*args, **kwargs)
         self.params.extend(_common_params())
-        self.help = tidy_help(self.help)
-        for param in self.params:
-            _tidy_param(param)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        if option is not None:
-            _tidy_param(option)
-        return option
+        self._tidy()
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         given = list(args)  # the parser consumes the list
@@ -93,20 +103,12 @@ class Command(TyperCommand):
             raise
 
 
-class Group(TyperGroup):
+class Group(_TidyHelp, TyperGroup):
     """The top-level command (and ``bench``): help as users read it."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.help = tidy_help(self.help)
-        for param in self.params:
-            _tidy_param(param)
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        if option is not None:
-            _tidy_param(option)
-        return option
+        self._tidy()
 
 
 def tidy_help(text: str | None) -> str | None:
