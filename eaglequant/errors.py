@@ -7,11 +7,9 @@ a traceback is shown only with ``--debug``.
 
 from __future__ import annotations
 
-EXIT_OK = 0
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_CHECK_FAILED = 3  # a check on a written checkpoint failed (explain found a mismatch, a parity threshold)
-EXIT_PARITY = EXIT_CHECK_FAILED
 EXIT_JOBS_FAILED = 4  # batch: at least one job failed (the others ran; see the summary)
 EXIT_NOT_VERIFIED = 5  # verify: the checks that ran hold, but parity and fidelity did not run (no source)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
@@ -59,9 +57,3 @@ class ExclusionProofError(EagleQuantError):
     """The exclusions written into config.json would not be applied by an engine as intended."""
 
     exit_code = EXIT_INTERNAL
-
-
-class ParityError(EagleQuantError):
-    """A quantized checkpoint fails a numerical parity threshold."""
-
-    exit_code = EXIT_PARITY

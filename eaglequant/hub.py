@@ -29,7 +29,6 @@ _SHA256_BLOB = re.compile(r"^[0-9a-f]{64}$")
 
 # What a conversion reads or carries over besides the weights; weights are chosen per repo below.
 SIDE_FILE_PATTERNS = ("*.json", "README.md", "LICENSE*", "NOTICE*")
-WEIGHT_FILE_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 # Never uploaded: huggingface_hub's resumable-upload state and eaglequant's own bookkeeping.
 UPLOAD_IGNORE = (".cache/*", ".cache/**", ".eaglequant/*", ".eaglequant/**", ".git/*", ".git/**")
 

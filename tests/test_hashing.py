@@ -6,6 +6,7 @@ import hashlib
 import itertools
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
@@ -49,7 +50,12 @@ def test_following_hasher_abandoned_midway(tmp_path: Path) -> None:
     path.write_bytes(bytes(1000))
     hasher = FollowingHasher(path, 1000)
     hasher.completed(0, 10)
-    hasher.abandon()  # returns although the rest never completes
+    stopper = threading.Thread(target=hasher.abandon)
+    stopper.start()
+    stopper.join(timeout=10)
+    assert not stopper.is_alive()  # abandon returns although the rest never completes
+    with pytest.raises(RuntimeError, match="hashed 10 of 1000 bytes"):
+        hasher.hexdigest()  # and no digest of a partial file is ever given
 
 
 def _old(path: Path) -> None:

@@ -64,8 +64,3 @@ def from_torch(dtype: torch.dtype) -> str:
         if torch_name == name:
             return key
     raise ValueError(f"no safetensors dtype for {dtype}")
-
-
-def config_dtype_name(dtype: str) -> str:
-    """The spelling HF config.json uses for ``torch_dtype`` (``bfloat16``, ``float16``, ...)."""
-    return _TORCH_NAMES[dtype]

@@ -101,10 +101,6 @@ class Scheme:
     verify: VerifyThresholds = VerifyThresholds()
 
     @property
-    def weight_only(self) -> bool:
-        return self.activation is None
-
-    @property
     def kinds(self) -> tuple[str, str | None]:
         return self.weight.kind, None if self.activation is None else self.activation.kind
 
