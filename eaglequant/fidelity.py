@@ -165,24 +165,25 @@ def head_fidelity(
 
     reference = DraftForward(head, weights)
 
-    def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        linear = stored(module)
-        if linear is None:
-            return reference.plain_linear(module, x)
+    def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
         x_device = x.to(torch.bfloat16).to(device)
         blocks = weights.row_blocks(f"{module}.weight")
         return by_output_rows(
-            x, linear.out_features, blocks, lambda _x, rows: fused_linear(x_device, linear.rows(rows))
+            len(x), linear.out_features, blocks, lambda rows: fused_linear(x_device, linear.rows(rows))
         )
+
+    def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        linear = stored(module)
+        return reference.plain_linear(module, x) if linear is None else kernel_linear(module, linear, x)
 
     def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         name = f"{module}.weight"
         x16 = x.to(torch.bfloat16)
 
-        def product(_x: torch.Tensor, rows: slice) -> torch.Tensor:
+        def product(rows: slice) -> torch.Tensor:
             return x16 @ weights.rows(name, rows).to(torch.bfloat16).T
 
-        return by_output_rows(x, weights.shape(name)[0], weights.row_blocks(name), product)
+        return by_output_rows(len(x), weights.shape(name)[0], weights.row_blocks(name), product)
 
     quantized = DraftForward(head, weights, quantized_linear)
     engine_like = DraftForward(head, weights, bf16_linear)
@@ -207,11 +208,13 @@ def head_fidelity(
         )
         if not has_logits:
             return HeadFidelity(positions, hidden_cosine, (), inputs)
-        if stored("lm_head") is None:  # one pass over the (large, unquantized) lm_head for both drafts
+        lm_head = stored("lm_head")  # read once, if quantized
+        if lm_head is None:  # one pass over the (large, unquantized) lm_head for both drafts
             both = reference.linear("lm_head", torch.cat((ref_hidden, got_hidden)))
             ref_logits, got_logits = both[:positions], both[positions:]
         else:
-            ref_logits, got_logits = reference.linear("lm_head", ref_hidden), quantized.linear("lm_head", got_hidden)
+            ref_logits = reference.linear("lm_head", ref_hidden)
+            got_logits = kernel_linear("lm_head", lm_head, got_hidden)
         shift = distribution_shift(ref_logits, got_logits)
         del got_logits
         floor_logits = engine_like.linear("lm_head", torch.cat(hidden["bf16"]))

@@ -69,10 +69,10 @@ class DraftForward:
         """float32 x @ W^T, reading W a block of rows at a time."""
         name = f"{module}.weight"
 
-        def product(x: torch.Tensor, rows: slice) -> torch.Tensor:
+        def product(rows: slice) -> torch.Tensor:
             return x @ self.weight.rows(name, rows).to(torch.float32).T
 
-        return by_output_rows(x, self.weight.shape(name)[0], self.weight.row_blocks(name), product)
+        return by_output_rows(len(x), self.weight.shape(name)[0], self.weight.row_blocks(name), product)
 
     def norm(self, module: str, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight(f"{module}.weight"), self.eps)

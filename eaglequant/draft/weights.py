@@ -55,15 +55,12 @@ class CanonicalWeights:
 
 
 def by_output_rows(
-    x: torch.Tensor,
-    out_features: int,
-    blocks: list[slice],
-    product: Callable[[torch.Tensor, slice], torch.Tensor],
+    tokens: int, out_features: int, blocks: list[slice], product: Callable[[slice], torch.Tensor]
 ) -> torch.Tensor:
-    """float32 [T, out_features] of a linear, one block of its output rows (``product(x, rows)``) at a time."""
+    """float32 [tokens, out_features] of a linear, one block of its output rows (``product(rows)``) at a time."""
     import torch
 
-    out = torch.empty(x.shape[0], out_features, dtype=torch.float32)
+    out = torch.empty(tokens, out_features, dtype=torch.float32)
     for rows in blocks:
-        out[:, rows] = product(x, rows).to(torch.float32).cpu()
+        out[:, rows] = product(rows).to(torch.float32).cpu()
     return out
