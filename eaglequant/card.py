@@ -21,7 +21,6 @@ CARD_NAME = "README.md"
 DRAFT_TOKENS = 3  # num_speculative_tokens / max_draft_len in the serving lines
 # Licence keys the Hub reads from a card's metadata; carried over from the source card unchanged.
 LICENSE_KEYS = ("license", "license_name", "license_link")
-SCHEME_TAGS = {"fp8-channel": "fp8", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
 
 
 def source_card_metadata(source: Path) -> dict[str, Any]:
@@ -80,9 +79,10 @@ def render_card(report: ConversionReport, verification: dict[str, Any] | None) -
 def _front_matter(report: ConversionReport, context: CardContext) -> str:
     from huggingface_hub import ModelCardData
 
-    weight_kind = report.scheme_kinds[0]
+    from eaglequant.kinds import weight_kind
+
     tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
-    tags += [SCHEME_TAGS.get(weight_kind, weight_kind), report.format]
+    tags += [weight_kind(report.scheme_kinds[0]).tag, report.format]
     fields: dict[str, Any] = {"library_name": library_name(report.engines), "tags": tags, **context.license}
     if context.base_model:
         fields.update(base_model=context.base_model, base_model_relation="quantized")

@@ -167,7 +167,7 @@ def head_fidelity(
 
     def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
         x_device = x.to(torch.bfloat16).to(device)
-        blocks = weights.row_blocks(f"{module}.weight")
+        blocks = weights.row_blocks(f"{module}.weight", linear.weight_kind.rows_per_scale)
         return by_output_rows(
             len(x), linear.out_features, blocks, lambda rows: fused_linear(x_device, linear.rows(rows))
         )

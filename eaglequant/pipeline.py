@@ -30,6 +30,7 @@ from eaglequant.devices import quantization_device, shared_on
 from eaglequant.errors import CheckpointError, InputError
 from eaglequant.formats import GroupScales
 from eaglequant.formats.base import ErrorSums, error_figures
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
@@ -395,14 +396,12 @@ class _ShardFiller:
         linear = self.plan.head.linear(module)
         specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, self.plan.scheme)}
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
-        blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS)
+        align = weight_kind(self.plan.scheme.weight.kind).rows_per_scale
+        blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS, align)
         self.blocks[module], self.block_counts[module] = [], len(blocks)
         row_read = self.checkpoint.tensors[linear.weight].nbytes // linear.out_features
         for rows in blocks:
-            nbytes = sum(
-                _row_bytes(spec, linear) * (rows.stop - rows.start) or (spec.nbytes if rows.start == 0 else 0)
-                for spec in specs.values()
-            )
+            nbytes = sum(_block_placement(spec, linear, align, rows)[1] for spec in specs.values())
 
             def quantize(rows: slice = rows) -> ErrorSums:
                 return self._quantize_block(linear, specs, shared, rows)
@@ -417,15 +416,14 @@ class _ShardFiller:
         if self.device is not None:
             weight, shared = weight.to(self.device), shared_on(shared, self.device)
         block = self.plan.format.quantize_rows(linear, weight, self.plan.scheme, shared)
+        align = weight_kind(self.plan.scheme.weight.kind).rows_per_scale
         for name, tensor in block.tensors.items():
-            spec, data = specs[name], tensor_bytes(tensor.cpu())
-            row_bytes = _row_bytes(spec, linear)
-            if row_bytes:
-                if len(data) != row_bytes * (rows.stop - rows.start):
-                    raise RuntimeError(f"{name!r}: rows {rows.start}:{rows.stop} gave {len(data)} bytes")
-                self.where[name].write(name, rows.start * row_bytes, data)
-            elif rows.start == 0:  # a per-tensor value, the same for every block
-                self.where[name].write(name, 0, data)
+            data = tensor_bytes(tensor.cpu())
+            offset, nbytes = _block_placement(specs[name], linear, align, rows)
+            if nbytes and len(data) != nbytes:
+                raise RuntimeError(f"{name!r}: rows {rows.start}:{rows.stop} gave {len(data)} bytes, not {nbytes}")
+            if nbytes:  # a per-tensor value is the same for every block: the first writes it
+                self.where[name].write(name, offset, data)
         return block.sums
 
     def _collect(self, task: _Task, result: Any, progress: Progress) -> None:
@@ -453,12 +451,22 @@ class _ShardFiller:
         return LinearResult(linear.module, linear.weight, (linear.out_features, linear.in_features), rel, sqnr)
 
 
-def _row_bytes(spec: TensorSpec, linear: HeadLinear) -> int:
-    """Bytes per weight row of an output indexed by row (weights, per-row and per-block scales); 0 for
-    a per-tensor value."""
-    if len(spec.shape) >= 1 and spec.shape[0] == linear.out_features and spec.nbytes:
-        return spec.nbytes // spec.shape[0]
-    return 0
+def _block_placement(spec: TensorSpec, linear: HeadLinear, rows_per_scale: int, rows: slice) -> tuple[int, int]:
+    """Where a block of weight ``rows`` (starting on a scale block) goes in an output: (byte offset, bytes).
+
+    An output's first dimension runs over weight rows (weights, per-row scales and per-row blocks), over scale
+    blocks of ``rows_per_scale`` rows (2-D block scales), or it is a per-tensor value, written by the first
+    block only (0 bytes for the others).
+    """
+    count = rows.stop - rows.start
+    leading = spec.shape[0] if spec.shape else 0
+    if leading == linear.out_features and spec.nbytes:
+        entry = spec.nbytes // leading
+        return rows.start * entry, count * entry
+    if rows_per_scale > 1 and leading == -(-linear.out_features // rows_per_scale) and spec.nbytes:
+        entry = spec.nbytes // leading
+        return rows.start // rows_per_scale * entry, -(-count // rows_per_scale) * entry
+    return 0, spec.nbytes if rows.start == 0 else 0
 
 
 class _GroupScales:

@@ -231,10 +231,10 @@ def _exclude_unstorable(
     for linear in head.linears:
         if linear.module in excluded:
             continue
-        problem = fmt.shape_problem(linear, scheme)
+        group = head.group_of(linear.module)
+        problem = fmt.shape_problem(linear, scheme, group is not None and group.members[-1] != linear.module)
         if problem is None:
             continue
-        group = head.group_of(linear.module)
         members = group.members if group else (linear.module,)
         for member in members:
             why = problem if member == linear.module else f"fused with {linear.module}: {problem}"

@@ -21,7 +21,8 @@ from eaglequant.engines.exclusions import layer_counts, symbolic_name
 from eaglequant.engines.support import SCHEME_KINDS, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
-from eaglequant.formats import Format, WrittenConfig, format_for_quant_method
+from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
+from eaglequant.kinds import kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
@@ -125,8 +126,10 @@ def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
     """The format and scheme a converted checkpoint declares, and its exclusion rules."""
     config_path = checkpoint.root / "config.json"
     config = checkpoint.config.get("quantization_config")
-    if config is None and (checkpoint.root / "hf_quant_config.json").is_file():
-        config = {"quant_method": "modelopt"}  # older ModelOpt exports: engines read hf_quant_config.json
+    side_file_format = format_for_side_files(checkpoint.root)
+    if config is None and side_file_format is not None:
+        # e.g. older ModelOpt exports: engines read hf_quant_config.json
+        config = {"quant_method": side_file_format.quant_method}
     if not isinstance(config, dict):
         raise InputError(
             f"{config_path}: no quantization_config: this is not a quantized checkpoint",
@@ -136,7 +139,7 @@ def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
     if fmt is None:
         raise InputError(
             f"{config_path}: quant_method {config.get('quant_method')!r} is not a format eaglequant reads",
-            hint="eaglequant reads quark, modelopt and compressed-tensors",
+            hint=f"eaglequant reads {', '.join(fmt.quant_method for fmt in FORMATS.values())}",
         )
     extra = {
         name: load_json_object(checkpoint.root / name, name)
@@ -159,7 +162,7 @@ def explain_checkpoint(
         _read_engine(engine, head, checkpoint.tensors, fmt, scheme, written.patterns, target, bool(engines))
         for engine in chosen
     ]
-    label = SCHEME_KINDS.get(written.kinds, f"{scheme.label} {scheme.weight.kind}")
+    label = SCHEME_KINDS.get(written.kinds, kinds_title(written.kinds))
     return Explanation(
         checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, list(written.problems)
     )

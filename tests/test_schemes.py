@@ -58,7 +58,7 @@ def test_nvfp4_without_calibration_is_weight_only() -> None:
 NVFP4_WEIGHT = {"dtype": "fp4_e2m1", "granularity": "block", "block_size": 16, "scale_dtype": "fp8_e4m3"}
 BAD = [
     ({"name": "x", "weight": {"dtype": "int4", "granularity": "channel"}}, "dtype 'int4'"),
-    ({"name": "x", "weight": {"dtype": "fp8_e4m3", "granularity": "block"}}, "not supported"),
+    ({"name": "x", "weight": {"dtype": "fp8_e4m3", "granularity": "tensor"}}, "not supported"),
     ({"name": "x", "weight": {**NVFP4_WEIGHT, "block_size": 64}}, "block_size = 64"),
     ({"name": "x", "weight": {**NVFP4_WEIGHT, "scale_dtype": "e8m0"}}, "does not fit"),
     ({"name": "x", "weight": {"dtype": "fp4_e2m1", "granularity": "block"}}, "ambiguous"),

@@ -28,7 +28,14 @@ KIMI_SHAPES = [
 ]
 TINY_SHAPES = [("tiny", 256, 512)]
 M_VALUES = (1, 4, 16, 64, 256, 2048)
-KERNELS = ("fp8-w8a16", "fp8-w8a8", "nvfp4-w4a16", "mxfp4-w4a16")
+# Kernel name -> (weight kind, activation kind) it runs.
+KERNELS: dict[str, tuple[str, str | None]] = {
+    "fp8-w8a16": ("fp8-channel", None),
+    "fp8-w8a8": ("fp8-channel", "fp8-token"),
+    "fp8-block-w8a8": ("fp8-block", "fp8-group"),
+    "nvfp4-w4a16": ("nvfp4", None),
+    "mxfp4-w4a16": ("mxfp4", None),
+}
 Timer = Callable[[Callable[[], object]], float]
 
 
@@ -72,21 +79,33 @@ class Timing:
         }
 
 
-def random_stored(kind: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:
+def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:
+    """Random stored tensors of ``kernel``'s weight kind (shapes as its class documents)."""
+    kind, activation = KERNELS[kernel]
+
     def bytes_(*shape: int) -> torch.Tensor:
         return torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator).to(device)
 
-    if kind.startswith("fp8"):
-        weight = (torch.randn(n, k, generator=generator) * 0.05).to(torch.float8_e4m3fn).to(device)
-        activation = "fp8-token" if kind == "fp8-w8a8" else None
-        return StoredLinear("fp8-channel", weight, channel_scale=torch.rand(n).to(device) + 0.5, activation=activation)
-    if kind.startswith("nvfp4"):
-        scale = (torch.rand(n, k // 16, generator=generator) + 0.1).to(torch.float8_e4m3fn).to(device)
-        return StoredLinear(
-            "nvfp4", bytes_(n, k // 2), block_scale=scale, global_scale=torch.tensor(1e-3, device=device)
-        )
-    exponents = torch.randint(118, 128, (n, k // 32), dtype=torch.uint8, generator=generator).to(device)
-    return StoredLinear("mxfp4", bytes_(n, k // 2), block_scale=exponents)
+    def fp8(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=generator) * 0.05).to(torch.float8_e4m3fn).to(device)
+
+    def scales(*shape: int) -> torch.Tensor:
+        return (torch.rand(*shape, generator=generator) + 0.5).to(device)
+
+    builders: dict[str, Callable[[], dict[str, torch.Tensor]]] = {
+        "fp8-channel": lambda: {"weight": fp8(n, k), "channel_scale": scales(n)},
+        "fp8-block": lambda: {"weight": fp8(n, k), "block_scale": scales(-(-n // 128), -(-k // 128))},
+        "nvfp4": lambda: {
+            "weight": bytes_(n, k // 2),
+            "block_scale": (torch.rand(n, k // 16, generator=generator) + 0.1).to(torch.float8_e4m3fn).to(device),
+            "global_scale": torch.tensor(1e-3, device=device),
+        },
+        "mxfp4": lambda: {
+            "weight": bytes_(n, k // 2),
+            "block_scale": torch.randint(118, 128, (n, k // 32), dtype=torch.uint8, generator=generator).to(device),
+        },
+    }
+    return StoredLinear(kind, activation=activation, **builders[kind]())
 
 
 def _stored_bytes(stored: StoredLinear) -> int:

@@ -41,9 +41,10 @@ class CanonicalWeights:
     def rows(self, name: str, rows: slice) -> torch.Tensor:
         return self.checkpoint.read_rows(self.names[name], rows)
 
-    def row_blocks(self, name: str) -> list[slice]:
+    def row_blocks(self, name: str, align: int = 1) -> list[slice]:
+        """Blocks of output rows of ``name``, each starting on a multiple of ``align``."""
         out_features, in_features = self.shape(name)
-        return row_blocks(out_features, in_features, STREAM_ELEMENTS)
+        return row_blocks(out_features, in_features, STREAM_ELEMENTS, align)
 
     def gather(self, name: str, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (any order, repeats allowed) of tensor ``name``, reading each distinct row once."""

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
+from eaglequant.errors import InputError
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 
@@ -33,6 +35,19 @@ class ServingSnippet:
     caption: str
     language: str  # for the Markdown code fence
     text: str
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How an engine reads one dialect of exclusion entries (a format's ``exclude_dialect``).
+
+    ``match(runtime_name, patterns)``: the first pattern that excludes the module, or None. ``write(runtime_name,
+    any_layer)``: a pattern that this rule matches against ``runtime_name`` (with ``any_layer``, whatever the
+    layer index in ``model.layers.{i}.``).
+    """
+
+    match: Callable[[str, list[str]], str | None]
+    write: Callable[[str, bool], str]
 
 
 def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
@@ -89,16 +104,41 @@ class Engine(ABC):
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         """Runtime spellings of an unfused decoder linear."""
 
-    @abstractmethod
-    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
-        """The first pattern that makes the engine exclude ``runtime_name``, or None."""
+    # config.json quant_methods whose engine config gives the ParallelLMHead a quantization method, so that an
+    # unmatched lm_head is quantized (for the others it is never quantized, whatever the rules say).
+    lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
+    def dialects(self) -> dict[str, Dialect]:
+        """Exclusion dialect (``Format.exclude_dialect``) -> how this engine reads it."""
+
+    def dialect(self, format_name: str) -> Dialect:
+        from eaglequant.formats import get_format
+
+        fmt = get_format(format_name)
+        try:
+            return self.dialects()[fmt.exclude_dialect]
+        except KeyError:
+            raise InputError(
+                f"eaglequant has no model of how {self.title} reads {fmt.title} exclusions ({fmt.exclude_dialect})",
+                hint=f"add the {fmt.exclude_dialect!r} dialect to eaglequant/engines/{self.name}.py",
+            ) from None
+
+    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
+        """The first pattern that makes the engine exclude ``runtime_name``, or None."""
+        return self.dialect(format_name).match(runtime_name, patterns)
+
     def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
         """A pattern this engine, reading ``format_name``'s config, matches against ``runtime_name``.
 
         ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
         """
+        return self.dialect(format_name).write(runtime_name, any_layer)
+
+    def lm_head_unquantized_by_config(self, format_name: str) -> bool:
+        from eaglequant.formats import get_format
+
+        return get_format(format_name).quant_method not in self.lm_head_quant_methods
 
     def head_refusal(self, head: HeadDescription) -> str | None:
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""

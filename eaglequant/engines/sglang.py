@@ -27,7 +27,9 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
+from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
+from eaglequant.formats import get_format
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LLAMA_FUSED = {"qkv_proj": "model.qkv_proj", "gate_up_proj": "model.gate_up_proj"}
@@ -43,7 +45,6 @@ _MLA_FUSED_GLOBAL_SCALE = (
     "SGLang's MLA draft loads q_a + kv_a as one fused module whose per-tensor global scale cannot take two "
     "members' (models/kimi_k25_eagle3.py fused loader: AssertionError)"
 )
-_PER_TENSOR_GLOBAL_SCALE_KINDS = ("nvfp4",)
 # configs/model_config.py builds the draft from config.json's architectures; these are its EAGLE-3 drafts
 # (models/llama_eagle3.py, models/kimi_k25_eagle3.py EntryClass).
 _EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
@@ -53,6 +54,7 @@ class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
     release: ClassVar[str] = "0.5.23"
+    lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def fc_unquantized(self, head: HeadDescription) -> str | None:
         if head.attention == "mla":
@@ -78,12 +80,12 @@ class SglangEngine(Engine):
         return None
 
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
-        if module.names == ("lm_head",) and format_name != "modelopt":
-            return "SGLang's Quark and compressed-tensors configs give the ParallelLMHead no quantization method"
+        if module.names == ("lm_head",) and self.lm_head_unquantized_by_config(format_name):
+            return f"SGLang's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         leaves = {member.rsplit(".", 1)[-1] for member in module.members}
         if "kv_b_proj" in leaves:
             return _MLA_KV_B
-        if "q_a_proj" in leaves and kinds[0] in _PER_TENSOR_GLOBAL_SCALE_KINDS:
+        if "q_a_proj" in leaves and weight_kind(kinds[0]).global_scale:
             return _MLA_FUSED_GLOBAL_SCALE
         return module.runs_unquantized
 
@@ -96,15 +98,12 @@ class SglangEngine(Engine):
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
 
-    def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
-        if format_name == "modelopt":
-            return runtime_name
-        return f"re:^{re.escape(runtime_name)}$"
-
-    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
-        if format_name == "modelopt":
-            return _modelopt_rule(runtime_name, patterns)
-        return exact_or_regex_rule(runtime_name, patterns)
+    def dialects(self) -> dict[str, Dialect]:
+        # Runtime names do not depend on the target's layer count here, so any_layer changes nothing.
+        return {
+            "exact-or-regex": Dialect(exact_or_regex_rule, lambda name, any_layer: f"re:^{re.escape(name)}$"),
+            "wildcard": Dialect(_modelopt_rule, lambda name, any_layer: name),
+        }
 
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
         line = (

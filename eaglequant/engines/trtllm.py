@@ -40,7 +40,7 @@ import fnmatch
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule, ServingSnippet
+from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -52,6 +52,10 @@ _MLA_BF16_ONLY = {
     "scales are not loaded (modeling_deepseekv3.py::DeepseekV3WeightLoader)",
 }
 _MLA_BF16_ONLY["kv_a_proj_with_mqa"] = _MLA_BF16_ONLY["q_a_proj"]
+
+
+# The formats' exclusion dialects whose lists TensorRT-LLM reads into QuantConfig.exclude_modules.
+_READ_DIALECTS = ("exact-or-regex", "wildcard")
 
 
 def _layer_prefix(head: HeadDescription, layer: int) -> str:
@@ -106,11 +110,13 @@ class TrtllmMainEngine(Engine):
             if _excludes(p, "kv_b_proj")
         ]
 
-    def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
-        # Runtime names do not depend on the target's layer count here.
-        return runtime_name
+    def dialects(self) -> dict[str, Dialect]:
+        # One matcher (QuantConfig.is_module_excluded_from_quantization) whatever the format; runtime names do not
+        # depend on the target's layer count here.
+        dialect = Dialect(self._excluding_pattern, lambda name, any_layer: name)
+        return dict.fromkeys(_READ_DIALECTS, dialect)
 
-    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
+    def _excluding_pattern(self, runtime_name: str, patterns: list[str]) -> str | None:
         parts = runtime_name.split(".")
         ancestors = [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)] if self.matches_ancestors else []
         candidates = [runtime_name, *ancestors, *_fused_member_names(runtime_name)]

@@ -33,7 +33,9 @@ import json
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
+from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
+from eaglequant.errors import InputError
+from eaglequant.formats import get_format
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
@@ -66,10 +68,36 @@ _ROCM_AITER_MLA = (
 )
 
 
+def _write_wildcard(runtime_name: str, any_layer: bool) -> str:
+    return _LAYER_NUMBER.sub("*", runtime_name) if any_layer else runtime_name
+
+
+def _write_regex(runtime_name: str, any_layer: bool) -> str:
+    escaped = re.escape(runtime_name)
+    if any_layer:
+        escaped = _ESCAPED_LAYER_NUMBER.sub(r"\\d+", escaped)
+    return f"re:^{escaped}$"
+
+
+def _exact_rule(runtime_name: str, patterns: list[str]) -> str | None:
+    return next((pattern for pattern in patterns if pattern == runtime_name), None)
+
+
+def _write_exact(runtime_name: str, any_layer: bool) -> str:
+    if any_layer and _LAYER_NUMBER.search(runtime_name):
+        raise InputError(
+            f"vLLM matches fp8 ignored_layers by exact name, so excluding {_LAYER_NUMBER.sub('{L}', runtime_name)} "
+            "needs the target's layer count (the draft's layers are numbered after the target's)",
+            hint="pass --target-layers N",
+        )
+    return runtime_name
+
+
 class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
     release: ClassVar[str] = "0.32.0"
+    lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []
@@ -92,23 +120,22 @@ class VllmEngine(Engine):
         return None
 
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
-        if module.names == ("lm_head",) and module.runs_unquantized is None and format_name != "modelopt":
-            return "vLLM's Quark and compressed-tensors configs give the ParallelLMHead no quantization method"
+        if (
+            module.names == ("lm_head",)
+            and module.runs_unquantized is None
+            and self.lm_head_unquantized_by_config(format_name)
+        ):
+            return f"vLLM's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         return module.runs_unquantized
 
-    def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
-        if format_name == "modelopt":
-            return _LAYER_NUMBER.sub("*", runtime_name) if any_layer else runtime_name
-        escaped = re.escape(runtime_name)
-        if any_layer:
-            escaped = _ESCAPED_LAYER_NUMBER.sub(r"\\d+", escaped)
-        return f"re:^{escaped}$"
-
-    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
-        if format_name == "modelopt":
-            return _modelopt_rule(runtime_name, patterns)
+    def dialects(self) -> dict[str, Dialect]:
         # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns.
-        return exact_or_regex_rule(runtime_name, patterns)
+        return {
+            "exact-or-regex": Dialect(exact_or_regex_rule, _write_regex),
+            "wildcard": Dialect(_modelopt_rule, _write_wildcard),
+            # Fp8Config: quant_utils.is_layer_skipped, match_mode "exact", an empty fused mapping for drafts.
+            "exact": Dialect(_exact_rule, _write_exact),
+        }
 
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
         spec = json.dumps({"model": draft, "method": "eagle3", "num_speculative_tokens": draft_tokens})

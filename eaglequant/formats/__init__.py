@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from eaglequant.errors import SchemeError
 from eaglequant.formats.base import Format, GroupScales, QuantizedRows, WrittenConfig
 from eaglequant.formats.compressed_tensors import CompressedTensorsFormat
+from eaglequant.formats.fp8 import Fp8Format
 from eaglequant.formats.modelopt import ModelOptFormat
 from eaglequant.formats.quark import QuarkFormat
 
-FORMATS: dict[str, Format] = {fmt.name: fmt for fmt in (QuarkFormat(), ModelOptFormat(), CompressedTensorsFormat())}
+FORMATS: dict[str, Format] = {
+    fmt.name: fmt for fmt in (QuarkFormat(), ModelOptFormat(), CompressedTensorsFormat(), Fp8Format())
+}
 
 
 def get_format(name: str) -> Format:
@@ -16,6 +21,21 @@ def get_format(name: str) -> Format:
         return FORMATS[name]
     except KeyError:
         raise SchemeError(f"unknown format {name!r}", hint=f"choose one of: {', '.join(FORMATS)}") from None
+
+
+def all_scale_params() -> frozenset[str]:
+    """Every parameter name a format (or a vendor's variant of it) stores beside a quantized weight."""
+    return frozenset(param for fmt in FORMATS.values() for param in fmt.scale_params)
+
+
+def all_weight_params() -> frozenset[str]:
+    """Every parameter name a format stores a quantized weight under."""
+    return frozenset(param for fmt in FORMATS.values() for param in fmt.weight_params)
+
+
+def format_for_side_files(root: Path) -> Format | None:
+    """The format whose own config file (beside config.json) is in ``root``, if any."""
+    return next((fmt for fmt in FORMATS.values() if any((root / n).is_file() for n in fmt.extra_file_names)), None)
 
 
 def format_for_quant_method(method: object) -> Format | None:
@@ -28,6 +48,9 @@ __all__ = [
     "GroupScales",
     "QuantizedRows",
     "WrittenConfig",
+    "all_scale_params",
+    "all_weight_params",
     "format_for_quant_method",
+    "format_for_side_files",
     "get_format",
 ]

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.errors import InputError
+from eaglequant.errors import InputError, SchemeError
+from eaglequant.kinds import kinds_title, weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -64,18 +65,48 @@ class QuantizedRows:
     sums: ErrorSums
 
 
+class Recipe(ABC):
+    """How one format stores one weight kind: the vendor's name per activation kind, the tensors a quantized
+    linear becomes (names, dtypes, shapes), the vendor's math, and how a kernel reads them back. A format's
+    own recipe subclass adds the pieces of its config that depend on the kind."""
+
+    kind: ClassVar[str]  # a registered weight kind
+    algorithms: ClassVar[dict[str | None, str]]  # activation kind (None: weight-only) -> the vendor's name
+    pads_blocks: ClassVar[bool] = False  # the vendor zero-pads an in-dimension its scale blocks do not divide
+
+    @abstractmethod
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
+
+    @abstractmethod
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        """Output name -> tensor, exactly the names of :meth:`tensor_specs`, as the vendor computes them."""
+
+    @abstractmethod
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        """The stored tensors as a kernel reads them, this format's scale convention turned into a multiplier."""
+
+
 class Format(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
     quant_method: ClassVar[str]  # config.json's quantization_config.quant_method
     extra_file_names: ClassVar[tuple[str, ...]] = ()  # JSON files written beside config.json
-    # Which exclusion-matching rule an engine applies to this format's config (see engines/).
-    exclude_key: ClassVar[str]
+    exclude_key: ClassVar[str]  # the quantization_config key that lists excluded modules
+    # How engines read this format's exclusion entries (each engine maps a dialect to its own matching rule).
+    exclude_dialect: ClassVar[str]
+    recipes: ClassVar[tuple[Recipe, ...]]  # one per weight kind this format can store
+    # Parameter names of a quantized linear's stored weight, and of what is stored beside it (including the
+    # vendor's variants eaglequant does not write), so a checkpoint can be read back as its source.
+    weight_params: ClassVar[tuple[str, ...]] = ("weight",)
+    scale_params: ClassVar[tuple[str, ...]]
 
-    # (weight kind, activation kind) -> the vendor's own name for that scheme.
-    algorithms: ClassVar[dict[tuple[str, str | None], str]]
-    # Whether the vendor zero-pads an in-dimension that is not a multiple of the block size.
-    pads_blocks: ClassVar[bool] = False
+    @property
+    def algorithms(self) -> dict[tuple[str, str | None], str]:
+        """(weight kind, activation kind) -> the vendor's own name for that scheme."""
+        return {(r.kind, act): name for r in self.recipes for act, name in r.algorithms.items()}
 
     def algorithm(self, scheme: Scheme) -> str | None:
         """The vendor's name for ``scheme`` (e.g. ``ptpc_fp8``, ``NVFP4``), or None if it cannot store it."""
@@ -84,35 +115,56 @@ class Format(ABC):
     def supports(self, scheme: Scheme) -> bool:
         return self.algorithm(scheme) is not None
 
-    def shape_problem(self, linear: HeadLinear, scheme: Scheme) -> str | None:
-        """Why ``linear`` cannot be stored quantized in this format, or None."""
-        block = scheme.weight.block_size
-        if block and linear.in_features % block and not self.pads_blocks:
+    def recipe(self, scheme: Scheme) -> Recipe:
+        """This format's recipe for ``scheme``; a scheme it cannot store is refused, never stored as another."""
+        recipe = next((r for r in self.recipes if r.kind == scheme.weight.kind), None)
+        if recipe is None or scheme.kinds[1] not in recipe.algorithms:
+            raise SchemeError(
+                f"format {self.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
+                hint=f"{self.title} stores: {', '.join(sorted(set(self.algorithms.values())))}",
+            )
+        return recipe
+
+    def shape_problem(self, linear: HeadLinear, scheme: Scheme, fused_before_last: bool = False) -> str | None:
+        """Why ``linear`` cannot be stored quantized in this format, or None (``fused_before_last``: see
+        :meth:`WeightKind.shape_problem`)."""
+        kind = weight_kind(scheme.weight.kind)
+        problem = kind.shape_problem(linear.out_features, linear.in_features, fused_before_last)
+        if problem is not None:
+            return problem
+        block = kind.columns_per_scale
+        if block and linear.in_features % block and not (kind.partial_blocks or self.recipe(scheme).pads_blocks):
             return (
                 f"in-features {linear.in_features} is not a multiple of {block}, which {self.title} "
                 f"{scheme.weight.kind} requires"
             )
         return None
 
-    @abstractmethod
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
+        return self.recipe(scheme).tensor_specs(linear, scheme)
 
     def quantize_rows(
         self, linear: HeadLinear, weight_rows: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> QuantizedRows:
-        """The vendor's tensors for a block of ``linear``'s rows, with the error of what an engine
-        dequantizes from them. Every scheme's math is row-local once ``shared`` is known, so quantizing a
-        weight block by block gives exactly the bytes of quantizing it whole."""
+        """The vendor's tensors for a block of ``linear``'s rows (whole scale blocks of rows: see
+        :attr:`WeightKind.rows_per_scale`), with the error of what an engine dequantizes from them. Every
+        scheme's math is local to a scale block once ``shared`` is known, so quantizing a weight block by
+        block gives exactly the bytes of quantizing it whole."""
         tensors = self.quantized_tensors(linear, weight_rows, scheme, shared)
         stored = self.stored_linear(linear, scheme, tensors)
         return QuantizedRows(tensors, error_sums(weight_rows, stored.dequantize_rows))
 
-    @abstractmethod
     def quantized_tensors(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
         """Output name -> tensor, exactly the names of :meth:`tensor_specs`, as the vendor computes them."""
+        return self.recipe(scheme).quantize(linear, weight, scheme, shared)
+
+    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        """The stored tensors of a quantized ``linear`` (by the names of :meth:`tensor_specs`) as a kernel reads
+        them, with this format's scale convention turned into a multiplier."""
+        return self.recipe(scheme).stored(linear, scheme, tensors)
 
     @abstractmethod
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
@@ -121,11 +173,6 @@ class Format(ABC):
     def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
         """Further JSON files the format writes beside config.json (none by default)."""
         return {}
-
-    @abstractmethod
-    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        """The stored tensors of a quantized ``linear`` (by the names of :meth:`tensor_specs`) as a kernel reads
-        them, with this format's scale convention turned into a multiplier."""
 
     @abstractmethod
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:

@@ -3,6 +3,8 @@
 
 - FP8 per channel (``float-quantized``, preset FP8_DYNAMIC): ``weight`` F8_E4M3 [N, K], ``weight_scale``
   in the weight dtype, [N, 1].
+- FP8 block (``float-quantized``, preset FP8_BLOCK): ``weight`` F8_E4M3 [N, K], ``weight_scale`` in the weight
+  dtype, [ceil(N/128), ceil(K/128)]; activations FP8 per token per group of 128 at run time.
 - NVFP4 (``nvfp4-pack-quantized``, NVFP4A16 / NVFP4): ``weight_packed`` U8 [N, K/2], ``weight_scale``
   F8_E4M3 [N, K/16], ``weight_global_scale`` F32 [1] (= 1 / ModelOpt's weight_scale_2), and for W4A4
   ``input_global_scale`` F32 [1].
@@ -18,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.formats.base import Format, GroupScales
+from eaglequant.formats.base import Format, GroupScales, Recipe
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -30,16 +32,21 @@ if TYPE_CHECKING:
     from eaglequant.kernels.stored import StoredLinear
 
 COMPRESSED_TENSORS_VERSION = "0.19.0"
-_FORMATS = {"fp8-channel": "float-quantized", "nvfp4": "nvfp4-pack-quantized", "mxfp4": "mxfp4-pack-quantized"}
 
 
 def _args(
-    num_bits: int, strategy: str, *, dynamic: bool | str, group_size: int | None = None, scale_dtype: str | None = None
+    num_bits: int,
+    strategy: str,
+    *,
+    dynamic: bool | str,
+    group_size: int | None = None,
+    scale_dtype: str | None = None,
+    block_structure: list[int] | None = None,
 ) -> dict[str, Any]:
     """QuantizationArgs as compressed-tensors 0.19 serialises them (its key order)."""
     return {
         "actorder": None,
-        "block_structure": None,
+        "block_structure": block_structure,
         "dynamic": dynamic,
         "group_size": group_size,
         "num_bits": num_bits,
@@ -53,65 +60,109 @@ def _args(
     }
 
 
-_WEIGHTS = {
-    "fp8-channel": _args(8, "channel", dynamic=False),
-    "nvfp4": _args(4, "tensor_group", dynamic=False, group_size=16, scale_dtype="torch.float8_e4m3fn"),
-    "mxfp4": _args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8"),
-}
-_ACTIVATIONS = {
-    "fp8-token": _args(8, "token", dynamic=True),
-    "nvfp4": _args(4, "tensor_group", dynamic="local", group_size=16, scale_dtype="torch.float8_e4m3fn"),
-    "mxfp4": _args(4, "group", dynamic=True, group_size=32, scale_dtype="torch.uint8"),
-}
+class _CtRecipe(Recipe):
+    """A compressed-tensors recipe adds the kind's ``format`` and QuantizationArgs (weights; activations
+    per activation kind)."""
+
+    compression_format: ClassVar[str]
+    weight_args: ClassVar[dict[str, Any]]
+    input_args: ClassVar[dict[str, dict[str, Any]]]  # activation kind -> its args
 
 
-class CompressedTensorsFormat(Format):
-    name: ClassVar[str] = "compressed-tensors"
-    title: ClassVar[str] = "compressed-tensors"
-    quant_method: ClassVar[str] = "compressed-tensors"
-    exclude_key: ClassVar[str] = "ignore"
-    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
-        ("fp8-channel", "fp8-token"): "FP8_DYNAMIC",
-        ("nvfp4", None): "NVFP4A16",
-        ("nvfp4", "nvfp4"): "NVFP4",
-        ("mxfp4", None): "MXFP4A16",
-        ("mxfp4", "mxfp4"): "MXFP4",
+class _Fp8Channel(_CtRecipe):
+    kind: ClassVar[str] = "fp8-channel"
+    algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_DYNAMIC"}
+    compression_format: ClassVar[str] = "float-quantized"
+    weight_args: ClassVar[dict[str, Any]] = _args(8, "channel", dynamic=False)
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-token": _args(8, "token", dynamic=True)}
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
+        return [
+            TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
+            TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
+        ]
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import fp8
+
+        quantized, scale = fp8.compressed_tensors_per_channel(weight)
+        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        import torch
+
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        channel = tensors[f"{base}.weight_scale"].to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
+        return StoredLinear(self.kind, tensors[f"{base}.weight"], channel_scale=channel, activation="fp8-token")
+
+
+class _Fp8Block(_CtRecipe):
+    kind: ClassVar[str] = "fp8-block"
+    algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "FP8_BLOCK"}
+    compression_format: ClassVar[str] = "float-quantized"
+    weight_args: ClassVar[dict[str, Any]] = _args(8, "block", dynamic=False, block_structure=[128, 128])
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-group": _args(8, "group", dynamic=True, group_size=128)}
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
+        return [
+            TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
+            TensorSpec(f"{base}.weight_scale", linear.dtype, (-(-n // 128), -(-k // 128))),  # in the weight's dtype
+        ]
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import fp8_block
+
+        quantized, scale = fp8_block.compressed_tensors_quantize(weight)
+        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        import torch
+
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        scale = tensors[f"{base}.weight_scale"].to(torch.float32)
+        return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=scale, activation="fp8-group")
+
+
+class _Nvfp4(_CtRecipe):
+    kind: ClassVar[str] = "nvfp4"
+    algorithms: ClassVar[dict[str | None, str]] = {None: "NVFP4A16", "nvfp4": "NVFP4"}
+    compression_format: ClassVar[str] = "nvfp4-pack-quantized"
+    weight_args: ClassVar[dict[str, Any]] = _args(
+        4, "tensor_group", dynamic=False, group_size=16, scale_dtype="torch.float8_e4m3fn"
+    )
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {
+        "nvfp4": _args(4, "tensor_group", dynamic="local", group_size=16, scale_dtype="torch.float8_e4m3fn")
     }
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        kind = scheme.weight.kind
-        if kind == "fp8-channel":
-            return [
-                TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
-                TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
-            ]
-        block = scheme.weight.block_size
-        assert block is not None
-        scale_dtype = "F8_E4M3" if kind == "nvfp4" else "U8"
         specs = [
             TensorSpec(f"{base}.weight_packed", "U8", (n, k // 2)),
-            TensorSpec(f"{base}.weight_scale", scale_dtype, (n, k // block)),
+            TensorSpec(f"{base}.weight_scale", "F8_E4M3", (n, k // 16)),
+            TensorSpec(f"{base}.weight_global_scale", "F32", (1,)),
         ]
-        if kind == "nvfp4":
-            specs.append(TensorSpec(f"{base}.weight_global_scale", "F32", (1,)))
-            if scheme.activation is not None:
-                specs.append(TensorSpec(f"{base}.input_global_scale", "F32", (1,)))
+        if scheme.activation is not None:
+            specs.append(TensorSpec(f"{base}.input_global_scale", "F32", (1,)))
         return specs
 
-    def quantized_tensors(
+    def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8, mxfp4, nvfp4
+        import torch
+
+        from eaglequant.schemes import nvfp4
 
         base = linear.checkpoint_module
-        kind = scheme.weight.kind
-        if kind == "fp8-channel":
-            quantized, scale = fp8.compressed_tensors_per_channel(weight)
-            return {f"{base}.weight": quantized, f"{base}.weight_scale": scale}
-        if kind == "mxfp4":
-            packed, scale = mxfp4.compressed_tensors_quantize(weight)
-            return {f"{base}.weight_packed": packed, f"{base}.weight_scale": scale}
         assert shared.weight_amax is not None
         global_scale = nvfp4.compressed_tensors_global_scale(shared.weight_amax, weight.dtype)
         packed, block_scale = nvfp4.compressed_tensors_quantize(weight, global_scale)
@@ -123,18 +174,82 @@ class CompressedTensorsFormat(Format):
         if scheme.activation is not None:
             assert shared.input_amax is not None
             # Activations are bf16 at run time; the calibrated global scale follows the weight rule.
-            import torch
-
             tensors[f"{base}.input_global_scale"] = nvfp4.compressed_tensors_global_scale(
                 shared.input_amax, torch.float32
             )
         return tensors
 
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        import torch
+
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        # compressed-tensors divides by its global scale; vLLM inverts it once at load.
+        global_scale = 1.0 / tensors[f"{base}.weight_global_scale"].to(torch.float32).reshape(())
+        return StoredLinear(
+            self.kind,
+            tensors[f"{base}.weight_packed"],
+            block_scale=tensors[f"{base}.weight_scale"],
+            global_scale=global_scale,
+        )
+
+
+class _Mxfp4(_CtRecipe):
+    kind: ClassVar[str] = "mxfp4"
+    algorithms: ClassVar[dict[str | None, str]] = {None: "MXFP4A16", "mxfp4": "MXFP4"}
+    compression_format: ClassVar[str] = "mxfp4-pack-quantized"
+    weight_args: ClassVar[dict[str, Any]] = _args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8")
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {
+        "mxfp4": _args(4, "group", dynamic=True, group_size=32, scale_dtype="torch.uint8")
+    }
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
+        return [
+            TensorSpec(f"{base}.weight_packed", "U8", (n, k // 2)),
+            TensorSpec(f"{base}.weight_scale", "U8", (n, k // 32)),
+        ]
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import mxfp4
+
+        packed, scale = mxfp4.compressed_tensors_quantize(weight)
+        return {f"{linear.checkpoint_module}.weight_packed": packed, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        return StoredLinear(self.kind, tensors[f"{base}.weight_packed"], block_scale=tensors[f"{base}.weight_scale"])
+
+
+class CompressedTensorsFormat(Format):
+    name: ClassVar[str] = "compressed-tensors"
+    title: ClassVar[str] = "compressed-tensors"
+    quant_method: ClassVar[str] = "compressed-tensors"
+    exclude_key: ClassVar[str] = "ignore"
+    exclude_dialect: ClassVar[str] = "exact-or-regex"
+    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Fp8Block(), _Nvfp4(), _Mxfp4())
+    scale_params: ClassVar[tuple[str, ...]] = (
+        "weight_scale",
+        "weight_global_scale",
+        "weight_zero_point",
+        "weight_shape",
+        "input_scale",
+        "input_global_scale",
+        "input_zero_point",
+    )
+    weight_params: ClassVar[tuple[str, ...]] = ("weight", "weight_packed")
+
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        algorithm = self.algorithm(scheme)
-        assert algorithm is not None
-        fmt = _FORMATS[scheme.weight.kind]
-        activation = None if scheme.activation is None else dict(_ACTIVATIONS[scheme.activation.kind])
+        recipe = self.recipe(scheme)
+        assert isinstance(recipe, _CtRecipe)
+        algorithm = recipe.algorithms[scheme.kinds[1]]
+        fmt = recipe.compression_format
+        activation = None if scheme.activation is None else dict(recipe.input_args[scheme.activation.kind])
         return {
             "config_groups": {
                 algorithm: {
@@ -142,7 +257,7 @@ class CompressedTensorsFormat(Format):
                     "input_activations": activation,
                     "output_activations": None,
                     "targets": ["Linear"],
-                    "weights": dict(_WEIGHTS[scheme.weight.kind]),
+                    "weights": dict(recipe.weight_args),
                 }
             },
             "format": fmt,
@@ -154,23 +269,6 @@ class CompressedTensorsFormat(Format):
             "transform_config": {},
             "version": COMPRESSED_TENSORS_VERSION,
         }
-
-    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kernels.stored import StoredLinear
-
-        base = linear.checkpoint_module
-        scale = tensors[f"{base}.weight_scale"]
-        if scheme.weight.kind == "fp8-channel":
-            channel = scale.to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
-            return StoredLinear("fp8-channel", tensors[f"{base}.weight"], channel_scale=channel, activation="fp8-token")
-        packed = tensors[f"{base}.weight_packed"]
-        if scheme.weight.kind == "mxfp4":
-            return StoredLinear("mxfp4", packed, block_scale=scale)
-        # compressed-tensors divides by its global scale; vLLM inverts it once at load.
-        global_scale = 1.0 / tensors[f"{base}.weight_global_scale"].to(torch.float32).reshape(())
-        return StoredLinear("nvfp4", packed, block_scale=scale, global_scale=global_scale)
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         groups = quantization_config.get("config_groups")

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.errors import CheckpointError
-from eaglequant.formats.base import Format, GroupScales, WrittenConfig
+from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -35,22 +35,54 @@ HF_QUANT_CONFIG = "hf_quant_config.json"
 _FP4_ARGS = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
 
 
-class ModelOptFormat(Format):
-    name: ClassVar[str] = "modelopt"
-    title: ClassVar[str] = "NVIDIA ModelOpt"
-    quant_method: ClassVar[str] = "modelopt"
-    extra_file_names: ClassVar[tuple[str, ...]] = (HF_QUANT_CONFIG,)
-    exclude_key: ClassVar[str] = "ignore"
-    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
-        ("fp8-channel", "fp8-token"): "FP8_PER_CHANNEL_PER_TOKEN",
-        ("nvfp4", None): "W4A16_NVFP4",
-        ("nvfp4", "nvfp4"): "NVFP4",
-    }
+class _ModelOptRecipe(Recipe):
+    """A ModelOpt recipe adds the kind's ``config_groups`` (flat form) and ``group_size`` (nested form)."""
+
+    group_size: ClassVar[int | None] = None
+
+    def config_groups(self, scheme: Scheme) -> dict[str, Any] | None:
+        return None
+
+
+class _Fp8Channel(_ModelOptRecipe):
+    kind: ClassVar[str] = "fp8-channel"
+    algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_PER_CHANNEL_PER_TOKEN"}
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        if scheme.weight.kind == "fp8-channel":
-            return [TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)), TensorSpec(f"{base}.weight_scale", "F32", (n,))]
+        return [TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)), TensorSpec(f"{base}.weight_scale", "F32", (n,))]
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import fp8
+
+        quantized, scale = fp8.modelopt_per_channel(weight)
+        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
+        return StoredLinear(self.kind, weight, channel_scale=scale, activation="fp8-token")
+
+
+class _Nvfp4(_ModelOptRecipe):
+    kind: ClassVar[str] = "nvfp4"
+    algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16_NVFP4", "nvfp4": "NVFP4"}
+    group_size: ClassVar[int | None] = 16
+
+    def config_groups(self, scheme: Scheme) -> dict[str, Any] | None:
+        group: dict[str, Any] = {}
+        if scheme.activation is not None:
+            group["input_activations"] = dict(_FP4_ARGS)
+        group["weights"] = dict(_FP4_ARGS)
+        group["targets"] = ["Linear"]
+        return {"group_0": group}
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
         specs = [
             TensorSpec(f"{base}.weight", "U8", (n, k // 2)),
             TensorSpec(f"{base}.weight_scale", "F8_E4M3", (n, k // 16)),
@@ -60,15 +92,12 @@ class ModelOptFormat(Format):
             specs.append(TensorSpec(f"{base}.input_scale", "F32", ()))
         return specs
 
-    def quantized_tensors(
+    def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8, nvfp4
+        from eaglequant.schemes import nvfp4
 
         base = linear.checkpoint_module
-        if scheme.weight.kind == "fp8-channel":
-            quantized, scale = fp8.modelopt_per_channel(weight)
-            return {f"{base}.weight": quantized, f"{base}.weight_scale": scale}
         assert shared.weight_amax is not None
         if float(shared.weight_amax) == 0:
             # ModelOpt itself writes weight_scale_2 = 0 and NaN block scales here.
@@ -88,37 +117,50 @@ class ModelOptFormat(Format):
             tensors[f"{base}.input_scale"] = nvfp4.modelopt_global_scale(shared.input_amax)
         return tensors
 
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
+        return StoredLinear(self.kind, weight, block_scale=scale, global_scale=tensors[f"{base}.weight_scale_2"])
+
+
+class ModelOptFormat(Format):
+    name: ClassVar[str] = "modelopt"
+    title: ClassVar[str] = "NVIDIA ModelOpt"
+    quant_method: ClassVar[str] = "modelopt"
+    extra_file_names: ClassVar[tuple[str, ...]] = (HF_QUANT_CONFIG,)
+    exclude_key: ClassVar[str] = "ignore"
+    exclude_dialect: ClassVar[str] = "wildcard"
+    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Nvfp4())
+    scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale")
+
+    def _recipe(self, scheme: Scheme) -> _ModelOptRecipe:
+        recipe = self.recipe(scheme)
+        assert isinstance(recipe, _ModelOptRecipe)
+        return recipe
+
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         """The flat form ModelOpt's export writes into config.json."""
-        algorithm = self.algorithm(scheme)
-        config: dict[str, Any] = {}
-        if scheme.weight.kind == "nvfp4":
-            group: dict[str, Any] = {}
-            if scheme.activation is not None:
-                group["input_activations"] = dict(_FP4_ARGS)
-            group["weights"] = dict(_FP4_ARGS)
-            group["targets"] = ["Linear"]
-            config["config_groups"] = {"group_0": group}
+        groups = self._recipe(scheme).config_groups(scheme)
+        config: dict[str, Any] = {} if groups is None else {"config_groups": groups}
         config.update(
-            {"ignore": list(exclude), "quant_algo": algorithm, "producer": dict(PRODUCER), "quant_method": "modelopt"}
+            {
+                "ignore": list(exclude),
+                "quant_algo": self.algorithm(scheme),
+                "producer": dict(PRODUCER),
+                "quant_method": "modelopt",
+            }
         )
         return config
 
     def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
         quantization: dict[str, Any] = {"quant_algo": self.algorithm(scheme), "kv_cache_quant_algo": None}
-        if scheme.weight.kind == "nvfp4":
-            quantization["group_size"] = 16
+        group_size = self._recipe(scheme).group_size
+        if group_size is not None:
+            quantization["group_size"] = group_size
         quantization["exclude_modules"] = list(exclude)
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
-
-    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
-
-        base = linear.checkpoint_module
-        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        if scheme.weight.kind == "fp8-channel":
-            return StoredLinear("fp8-channel", weight, channel_scale=scale, activation="fp8-token")
-        return StoredLinear("nvfp4", weight, block_scale=scale, global_scale=tensors[f"{base}.weight_scale_2"])
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         return quantization_config.get("quant_algo")

@@ -14,10 +14,12 @@ per-tensor (unshared) ``weight_scale_2`` and no input scale, which vLLM's Quark 
 from __future__ import annotations
 
 import copy
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.formats.base import Format, GroupScales
+from eaglequant.formats.base import Format, GroupScales, Recipe
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -64,56 +66,95 @@ _MXFP4_SPEC: dict[str, Any] = {
 }
 
 
+class _QuarkRecipe(Recipe):
+    """A Quark recipe adds the kind's per-tensor specs: ``global_quant_config.weight`` and ``input_tensors``."""
+
+    weight_spec: ClassVar[dict[str, Any]]
+    input_spec: ClassVar[dict[str, Any] | None]  # for the activations, when the scheme quantizes them
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        n, k = linear.out_features, linear.in_features
+        kind = weight_kind(self.kind)
+        base = linear.checkpoint_module
+        return [
+            TensorSpec(f"{base}.weight", kind.stored_dtype, (n, k // kind.codes_per_element)),
+            TensorSpec(f"{base}.weight_scale", *self._scale_spec(n, k)),
+        ]
+
+    @abstractmethod
+    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]: ...
+
+
+class _Fp8Channel(_QuarkRecipe):
+    kind: ClassVar[str] = "fp8-channel"
+    algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "ptpc_fp8"}
+    weight_spec: ClassVar[dict[str, Any]] = _FP8_SPEC
+    input_spec: ClassVar[dict[str, Any] | None] = {**_FP8_SPEC, "is_dynamic": True, "ch_axis": 1}
+
+    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]:
+        return "F32", (n,)
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import fp8
+
+        quantized, scale = fp8.quark_per_channel(weight)
+        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        activation = None if scheme.activation is None else scheme.activation.kind
+        return StoredLinear(
+            self.kind, tensors[f"{base}.weight"], channel_scale=tensors[f"{base}.weight_scale"], activation=activation
+        )
+
+
+class _Mxfp4(_QuarkRecipe):
+    kind: ClassVar[str] = "mxfp4"
+    # Both write the same tensors; only input_tensors differs.
+    algorithms: ClassVar[dict[str | None, str]] = {"mxfp4": "mxfp4", None: "mxfp4_weight_only"}
+    weight_spec: ClassVar[dict[str, Any]] = _MXFP4_SPEC
+    input_spec: ClassVar[dict[str, Any] | None] = {**_MXFP4_SPEC, "is_dynamic": True}
+
+    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]:
+        return "U8", (n, k // 32)
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import mxfp4
+
+        packed, block_scale = mxfp4.quark_quantize(weight)
+        return {f"{linear.checkpoint_module}.weight": packed, f"{linear.checkpoint_module}.weight_scale": block_scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=tensors[f"{base}.weight_scale"])
+
+
 class QuarkFormat(Format):
     name: ClassVar[str] = "quark"
     title: ClassVar[str] = "AMD Quark"
     quant_method: ClassVar[str] = "quark"
     exclude_key: ClassVar[str] = "exclude"
-    algorithms: ClassVar[dict[tuple[str, str | None], str]] = {
-        ("fp8-channel", "fp8-token"): "ptpc_fp8",
-        ("mxfp4", "mxfp4"): "mxfp4",
-        ("mxfp4", None): "mxfp4_weight_only",
-    }
-
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base = linear.checkpoint_module
-        if scheme.weight.kind == "mxfp4":
-            n, k = linear.out_features, linear.in_features
-            return [
-                TensorSpec(f"{base}.weight", "U8", (n, k // 2)),
-                TensorSpec(f"{base}.weight_scale", "U8", (n, k // 32)),
-            ]
-        return [
-            TensorSpec(f"{base}.weight", "F8_E4M3", (linear.out_features, linear.in_features)),
-            TensorSpec(f"{base}.weight_scale", "F32", (linear.out_features,)),
-        ]
-
-    def quantized_tensors(
-        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8, mxfp4
-
-        base = linear.checkpoint_module
-        if scheme.weight.kind == "mxfp4":
-            packed, block_scale = mxfp4.quark_quantize(weight)
-            return {f"{base}.weight": packed, f"{base}.weight_scale": block_scale}
-        quantized, scale = fp8.quark_per_channel(weight)
-        return {f"{base}.weight": quantized, f"{base}.weight_scale": scale}
+    exclude_dialect: ClassVar[str] = "exact-or-regex"
+    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Mxfp4())
+    scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale", "input_scale_2")
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        if scheme.weight.kind == "mxfp4":
-            weight = copy.deepcopy(_MXFP4_SPEC)
-            activation = None if scheme.activation is None else {**copy.deepcopy(_MXFP4_SPEC), "is_dynamic": True}
-        else:
-            weight = copy.deepcopy(_FP8_SPEC)
-            activation = None
-            if scheme.activation is not None:
-                activation = {**copy.deepcopy(_FP8_SPEC), "is_dynamic": True, "ch_axis": 1}
+        recipe = self.recipe(scheme)
+        assert isinstance(recipe, _QuarkRecipe)
+        activation = None if scheme.activation is None else copy.deepcopy(recipe.input_spec)
         return {
             "global_quant_config": {
                 "input_tensors": activation,
                 "output_tensors": None,
-                "weight": weight,
+                "weight": copy.deepcopy(recipe.weight_spec),
                 "bias": None,
                 "target_device": None,
             },
@@ -135,16 +176,6 @@ class QuarkFormat(Format):
                 "weight_merge_groups": None,
             },
         }
-
-    def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
-
-        base = linear.checkpoint_module
-        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        activation = None if scheme.activation is None or scheme.weight.kind == "mxfp4" else "fp8-token"
-        if scheme.weight.kind == "mxfp4":
-            return StoredLinear("mxfp4", weight, block_scale=scale)
-        return StoredLinear("fp8-channel", weight, channel_scale=scale, activation=activation)
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         spec = quantization_config.get("global_quant_config")

@@ -8,6 +8,12 @@ One kernel, specialised at compile time by the weight layout:
 - NVFP4: two E2M1 codes per byte decoded in registers, times the FP8 E4M3 block scale (16 values) —
   exact in bf16 — and the float32 global scale applied to the output.
 - MXFP4: the same codes times 2^(E8M0 - 127) per 32 values.
+- FP8 block: E4M3 tiles; each K tile lies in one 128-column block, so its float32 block scale (one per 128
+  output rows) multiplies the tile's partial product. With per-token-group activations (``ACT_GROUP``), each
+  tile's activations are quantized with their group's scale, applied to the same partial product.
+
+Which specialisation reads a stored linear is its weight kind's ``kernel_layout``; how activations are
+quantized is its activation kind's (per token, or per token per group).
 
 Products are accumulated in float32. Under ``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
 """
@@ -26,10 +32,6 @@ from eaglequant.kernels.stored import StoredLinear
 # Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
 # interpreter does not check).
 FP8_MAX = tl.constexpr(reference.FP8_MAX)
-MIN_TOKEN_SCALE = tl.constexpr(reference.MIN_TOKEN_SCALE)
-
-_KINDS = {"fp8-channel": 0, "nvfp4": 1, "mxfp4": 2}
-_GROUP = {"fp8-channel": 1, "nvfp4": 16, "mxfp4": 32}
 
 
 @triton.jit
@@ -81,8 +83,10 @@ def _dequant_gemm(
     stride_bn,
     stride_ym,
     global_scale,
+    min_act_scale,
     KIND: tl.constexpr,
     ACT_FP8: tl.constexpr,
+    ACT_GROUP: tl.constexpr,
     GROUP: tl.constexpr,
     DOT_BF16: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -95,20 +99,29 @@ def _dequant_gemm(
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
     col_ok = cols < N
-    if ACT_FP8:
+    if ACT_FP8 and ACT_GROUP == 0:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
             amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
-        token_scale = tl.maximum(amax / FP8_MAX, MIN_TOKEN_SCALE)
+        token_scale = tl.maximum(amax / FP8_MAX, min_act_scale)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
+        if ACT_FP8 and ACT_GROUP > 0:
+            group_start = (k0 // ACT_GROUP) * ACT_GROUP
+            group_cols = group_start + tl.arange(0, ACT_GROUP)
+            group_x = tl.load(
+                x_ptr + rows[:, None] * stride_xm + group_cols[None, :],
+                row_ok[:, None] & (group_cols[None, :] < K),
+                other=0.0,
+            )
+            token_scale = tl.maximum(tl.max(tl.abs(group_x.to(tl.float32)), axis=1) / FP8_MAX, min_act_scale)
         if ACT_FP8:
             x = _round_to_e4m3(tl.clamp(x.to(tl.float32) / token_scale[:, None], -FP8_MAX, FP8_MAX))
-        if KIND == 0:
+        if KIND == 0 or KIND == 3:
             w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
             w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
         else:
@@ -129,14 +142,20 @@ def _dequant_gemm(
                 scale = _power_of_two(scale.to(tl.int32) - 127)
             w = tl.reshape(tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
         if DOT_BF16:
-            acc += tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)))
+            partial = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)))
         else:  # the interpreter has no bf16 arithmetic; the operands are exact in bf16 either way
-            acc += tl.dot(x.to(tl.float32), tl.trans(w), input_precision="ieee")
+            partial = tl.dot(x.to(tl.float32), tl.trans(w), input_precision="ieee")
+        if KIND == 3:
+            block_scale = tl.load(block_scale_ptr + (cols // GROUP) * stride_bn + k0 // GROUP, col_ok, other=0.0)
+            partial = partial * block_scale[None, :]
+        if ACT_FP8 and ACT_GROUP > 0:
+            partial = partial * token_scale[:, None]
+        acc += partial
     if KIND == 0:
         acc = acc * tl.load(channel_scale_ptr + cols, col_ok, other=0.0)[None, :]
     if KIND == 1:
         acc = acc * global_scale
-    if ACT_FP8:
+    if ACT_FP8 and ACT_GROUP == 0:
         acc = acc * token_scale[:, None]
     tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], acc, row_ok[:, None] & col_ok[None, :])
 
@@ -147,13 +166,19 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
     n = stored.out_features
     if k != stored.in_features:
         raise ValueError(f"x has {k} features, the weight {stored.in_features}")
-    group = _GROUP[stored.kind]
-    block_k = 64 if k % 64 == 0 or group == 1 else 32
+    kind, activation = stored.weight_kind, stored.activation_kind
+    group = kind.columns_per_scale or 1  # 1: a whole row shares the scale
+    block_k = 64 if k % 64 == 0 or group == 1 or kind.partial_blocks else 32
+    act_fp8 = activation is not None and activation.simulated
+    act_group = activation.block_size if activation is not None and isinstance(activation.block_size, int) else 0
     x = x.contiguous()
     weight = stored.weight.view(torch.uint8)  # FP8 bytes are reinterpreted in the kernel
     y = torch.empty((m, n), dtype=torch.float32, device=x.device)
     dummy = torch.empty(1, dtype=torch.float32, device=x.device)
-    block_scale = stored.block_scale.view(torch.uint8) if stored.block_scale is not None else dummy
+    block_scale = dummy
+    if stored.block_scale is not None:  # float32 scales are read as they are, FP8 and E8M0 bytes reinterpreted
+        float_scale = stored.block_scale.dtype == torch.float32
+        block_scale = stored.block_scale.contiguous() if float_scale else stored.block_scale.view(torch.uint8)
     channel_scale = stored.channel_scale if stored.channel_scale is not None else dummy
     global_scale = float(stored.global_scale) if stored.global_scale is not None else 1.0
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
@@ -171,8 +196,10 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         block_scale.stride(0) if block_scale.dim() == 2 else 0,
         y.stride(0),
         global_scale,
-        KIND=_KINDS[stored.kind],
-        ACT_FP8=stored.activation == "fp8-token",
+        0.0 if activation is None else activation.min_scale,
+        KIND=kind.kernel_layout,
+        ACT_FP8=act_fp8,
+        ACT_GROUP=act_group,
         GROUP=group,
         DOT_BF16=os.environ.get("TRITON_INTERPRET") != "1",
         BLOCK_M=block_m,

@@ -1,9 +1,10 @@
 """The head a quantized checkpoint was made from, as its headers show it.
 
-A quantized linear is stored as an FP8 or packed FP4 weight (``weight``, or ``weight_packed`` in
-compressed-tensors) plus scale tensors. Mapping each such weight back to the logical source weight
-(``<module>.weight``, [N, K], source dtype) and setting the scales aside gives a checkpoint that
-:func:`describe_head` reads like any source, so a written head is described by the same code.
+A quantized linear is stored as an FP8 or packed FP4 weight plus scale tensors, under the names the
+formats declare (``Format.weight_params``, ``Format.scale_params``). Mapping each such weight back to the
+logical source weight (``<module>.weight``, [N, K], source dtype; the weight kinds say how many values a
+stored element packs) and setting the scales aside gives a checkpoint that :func:`describe_head` reads like
+any source, so a written head is described by the same code.
 """
 
 from __future__ import annotations
@@ -16,25 +17,11 @@ from typing import Any
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES, ITEMSIZE, QUANTIZED_DTYPES
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import TensorInfo
+from eaglequant.formats import all_scale_params, all_weight_params
+from eaglequant.kinds import codes_per_element
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 
-# Tensors the formats (and vendors' variants of them) store beside a quantized weight.
-SCALE_PARAMS = frozenset(
-    {
-        "weight_scale",
-        "weight_scale_2",
-        "weight_scale_inv",
-        "weight_global_scale",
-        "weight_zero_point",
-        "weight_shape",
-        "input_scale",
-        "input_scale_2",
-        "input_global_scale",
-        "input_zero_point",
-    }
-)
-_WEIGHT_PARAMS = {"weight": "weight", "weight_packed": "weight"}
 _CONFIG_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
 
@@ -49,15 +36,16 @@ class LogicalView:
 def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
     """Describe the head in a quantized ``checkpoint`` as the source it was converted from."""
     dtype = source_dtype(checkpoint)
+    scale_params, weight_params = all_scale_params(), all_weight_params()
     logical: dict[str, TensorInfo] = {}
     for name, info in checkpoint.tensors.items():
         module, _, param = name.rpartition(".")
-        if param in SCALE_PARAMS:
+        if param in scale_params:
             continue
-        if param in _WEIGHT_PARAMS and info.dtype in QUANTIZED_DTYPES and len(info.shape) == 2:
+        if param in weight_params and info.dtype in QUANTIZED_DTYPES and len(info.shape) == 2:
             rows, cols = info.shape
-            shape = (rows, cols * 2 if info.dtype == "U8" else cols)  # U8 packs two FP4 codes per byte
-            name = f"{module}.{_WEIGHT_PARAMS[param]}"
+            shape = (rows, cols * codes_per_element(info.dtype))
+            name = f"{module}.weight"
             info = replace(info, name=name, dtype=dtype, shape=shape, nbytes=shape[0] * shape[1] * ITEMSIZE[dtype])
         logical[name] = info
     return describe_head(LogicalView(checkpoint.root, checkpoint.config, checkpoint.source_format, logical))
@@ -69,7 +57,7 @@ def source_dtype(checkpoint: Checkpoint) -> str:
     copied = Counter(
         info.dtype
         for name, info in checkpoint.tensors.items()
-        if info.dtype in FLOAT_SOURCE_DTYPES and name.rpartition(".")[2] not in SCALE_PARAMS
+        if info.dtype in FLOAT_SOURCE_DTYPES and name.rpartition(".")[2] not in all_scale_params()
     )
     if copied:
         return copied.most_common(1)[0][0]

@@ -10,10 +10,9 @@ from collections.abc import Callable
 
 import torch
 
+from eaglequant.kinds.fp8 import E4M3_MAX as FP8_E4M3_MAX
 from eaglequant.schemes.exact import divide
 from eaglequant.schemes.rows import by_row_blocks
-
-FP8_E4M3_MAX = 448.0
 
 
 def quark_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,3 +103,22 @@ def _modelopt_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     amax = torch.where(amax == 0, torch.tensor(FP8_E4M3_MAX, dtype=weight.dtype), amax)
     scale = divide(amax.clamp(info.tiny, info.max).to(torch.float32), FP8_E4M3_MAX)
     return (weight.to(torch.float32) / scale.unsqueeze(1)).to(torch.float8_e4m3fn), scale
+
+
+def quantize_token_groups(x: torch.Tensor, group: int, min_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic FP8 E4M3 activations, one scale per token per ``group`` in-features (a partial last group
+    has its own scale): (codes [M, K] float8_e4m3fn, scale [M, ceil(K / group)] float32), where
+    x ~= codes * scale of each element's group and scale = max(amax / 448, ``min_scale``)."""
+    x = x.to(torch.float32)
+    m, k = x.shape
+    groups = -(-k // group)
+    padded = torch.nn.functional.pad(x, (0, groups * group - k)).reshape(m, groups, group)
+    scale = (padded.abs().amax(dim=2) / FP8_E4M3_MAX).clamp_min(min_scale)
+    codes = (padded / scale[:, :, None]).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+    return codes.reshape(m, groups * group)[:, :k], scale
+
+
+def dequantize_token_groups(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """float32 [M, K] from :func:`quantize_token_groups`' output."""
+    group = -(-codes.shape[1] // scale.shape[1])
+    return codes.to(torch.float32) * scale.repeat_interleave(group, 1)[:, : codes.shape[1]]

@@ -4,9 +4,10 @@ A scheme says *what* is stored (element dtype, scale granularity and encoding, s
 activations); a format says *how* it is named and which vendor's rounding it follows. Built-in schemes
 live in the top-level ``schemes/`` directory (shipped inside the wheel as ``eaglequant/_builtin_schemes``).
 
-Every scheme reduces to a *kind* pair: the weight kind (``fp8-channel``, ``nvfp4``, ``mxfp4``) and the
-activation kind (``None`` for weight-only, ``fp8-token``, ``nvfp4``, ``mxfp4``). Formats and the engine
-support matrix are keyed on those kinds, so a user's own scheme file works wherever a built-in would.
+Every scheme reduces to a *kind* pair: a registered weight kind (:mod:`eaglequant.kinds`: ``fp8-channel``,
+``fp8-block``, ``nvfp4``, ``mxfp4``) and an activation kind (``None`` for weight-only, ``fp8-token``,
+``fp8-group``, ``nvfp4``, ``mxfp4``). Formats and the engine support matrix are keyed on those kinds, so a
+user's own scheme file works wherever a built-in would.
 """
 
 from __future__ import annotations
@@ -19,33 +20,9 @@ from typing import Any
 import tomllib
 
 from eaglequant.errors import SchemeError
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, TensorKind
+from eaglequant.kinds.base import BITS, BlockSize
 
-
-@dataclass(frozen=True)
-class _Kind:
-    """One allowed combination of element dtype, granularity and scale encoding."""
-
-    kind: str
-    dtype: str
-    granularity: str
-    block_size: int | None
-    scale_dtype: str
-    global_scale: bool
-    summary: str
-
-
-WEIGHT_KINDS = (
-    _Kind("fp8-channel", "fp8_e4m3", "channel", None, "float32", False, "FP8 E4M3, one float32 scale per row"),
-    _Kind("nvfp4", "fp4_e2m1", "block", 16, "fp8_e4m3", True, "FP4 E2M1, FP8 scale per 16, float32 global scale"),
-    _Kind("mxfp4", "fp4_e2m1", "block", 32, "e8m0", False, "FP4 E2M1, power-of-two (E8M0) scale per 32"),
-)
-ACTIVATION_KINDS = (
-    _Kind("fp8-token", "fp8_e4m3", "token", None, "float32", False, "FP8 E4M3, one scale per token at run time"),
-    _Kind("nvfp4", "fp4_e2m1", "block", 16, "fp8_e4m3", True, "NVFP4, block scales at run time, static global"),
-    _Kind("mxfp4", "fp4_e2m1", "block", 32, "e8m0", False, "MXFP4, block scales at run time"),
-)
-# Which activation kinds each weight kind pairs with (the kernels engines ship).
-PAIRINGS = {"fp8-channel": {"fp8-token"}, "nvfp4": {"nvfp4"}, "mxfp4": {"mxfp4"}}
 UNCALIBRATED_CHOICES = ("weight-only", "refuse")
 
 _TOP_KEYS = {"name", "summary", "weight", "activation", "verify"}
@@ -55,10 +32,10 @@ _ACTIVATION_KEYS = _WEIGHT_KEYS | {"dynamic", "if_uncalibrated"}
 
 @dataclass(frozen=True)
 class TensorQuant:
-    kind: str
+    kind: str  # a registered weight or activation kind
     dtype: str
     granularity: str
-    block_size: int | None = None
+    block_size: BlockSize = None
     scale_dtype: str = "float32"
     global_scale: bool = False  # a float32 per-tensor scale above the block scales
     dynamic: bool = True  # activations only: scales computed at run time
@@ -107,9 +84,8 @@ class Scheme:
     @property
     def label(self) -> str:
         """W4A16, W8A8, ... as serving engineers say it."""
-        bits = {"fp8_e4m3": 8, "fp4_e2m1": 4}
-        act = 16 if self.activation is None else bits[self.activation.dtype]
-        return f"W{bits[self.weight.dtype]}A{act}"
+        act = 16 if self.activation is None else BITS[self.activation.dtype]
+        return f"W{BITS[self.weight.dtype]}A{act}"
 
     @property
     def needs_calibration(self) -> bool:
@@ -200,16 +176,21 @@ def _check_keys(where: str, table: Any, allowed: set[str], required: set[str]) -
     return table
 
 
-def _describe(kinds: tuple[_Kind, ...]) -> str:
-    parts = []
-    for k in kinds:
-        block = f", block_size {k.block_size}" if k.block_size else ""
-        parts.append(f"{k.dtype}/{k.granularity}{block}/scale {k.scale_dtype}{' + global' if k.global_scale else ''}")
-    return "; ".join(parts)
+def _describe(kinds: list[TensorKind]) -> str:
+    return "; ".join(kind.describe() for kind in kinds)
 
 
-def _match_kind(where: str, table: dict[str, Any], kinds: tuple[_Kind, ...]) -> _Kind:
-    """The one allowed kind this table describes; optional keys default to that kind's values."""
+def _block_size(where: str, value: Any) -> BlockSize:
+    """A scheme file's ``block_size``: an integer, or [rows, columns] for a 2-D block."""
+    if isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value):
+        return (value[0], value[1])
+    if type(value) is int:
+        return int(value)
+    raise SchemeError(f"{where}: block_size must be an integer or [rows, columns]")
+
+
+def _match_kind(where: str, table: dict[str, Any], kinds: list[TensorKind]) -> TensorKind:
+    """The one registered kind this table describes; optional keys default to that kind's values."""
     candidates = [k for k in kinds if k.dtype == table["dtype"] and k.granularity == table["granularity"]]
     if not candidates:
         raise SchemeError(
@@ -218,20 +199,21 @@ def _match_kind(where: str, table: dict[str, Any], kinds: tuple[_Kind, ...]) -> 
         )
     for key in ("block_size", "scale_dtype", "global_scale"):
         if key in table:
-            candidates = [k for k in candidates if getattr(k, key) == table[key]]
+            value = _block_size(where, table[key]) if key == "block_size" else table[key]
+            candidates = [k for k in candidates if getattr(k, key) == value]
             if not candidates:
                 raise SchemeError(
                     f"{where}: {key} = {table[key]!r} does not fit {table['dtype']} / {table['granularity']}",
                     hint=f"supported: {_describe(kinds)}",
                 )
     if len(candidates) > 1:
-        raise SchemeError(f"{where}: ambiguous; set block_size and scale_dtype", hint=_describe(tuple(candidates)))
+        raise SchemeError(f"{where}: ambiguous; set block_size and scale_dtype", hint=_describe(candidates))
     return candidates[0]
 
 
-def _tensor_quant(kind: _Kind, dynamic: bool = True) -> TensorQuant:
+def _tensor_quant(kind: TensorKind, dynamic: bool = True) -> TensorQuant:
     return TensorQuant(
-        kind.kind, kind.dtype, kind.granularity, kind.block_size, kind.scale_dtype, kind.global_scale, dynamic
+        kind.name, kind.dtype, kind.granularity, kind.block_size, kind.scale_dtype, kind.global_scale, dynamic
     )
 
 
@@ -242,13 +224,13 @@ def parse_scheme(data: dict[str, Any], source: str) -> Scheme:
     if not isinstance(top.get("summary", ""), str):
         raise SchemeError(f"{source}: summary must be a string")
     w = _check_keys(f"{source} [weight]", top["weight"], _WEIGHT_KEYS, {"dtype", "granularity"})
-    weight = _tensor_quant(_match_kind(f"{source} [weight]", w, WEIGHT_KINDS), dynamic=False)
+    weight = _tensor_quant(_match_kind(f"{source} [weight]", w, list(WEIGHT_KINDS.values())), dynamic=False)
     activation = None
     if_uncalibrated = "refuse"
     if "activation" in top:
         where = f"{source} [activation]"
         a = _check_keys(where, top["activation"], _ACTIVATION_KEYS, {"dtype", "granularity", "dynamic"})
-        kind = _match_kind(where, a, ACTIVATION_KINDS)
+        kind = _match_kind(where, a, list(ACTIVATION_KINDS.values()))
         if not isinstance(a["dynamic"], bool):
             raise SchemeError(f"{where}: dynamic must be true or false")
         if not a["dynamic"]:
@@ -256,10 +238,11 @@ def parse_scheme(data: dict[str, Any], source: str) -> Scheme:
                 f"{where}: static activation scales are only supported as the NVFP4 global scale",
                 hint="set dynamic = true (NVFP4's calibrated global scale is `global_scale = true`)",
             )
-        if kind.kind not in PAIRINGS[weight.kind]:
+        pairings = WEIGHT_KINDS[weight.kind].activations
+        if kind.name not in pairings:
             raise SchemeError(
-                f"{source}: {weight.kind} weights do not pair with {kind.kind} activations in any engine kernel",
-                hint=f"use {', '.join(sorted(PAIRINGS[weight.kind]))} activations, or drop [activation]",
+                f"{source}: {weight.kind} weights do not pair with {kind.name} activations in any engine kernel",
+                hint=f"use {', '.join(sorted(pairings))} activations, or drop [activation]",
             )
         if "if_uncalibrated" in a:
             if not kind.global_scale:
@@ -295,7 +278,7 @@ def scheme_to_toml(scheme: Scheme) -> str:
         lines.append(f"dtype = {_toml_value(quant.dtype)}")
         lines.append(f"granularity = {_toml_value(quant.granularity)}")
         if quant.block_size is not None:
-            lines.append(f"block_size = {quant.block_size}")
+            lines.append(f"block_size = {_toml_value(quant.block_size)}")
         lines.append(f"scale_dtype = {_toml_value(quant.scale_dtype)}")
         lines.append(f"global_scale = {_toml_value(quant.global_scale)}")
         if title == "activation":
@@ -312,4 +295,6 @@ def _toml_value(value: object) -> str:
 
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string

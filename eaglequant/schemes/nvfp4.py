@@ -14,10 +14,10 @@ import torch
 
 from eaglequant.schemes.exact import divide
 from eaglequant.schemes.fp4 import E2M1_MAX, block_amax, decode_packed, e2m1_codes, pack_codes
+from eaglequant.schemes.fp8 import FP8_E4M3_MAX
 from eaglequant.schemes.rows import by_row_blocks
 
 BLOCK = 16
-FP8_E4M3_MAX = 448.0
 GLOBAL_RANGE = E2M1_MAX * FP8_E4M3_MAX  # 2688
 CT_ZERO_BLOCK_SCALE = 0.125  # compressed-tensors' eps for float8_e4m3fn
 

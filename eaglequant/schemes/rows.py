@@ -12,8 +12,11 @@ if TYPE_CHECKING:
 BLOCK_ELEMENTS = 1 << 18  # 1 MB of float32 temporaries: they stay in a core's L2 cache
 
 
-def row_blocks(rows: int, cols: int, block_elements: int = BLOCK_ELEMENTS) -> list[slice]:
+def row_blocks(rows: int, cols: int, block_elements: int = BLOCK_ELEMENTS, align: int = 1) -> list[slice]:
+    """Slices of about ``block_elements`` elements of whole rows, each starting on a multiple of ``align`` (the
+    rows sharing one scale)."""
     step = max(1, block_elements // max(cols, 1))
+    step = max(align, step - step % align)
     return [slice(start, min(start + step, rows)) for start in range(0, rows, step)]
 
 

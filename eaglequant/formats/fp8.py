@@ -1,0 +1,94 @@
+"""The engines' native ``fp8`` format (``quant_method: fp8``), as DeepSeek-V3's own checkpoint stores it.
+
+- Block FP8 (``weight_block_size: [128, 128]``, ``activation_scheme: dynamic``): ``weight`` F8_E4M3 [N, K] and
+  ``weight_scale_inv`` F32 [ceil(N/128), K/128], a multiplier despite its name (W ~= weight * scale). No input
+  scale: activations are quantized per token per group of 128 at run time.
+
+vLLM, SGLang and TensorRT-LLM read this config with their own ``Fp8Config``: ``fmt`` is informational,
+excluded modules are listed under ``ignored_layers`` (vLLM falls back to ``modules_to_not_convert`` only
+when ``ignored_layers`` is absent or empty), matched as exact runtime module names (see engines/).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.formats.base import Format, GroupScales, Recipe
+from eaglequant.layouts.head import HeadLinear
+from eaglequant.schemes.model import Scheme
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import torch
+
+    from eaglequant.kernels.stored import StoredLinear
+
+
+class _Fp8Block(Recipe):
+    kind: ClassVar[str] = "fp8-block"
+    algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "fp8 block [128, 128]"}
+    block: ClassVar[list[int]] = [128, 128]
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
+        return [
+            TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
+            TensorSpec(f"{base}.weight_scale_inv", "F32", (-(-n // 128), -(-k // 128))),
+        ]
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.schemes import fp8_block
+
+        quantized, scale = fp8_block.native_quantize(weight)
+        base = linear.checkpoint_module
+        return {f"{base}.weight": quantized, f"{base}.weight_scale_inv": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kernels.stored import StoredLinear
+
+        base = linear.checkpoint_module
+        return StoredLinear(
+            self.kind,
+            tensors[f"{base}.weight"],
+            block_scale=tensors[f"{base}.weight_scale_inv"],
+            activation="fp8-group",
+        )
+
+
+class Fp8Format(Format):
+    name: ClassVar[str] = "fp8"
+    title: ClassVar[str] = "native fp8"
+    quant_method: ClassVar[str] = "fp8"
+    exclude_key: ClassVar[str] = "ignored_layers"
+    exclude_dialect: ClassVar[str] = "exact"
+    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Block(),)
+    scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
+
+    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+        recipe = self.recipe(scheme)
+        assert isinstance(recipe, _Fp8Block)
+        return {
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": list(recipe.block),
+            "ignored_layers": list(exclude),
+        }
+
+    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
+        return (
+            quantization_config.get("activation_scheme"),
+            quantization_config.get("weight_block_size"),
+            quantization_config.get("fmt", "e4m3"),
+        )
+
+    def _patterns(self, quantization_config: dict[str, Any]) -> list[str]:
+        # vLLM reads modules_to_not_convert only when ignored_layers is missing or empty.
+        if quantization_config.get(self.exclude_key):
+            return super()._patterns(quantization_config)
+        fallback = quantization_config.get("modules_to_not_convert") or []
+        return super()._patterns({self.exclude_key: fallback})

@@ -1,0 +1,62 @@
+"""Quantization kinds, registered by name: every weight kind and activation kind a scheme can reduce to.
+
+Add a kind by adding one module (a :class:`WeightKind` or :class:`ActivationKind` instance) and one entry
+here; formats then declare a recipe for it, and everything else (scheme files, kernels, verification, the
+support matrix) reads its properties from the object.
+"""
+
+from __future__ import annotations
+
+from eaglequant.errors import SchemeError
+from eaglequant.kinds.activations import FP8_GROUP, FP8_TOKEN, MXFP4_ACTIVATIONS, NVFP4_ACTIVATIONS
+from eaglequant.kinds.base import ActivationKind, TensorKind, WeightKind
+from eaglequant.kinds.fp4 import MXFP4, NVFP4
+from eaglequant.kinds.fp8 import FP8_BLOCK, FP8_CHANNEL
+
+WEIGHT_KINDS: dict[str, WeightKind] = {kind.name: kind for kind in (FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4)}
+ACTIVATION_KINDS: dict[str, ActivationKind] = {
+    kind.name: kind for kind in (FP8_TOKEN, FP8_GROUP, NVFP4_ACTIVATIONS, MXFP4_ACTIVATIONS)
+}
+Kinds = tuple[str, str | None]  # (weight kind, activation kind or None for weight-only), as configs declare them
+
+
+def weight_kind(name: str) -> WeightKind:
+    try:
+        return WEIGHT_KINDS[name]
+    except KeyError:
+        raise SchemeError(f"unknown weight kind {name!r}", hint=f"known: {', '.join(WEIGHT_KINDS)}") from None
+
+
+def activation_kind(name: str | None) -> ActivationKind | None:
+    if name is None:
+        return None
+    try:
+        return ACTIVATION_KINDS[name]
+    except KeyError:
+        raise SchemeError(f"unknown activation kind {name!r}", hint=f"known: {', '.join(ACTIVATION_KINDS)}") from None
+
+
+def codes_per_element(stored_dtype: str) -> int:
+    """Logical values per stored element of a quantized weight of this safetensors dtype (2 for packed FP4)."""
+    return next((k.codes_per_element for k in WEIGHT_KINDS.values() if k.stored_dtype == stored_dtype), 1)
+
+
+def kinds_title(kinds: Kinds) -> str:
+    """How people name a scheme with these kinds: ``W8A8 fp8-channel``, ``W4A16 nvfp4``."""
+    weight = weight_kind(kinds[0])
+    act = activation_kind(kinds[1])
+    return f"W{weight.bits}A{16 if act is None else act.bits} {weight.name}"
+
+
+__all__ = [
+    "ACTIVATION_KINDS",
+    "WEIGHT_KINDS",
+    "ActivationKind",
+    "Kinds",
+    "TensorKind",
+    "WeightKind",
+    "activation_kind",
+    "codes_per_element",
+    "kinds_title",
+    "weight_kind",
+]

@@ -1,0 +1,116 @@
+"""What a quantization kind is: how one tensor's quantized form is shaped and read back, whatever a format
+calls its tensors.
+
+A scheme reduces to a weight kind and an activation kind (or None: weight-only). Formats store a kind with
+a *recipe* of their own (names, dtypes, the vendor's rounding); kernels and verification read every kind
+through :class:`eaglequant.kernels.stored.StoredLinear`, whose meaning each kind defines here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+
+    from eaglequant.kernels.stored import StoredLinear
+
+BITS = {"fp8_e4m3": 8, "fp4_e2m1": 4}
+BlockSize = int | tuple[int, int] | None
+
+
+@dataclass(frozen=True)
+class TensorKind:
+    """The declarative part a scheme file names: element dtype, granularity and scale encoding."""
+
+    name: str
+    dtype: str
+    granularity: str
+    block_size: BlockSize
+    scale_dtype: str
+    global_scale: bool
+    summary: str
+
+    @property
+    def bits(self) -> int:
+        return BITS[self.dtype]
+
+    def describe(self) -> str:
+        block = f", block_size {_block_text(self.block_size)}" if self.block_size else ""
+        return (
+            f"{self.dtype}/{self.granularity}{block}/scale {self.scale_dtype}{' + global' if self.global_scale else ''}"
+        )
+
+
+def _block_text(block_size: BlockSize) -> str:
+    return "x".join(map(str, block_size)) if isinstance(block_size, tuple) else str(block_size)
+
+
+@dataclass(frozen=True)
+class ActivationKind(TensorKind):
+    """How activations are quantized at run time. ``simulated``: the kernels quantize inputs as the engine
+    does (:meth:`simulate`); otherwise parity runs the weight-only kernel."""
+
+    simulated: ClassVar[bool] = False
+    min_scale: float = 0.0  # the engine's floor on a dynamic scale
+
+    def simulate(self, x: torch.Tensor) -> torch.Tensor | None:
+        """float32 activations as the engine's kernel quantizes them, or None when the reference kernel does
+        not simulate this kind (verify then runs the weight-only kernel and says so)."""
+        return None
+
+
+@dataclass(frozen=True)
+class WeightKind(TensorKind, ABC):
+    """How a weight is stored and dequantized.
+
+    ``stored_dtype``: the safetensors dtype of the stored weight; ``codes_per_element``: logical values per
+    stored element (2 for packed FP4); ``rows_per_scale``: output rows sharing one scale (a block of rows
+    must be quantized whole); ``columns_per_scale``: in-features sharing one scale (None: the whole row);
+    ``partial_blocks``: a last block of fewer columns is part of the kind (else a format must pad the
+    in-dimension or leave the linear unquantized); ``activations``: the activation kinds the
+    engines' kernels pair with it; ``tag``: the Hub tag of a checkpoint in this kind.
+    """
+
+    activations: tuple[str, ...] = ()
+    stored_dtype: str = "F8_E4M3"
+    codes_per_element: int = 1
+    rows_per_scale: int = 1
+    columns_per_scale: int | None = None
+    partial_blocks: bool = False
+    tag: str = ""
+    kernel_layout: ClassVar[int]  # which specialisation of the Triton kernel reads it
+
+    def shape_problem(self, out_features: int, in_features: int, fused_before_last: bool) -> str | None:
+        """Why a linear of this shape cannot be stored in this kind (None: it can), before any format's own
+        padding: ``fused_before_last``: an engine fuses it with the linears after it, so its scale rows are
+        concatenated with theirs."""
+        if self.rows_per_scale > 1 and fused_before_last and out_features % self.rows_per_scale:
+            return (
+                f"out-features {out_features} is not a multiple of {self.rows_per_scale}, and engines concatenate "
+                f"a fused module's {self.rows_per_scale}-row scale blocks (vLLM: load_merged_column_weight)"
+            )
+        return None
+
+    def in_features(self, stored_columns: int) -> int:
+        return stored_columns * self.codes_per_element
+
+    @abstractmethod
+    def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
+        """float32 [rows, K]: exactly what the kernels compute from the stored bytes of those rows."""
+
+    def select_rows(self, stored: StoredLinear, rows: slice) -> StoredLinear:
+        """The linear restricted to output ``rows`` (aligned to ``rows_per_scale``), as a linear of its own."""
+        from dataclasses import replace
+
+        def part(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t[rows]
+
+        return replace(
+            stored,
+            weight=stored.weight[rows],
+            channel_scale=part(stored.channel_scale),
+            block_scale=part(stored.block_scale),
+        )

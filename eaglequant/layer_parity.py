@@ -1,0 +1,131 @@
+"""One quantized linear against its source: the fused kernel's output on seeded activations (SQNR, cosine,
+relative error) and the worst scale block of the dequantized weight, in one pass over blocks of output rows."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.schemes.model import Scheme
+
+PARITY_ROWS = 64  # activations per linear
+
+
+def finite_or_text(value: float) -> float | str:
+    return value if math.isfinite(value) else str(value)
+
+
+@dataclass(frozen=True)
+class LayerParity:
+    module: str
+    backend: str
+    sqnr_db: float
+    cosine: float
+    relative_error: float
+    failed: tuple[str, ...]  # the thresholds it misses
+    max_block_error: float = 0.0  # the worst scale block of the dequantized weight against the source's
+    worst_block: tuple[int, int] = (0, 0)  # its row and first column
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "backend": self.backend,
+            "sqnr_db": finite_or_text(self.sqnr_db),
+            "cosine": self.cosine,
+            "relative_error": self.relative_error,
+            "max_block_relative_error": self.max_block_error,
+            "worst_block": list(self.worst_block),
+            "failed": list(self.failed),
+        }
+
+
+def _metrics(reference: torch.Tensor, got: torch.Tensor) -> tuple[float, float, float]:
+    import torch
+
+    ref, out = reference.to(torch.float64).reshape(-1), got.to(torch.float64).reshape(-1)
+    noise = (out - ref).pow(2).sum().item()
+    signal = ref.pow(2).sum().item()
+    sqnr = math.inf if noise == 0 else (10 * math.log10(signal / noise) if signal > 0 else -math.inf)
+    cosine = float(torch.nn.functional.cosine_similarity(ref, out, dim=0)) if signal > 0 else 1.0
+    relative = math.sqrt(noise / signal) if signal > 0 else (0.0 if noise == 0 else math.inf)
+    return sqnr, cosine, relative
+
+
+def layer_parity(
+    module: str,
+    canonical: str,
+    weights: CanonicalWeights,
+    stored: StoredLinear,
+    scheme: Scheme,
+    generator: torch.Generator,
+) -> LayerParity:
+    """One quantized linear through the fused kernel against the source GEMM, and its worst scale block, in one
+    pass over blocks of output rows: each block of the source is read and widened to float32 once."""
+    import torch
+
+    from eaglequant.kernels import choose_backend, fused_linear
+
+    limits = scheme.verify
+    name = f"{canonical}.weight"
+    columns = stored.in_features
+    width = stored.weight_kind.columns_per_scale or columns  # one scale block's columns (a whole row per channel)
+    x = torch.randn(PARITY_ROWS, columns, generator=generator).to(torch.bfloat16)
+    x32, x_device = x.to(torch.float32), x.to(stored.weight.device)
+    backend = choose_backend(x_device)
+    expected = torch.empty(PARITY_ROWS, stored.out_features)
+    got = torch.empty(PARITY_ROWS, stored.out_features)
+    source_norms, error_norms = [], []
+    for rows in weights.row_blocks(name, stored.weight_kind.rows_per_scale):
+        source = weights.rows(name, rows).to(torch.float32)
+        expected[:, rows] = x32 @ source.T
+        got[:, rows] = fused_linear(x_device, stored.rows(rows), backend).to(torch.float32).cpu()
+        source_norms.append(_block_norms(source, width))
+        error_norms.append(_block_norms(stored.dequantize_rows(rows).cpu() - source, width))
+    sqnr, cosine, relative = _metrics(expected, got)
+    failed = []
+    if not sqnr >= limits.min_sqnr_db:
+        failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
+    if not cosine >= limits.min_cosine:
+        failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
+    if not relative <= limits.max_relative_error:
+        failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
+    block_error, row, block_index = _worst_block(torch.cat(source_norms), torch.cat(error_norms))
+    column = block_index * width
+    if not block_error <= limits.max_block_relative_error:
+        failed.append(
+            f"weight block at row {row}, column {column}: error {block_error:.3f} > "
+            f"{limits.max_block_relative_error} (a scale or code out of place)"
+        )
+    return LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
+
+
+def _block_norms(weight: torch.Tensor, width: int) -> torch.Tensor:
+    """[rows, K] -> [rows, ceil(K / width)]: the norm of every scale block's part of each row."""
+    import torch
+
+    padded = torch.nn.functional.pad(weight, (0, -weight.shape[1] % width))
+    return padded.reshape(weight.shape[0], -1, width).norm(dim=2)
+
+
+def _worst_block(source_norms: torch.Tensor, error_norms: torch.Tensor) -> tuple[float, int, int]:
+    """The largest error of one scale block of the dequantized weight, and where (row, block index), from the
+    norms of every block of the source and of its reconstruction error ([rows, blocks] each): a misplaced scale
+    or code spoils its block, however small a share of the linear it is.
+
+    Each block's error is measured against its own norm, or the linear's median block norm when that is
+    larger: a near-zero block (whose scale the vendors' math rounds coarsely) cannot fail on error that is
+    negligible to the output, and an all-zero block must stay (nearly) zero.
+    """
+    import torch
+
+    scale = source_norms.clamp_min(float(source_norms.median()))
+    error = torch.where(scale > 0, error_norms / scale.clamp_min(1e-30), torch.where(error_norms > 0, math.inf, 0.0))
+    error = torch.nan_to_num(error, nan=math.inf)
+    flat = int(error.argmax())
+    return float(error.reshape(-1)[flat]), flat // error.shape[1], flat % error.shape[1]

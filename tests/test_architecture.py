@@ -1,0 +1,56 @@
+"""The architecture's promises, checked on the source: a new kind or format is one module plus a registration,
+so nothing outside the registries branches on a kind's or a format's name; and no module grows past 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from eaglequant.formats import FORMATS
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS
+
+PACKAGE = Path(__file__).resolve().parents[1] / "eaglequant"
+MAX_LINES = 400
+NAMES = set(WEIGHT_KINDS) | set(ACTIVATION_KINDS) | set(FORMATS) | {f.quant_method for f in FORMATS.values()}
+
+
+def _modules() -> list[Path]:
+    return sorted(PACKAGE.rglob("*.py"))
+
+
+def _name_comparisons(path: Path) -> list[str]:
+    """``x == "nvfp4"``, ``fmt in ("quark", ...)``, ``kind != "fp8-token"``: a comparison with a registered name."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.Compare):
+            continue
+        operands = [node.left, *node.comparators]
+        constants = [c for o in operands for c in ([o] if isinstance(o, ast.Constant) else getattr(o, "elts", []))]
+        named = [c.value for c in constants if isinstance(c, ast.Constant) and c.value in NAMES]
+        if named:
+            found.append(f"{path.name}:{node.lineno}: compares with {named[0]!r}")
+    return found
+
+
+def test_the_name_list_covers_every_registry() -> None:
+    assert {"fp8-channel", "fp8-block", "nvfp4", "mxfp4", "fp8-token", "fp8-group"} <= NAMES
+    assert {"quark", "modelopt", "compressed-tensors", "fp8"} <= NAMES
+
+
+def test_the_check_finds_a_branch_on_a_kind(tmp_path: Path) -> None:
+    source = tmp_path / "branchy.py"
+    source.write_text('def f(kind):\n    if kind == "nvfp4":\n        return 1\n    return kind in ("quark", "x")\n')
+    assert _name_comparisons(source) == ["branchy.py:2: compares with 'nvfp4'", "branchy.py:4: compares with 'quark'"]
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_branch_on_a_kind_or_format_name(path: Path) -> None:
+    assert _name_comparisons(path) == []
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_over_400_lines(path: Path) -> None:
+    lines = len(path.read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: split it by job"
