@@ -32,7 +32,6 @@ from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
 if TYPE_CHECKING:
-
     from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
     from eaglequant.kernels.stored import StoredLinear
