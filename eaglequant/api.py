@@ -453,7 +453,8 @@ def load_checks(
     one process of ``engine_python`` (default: this interpreter), and hold what it did against eaglequant's
     reading of the checkpoint for that engine (see :mod:`eaglequant.engine_load`). ``sources``: the BF16
     checkpoints they were made from, for the engine's own GEMM against the source's (None: not run)."""
-    from eaglequant.engine_load import LoadJob, expectation, judge, run_probe
+    from eaglequant.engine_load import LoadJob, judge, run_probe
+    from eaglequant.engine_load.expected import expectation
 
     chosen = list(sources) if sources is not None else [None] * len(dsts)
     if len(chosen) != len(dsts):

@@ -10,8 +10,8 @@ source, each quantized linear's output against the source GEMM where the engine 
 GPU-only kernel *selection* is pointed at the engine's emulation paths; the probe lists every patch.
 
 :func:`judge` then holds that report against ``explain``'s reading of the same checkpoint for the same
-engine: the modules the engine quantizes must be the ones eaglequant planned, every tensor consumed, every
-value equal, no exception.
+engine (``expected.expectation``): the modules the engine quantizes must be the ones eaglequant planned, every
+tensor consumed, every value equal, no exception.
 """
 
 from __future__ import annotations
@@ -25,14 +25,9 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import EagleQuantError, InputError
-
-if TYPE_CHECKING:
-    from eaglequant.checkpoint.reader import Checkpoint
-    from eaglequant.layouts.head import HeadDescription
 
 
 @dataclass(frozen=True)
@@ -70,7 +65,6 @@ PROBES: dict[str, EngineProbe] = {
 PROBE_DIR = Path(__file__).resolve().parent / "probes"
 # A probe imports the engine once (tens of seconds), then loads each checkpoint in a second or two.
 PROBE_TIMEOUT_S = 1800
-DEFAULT_TARGET_LAYERS = 61  # Kimi-K2.5 / DeepSeek-V3, when the conversion recorded no target
 
 
 class EngineLoadError(EagleQuantError):
@@ -234,26 +228,6 @@ class Expectation:
     loads: bool  # the support matrix's verdict
     note: str
     weight_only: bool  # no activation quantization: the engine's kernel never reads an input scale
-
-
-def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> Expectation:
-    """``explain``'s reading of ``checkpoint`` for ``engine``, named for ``target``'s layer count (61 when
-    unknown), as the plan the engine's own load is held against."""
-    from eaglequant.readback import explain_checkpoint
-    from eaglequant.report import read_report
-    from eaglequant.verification import recorded_scheme
-
-    get_probe(engine)
-    if target.count is None:
-        target = TargetLayers(DEFAULT_TARGET_LAYERS, f"{DEFAULT_TARGET_LAYERS} (none recorded)")
-    explanation = explain_checkpoint(checkpoint, head, [engine], target)
-    reading = explanation.engines[0]
-    planned = {module.runtime_name: module.scheme is not None for module in reading.modules}
-    scheme, _ = recorded_scheme(read_report(checkpoint.root), explanation.kinds)  # as verify judges it
-    limit = scheme.verify.max_relative_error
-    assert target.count is not None
-    weight_only = explanation.kinds[1] is None
-    return Expectation(engine, target.count, planned, limit, reading.loads, reading.note, weight_only)
 
 
 def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
