@@ -20,12 +20,13 @@ from eaglequant.checkpoint.writer import check_destination
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
 from eaglequant.fidelity import DEFAULT_TOKENS
-from eaglequant.hub import SourceRef, UploadResult, check_repo_id, resolve_source
+from eaglequant.hub import SourceRef, check_repo_id, resolve_source
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
 from eaglequant.plan import ConversionPlan, build_plan, refuse_unused_calibration
 from eaglequant.progress import Progress
+from eaglequant.upload import UploadResult
 
 if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
@@ -452,7 +453,8 @@ def load_checks(
     one process of ``engine_python`` (default: this interpreter), and hold what it did against eaglequant's
     reading of the checkpoint for that engine (see :mod:`eaglequant.engine_load`). ``sources``: the BF16
     checkpoints they were made from, for the engine's own GEMM against the source's (None: not run)."""
-    from eaglequant.engine_load import LoadJob, expectation, judge, run_probe
+    from eaglequant.engine_load import LoadJob, judge, run_probe
+    from eaglequant.engine_load.expected import expectation
 
     chosen = list(sources) if sources is not None else [None] * len(dsts)
     if len(chosen) != len(dsts):
@@ -486,62 +488,18 @@ def upload(
     ``upload_folder``: resumable, and split into several commits when very large.
     ``dry_run``: check (by the same rule) and list what would be sent, send nothing.
     """
-    from eaglequant.card import renamed_draft
-    from eaglequant.hub import UploadRefused, push, upload_files
-    from eaglequant.verification import NOT_VERIFIED
+    from eaglequant.upload import upload_checkpoint
 
-    check_repo_id(repo_id)
-    dst_path = Path(dst)
-    if not dst_path.is_dir():
-        raise InputError(f"{dst_path}: not a directory", hint="DST is what `eaglequant convert` wrote")
-    files = upload_files(dst_path)
-    result = UploadResult(dst_path, repo_id, revision, private, files, dry_run)
-    result.verification = verify(dst_path, source=source)
-    refusal = _upload_refusal(result.verification)
-    if refusal is not None:
-        if not force:
-            dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
-            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=_UPLOAD_HINTS[result.verification.verdict])
-        result.forced = True
-        result.notes.append(f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)")
-    elif result.verification.verdict == NOT_VERIFIED:
-        result.notes.append(
-            "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
-            "SHA-256 the report records"
-        )
-    if dry_run:
-        result.notes.append(f"dry run: nothing sent; README.md would name the draft {repo_id}")
-        return result
-    with renamed_draft(dst_path, repo_id) as renamed:  # put back as it was if the upload fails
-        if renamed:
-            result.notes.append(f"README.md now names the draft {repo_id}")
-            result.files = upload_files(dst_path)
-        push(result, commit_message)
-    return result
-
-
-_UPLOAD_HINTS = {
-    "failed": "run `eaglequant verify` on it and fix the conversion, or pass force=True to upload anyway",
-    "not verified numerically": "pass source=SRC (the checkpoint it was made from), or convert it with "
-    "verify_output=True; force=True uploads it anyway",
-}
-
-
-def _upload_refusal(report: VerifyReport) -> str | None:
-    """Why ``upload`` refuses a checkpoint with this verification (None: it may go)."""
-    from eaglequant.verdict import recorded_verdict
-    from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
-
-    if report.verdict == FAILED:
-        problems = report.problems
-        return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
-    if report.verdict == NOT_VERIFIED:
-        recorded = recorded_verdict(report.destination)
-        if recorded == PASSED:
-            return None
-        what = "recorded a failure" if recorded == FAILED else "recorded none"
-        return f"not verified numerically: no source to check it against, and its conversion {what}"
-    return None
+    return upload_checkpoint(
+        dst,
+        repo_id,
+        lambda path: verify(path, source=source),
+        revision=revision,
+        private=private,
+        commit_message=commit_message,
+        dry_run=dry_run,
+        force=force,
+    )
 
 
 def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:

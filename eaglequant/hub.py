@@ -13,14 +13,11 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from eaglequant.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError
-
-if TYPE_CHECKING:
-    from eaglequant.verification import VerifyReport
+from eaglequant.errors import InputError
 
 # ``org/name`` as the Hub spells repo ids (96 characters at most), optionally ``@revision``.
 _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<revision>[\w./-]+))?$")
@@ -35,13 +32,6 @@ UPLOAD_IGNORE = (".cache/*", ".cache/**", ".eaglequant/*", ".eaglequant/**", ".g
 
 class HubError(InputError):
     """The Hub refused or could not be reached; the message says what to do. Exit code 2."""
-
-
-class UploadRefused(EagleQuantError):
-    """DST fails ``verify`` or was never verified numerically; uploading it would publish what no check
-    vouches for. Exit code 3."""
-
-    exit_code = EXIT_CHECK_FAILED
 
 
 @dataclass(frozen=True)
@@ -273,41 +263,6 @@ def _scrub(text: str) -> str:
 # -- upload ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class UploadResult:
-    destination: Path
-    repo_id: str
-    revision: str
-    private: bool
-    files: dict[str, int]  # path in repo -> bytes
-    dry_run: bool
-    verification: VerifyReport | None = None
-    forced: bool = False
-    commit_url: str | None = None
-    commit_oid: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(self.files.values())
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "destination": str(self.destination),
-            "repo_id": self.repo_id,
-            "revision": self.revision,
-            "private": self.private,
-            "dry_run": self.dry_run,
-            "files": self.files,
-            "total_bytes": self.total_bytes,
-            "verified": None if self.verification is None else self.verification.verdict,
-            "forced": self.forced,
-            "commit_url": self.commit_url,
-            "commit_oid": self.commit_oid,
-            "notes": self.notes,
-        }
-
-
 def upload_files(dst: Path) -> dict[str, int]:
     """The files of ``dst`` that go to the Hub, with their sizes (bookkeeping directories left out)."""
     files = {}
@@ -324,8 +279,8 @@ def check_repo_id(repo_id: str) -> None:
         raise InputError(f"{repo_id!r} is not a Hub repo id", hint="write it as org/name (use --revision for a branch)")
 
 
-def push(result: UploadResult, commit_message: str | None) -> None:
-    """Create the repo (and branch) if needed and upload ``result.destination``; fills in the commit.
+def upload_folder(folder: Path, repo_id: str, *, revision: str, private: bool, message: str) -> tuple[str, str]:
+    """Create the repo (and branch) if needed and upload ``folder``; the commit's URL and id.
 
     ``upload_folder`` is huggingface_hub's resumable path for big folders (since 1.x, which deprecated
     ``upload_large_folder`` in its favour): with hf_xet it uploads deduplicated chunks, splits very large
@@ -334,22 +289,18 @@ def push(result: UploadResult, commit_message: str | None) -> None:
     from huggingface_hub import HfApi
 
     api = HfApi()
-    with _hub_errors(result.repo_id, uploading=True):
-        api.create_repo(result.repo_id, private=result.private, exist_ok=True, repo_type="model")
-        if result.revision != "main":
-            api.create_branch(result.repo_id, branch=result.revision, exist_ok=True)
+    with _hub_errors(repo_id, uploading=True):
+        api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        if revision != "main":
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
         info = api.upload_folder(
-            repo_id=result.repo_id,
-            folder_path=result.destination,
-            revision=result.revision,
-            commit_message=commit_message or _default_message(result),
+            repo_id=repo_id,
+            folder_path=folder,
+            revision=revision,
+            commit_message=message,
             ignore_patterns=list(UPLOAD_IGNORE),
         )
-    result.commit_url, result.commit_oid = info.commit_url, info.oid
-
-
-def _default_message(result: UploadResult) -> str:
-    return f"Upload quantized EAGLE-3 draft head ({len(result.files)} files) with eaglequant"
+    return info.commit_url, info.oid
 
 
 def blob_sha256(path: Path) -> str | None:

@@ -13,19 +13,12 @@ from typing import Any
 
 from eaglequant import __version__
 from eaglequant.checkpoint.hashing import cached_file_sha256, file_sha256
+from eaglequant.checkpoint.reader import source_files
 from eaglequant.hub import SourceRef, blob_sha256
 from eaglequant.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, readable_report
 
-SKIPPED_DIRS = {".git", ".cache", ".huggingface", ".eaglequant"}
-
-__all__ = ["REPORT_NAME", "SKIPPED_DIRS", "BackgroundDigests", "file_sha256"]
-
-
-def source_files(root: Path) -> list[Path]:
-    """Every regular file a conversion may read or carry over (bookkeeping directories left out)."""
-    return sorted(
-        p for p in root.rglob("*") if p.is_file() and not SKIPPED_DIRS.intersection(p.relative_to(root).parts)
-    )
+# source_files lives with checkpoint reading (checkpoint/reader.py); pipeline.py still imports it from here.
+__all__ = ["REPORT_NAME", "BackgroundDigests", "file_sha256", "source_files"]
 
 
 def source_digests(root: Path) -> dict[str, str]:

@@ -7,6 +7,7 @@ committed), then runs ``eaglequant convert SRC DST`` in-process.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -886,10 +887,41 @@ def test_convert_refuses_bad_input(tmp_path: Path, bad: Case) -> None:
     assert after == before  # nothing written (nor changed, nor removed) anywhere, SRC included
 
 
-def test_hostile_corpus_size() -> None:
-    """The destination and option cases run on an undamaged copy; the rest are hostile inputs."""
-    hostile = [c for c in CASES if c.values[0].damage is not nothing]
-    assert len(hostile) >= 30
+def _damages() -> tuple[set[str], set[str]]:
+    """This module's ways of damaging a copied checkpoint: functions ``(src, tmp) -> None``, and factories
+    returning one (``set_config(...)``), by name."""
+    damages, factories = set(), set()
+    for name, value in globals().items():
+        if not (inspect.isfunction(value) and value.__module__ == __name__):
+            continue
+        signature = inspect.signature(value)
+        if [p.removeprefix("_") for p in signature.parameters] == ["src", "tmp"]:
+            damages.add(name)
+        elif signature.return_annotation == "Callable[[Path, Path], None]":
+            factories.add(name)
+    return damages, factories
+
+
+def _what(case: Case) -> tuple[Any, ...]:
+    """What a case feeds ``convert``: a factory's damage is told apart by the values it was made with."""
+    made_with = tuple(repr(cell.cell_contents) for cell in case.damage.__closure__ or ())
+    code = case.damage.__code__
+    return case.fixture, code.co_filename, code.co_firstlineno, made_with, case.args, case.dst_inside_src
+
+
+def test_every_damage_has_a_case() -> None:
+    """Each hostile input this module can make is refused by some case of the table (a damage written without
+    a case, or a case removed while its damage stays, fails here), and no two cases are the same input."""
+    table = [param.values[0] for param in CASES]  # HUGE_CASES among them
+    used = {case.damage.__qualname__ for case in table}
+    damages, factories = _damages()
+    assert damages - used == set()
+    assert {f for f in factories if not any(q.startswith(f"{f}.<locals>.") for q in used)} == set()
+    inputs = [_what(case) for case in table if case.damage is not nothing]
+    assert [i for i in inputs if inputs.count(i) > 1] == []
+    # the destination and option cases run on an undamaged copy: each asks something different
+    options = [_what(case) for case in table if case.damage is nothing]
+    assert [o for o in options if options.count(o) > 1] == []
 
 
 def _reset_peak_rss() -> bool:

@@ -54,7 +54,7 @@ def test_detects_layout(name: str) -> None:
     assert head.reason  # the "why" shown by inspect
     for linear in head.linears:
         if linear.module in ("fc", "lm_head"):
-            assert linear.fused_group is None
+            assert head.group_of(linear.module) is None
     roles = {t.name: t.role.value for t in head.tensors}
     assert roles["fc.weight"] == "linear" and roles["norm.weight"] == "norm"
 

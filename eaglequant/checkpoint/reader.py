@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
+SKIPPED_DIRS = {".git", ".cache", ".huggingface", ".eaglequant"}  # bookkeeping, never part of a checkpoint
 
 
 class ByteTarget(Protocol):
@@ -72,6 +73,14 @@ def resolve_inside(root: Path, relative: str, what: str) -> Path:
     if not _within(real, root.resolve()) and not _within_hf_cache_blobs(real, root):
         raise CheckpointError(f"{path}: is a symlink leading outside the checkpoint directory ({real})")
     return path
+
+
+def source_files(root: Path) -> list[Path]:
+    """Every regular file of the checkpoint directory ``root`` that a conversion may read or carry over
+    (bookkeeping directories left out)."""
+    return sorted(
+        p for p in root.rglob("*") if p.is_file() and not SKIPPED_DIRS.intersection(p.relative_to(root).parts)
+    )
 
 
 def _within(path: Path, root: Path) -> bool:

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import signal
 import sys
-import traceback
-from collections.abc import Callable
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
 from eaglequant import __version__
-from eaglequant.cli.command import HELP_OPTION_NAMES, Group, cli_words
-from eaglequant.cli.output import MODE, Mode, error, info
-from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
+from eaglequant.cli.command import HELP_OPTION_NAMES, Group
+from eaglequant.cli.guard import Terminated, run_guarded
+from eaglequant.cli.output import MODE, Mode
+
+__all__ = ["app", "main", "run_guarded"]  # run_guarded lives in cli/guard.py; convert/inspect still import it here
 
 app = typer.Typer(
     name="eaglequant",
@@ -29,8 +29,6 @@ app = typer.Typer(
     context_settings={"help_option_names": HELP_OPTION_NAMES},
     cls=Group,
 )
-
-T = TypeVar("T")
 
 
 def _version(value: bool) -> None:
@@ -50,32 +48,6 @@ def _root(
 ) -> None:
     MODE.__dict__.update(Mode().__dict__)  # each command starts from the defaults (tests run many in one process)
     MODE.debug = MODE.verbose = debug
-
-
-def run_guarded(action: Callable[[], T]) -> T:
-    """Run a command body; turn our errors into one line and an exit code (traceback only with --debug)."""
-    try:
-        return action()
-    except EagleQuantError as exc:
-        if MODE.debug:
-            traceback.print_exc()
-        error(cli_words(exc.one_line()), exc.exit_code, type(exc).__name__)
-        raise typer.Exit(exc.exit_code) from None
-    except KeyboardInterrupt as exc:
-        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
-        if MODE.json:
-            error("interrupted; nothing was written", code, type(exc).__name__)
-        else:
-            info("[yellow]interrupted[/]; nothing was written", markup=True)
-        raise typer.Exit(code) from None
-    except (typer.Exit, typer.Abort):
-        raise
-    except Exception as exc:
-        if MODE.debug:
-            traceback.print_exc()
-        message = f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback and report it)"
-        error(message, EXIT_INTERNAL, type(exc).__name__, internal=True)
-        raise typer.Exit(EXIT_INTERNAL) from None
 
 
 def _register() -> None:
@@ -106,10 +78,6 @@ def _register() -> None:
 
 
 _register()
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (a CI job cancelled, a container stopped): unwound like Ctrl-C, so temporaries are removed."""
 
 
 def _terminate(_signum: int, _frame: object) -> None:

@@ -12,6 +12,7 @@ import typer
 from rich.markup import escape
 
 from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import MODE, info, note, out, quiet_hub_progress, result
 from eaglequant.errors import EXIT_JOBS_FAILED, InputError
 
@@ -50,7 +51,6 @@ def batch_command(
     Otherwise it converts (and uploads) the job; a failed job does not stop the others, and the command exits 4 if
     any failed. --list --json: the job names, for a CI matrix.
     """
-    from eaglequant.cli import run_guarded
 
     def body() -> bool:
         from eaglequant.batch import load_jobs, run_batch, select_jobs

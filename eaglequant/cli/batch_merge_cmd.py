@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, result
 from eaglequant.errors import EXIT_JOBS_FAILED
 
@@ -38,7 +39,6 @@ def batch_merge_command(
 
     Exits 4 when a job failed or no summary reports it, 2 when the files are not summaries of one job file.
     """
-    from eaglequant.cli import run_guarded
 
     def body() -> bool:
         from eaglequant.batch_summary import merge_summaries

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.command import HELP_OPTION_NAMES, Command, Group
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import info, out, result
 
 bench_app = typer.Typer(
@@ -28,7 +29,6 @@ def kernels_command(
     device: Annotated[str, typer.Option("--device", help="cuda (default when present) or cpu (torch reference).")] = "",
 ) -> None:
     """Time each kernel on the Kimi-K2.5 EAGLE-3 head's shapes next to torch bf16 matmul and torch._scaled_mm."""
-    from eaglequant.cli import run_guarded
 
     def body() -> None:
         import torch
@@ -90,7 +90,6 @@ def convert_command(
     The heads (6.4 GB and 5.8 GB of bf16) are generated once and cached; each run writes and then
     deletes its output, so the work directory needs about 7 GB free. Timings are for a warm page cache.
     """
-    from eaglequant.cli import run_guarded
 
     def body() -> None:
         from eaglequant.bench.convert import bench_convert

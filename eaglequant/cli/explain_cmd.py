@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import absolute, note, out, result
 from eaglequant.cli.tables import name_column, show
@@ -33,7 +34,6 @@ def explain_command(
 
     Exits 3 when an engine would not load DST as its config says.
     """
-    from eaglequant.cli import run_guarded
 
     def body() -> bool:
         from eaglequant.api import explain

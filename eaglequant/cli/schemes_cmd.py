@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, result
 
 
@@ -19,7 +20,6 @@ def schemes_command(
     ] = None,
 ) -> None:
     """List the built-in schemes (files in schemes/), the formats that store each and the engines that load it."""
-    from eaglequant.cli import run_guarded
 
     def body() -> None:
         from eaglequant.schemes.model import builtin_scheme_names, load_scheme, scheme_path

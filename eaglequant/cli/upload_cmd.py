@@ -8,6 +8,7 @@ import typer
 from rich.markup import escape
 
 from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, SourceOpt
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import phase
@@ -38,7 +39,6 @@ def upload_command(
     convert --verify with its files unchanged since), unless --force; --dry-run follows the same rule. The token
     comes from HF_TOKEN (or `hf auth login`) and is never printed.
     """
-    from eaglequant.cli import run_guarded
 
     def body() -> None:
         from eaglequant.api import upload

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, SourceOpt, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import absolute, note, out, result
 from eaglequant.cli.progress_display import phase
@@ -67,7 +68,6 @@ def verify_command(
     Thresholds come from the verify table of the scheme DST was converted with (recorded in its report). Exits 3
     when a check fails, 5 when the others hold but parity and fidelity could not run (no source).
     """
-    from eaglequant.cli import run_guarded
 
     def body() -> str:
         from eaglequant.api import verify

