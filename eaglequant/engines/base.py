@@ -26,6 +26,7 @@ class RuntimeModule:
     names: tuple[str, ...]
     members: tuple[str, ...]
     runs_unquantized: str | None = None
+    out_features: tuple[int, ...] = ()  # each member's, in the order the engine stacks them
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,12 @@ class Dialect:
     """How an engine reads one dialect of exclusion entries (a format's ``exclude_dialect``).
 
     ``match(runtime_name, patterns)``: the first pattern that excludes the module, or None. ``write(runtime_name,
-    any_layer)``: a pattern that this rule matches against ``runtime_name`` (with ``any_layer``, whatever the
-    layer index in ``model.layers.{i}.``).
+    any_layer)``: the patterns that together make this rule exclude ``runtime_name`` (with ``any_layer``, whatever
+    the layer index in ``model.layers.{i}.``); more than one where the engine asks under each fused member's name.
     """
 
     match: Callable[[str, list[str]], str | None]
-    write: Callable[[str, bool], str]
+    write: Callable[[str, bool], tuple[str, ...]]
 
 
 def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
@@ -71,17 +72,23 @@ class Engine(ABC):
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,
         one per other decoder linear (named by :meth:`fused_names` and :meth:`linear_names`)."""
         present = {linear.module for linear in head.linears}
+
+        def rows(*members: str) -> tuple[int, ...]:
+            return tuple(head.linear(m).out_features for m in members)
+
         modules = []
         if "fc" in present:
-            modules.append(RuntimeModule(("model.fc",), ("fc",), self.fc_unquantized(head)))
+            modules.append(RuntimeModule(("model.fc",), ("fc",), self.fc_unquantized(head), rows("fc")))
         if "lm_head" in present:
-            modules.append(RuntimeModule(("lm_head",), ("lm_head",), self.lm_head_unquantized(head)))
+            modules.append(RuntimeModule(("lm_head",), ("lm_head",), self.lm_head_unquantized(head), rows("lm_head")))
         grouped = {m for group in head.fused_groups for m in group.members}
         for group in head.fused_groups:
-            modules.append(RuntimeModule(self.fused_names(head, group, target_layers), group.members))
+            names = self.fused_names(head, group, target_layers)
+            modules.append(RuntimeModule(names, group.members, out_features=rows(*group.members)))
         for linear in head.decoder_linears:
             if linear.module not in grouped:
-                modules.append(RuntimeModule(self.linear_names(head, linear, target_layers), (linear.module,)))
+                names = self.linear_names(head, linear, target_layers)
+                modules.append(RuntimeModule(names, (linear.module,), out_features=rows(linear.module)))
         return modules
 
     def fc_unquantized(self, head: HeadDescription) -> str | None:
@@ -92,7 +99,9 @@ class Engine(ABC):
         """Why the engine's ``lm_head`` never gets a quantization method (None: the config decides)."""
         return None
 
-    def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
+    def pattern_problems(
+        self, head: HeadDescription, kinds: tuple[str, str | None], format_name: str, patterns: list[str]
+    ) -> list[str]:
         """Ways ``patterns`` break this engine's loading beyond which modules they exclude."""
         return []
 
@@ -128,8 +137,8 @@ class Engine(ABC):
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
         return self.dialect(format_name).match(runtime_name, patterns)
 
-    def write_pattern(self, format_name: str, runtime_name: str, any_layer: bool) -> str:
-        """A pattern this engine, reading ``format_name``'s config, matches against ``runtime_name``.
+    def write_patterns(self, format_name: str, runtime_name: str, any_layer: bool) -> tuple[str, ...]:
+        """Patterns with which this engine, reading ``format_name``'s config, excludes ``runtime_name``.
 
         ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
         """
@@ -153,6 +162,15 @@ class Engine(ABC):
         """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme
         ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
         return module.runs_unquantized
+
+    def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        """Why the engine fails to load ``module`` stored in scheme ``kinds``, so the checkpoint must keep it
+        unquantized *and* the config must exclude it (None: it loads)."""
+        return None
+
+    def needs_quantized(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        """Why the engine fails to load ``module`` unless it is stored in scheme ``kinds`` (None: BF16 loads too)."""
+        return None
 
     @abstractmethod
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:

@@ -36,11 +36,13 @@ class ModuleVerdict:
 def engine_requirements(
     head: HeadDescription, engines: list[Engine], kinds: tuple[str, str | None], format_name: str
 ) -> dict[str, str]:
-    """Canonical linear -> why a targeted engine needs it kept unquantized in the checkpoint."""
+    """Canonical linear -> why a targeted engine needs it kept unquantized in the checkpoint (it runs the module
+    unquantized whatever the config says, or cannot load it quantized)."""
     required: dict[str, str] = {}
     for engine in engines:
         for module in engine.runtime_modules(head, 0):
             reason = engine.unquantized_reason(module, kinds, format_name)
+            reason = reason or engine.load_refusal(module, kinds, format_name)
             if reason is not None:
                 for member in module.members:
                     required.setdefault(member, reason)
@@ -62,11 +64,11 @@ def synthesize_patterns(
                 if not set(module.members) <= excluded:
                     continue
                 for name in module.names:
-                    pattern = engine.write_pattern(format_name, name, any_layer=target_layers is None)
-                    if target_layers is None:
-                        _refuse_layer_dependent(engine, format_name, pattern, modules, excluded, name, count)
-                    if pattern not in patterns:
-                        patterns.append(pattern)
+                    for pattern in engine.write_patterns(format_name, name, any_layer=target_layers is None):
+                        if target_layers is None:
+                            _refuse_layer_dependent(engine, format_name, pattern, modules, excluded, name, count)
+                        if pattern not in patterns:
+                            patterns.append(pattern)
     return patterns
 
 
@@ -120,11 +122,20 @@ def prove(
     verdicts: list[ModuleVerdict] = []
     counts = layer_counts(target_layers)
     for engine in engines:
-        for problem in engine.pattern_problems(head, format_name, patterns):
+        for problem in engine.pattern_problems(head, kinds, format_name, patterns):
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
             for module in engine.runtime_modules(head, count):
                 reason = engine.unquantized_reason(module, kinds, format_name)
+                needed = engine.needs_quantized(module, kinds, format_name)
+                if needed is not None and not set(module.members) <= quantized:
+                    raise InputError(
+                        f"{engine.title} cannot load {symbolic_name(module.names[0], count)} unquantized under this "
+                        f"scheme ({needed}), but it is kept unquantized for "
+                        f"{', '.join(sorted(set(module.members) - quantized))}",
+                        hint="drop the --exclude that keeps it, or target the engines that need it kept in separate "
+                        "conversions",
+                    )
                 if reason is not None and set(module.members) & quantized:
                     raise ExclusionProofError(
                         f"{engine.title} runs {module.names[0]} unquantized ({reason}) but the plan quantizes "

@@ -3,7 +3,8 @@
 Describes SGLang 0.5.23, whose own loader the engine-load tests run on every fixture.
 Sources (sgl-project/sglang v0.5.23, ``python/sglang/srt``):
 - ``models/llama_eagle3.py``: every draft decoder layer is built with the *model's* prefix (``model``),
-  not ``model.layers.{i}``, so its modules are ``model.qkv_proj`` (override), ``model.self_attn.o_proj``,
+  not ``model.layers.{i}``, so its modules are ``model.qkv_proj`` (override; the base ``model.self_attn.qkv_proj``
+  and ``model.mlp.gate_up_proj`` are built first and replaced), ``model.self_attn.o_proj``,
   ``model.gate_up_proj``, ``model.down_proj`` whatever the layer; ``fc`` is a plain ``torch.nn.Linear``,
   never quantized; ``lm_head`` is a ParallelLMHead, which the Quark and compressed-tensors configs give no
   quantization method; ``layers/quantization/modelopt_quant.py`` does claim it, so a ModelOpt config must
@@ -20,6 +21,13 @@ Sources (sgl-project/sglang v0.5.23, ``python/sglang/srt``):
   full-matched against the whole name or any one dot-separated part, plus a fused-MLA rule (a pattern
   ending in q_a_proj / q_b_proj / kv_a_proj_with_mqa / kv_b_proj excludes a module whose last part
   contains that name).
+- ``layers/quantization/fp8.py::Fp8Config`` (the native ``fp8`` format): the first of ``ignored_layers`` and
+  ``modules_to_not_convert`` present; ``utils.py::is_layer_skipped``: an entry (with and without ``model.``)
+  excludes a name it equals, an ancestor of it, or a run of its dotted parts; ``qkv_proj`` and ``gate_up_proj``
+  are asked under their shards' names only (``model.q_proj`` ...), all of which must agree. Block FP8 needs
+  every member of a merged module to have a multiple of 128 rows (``Fp8LinearMethod.validate_block_quant_shapes``),
+  and an MLA ``kv_b_proj`` stored in FP8 fails ``post_load_weights``; quantized, a BF16 one is refused at load
+  ("Downcasting not allowed"), so it is kept BF16 *and* excluded. Seen by loading with SGLang 0.5.23.
 """
 
 from __future__ import annotations
@@ -32,8 +40,17 @@ from eaglequant.formats import get_format
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
-_LLAMA_FUSED = {"qkv_proj": "model.qkv_proj", "gate_up_proj": "model.gate_up_proj"}
-_MLA_FUSED = {"fused_qkv_a_proj": "model.self_attn.fused_qkv_a_proj_with_mqa", "gate_up_proj": "model.mlp.gate_up_proj"}
+# The Llama draft's layer first builds the base LlamaAttention / LlamaMLP modules (``model.self_attn.qkv_proj``,
+# ``model.mlp.gate_up_proj``), then replaces them: a quantization method whose weights cannot be created for the
+# base one (block FP8 on unaligned shards) fails the load, so rules cover both names.
+_LLAMA_FUSED = {
+    "qkv_proj": ("model.qkv_proj", "model.self_attn.qkv_proj"),
+    "gate_up_proj": ("model.gate_up_proj", "model.mlp.gate_up_proj"),
+}
+_MLA_FUSED = {
+    "fused_qkv_a_proj": ("model.self_attn.fused_qkv_a_proj_with_mqa",),
+    "gate_up_proj": ("model.mlp.gate_up_proj",),
+}
 _MLA_FUSED_TAILS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 
 
@@ -83,14 +100,14 @@ class SglangEngine(Engine):
         if module.names == ("lm_head",) and self.lm_head_unquantized_by_config(format_name):
             return f"SGLang's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         leaves = {member.rsplit(".", 1)[-1] for member in module.members}
-        if "kv_b_proj" in leaves:
+        if "kv_b_proj" in leaves and weight_kind(kinds[0]).rows_per_scale == 1:
             return _MLA_KV_B
         if "q_a_proj" in leaves and weight_kind(kinds[0]).global_scale:
             return _MLA_FUSED_GLOBAL_SCALE
         return module.runs_unquantized
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
-        return ((_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.kind],)
+        return (_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.kind]
 
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         local = linear.module.split(".", 2)[2]  # "self_attn.o_proj", "mlp.down_proj"
@@ -98,11 +115,27 @@ class SglangEngine(Engine):
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
 
+    def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        kind = weight_kind(kinds[0])
+        if kind.rows_per_scale == 1:
+            return None
+        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        if "kv_b_proj" in leaves:
+            return _MLA_KV_B
+        merged = _MERGED_SHARDS.get(module.names[0].rsplit(".", 1)[-1])
+        if merged and any(rows % kind.rows_per_scale for rows in module.out_features):
+            return (
+                f"SGLang's block-FP8 method needs every member of a merged {module.names[0]} to have a multiple of "
+                f"{kind.rows_per_scale} rows, the last included (fp8.py::validate_block_quant_shapes)"
+            )
+        return None
+
     def dialects(self) -> dict[str, Dialect]:
         # Runtime names do not depend on the target's layer count here, so any_layer changes nothing.
         return {
-            "exact-or-regex": Dialect(exact_or_regex_rule, lambda name, any_layer: f"re:^{re.escape(name)}$"),
-            "wildcard": Dialect(_modelopt_rule, lambda name, any_layer: name),
+            "exact-or-regex": Dialect(exact_or_regex_rule, lambda name, any_layer: (f"re:^{re.escape(name)}$",)),
+            "wildcard": Dialect(_modelopt_rule, lambda name, any_layer: (name,)),
+            "fp8-native": Dialect(_fp8_rule, lambda name, any_layer: tuple(_shard_names(name))),
         }
 
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
@@ -112,6 +145,37 @@ class SglangEngine(Engine):
             f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {draft_tokens + 1}"
         )
         return [ServingSnippet("SGLang", "bash", line)]
+
+
+# quantization/utils.py::is_layer_skipped resolves these fused modules to their shards whatever the config says
+# (_FALLBACK_FUSED_SHARDS), and never matches the fused name itself.
+_MERGED_SHARDS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _shard_names(runtime_name: str) -> list[str]:
+    parent, _, leaf = runtime_name.rpartition(".")
+    return [f"{parent}.{shard}" for shard in _MERGED_SHARDS.get(leaf, ())] or [runtime_name]
+
+
+def _fp8_path_match(pattern: str, name: str) -> bool:
+    """utils.py::_module_path_match, each entry taken with and without its ``model.`` prefix (Fp8Config)."""
+    bare = pattern.removeprefix("model.")
+    for entry in (bare, f"model.{bare}"):
+        if name == entry or name.startswith(f"{entry}.") or f".{entry}." in f".{name}.":
+            return True
+    return False
+
+
+def _fp8_rule(runtime_name: str, patterns: list[str]) -> str | None:
+    """Fp8Config (``ignored_layers``, else ``modules_to_not_convert``): a merged module is excluded when every shard
+    is (SGLang raises when only some are); other modules by their own name."""
+    chosen = []
+    for shard in _shard_names(runtime_name):
+        rule = next((p for p in patterns if _fp8_path_match(p, shard)), None)
+        if rule is None:
+            return None
+        chosen.append(rule)
+    return chosen[0]
 
 
 def _modelopt_rule(runtime_name: str, patterns: list[str]) -> str | None:

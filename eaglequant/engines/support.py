@@ -22,6 +22,7 @@ RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.
 FORMAT_NAMES = tuple(FORMATS)
 SCHEME_KINDS: dict[tuple[str, str | None], str] = {
     ("fp8-channel", "fp8-token"): "FP8 per-channel W8A8 (dynamic per-token activations)",
+    ("fp8-block", "fp8-group"): "FP8 block W8A8 (128x128 weight blocks, dynamic per-token-group activations)",
     ("nvfp4", None): "NVFP4 W4A16",
     ("nvfp4", "nvfp4"): "NVFP4 W4A4 (calibrated input_scale)",
     ("mxfp4", "mxfp4"): "MXFP4 W4A4 (dynamic activations)",
@@ -50,6 +51,7 @@ def _no(note: str) -> Support:
 
 
 _FP8 = ("fp8-channel", "fp8-token")
+_FB = ("fp8-block", "fp8-group")
 _NV16 = ("nvfp4", None)
 _NV4 = ("nvfp4", "nvfp4")
 _MX4 = ("mxfp4", "mxfp4")
@@ -60,6 +62,10 @@ _TRT12_NO_CT = _no(
     "TensorRT-LLM 1.2.x does not read compressed-tensors configs (_torch/model_config.py; added on main, PR #10796)"
 )
 _TRT_NO_MX = _no("TensorRT-LLM has no dense-linear MXFP4 method (MXFP4 is implemented for MoE layers only)")
+_VLLM_FP8_BLOCK = (
+    "block-FP8 W8A8 on SM89+ (CUTLASS or Triton); on Hopper with DeepGEMM installed it re-quantizes the weights to "
+    "power-of-two block scales at load (utils/deep_gemm.py); CPU needs AMX"
+)
 _SGL_NO_MLA_FP4 = "SGLang's models/kimi_k25_eagle3.py drops modelopt_fp4 configs"
 
 # (scheme kinds, format) -> engine -> Support. A missing cell means the format cannot store the scheme.
@@ -108,6 +114,27 @@ MATRIX: dict[tuple[tuple[str, str | None], str], dict[str, Support]] = {
         "trtllm": _TRT12_NO_CT,
         "sglang": _yes("CompressedTensorsW8A8Fp8 (srt/layers/quantization/compressed_tensors)"),
         "trtllm-main": _no("its FP8 rowwise path expects a 1-D [N] weight_scale; compressed-tensors stores [N, 1]"),
+    },
+    (_FB, "compressed-tensors"): {
+        "vllm": _if(f"CompressedTensorsW8A8Fp8, block strategy: {_VLLM_FP8_BLOCK}"),
+        "trtllm": _TRT12_NO_CT,
+        "sglang": _yes("CompressedTensorsW8A8Fp8, block strategy (schemes/compressed_tensors_w8a8_fp8.py)"),
+        "trtllm-main": _no(
+            "main reads a compressed-tensors config's config_groups['group_0'] only, and llm-compressor names this "
+            "group FP8_BLOCK (models/quant_config_utils.py)"
+        ),
+    },
+    (_FB, "fp8"): {
+        "vllm": _if(f"Fp8Config with weight_block_size: {_VLLM_FP8_BLOCK}"),
+        "trtllm": _no(
+            "1.2.x: how it reads a native fp8 config's exclusions could not be established at the release tag "
+            "(_torch/model_config.py)"
+        ),
+        "sglang": _yes("Fp8Config with weight_block_size (srt/layers/quantization/fp8.py)"),
+        "trtllm-main": _yes(
+            "FP8_BLOCK_SCALES, exclusions from modules_to_not_convert (_torch/model_config.py); an MLA kv_b_proj is "
+            "dequantized from its block scales (modeling_deepseekv3.py)"
+        ),
     },
     (_NV16, "compressed-tensors"): {
         "vllm": _if("CompressedTensorsW4A4Fp4(use_a16) on CUDA (Marlin); no ROCm kernel"),

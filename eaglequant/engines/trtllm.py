@@ -24,6 +24,10 @@ Shared by both (NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch``):
 - ``model_config.py`` does not read compressed-tensors configs (added on main by PR #10796, 2026-01).
 - No EAGLE-3 MLA draft model: absent at 1.2.0rc2 (``Eagle3DeepSeekV3ForCausalLM`` came later on main).
 
+- ``_torch/model_config.py::load_hf_quant_config``: ``quant_method: fp8`` with ``weight_block_size`` [128, 128] is
+  ``FP8_BLOCK_SCALES``; main reads the exclusions of such a config from ``modules_to_not_convert`` and always adds
+  ``*kv_b_proj*``, ``*k_b_proj*``, ``*eh_proj``. What the 1.2.x release reads there could not be read at its tag
+  (the versions found read no list, or only with the TRTLLM MoE backend), so the native fp8 cells of 1.2.x say no.
 main (2026), in addition:
 - The matcher also tries every ancestor of the name, and ``re:`` + ``re.fullmatch`` (PR #13844, 2026-05).
 - ``fc`` is built with the draft's quant config.
@@ -32,6 +36,8 @@ main (2026), in addition:
   q_a + kv_a weight is concatenated and gets a scale only from ``weight_scale_inv`` (its NVFP4 path exists
   on the newest main only). Whether ``kv_b_proj`` is excluded is asked with the bare leaf name
   ``kv_b_proj``; a rule matching it sends a BF16 kv_b_proj down the block-FP8 dequant path (KeyError).
+  So under block FP8 these two are stored block-FP8 (kv_b_proj must be: the config's default exclusion sends it
+  down the dequant path), and under any other scheme BF16.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ import re
 from typing import ClassVar
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -55,7 +62,7 @@ _MLA_BF16_ONLY["kv_a_proj_with_mqa"] = _MLA_BF16_ONLY["q_a_proj"]
 
 
 # The formats' exclusion dialects whose lists TensorRT-LLM reads into QuantConfig.exclude_modules.
-_READ_DIALECTS = ("exact-or-regex", "wildcard")
+_READ_DIALECTS = ("exact-or-regex", "wildcard", "fp8-native")
 
 
 def _layer_prefix(head: HeadDescription, layer: int) -> str:
@@ -94,15 +101,29 @@ class TrtllmMainEngine(Engine):
         return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
 
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        block_scaled = weight_kind(kinds[0]).rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
         for member in module.members:
             reason = _MLA_BF16_ONLY.get(member.rsplit(".", 1)[-1])
-            if reason is not None:
+            if reason is not None and not block_scaled:
                 return reason
         return module.runs_unquantized
 
-    def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
-        if head.attention != "mla":
-            return []
+    def needs_quantized(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        if weight_kind(kinds[0]).rows_per_scale == 1:
+            return None
+        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        if "kv_b_proj" in leaves:
+            return (
+                "a block-FP8 config always excludes *kv_b_proj* (_torch/model_config.py), and the MLA loader then "
+                "dequantizes it from weight_scale_inv, which a BF16 kv_b_proj lacks (modeling_deepseekv3.py)"
+            )
+        return None
+
+    def pattern_problems(
+        self, head: HeadDescription, kinds: tuple[str, str | None], format_name: str, patterns: list[str]
+    ) -> list[str]:
+        if head.attention != "mla" or weight_kind(kinds[0]).rows_per_scale > 1:
+            return []  # a block-FP8 kv_b_proj is what the dequant path reads
         return [
             f"TensorRT-LLM asks whether the bare name 'kv_b_proj' is excluded, and {p!r} matches it: the BF16 "
             "kv_b_proj then goes down the block-FP8 dequant path and loading fails (weight_scale_inv missing)"
@@ -113,7 +134,7 @@ class TrtllmMainEngine(Engine):
     def dialects(self) -> dict[str, Dialect]:
         # One matcher (QuantConfig.is_module_excluded_from_quantization) whatever the format; runtime names do not
         # depend on the target's layer count here.
-        dialect = Dialect(self._excluding_pattern, lambda name, any_layer: name)
+        dialect = Dialect(self._excluding_pattern, lambda name, any_layer: (name,))
         return dict.fromkeys(_READ_DIALECTS, dialect)
 
     def _excluding_pattern(self, runtime_name: str, patterns: list[str]) -> str | None:
@@ -152,5 +173,7 @@ class TrtllmEngine(TrtllmMainEngine):
     def fc_unquantized(self, head: HeadDescription) -> str | None:
         return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
 
-    def pattern_problems(self, head: HeadDescription, format_name: str, patterns: list[str]) -> list[str]:
+    def pattern_problems(
+        self, head: HeadDescription, kinds: tuple[str, str | None], format_name: str, patterns: list[str]
+    ) -> list[str]:
         return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question

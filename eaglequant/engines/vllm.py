@@ -20,6 +20,11 @@ Sources (vllm-project/vllm, v0.32.0):
   (seen by loading with vLLM 0.32.0), so ``lm_head`` is never quantized.
 - ``vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py``: ``ignore`` goes
   through the same ``find_matching_patterns`` rule (exact, or ``re:`` + re.match).
+- ``vllm/model_executor/layers/quantization/fp8.py::Fp8Config`` (the native ``fp8`` format): ``ignored_layers``, else
+  (when absent or empty) ``modules_to_not_convert``; ``quant_utils.is_layer_skipped`` with match mode "exact": only
+  the exact runtime prefix excludes a module (no ``re:``, no substring; the draft's empty fused mapping means a
+  fused module is excluded by its own name only: seen by loading 15 spellings with vLLM 0.32.0). ``lm_head`` is
+  a ParallelLMHead, not a LinearBase, so Fp8Config never quantizes it.
 - ``vllm/model_executor/layers/quantization/modelopt.py::ModelOptQuantConfigBase.is_layer_excluded``:
   exact (``is_layer_skipped``), then *substring* (``pattern in prefix``), then ``fnmatch``; no ``re:``.
   ``get_quant_method`` quantizes ``ParallelLMHead`` too, so ``lm_head`` must be listed to stay BF16.
@@ -36,6 +41,7 @@ from typing import ClassVar
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
 from eaglequant.errors import InputError
 from eaglequant.formats import get_format
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
@@ -68,29 +74,30 @@ _ROCM_AITER_MLA = (
 )
 
 
-def _write_wildcard(runtime_name: str, any_layer: bool) -> str:
-    return _LAYER_NUMBER.sub("*", runtime_name) if any_layer else runtime_name
+def _write_wildcard(runtime_name: str, any_layer: bool) -> tuple[str, ...]:
+    return (_LAYER_NUMBER.sub("*", runtime_name) if any_layer else runtime_name,)
 
 
-def _write_regex(runtime_name: str, any_layer: bool) -> str:
+def _write_regex(runtime_name: str, any_layer: bool) -> tuple[str, ...]:
     escaped = re.escape(runtime_name)
     if any_layer:
         escaped = _ESCAPED_LAYER_NUMBER.sub(r"\\d+", escaped)
-    return f"re:^{escaped}$"
+    return (f"re:^{escaped}$",)
 
 
 def _exact_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return next((pattern for pattern in patterns if pattern == runtime_name), None)
 
 
-def _write_exact(runtime_name: str, any_layer: bool) -> str:
+def _write_exact(runtime_name: str, any_layer: bool) -> tuple[str, ...]:
     if any_layer and _LAYER_NUMBER.search(runtime_name):
         raise InputError(
-            f"vLLM matches fp8 ignored_layers by exact name, so excluding {_LAYER_NUMBER.sub('{L}', runtime_name)} "
-            "needs the target's layer count (the draft's layers are numbered after the target's)",
+            f"vLLM matches a native fp8 config's exclusions by exact name, so excluding "
+            f"{_LAYER_NUMBER.sub('{L}', runtime_name)} needs the target's layer count (the draft's layers are "
+            "numbered after the target's)",
             hint="pass --target-layers N",
         )
-    return runtime_name
+    return (runtime_name,)
 
 
 class VllmEngine(Engine):
@@ -128,13 +135,23 @@ class VllmEngine(Engine):
             return f"vLLM's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         return module.runs_unquantized
 
+    def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+        kind = weight_kind(kinds[0])
+        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        if kind.rows_per_scale > 1 and "kv_b_proj" in leaves and module.out_features[0] % kind.rows_per_scale:
+            return (
+                f"vLLM splits an MLA kv_b_proj by whole {kind.rows_per_scale}-row scale blocks, and its "
+                f"{module.out_features[0]} rows are not a multiple (mla_attention.py::split_kv_b_proj)"
+            )
+        return None
+
     def dialects(self) -> dict[str, Dialect]:
         # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns.
         return {
             "exact-or-regex": Dialect(exact_or_regex_rule, _write_regex),
             "wildcard": Dialect(_modelopt_rule, _write_wildcard),
             # Fp8Config: quant_utils.is_layer_skipped, match_mode "exact", an empty fused mapping for drafts.
-            "exact": Dialect(_exact_rule, _write_exact),
+            "fp8-native": Dialect(_exact_rule, _write_exact),
         }
 
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:

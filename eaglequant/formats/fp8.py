@@ -4,9 +4,11 @@
   ``weight_scale_inv`` F32 [ceil(N/128), K/128], a multiplier despite its name (W ~= weight * scale). No input
   scale: activations are quantized per token per group of 128 at run time.
 
-vLLM, SGLang and TensorRT-LLM read this config with their own ``Fp8Config``: ``fmt`` is informational,
-excluded modules are listed under ``ignored_layers`` (vLLM falls back to ``modules_to_not_convert`` only
-when ``ignored_layers`` is absent or empty), matched as exact runtime module names (see engines/).
+vLLM, SGLang and TensorRT-LLM read this config with their own code; ``fmt`` is informational. Excluded modules
+are written under ``modules_to_not_convert``, the one key all three read: vLLM reads ``ignored_layers`` and falls
+back to it when that is absent or empty, SGLang reads whichever of the two comes first, TensorRT-LLM main reads
+only it. Each engine matches the entries its own way (engines/: exact names in vLLM, dotted-path matches on
+shard names in SGLang, globs in TensorRT-LLM), so the list holds every engine's spelling.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.formats.base import Format, GroupScales, Recipe
+from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -24,6 +26,9 @@ if TYPE_CHECKING:
     import torch
 
     from eaglequant.kernels.stored import StoredLinear
+
+
+IGNORED_LAYERS = "ignored_layers"
 
 
 class _Fp8Block(Recipe):
@@ -63,8 +68,8 @@ class Fp8Format(Format):
     name: ClassVar[str] = "fp8"
     title: ClassVar[str] = "native fp8"
     quant_method: ClassVar[str] = "fp8"
-    exclude_key: ClassVar[str] = "ignored_layers"
-    exclude_dialect: ClassVar[str] = "exact"
+    exclude_key: ClassVar[str] = "modules_to_not_convert"
+    exclude_dialect: ClassVar[str] = "fp8-native"
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Block(),)
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
 
@@ -76,7 +81,7 @@ class Fp8Format(Format):
             "fmt": "e4m3",
             "activation_scheme": "dynamic",
             "weight_block_size": list(recipe.block),
-            "ignored_layers": list(exclude),
+            "modules_to_not_convert": list(exclude),
         }
 
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
@@ -86,9 +91,19 @@ class Fp8Format(Format):
             quantization_config.get("fmt", "e4m3"),
         )
 
-    def _patterns(self, quantization_config: dict[str, Any]) -> list[str]:
-        # vLLM reads modules_to_not_convert only when ignored_layers is missing or empty.
-        if quantization_config.get(self.exclude_key):
-            return super()._patterns(quantization_config)
-        fallback = quantization_config.get("modules_to_not_convert") or []
-        return super()._patterns({self.exclude_key: fallback})
+    def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
+        """A config that also has ``ignored_layers`` is read differently by each engine: vLLM takes it unless it is
+        empty, SGLang whenever it is present, TensorRT-LLM never. The rules are vLLM's; a disagreement is a problem."""
+        written = super().read_config(quantization_config, extra)
+        if IGNORED_LAYERS not in quantization_config:
+            return written
+        ignored = self._patterns({self.exclude_key: quantization_config[IGNORED_LAYERS]})
+        if ignored != written.patterns:
+            written.problems.append(
+                f"quantization_config has both {IGNORED_LAYERS} {ignored!r} and {self.exclude_key} "
+                f"{written.patterns!r}: vLLM and SGLang read the first (vLLM only when it is not empty), "
+                "TensorRT-LLM the second"
+            )
+        if ignored:
+            written.patterns[:] = ignored
+        return written

@@ -164,6 +164,13 @@ def scheme_for_kinds(kinds: tuple[str, str | None]) -> Scheme:
     return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
+def scheme_of_kinds(kinds: tuple[str, str | None]) -> Scheme:
+    """A scheme with these registered kinds and default thresholds, for reading a config (no built-in needed)."""
+    weight = _tensor_quant(WEIGHT_KINDS[kinds[0]], dynamic=False)
+    activation = None if kinds[1] is None else _tensor_quant(ACTIVATION_KINDS[kinds[1]])
+    return Scheme(f"{kinds[0]}/{kinds[1] or 'weight-only'}", "", weight, activation, "(kinds)")
+
+
 def _check_keys(where: str, table: Any, allowed: set[str], required: set[str]) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise SchemeError(f"{where} must be a table")

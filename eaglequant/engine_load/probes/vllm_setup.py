@@ -47,7 +47,38 @@ def apply_patches() -> list[str]:
         " NVFP4 W4A16 selects Marlin as on Hopper, so the"
         " layer is created and loaded; Marlin's repack/GEMM are CUDA-only, so its gemm only notes the failure"
     )
+    patches.append(_add_block_fp8_emulation())
     return patches
+
+
+def _add_block_fp8_emulation() -> str:
+    """vLLM's CPU block-FP8 kernels need AMX tiles; a pure-torch one goes after them in the CPU list."""
+    from vllm.model_executor.kernels.linear import _POSSIBLE_FP8_BLOCK_KERNELS
+    from vllm.model_executor.kernels.linear.scaled_mm.BlockScaledMMLinearKernel import Fp8BlockScaledMMLinearKernel
+    from vllm.platforms import PlatformEnum
+
+    class EmulationFp8BlockScaledMMKernel(Fp8BlockScaledMMLinearKernel):
+        """The base class quantizes activations with vLLM's own QuantFP8 (1 x 128 groups); A and B are then
+        dequantized with their scales and multiplied in float32."""
+
+        @classmethod
+        def is_supported(cls, compute_capability: Any = None) -> tuple[bool, str | None]:
+            return True, None
+
+        def apply_block_scaled_mm(self, A: Any, B: Any, As: Any, Bs: Any) -> Any:
+            rows, cols = self.weight_group_shape.row, self.weight_group_shape.col
+            m, k = A.shape
+            n = B.shape[0]
+            a = A.float() * As.float().reshape(m, -1).repeat_interleave(cols, 1)[:, :k]
+            b = B.float() * Bs.float().repeat_interleave(rows, 0)[:n].repeat_interleave(cols, 1)[:, :k]
+            return a @ b.T
+
+    _POSSIBLE_FP8_BLOCK_KERNELS[PlatformEnum.CPU].append(EmulationFp8BlockScaledMMKernel)
+    return (
+        "EmulationFp8BlockScaledMMKernel (pure torch) appended to _POSSIBLE_FP8_BLOCK_KERNELS[PlatformEnum.CPU]"
+        " after the AMX kernels: block-FP8 layers are created on a CPU without AMX; activations are quantized by"
+        " vLLM's QuantFP8 (1 x 128 groups), then the dequantized operands are multiplied in float32"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
