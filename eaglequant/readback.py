@@ -190,7 +190,7 @@ def _read_engine(
     for index, module in enumerate(modules_by_count[-1]):
         spellings = [(count, m.names) for count, m in zip(counts, (ms[index] for ms in modules_by_count), strict=True)]
         readings.append(_read_module(engine, head, tensors, fmt, scheme, patterns, module, spellings, target))
-    problems = tuple(engine.pattern_problems(head, scheme.kinds, fmt.name, patterns))
+    problems = tuple(engine.pattern_problems(head, fmt.name, patterns, scheme.kinds))
     notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name))
     return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes)
 

@@ -155,7 +155,41 @@ TRAPS = [
     ("sglang", "modelopt", "self_attn", "model.self_attn.o_proj", True),  # one part catches all attention
     ("sglang", "modelopt", "kv_a_proj_with_mqa", "model.self_attn.fused_qkv_a_proj_with_mqa", True),
     ("sglang", "modelopt", "model.layers.61.mlp.down_proj", "model.down_proj", False),
+    # vLLM, native fp8 (Fp8Config, match mode "exact"): only the exact runtime name; seen by loading with vLLM 0.32.0.
+    ("vllm", "fp8", "model.fc", "model.fc", True),
+    ("vllm", "fp8", "fc", "model.fc", False),  # no substring
+    ("vllm", "fp8", "re:.*fc$", "model.fc", False),  # no re:
+    ("vllm", "fp8", "model.layers.61.self_attn.qkv_proj", "model.layers.61.self_attn.qkv_proj", True),
+    ("vllm", "fp8", "model.layers.61.self_attn.q_proj", "model.layers.61.self_attn.qkv_proj", False),  # no shards
+    ("vllm", "fp8", "model.layers.0.self_attn.qkv_proj", "model.layers.61.self_attn.qkv_proj", False),
+    # SGLang, native fp8: dotted-path match (equal, ancestor, run of parts), with and without "model.";
+    # qkv_proj / gate_up_proj asked under their shards only. Seen by loading with SGLang 0.5.23.
+    ("sglang", "fp8", "model.qkv_proj", "model.qkv_proj", False),  # the fused name is never asked
+    ("sglang", "fp8", "q_proj", "model.qkv_proj", False),  # k_proj and v_proj not excluded: not all shards
+    ("sglang", "fp8", "model.self_attn.kv_b_proj", "model.self_attn.kv_b_proj", True),
+    ("sglang", "fp8", "kv_b_proj", "model.self_attn.kv_b_proj", True),  # one dotted part
+    ("sglang", "fp8", "model.layers.61.self_attn.kv_b_proj", "model.self_attn.kv_b_proj", False),  # vLLM's name
+    ("sglang", "fp8", "self_attn", "model.self_attn.o_proj", True),  # an ancestor
+    ("sglang", "fp8", "midlayer.self_attn.q_proj", "model.qkv_proj", False),  # checkpoint names miss it
+    # TensorRT-LLM main, native fp8: modules_to_not_convert through the same globs.
+    ("trtllm-main", "fp8", "*fc", "model.fc", True),
+    ("trtllm-main", "fp8", "model.midlayer.self_attn.qkv_proj", "model.midlayer.self_attn.qkv_proj", True),
 ]
+
+
+SGLANG_SHARDS = [  # SGLang, native fp8: a merged module is excluded when every shard is
+    (["model.q_proj", "model.k_proj", "model.v_proj"], "model.qkv_proj", True),
+    (["q_proj", "k_proj", "v_proj"], "model.qkv_proj", True),
+    (["model.gate_proj", "up_proj"], "model.gate_up_proj", True),
+    (["model.gate_proj"], "model.gate_up_proj", False),
+]
+
+
+@pytest.mark.parametrize(("patterns", "name", "excluded"), SGLANG_SHARDS)
+def test_sglang_excludes_a_native_fp8_merged_module_by_all_its_shards(
+    patterns: list[str], name: str, excluded: bool
+) -> None:
+    assert (ENGINES["sglang"].matching_rule("fp8", name, patterns) is not None) is excluded
 
 
 @pytest.mark.parametrize(("engine", "fmt", "pattern", "name", "excluded"), TRAPS)

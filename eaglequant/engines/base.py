@@ -100,7 +100,7 @@ class Engine(ABC):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, kinds: tuple[str, str | None], format_name: str, patterns: list[str]
+        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
     ) -> list[str]:
         """Ways ``patterns`` break this engine's loading beyond which modules they exclude."""
         return []

@@ -122,7 +122,7 @@ def prove(
     verdicts: list[ModuleVerdict] = []
     counts = layer_counts(target_layers)
     for engine in engines:
-        for problem in engine.pattern_problems(head, kinds, format_name, patterns):
+        for problem in engine.pattern_problems(head, format_name, patterns, kinds):
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
             for module in engine.runtime_modules(head, count):

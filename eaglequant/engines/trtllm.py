@@ -120,9 +120,9 @@ class TrtllmMainEngine(Engine):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, kinds: tuple[str, str | None], format_name: str, patterns: list[str]
+        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
     ) -> list[str]:
-        if head.attention != "mla" or weight_kind(kinds[0]).rows_per_scale > 1:
+        if head.attention != "mla" or (kinds is not None and weight_kind(kinds[0]).rows_per_scale > 1):
             return []  # a block-FP8 kv_b_proj is what the dequant path reads
         return [
             f"TensorRT-LLM asks whether the bare name 'kv_b_proj' is excluded, and {p!r} matches it: the BF16 "
@@ -174,6 +174,6 @@ class TrtllmEngine(TrtllmMainEngine):
         return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
 
     def pattern_problems(
-        self, head: HeadDescription, kinds: tuple[str, str | None], format_name: str, patterns: list[str]
+        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
     ) -> list[str]:
         return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question
