@@ -104,9 +104,8 @@ def convert(
     ``dst`` (atomically: ``dst`` appears only when complete, model card and report included). An existing
     ``dst`` is replaced with ``overwrite`` if eaglequant wrote it (it has a report), with ``overwrite_any`` whatever.
 
-    ``options``, or ``settings`` (any :class:`ConversionOptions` field by name: ``scheme``, ``format``,
-    ``engines``, ``exclude``, ``quantize``, ``target_layers``, ``target_config``, ``max_shard_size``, ``calib``,
-    ``verify_output``, ``repo_id``, ``workers``, ``device``) say what to write. Among them:
+    ``options``, or ``settings`` (its fields by name: ``scheme="nvfp4"``, ``engines=["vllm", "sglang"]``, ...;
+    see :class:`ConversionOptions`) say what to write. Among them:
     ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
     schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
     ``verify_output``: run :func:`verify` on the result against ``src`` before it is moved into place, store
