@@ -1,7 +1,7 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
-The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``;
-``eaglequant.batch.run_batch``)
+The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, the options
+type ``ConversionOptions``; ``eaglequant.batch.run_batch``)
 is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
 the work that needs it.
 """
@@ -14,11 +14,16 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
+    from eaglequant.options import ConversionOptions
 
-__all__ = ["__version__", "convert", "explain", "inspect", "load_checks", "upload", "verify"]
+__all__ = ["ConversionOptions", "__version__", "convert", "explain", "inspect", "load_checks", "upload", "verify"]
 
 
 def __getattr__(name: str) -> Any:
+    if name == "ConversionOptions":
+        from eaglequant.options import ConversionOptions
+
+        return ConversionOptions
     if name in ("convert", "explain", "inspect", "load_checks", "upload", "verify"):
         from eaglequant import api
 

@@ -9,22 +9,25 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
+from eaglequant.conversion_result import ConversionResult
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
 from eaglequant.fidelity import DEFAULT_TOKENS
-from eaglequant.hub import SourceRef, check_repo_id, resolve_source
+from eaglequant.finisher import FinishStep
+from eaglequant.hub import SourceRef, resolve_source
+from eaglequant.inspection import InspectReport
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.pipeline import ConversionResult, parse_size, run_conversion
-from eaglequant.plan import ConversionPlan, build_plan, refuse_unused_calibration
+from eaglequant.options import ConversionOptions
+from eaglequant.pipeline import run_conversion
+from eaglequant.plan import ConversionPlan, build_plan
 from eaglequant.progress import Progress
 from eaglequant.upload import UploadResult
 
@@ -32,70 +35,6 @@ if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
     from eaglequant.readback import Explanation
     from eaglequant.verification import VerifyReport
-from eaglequant.schemes.model import Scheme, load_scheme
-
-DEFAULT_SCHEME = "fp8-per-channel"
-DEFAULT_FORMAT = "quark"
-DEFAULT_ENGINES = ("vllm",)
-
-
-@dataclass
-class InspectReport:
-    source: Path
-    source_format: str
-    files: list[str]
-    head: HeadDescription
-    plan: ConversionPlan
-
-    def rows(self) -> list[dict[str, Any]]:
-        quantized = {lin.weight for lin in self.plan.quantized}
-        return [
-            {
-                "name": t.name,
-                "dtype": t.info.dtype,
-                "shape": list(t.info.shape),
-                "bytes": t.info.nbytes,
-                "file": t.info.file.name,
-                "role": t.role.value,
-                "action": "quantize" if t.name in quantized else "keep",
-                "reason": "" if t.name in quantized else self.plan.kept[t.name],
-            }
-            for t in self.head.tensors
-        ]
-
-    def to_json(self) -> dict[str, Any]:
-        head = self.head
-        return {
-            "source": str(self.source),
-            "source_format": self.source_format,
-            "files": self.files,
-            "layout": head.layout,
-            "layout_title": head.layout_title,
-            "reason": head.reason,
-            "attention": head.attention,
-            "num_layers": head.num_layers,
-            "features": list(head.features),
-            "dims": {k: v for k, v in head.dims.__dict__.items() if v is not None},
-            "fused_groups": {g.name: list(g.members) for g in head.fused_groups},
-            "scheme": self.plan.scheme.name,
-            "format": self.plan.format.name,
-            "engines": [e.name for e in self.plan.engines],
-            "tensors": self.rows(),
-            "exclude": self.plan.exclude_patterns,
-            "target_layers": self.plan.target.to_json(),
-            "runtime_modules": [
-                {
-                    "engine": v.engine,
-                    "module": v.runtime_name,
-                    "quantized": v.quantized,
-                    "rule": v.rule,
-                    "engine_reason": v.engine_reason,
-                }
-                for v in self.plan.verdicts
-            ],
-            "source_bytes": sum(t.info.nbytes for t in head.tensors),
-            "estimated_output_bytes": self.plan.output_bytes,
-        }
 
 
 def _open(src: str | Path) -> tuple[Checkpoint, HeadDescription]:
@@ -114,81 +53,65 @@ def _open(src: str | Path) -> tuple[Checkpoint, HeadDescription]:
         raise
 
 
-def inspect(
-    src: str | Path,
-    *,
-    scheme: str = DEFAULT_SCHEME,
-    format: str = DEFAULT_FORMAT,
-    exclude: list[str] | tuple[str, ...] = (),
-    quantize: list[str] | tuple[str, ...] = (),
-    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
-    target_layers: int | None = None,
-    target_config: str | Path | None = None,
-) -> InspectReport:
-    """Describe a checkpoint (a directory or a Hub repo id) and what converting it would do. Reads headers
-    only (a Hub source is downloaded first)."""
-    target = (target_layers, target_config)
-    with _planned(src, scheme, format, exclude, quantize, engines, target) as (source, checkpoint, plan):
+def inspect(src: str | Path, options: ConversionOptions | None = None, **settings: Any) -> InspectReport:
+    """Describe a checkpoint (a directory or a Hub repo id) and what converting it with ``options`` (or
+    ``settings``: any :class:`ConversionOptions` field by name) would do. Reads headers only (a Hub source is
+    downloaded first); the options that do not change the plan are checked, and have no other effect."""
+    chosen = ConversionOptions.build(options, **settings)
+    source = resolve_source(src)
+    with _planned(source, chosen) as (checkpoint, plan):
         files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
         return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan)
 
 
 @contextmanager
 def _planned(
-    src: str | Path,
-    scheme: str | Scheme,
-    format: str,
-    exclude: list[str] | tuple[str, ...],
-    quantize: list[str] | tuple[str, ...],
-    engines: list[str] | tuple[str, ...],
-    target: tuple[int | None, str | Path | None],
-) -> Iterator[tuple[SourceRef, Checkpoint, ConversionPlan]]:
-    """The source opened, and the plan for it (from headers only). ``target``: layer count, target config."""
-    source = resolve_source(src)
+    source: SourceRef, options: ConversionOptions, *, calibrate: bool = False
+) -> Iterator[tuple[Checkpoint, ConversionPlan]]:
+    """The source opened, and the plan for it (from headers only; with ``calibrate`` and a ``calib`` file, after
+    the calibration forward)."""
     checkpoint, head = _open(source.path)
     with checkpoint:
+        input_amax = None
+        if calibrate and options.calib is not None:
+            from eaglequant.draft.calibrate import calibrate as calibrated_amax
+
+            input_amax = calibrated_amax(checkpoint, head, options.calib)
         plan = build_plan(
             head,
-            scheme,
-            format,
-            exclude=exclude,
-            quantize=quantize,
-            engines=engines,
-            target_layers=target[0],
-            target_config=target[1],
+            options.resolved_scheme,
+            options.format,
+            exclude=options.exclude,
+            quantize=options.quantize,
+            engines=options.engines,
+            target_layers=options.target_layers,
+            target_config=options.target_config,
+            input_amax=input_amax,
         )
-        yield source, checkpoint, plan
+        yield checkpoint, plan
 
 
 def convert(
     src: str | Path,
     dst: str | Path,
+    options: ConversionOptions | None = None,
     *,
-    scheme: str = DEFAULT_SCHEME,
-    format: str = DEFAULT_FORMAT,
-    exclude: list[str] | tuple[str, ...] = (),
-    quantize: list[str] | tuple[str, ...] = (),
-    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
-    target_layers: int | None = None,
-    target_config: str | Path | None = None,
     overwrite: bool = False,
     overwrite_any: bool = False,
-    max_shard_size: str | int = "5GB",
-    calib: str | Path | None = None,
-    verify_output: bool = False,
-    repo_id: str | None = None,
     progress: Progress | None = None,
-    workers: int | None = None,
-    device: str = "cpu",
+    **settings: Any,
 ) -> ConversionResult:
     """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
     ``dst`` (atomically: ``dst`` appears only when complete, model card and report included). An existing
     ``dst`` is replaced with ``overwrite`` if eaglequant wrote it (it has a report), with ``overwrite_any`` whatever.
 
+    ``options``, or ``settings`` (its fields by name: ``scheme="nvfp4"``, ``engines=["vllm", "sglang"]``, ...;
+    see :class:`ConversionOptions`) say what to write. Among them:
     ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
     schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
     ``verify_output``: run :func:`verify` on the result against ``src`` before it is moved into place, store
-    its report in ``dst/eaglequant_verify.json`` (``result.verification``) and its figures in the card.
+    its report in ``dst/eaglequant_verify.json`` (``result.verification``) and its figures in the card; an output
+    that fails it is moved to ``DST.verify-failed`` instead (``result.destination``), and ``dst`` left as it was.
     ``repo_id``: the Hub repo the result will be uploaded to; the card's serving lines name the draft by it
     (default: the absolute path of ``dst``).
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the same
@@ -199,174 +122,92 @@ def convert(
     from eaglequant.devices import quantization_device
     from eaglequant.manifest import BackgroundDigests, conversion_manifest
 
-    dst_path, max_shard_bytes = Path(dst), parse_size(max_shard_size)
-    quantization_device(device)  # a missing GPU is bad input, said before any work
-    if repo_id is not None:
-        check_repo_id(repo_id)
+    chosen = ConversionOptions.build(options, **settings)
+    dst_path = Path(dst)
+    quantization_device(chosen.device)  # a missing GPU is bad input, said before any work
     source = resolve_source(src)
     check_destination(source.path, dst_path, overwrite, overwrite_any)
-    scheme_obj = load_scheme(scheme)
-    if calib is not None:
-        refuse_unused_calibration(scheme_obj)  # before the (slow) calibration forward
-    checkpoint, head = _open(source.path)
-    with checkpoint:
-        input_amax = None
-        if calib is not None:
-            from eaglequant.draft.calibrate import calibrate
-
-            input_amax = calibrate(checkpoint, head, calib)
-        plan = build_plan(
-            head,
-            scheme_obj,
-            format,
-            exclude=exclude,
-            quantize=quantize,
-            engines=engines,
-            target_layers=target_layers,
-            target_config=target_config,
-            input_amax=input_amax,
-        )
-        options = _manifest_options(
-            scheme_obj, _planned_names(plan), exclude, quantize, max_shard_bytes, calib, verify_output, repo_id
-        )
+    with _planned(source, chosen, calibrate=True) as (checkpoint, plan):
+        recorded = chosen.manifest(plan.target.count)
         digests = BackgroundDigests(source.path)  # once the plan holds: hashing overlaps the conversion
-        draft = repo_id or str(dst_path.resolve())
-        result = run_conversion(
+        draft = chosen.repo_id or str(dst_path.resolve())
+        steps = [_verify_step(dst_path, source.path, chosen)] if chosen.verify_output else []
+        return run_conversion(
             checkpoint,
             plan,
             dst_path,
             overwrite=overwrite or overwrite_any,
-            max_shard_bytes=max_shard_bytes,
+            max_shard_bytes=chosen.max_shard_bytes,
             progress=progress,
-            manifest=lambda: conversion_manifest(source, options, digests.result()),
-            card=card_context(source_card_metadata(source.path), head.config, source.repo_id, draft),
-            finish=_verifier(dst_path, source.path, engines, target_layers, target_config, calib)
-            if verify_output
-            else None,
-            workers=workers,
-            device=device,
+            manifest=lambda: conversion_manifest(source, recorded, digests.result()),
+            card=card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft),
+            steps=[*steps, _card_step()],
+            workers=chosen.workers,
+            device=chosen.device,
         )
-    return result
 
 
-def manifest_key(
-    src: str | Path,
-    *,
-    scheme: str = DEFAULT_SCHEME,
-    format: str = DEFAULT_FORMAT,
-    exclude: list[str] | tuple[str, ...] = (),
-    quantize: list[str] | tuple[str, ...] = (),
-    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
-    target_layers: int | None = None,
-    target_config: str | Path | None = None,
-    max_shard_size: str | int = "5GB",
-    calib: str | Path | None = None,
-    verify_output: bool = False,
-    repo_id: str | None = None,
-) -> str:
-    """The manifest key :func:`convert` with these arguments would record, without converting: a destination
+def manifest_key(src: str | Path, options: ConversionOptions | None = None, **settings: Any) -> str:
+    """The manifest key :func:`convert` with these options would record, without converting: a destination
     carrying it, complete, needs no new conversion. A local source's headers are read (and the options checked
     against them); a Hub source is not downloaded: its weights' SHA-256 come from the Hub's file listing, and
     only its small side files (config.json, ...) are fetched."""
-    from eaglequant.hub import hub_offline, is_hub_reference
-    from eaglequant.manifest import conversion_manifest
+    from eaglequant.hub import hub_offline, is_hub_reference, remote_source_digests
+    from eaglequant.manifest import conversion_manifest, manifest_key_of
 
-    scheme_obj = load_scheme(scheme)
-    max_shard_bytes = parse_size(max_shard_size)
-    settings = (exclude, quantize, max_shard_bytes, calib, verify_output, repo_id)
+    chosen = ConversionOptions.build(options, **settings)
     if is_hub_reference(src) and not hub_offline():
-        return _remote_manifest_key(str(src), scheme_obj, format, engines, (target_layers, target_config), settings)
-    target = (target_layers, target_config)
-    with _planned(src, scheme_obj, format, exclude, quantize, engines, target) as (source, _, plan):
-        options = _manifest_options(scheme_obj, _planned_names(plan), *settings)
-    return conversion_manifest(source, options).key
+        # the target's layer count resolved from the Hub's config.json as build_plan resolves it
+        files, config = remote_source_digests(str(src))
+        target = resolve_target_layers(chosen.target_layers, chosen.target_config, config)
+        return manifest_key_of(files, chosen.manifest(target.count))
+    source = resolve_source(src)
+    with _planned(source, chosen) as (_, plan):
+        recorded = chosen.manifest(plan.target.count)
+    return conversion_manifest(source, recorded).key
 
 
-def _remote_manifest_key(
-    src: str,
-    scheme: Scheme,
-    format: str,
-    engines: list[str] | tuple[str, ...],
-    target: tuple[int | None, str | Path | None],
-    settings: tuple[Any, ...],
-) -> str:
-    """:func:`manifest_key` of a Hub source from its listing and config.json: the names a plan would resolve
-    (format, engines, the target's layer count) are resolved as :func:`build_plan` does."""
-    from eaglequant.engines import get_engine
-    from eaglequant.formats import get_format
-    from eaglequant.hub import remote_source_digests
-    from eaglequant.manifest import manifest_key_of
-
-    files, config = remote_source_digests(src)
-    names = (
-        get_format(format).name,
-        [get_engine(name).name for name in dict.fromkeys(engines)],
-        resolve_target_layers(target[0], target[1], config).count,
-    )
-    return manifest_key_of(files, _manifest_options(scheme, names, *settings))
-
-
-def _planned_names(plan: ConversionPlan) -> tuple[str, list[str], int | None]:
-    """What of a plan the manifest records: format, engines, the target's resolved layer count."""
-    return plan.format.name, [e.name for e in plan.engines], plan.target.count
-
-
-def _manifest_options(
-    scheme: Scheme,
-    planned: tuple[str, list[str], int | None],
-    exclude: list[str] | tuple[str, ...],
-    quantize: list[str] | tuple[str, ...],
-    max_shard_bytes: int,
-    calib: str | Path | None,
-    verify_output: bool,
-    repo_id: str | None,
-) -> dict[str, Any]:
-    """Everything besides the source that decides the bytes of a conversion's output."""
-    from eaglequant.manifest import file_sha256
-
-    format_name, engine_names, target_count = planned
-    return {
-        "scheme": scheme.name,
-        "scheme_sha256": file_sha256(Path(scheme.source)),
-        "format": format_name,
-        "engines": sorted(engine_names),
-        "exclude": list(exclude),
-        "quantize": list(quantize),
-        "target_layers": target_count,
-        "max_shard_bytes": max_shard_bytes,
-        "calib_sha256": None if calib is None else file_sha256(Path(calib)),
-        "verify": verify_output,
-        "repo_id": repo_id,
-    }
-
-
-def _verifier(
-    dst: Path,
-    source: Path,
-    engines: list[str] | tuple[str, ...],
-    target_layers: int | None,
-    target_config: str | Path | None,
-    inputs: str | Path | None,
-) -> Callable[[Path], VerifyReport]:
+def _verify_step(dst: Path, source: Path, options: ConversionOptions) -> FinishStep:
     """Verification of a finished output in its temporary directory, reported under its final name; the
-    calibration inputs, when there are some, are also the draft-head fidelity run's."""
+    calibration inputs, when there are some, are also the draft-head fidelity run's. An output that fails it
+    goes to :func:`failed_verification_path`."""
 
-    def run(tmp: Path) -> VerifyReport:
+    def run(tmp: Path, result: ConversionResult) -> None:
         from eaglequant.verification import write_verify_report
 
         report = verify(
             tmp,
             source=source,
-            engines=engines,
-            target_layers=target_layers,
-            target_config=target_config,
-            inputs=inputs,
+            engines=options.engines,
+            target_layers=options.target_layers,
+            target_config=options.target_config,
+            inputs=options.calib,
         )
         report.destination = dst
         write_verify_report(report, tmp)
-        return report
+        result.verification = report
+        if not report.ok:
+            result.destination = failed_verification_path(dst)
 
-    return run
+    return FinishStep(run, phase="verifying")
+
+
+def _card_step() -> FinishStep:
+    """The model card, rendered from the report and the verification (when it ran)."""
+    from eaglequant.card import CARD_NAME
+
+    def run(tmp: Path, result: ConversionResult) -> None:
+        from eaglequant.card import render_card
+
+        verification = None if result.verification is None else result.verification.to_json()
+        (tmp / CARD_NAME).write_text(render_card(result.report(), verification), encoding="utf-8")
+
+    return FinishStep(run, writes=(CARD_NAME,))
+
+
+def failed_verification_path(dst: Path) -> Path:
+    """Where an output that failed ``convert --verify`` is kept: beside DST, named so nobody takes it for DST."""
+    return dst.with_name(f"{dst.name}.verify-failed")
 
 
 def explain(

@@ -16,14 +16,17 @@ from typing import Any
 
 import tomllib
 
-from eaglequant.batch_checks import check_convert_options, check_name, check_repo_id
+from eaglequant.batch_checks import check_name, check_repo_id, conversion_options
 from eaglequant.batch_record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
 from eaglequant.checkpoint.hashing import file_sha256
-from eaglequant.errors import EXIT_INTERNAL, EagleQuantError, InputError, OutputError
+from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.hub import parse_repo_ref
+from eaglequant.options import ConversionOptions
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
 
+# The job file's keys for ConversionOptions fields, with their TOML types: ``verify`` is ``verify_output`` (true
+# unless set), the card's ``repo_id`` is [job.upload]'s, and ``workers`` and ``device`` belong to the runner.
 _CONVERT_KEYS = {
     "scheme": str,
     "format": str,
@@ -55,7 +58,7 @@ class Job:
     name: str
     source: str  # a resolved local path, or a Hub repo id
     destination: Path
-    convert: dict[str, Any]  # keyword arguments of eaglequant.api.convert
+    options: ConversionOptions
     overwrite: bool = False
     upload: UploadSpec | None = None
 
@@ -160,18 +163,18 @@ def _job(path: Path, index: int, entry: dict[str, Any]) -> Job:
     name = entry.get("name") or destination.name
     where = f"{path}: job {name!r}"
     check_name(where, name)
-    convert = {key: entry[key] for key in _CONVERT_KEYS if key in entry}
+    settings = {key: entry[key] for key in _CONVERT_KEYS if key in entry}
     for key in _PATH_KEYS:
-        if key in convert:
-            convert[key] = str(base / convert[key])
-    if convert.get("scheme", "").endswith(".toml"):  # a scheme file, relative to the job file
-        convert["scheme"] = str(base / convert["scheme"])
-    check_convert_options(where, convert)
-    convert["verify_output"] = convert.pop("verify", True)
+        if key in settings:
+            settings[key] = str(base / settings[key])
+    if settings.get("scheme", "").endswith(".toml"):  # a scheme file, relative to the job file
+        settings["scheme"] = str(base / settings["scheme"])
+    settings["verify_output"] = settings.pop("verify", True)
     upload = _upload_spec(where, entry["upload"]) if "upload" in entry else None
     if upload is not None:
-        convert["repo_id"] = upload.repo_id
-    return Job(name, _source(base, entry["source"]), destination, convert, entry.get("overwrite", False), upload)
+        settings["repo_id"] = upload.repo_id
+    options = conversion_options(where, settings)
+    return Job(name, _source(base, entry["source"]), destination, options, entry.get("overwrite", False), upload)
 
 
 def _source(base: Path, source: str) -> str:
@@ -281,7 +284,7 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
     started = time.perf_counter()
     record: HubRecord | None = None
     try:
-        outcome.manifest_key = api.manifest_key(job.source, **job.convert)
+        outcome.manifest_key = api.manifest_key(job.source, job.options)
         if job.upload is not None and use_hub:
             record = hub_record(job.upload.repo_id, job.upload.revision, outcome.manifest_key)
         if record is not None and record.done:
@@ -329,13 +332,13 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
             f"{job.destination}: already exists and was not written by eaglequant",
             hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",
         )
-    result = api.convert(job.source, job.destination, overwrite=True, overwrite_any=job.overwrite, **job.convert)
+    result = api.convert(job.source, job.destination, job.options, overwrite=True, overwrite_any=job.overwrite)
     outcome.status, outcome.reason = "converted", f"{why_not}{on_hub}"
     if result.verification is not None:
         outcome.verified = result.verification.ok
     if outcome.verified is False:
         problems = "; ".join(result.verification.problems[:3])
-        _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", 3)
+        _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", EXIT_CHECK_FAILED)
 
 
 def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:

@@ -9,14 +9,16 @@ job's turn), the shard size and the upload's repo id. Messages name the job file
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 from eaglequant.errors import EagleQuantError, InputError
+from eaglequant.options import OPTION_NAMES, ConversionOptions
 
 # A job name is a CI matrix value, an ``--only`` argument and part of a summary's file name: keep it plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _FLAG = re.compile(r"--(scheme|format|engine) (\S+)")
+_KEYS = {name: "verify" if name == "verify_output" else name for name in OPTION_NAMES}
+_PARAMETER = re.compile(r"\b(" + "|".join(OPTION_NAMES) + r")=(?=\S)")
 
 
 def check_name(where: str, name: str) -> None:
@@ -28,49 +30,29 @@ def check_name(where: str, name: str) -> None:
         )
 
 
-def check_convert_options(where: str, options: dict[str, Any]) -> None:
-    """``options``: a job's keyword arguments of :func:`eaglequant.api.convert`, paths already resolved."""
-    from eaglequant.api import DEFAULT_ENGINES, DEFAULT_FORMAT, DEFAULT_SCHEME
-    from eaglequant.engines import get_engine
+def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOptions:
+    """A job's :class:`ConversionOptions` (``settings``: its fields by name, paths already resolved), every error
+    in the job file's words; then whether the format stores the scheme and the engines load it."""
     from eaglequant.engines.support import check_engines
     from eaglequant.formats import get_format
-    from eaglequant.schemes.model import builtin_names_by_kinds, load_scheme
+    from eaglequant.schemes.model import builtin_names_by_kinds
 
-    scheme_name = options.get("scheme", DEFAULT_SCHEME)
-    scheme = _keyed(where, "scheme", scheme_name, load_scheme)
-    fmt = _keyed(where, "format", options.get("format", DEFAULT_FORMAT), get_format)
-    engines = list(dict.fromkeys(options.get("engines", DEFAULT_ENGINES)))
-    for engine in engines:
-        _keyed(where, "engines", engine, get_engine)
+    try:
+        options = ConversionOptions(**settings)
+    except EagleQuantError as exc:
+        hint = "paths are relative to the job file" if exc.message.endswith("no such file") else exc.hint
+        raise InputError(f"{where}: {_as_keys(exc.message)}", hint=_as_keys(hint)) from exc
+    scheme, fmt = options.resolved_scheme, get_format(options.format)
     if not fmt.supports(scheme):
         raise InputError(
-            f"{where}: format = {fmt.name!r} cannot store scheme = {scheme_name!r}",
+            f"{where}: format = {fmt.name!r} cannot store scheme = {options.scheme!r}",
             hint=f"formats that can: {', '.join(_formats_storing(scheme)) or 'none'}",
         )
     try:  # "mha": what a targeted engine refuses for every head (an MLA head may be refused more at its turn)
-        check_engines(scheme.kinds, scheme.name, fmt.name, engines, "mha", builtin_names_by_kinds())
+        check_engines(scheme.kinds, scheme.name, fmt.name, list(options.engines), "mha", builtin_names_by_kinds())
     except InputError as exc:
         raise InputError(f"{where}: {exc.message}", hint=_as_keys(exc.hint)) from exc
-    _check_options(where, options)
-
-
-def _check_options(where: str, options: dict[str, Any]) -> None:
-    from eaglequant.pipeline import parse_size
-
-    if options.get("target_layers", 0) < 0:
-        raise InputError(f"{where}: target_layers must be >= 0, not {options['target_layers']}")
-    if "max_shard_size" in options:
-        try:
-            parse_size(options["max_shard_size"])
-        except InputError as exc:
-            raise InputError(
-                f"{where}: max_shard_size = {options['max_shard_size']!r} is not a size", hint=exc.hint
-            ) from exc
-    for key in ("target_config", "calib"):
-        if key in options and not Path(options[key]).exists():
-            raise InputError(
-                f"{where}: {key} = {options[key]!r}: no such file", hint="paths are relative to the job file"
-            )
+    return options
 
 
 def check_repo_id(where: str, repo_id: str) -> None:
@@ -87,19 +69,13 @@ def check_repo_id(where: str, repo_id: str) -> None:
         )
 
 
-def _keyed(where: str, key: str, value: str, check: Any) -> Any:
-    """``check(value)``, its error restated for the job file's ``key``."""
-    try:
-        return check(value)
-    except EagleQuantError as exc:
-        raise InputError(f"{where}: {key} = {value!r}: {exc.message}", hint=_as_keys(exc.hint)) from exc
-
-
-def _as_keys(hint: str | None) -> str | None:
-    """A hint written for the command line (``use --format modelopt``) in the job file's words."""
-    if hint is None:
+def _as_keys(text: str | None) -> str | None:
+    """A message written for the library (``max_shard_size='5 gigs'``) or a hint for the command line (``use
+    --format modelopt``) in the job file's words (``max_shard_size = '5 gigs'``, ``use format = "modelopt"``)."""
+    if text is None:
         return None
-    return _FLAG.sub(lambda m: f'{"engines" if m[1] == "engine" else m[1]} = "{m[2].rstrip(",")}"', hint)
+    text = _PARAMETER.sub(lambda m: f"{_KEYS.get(m[1], m[1])} = ", text)
+    return _FLAG.sub(lambda m: f'{"engines" if m[1] == "engine" else m[1]} = "{m[2].rstrip(",")}"', text)
 
 
 def _formats_storing(scheme: Any) -> list[str]:

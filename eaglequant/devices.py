@@ -21,24 +21,29 @@ if TYPE_CHECKING:
 DEVICES = ("cpu", "cuda")
 
 
+def check_device_name(name: str) -> str:
+    """``name``'s kind ("cpu" or "cuda") if eaglequant runs on it; whether the machine has it is not asked."""
+    kind, _, index = name.partition(":")
+    if kind not in DEVICES or (index and (kind == "cpu" or not index.isdigit())):
+        raise InputError(f"device={name!r} is not one eaglequant runs on", hint="use cpu or cuda (or cuda:N)")
+    return kind
+
+
 def quantization_device(name: str) -> torch.device | None:
     """The torch device for ``name`` ("cpu", "cuda", "cuda:1"); None for the CPU (no copies needed, and no torch
     import: it is started in the background while the first tensors are copied)."""
-    kind, _, index = name.partition(":")
-    if kind not in DEVICES or (index and (kind == "cpu" or not index.isdigit())):
-        raise InputError(f"device {name!r} is not one eaglequant runs on", hint="use cpu or cuda (or cuda:N)")
-    if kind == "cpu":
+    if check_device_name(name) == "cpu":
         return None
     import torch
 
     if not torch.cuda.is_available():
         raise InputError(
-            f"device {name!r}: this torch ({torch.__version__}) sees no CUDA GPU",
+            f"device={name!r}: this torch ({torch.__version__}) sees no CUDA GPU",
             hint="quantize on the CPU (the default), or install a CUDA build of torch on a machine with a GPU",
         )
     device = torch.device(name)
     if device.index is not None and device.index >= torch.cuda.device_count():
-        raise InputError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) here", hint="use cuda:0")
+        raise InputError(f"device={name!r}: only {torch.cuda.device_count()} CUDA device(s) here", hint="use cuda:0")
     return device
 
 

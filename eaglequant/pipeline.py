@@ -1,24 +1,22 @@
-"""Executing a :class:`ConversionPlan`: stream every output tensor into shards inside a temporary
-directory, write config and side files, check the result, then move it into place atomically."""
+"""Executing a :class:`ConversionPlan`: every output shard created at its final size with its header inside a
+temporary directory, then filled by tasks (copy part of a kept tensor, quantize a block of a linear's rows) that
+write at planned offsets, in a thread pool; then :mod:`eaglequant.finisher` writes the rest and the report, and
+the directory is moved into place atomically."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import shutil
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eaglequant import __version__
-from eaglequant.card import CARD_NAME, render_card
-from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, tensor_bytes
+from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import (
     SafetensorsShard,
     TensorSpec,
@@ -26,126 +24,21 @@ from eaglequant.checkpoint.writer import (
     shard_names,
     split_into_shards,
 )
+from eaglequant.conversion_result import ConversionResult, LinearResult
 from eaglequant.devices import quantization_device, shared_on
-from eaglequant.errors import CheckpointError, InputError
+from eaglequant.errors import CheckpointError
+from eaglequant.finisher import FinishStep, finish, write_metadata
 from eaglequant.formats import GroupScales
 from eaglequant.formats.base import ErrorSums, error_figures
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
-from eaglequant.manifest import REPORT_NAME, file_sha256, source_files
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
-from eaglequant.report import (
-    REPORT_VERSION,
-    CardContext,
-    ConversionReport,
-    ManifestRecord,
-    RecordedLinear,
-    dtype_totals,
-)
-from eaglequant.schemes.model import scheme_to_toml
+from eaglequant.report import CardContext, ManifestRecord
 from eaglequant.schemes.rows import row_blocks
 
 if TYPE_CHECKING:
     import torch
-
-# Checks run on the finished output (in its temporary directory) before it is moved into place; returns
-# their report (a VerifyReport), which the model card shows.
-Finisher = Callable[[Path], Any]
-
-
-@dataclass
-class LinearResult:
-    module: str
-    weight: str
-    shape: tuple[int, int]
-    relative_error: float
-    sqnr_db: float
-
-
-@dataclass
-class ConversionResult:
-    destination: Path
-    plan: ConversionPlan
-    files: dict[str, str]  # output file -> sha256
-    linears: list[LinearResult]
-    seconds: float
-    source_bytes: int
-    output_bytes: int
-    copied_files: list[str] = field(default_factory=list)
-    source: Path | None = None
-    verification: Any = None  # a VerifyReport when convert ran verify
-    manifest: ManifestRecord | None = None  # see eaglequant.manifest
-    card: CardContext | None = None  # see eaglequant.card.card_context
-
-    def report(self) -> ConversionReport:
-        """What ``eaglequant_report.json`` records: the same for the same source, options and DST (no timing)."""
-        plan, verification = self.plan, self.verification
-        return ConversionReport(
-            __version__,
-            REPORT_VERSION,
-            str(self.destination),
-            None if self.source is None else str(self.source),
-            plan.head.layout,
-            plan.scheme.name,
-            plan.scheme.label,
-            plan.scheme.kinds,
-            scheme_to_toml(plan.scheme),
-            plan.head.attention,
-            plan.format.name,
-            plan.format.algorithm(plan.scheme),
-            tuple(plan.notes),
-            plan.input_amax,
-            tuple(e.name for e in plan.engines),
-            plan.target,
-            tuple(
-                RecordedLinear(r.weight.removesuffix(".weight"), r.shape, r.relative_error, r.sqnr_db)
-                for r in self.linears
-            ),
-            plan.kept,
-            plan.excluded_linears,
-            tuple(plan.exclude_patterns),
-            dtype_totals((o.spec.dtype, o.spec.nbytes) for o in plan.outputs),
-            self.source_bytes,
-            self.output_bytes,
-            self.files,
-            tuple(self.copied_files),
-            self.manifest,
-            self.card,
-            None if verification is None else verification.summary(),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """``convert --json``: the report, and the seconds the conversion took."""
-        return {**self.report().to_json(), "seconds": round(self.seconds, 3)}
-
-
-def parse_size(text: str | int) -> int:
-    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes."""
-    if isinstance(text, int):
-        return text
-    units = {
-        "": 1,
-        "B": 1,
-        "KB": 10**3,
-        "MB": 10**6,
-        "GB": 10**9,
-        "TB": 10**12,
-        "KIB": 2**10,
-        "MIB": 2**20,
-        "GIB": 2**30,
-        "TIB": 2**40,
-    }
-    cleaned = text.strip().upper().replace(" ", "")
-    number = cleaned.rstrip("KMGTIB")
-    unit = cleaned[len(number) :]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1
-    if unit not in units or value <= 0:
-        raise InputError(f"--max-shard-size {text!r} is not a size", hint="write e.g. 5GB, 500MB or 2GiB")
-    return int(value * units[unit])
 
 
 def run_conversion(
@@ -158,15 +51,16 @@ def run_conversion(
     progress: Progress | None = None,
     manifest: Callable[[], ManifestRecord] | None = None,
     card: CardContext | None = None,
-    finish: Finisher | None = None,
+    steps: Sequence[FinishStep] = (),
     workers: int | None = None,
     device: str = "cpu",
 ) -> ConversionResult:
-    """Write ``plan``'s output into ``dst``: shards, config, side files, report and model card; with
-    ``finish`` (verification), its JSON too, all before ``dst`` appears. An output that fails verification
-    goes to :func:`failed_verification_path` instead (``result.destination``), and ``dst`` is left as it was.
+    """Write ``plan``'s output into ``dst``: shards, config, side files and report; then ``steps`` (verification,
+    the model card: see :func:`eaglequant.api.convert`), all before ``dst`` appears. A step that sets
+    ``result.destination`` elsewhere (a failed verification) sends the output there, and ``dst`` is left as it was.
 
-    ``manifest``: called once the tensors are written (the source may be hashed meanwhile).
+    ``manifest``: called once the tensors are written (the source may be hashed meanwhile); ``card``: what the
+    report records for the model card.
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the
     same byte for byte whatever their number. ``device``: where the quantization math runs (see
     :mod:`eaglequant.devices`); the tensors written are the same byte for byte.
@@ -175,7 +69,6 @@ def run_conversion(
     math_device = quantization_device(device)
     started = time.perf_counter()
     workers = workers or default_workers()
-    files: dict[str, str] = {}
     done: list[ConversionResult] = []
 
     def divert() -> Path | None:
@@ -185,16 +78,9 @@ def run_conversion(
         shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
         names = shard_names(len(shards))
         progress.phase("writing", work=_work_bytes(checkpoint, plan), tensors=_tensor_count(plan))
-        shard_digests, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress, math_device)
-        files.update(shard_digests)
+        files, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress, math_device)
         progress.phase("checking")
-        if len(names) > 1:
-            _write_index(tmp, plan, shards, names)
-        _write_json(tmp / "config.json", {**checkpoint.config, "quantization_config": plan.quantization_config()})
-        for file_name, content in plan.format.extra_files(plan.scheme, plan.exclude_patterns).items():
-            _write_json(tmp / file_name, content)
-        copied = _copy_side_files(checkpoint, tmp)
-        _check_written(tmp, plan)
+        copied = write_metadata(checkpoint, plan, tmp, shards, names, {name for s in steps for name in s.writes})
         progress.phase("hashing the source")  # what the background hashing has not read yet
         result = ConversionResult(
             dst,
@@ -209,7 +95,7 @@ def run_conversion(
             manifest=manifest() if manifest else None,
             card=card,
         )
-        _finish(tmp, result, finish, progress)
+        finish(tmp, result, steps, progress)
         progress.stop()
         done.append(result)
     return result
@@ -224,30 +110,6 @@ def _work_bytes(checkpoint: Checkpoint, plan: ConversionPlan) -> int:
     """Bytes the writing phase reads and writes."""
     read = {o.source: checkpoint.tensors[o.source].nbytes for o in plan.outputs}
     return sum(read.values()) + plan.output_bytes
-
-
-def failed_verification_path(dst: Path) -> Path:
-    """Where an output that failed ``convert --verify`` is kept: beside DST, named so nobody takes it for DST."""
-    return dst.with_name(f"{dst.name}.verify-failed")
-
-
-def _finish(tmp: Path, result: ConversionResult, finish: Finisher | None, progress: Progress) -> None:
-    """Report, checks, card, then the report again with the SHA-256 of every file it sits beside."""
-    (tmp / REPORT_NAME).write_text(result.report().to_text(), encoding="utf-8")  # what ``finish`` checks against
-    if finish is not None:
-        progress.phase("verifying")
-        result.verification = finish(tmp)
-        if not result.verification.ok:
-            result.destination = failed_verification_path(result.destination)
-    if result.card is not None:
-        verification = None if result.verification is None else result.verification.to_json()
-        (tmp / CARD_NAME).write_text(render_card(result.report(), verification), encoding="utf-8")
-    for path in source_files(tmp):
-        name = path.relative_to(tmp).as_posix()
-        if name != REPORT_NAME and name not in result.files:
-            result.files[name] = file_sha256(path)
-    result.files = dict(sorted(result.files.items()))
-    (tmp / REPORT_NAME).write_text(result.report().to_text(), encoding="utf-8")
 
 
 COPY_TASK_BYTES = 64 * 1024 * 1024  # kept tensors are copied in pieces of this size
@@ -514,47 +376,3 @@ def _nonfinite_error(checkpoint: Checkpoint, weight: str, count: int) -> Checkpo
         f"{checkpoint.tensors[weight].file}: tensor {weight!r} holds {count} NaN/Inf values",
         hint="the weights are corrupt; re-export them from the trainer",
     )
-
-
-def _write_index(tmp: Path, plan: ConversionPlan, shards: list[list[Any]], names: list[str]) -> None:
-    weight_map = {spec.name: name for name, specs in zip(names, shards, strict=True) for spec in specs}
-    _write_json(
-        tmp / "model.safetensors.index.json",
-        {"metadata": {"total_size": plan.output_bytes}, "weight_map": dict(sorted(weight_map.items()))},
-    )
-
-
-def _write_json(path: Path, content: dict[str, Any]) -> None:
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def _copy_side_files(checkpoint: Checkpoint, tmp: Path) -> list[str]:
-    """Copy every non-weight file (tokenizer, generation config, custom code, licence) unchanged; the
-    source's model card is replaced by the one written for the quantized head."""
-    skip = checkpoint.weight_file_names() | {"config.json", REPORT_NAME, CARD_NAME}
-    copied = []
-    for path in source_files(checkpoint.root):
-        relative = path.relative_to(checkpoint.root)
-        if str(relative) in skip:
-            continue
-        if path.suffix in (".safetensors", ".bin") and path.parent == checkpoint.root:
-            continue  # stray weight files that the index does not list are not carried over
-        source = resolve_inside(checkpoint.root, str(relative), "SRC")
-        target = tmp / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        copied.append(str(relative))
-    return copied
-
-
-def _check_written(tmp: Path, plan: ConversionPlan) -> None:
-    """Re-open the output with the strict reader and compare it with the plan."""
-    written = Checkpoint.open(tmp)
-    try:
-        expected = {o.spec.name: (o.spec.dtype, o.spec.shape) for o in plan.outputs}
-        actual = {n: (i.dtype, i.shape) for n, i in written.tensors.items()}
-        if expected != actual:
-            diff = sorted(set(expected.items()) ^ set(actual.items()))
-            raise RuntimeError(f"written checkpoint differs from the plan: {diff[:3]}")
-    finally:
-        written.close()

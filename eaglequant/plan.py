@@ -28,7 +28,7 @@ from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription, HeadLinear, HeadTensor, Role
 from eaglequant.schemes import Scheme
-from eaglequant.schemes.model import builtin_names_by_kinds, load_scheme
+from eaglequant.schemes.model import builtin_names_by_kinds
 
 # Linears kept in the source dtype unless the user asks otherwise, and why.
 DEFAULT_EXCLUSIONS: dict[str, str] = {
@@ -66,10 +66,6 @@ class ConversionPlan:
     input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
     notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
 
-    @property
-    def target_layers(self) -> int | None:
-        return self.target.count
-
     def scale_group(self, module: str) -> tuple[str, ...]:
         """The linears that share ``module``'s global and input scales: its fused group when quantized."""
         group = self.head.group_of(module)
@@ -92,21 +88,21 @@ class ConversionPlan:
         return self.format.quantization_config(self.scheme, self.exclude_patterns)
 
 
-def match_rule(rule: str, names: tuple[str, ...]) -> bool:
-    """A user rule: ``re:<regex>`` (full match) or a glob, against a module or tensor name."""
+def match_rule(rule: str, names: tuple[str, ...], option: str) -> bool:
+    """A user rule (given as ``option``): ``re:<regex>`` (full match) or a glob, against a module or tensor name."""
     if rule.startswith("re:"):
         try:
             regex = re.compile(rule[3:])
         except re.error as exc:
-            raise InputError(f"--exclude {rule!r} is not a valid regular expression ({exc})") from exc
+            raise InputError(f"{option} {rule!r} is not a valid regular expression ({exc})") from exc
         return any(regex.fullmatch(n) for n in names)
     return any(fnmatch.fnmatchcase(n, rule) for n in names)
 
 
 def _linears_matching(head: HeadDescription, rule: str, option: str) -> list[HeadLinear]:
-    hits = [lin for lin in head.linears if match_rule(rule, (lin.checkpoint_module, lin.weight))]
+    hits = [lin for lin in head.linears if match_rule(rule, (lin.checkpoint_module, lin.weight), option)]
     if not hits:
-        others = [t.name for t in head.tensors if match_rule(rule, (t.name, t.name.rsplit(".", 1)[0]))]
+        others = [t.name for t in head.tensors if match_rule(rule, (t.name, t.name.rsplit(".", 1)[0]), option)]
         why = f"only non-linear tensors ({', '.join(others[:3])})" if others else "nothing"
         raise InputError(
             f"{option} {rule!r} matches {why}",
@@ -154,7 +150,7 @@ def resolve_exclusions(
 
 def build_plan(
     head: HeadDescription,
-    scheme: Scheme | str,
+    scheme: Scheme,
     format_name: str,
     *,
     exclude: list[str] | tuple[str, ...] = (),
@@ -164,8 +160,10 @@ def build_plan(
     target_config: str | Path | None = None,
     input_amax: dict[str, float] | None = None,
 ) -> ConversionPlan:
+    """The plan for converting ``head`` with ``scheme`` into ``format_name`` for ``engines``; ``input_amax``: the
+    calibrated activation amax per linear (see :mod:`eaglequant.draft.calibrate`)."""
     notes: list[str] = []
-    scheme = _effective_scheme(load_scheme(scheme) if isinstance(scheme, str) else scheme, input_amax, notes)
+    scheme = _effective_scheme(scheme, input_amax, notes)
     fmt = get_format(format_name)
     if not fmt.supports(scheme):
         able = [f.name for f in FORMATS.values() if f.supports(scheme)]
@@ -202,18 +200,9 @@ def build_plan(
     )
 
 
-def refuse_unused_calibration(scheme: Scheme) -> None:
-    """Calibration data only means something to a scheme with a calibrated activation scale."""
-    if not scheme.needs_calibration:
-        raise InputError(
-            f"--calib was given but scheme {scheme.name!r} has no calibrated activation scale",
-            hint="drop --calib, or use a scheme whose activations have global_scale = true (nvfp4)",
-        )
-
-
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
-    if input_amax:
-        refuse_unused_calibration(scheme)
+    if input_amax and not scheme.needs_calibration:  # ConversionOptions refuses calib for it before calibrating
+        raise InputError(f"input_amax was given but scheme {scheme.name!r} has no calibrated activation scale")
     if scheme.needs_calibration and not input_amax:
         written = scheme.without_calibration()
         notes.append(

@@ -243,7 +243,7 @@ def test_the_bundled_example_job_file_is_valid() -> None:
     jobs = load_jobs(ROOT / "fixtures" / "batch-example.toml")
     assert [job.name for job in jobs] == ["llama-fp8", "kimi-mla-nvfp4-trtllm-main", "speculators-mxfp4"]
     for job in jobs:
-        assert Path(job.source).is_dir() and job.convert["verify_output"] is True
+        assert Path(job.source).is_dir() and job.options.verify_output is True
         assert job.destination.resolve().is_relative_to(ROOT / "out")
 
 

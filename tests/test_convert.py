@@ -17,7 +17,8 @@ from eaglequant import convert, inspect
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import TMP_MARKER
 from eaglequant.errors import InputError, OutputError
-from eaglequant.pipeline import REPORT_NAME, parse_size
+from eaglequant.options import parse_size
+from eaglequant.report import REPORT_NAME
 from tests.conftest import FIXTURES
 
 
@@ -118,12 +119,12 @@ def test_leftovers_of_a_killed_run_are_removed(tmp_path: Path) -> None:
 
 
 def test_failure_midway_leaves_no_destination(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from eaglequant import pipeline
+    from eaglequant import finisher
 
     def boom(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(pipeline, "_write_index", boom)
+    monkeypatch.setattr(finisher, "write_index", boom)
     with pytest.raises(OSError):
         convert(FIXTURES / "sharded-split", tmp_path / "out", max_shard_size="100KB")
     assert os.listdir(tmp_path) == []

@@ -60,7 +60,7 @@ def batch_command(
         selection = _shard(shard)
         if list_jobs:
             names = [job.name for job in select_jobs(jobs_file, load_jobs(jobs_file), only or [], selection)]
-            sys.stdout.write((json.dumps(names) if MODE.json else "\n".join(names)) + "\n")
+            result(names, _render_names, one_line=True)
             return True
         quiet_hub_progress()
         outcome = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=note)
@@ -81,6 +81,10 @@ def _shard(text: str | None) -> tuple[int, int] | None:
     if match is None or not 1 <= int(match[1]) <= int(match[2]):
         raise InputError(f"--shard {text}: not a slice K/N with 1 <= K <= N", hint="e.g. --shard 2/4")
     return int(match[1]), int(match[2])
+
+
+def _render_names(names: list[str]) -> None:
+    sys.stdout.write("".join(f"{name}\n" for name in names))
 
 
 def render(data: dict[str, Any], summary: Path) -> None:

@@ -148,6 +148,8 @@ _FLAG_OPTIONS = {
     "target_config": "--target-config",
     "max_shard_size": "--max-shard-size",
     "repo_id": "--repo-id",
+    "workers": "--workers",
+    "device": "--device",
 }
 _TRUE_FLAG = re.compile(r"\b(" + "|".join(_FLAG_VALUES) + r")=True\b")
 _VALUE_OPTION = re.compile(r"\b(" + "|".join(_FLAG_OPTIONS) + r")=(?=\S)")

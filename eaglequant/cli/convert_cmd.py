@@ -20,18 +20,20 @@ from eaglequant.cli.options import (
     SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
+    conversion_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show
 from eaglequant.errors import EXIT_CHECK_FAILED
+from eaglequant.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
 
 
 def convert_command(
     src: SrcArg,
     dst: DstArg,
-    scheme: SchemeOpt = "fp8-per-channel",
-    format: FormatOpt = "quark",
+    scheme: SchemeOpt = DEFAULT_SCHEME,
+    format: FormatOpt = DEFAULT_FORMAT,
     exclude: ExcludeOpt = None,
     quantize: QuantizeOpt = None,
     engine: EngineOpt = None,
@@ -47,7 +49,9 @@ def convert_command(
             help="Replace DST whatever it holds, even a directory eaglequant did not write: its files are deleted.",
         ),
     ] = False,
-    max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")] = "5GB",
+    max_shard_size: Annotated[
+        str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")
+    ] = DEFAULT_MAX_SHARD_SIZE,
     calib: Annotated[
         Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
         typer.Option(
@@ -84,7 +88,7 @@ def convert_command(
             help="Where the quantization math runs: cpu, or cuda (a GPU with a CUDA build of torch). The tensors "
             "written are the same byte for byte.",
         ),
-    ] = "cpu",
+    ] = DEFAULT_DEVICE,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
     from eaglequant.cli import run_guarded
@@ -101,22 +105,24 @@ def convert_command(
             converted = convert(
                 src,
                 dst,
-                scheme=scheme,
-                format=format,
-                exclude=exclude or [],
-                quantize=quantize or [],
-                engines=engine or ["vllm"],
-                target_layers=target_layers,
-                target_config=target_config,
+                conversion_options(
+                    scheme=scheme,
+                    format=format,
+                    exclude=exclude,
+                    quantize=quantize,
+                    engines=engine,
+                    target_layers=target_layers,
+                    target_config=target_config,
+                    max_shard_size=max_shard_size,
+                    calib=calib,
+                    verify_output=verify,
+                    repo_id=repo_id,
+                    workers=workers,
+                    device=device,
+                ),
                 overwrite=overwrite,
                 overwrite_any=overwrite_any,
-                max_shard_size=max_shard_size,
-                calib=calib,
-                verify_output=verify,
-                repo_id=repo_id,
                 progress=display,
-                workers=workers,
-                device=device,
             )
         data = converted.to_json()
         data["destination"] = absolute(converted.destination)

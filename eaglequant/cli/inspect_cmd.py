@@ -18,15 +18,17 @@ from eaglequant.cli.options import (
     SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
+    conversion_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show
+from eaglequant.options import DEFAULT_FORMAT, DEFAULT_SCHEME
 
 
 def inspect_command(
     src: SrcArg,
-    scheme: SchemeOpt = "fp8-per-channel",
-    format: FormatOpt = "quark",
+    scheme: SchemeOpt = DEFAULT_SCHEME,
+    format: FormatOpt = DEFAULT_FORMAT,
     exclude: ExcludeOpt = None,
     quantize: QuantizeOpt = None,
     engine: EngineOpt = None,
@@ -44,13 +46,15 @@ def inspect_command(
             quiet_hub_progress()
         report = inspect(
             src,
-            scheme=scheme,
-            format=format,
-            exclude=exclude or [],
-            quantize=quantize or [],
-            engines=engine or ["vllm"],
-            target_layers=target_layers,
-            target_config=target_config,
+            conversion_options(
+                scheme=scheme,
+                format=format,
+                exclude=exclude,
+                quantize=quantize,
+                engines=engine,
+                target_layers=target_layers,
+                target_config=target_config,
+            ),
         )
         data = report.to_json()
         data["source"] = absolute(data["source"])

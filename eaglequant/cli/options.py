@@ -1,11 +1,24 @@
-"""Options shared by several commands (Typer's public Annotated style)."""
+"""Options shared by several commands (Typer's public Annotated style), and the library's
+:class:`~eaglequant.options.ConversionOptions` built from them."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from eaglequant.options import ConversionOptions
+
+
+def conversion_options(**flags: Any) -> ConversionOptions:
+    """The options ``convert`` or ``inspect`` was given, by library parameter name; a flag left out (None) keeps
+    the library's default. Its errors name parameters: ``run_guarded`` says them as flags."""
+    from eaglequant.options import ConversionOptions
+
+    return ConversionOptions(**{name: value for name, value in flags.items() if value is not None})
+
 
 SchemeOpt = Annotated[
     str, typer.Option("--scheme", "-s", help="Built-in scheme name (see `eaglequant schemes`) or a .toml file.")

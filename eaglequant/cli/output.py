@@ -92,16 +92,17 @@ def quiet_hub_progress() -> None:
         disable_progress_bars()
 
 
-def result(data: Any, render: Callable[[Any], None]) -> None:
-    """The command's result on stdout: one JSON document under --json, else ``render(data)``."""
+def result(data: Any, render: Callable[[Any], None], *, one_line: bool = False) -> None:
+    """The command's result on stdout: one JSON document under --json (on one line with ``one_line``, for a CI
+    system's output variables), else ``render(data)``."""
     if MODE.json:
-        print_json(data)
+        print_json(data, one_line=one_line)
     else:
         render(data)
 
 
-def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+def print_json(data: Any, *, one_line: bool = False) -> None:
+    sys.stdout.write(json.dumps(data, indent=None if one_line else 2, default=_json_default) + "\n")
     sys.stdout.flush()
 
 

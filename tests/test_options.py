@@ -1,0 +1,103 @@
+"""ConversionOptions: defaults in one place, values checked once, errors that name the parameter (the CLI says
+the flag, batch the job file's key), and what the manifest records of them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from eaglequant.cli.command import cli_words
+from eaglequant.errors import InputError, SchemeError
+from eaglequant.options import DEFAULT_ENGINES, DEFAULT_FORMAT, DEFAULT_SCHEME, OPTION_NAMES, ConversionOptions
+from tests.conftest import FIXTURES, run_cli
+
+
+def test_defaults_are_normalised_once() -> None:
+    options = ConversionOptions()
+    assert (options.scheme, options.format, options.engines) == (DEFAULT_SCHEME, DEFAULT_FORMAT, DEFAULT_ENGINES)
+    assert options.max_shard_bytes == 5 * 10**9 and options.resolved_scheme.name == DEFAULT_SCHEME
+    given = ConversionOptions(engines=["sglang", "vllm", "sglang"], exclude=["fc"], max_shard_size="2GiB")
+    assert given.engines == ("sglang", "vllm") and given.exclude == ("fc",) and given.max_shard_bytes == 2 * 2**30
+    assert hash(given) == hash(ConversionOptions(engines=("sglang", "vllm"), exclude=("fc",), max_shard_size="2GiB"))
+
+
+def test_build_changes_fields_by_name_and_refuses_unknown_ones() -> None:
+    base = ConversionOptions(scheme="nvfp4", format="modelopt")
+    changed = ConversionOptions.build(base, workers=2)
+    assert (changed.scheme, changed.workers) == ("nvfp4", 2) and ConversionOptions.build(base) is base
+    with pytest.raises(TypeError, match="unexpected option 'schem'"):
+        ConversionOptions.build(schem="nvfp4")
+    with pytest.raises(TypeError):
+        ConversionOptions.build(max_shard_bytes=5)  # derived, not given
+
+
+@pytest.mark.parametrize(
+    ("settings", "error", "library", "cli"),
+    [
+        ({"max_shard_size": "lots"}, InputError, "max_shard_size='lots' is not a size", "--max-shard-size 'lots'"),
+        ({"scheme": "nvfp"}, SchemeError, "scheme='nvfp': unknown scheme 'nvfp'", "--scheme 'nvfp'"),
+        ({"format": "modelop"}, SchemeError, "format='modelop': unknown format", "--format 'modelop'"),
+        ({"engines": ["vllm", "tensorrt"]}, InputError, "engines='tensorrt': unknown engine", "--engine 'tensorrt'"),
+        ({"quantize": ["re:(fc"]}, InputError, "quantize='re:(fc' is not a valid regular", "--quantize 're:(fc'"),
+        ({"exclude": "fc"}, InputError, "exclude must be a list of non-empty strings", None),
+        ({"target_layers": -1}, InputError, "target_layers must be >= 0, not -1", None),
+        ({"workers": 0}, InputError, "workers must be >= 1, not 0", None),
+        ({"device": "tpu"}, InputError, "device='tpu' is not one eaglequant runs on", "--device 'tpu'"),
+        ({"calib": "nope.safetensors"}, InputError, "calib='nope.safetensors': no such file", "--calib 'nope"),
+        ({"repo_id": "not a repo"}, InputError, "repo_id='not a repo': 'not a repo' is not a Hub repo id", "--repo-id"),
+    ],
+)
+def test_errors_name_the_parameter_and_the_cli_says_the_flag(
+    settings: dict[str, object], error: type[Exception], library: str, cli: str | None
+) -> None:
+    with pytest.raises(error, match=re.escape(library)) as raised:
+        ConversionOptions(**settings)  # type: ignore[arg-type]
+    assert "--" not in str(raised.value).split(";")[0]
+    if cli is not None:
+        assert cli in cli_words(str(raised.value))
+
+
+def test_calibration_data_for_a_scheme_without_a_calibrated_scale_is_refused(tmp_path: Path) -> None:
+    calib = tmp_path / "calib.safetensors"
+    calib.write_bytes(b"")
+    assert ConversionOptions(scheme="nvfp4", calib=calib).calib == calib
+    with pytest.raises(InputError, match="scheme 'fp8-per-channel' has no calibrated activation scale"):
+        ConversionOptions(calib=calib)
+
+
+def test_the_manifest_records_what_decides_the_bytes_not_how_fast() -> None:
+    options = ConversionOptions(engines=["sglang", "vllm"], exclude=["midlayer.mlp.*"], max_shard_size="1GB")
+    recorded = options.manifest(61)
+    assert set(recorded) == {
+        "scheme",
+        "scheme_sha256",
+        "format",
+        "engines",
+        "exclude",
+        "quantize",
+        "target_layers",
+        "max_shard_bytes",
+        "calib_sha256",
+        "verify",
+        "repo_id",
+    }
+    assert recorded["engines"] == ["sglang", "vllm"] and recorded["target_layers"] == 61
+    assert recorded["max_shard_bytes"] == 10**9 and recorded["exclude"] == ["midlayer.mlp.*"]
+    faster = ConversionOptions.build(options, workers=4, device="cuda")  # the device is not asked for here
+    assert faster.manifest(61) == recorded
+    assert ConversionOptions.build(options, verify_output=True).manifest(61) != recorded
+
+
+def test_every_option_is_a_convert_flag() -> None:
+    """The CLI's convert takes every option (its flag named as cli_words names it)."""
+    usage = run_cli("convert", "-h").stdout
+    for name in OPTION_NAMES:
+        flag = cli_words(f"{name}=True").split()[0]
+        assert flag in usage, name
+
+
+def test_the_cli_and_the_library_refuse_alike() -> None:
+    result = run_cli("inspect", FIXTURES / "specforge-llama", "--quantize", "re:(fc")
+    assert result.exit_code == 2 and "--quantize 're:(fc' is not a valid regular expression" in result.stderr

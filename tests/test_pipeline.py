@@ -1,0 +1,192 @@
+"""pipeline.py and finisher.py on their own: run_conversion executes a plan built here (no api), with its
+finish steps, worker counts, task sizes and shard sizes; bad weights are refused before DST appears."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from eaglequant import finisher, pipeline
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.conversion_result import ConversionResult
+from eaglequant.errors import CheckpointError
+from eaglequant.finisher import FinishStep
+from eaglequant.layouts.detect import describe_head
+from eaglequant.plan import ConversionPlan, build_plan
+from eaglequant.report import REPORT_NAME
+from eaglequant.schemes.model import load_scheme
+from tests.conftest import FIXTURES
+
+SRC = FIXTURES / "specforge-llama"
+
+
+@contextmanager
+def planned(
+    src: Path, scheme: str = "fp8-per-channel", fmt: str = "quark"
+) -> Iterator[tuple[Checkpoint, ConversionPlan]]:
+    with Checkpoint.open(src) as checkpoint:
+        yield checkpoint, build_plan(describe_head(checkpoint), load_scheme(scheme), fmt)
+
+
+def convert(
+    src: Path, dst: Path, scheme: str = "fp8-per-channel", fmt: str = "quark", **kwargs: object
+) -> ConversionResult:
+    with planned(src, scheme, fmt) as (checkpoint, plan):
+        return pipeline.run_conversion(checkpoint, plan, dst, **kwargs)  # type: ignore[arg-type]
+
+
+def digests(root: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.iterdir()) if p.is_file()}
+
+
+class Recorder:
+    """A Progress that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, int | None, int | None]] = []
+        self.work = 0
+        self.finished: list[str] = []
+
+    def phase(self, name: str, *, work: int | None = None, tensors: int | None = None) -> None:
+        self.phases.append((name, work, tensors))
+
+    def advance(self, work: int, finished: str | None = None) -> None:
+        self.work += work
+        if finished is not None:
+            self.finished.append(finished)
+
+    def stop(self) -> None:
+        self.phases.append(("stopped", None, None))
+
+
+def test_steps_run_after_the_first_report_and_their_files_are_hashed_into_the_last(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    def note(tmp: Path, result: ConversionResult) -> None:
+        seen.append(json.loads((tmp / REPORT_NAME).read_text())["scheme"])
+        (tmp / "tokenizer_config.json").write_text("{}\n")
+        (tmp / "NOTES.md").write_text("a step's own file\n")
+
+    progress = Recorder()
+    steps = [FinishStep(note, writes=("tokenizer_config.json",), phase="noting")]
+    result = convert(SRC, tmp_path / "out", steps=steps, progress=progress)
+    assert seen == ["fp8-per-channel"]
+    assert "tokenizer_config.json" not in result.copied_files and "generation_config.json" in result.copied_files
+    assert (tmp_path / "out" / "tokenizer_config.json").read_text() == "{}\n"
+    recorded = json.loads((tmp_path / "out" / REPORT_NAME).read_text())["files"]
+    on_disk = digests(tmp_path / "out")
+    assert recorded == {name: digest for name, digest in on_disk.items() if name != REPORT_NAME}
+    assert "NOTES.md" in recorded and list(recorded) == sorted(recorded)
+    assert [p[0] for p in progress.phases] == ["writing", "checking", "hashing the source", "noting", "stopped"]
+
+
+def test_progress_counts_every_byte_and_tensor_of_the_writing_phase(tmp_path: Path) -> None:
+    progress = Recorder()
+    with planned(SRC) as (checkpoint, plan):
+        pipeline.run_conversion(checkpoint, plan, tmp_path / "out", progress=progress)
+        sources = {o.quantized_from or o.source for o in plan.outputs}
+        reads = sum(checkpoint.tensors[s].nbytes for s in {o.source for o in plan.outputs})
+        assert progress.phases[0] == ("writing", reads + plan.output_bytes, len(sources))
+    assert progress.work == reads + plan.output_bytes
+    assert len(progress.finished) == len(sources)
+
+
+def test_a_step_that_moves_the_destination_leaves_dst_as_it_was(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+
+    def divert(tmp: Path, result: ConversionResult) -> None:
+        result.destination = elsewhere
+
+    result = convert(SRC, tmp_path / "out", steps=[FinishStep(divert)])
+    assert result.destination == elsewhere and (elsewhere / REPORT_NAME).is_file()
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("scheme", "fmt"), [("fp8-per-channel", "quark"), ("nvfp4", "modelopt"), ("mxfp4", "quark")])
+def test_workers_and_task_sizes_do_not_change_a_byte(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scheme: str, fmt: str
+) -> None:
+    whole = convert(SRC, tmp_path / "whole", scheme, fmt, workers=1)
+    monkeypatch.setattr(pipeline, "QUANTIZE_TASK_ELEMENTS", 1024)  # many row blocks per linear
+    monkeypatch.setattr(pipeline, "COPY_TASK_BYTES", 4096)  # many pieces per kept tensor
+    one = convert(SRC, tmp_path / "one", scheme, fmt, workers=1)
+    many = convert(SRC, tmp_path / "many", scheme, fmt, workers=3)
+    written = [digests(tmp_path / name) for name in ("whole", "one", "many")]
+    for files in written:
+        del files[REPORT_NAME]  # names its destination
+    assert written[0] == written[1] == written[2]
+    assert one.linears == many.linears  # in plan order, the error sums kept by block index
+    assert len(whole.linears) == len(whole.plan.quantized)
+    assert [r.module for r in whole.linears] == [r.module for r in one.linears]
+
+
+def test_small_shards_are_indexed(tmp_path: Path) -> None:
+    result = convert(FIXTURES / "sharded-split", tmp_path / "out", max_shard_bytes=100_000)
+    index = json.loads((tmp_path / "out" / finisher.INDEX_NAME).read_text())
+    shards = sorted(p.name for p in (tmp_path / "out").glob("*.safetensors"))
+    assert len(shards) > 1 and set(index["weight_map"].values()) == set(shards)
+    assert set(index["weight_map"]) == {o.spec.name for o in result.plan.outputs}
+    assert index["metadata"]["total_size"] == result.plan.output_bytes
+    convert(FIXTURES / "sharded-split", tmp_path / "single")
+    assert not (tmp_path / "single" / finisher.INDEX_NAME).exists()
+    assert [p.name for p in (tmp_path / "single").glob("*.safetensors")] == ["model.safetensors"]
+
+
+def test_fused_members_share_the_global_scale_their_group_pass_computed(tmp_path: Path) -> None:
+    convert(SRC, tmp_path / "out", "nvfp4", "modelopt")
+    tensors = load_file(tmp_path / "out" / "model.safetensors")
+    source = load_file(SRC / "model.safetensors")
+    qkv = [f"midlayer.self_attn.{m}_proj" for m in "qkv"]
+    scales = {tensors[f"{name}.weight_scale_2"].item() for name in qkv}
+    assert len(scales) == 1
+    group_amax = max(source[f"{name}.weight"].float().abs().max().item() for name in qkv)
+    assert scales.pop() == pytest.approx(group_amax / (6 * 448), rel=1e-6)
+    own = tensors["midlayer.self_attn.o_proj.weight_scale_2"].item()
+    assert own == pytest.approx(source["midlayer.self_attn.o_proj.weight"].float().abs().max().item() / (6 * 448))
+
+
+def damaged(tmp_path: Path, name: str, change: object) -> Path:
+    copy = tmp_path / "src"
+    shutil.copytree(SRC, copy)
+    tensors = load_file(copy / "model.safetensors")
+    tensors[name] = change(tensors[name].clone())  # type: ignore[operator]
+    save_file(tensors, copy / "model.safetensors", metadata={"format": "pt"})
+    return copy
+
+
+def with_nan(weight: torch.Tensor) -> torch.Tensor:
+    weight[3, 5] = float("nan")
+    weight[7, 1] = float("inf")
+    return weight
+
+
+@pytest.mark.parametrize(("scheme", "fmt"), [("fp8-per-channel", "quark"), ("nvfp4", "modelopt")])
+def test_nan_weights_are_refused_and_nothing_is_written(tmp_path: Path, scheme: str, fmt: str) -> None:
+    """Counted in the row blocks (fp8) or in the group's amax pass (nvfp4, before any block is quantized)."""
+    src = damaged(tmp_path, "midlayer.self_attn.k_proj.weight", with_nan)
+    with pytest.raises(CheckpointError, match=r"'midlayer.self_attn.k_proj.weight' holds 2 NaN/Inf values"):
+        convert(src, tmp_path / "out", scheme, fmt)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_an_all_zero_weight_is_refused(tmp_path: Path) -> None:
+    src = damaged(tmp_path, "midlayer.mlp.down_proj.weight", torch.zeros_like)
+    with pytest.raises(CheckpointError, match="is all zeros"):
+        convert(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_post_write_check_holds_the_output_against_the_plan(tmp_path: Path) -> None:
+    convert(SRC, tmp_path / "out")
+    with planned(SRC) as (_, plan):
+        finisher.check_written(tmp_path / "out", plan)  # the output as planned
+    with planned(SRC, "mxfp4") as (_, other), pytest.raises(RuntimeError, match="differs from the plan"):
+        finisher.check_written(tmp_path / "out", other)
