@@ -182,8 +182,15 @@ def build_plan(
     required = engine_requirements(head, engine_objs, scheme.kinds, fmt.name)
     excluded = resolve_exclusions(head, exclude, quantize, required)
     check_fused_groups(head, set(excluded))
+    chosen = set(excluded)
     _exclude_unstorable(head, fmt, scheme, excluded, notes)
     quantized = [lin for lin in head.linears if lin.module not in excluded]
+    if not quantized and any(lin.module not in chosen for lin in head.linears):
+        raise InputError(
+            f"{fmt.title} {scheme.name} can store none of this head's linears; nothing would be quantized "
+            f"({notes[-1].removeprefix('kept ')})",
+            hint="choose another scheme (eaglequant schemes lists them)",
+        )
     if not quantized:
         raise InputError("every linear is excluded; nothing would be quantized", hint="relax --exclude")
     tensors_by_name = {t.name: t for t in head.tensors}

@@ -6,6 +6,7 @@ subprocess, over every fixture; tests then compare against its outputs.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -20,6 +21,26 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 FIXTURE_NAMES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file())
 SAFETENSORS_FIXTURES = [n for n in FIXTURE_NAMES if not (FIXTURES / n / "pytorch_model.bin").exists()]
+NOTHING_TO_QUANTIZE = "nothing would be quantized"
+# The layer count conversions name the draft's modules with where a format's rules need it (a native fp8 config is
+# matched by exact name in vLLM); fixtures are small, so every conversion passes it where the test allows.
+TARGET_LAYERS = 61
+
+
+@functools.cache
+def stores_something(fixture: str, scheme: str, format_name: str) -> bool:
+    """Whether ``scheme`` in ``format_name`` quantizes any linear of ``fixture`` (block FP8 needs in-features that are
+    multiples of 128, which the small awkward fixtures lack: such a conversion is refused, not written)."""
+    from eaglequant import inspect
+    from eaglequant.errors import InputError
+
+    try:
+        inspect(FIXTURES / fixture, scheme=scheme, format=format_name, target_layers=TARGET_LAYERS)
+    except InputError as exc:
+        if NOTHING_TO_QUANTIZE in str(exc):
+            return False
+        raise
+    return True
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -76,7 +97,7 @@ def require_vendor(module: str) -> None:
 # Schemes each format is checked against its vendor on, over every fixture.
 PARITY_SCHEMES = {
     "quark": ("fp8-per-channel", "mxfp4", "mxfp4-w4a16"),
-    "compressed-tensors": ("fp8-per-channel", "nvfp4", "mxfp4", "mxfp4-w4a16"),
+    "compressed-tensors": ("fp8-per-channel", "fp8-block", "nvfp4", "mxfp4", "mxfp4-w4a16"),
     "modelopt": ("fp8-per-channel", "nvfp4"),
 }
 
@@ -97,7 +118,12 @@ class ParityCase:
 
 
 def parity_cases(format_name: str) -> list[ParityCase]:
-    cases = [ParityCase(f, format_name, s) for f in FIXTURE_NAMES for s in PARITY_SCHEMES[format_name]]
+    cases = [
+        ParityCase(f, format_name, s)
+        for f in FIXTURE_NAMES
+        for s in PARITY_SCHEMES[format_name]
+        if stores_something(f, s, format_name)
+    ]
     if format_name == "modelopt":
         cases += [ParityCase(f, format_name, "nvfp4", calibrated=True) for f in CALIBRATED_FIXTURES]
     return cases

@@ -25,7 +25,7 @@ SchemeOpt = Annotated[
 ]
 FormatOpt = Annotated[
     str,
-    typer.Option("--format", help="Output format: quark, modelopt or compressed-tensors (see `eaglequant schemes`)."),
+    typer.Option("--format", help="Output format (`eaglequant schemes` lists each scheme's formats and engines)."),
 ]
 ExcludeOpt = Annotated[
     Optional[list[str]],  # noqa: UP045 - Typer needs Optional here on Python 3.10
@@ -47,7 +47,9 @@ QuantizeOpt = Annotated[
 EngineOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(
-        "--engine", "-e", help="Engine that must load the result as intended: vllm, trtllm, sglang. Repeatable."
+        "--engine",
+        "-e",
+        help="Engine that must load the result as intended (`eaglequant schemes` lists them). Repeatable.",
     ),
 ]
 TargetLayersOpt = Annotated[
