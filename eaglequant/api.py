@@ -221,8 +221,9 @@ def explain(
     excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: default, those its conversion targeted
     (every engine for a checkpoint another tool wrote); ``["all"]``: every engine."""
+    from eaglequant.engines import recorded_engines
     from eaglequant.readback import explain_checkpoint
-    from eaglequant.report import read_report, recorded_engines
+    from eaglequant.report import read_report
 
     names = None if "all" in engines else _engine_names(engines) or recorded_engines(read_report(Path(dst)))
     with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):

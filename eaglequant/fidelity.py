@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from eaglequant.draft.weights import CanonicalWeights
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 DEFAULT_TOKENS = 256  # draft positions in the fidelity run
 CONFIDENCE_Z = 2.33  # one-sided 99%: a head statistic fails only when its confidence bound misses the threshold

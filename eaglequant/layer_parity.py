@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     import torch
 
     from eaglequant.draft.weights import CanonicalWeights
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
     from eaglequant.schemes.model import Scheme
 
 PARITY_ROWS = 64  # activations per linear

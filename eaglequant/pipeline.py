@@ -29,12 +29,12 @@ from eaglequant.devices import quantization_device, shared_on
 from eaglequant.errors import CheckpointError
 from eaglequant.finisher import FinishStep, finish, write_metadata
 from eaglequant.formats import GroupScales
-from eaglequant.formats.base import ErrorSums, error_figures
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.plan import ConversionPlan
 from eaglequant.progress import NoProgress, Progress
 from eaglequant.report import CardContext, ManifestRecord
+from eaglequant.schemes.error_stats import ErrorSums, error_figures
 from eaglequant.schemes.rows import row_blocks
 
 if TYPE_CHECKING:

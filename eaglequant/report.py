@@ -273,14 +273,6 @@ def readable_report(dst: Path) -> ConversionReport | None:
         return None
 
 
-def recorded_engines(report: ConversionReport | None) -> list[str] | None:
-    """The engines a conversion targeted that this eaglequant knows (None: no report, or none recorded)."""
-    from eaglequant.engines import ENGINES
-
-    names = [name for name in report.engines if name in ENGINES] if report is not None else []
-    return names or None
-
-
 def _report_version(top: JsonObject) -> int:
     if "report_version" not in top.data:
         return 1

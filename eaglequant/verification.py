@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.engines import recorded_engines
 from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
 from eaglequant.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
@@ -28,13 +29,13 @@ from eaglequant.layer_parity import PARITY_ROWS, LayerParity, layer_parity
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.manifest import changed_files
 from eaglequant.readback import explain_checkpoint
-from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
+from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
 if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 VERIFY_NAME = "eaglequant_verify.json"
 ROW_BLOCK_ELEMENTS = 1 << 22

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from eaglequant.devices import quantization_device
 from eaglequant.errors import InputError
+from eaglequant.formats import stored_cells
 from eaglequant.schemes import fp8, mxfp4, nvfp4
 from eaglequant.schemes.fp4 import E2M1_MAGNITUDES
-from eaglequant.schemes.model import stored_cells
 from tests.conftest import FIXTURE_NAMES, FIXTURES, TARGET_LAYERS, run_cli, stores_something
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -19,7 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
 from eaglequant.fidelity import DistributionShift, distribution_shift, judge_shift
-from eaglequant.schemes.model import load_scheme, stored_cells
+from eaglequant.formats import stored_cells
+from eaglequant.schemes.model import load_scheme
 from tests.conftest import (
     FIXTURE_NAMES,
     FIXTURES,

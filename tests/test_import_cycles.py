@@ -20,13 +20,7 @@ ALLOWED = {
     # The package's lazy facade: ``eaglequant.convert`` etc. resolve to the API on first use; modules inside the
     # package only read ``__version__`` from it, which is set before any of them is imported.
     ("eaglequant", "eaglequant.api"): "lazy public facade",
-    # schemes.model validates a scheme's per-format settings against the format registry, and every format
-    # imports the scheme model. Both are being rewritten (registry of kind objects, docs/design.md); break then.
-    ("eaglequant.schemes.model", "eaglequant.formats"): "scheme ↔ format registry, under rewrite",
-    # run_guarded moved to cli/guard.py; these two commands are being rewritten and still import it from the
-    # package (re-exported there). Point them at eaglequant.cli.guard and drop these lines.
-    ("eaglequant.cli.convert_cmd", "eaglequant.cli"): "run_guarded, pending the convert_cmd rewrite",
-    ("eaglequant.cli.inspect_cmd", "eaglequant.cli"): "run_guarded, pending the inspect_cmd rewrite",
+    ("eaglequant", "eaglequant.options"): "lazy public facade (eaglequant.ConversionOptions)",
 }
 
 

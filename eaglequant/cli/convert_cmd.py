@@ -91,7 +91,7 @@ def convert_command(
     ] = DEFAULT_DEVICE,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
-    from eaglequant.cli import run_guarded
+    from eaglequant.cli.guard import run_guarded
 
     def body() -> bool:
         from eaglequant.api import convert

@@ -36,7 +36,7 @@ def inspect_command(
     target_config: TargetConfigOpt = None,
 ) -> None:
     """Show the detected layout and why, every tensor, what SCHEME would quantize, and the output size."""
-    from eaglequant.cli import run_guarded
+    from eaglequant.cli.guard import run_guarded
 
     def body() -> None:
         from eaglequant.api import inspect

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.engines.sglang import SglangEngine
 from eaglequant.engines.trtllm import TrtllmEngine, TrtllmMainEngine
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.errors import InputError
+
+if TYPE_CHECKING:
+    from eaglequant.report import ConversionReport
 
 ENGINES: dict[str, Engine] = {
     engine.name: engine for engine in (VllmEngine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
@@ -20,4 +25,10 @@ def get_engine(name: str) -> Engine:
         raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {', '.join(ENGINES)}") from None
 
 
-__all__ = ["ENGINES", "Engine", "RuntimeModule", "get_engine"]
+def recorded_engines(report: ConversionReport | None) -> list[str] | None:
+    """The engines a conversion targeted that this eaglequant knows (None: no report, or none recorded)."""
+    names = [name for name in report.engines if name in ENGINES] if report is not None else []
+    return names or None
+
+
+__all__ = ["ENGINES", "Engine", "RuntimeModule", "get_engine", "recorded_engines"]

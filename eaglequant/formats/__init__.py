@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from eaglequant.errors import SchemeError
@@ -21,6 +22,16 @@ def get_format(name: str) -> Format:
         return FORMATS[name]
     except KeyError:
         raise SchemeError(f"unknown format {name!r}", hint=f"choose one of: {', '.join(FORMATS)}") from None
+
+
+@functools.cache
+def stored_cells() -> list[tuple[str, str]]:
+    """Every (built-in scheme, format that stores it), as a conversion names them."""
+    from eaglequant.schemes.model import builtin_scheme_names, load_scheme
+
+    return [
+        (name, fmt) for name in builtin_scheme_names() for fmt in FORMATS if FORMATS[fmt].supports(load_scheme(name))
+    ]
 
 
 def all_scale_params() -> frozenset[str]:
@@ -53,4 +64,5 @@ __all__ = [
     "format_for_quant_method",
     "format_for_side_files",
     "get_format",
+    "stored_cells",
 ]

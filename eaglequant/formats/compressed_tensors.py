@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 COMPRESSED_TENSORS_VERSION = "0.19.0"
 
@@ -94,7 +94,7 @@ class _Fp8Channel(_CtRecipe):
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
         import torch
 
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         channel = tensors[f"{base}.weight_scale"].to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
@@ -126,7 +126,7 @@ class _Fp8Block(_CtRecipe):
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
         import torch
 
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         scale = tensors[f"{base}.weight_scale"].to(torch.float32)
@@ -182,7 +182,7 @@ class _Nvfp4(_CtRecipe):
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
         import torch
 
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         # compressed-tensors divides by its global scale; vLLM inverts it once at load.
@@ -220,7 +220,7 @@ class _Mxfp4(_CtRecipe):
         return {f"{linear.checkpoint_module}.weight_packed": packed, f"{linear.checkpoint_module}.weight_scale": scale}
 
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         return StoredLinear(self.kind, tensors[f"{base}.weight_packed"], block_scale=tensors[f"{base}.weight_scale"])

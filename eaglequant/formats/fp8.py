@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 
 IGNORED_LAYERS = "ignored_layers"
@@ -53,7 +53,7 @@ class _Fp8Block(Recipe):
         return {f"{base}.weight": quantized, f"{base}.weight_scale_inv": scale}
 
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         return StoredLinear(

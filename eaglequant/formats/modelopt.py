@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 MODELOPT_VERSION = "0.47.0"
 PRODUCER = {"name": "modelopt", "version": MODELOPT_VERSION}
@@ -61,7 +61,7 @@ class _Fp8Channel(_ModelOptRecipe):
         return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
 
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
@@ -118,7 +118,7 @@ class _Nvfp4(_ModelOptRecipe):
         return tensors
 
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]

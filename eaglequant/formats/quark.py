@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 QUARK_VERSION = "0.13"
 
@@ -103,7 +103,7 @@ class _Fp8Channel(_QuarkRecipe):
         return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
 
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         activation = None if scheme.activation is None else scheme.activation.kind
@@ -131,7 +131,7 @@ class _Mxfp4(_QuarkRecipe):
         return {f"{linear.checkpoint_module}.weight": packed, f"{linear.checkpoint_module}.weight_scale": block_scale}
 
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kernels.stored import StoredLinear
+        from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
         return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=tensors[f"{base}.weight_scale"])

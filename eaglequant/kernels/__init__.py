@@ -12,7 +12,7 @@ from collections import Counter
 import torch
 
 from eaglequant.kernels.reference import reference_linear
-from eaglequant.kernels.stored import StoredLinear
+from eaglequant.kinds.base import StoredLinear
 
 BACKEND_CALLS: Counter[str] = Counter()
 

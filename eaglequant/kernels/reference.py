@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from eaglequant.kernels.stored import StoredLinear
 from eaglequant.kinds.activations import MIN_TOKEN_SCALE
+from eaglequant.kinds.base import StoredLinear
 from eaglequant.schemes.fp8 import FP8_E4M3_MAX, quantize_token_groups
 
 FP8_MAX = FP8_E4M3_MAX

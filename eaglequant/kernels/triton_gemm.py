@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from eaglequant.kernels import reference
-from eaglequant.kernels.stored import StoredLinear
+from eaglequant.kinds.base import StoredLinear
 
 # Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
 # interpreter does not check).

@@ -7,33 +7,23 @@ support matrix) reads its properties from the object.
 
 from __future__ import annotations
 
-from eaglequant.errors import SchemeError
 from eaglequant.kinds.activations import FP8_GROUP, FP8_TOKEN, MXFP4_ACTIVATIONS, NVFP4_ACTIVATIONS
-from eaglequant.kinds.base import ActivationKind, TensorKind, WeightKind
+from eaglequant.kinds.base import (
+    ACTIVATION_KINDS,
+    WEIGHT_KINDS,
+    ActivationKind,
+    StoredLinear,
+    TensorKind,
+    WeightKind,
+    activation_kind,
+    weight_kind,
+)
 from eaglequant.kinds.fp4 import MXFP4, NVFP4
 from eaglequant.kinds.fp8 import FP8_BLOCK, FP8_CHANNEL
 
-WEIGHT_KINDS: dict[str, WeightKind] = {kind.name: kind for kind in (FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4)}
-ACTIVATION_KINDS: dict[str, ActivationKind] = {
-    kind.name: kind for kind in (FP8_TOKEN, FP8_GROUP, NVFP4_ACTIVATIONS, MXFP4_ACTIVATIONS)
-}
+WEIGHT_KINDS.update((kind.name, kind) for kind in (FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4))
+ACTIVATION_KINDS.update((kind.name, kind) for kind in (FP8_TOKEN, FP8_GROUP, NVFP4_ACTIVATIONS, MXFP4_ACTIVATIONS))
 Kinds = tuple[str, str | None]  # (weight kind, activation kind or None for weight-only), as configs declare them
-
-
-def weight_kind(name: str) -> WeightKind:
-    try:
-        return WEIGHT_KINDS[name]
-    except KeyError:
-        raise SchemeError(f"unknown weight kind {name!r}", hint=f"known: {', '.join(WEIGHT_KINDS)}") from None
-
-
-def activation_kind(name: str | None) -> ActivationKind | None:
-    if name is None:
-        return None
-    try:
-        return ACTIVATION_KINDS[name]
-    except KeyError:
-        raise SchemeError(f"unknown activation kind {name!r}", hint=f"known: {', '.join(ACTIVATION_KINDS)}") from None
 
 
 def codes_per_element(stored_dtype: str) -> int:
@@ -53,6 +43,7 @@ __all__ = [
     "WEIGHT_KINDS",
     "ActivationKind",
     "Kinds",
+    "StoredLinear",
     "TensorKind",
     "WeightKind",
     "activation_kind",

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.kinds.base import ActivationKind
-from eaglequant.kinds.fp8 import E4M3_MAX
+from eaglequant.kinds.base import E4M3_MAX, ActivationKind
 
 if TYPE_CHECKING:
     import torch

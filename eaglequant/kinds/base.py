@@ -3,21 +3,22 @@ calls its tensors.
 
 A scheme reduces to a weight kind and an activation kind (or None: weight-only). Formats store a kind with
 a *recipe* of their own (names, dtypes, the vendor's rounding); kernels and verification read every kind
-through :class:`eaglequant.kernels.stored.StoredLinear`, whose meaning each kind defines here.
+through :class:`StoredLinear` (below), whose tensors each kind gives a meaning.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
+
+from eaglequant.errors import SchemeError
 
 if TYPE_CHECKING:
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
-
 BITS = {"fp8_e4m3": 8, "fp4_e2m1": 4}
+E4M3_MAX = 448.0  # the largest finite FP8 E4M3 (fn) value
 BlockSize = int | tuple[int, int] | None
 
 
@@ -103,7 +104,6 @@ class WeightKind(TensorKind, ABC):
 
     def select_rows(self, stored: StoredLinear, rows: slice) -> StoredLinear:
         """The linear restricted to output ``rows`` (aligned to ``rows_per_scale``), as a linear of its own."""
-        from dataclasses import replace
 
         def part(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t[rows]
@@ -113,4 +113,84 @@ class WeightKind(TensorKind, ABC):
             weight=stored.weight[rows],
             channel_scale=part(stored.channel_scale),
             block_scale=part(stored.block_scale),
+        )
+
+
+# The registries, filled by ``eaglequant.kinds`` (its ``__init__`` lists every kind).
+WEIGHT_KINDS: dict[str, WeightKind] = {}
+ACTIVATION_KINDS: dict[str, ActivationKind] = {}
+
+
+def weight_kind(name: str) -> WeightKind:
+    try:
+        return WEIGHT_KINDS[name]
+    except KeyError:
+        raise SchemeError(f"unknown weight kind {name!r}", hint=f"known: {', '.join(WEIGHT_KINDS)}") from None
+
+
+def activation_kind(name: str | None) -> ActivationKind | None:
+    if name is None:
+        return None
+    try:
+        return ACTIVATION_KINDS[name]
+    except KeyError:
+        raise SchemeError(f"unknown activation kind {name!r}", hint=f"known: {', '.join(ACTIVATION_KINDS)}") from None
+
+
+@dataclass(frozen=True)
+class StoredLinear:
+    """``kind``: a registered weight kind (see its class for the tensors it uses): ``weight`` as stored;
+    ``channel_scale`` float32 [N]; ``block_scale`` per block (as the kind stores it); ``global_scale``
+    float32 0-dim, multiplied into the output.
+
+    ``activation``: the activation kind the engine quantizes inputs with at run time (None: activations stay
+    in their dtype, or the kind is not simulated).
+    """
+
+    kind: str
+    weight: torch.Tensor
+    channel_scale: torch.Tensor | None = None
+    block_scale: torch.Tensor | None = None
+    global_scale: torch.Tensor | None = None
+    activation: str | None = None
+
+    @property
+    def weight_kind(self) -> WeightKind:
+        return weight_kind(self.kind)
+
+    @property
+    def activation_kind(self) -> ActivationKind | None:
+        return activation_kind(self.activation)
+
+    @property
+    def out_features(self) -> int:
+        return int(self.weight.shape[0])
+
+    @property
+    def in_features(self) -> int:
+        return self.weight_kind.in_features(int(self.weight.shape[1]))
+
+    def dequantize(self) -> torch.Tensor:
+        """float32 [N, K], exactly what the kernels compute from the stored bytes."""
+        return self.dequantize_rows(slice(None))
+
+    def dequantize_rows(self, rows: slice) -> torch.Tensor:
+        """float32 [rows, K] of :meth:`dequantize`, reading only those rows."""
+        return self.weight_kind.dequantize_rows(self, rows)
+
+    def rows(self, rows: slice) -> StoredLinear:
+        """The linear restricted to output rows ``rows`` (a linear of its own); ``rows`` must start on a scale
+        block (:attr:`WeightKind.rows_per_scale`)."""
+        return self.weight_kind.select_rows(self, rows)
+
+    def to(self, device: torch.device | str) -> StoredLinear:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return replace(
+            self,
+            weight=self.weight.to(device),
+            channel_scale=move(self.channel_scale),
+            block_scale=move(self.block_scale),
+            global_scale=move(self.global_scale),
         )

@@ -11,7 +11,7 @@ from eaglequant.kinds.base import WeightKind
 if TYPE_CHECKING:
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
+    from eaglequant.kinds.base import StoredLinear
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,7 @@ from eaglequant.kinds.base import WeightKind
 if TYPE_CHECKING:
     import torch
 
-    from eaglequant.kernels.stored import StoredLinear
-
-E4M3_MAX = 448.0  # the largest finite FP8 E4M3 (fn) value
+    from eaglequant.kinds.base import StoredLinear
 
 
 @dataclass(frozen=True)

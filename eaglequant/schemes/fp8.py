@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import torch
 
-from eaglequant.kinds.fp8 import E4M3_MAX as FP8_E4M3_MAX
+from eaglequant.kinds.base import E4M3_MAX as FP8_E4M3_MAX
 from eaglequant.schemes.exact import divide
 from eaglequant.schemes.rows import by_row_blocks
 

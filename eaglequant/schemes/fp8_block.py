@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from eaglequant.kinds.fp8 import E4M3_MAX
+from eaglequant.kinds.base import E4M3_MAX
 from eaglequant.schemes.exact import divide
 
 BLOCK = 128

@@ -12,7 +12,6 @@ user's own scheme file works wherever a built-in would.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -132,16 +131,6 @@ def load_scheme(name_or_path: str) -> Scheme:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SchemeError(f"{path}: not valid TOML ({exc})") from exc
     return parse_scheme(data, str(path))
-
-
-@functools.cache
-def stored_cells() -> list[tuple[str, str]]:
-    """Every (built-in scheme, format that stores it), as a conversion names them."""
-    from eaglequant.formats import FORMATS
-
-    return [
-        (name, fmt) for name in builtin_scheme_names() for fmt in FORMATS if FORMATS[fmt].supports(load_scheme(name))
-    ]
 
 
 def builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
