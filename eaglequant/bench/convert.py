@@ -27,6 +27,7 @@ from eaglequant.bench.heads import FULL_SIZE_HEADS, cached_head
 # llm-compressor's are its preset schemes.
 ANCHORS: dict[str, list[tuple[str, str]]] = {
     "fp8-per-channel": [("amd-quark", "ptpc_fp8"), ("llm-compressor", "FP8_DYNAMIC")],
+    "fp8-block": [("llm-compressor", "FP8_BLOCK")],
     "mxfp4": [("amd-quark", "mxfp4")],
     "mxfp4-w4a16": [("amd-quark", "mxfp4_weight_only"), ("llm-compressor", "MXFP4A16")],
     "nvfp4": [("llm-compressor", "NVFP4A16")],
