@@ -38,15 +38,21 @@ class Fp8BlockKind(WeightKind):
         return self.rows_per_scale
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
+        import torch
+
         from eaglequant.schemes.fp8 import e4m3_to_float32
 
         assert stored.block_scale is not None
         start, stop, _ = rows.indices(stored.out_features)
-        codes = e4m3_to_float32(stored.weight[start:stop])
-        scale = stored.block_scale[start // self.block : -(-stop // self.block)].to(codes.dtype)
-        scale = scale.repeat_interleave(self.block, 0)[start % self.block :][: stop - start]
-        scale = scale.repeat_interleave(self.block, 1)[:, : codes.shape[1]]
-        return codes * scale
+        values = e4m3_to_float32(stored.weight[start:stop])  # a new tensor: scaled in place
+        count, columns = values.shape
+        blocks = -(-columns // self.block)
+        scale = stored.block_scale[start // self.block : -(-stop // self.block)].to(torch.float32)
+        scale = scale.repeat_interleave(self.block, 0)[start % self.block :][:count]  # [rows, column blocks]
+        if columns % self.block:
+            values = torch.nn.functional.pad(values, (0, blocks * self.block - columns))
+        scaled = values.view(count, blocks, self.block).mul_(scale[:, :, None])
+        return scaled.view(count, blocks * self.block)[:, :columns]
 
     def select_rows(self, stored: StoredLinear, rows: slice) -> StoredLinear:
         start, stop, _ = rows.indices(stored.out_features)

@@ -112,13 +112,19 @@ def quantize_token_groups(x: torch.Tensor, group: int, min_scale: float) -> tupl
     x = x.to(torch.float32)
     m, k = x.shape
     groups = -(-k // group)
-    padded = torch.nn.functional.pad(x, (0, groups * group - k)).reshape(m, groups, group)
-    scale = (padded.abs().amax(dim=2) / FP8_E4M3_MAX).clamp_min(min_scale)
-    codes = (padded / scale[:, :, None]).clamp(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
-    return codes.reshape(m, groups * group)[:, :k], scale
+    padded = x if k % group == 0 else torch.nn.functional.pad(x, (0, groups * group - k))
+    blocks = padded.view(m, groups, group)
+    scale = (blocks.abs().amax(dim=2) / FP8_E4M3_MAX).clamp_min(min_scale)
+    codes = (blocks / scale[:, :, None]).clamp_(-FP8_E4M3_MAX, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
+    return codes.view(m, groups * group)[:, :k], scale
 
 
 def dequantize_token_groups(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """float32 [M, K] from :func:`quantize_token_groups`' output."""
-    group = -(-codes.shape[1] // scale.shape[1])
-    return codes.to(torch.float32) * scale.repeat_interleave(group, 1)[:, : codes.shape[1]]
+    """float32 [M, K] from :func:`quantize_token_groups`' output, with no tensor larger than the result."""
+    m, k = codes.shape
+    groups = scale.shape[1]
+    group = -(-k // groups)
+    values = codes.to(torch.float32)
+    if k % group:
+        values = torch.nn.functional.pad(values, (0, groups * group - k))
+    return values.view(m, groups, group).mul_(scale[:, :, None]).view(m, groups * group)[:, :k]
