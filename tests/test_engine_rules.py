@@ -347,3 +347,64 @@ def test_sglang_mla_drafts_keep_what_its_loader_cannot_take(scheme: str, fmt: st
     }
     assert unquantized == kept
     assert "SGLang" in plan.kept[plan.head.linear("layers.0.self_attn.kv_b_proj").weight]
+
+
+BLOCK_FP8 = ("fp8-block", "fp8-group")
+CHANNEL_FP8 = ("fp8-channel", "fp8-token")
+
+
+@pytest.mark.parametrize(
+    ("engine", "names", "members", "rows", "kinds", "refused"),
+    [
+        # vLLM's split_kv_b_proj dequantizes kv_b_proj by whole 128-row blocks.
+        ("vllm", ("x.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (200,), BLOCK_FP8, True),
+        ("vllm", ("x.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (256,), BLOCK_FP8, False),
+        ("vllm", ("x.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (200,), CHANNEL_FP8, False),
+        # SGLang's block-FP8 merged modules need every member aligned, the last included.
+        ("sglang", ("model.qkv_proj",), ("a.q_proj", "a.k_proj", "a.v_proj"), (256, 128, 64), BLOCK_FP8, True),
+        ("sglang", ("model.qkv_proj",), ("a.q_proj", "a.k_proj", "a.v_proj"), (256, 128, 128), BLOCK_FP8, False),
+        ("sglang", ("model.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (256,), BLOCK_FP8, True),
+    ],
+)
+def test_block_fp8_load_refusals(engine, names, members, rows, kinds, refused) -> None:  # type: ignore[no-untyped-def]
+    from eaglequant.engines.base import RuntimeModule
+
+    module = RuntimeModule(names, members, out_features=rows)
+    assert (ENGINES[engine].load_refusal(module, kinds, "fp8") is not None) is refused
+
+
+def test_trtllm_main_needs_a_block_fp8_kv_b_proj() -> None:
+    """Its native fp8 config always excludes *kv_b_proj*, and the MLA loader then reads weight_scale_inv."""
+    from eaglequant.engines.base import RuntimeModule
+
+    module = RuntimeModule(("model.midlayer.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",))
+    engine = ENGINES["trtllm-main"]
+    assert engine.needs_quantized(module, BLOCK_FP8, "fp8") is not None
+    assert engine.unquantized_reason(module, BLOCK_FP8, "fp8") is None
+    assert engine.needs_quantized(module, CHANNEL_FP8, "modelopt") is None
+    assert engine.unquantized_reason(module, CHANNEL_FP8, "modelopt") is not None
+
+
+@pytest.mark.parametrize("engines", [["trtllm-main"], ["sglang", "trtllm-main"]])
+def test_trtllm_main_refuses_an_mla_kv_b_proj_kept_bf16_under_block_fp8(engines: list[str]) -> None:
+    """The fixture's kv_b_proj (32 in-features) cannot be block FP8, and SGLang needs it BF16 anyway."""
+    head = inspect(FIXTURES / "torchspec-mla").head
+    with pytest.raises(InputError, match=r"cannot load .*kv_b_proj unquantized"):
+        build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=engines, target_layers=61)
+
+
+def test_vllm_needs_the_target_layer_count_to_exclude_a_decoder_module_in_native_fp8() -> None:
+    head = inspect(FIXTURES / "specforge-llama").head  # its qkv_proj stays BF16 (64-row k_proj)
+    with pytest.raises(InputError, match="exact name") as caught:
+        build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=["vllm"])
+    assert "--target-layers" in (caught.value.hint or "")
+    plan = build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=["vllm"], target_layers=61)
+    assert "model.layers.61.self_attn.qkv_proj" in plan.exclude_patterns
+
+
+def test_a_native_fp8_config_with_a_different_ignored_layers_is_a_problem() -> None:
+    fmt = FORMATS["fp8"]
+    config = fmt.quantization_config(scheme_for_kinds(BLOCK_FP8), ["model.fc"])
+    assert fmt.read_config(config, {}).problems == []
+    written = fmt.read_config({**config, "ignored_layers": ["lm_head"]}, {})
+    assert written.patterns == ["lm_head"] and "TensorRT-LLM the second" in written.problems[0]

@@ -28,6 +28,11 @@ class RuntimeModule:
     runs_unquantized: str | None = None
     out_features: tuple[int, ...] = ()  # each member's, in the order the engine stacks them
 
+    @property
+    def leaves(self) -> set[str]:
+        """The members' last name parts: ``kv_b_proj``, ``q_a_proj``, ..."""
+        return {member.rsplit(".", 1)[-1] for member in self.members}
+
 
 @dataclass(frozen=True)
 class ServingSnippet:

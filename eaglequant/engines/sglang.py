@@ -99,7 +99,7 @@ class SglangEngine(Engine):
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         if module.names == ("lm_head",) and self.lm_head_unquantized_by_config(format_name):
             return f"SGLang's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
-        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        leaves = module.leaves
         if "kv_b_proj" in leaves and weight_kind(kinds[0]).rows_per_scale == 1:
             return _MLA_KV_B
         if "q_a_proj" in leaves and weight_kind(kinds[0]).global_scale:
@@ -119,7 +119,7 @@ class SglangEngine(Engine):
         kind = weight_kind(kinds[0])
         if kind.rows_per_scale == 1:
             return None
-        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        leaves = module.leaves
         if "kv_b_proj" in leaves:
             return _MLA_KV_B
         merged = _MERGED_SHARDS.get(module.names[0].rsplit(".", 1)[-1])

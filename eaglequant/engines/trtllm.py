@@ -111,7 +111,7 @@ class TrtllmMainEngine(Engine):
     def needs_quantized(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         if weight_kind(kinds[0]).rows_per_scale == 1:
             return None
-        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        leaves = module.leaves
         if "kv_b_proj" in leaves:
             return (
                 "a block-FP8 config always excludes *kv_b_proj* (_torch/model_config.py), and the MLA loader then "

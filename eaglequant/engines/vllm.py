@@ -137,7 +137,7 @@ class VllmEngine(Engine):
 
     def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         kind = weight_kind(kinds[0])
-        leaves = {member.rsplit(".", 1)[-1] for member in module.members}
+        leaves = module.leaves
         if kind.rows_per_scale > 1 and "kv_b_proj" in leaves and module.out_features[0] % kind.rows_per_scale:
             return (
                 f"vLLM splits an MLA kv_b_proj by whole {kind.rows_per_scale}-row scale blocks, and its "
