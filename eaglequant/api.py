@@ -175,13 +175,14 @@ def _verify_step(dst: Path, source: Path, options: ConversionOptions) -> FinishS
     def run(tmp: Path, result: ConversionResult) -> None:
         from eaglequant.verification import write_verify_report
 
-        report = verify(
+        report = _verify_written(
             tmp,
-            source=source,
-            engines=options.engines,
+            source,
+            _engine_names(options.engines),
             target_layers=options.target_layers,
             target_config=options.target_config,
-            inputs=options.calib,
+            inputs=None if options.calib is None else Path(options.calib),
+            hashed_while_writing=True,  # the report's digests were taken from these bytes moments ago
         )
         report.destination = dst
         write_verify_report(report, tmp)
@@ -255,7 +256,6 @@ def verify(
     (default: this one)."""
     from eaglequant.engine_load import get_probe
     from eaglequant.report import read_report
-    from eaglequant.verification import verify_checkpoint
 
     load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
     names = _engine_names(engines)
@@ -264,24 +264,53 @@ def verify(
         recorded = read_report(dst_path)
         source = recorded.source if recorded and recorded.source and Path(recorded.source).is_dir() else None
     source_path = None if source is None else resolve_source(source).path
-    with _open_written(dst_path, target_layers, target_config) as (checkpoint, head, target):
-        report = verify_checkpoint(
-            dst_path,
-            head,
-            checkpoint,
-            source=source_path,
-            engines=names,
-            every_engine="all" in engines,
-            target=target,
-            seed=seed,
-            tokens=tokens,
-            inputs=None if inputs is None else Path(inputs),
-        )
+    report = _verify_written(
+        dst_path,
+        source_path,
+        names,
+        every_engine="all" in engines,
+        target_layers=target_layers,
+        target_config=target_config,
+        seed=seed,
+        tokens=tokens,
+        inputs=None if inputs is None else Path(inputs),
+    )
     for engine in load_engines:
         report.engine_loads += load_checks(
             [dst_path], engine=engine, sources=[source_path], engine_python=engine_python
         )
     return report
+
+
+def _verify_written(
+    dst: Path,
+    source: Path | None,
+    engines: list[str] | None,
+    *,
+    every_engine: bool = False,
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+    seed: int = 0,
+    tokens: int = DEFAULT_TOKENS,
+    inputs: Path | None = None,
+    hashed_while_writing: bool = False,
+) -> VerifyReport:
+    from eaglequant.verification import verify_checkpoint
+
+    with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
+        return verify_checkpoint(
+            dst,
+            head,
+            checkpoint,
+            source=source,
+            engines=engines,
+            every_engine=every_engine,
+            target=target,
+            seed=seed,
+            tokens=tokens,
+            inputs=inputs,
+            hashed_while_writing=hashed_while_writing,
+        )
 
 
 def load_checks(

@@ -56,6 +56,7 @@ class VerifyReport:
     fidelity: HeadFidelity | None = None
     notes: list[str] = field(default_factory=list)
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
+    hashes_read: bool = True  # the files were read again against the report's SHA-256s
 
     @property
     def problems(self) -> list[str]:
@@ -84,7 +85,7 @@ class VerifyReport:
 
     @property
     def checks(self) -> list[str]:
-        ran = ["structure", "scales", "hashes"]
+        ran = ["structure", "scales"] + (["hashes"] if self.hashes_read else [])
         ran += ["parity"] if self.layers else []
         ran += ["fidelity"] if self.fidelity is not None else []
         ran += [f"{check.engine} load" for check in self.engine_loads]
@@ -127,9 +128,12 @@ def verify_checkpoint(
     tokens: int = DEFAULT_TOKENS,
     every_engine: bool = False,
     inputs: Path | None = None,
+    hashed_while_writing: bool = False,
 ) -> VerifyReport:
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
-    ``every_engine``, or for a checkpoint another tool wrote, every engine that can)."""
+    ``every_engine``, or for a checkpoint another tool wrote, every engine that can). ``hashed_while_writing``:
+    the report's SHA-256s were just taken from these files as they were written (``convert --verify``), so they
+    are not read a second time."""
     recorded = read_report(dst)
     if engines is None and not every_engine:
         engines = recorded_engines(recorded)
@@ -140,7 +144,11 @@ def verify_checkpoint(
     if scheme_note:
         report.notes.append(scheme_note)
     quantized = _quantized_linears(explanation)
-    report.structure += _check_hashes(dst, recorded)
+    if hashed_while_writing:
+        report.hashes_read = False
+        report.notes.append("SHA-256 of every file: taken from the bytes as they were written, not read again")
+    else:
+        report.structure += _check_hashes(dst, recorded)
     report.structure += _check_scales(checkpoint, head, fmt, scheme, quantized)
     activation = activation_kind(scheme.activation.kind) if scheme.activation is not None else None
     if activation is not None and not activation.simulated:
