@@ -25,6 +25,7 @@ from eaglequant.engines.support import check_engines
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS, Format, get_format
+from eaglequant.kinds import kinds_title
 from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription, HeadLinear, HeadTensor, Role
 from eaglequant.schemes import Scheme
@@ -168,7 +169,7 @@ def build_plan(
     if not fmt.supports(scheme):
         able = [f.name for f in FORMATS.values() if f.supports(scheme)]
         raise InputError(
-            f"format {fmt.name!r} cannot store scheme {scheme.name!r} ({scheme.label} {scheme.weight.kind})",
+            f"format {fmt.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
             hint=f"formats that can: {', '.join(able)}" if able else "no format stores this scheme",
         )
     engine_names = list(dict.fromkeys(engines))

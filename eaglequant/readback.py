@@ -229,7 +229,7 @@ def _read_module(
         shown,
         tuple(head.linear(m).checkpoint_module for m in module.members),
         rule,
-        f"{scheme.label} {scheme.weight.kind}" if applies else None,
+        kinds_title(scheme.kinds) if applies else None,
         why,
         reason,
         tuple(expects),
@@ -271,7 +271,7 @@ def _check_member(
         )
     else:
         problems += [f"{t.name}: expected {t.dtype} {list(t.shape)}, found {t.found}" for t in wrong]
-        problems += [f"{name}: not expected for {scheme.label} {scheme.weight.kind} (loading fails)" for name in stray]
+        problems += [f"{name}: not expected for {kinds_title(scheme.kinds)} (loading fails)" for name in stray]
     return expected, problems
 
 

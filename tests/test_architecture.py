@@ -20,10 +20,22 @@ def _modules() -> list[Path]:
     return sorted(PACKAGE.rglob("*.py"))
 
 
+def _prefix_tests(node: ast.AST) -> list[str]:
+    """``kind.startswith("fp8")``: a test on the start (or end) of a registered name."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+        return []
+    if node.func.attr not in ("startswith", "endswith"):
+        return []
+    words = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return [w for w in words if len(w) >= 3 and any(n.startswith(w) or n.endswith(w) for n in NAMES)]
+
+
 def _name_comparisons(path: Path) -> list[str]:
-    """``x == "nvfp4"``, ``fmt in ("quark", ...)``, ``kind != "fp8-token"``: a comparison with a registered name."""
+    """``x == "nvfp4"``, ``fmt in ("quark", ...)``, ``kind != "fp8-token"``, ``kind.startswith("fp8")``: a branch on
+    a registered name."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        found += [f"{path.name}:{node.lineno}: tests a name for {w!r}" for w in _prefix_tests(node)]
         if not isinstance(node, ast.Compare):
             continue
         operands = [node.left, *node.comparators]
@@ -41,8 +53,15 @@ def test_the_name_list_covers_every_registry() -> None:
 
 def test_the_check_finds_a_branch_on_a_kind(tmp_path: Path) -> None:
     source = tmp_path / "branchy.py"
-    source.write_text('def f(kind):\n    if kind == "nvfp4":\n        return 1\n    return kind in ("quark", "x")\n')
-    assert _name_comparisons(source) == ["branchy.py:2: compares with 'nvfp4'", "branchy.py:4: compares with 'quark'"]
+    source.write_text(
+        'def f(kind):\n    if kind == "nvfp4":\n        return 1\n    if kind.startswith("fp8"):\n        return 2\n'
+        '    return kind in ("quark", "x")\n'
+    )
+    assert _name_comparisons(source) == [
+        "branchy.py:2: compares with 'nvfp4'",
+        "branchy.py:4: tests a name for 'fp8'",
+        "branchy.py:6: compares with 'quark'",
+    ]
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from eaglequant.engines import ENGINES
 from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS
+from eaglequant.kinds import weight_kind
 
 ENGINE_NAMES = tuple(ENGINES)
 ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
@@ -179,7 +180,7 @@ def _loads_everywhere(kinds: tuple[str, str | None], fmt: str, engines: list[str
 
 
 def _weight_bits(kinds: tuple[str, str | None]) -> int:
-    return 8 if kinds[0].startswith("fp8") else 4
+    return weight_kind(kinds[0]).bits
 
 
 def check_engines(

@@ -122,7 +122,7 @@ class Format(ABC):
         if problem is not None:
             return problem
         block = kind.columns_per_scale
-        if block and linear.in_features % block and not (kind.partial_blocks or self.recipe(scheme).pads_blocks):
+        if block and linear.in_features % block and not self.recipe(scheme).pads_blocks:
             return (
                 f"in-features {linear.in_features} is not a multiple of {block}, which {self.title} "
                 f"{scheme.weight.kind} requires"

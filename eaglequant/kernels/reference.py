@@ -7,11 +7,7 @@ import torch
 
 from eaglequant.kinds.activations import MIN_TOKEN_SCALE
 from eaglequant.kinds.base import StoredLinear
-from eaglequant.schemes.fp8 import FP8_E4M3_MAX, quantize_token_groups
-
-FP8_MAX = FP8_E4M3_MAX
-
-__all__ = ["FP8_MAX", "MIN_TOKEN_SCALE", "quantize_tokens_fp8", "reference_linear"]
+from eaglequant.schemes.fp8 import quantize_token_groups
 
 
 def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

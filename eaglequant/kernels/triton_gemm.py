@@ -26,12 +26,11 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglequant.kernels import reference
-from eaglequant.kinds.base import StoredLinear
+from eaglequant.kinds.base import E4M3_MAX, StoredLinear
 
 # Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
 # interpreter does not check).
-FP8_MAX = tl.constexpr(reference.FP8_MAX)
+FP8_MAX = tl.constexpr(E4M3_MAX)
 
 
 @triton.jit
@@ -168,7 +167,7 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         raise ValueError(f"x has {k} features, the weight {stored.in_features}")
     kind, activation = stored.weight_kind, stored.activation_kind
     group = kind.columns_per_scale or 1  # 1: a whole row shares the scale
-    block_k = 64 if k % 64 == 0 or group == 1 or kind.partial_blocks else 32
+    block_k = 64 if k % 64 == 0 or group == 1 else 32
     act_fp8 = activation is not None and activation.simulated
     act_group = activation.block_size if activation is not None and isinstance(activation.block_size, int) else 0
     x = x.contiguous()

@@ -31,11 +31,15 @@ def codes_per_element(stored_dtype: str) -> int:
     return next((k.codes_per_element for k in WEIGHT_KINDS.values() if k.stored_dtype == stored_dtype), 1)
 
 
-def kinds_title(kinds: Kinds) -> str:
-    """How people name a scheme with these kinds: ``W8A8 fp8-channel``, ``W4A16 nvfp4``."""
-    weight = weight_kind(kinds[0])
+def kinds_label(kinds: Kinds) -> str:
+    """The widths serving engineers name a scheme by: ``W8A8``, ``W4A16``."""
     act = activation_kind(kinds[1])
-    return f"W{weight.bits}A{16 if act is None else act.bits} {weight.name}"
+    return f"W{weight_kind(kinds[0]).bits}A{16 if act is None else act.bits}"
+
+
+def kinds_title(kinds: Kinds) -> str:
+    """``W8A8 fp8-channel``, ``W4A16 nvfp4``: the widths and the weight kind."""
+    return f"{kinds_label(kinds)} {kinds[0]}"
 
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "WeightKind",
     "activation_kind",
     "codes_per_element",
+    "kinds_label",
     "kinds_title",
     "weight_kind",
 ]

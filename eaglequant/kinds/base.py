@@ -69,9 +69,8 @@ class WeightKind(TensorKind, ABC):
 
     ``stored_dtype``: the safetensors dtype of the stored weight; ``codes_per_element``: logical values per
     stored element (2 for packed FP4); ``rows_per_scale``: output rows sharing one scale (a block of rows
-    must be quantized whole); ``columns_per_scale``: in-features sharing one scale (None: the whole row);
-    ``partial_blocks``: a last block of fewer columns is part of the kind (else a format must pad the
-    in-dimension or leave the linear unquantized); ``activations``: the activation kinds the
+    must be quantized whole); ``columns_per_scale``: in-features sharing one scale (None: the whole row), which
+    must divide the in-dimension unless the format pads it; ``activations``: the activation kinds the
     engines' kernels pair with it; ``tag``: the Hub tag of a checkpoint in this kind.
     """
 
@@ -80,7 +79,6 @@ class WeightKind(TensorKind, ABC):
     codes_per_element: int = 1
     rows_per_scale: int = 1
     columns_per_scale: int | None = None
-    partial_blocks: bool = False
     tag: str = ""
     kernel_layout: ClassVar[int]  # which specialisation of the Triton kernel reads it
 

@@ -19,8 +19,8 @@ from typing import Any
 import tomllib
 
 from eaglequant.errors import SchemeError
-from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, TensorKind
-from eaglequant.kinds.base import BITS, BlockSize
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, TensorKind, kinds_label
+from eaglequant.kinds.base import BlockSize
 
 UNCALIBRATED_CHOICES = ("weight-only", "refuse")
 
@@ -83,8 +83,7 @@ class Scheme:
     @property
     def label(self) -> str:
         """W4A16, W8A8, ... as serving engineers say it."""
-        act = 16 if self.activation is None else BITS[self.activation.dtype]
-        return f"W{BITS[self.weight.dtype]}A{act}"
+        return kinds_label(self.kinds)
 
     @property
     def needs_calibration(self) -> bool:
