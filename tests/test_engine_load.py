@@ -33,6 +33,7 @@ from tests.conftest import (
     FIXTURE_NAMES,
     FIXTURES,
     ROOT,
+    TARGET_LAYERS,
     run_cli,
     run_cli_subprocess,
     stores_something,
@@ -40,7 +41,6 @@ from tests.conftest import (
     write_calibration,
 )
 
-TARGET_LAYERS = 61
 W4A4_NVFP4 = ("nvfp4", "nvfp4")
 
 

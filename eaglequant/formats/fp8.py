@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -34,7 +35,6 @@ IGNORED_LAYERS = "ignored_layers"
 class _Fp8Block(Recipe):
     kind: ClassVar[str] = "fp8-block"
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "fp8 block [128, 128]"}
-    block: ClassVar[list[int]] = [128, 128]
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
@@ -74,13 +74,13 @@ class Fp8Format(Format):
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        recipe = self.recipe(scheme)
-        assert isinstance(recipe, _Fp8Block)
+        block_size = weight_kind(self.recipe(scheme).kind).block_size
+        assert isinstance(block_size, tuple)
         return {
             "quant_method": "fp8",
             "fmt": "e4m3",
             "activation_scheme": "dynamic",
-            "weight_block_size": list(recipe.block),
+            "weight_block_size": list(block_size),
             "modules_to_not_convert": list(exclude),
         }
 
