@@ -5,6 +5,7 @@ the directory is moved into place atomically."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import threading
@@ -29,6 +30,7 @@ from eaglequant.devices import quantization_device, shared_on
 from eaglequant.errors import CheckpointError
 from eaglequant.finisher import FinishStep, finish, write_metadata
 from eaglequant.formats import GroupScales
+from eaglequant.group_scales import GroupScaleTasks, nonfinite_error
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.plan import ConversionPlan
@@ -137,7 +139,7 @@ def _write_shards(
             files.append(SafetensorsShard(tmp / name, specs, metadata={"format": "pt"}))
         torch_ready = _TorchInBackground()
         try:
-            linears = _ShardFiller(checkpoint, plan, files, device, torch_ready.wait).run(workers, progress)
+            linears = _ShardFiller(checkpoint, plan, files, device, torch_ready.ready).run(workers, progress)
         finally:
             torch_ready.restore()
         return {name: shard.close() for name, shard in zip(names, files, strict=True)}, linears
@@ -162,8 +164,11 @@ class _TorchInBackground:
         self._before = torch.get_num_threads()
         torch.set_num_threads(1)
 
-    def wait(self) -> None:
-        self._thread.join()
+    def ready(self, wait: bool) -> bool:
+        """Whether torch is imported; ``wait``: until it is."""
+        if wait:
+            self._thread.join()
+        return not self._thread.is_alive()
 
     def restore(self) -> None:
         self._thread.join()
@@ -199,14 +204,14 @@ class _ShardFiller:
         plan: ConversionPlan,
         files: list[SafetensorsShard],
         device: torch.device | None = None,
-        torch_ready: Callable[[], None] = lambda: None,
+        torch_ready: Callable[[bool], bool] = lambda wait: True,
     ) -> None:
         self.checkpoint = checkpoint
         self.plan = plan
         self.device = device  # None: quantize on the CPU
-        self.torch_ready = torch_ready  # returns once torch is imported
+        self.torch_ready = torch_ready  # whether torch is imported; with True, once it is
         self.where = {name: shard for shard in files for name in shard.specs}
-        self.scales = _GroupScales(checkpoint, plan)
+        self.scales = GroupScaleTasks(checkpoint, plan, QUANTIZE_TASK_ELEMENTS)
         self.blocks: dict[str, list[ErrorSums]] = {}  # per linear, its blocks' sums as they complete
         self.block_counts: dict[str, int] = {}
         self.linears: list[LinearResult] = []
@@ -232,17 +237,29 @@ class _ShardFiller:
         return self.linears
 
     def _tasks(self) -> Iterator[_Task]:
-        """The copies first (they need no torch, which loads meanwhile), then the quantized linears in plan order."""
+        """The copies first (they need no torch, which loads meanwhile), with the fused groups' amax passes among
+        them once torch is ready (CPU work beside the kernel's copying), then the quantized linears in plan order."""
+        amax_tasks: Iterator[_Task] | None = None
         for output in self.plan.outputs:
             if output.quantized_from is None:
-                yield from self._copy_tasks(output.source, output.spec)
-        self.torch_ready()
+                for task in self._copy_tasks(output.source, output.spec):
+                    yield task
+                    if amax_tasks is None and self.torch_ready(False):
+                        amax_tasks = self._amax_tasks()
+                    if amax_tasks is not None:
+                        yield from itertools.islice(amax_tasks, 2)
+        self.torch_ready(True)
+        yield from amax_tasks if amax_tasks is not None else self._amax_tasks()
         started: set[str] = set()
         for output in self.plan.outputs:
             module = output.quantized_from
             if module is not None and module not in started:
                 started.add(module)
                 yield from self._quantize_tasks(module)
+
+    def _amax_tasks(self) -> Iterator[_Task]:
+        for amax in self.scales.tasks():
+            yield _Task(amax.run, 0, amax.weight)
 
     def _copy_tasks(self, source: str, spec: TensorSpec) -> Iterator[_Task]:
         shard = self.where[spec.name]
@@ -301,7 +318,7 @@ class _ShardFiller:
         info = self.checkpoint.tensors[linear.weight]
         nonfinite = sum(b.nonfinite for b in blocks)
         if nonfinite:
-            raise _nonfinite_error(self.checkpoint, linear.weight, nonfinite)
+            raise nonfinite_error(self.checkpoint, linear.weight, nonfinite)
         noise, signal = math.fsum(b.noise for b in blocks), math.fsum(b.signal for b in blocks)
         if signal == 0:
             raise CheckpointError(
@@ -329,50 +346,3 @@ def _block_placement(spec: TensorSpec, linear: HeadLinear, rows_per_scale: int, 
         entry = spec.nbytes // leading
         return rows.start // rows_per_scale * entry, -(-count // rows_per_scale) * entry
     return 0, spec.nbytes if rows.start == 0 else 0
-
-
-class _GroupScales:
-    """Values a fused group shares, computed once, on first use: the NVFP4 global scale needs one extra
-    pass over every member's rows (max |W|), read a block at a time."""
-
-    def __init__(self, checkpoint: Checkpoint, plan: ConversionPlan) -> None:
-        self.checkpoint = checkpoint
-        self.plan = plan
-        self._shared: dict[tuple[str, ...], GroupScales] = {}
-
-    def get(self, module: str) -> GroupScales:
-        members = self.plan.scale_group(module)
-        if members not in self._shared:
-            self._shared[members] = self._compute(members)
-        return self._shared[members]
-
-    def _compute(self, members: tuple[str, ...]) -> GroupScales:
-        import torch
-
-        weight_amax = input_amax = None
-        if self.plan.scheme.weight.global_scale:
-            weight_amax = torch.stack([self._amax(self.plan.head.linear(m)) for m in members]).max()
-        if self.plan.input_amax:
-            input_amax = torch.tensor(max(self.plan.input_amax[m] for m in members), dtype=torch.float32)
-        return GroupScales(weight_amax, input_amax)
-
-    def _amax(self, linear: HeadLinear) -> torch.Tensor:
-        import torch
-
-        amax, nonfinite = torch.zeros((), dtype=torch.float32), 0
-        for rows in row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS):
-            block = self.checkpoint.read_rows(linear.weight, rows)
-            block_amax = block.abs().max().to(torch.float32)
-            if not bool(torch.isfinite(block_amax)):
-                nonfinite += int((~torch.isfinite(block)).sum())
-            amax = torch.maximum(amax, block_amax)
-        if nonfinite:
-            raise _nonfinite_error(self.checkpoint, linear.weight, nonfinite)
-        return amax
-
-
-def _nonfinite_error(checkpoint: Checkpoint, weight: str, count: int) -> CheckpointError:
-    return CheckpointError(
-        f"{checkpoint.tensors[weight].file}: tensor {weight!r} holds {count} NaN/Inf values",
-        hint="the weights are corrupt; re-export them from the trainer",
-    )

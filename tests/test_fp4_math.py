@@ -57,6 +57,37 @@ def test_e2m1_codes_on_every_bfloat16_and_beside_every_midpoint() -> None:
                 assert code == magnitude | (8 if sign else 0), value
 
 
+def test_the_code_table_equals_the_arithmetic_encoder_on_every_top_half() -> None:
+    """The table encoder claims a code depends only on a float32's top 16 bits and on whether its low 16 bits are
+    zero: checked against the arithmetic definition for every top half (all signs, exponents, NaN and infinity)
+    with low halves 0, 1 and three others. (All 2^32 patterns agree too: about 8 minutes, run once by hand.)"""
+    top = torch.arange(1 << 16, dtype=torch.int32) << 16
+    for low in (0, 1, 0x8000, 0xFFFF, 0x1234):
+        x = (top | low).view(torch.float32)
+        for negative_zero in (True, False):
+            table = fp4.e2m1_codes(x, negative_zero=negative_zero)
+            assert torch.equal(table, fp4.e2m1_codes_arithmetic(x, negative_zero=negative_zero)), (low, negative_zero)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 15), min_size=2, max_size=40).filter(lambda v: len(v) % 2 == 0), st.integers(0, 1))
+def test_packing_an_odd_offset_view_or_a_copy_gives_the_same_bytes(codes: list[int], offset: int) -> None:
+    buffer = torch.tensor([0, *codes, 0], dtype=torch.uint8)
+    view = buffer[offset : offset + len(codes)]  # at offset 1 it cannot be read as int16 pairs
+    values = view.tolist()
+    expected = [values[i] | values[i + 1] << 4 for i in range(0, len(values), 2)]
+    assert fp4.pack_codes(view).tolist() == expected
+    assert fp4.pack_codes(view.clone()).tolist() == expected
+
+
+def test_block_amax_is_the_float_maximum_of_magnitudes() -> None:
+    values = torch.tensor([[-3.0, 2.0, float("inf"), -0.0], [-0.0, 0.0, -1e-40, 5e-41], [1.0, -7.5, 7.5, 2.0]])
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        x = values.to(dtype)
+        assert torch.equal(fp4.block_amax(x), x.abs().amax(-1)), dtype
+    assert torch.isnan(fp4.block_amax(torch.tensor([[1.0, float("nan")]], dtype=torch.bfloat16))).all()
+
+
 def test_packed_bytes_decode_to_their_two_values() -> None:
     every_byte = torch.arange(256, dtype=torch.uint8).reshape(2, 128)
     signed = GRID + tuple(-v for v in GRID)
