@@ -163,7 +163,20 @@ def head_fidelity(
     from eaglequant.draft.weights import by_output_rows
     from eaglequant.kernels import fused_linear
 
-    reference = DraftForward(head, weights)
+    plain = DraftForward(head, weights).plain_linear
+    last_plain: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module -> its last input and output
+
+    def plain_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        """An unquantized linear's output, computed once when both drafts give it the same input (as they give
+        fc: its input is the target's hidden states)."""
+        last = last_plain.get(module)
+        if last is not None and last[0].shape == x.shape and torch.equal(last[0], x):
+            return last[1]
+        out = plain(module, x)
+        last_plain[module] = (x, out)
+        return out
+
+    reference = DraftForward(head, weights, plain_linear)
 
     def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
         x_device = x.to(torch.bfloat16).to(device)
@@ -174,7 +187,7 @@ def head_fidelity(
 
     def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         linear = stored(module)
-        return reference.plain_linear(module, x) if linear is None else kernel_linear(module, linear, x)
+        return plain_linear(module, x) if linear is None else kernel_linear(module, linear, x)
 
     def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         name = f"{module}.weight"
@@ -201,6 +214,7 @@ def head_fidelity(
             if has_logits and prefix > 0:
                 hidden["bf16"].append(engine_like(aux[:prefix], embeds[:prefix], logits=False))
                 floor_rows += range(start, start + prefix)
+        last_plain.clear()
         ref_hidden, got_hidden = torch.cat(hidden["ref"]), torch.cat(hidden["got"])
         positions = ref_hidden.shape[0]
         hidden_cosine = float(
@@ -210,10 +224,10 @@ def head_fidelity(
             return HeadFidelity(positions, hidden_cosine, (), inputs)
         lm_head = stored("lm_head")  # read once, if quantized
         if lm_head is None:  # one pass over the (large, unquantized) lm_head for both drafts
-            both = reference.linear("lm_head", torch.cat((ref_hidden, got_hidden)))
+            both = plain("lm_head", torch.cat((ref_hidden, got_hidden)))
             ref_logits, got_logits = both[:positions], both[positions:]
         else:
-            ref_logits = reference.linear("lm_head", ref_hidden)
+            ref_logits = plain("lm_head", ref_hidden)
             got_logits = kernel_linear("lm_head", lm_head, got_hidden)
         shift = distribution_shift(ref_logits, got_logits)
         del got_logits

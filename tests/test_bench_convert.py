@@ -22,8 +22,11 @@ def test_tiny_run_reports_every_figure(tmp_path: Path) -> None:
     assert api.inspect(src).plan.head.layout == "specforge-llama"
 
     result = bench_convert(tmp_path / "cache", tmp_path / "work", heads=("tiny",), schemes=("nvfp4",), anchors=False)
-    verified = result["runs"].pop()  # convert --verify of the first scheme comes right after it
+    verified = result["runs"].pop()  # verify of the first scheme's output, then convert --verify, come after it
     assert verified["scheme"] == "nvfp4 (modelopt) --verify" and verified["error"] is None
+    checked = result["runs"].pop()
+    assert checked["scheme"] == "verify of nvfp4 (modelopt)" and checked["error"] is None
+    assert checked["wall_s"] > 0 and checked["output_bytes"] is None
     runs = {run["kind"]: run for run in result["runs"]}
     assert set(runs) == {"copy", "round-trip", "eaglequant"}
     assert all(run["error"] is None and run["wall_s"] > 0 and run["peak_rss_bytes"] > 0 for run in runs.values())

@@ -86,6 +86,7 @@ class Run:
     vs_copy: float | None = None
     vs_anchors: dict[str, float] = field(default_factory=dict)  # "amd-quark ptpc_fp8" -> our time / theirs
     error: str | None = None
+    dst: Path | None = field(default=None, repr=False)  # an output kept for the next run to read
 
 
 def bench_convert(
@@ -101,7 +102,8 @@ def bench_convert(
 ) -> dict[str, Any]:
     """Time every run on every head; ``log(line)`` is told what runs next. ``anchors``: also time the vendor
     tools (default: yes, unless the only head is the tiny one, a quick check the vendors' start-up would swamp).
-    ``verify``: also time ``convert --verify`` of the first scheme (its peak RSS is the verification's)."""
+    ``verify``: also time ``verify`` of the first scheme's output and ``convert --verify`` of it (their peak RSS
+    is the verification's)."""
     from eaglequant.schemes import builtin_scheme_names
 
     if anchors is None:
@@ -136,8 +138,15 @@ def bench_convert(
                 "--format",
                 fmt,
             ]
-            head_runs.append(_timed(head, "eaglequant", f"{scheme} ({fmt})", command + options, work_dir, say))
-            if verify and scheme == chosen[0]:
+            timed_verify = verify and scheme == chosen[0]
+            converted = _timed(
+                head, "eaglequant", f"{scheme} ({fmt})", command + options, work_dir, say, keep=timed_verify
+            )
+            head_runs.append(converted)
+            if timed_verify:
+                label = f"verify of {scheme} ({fmt})"
+                verify_command = [sys.executable, "-m", "eaglequant", "verify", DST]
+                head_runs.append(_timed(head, "eaglequant", label, verify_command, work_dir, say, dst=converted.dst))
                 label = f"{scheme} ({fmt}) --verify"
                 head_runs.append(_timed(head, "eaglequant", label, [*command, *options, "--verify"], work_dir, say))
             if anchors:
@@ -145,7 +154,11 @@ def bench_convert(
                     head_runs.append(_anchor(head, src, scheme, vendor, name, work_dir, say))
         _ratios(head_runs, source_bytes)
         runs += head_runs
-    return {"machine": machine(), "workers": workers, "device": device, "runs": [asdict(r) for r in runs]}
+    return {"machine": machine(), "workers": workers, "device": device, "runs": [_figures(r) for r in runs]}
+
+
+def _figures(run: Run) -> dict[str, Any]:
+    return {name: value for name, value in asdict(run).items() if name != "dst"}
 
 
 def default_format(scheme: str) -> str:
@@ -172,10 +185,25 @@ def _anchor(head: str, src: Path, scheme: str, vendor: str, name: str, work: Pat
     return _timed(head, vendor, name, command, work, say)
 
 
-def _timed(head: str, kind: str, scheme: str, command: list[str], work: Path, say: Any) -> Run:
-    """Run ``command`` with a fresh output directory in place of its :data:`DST` argument."""
-    dst = work / "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{head}-{kind}-{scheme}")
-    _remove(dst)
+def _timed(
+    head: str,
+    kind: str,
+    scheme: str,
+    command: list[str],
+    work: Path,
+    say: Any,
+    keep: bool = False,
+    dst: Path | None = None,
+) -> Run:
+    """Run ``command`` with a fresh output directory in place of its :data:`DST` argument, deleted afterwards unless
+    ``keep`` (then the run's ``dst`` names it). ``dst``: a directory the command reads (kept by an earlier run),
+    deleted afterwards."""
+    reads = dst is not None
+    if dst is None:
+        dst = work / "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{head}-{kind}-{scheme}")
+        _remove(dst)
+    else:
+        os.sync()  # the earlier run's dirty pages are not this run's work
     command = [str(dst) if part == DST else part for part in command]
     say(f"{head}: {kind} {scheme}")
     proc = subprocess.run([sys.executable, "-c", _LAUNCHER, *command], capture_output=True, text=True)
@@ -184,9 +212,12 @@ def _timed(head: str, kind: str, scheme: str, command: list[str], work: Path, sa
     if figures["exit"] != 0:
         last = proc.stderr.strip().splitlines()
         run.error = f"exit {figures['exit']}: {last[-1] if last else ''}"[:300]
-    elif dst.exists():
+    elif dst.exists() and not reads:
         run.output_bytes = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
-    _remove(dst)
+    if keep and run.error is None:
+        run.dst = dst
+    else:
+        _remove(dst)
     return run
 
 
@@ -199,7 +230,7 @@ def _ratios(runs: list[Run], source_bytes: int) -> None:
         run.input_mb_per_s = round(source_bytes / run.wall_s / 1e6, 1)
         if copy is not None and copy.wall_s:
             run.vs_copy = round(run.wall_s / copy.wall_s, 2)
-        if run.kind == "eaglequant" and not run.scheme.endswith("--verify"):
+        if run.kind == "eaglequant" and "verify" not in run.scheme:
             scheme = run.scheme.split(" ")[0]
             for vendor, name in ANCHORS.get(scheme, []):
                 anchor = next((a for a in anchors if a.kind == vendor and a.scheme == name), None)

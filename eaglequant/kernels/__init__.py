@@ -30,8 +30,12 @@ def choose_backend(x: torch.Tensor) -> str:
     return "triton" if x.is_cuda and triton_available() else "reference"
 
 
-def fused_linear(x: torch.Tensor, stored: StoredLinear, backend: str = "auto") -> torch.Tensor:
-    """y [M, N] float32 = x [M, K] @ dequant(stored)^T. ``backend``: auto | triton | reference."""
+def fused_linear(
+    x: torch.Tensor, stored: StoredLinear, backend: str = "auto", dequantized: torch.Tensor | None = None
+) -> torch.Tensor:
+    """y [M, N] float32 = x [M, K] @ dequant(stored)^T. ``backend``: auto | triton | reference. ``dequantized``:
+    ``stored``'s dequantized weight when the caller has it already; the reference then does not make it again
+    (a kernel reads the stored tensors whatever it is given)."""
     if backend == "auto":
         backend = choose_backend(x)
     BACKEND_CALLS[backend] += 1
@@ -39,7 +43,7 @@ def fused_linear(x: torch.Tensor, stored: StoredLinear, backend: str = "auto") -
         from eaglequant.kernels.triton_gemm import triton_linear
 
         return triton_linear(x, stored)
-    return reference_linear(x, stored)
+    return reference_linear(x, stored, dequantized)
 
 
 __all__ = ["BACKEND_CALLS", "StoredLinear", "choose_backend", "fused_linear", "reference_linear", "triton_available"]

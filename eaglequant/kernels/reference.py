@@ -16,10 +16,11 @@ def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, scale[:, 0]
 
 
-def reference_linear(x: torch.Tensor, stored: StoredLinear) -> torch.Tensor:
+def reference_linear(x: torch.Tensor, stored: StoredLinear, dequantized: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] float32 = activations (quantized as the stored linear's activation kind says) @ dequantized
-    weight^T."""
+    weight^T (``dequantized``: that weight, when the caller has it already)."""
     activation = stored.activation_kind
     simulated = None if activation is None else activation.simulate(x)
     activations = x.to(torch.float32) if simulated is None else simulated
-    return activations @ stored.dequantize().to(activations.device).T
+    weight = stored.dequantize() if dequantized is None else dequantized
+    return activations @ weight.to(activations.device).T
