@@ -81,7 +81,10 @@ def convert_command(
     device: Annotated[str, typer.Option("--device", help="Passed to convert: cpu (the default) or cuda.")] = "cpu",
     verify: Annotated[
         bool,
-        typer.Option("--verify-run/--no-verify-run", help="Also time verify of the first scheme's output, and convert --verify of it."),
+        typer.Option(
+            "--verify-run/--no-verify-run",
+            help="Also time verify of the first scheme's output, and convert --verify of it.",
+        ),
     ] = True,
     markdown: Annotated[bool, typer.Option("--markdown", help="Print the table as Markdown (for docs).")] = False,
 ) -> None:
