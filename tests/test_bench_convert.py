@@ -34,3 +34,13 @@ def test_tiny_run_reports_every_figure(tmp_path: Path) -> None:
     assert runs["eaglequant"]["scheme"] == f"nvfp4 ({default_format('nvfp4')})" == "nvfp4 (modelopt)"
     assert 0 < runs["eaglequant"]["output_bytes"] < runs["copy"]["output_bytes"]
     assert list((tmp_path / "work").iterdir()) == []  # every output deleted
+
+
+def test_the_machine_record_names_every_installed_vendor_version() -> None:
+    from importlib.util import find_spec
+
+    from eaglequant.bench.convert import VENDOR_MODULES, machine
+
+    vendors = machine()["vendors"]
+    installed = [vendor for vendor, module in VENDOR_MODULES.items() if find_spec(module) is not None]
+    assert installed and all(vendors[vendor] for vendor in installed)

@@ -33,6 +33,7 @@ ANCHORS: dict[str, list[tuple[str, str]]] = {
     "nvfp4": [("llm-compressor", "NVFP4A16")],
 }
 VENDOR_MODULES = {"amd-quark": "quark", "llm-compressor": "llmcompressor"}
+VENDOR_DISTRIBUTIONS = {"amd-quark": "amd-quark", "llm-compressor": "llmcompressor"}  # as pip names them
 DST = "{dst}"  # placeholder for the output directory in a command
 
 # Runs one command and reports its wall time and peak RSS. A child forked from a large process inherits that
@@ -271,7 +272,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "vendors": {v: _version(v) for v in VENDOR_MODULES},
+        "vendors": {vendor: _version(dist) for vendor, dist in VENDOR_DISTRIBUTIONS.items()},
     }
 
 
