@@ -1,6 +1,7 @@
 """``eaglequant bench convert``: time ``convert`` on full-size synthetic heads next to baselines measured in the
-same run: the copy floor (``cp -r`` + ``sync``), a safetensors read-all/write-all round trip, and, when they are
-installed, amd-quark's file-to-file quantizer and llm-compressor's ``model_free_ptq`` on the nearest scheme.
+same run: the copy floor (``cp -r`` + ``sync``, timed before and after each head's other runs), a safetensors
+read-all/write-all round trip, and, when they are installed, amd-quark's file-to-file quantizer and llm-compressor's
+``model_free_ptq`` on the nearest scheme.
 
 Every run is a separate process, timed by wall clock, with its peak RSS from ``wait4`` (started from a small
 launcher, so the benchmark's own memory is not counted). Outputs are deleted and
@@ -153,6 +154,7 @@ def bench_convert(
             if anchors:
                 for vendor, name in ANCHORS.get(scheme, []):
                     head_runs.append(_anchor(head, src, scheme, vendor, name, work_dir, say))
+        head_runs.append(_timed(head, "copy", "cp -r + sync, again", copy, work_dir, say))
         _ratios(head_runs, source_bytes)
         runs += head_runs
     return {"machine": machine(), "workers": workers, "device": device, "runs": [_figures(r) for r in runs]}
@@ -223,14 +225,17 @@ def _timed(
 
 
 def _ratios(runs: list[Run], source_bytes: int) -> None:
-    copy = next((r for r in runs if r.kind == "copy" and r.wall_s), None)
+    """Ratios to the copy floor, the mean of the copies timed first and last (the disk's speed drifts over a run:
+    one copy could be timed in a fast or a slow moment of it), and to the vendors' runs."""
+    copies = [r.wall_s for r in runs if r.kind == "copy" and r.wall_s and not r.error]
+    floor = sum(copies) / len(copies) if copies else None
     anchors = [r for r in runs if r.kind in VENDOR_MODULES and r.wall_s and not r.error]
     for run in runs:
         if not run.wall_s or run.error:
             continue
         run.input_mb_per_s = round(source_bytes / run.wall_s / 1e6, 1)
-        if copy is not None and copy.wall_s:
-            run.vs_copy = round(run.wall_s / copy.wall_s, 2)
+        if floor:
+            run.vs_copy = round(run.wall_s / floor, 2)
         if run.kind == "eaglequant" and "verify" not in run.scheme:
             scheme = run.scheme.split(" ")[0]
             for vendor, name in ANCHORS.get(scheme, []):
