@@ -1,3 +1,3 @@
-from eaglequant.cli import main
+from eaglequant.cli import entry
 
-main()
+entry()

@@ -237,29 +237,32 @@ class _ShardFiller:
         return self.linears
 
     def _tasks(self) -> Iterator[_Task]:
-        """The copies first (they need no torch, which loads meanwhile), with the fused groups' amax passes among
-        them once torch is ready (CPU work beside the kernel's copying), then the quantized linears in plan order."""
-        amax_tasks: Iterator[_Task] | None = None
-        for output in self.plan.outputs:
-            if output.quantized_from is None:
-                for task in self._copy_tasks(output.source, output.spec):
-                    yield task
-                    if amax_tasks is None and self.torch_ready(False):
-                        amax_tasks = self._amax_tasks()
-                    if amax_tasks is not None:
-                        yield from itertools.islice(amax_tasks, 2)
+        """The copies alone until torch is imported (they need none; it loads meanwhile), then copies and torch work
+        in turn, so that the CPU-bound quantization overlaps the kernel's copying and the hashing that follows it.
+        The torch work is every fused group's amax pass, then the quantized linears in plan order."""
+        copies = (
+            task
+            for output in self.plan.outputs
+            if output.quantized_from is None
+            for task in self._copy_tasks(output.source, output.spec)
+        )
+        for task in copies:
+            yield task
+            if self.torch_ready(False):
+                break
         self.torch_ready(True)
-        yield from amax_tasks if amax_tasks is not None else self._amax_tasks()
+        for pair in itertools.zip_longest(copies, self._torch_tasks()):
+            yield from (task for task in pair if task is not None)
+
+    def _torch_tasks(self) -> Iterator[_Task]:
+        for amax in self.scales.tasks():
+            yield _Task(amax.run, 0, amax.weight)
         started: set[str] = set()
         for output in self.plan.outputs:
             module = output.quantized_from
             if module is not None and module not in started:
                 started.add(module)
                 yield from self._quantize_tasks(module)
-
-    def _amax_tasks(self) -> Iterator[_Task]:
-        for amax in self.scales.tasks():
-            yield _Task(amax.run, 0, amax.weight)
 
     def _copy_tasks(self, source: str, spec: TensorSpec) -> Iterator[_Task]:
         shard = self.where[spec.name]

@@ -14,6 +14,7 @@ import pytest
 
 from eaglequant.checkpoint import hashing
 from eaglequant.checkpoint.hashing import FollowingHasher, cached_file_sha256, file_sha256
+from eaglequant.checkpoint.writer import start_writeback
 
 
 def test_file_sha256_across_windows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,12 +38,17 @@ def test_following_hasher_in_any_completion_order(tmp_path: Path, seed: int, mon
     path = tmp_path / "f"
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
     os.ftruncate(fd, len(data))
-    hasher = FollowingHasher(path, len(data))
+    hashed: list[tuple[int, int]] = []
+    hasher = FollowingHasher(path, len(data), lambda start, end: hashed.append((start, end)))
     for start, end in ranges:
         os.pwrite(fd, data[start:end], start)
         hasher.completed(start, end)
-    os.close(fd)
     assert hasher.hexdigest() == hashlib.sha256(data).hexdigest()
+    # Every range is handed on once hashed (the writer starts its writeback there), in file order, end to end.
+    assert hashed[0][0] == 0 and hashed[-1][1] == len(data)
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(hashed))
+    start_writeback(fd, 0, len(data))  # advisory: it never fails, with or without the system call
+    os.close(fd)
 
 
 def test_following_hasher_abandoned_midway(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
 from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
-from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli
+from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli, run_cli_subprocess
 
 SCHEMES = [("fp8-per-channel", "quark"), ("nvfp4", "compressed-tensors"), ("mxfp4", "quark")]
 
@@ -135,6 +135,10 @@ def test_verify_cli_exit_codes(verified, tmp_path: Path) -> None:
     result = run_cli("verify", damaged)
     assert result.exit_code == EXIT_CHECK_FAILED
     assert "midlayer.mlp.down_proj.weight_scale" in result.stdout and "Traceback" not in result.stderr
+    # The command ends without Python's teardown once torch is loaded: its exit code and output must survive that.
+    process = run_cli_subprocess("verify", damaged)
+    assert process.returncode == EXIT_CHECK_FAILED, process.stderr
+    assert "midlayer.mlp.down_proj.weight_scale" in process.stdout and process.stdout.endswith("\n")
 
 
 def test_convert_verify_cli_stores_the_report(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import mmap
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 WINDOW_BYTES = 16 * 1024 * 1024  # a multiple of mmap.ALLOCATIONGRANULARITY
@@ -49,8 +50,10 @@ class FollowingHasher:
     range from disk (the pages are still cached). :meth:`hexdigest` waits for the end of the file.
     """
 
-    def __init__(self, path: Path, size: int) -> None:
+    def __init__(self, path: Path, size: int, after_hashing: Callable[[int, int], None] | None = None) -> None:
+        """``after_hashing(start, end)``: called in the hashing thread with every range it has hashed."""
         self.size = size
+        self._after_hashing = after_hashing
         self._digest = hashlib.sha256()
         self._fd = os.open(path, os.O_RDONLY)
         self._done: dict[int, int] = {}  # start -> end of completed ranges not yet hashed
@@ -79,6 +82,8 @@ class FollowingHasher:
                     while end in self._done:
                         end = self._done.pop(end)
                 hash_range(self._fd, self._digest, self._cursor, end)
+                if self._after_hashing is not None:
+                    self._after_hashing(self._cursor, end)
                 self._cursor = end
         except BaseException as exc:  # re-raised in the caller's thread by hexdigest()
             self._failed = exc

@@ -4,11 +4,13 @@ appears atomically."""
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
 import secrets
 import shutil
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +56,35 @@ def safetensors_header(specs: list[TensorSpec], metadata: dict[str, str] | None 
     return len(raw).to_bytes(8, "little") + raw
 
 
+def start_writeback(fd: int, start: int, end: int) -> None:
+    """Ask the kernel to start writing bytes ``[start, end)`` of ``fd`` to the disk, without waiting (Linux's
+    ``sync_file_range(SYNC_FILE_RANGE_WRITE)``). Called as ranges are hashed, it spreads the writeback over the
+    conversion instead of leaving gigabytes dirty for the final fsync (0.75-0.9 s of a 6.4 GB head's copy, measured,
+    against 0.02 s). Advisory: a system without the call, or a failure, only loses that gain."""
+    call = _sync_file_range()
+    if call is not None:
+        call(fd, start, end - start, _SYNC_FILE_RANGE_WRITE)
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+@functools.cache
+def _sync_file_range() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import ctypes.util
+
+    try:
+        call = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+    return call
+
+
 class SafetensorsShard:
     """One output shard, written by tensor and byte range in any order.
 
@@ -86,7 +117,7 @@ class SafetensorsShard:
                 os.ftruncate(self.fd, self.size)  # past a size limit or quota this fails now, not midway
             except OSError as exc:
                 raise _write_error(path, exc) from exc
-            self._hasher = FollowingHasher(path, self.size)
+            self._hasher = FollowingHasher(path, self.size, lambda start, end: start_writeback(self.fd, start, end))
             self._pwrite(memoryview(header), 0)
         except BaseException:
             self.discard()
