@@ -28,6 +28,7 @@ from eaglequant.kinds import activation_kind
 from eaglequant.layer_parity import PARITY_ROWS, LayerParity, layer_parity
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.manifest import changed_files
+from eaglequant.memory import return_freed_memory
 from eaglequant.readback import explain_checkpoint
 from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
@@ -283,6 +284,8 @@ def _check_parity(
                 continue
             readable.add(module)
             report.layers.append(layer_parity(module, by_module[module].module, weights, stored, scheme, generator))
+            del stored
+            return_freed_memory()
         if len(readable) < len(quantized):
             report.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
             return
