@@ -145,3 +145,19 @@ def test_rows_of_a_stored_linear_start_on_a_scale_block() -> None:
     assert torch.equal(stored.dequantize_rows(slice(100, 260)), stored.dequantize()[100:260])
     with pytest.raises(ValueError, match="scale block"):
         stored.rows(slice(100, 200))
+
+
+@pytest.mark.parametrize("flavour", ["compressed_tensors_quantize", "native_quantize"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_aligned_weights_take_the_in_place_blocks_and_give_the_padded_path_bytes(flavour: str, dtype) -> None:
+    """A weight whose rows and columns are multiples of 128 is quantized on a view of its blocks; one more (zero)
+    row sends the same weight through the padded path, which must give the same codes and scales."""
+    quantize = getattr(fp8_block, flavour)
+    generator = torch.Generator().manual_seed(7)
+    weight = (torch.randn(256, 384, generator=generator) * 0.05).to(dtype)
+    weight[:128, 128:256] = 0  # an all-zero block
+    weight[200, 5] = -3.0  # a block dominated by one value
+    codes, scale = quantize(weight)
+    padded_codes, padded_scale = quantize(torch.cat((weight, torch.zeros(1, 384, dtype=dtype))))
+    assert torch.equal(codes.view(torch.uint8), padded_codes[:256].view(torch.uint8))
+    assert torch.equal(scale, padded_scale[:2])

@@ -37,3 +37,20 @@ def floor_log2(x: torch.Tensor) -> torch.Tensor:
     result = (exponent - 1).to(torch.float32)
     result = torch.where(x == 0, -torch.inf, result)
     return torch.where(torch.isinf(x), torch.inf, result)
+
+
+# A float's magnitude orders as the integer of its bits without the sign (NaN above infinity).
+_MAGNITUDE_BITS = {
+    torch.bfloat16: (torch.int16, 0x7FFF),
+    torch.float16: (torch.int16, 0x7FFF),
+    torch.float32: (torch.int32, 0x7FFFFFFF),
+}
+
+
+def abs_max(x: torch.Tensor, dim: int | tuple[int, ...]) -> torch.Tensor:
+    """``x.abs().amax(dim)``, exactly, as the integer maximum of the magnitudes' bits: ~2x faster on the CPU. A NaN
+    gives a NaN (its payload is not kept)."""
+    if x.dtype not in _MAGNITUDE_BITS:
+        return x.abs().amax(dim)
+    int_dtype, mask = _MAGNITUDE_BITS[x.dtype]
+    return (x.view(int_dtype) & mask).amax(dim).view(x.dtype)

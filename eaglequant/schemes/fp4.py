@@ -10,6 +10,8 @@ import sys
 
 import torch
 
+from eaglequant.schemes.exact import abs_max
+
 E2M1_MAX = 6.0
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 _ROUND_TO_INTEGER = 12582912.0  # 1.5 * 2^23: x + this, in float32, is x rounded to an integer, half to even
@@ -68,21 +70,9 @@ def _code_table(negative_zero: bool, device: torch.device) -> torch.Tensor:
     return _CODE_TABLES[key]
 
 
-# A float's magnitude orders as the integer of its bits without the sign (NaN above infinity).
-_MAGNITUDE_BITS = {
-    torch.bfloat16: (torch.int16, 0x7FFF),
-    torch.float16: (torch.int16, 0x7FFF),
-    torch.float32: (torch.int32, 0x7FFFFFFF),
-}
-
-
 def block_amax(blocks: torch.Tensor) -> torch.Tensor:
-    """max |x| over the last dimension, as the integer maximum of the magnitudes' bits: exact, ~2x faster than
-    a float reduction over so short a dimension. A NaN gives a NaN (its payload is not kept)."""
-    if blocks.dtype not in _MAGNITUDE_BITS:
-        return blocks.abs().amax(-1)
-    int_dtype, mask = _MAGNITUDE_BITS[blocks.dtype]
-    return (blocks.view(int_dtype) & mask).amax(-1).view(blocks.dtype)
+    """max |x| over the last dimension (see :func:`eaglequant.schemes.exact.abs_max`)."""
+    return abs_max(blocks, -1)
 
 
 def pack_codes(codes: torch.Tensor) -> torch.Tensor:
