@@ -107,6 +107,9 @@ def entry() -> None:
         if isinstance(code, str):
             print(code, file=sys.stderr)
             code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a reader that went away, or a stream already closed
+                pass
         os._exit(code or 0)
