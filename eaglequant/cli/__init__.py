@@ -6,6 +6,7 @@ answers at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -108,8 +109,6 @@ def entry() -> None:
             print(code, file=sys.stderr)
             code = 1
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError):  # a reader that went away, a stream already closed
                 stream.flush()
-            except (OSError, ValueError):  # a reader that went away, or a stream already closed
-                pass
         os._exit(code or 0)
