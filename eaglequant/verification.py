@@ -14,6 +14,9 @@ Thresholds come from the scheme file (``[verify]``). Parity needs the source che
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -145,12 +148,13 @@ def verify_checkpoint(
     if scheme_note:
         report.notes.append(scheme_note)
     quantized = _quantized_linears(explanation)
+    hashes: Future[list[str]] | None = None
     if hashed_while_writing:
         report.hashes_read = False
         report.notes.append("SHA-256 of every file: taken from the bytes as they were written, not read again")
-    else:
-        report.structure += _check_hashes(dst, recorded)
-    report.structure += _check_scales(checkpoint, head, fmt, scheme, quantized)
+    else:  # one core reads the files while the others check them
+        hashes = _in_background(_check_hashes, dst, recorded)
+    scale_problems = _check_scales(checkpoint, head, fmt, scheme, quantized)
     activation = activation_kind(scheme.activation.kind) if scheme.activation is not None else None
     if activation is not None and not activation.simulated:
         report.notes.append(
@@ -159,9 +163,24 @@ def verify_checkpoint(
         )
     if source is None:
         report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
-        return report
-    _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
+    else:
+        _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
+    report.structure += (hashes.result() if hashes is not None else []) + scale_problems
     return report
+
+
+def _in_background(work: Callable[..., list[str]], *args: Any) -> Future[list[str]]:
+    """``work(*args)`` in a daemon thread (a failure elsewhere does not wait for it); its result as a future."""
+    result: Future[list[str]] = Future()
+
+    def run() -> None:
+        try:
+            result.set_result(work(*args))
+        except BaseException as exc:  # re-raised by result() in the caller's thread
+            result.set_exception(exc)
+
+    threading.Thread(target=run, name="verify-sha256", daemon=True).start()
+    return result
 
 
 def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
