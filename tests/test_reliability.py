@@ -104,7 +104,14 @@ def _wait_for_temporary(dst: Path, proc: subprocess.Popen[bytes]) -> None:
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, EXIT_INTERRUPTED), (signal.SIGTERM, EXIT_TERMINATED)])
 def test_signal_while_writing_removes_the_temporary(medium_head: Path, tmp_path: Path, signum: int, code: int) -> None:
     dst = tmp_path / "out"
-    proc = subprocess.Popen(convert_command(medium_head, dst), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        convert_command(medium_head, dst),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # A shell starts a background job with SIGINT ignored, and Python keeps an ignored SIGINT ignored: the
+        # command must receive it as a user's Ctrl-C delivers it, however the tests were started.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     _wait_for_temporary(dst, proc)
     proc.send_signal(signum)
     _, stderr = proc.communicate(timeout=60)
