@@ -6,7 +6,7 @@ read-all/write-all round trip, and, when they are installed, amd-quark's file-to
 Every run is a separate process, timed by wall clock, with its peak RSS from ``wait4`` (started from a small
 launcher, so the benchmark's own memory is not counted). Outputs are deleted and
 the disk synced between runs, outside the timings, so one run's dirty pages do not slow the next. The source is
-read once first, so every run finds it in the page cache (the figures are for a warm cache).
+read again before every run, so every run finds it in the page cache (the figures are for a warm cache).
 """
 
 from __future__ import annotations
@@ -118,12 +118,11 @@ def bench_convert(
         say(f"{head}: the head in {cache_dir} (generated on first use)")
         src = cached_head(head, cache_dir)
         source_bytes = sum(p.stat().st_size for p in src.iterdir())
-        _warm(src)
         copy = ["sh", "-c", 'cp -r "$0" "$1" && sync', str(src), DST]
         round_trip = [sys.executable, "-c", _ROUND_TRIP, str(src), DST]
         head_runs = [
-            _timed(head, "copy", "cp -r + sync", copy, work_dir, say),
-            _timed(head, "round-trip", "load_file + save_file", round_trip, work_dir, say),
+            _timed(head, "copy", "cp -r + sync", copy, work_dir, say, warm=src),
+            _timed(head, "round-trip", "load_file + save_file", round_trip, work_dir, say, warm=src),
         ]
         options = ["--device", device] + (["--workers", str(workers)] if workers else [])
         for scheme in chosen:
@@ -142,19 +141,22 @@ def bench_convert(
             ]
             timed_verify = verify and scheme == chosen[0]
             converted = _timed(
-                head, "eaglequant", f"{scheme} ({fmt})", command + options, work_dir, say, keep=timed_verify
+                head, "eaglequant", f"{scheme} ({fmt})", command + options, work_dir, say, keep=timed_verify, warm=src
             )
             head_runs.append(converted)
             if timed_verify:
                 label = f"verify of {scheme} ({fmt})"
                 verify_command = [sys.executable, "-m", "eaglequant", "verify", DST]
-                head_runs.append(_timed(head, "eaglequant", label, verify_command, work_dir, say, dst=converted.dst))
+                head_runs.append(
+                    _timed(head, "eaglequant", label, verify_command, work_dir, say, dst=converted.dst, warm=src)
+                )
                 label = f"{scheme} ({fmt}) --verify"
-                head_runs.append(_timed(head, "eaglequant", label, [*command, *options, "--verify"], work_dir, say))
+                verified = [*command, *options, "--verify"]
+                head_runs.append(_timed(head, "eaglequant", label, verified, work_dir, say, warm=src))
             if anchors:
                 for vendor, name in ANCHORS.get(scheme, []):
                     head_runs.append(_anchor(head, src, scheme, vendor, name, work_dir, say))
-        head_runs.append(_timed(head, "copy", "cp -r + sync, again", copy, work_dir, say))
+        head_runs.append(_timed(head, "copy", "cp -r + sync, again", copy, work_dir, say, warm=src))
         _ratios(head_runs, source_bytes)
         runs += head_runs
     return {"machine": machine(), "workers": workers, "device": device, "runs": [_figures(r) for r in runs]}
@@ -185,7 +187,7 @@ def _anchor(head: str, src: Path, scheme: str, vendor: str, name: str, work: Pat
     else:  # model_free_ptq takes every 2-D "*.weight" for a linear: the embedding must be named too
         embeddings = [t.name.removesuffix(".weight") for t in plan.head.tensors if t.role.value == "embedding"]
         command = [sys.executable, "-c", _LLMCOMPRESSOR, str(src), DST, name, *excluded, *embeddings]
-    return _timed(head, vendor, name, command, work, say)
+    return _timed(head, vendor, name, command, work, say, warm=src)
 
 
 def _timed(
@@ -197,10 +199,11 @@ def _timed(
     say: Any,
     keep: bool = False,
     dst: Path | None = None,
+    warm: Path | None = None,
 ) -> Run:
     """Run ``command`` with a fresh output directory in place of its :data:`DST` argument, deleted afterwards unless
     ``keep`` (then the run's ``dst`` names it). ``dst``: a directory the command reads (kept by an earlier run),
-    deleted afterwards."""
+    deleted afterwards. ``warm``: a directory read first, outside the timing, so that the run finds it cached."""
     reads = dst is not None
     if dst is None:
         dst = work / "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{head}-{kind}-{scheme}")
@@ -208,6 +211,8 @@ def _timed(
     else:
         os.sync()  # the earlier run's dirty pages are not this run's work
     command = [str(dst) if part == DST else part for part in command]
+    if warm is not None:  # the runs before (a round trip holds 6 GB, a copy writes as much) may have evicted it
+        _warm(warm)
     say(f"{head}: {kind} {scheme}")
     proc = subprocess.run([sys.executable, "-c", _LAUNCHER, *command], capture_output=True, text=True)
     figures = json.loads(proc.stdout.strip().splitlines()[-1])
