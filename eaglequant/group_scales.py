@@ -88,11 +88,11 @@ class _PendingGroup:
     def _measure(self, member: str, weight: str, index: int, rows: slice) -> None:
         import torch
 
-        from eaglequant.schemes.fp4 import block_amax
+        from eaglequant.schemes.exact import abs_max
 
         try:
             block = self.owner.checkpoint.read_rows(weight, rows)
-            amax = block_amax(block.reshape(1, -1))[0].to(torch.float32)
+            amax = abs_max(block, (0, 1)).to(torch.float32)
             nonfinite = 0 if bool(torch.isfinite(amax)) else int((~torch.isfinite(block)).sum())
         except BaseException as exc:
             if not self.result.done():

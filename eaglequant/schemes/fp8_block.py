@@ -8,6 +8,8 @@ change, so its scale is that of its real elements.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from eaglequant.kinds.base import E4M3_MAX
@@ -16,25 +18,23 @@ from eaglequant.schemes.exact import abs_max, divide
 BLOCK = 128
 
 
-def _blocks(weight: torch.Tensor) -> torch.Tensor:
-    """[rows, K] -> [row blocks, column blocks, 128, 128], zero-padded."""
-    n, k = weight.shape
-    padded = torch.nn.functional.pad(weight, (0, -k % BLOCK, 0, -n % BLOCK))
-    return padded.reshape(padded.shape[0] // BLOCK, BLOCK, padded.shape[1] // BLOCK, BLOCK).transpose(1, 2)
+def _quantize(
+    values: torch.Tensor, scale_of: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """codes = fp8(clamp(values / scale, +-448)) per 128 x 128 block, the scale being ``scale_of(block amax)``.
 
-
-def _unblock(codes: torch.Tensor, n: int, k: int) -> torch.Tensor:
-    rows, cols = codes.shape[0] * BLOCK, codes.shape[1] * BLOCK
-    return codes.transpose(1, 2).reshape(rows, cols)[:n, :k].contiguous()
-
-
-def _grid(weight: torch.Tensor) -> torch.Tensor | None:
-    """[rows, K] -> [row blocks, 128, column blocks, 128], a view, when both are multiples of 128 (else None): the
-    blocks stay in place, so the codes come out in row order with no copy (2x faster than :func:`_blocks`)."""
-    n, k = weight.shape
+    The blocks are a [row blocks, 128, column blocks, 128] view of the rows, so the codes come out in row order
+    with no transposed copy; only a shape that is not a multiple of 128 is zero-padded first (and the codes
+    trimmed back)."""
+    n, k = values.shape
     if n % BLOCK or k % BLOCK:
-        return None
-    return weight.reshape(n // BLOCK, BLOCK, k // BLOCK, BLOCK)
+        values = torch.nn.functional.pad(values, (0, -k % BLOCK, 0, -n % BLOCK))
+    rows, columns = values.shape
+    grid = values.reshape(rows // BLOCK, BLOCK, columns // BLOCK, BLOCK)
+    scale = scale_of(abs_max(grid, (1, 3)))
+    codes = (grid / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+    codes = codes.reshape(rows, columns)
+    return (codes if (rows, columns) == (n, k) else codes[:n, :k].contiguous()), scale
 
 
 def compressed_tensors_quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -48,15 +48,7 @@ def compressed_tensors_quantize(weight: torch.Tensor) -> tuple[torch.Tensor, tor
         scale = divide(amax, torch.tensor(E4M3_MAX, dtype=weight.dtype))
         return torch.where(scale == 0, torch.tensor(torch.finfo(weight.dtype).eps, dtype=weight.dtype), scale)
 
-    grid = _grid(weight)
-    if grid is not None:
-        scale = scale_of(abs_max(grid, (1, 3)))
-        codes = (grid / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-        return codes.reshape(weight.shape), scale
-    blocks = _blocks(weight)
-    scale = scale_of(abs_max(blocks, (2, 3)))
-    codes = (blocks / scale[:, :, None, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return _unblock(codes, *weight.shape), scale
+    return _quantize(weight, scale_of)
 
 
 def native_quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,15 +57,6 @@ def native_quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     saved float32 as ``weight_scale_inv`` (a multiplier, despite the name)."""
 
     def scale_of(amax: torch.Tensor) -> torch.Tensor:
-        amax = amax.to(torch.float32)
         return torch.where(amax == 0, 1.0, divide(amax, E4M3_MAX))
 
-    grid = _grid(weight)
-    if grid is not None:
-        scale = scale_of(abs_max(grid, (1, 3)))
-        codes = (grid.to(torch.float32) / scale[:, None, :, None]).clamp(-E4M3_MAX, E4M3_MAX)
-        return codes.to(torch.float8_e4m3fn).reshape(weight.shape), scale
-    blocks = _blocks(weight.to(torch.float32))
-    scale = scale_of(abs_max(blocks, (2, 3)))
-    codes = (blocks / scale[:, :, None, None]).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
-    return _unblock(codes, *weight.shape), scale
+    return _quantize(weight.to(torch.float32), scale_of)
