@@ -43,8 +43,11 @@ class GroupScaleTasks:
             yield from self._group(self.plan.scale_group(linear.module)).tasks()
 
     def get(self, module: str) -> GroupScales:
-        """``module``'s group values, once its tasks have run (they must have been handed out)."""
-        return self._group(self.plan.scale_group(module)).result.result()
+        """``module``'s group values, once its tasks have run."""
+        group = self._group(self.plan.scale_group(module))
+        if not group.handed_out:  # nothing would ever complete the future: fail instead of waiting forever
+            raise RuntimeError(f"{module}: its group's amax tasks were never handed out")
+        return group.result.result()
 
     def _group(self, members: tuple[str, ...]) -> _PendingGroup:
         if members not in self._groups:
@@ -59,15 +62,15 @@ class _PendingGroup:
         self.result: Future[GroupScales] = Future()
         self._lock = threading.Lock()
         self._amax: dict[tuple[str, int], tuple[torch.Tensor, int]] = {}  # (member, block) -> (amax, NaN/Infs)
-        self._handed_out = False
+        self.handed_out = False
         self._blocks = 0
         plan = owner.plan
         self._input_amax = max(plan.input_amax[m] for m in members) if plan.input_amax else None
 
     def tasks(self) -> Iterator[AmaxTask]:
-        if self._handed_out:
+        if self.handed_out:
             return
-        self._handed_out = True
+        self.handed_out = True
         if not self.owner.plan.scheme.weight.global_scale:
             self._finish()
             return

@@ -190,3 +190,21 @@ def test_the_post_write_check_holds_the_output_against_the_plan(tmp_path: Path) 
         finisher.check_written(tmp_path / "out", plan)  # the output as planned
     with planned(SRC, "mxfp4") as (_, other), pytest.raises(RuntimeError, match="differs from the plan"):
         finisher.check_written(tmp_path / "out", other)
+
+
+def test_group_amax_tasks_give_the_max_over_every_member_and_refuse_to_be_awaited_unstarted() -> None:
+    from eaglequant import api
+    from eaglequant.group_scales import GroupScaleTasks
+
+    src = FIXTURES / "specforge-llama"
+    plan = api.inspect(src, scheme="nvfp4", format="modelopt").plan
+    with Checkpoint.open(src) as checkpoint:
+        scales = GroupScaleTasks(checkpoint, plan, 1 << 10)  # several blocks per member
+        module = next(lin.module for lin in plan.quantized if len(plan.scale_group(lin.module)) > 1)
+        with pytest.raises(RuntimeError, match="never handed out"):
+            scales.get(module)  # would wait forever: nothing completes it
+        for task in scales.tasks():
+            task.run()
+        members = plan.scale_group(module)
+        expected = max(float(checkpoint.read(plan.head.linear(m).weight).float().abs().max()) for m in members)
+        assert float(scales.get(module).weight_amax) == expected
