@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglequant import finisher, pipeline
+from eaglequant.checkpoint import direct_io, writer
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.conversion_result import ConversionResult
 from eaglequant.errors import CheckpointError
@@ -126,6 +127,30 @@ def test_workers_and_task_sizes_do_not_change_a_byte(
     assert one.linears == many.linears  # in plan order, the error sums kept by block index
     assert len(whole.linears) == len(whole.plan.quantized)
     assert [r.module for r in whole.linears] == [r.module for r in one.linears]
+
+
+def test_copies_past_the_page_cache_do_not_change_a_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EAGLEQUANT_NO_DIRECT_IO", "1")
+    kernel = convert(SRC, tmp_path / "kernel", "nvfp4", "modelopt", workers=3)
+    monkeypatch.delenv("EAGLEQUANT_NO_DIRECT_IO")
+    monkeypatch.setattr(writer, "MIN_DIRECT_BYTES", direct_io.ALIGN)  # the fixture's tensors are small
+    monkeypatch.setattr(direct_io, "CHUNK_BYTES", 2 * direct_io.ALIGN)
+    monkeypatch.setattr(pipeline, "COPY_TASK_BYTES", 5 * direct_io.ALIGN + 3)  # pieces that start off a block
+    copied: list[int] = []
+    real_copy = direct_io.DirectWriter.copy
+
+    def counting_copy(self: direct_io.DirectWriter, src_fd: int, src_offset: int, out: int, nbytes: int) -> bool:
+        copied.append(nbytes)
+        return real_copy(self, src_fd, src_offset, out, nbytes)
+
+    monkeypatch.setattr(direct_io.DirectWriter, "copy", counting_copy)
+    direct = convert(SRC, tmp_path / "direct", "nvfp4", "modelopt", workers=3)
+    written = [digests(tmp_path / name) for name in ("kernel", "direct")]
+    for files in written:
+        del files[REPORT_NAME]
+    assert written[0] == written[1]
+    assert kernel.files == direct.files
+    assert len(copied) > 10, "the kept tensors did not go past the page cache"
 
 
 def test_small_shards_are_indexed(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 WINDOW_BYTES = 16 * 1024 * 1024  # a multiple of mmap.ALLOCATIONGRANULARITY
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+Source = tuple[int, int]  # an open file descriptor and a byte offset in it
 
 
 def hash_range(fd: int, digest: hashlib._Hash, start: int, end: int) -> None:
@@ -47,7 +48,9 @@ class FollowingHasher:
 
     Writers call :meth:`completed` for every byte range they finished; the thread hashes the file from
     its start as far as the completed ranges reach, so hashing overlaps writing and never rereads a
-    range from disk (the pages are still cached). :meth:`hexdigest` waits for the end of the file.
+    range from disk (the pages are still cached). A range copied verbatim from another file is hashed from
+    that file's bytes (still cached: they were just read), since it may have been written past the page cache.
+    :meth:`hexdigest` waits for the end of the file.
     """
 
     def __init__(self, path: Path, size: int, after_hashing: Callable[[int, int], None] | None = None) -> None:
@@ -56,7 +59,7 @@ class FollowingHasher:
         self._after_hashing = after_hashing
         self._digest = hashlib.sha256()
         self._fd = os.open(path, os.O_RDONLY)
-        self._done: dict[int, int] = {}  # start -> end of completed ranges not yet hashed
+        self._done: dict[int, tuple[int, Source | None]] = {}  # start -> end and source of ranges not yet hashed
         self._cursor = 0
         self._failed: BaseException | None = None
         self._abandoned = False
@@ -64,10 +67,12 @@ class FollowingHasher:
         self._thread = threading.Thread(target=self._run, name=f"sha256 {path.name}", daemon=True)
         self._thread.start()
 
-    def completed(self, start: int, end: int) -> None:
+    def completed(self, start: int, end: int, source: Source | None = None) -> None:
+        """Bytes ``[start, end)`` are written; ``source``: (descriptor, offset) of a file holding the same bytes,
+        open until :meth:`hexdigest` or :meth:`abandon` returns."""
         if end > start:
             with self._cond:
-                self._done[start] = end
+                self._done[start] = (end, source)
                 self._cond.notify()
 
     def _run(self) -> None:
@@ -78,10 +83,13 @@ class FollowingHasher:
                         self._cond.wait()
                     if self._abandoned:
                         return
-                    end = self._done.pop(self._cursor)
-                    while end in self._done:
-                        end = self._done.pop(end)
-                hash_range(self._fd, self._digest, self._cursor, end)
+                    end, source = self._done.pop(self._cursor)
+                    while source is None and end in self._done and self._done[end][1] is None:
+                        end = self._done.pop(end)[0]
+                if source is None:
+                    hash_range(self._fd, self._digest, self._cursor, end)
+                else:
+                    hash_range(source[0], self._digest, source[1], source[1] + end - self._cursor)
                 if self._after_hashing is not None:
                     self._after_hashing(self._cursor, end)
                 self._cursor = end

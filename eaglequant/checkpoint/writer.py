@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglequant.checkpoint.direct_io import MIN_DIRECT_BYTES, DirectWriter, aligned_interior
 from eaglequant.checkpoint.dtypes import ITEMSIZE
 from eaglequant.checkpoint.hashing import FollowingHasher
 from eaglequant.errors import OutputError
@@ -91,7 +92,8 @@ class SafetensorsShard:
     The header is computed from the planned specs and written first, and the file is sized up front, so
     every tensor's place is known before any data exists: writers (possibly several threads) put bytes
     at their planned offsets with positioned writes, and nothing ever holds the whole shard in memory.
-    A :class:`FollowingHasher` hashes the file in order as ranges complete.
+    A :class:`FollowingHasher` hashes the file in order as ranges complete. Copied ranges are written past the
+    page cache where the filesystem allows (:mod:`eaglequant.checkpoint.direct_io`).
     """
 
     def __init__(self, path: Path, specs: list[TensorSpec], metadata: dict[str, str] | None = None) -> None:
@@ -112,6 +114,7 @@ class SafetensorsShard:
         except OSError as exc:
             raise OutputError(f"{path}: cannot create ({exc.strerror})") from exc
         self._hasher: FollowingHasher | None = None
+        self._direct: DirectWriter | None = None
         try:
             try:
                 os.ftruncate(self.fd, self.size)  # past a size limit or quota this fails now, not midway
@@ -119,6 +122,7 @@ class SafetensorsShard:
                 raise _write_error(path, exc) from exc
             self._hasher = FollowingHasher(path, self.size, lambda start, end: start_writeback(self.fd, start, end))
             self._pwrite(memoryview(header), 0)
+            self._direct = DirectWriter.open(path)
         except BaseException:
             self.discard()
             raise
@@ -133,7 +137,27 @@ class SafetensorsShard:
         """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` into tensor ``name`` at byte ``start``, in the
         kernel (no bytes pass through Python)."""
         self._check_range(name, start, nbytes)
-        out, done = self.offsets[name] + start, 0
+        out = self.offsets[name] + start
+        first, stop = aligned_interior(out, out + nbytes)
+        if stop - first >= MIN_DIRECT_BYTES and self._copy_direct(name, src_fd, src_offset + first - out, first, stop):
+            self._kernel_copy(name, src_fd, src_offset, out, first - out)
+            self._kernel_copy(name, src_fd, src_offset + stop - out, stop, out + nbytes - stop)
+        else:
+            self._kernel_copy(name, src_fd, src_offset, out, nbytes)
+        self._completed(out, out + nbytes, (src_fd, src_offset))
+
+    def _copy_direct(self, name: str, src_fd: int, src_offset: int, start: int, end: int) -> bool:
+        if self._direct is None or not self._direct.enabled:
+            return False
+        try:
+            return self._direct.copy(src_fd, src_offset, start, end - start)
+        except EOFError as exc:
+            raise OutputError(f"{self.path}: source ended while copying {name!r}") from exc
+        except OSError as exc:
+            raise _write_error(self.path, exc) from exc
+
+    def _kernel_copy(self, name: str, src_fd: int, src_offset: int, out: int, nbytes: int) -> None:
+        done = 0
         while done < nbytes:
             try:
                 n = os.copy_file_range(src_fd, self.fd, nbytes - done, src_offset + done, out + done)
@@ -144,7 +168,6 @@ class SafetensorsShard:
             if n <= 0:
                 raise OutputError(f"{self.path}: source ended while copying {name!r}")
             done += n
-        self._completed(out, out + nbytes)
 
     def _copy_by_reads(self, src_fd: int, src_offset: int, out: int, nbytes: int) -> int:
         chunk = os.pread(src_fd, min(nbytes, COPY_CHUNK_BYTES), src_offset)
@@ -170,11 +193,11 @@ class SafetensorsShard:
         except OSError as exc:
             raise _write_error(self.path, exc) from exc
 
-    def _completed(self, start: int, end: int) -> None:
+    def _completed(self, start: int, end: int, source: tuple[int, int] | None = None) -> None:
         with self._lock:
             self._written += end - start
         assert self._hasher is not None
-        self._hasher.completed(start, end)
+        self._hasher.completed(start, end, source)
 
     def close(self) -> str:
         """Sync the shard and return its SHA-256; every planned byte must have been written once."""
@@ -188,8 +211,13 @@ class SafetensorsShard:
             raise _write_error(self.path, exc) from exc
         finally:
             self._closed = True
+            self._close_direct()
             os.close(self.fd)
         return digest
+
+    def _close_direct(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
 
     def discard(self) -> None:
         """Stop hashing and close the file (no-op after :meth:`close`); the caller removes it."""
@@ -198,6 +226,7 @@ class SafetensorsShard:
         self._closed = True
         if self._hasher is not None:
             self._hasher.abandon()
+        self._close_direct()
         os.close(self.fd)
 
 

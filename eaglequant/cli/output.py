@@ -19,8 +19,8 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-# The values huggingface_hub reads as true in its environment switches (constants._is_true).
-TRUE_VALUES = {"1", "ON", "YES", "TRUE"}
+from eaglequant.environment import env_true
+
 PROGRESS_SWITCHES = ("EAGLEQUANT_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
 
 
@@ -72,11 +72,6 @@ class _Stream:
 
 out = _Stream(stderr=False)  # results
 err = _Stream(stderr=True)  # progress, notes, warnings, errors
-
-
-def env_true(name: str) -> bool:
-    """An environment switch read as huggingface_hub reads its own: 1, ON, YES, TRUE (any case) are true."""
-    return os.environ.get(name, "").strip().upper() in TRUE_VALUES
 
 
 def progress_enabled() -> bool:
