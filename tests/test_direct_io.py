@@ -130,6 +130,14 @@ def test_a_refused_direct_write_turns_direct_writing_off_and_loses_nothing(
     assert digest == hashlib.sha256(expected).hexdigest()
 
 
+def test_files_off_a_local_block_device_keep_the_page_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _require_direct_io(tmp_path)
+    (tmp_path / "f").write_bytes(b"")
+    assert DirectWriter.open(tmp_path / "f") is not None
+    monkeypatch.setattr(direct_io.os, "major", lambda device: 0)  # as NFS, FUSE, tmpfs or btrfs report
+    assert DirectWriter.open(tmp_path / "f") is None
+
+
 def test_without_direct_io_the_kernel_copies_the_same_bytes(
     tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -8,9 +8,9 @@ against 6.0-7.9 s and 8.4-9.4 core-seconds through the page cache, measured side
 
 ``O_DIRECT`` needs the file offset, length and buffer address aligned to the device's block; only the aligned
 interior of a range is written this way, its ragged ends (shared with neighbouring tensors) go through the page
-cache. A filesystem that refuses ``O_DIRECT`` (tmpfs before Linux 6.6, some network and FUSE filesystems, any
-non-Linux system) or a write it rejects turns direct writing off for the file: the bytes then go through the page
-cache, the same bytes either way.
+cache. Only files on a local block device (ext4, XFS) are written this way; elsewhere, on a system without
+``O_DIRECT``, or after a write the filesystem rejects, the bytes go through the page cache: the same bytes either
+way.
 """
 
 from __future__ import annotations
@@ -44,14 +44,21 @@ class DirectWriter:
 
     @classmethod
     def open(cls, path: Path) -> DirectWriter | None:
-        """A direct writer on the existing file ``path``, or None where the system offers none."""
+        """A direct writer on the existing file ``path``, or None where the system offers none, or where the file
+        is not on a local block device: NFS, SMB, FUSE, tmpfs, overlayfs, btrfs and ZFS report anonymous device
+        numbers (major 0), and on them ``O_DIRECT`` ranges from unsupported to synchronous network round trips,
+        so their files keep the page cache."""
         flag = getattr(os, "O_DIRECT", 0)
         if not flag or env_true("EAGLEQUANT_NO_DIRECT_IO"):
             return None
         try:
-            return cls(os.open(path, os.O_WRONLY | flag))
+            fd = os.open(path, os.O_WRONLY | flag)
         except OSError:
             return None
+        if os.major(os.fstat(fd).st_dev) == 0:
+            os.close(fd)
+            return None
+        return cls(fd)
 
     def copy(self, src_fd: int, src_offset: int, out: int, nbytes: int) -> bool:
         """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` to the file at ``out``, both ``out`` and ``nbytes``
