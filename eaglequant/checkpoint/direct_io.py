@@ -34,13 +34,22 @@ def aligned_interior(start: int, end: int) -> tuple[int, int]:
     return -(-start // ALIGN) * ALIGN, end // ALIGN * ALIGN
 
 
+_buffers = threading.local()  # one aligned buffer per copying thread, whatever the number of files it writes
+
+
+def _buffer() -> mmap.mmap:
+    buffer = getattr(_buffers, "buffer", None)
+    if buffer is None or len(buffer) != CHUNK_BYTES:
+        buffer = _buffers.buffer = mmap.mmap(-1, CHUNK_BYTES)  # anonymous maps are page-aligned
+    return buffer
+
+
 class DirectWriter:
-    """An ``O_DIRECT`` descriptor on a file being written, with one aligned buffer per writing thread."""
+    """An ``O_DIRECT`` descriptor on a file being written."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.enabled = True  # off once the file refused a direct write; the descriptor stays open until close()
-        self._buffers = threading.local()
 
     @classmethod
     def open(cls, path: Path) -> DirectWriter | None:
@@ -66,7 +75,7 @@ class DirectWriter:
         direct writing is then off for good, and the caller writes the range through the page cache."""
         if out % ALIGN or nbytes % ALIGN:
             raise ValueError(f"direct copy of [{out}, {out + nbytes}) is not {ALIGN}-aligned")
-        buffer = self._buffer()
+        buffer = _buffer()
         done = 0
         while done < nbytes:
             size = min(CHUNK_BYTES, nbytes - done)
@@ -90,12 +99,6 @@ class DirectWriter:
                 self.enabled = False
                 return False
         return True
-
-    def _buffer(self) -> mmap.mmap:
-        buffer = getattr(self._buffers, "buffer", None)
-        if buffer is None:
-            buffer = self._buffers.buffer = mmap.mmap(-1, CHUNK_BYTES)  # anonymous maps are page-aligned
-        return buffer
 
     def close(self) -> None:
         """Once no thread writes any more."""

@@ -134,8 +134,8 @@ class SafetensorsShard:
         self._pwrite(view, self.offsets[name] + start)
 
     def copy_from(self, name: str, start: int, src_fd: int, src_offset: int, nbytes: int) -> None:
-        """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` into tensor ``name`` at byte ``start``, in the
-        kernel (no bytes pass through Python)."""
+        """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` into tensor ``name`` at byte ``start``: the range's
+        block-aligned interior with direct writes where the file takes them, the rest in the kernel."""
         self._check_range(name, start, nbytes)
         out = self.offsets[name] + start
         first, stop = aligned_interior(out, out + nbytes)
