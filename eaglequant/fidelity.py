@@ -161,7 +161,7 @@ def head_fidelity(
 
     from eaglequant.draft.forward import DraftForward
     from eaglequant.draft.weights import by_output_rows
-    from eaglequant.kernels import fused_linear
+    from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
     plain = DraftForward(head, weights).plain_linear
     last_plain: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module -> its last input and output
@@ -180,9 +180,14 @@ def head_fidelity(
 
     def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
         x_device = x.to(torch.bfloat16).to(device)
+        backend = choose_backend(x_device)
+        prepared = reference_activations(x_device, linear) if backend == "reference" else None
         blocks = weights.row_blocks(f"{module}.weight", linear.weight_kind.rows_per_scale)
         return by_output_rows(
-            len(x), linear.out_features, blocks, lambda rows: fused_linear(x_device, linear.rows(rows))
+            len(x),
+            linear.out_features,
+            blocks,
+            lambda rows: fused_linear(x_device, linear.rows(rows), backend, activations=prepared),
         )
 
     def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:

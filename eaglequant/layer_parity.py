@@ -69,7 +69,7 @@ def layer_parity(
     pass over blocks of output rows: each block of the source is read and widened to float32 once."""
     import torch
 
-    from eaglequant.kernels import choose_backend, fused_linear
+    from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
     limits = scheme.verify
     name = f"{canonical}.weight"
@@ -78,6 +78,7 @@ def layer_parity(
     x = torch.randn(PARITY_ROWS, columns, generator=generator).to(torch.bfloat16)
     x32, x_device = x.to(torch.float32), x.to(stored.weight.device)
     backend = choose_backend(x_device)
+    prepared = reference_activations(x_device, stored) if backend == "reference" else None
     expected = torch.empty(PARITY_ROWS, stored.out_features)
     got = torch.empty(PARITY_ROWS, stored.out_features)
     source_norms, error_norms = [], []
@@ -86,7 +87,7 @@ def layer_parity(
         expected[:, rows] = x32 @ source.T
         block = stored.rows(rows)
         dequantized = block.dequantize()
-        got[:, rows] = fused_linear(x_device, block, backend, dequantized).to(torch.float32).cpu()
+        got[:, rows] = fused_linear(x_device, block, backend, dequantized, prepared).to(torch.float32).cpu()
         source_norms.append(_block_norms(source, width))
         error_norms.append(_block_norms(dequantized.cpu().sub_(source), width))
     sqnr, cosine, relative = _metrics(expected, got)
@@ -111,7 +112,8 @@ def _block_norms(weight: torch.Tensor, width: int) -> torch.Tensor:
     """[rows, K] -> [rows, ceil(K / width)]: the norm of every scale block's part of each row."""
     import torch
 
-    padded = torch.nn.functional.pad(weight, (0, -weight.shape[1] % width))
+    short = -weight.shape[1] % width
+    padded = torch.nn.functional.pad(weight, (0, short)) if short else weight  # pad copies, even by nothing
     return padded.reshape(weight.shape[0], -1, width).norm(dim=2)
 
 

@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from eaglequant.kernels import BACKEND_CALLS, StoredLinear, fused_linear
-from eaglequant.kernels.reference import quantize_tokens_fp8, reference_linear
+from eaglequant.kernels.reference import quantize_tokens_fp8, reference_activations, reference_linear
 from eaglequant.kernels.triton_gemm import triton_linear
 from eaglequant.schemes import fp8, mxfp4, nvfp4
 
@@ -137,3 +137,19 @@ def test_bench_kernels_cli(tmp_path) -> None:
     kernels = {row["kernel"] for row in data["rows"]}
     assert {"torch-bf16", "fp8-w8a16", "fp8-w8a8", "nvfp4-w4a16", "mxfp4-w4a16"} <= kernels
     assert all(row["ms"] > 0 and row["speedup_vs_bf16"] > 0 for row in data["rows"])
+
+
+@pytest.mark.parametrize("layout", ["fp8-w8a16", "fp8-w8a8", "nvfp4-modelopt"])
+def test_a_linear_by_row_blocks_quantizes_its_input_once_to_the_same_product(layout: str) -> None:
+    """Activation quantization is per token: done once for a linear and reused by each block of output rows, every
+    block's product is the one it gives quantizing its input itself, bit for bit."""
+    generator = torch.Generator().manual_seed(3)
+    weight = (torch.randn(96, 64, generator=generator) * 0.05).to(torch.bfloat16)
+    x = torch.randn(5, 64, generator=generator).to(torch.bfloat16)
+    x[-1] *= 40  # an outlier token, so that each token's scale differs
+    stored = _layouts(weight)[layout]
+    prepared = reference_activations(x, stored)
+    for start in range(0, 96, 32):
+        block = stored.rows(slice(start, start + 32))
+        reused = fused_linear(x, block, "reference", activations=prepared)
+        assert torch.equal(reused, fused_linear(x, block, "reference"))

@@ -11,7 +11,7 @@ from collections import Counter
 
 import torch
 
-from eaglequant.kernels.reference import reference_linear
+from eaglequant.kernels.reference import reference_activations, reference_linear
 from eaglequant.kinds.base import StoredLinear
 
 BACKEND_CALLS: Counter[str] = Counter()
@@ -31,11 +31,16 @@ def choose_backend(x: torch.Tensor) -> str:
 
 
 def fused_linear(
-    x: torch.Tensor, stored: StoredLinear, backend: str = "auto", dequantized: torch.Tensor | None = None
+    x: torch.Tensor,
+    stored: StoredLinear,
+    backend: str = "auto",
+    dequantized: torch.Tensor | None = None,
+    activations: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """y [M, N] float32 = x [M, K] @ dequant(stored)^T. ``backend``: auto | triton | reference. ``dequantized``:
-    ``stored``'s dequantized weight when the caller has it already; the reference then does not make it again
-    (a kernel reads the stored tensors whatever it is given)."""
+    """y [M, N] float32 = x [M, K] @ dequant(stored)^T. ``backend``: auto | triton | reference. ``dequantized``
+    (``stored``'s dequantized weight) and ``activations`` (:func:`reference_activations` of ``x``): what the
+    caller has already, so the reference does not make it again (a kernel reads the stored tensors and ``x``
+    whatever it is given)."""
     if backend == "auto":
         backend = choose_backend(x)
     BACKEND_CALLS[backend] += 1
@@ -43,7 +48,15 @@ def fused_linear(
         from eaglequant.kernels.triton_gemm import triton_linear
 
         return triton_linear(x, stored)
-    return reference_linear(x, stored, dequantized)
+    return reference_linear(x, stored, dequantized, activations)
 
 
-__all__ = ["BACKEND_CALLS", "StoredLinear", "choose_backend", "fused_linear", "reference_linear", "triton_available"]
+__all__ = [
+    "BACKEND_CALLS",
+    "StoredLinear",
+    "choose_backend",
+    "fused_linear",
+    "reference_activations",
+    "reference_linear",
+    "triton_available",
+]

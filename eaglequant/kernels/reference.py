@@ -16,11 +16,23 @@ def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return codes, scale[:, 0]
 
 
-def reference_linear(x: torch.Tensor, stored: StoredLinear, dequantized: torch.Tensor | None = None) -> torch.Tensor:
-    """y [M, N] float32 = activations (quantized as the stored linear's activation kind says) @ dequantized
-    weight^T (``dequantized``: that weight, when the caller has it already)."""
+def reference_activations(x: torch.Tensor, stored: StoredLinear) -> torch.Tensor:
+    """``x`` [M, K] as the reference multiplies it: quantized and dequantized as the stored linear's activation kind
+    says (per token, so the same for every block of the linear's output rows), in float32."""
     activation = stored.activation_kind
     simulated = None if activation is None else activation.simulate(x)
-    activations = x.to(torch.float32) if simulated is None else simulated
+    return x.to(torch.float32) if simulated is None else simulated
+
+
+def reference_linear(
+    x: torch.Tensor,
+    stored: StoredLinear,
+    dequantized: torch.Tensor | None = None,
+    activations: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """y [M, N] float32 = activations (quantized as the stored linear's activation kind says) @ dequantized
+    weight^T (``dequantized``: that weight, ``activations``: :func:`reference_activations` of ``x``, when the
+    caller has them already: a linear computed a block of rows at a time quantizes its input once)."""
+    activations = reference_activations(x, stored) if activations is None else activations
     weight = stored.dequantize() if dequantized is None else dequantized
     return activations @ weight.to(activations.device).T
