@@ -151,7 +151,9 @@ def verify_checkpoint(
     hashes: Future[list[str]] | None = None
     if hashed_while_writing:
         report.hashes_read = False
-        report.notes.append("SHA-256 of every file: taken from the bytes as they were written, not read again")
+        report.notes.append(
+            "SHA-256 of every file: taken as it was written (copied tensors from their source bytes), not read again"
+        )
     else:  # one core reads the files while the others check them
         hashes = _in_background(_check_hashes, dst, recorded)
     scale_problems = _check_scales(checkpoint, head, fmt, scheme, quantized)
