@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from eaglequant.checkpoint import direct_io, writer
 from eaglequant.checkpoint.direct_io import ALIGN, DirectWriter, aligned_interior
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
-from eaglequant.errors import OutputError
+from eaglequant.errors import CheckpointError, OutputError
 from tests.conftest import vendor_required
 
 
@@ -169,3 +169,34 @@ def test_direct_copy_refuses_unaligned_ranges(offset: int, nbytes: int) -> None:
     if offset % ALIGN or nbytes % ALIGN:
         with pytest.raises(ValueError, match="aligned"):
             writer_.copy(-1, 0, offset, nbytes)
+
+
+def test_direct_writes_keep_whole_filesystem_blocks_larger_than_a_page() -> None:
+    assert direct_io._alignment(512) == ALIGN
+    assert direct_io._alignment(ALIGN) == ALIGN
+    assert direct_io._alignment(16 * ALIGN) == 16 * ALIGN  # XFS with 64 KiB blocks on 4 KiB pages
+    assert direct_io._alignment(3 * ALIGN) == ALIGN  # not a power of two: not a block size to trust
+    assert direct_io._alignment(2 * direct_io.CHUNK_BYTES) == ALIGN  # a chunk must hold whole blocks
+    writer_ = DirectWriter(-1, 16 * ALIGN)
+    assert writer_.interior(1, 40 * ALIGN) == (16 * ALIGN, 32 * ALIGN)
+
+
+def test_a_source_read_failure_blames_the_source_not_the_output(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _require_direct_io(tmp_path)
+    source = tmp_path / "source"
+    source.write_bytes(bytes(8 * ALIGN))
+    shard = SafetensorsShard(tmp_path / "out.safetensors", [TensorSpec("big", "U8", (8 * ALIGN,))])
+
+    def failing_read(fd: int, buffers: list[memoryview], offset: int) -> int:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(direct_io.os, "preadv", failing_read)
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        with pytest.raises(CheckpointError, match=r"cannot read the source bytes of 'big' \(Input/output error\)"):
+            shard.copy_from("big", 0, fd, 0, 8 * ALIGN)
+    finally:
+        shard.discard()
+        os.close(fd)

@@ -29,9 +29,13 @@ MIN_DIRECT_BYTES = 1024 * 1024  # below this the kernel's copy is as cheap
 _REFUSED = {errno.EINVAL, errno.EOPNOTSUPP, errno.ENOTSUP}
 
 
-def aligned_interior(start: int, end: int) -> tuple[int, int]:
-    """The largest ``ALIGN``-aligned ``[a, b)`` inside ``[start, end)`` (empty: ``a >= b``)."""
-    return -(-start // ALIGN) * ALIGN, end // ALIGN * ALIGN
+class SourceReadError(OSError):
+    """Reading the bytes to copy failed (the source's fault, not the output's)."""
+
+
+def aligned_interior(start: int, end: int, align: int = ALIGN) -> tuple[int, int]:
+    """The largest ``align``-aligned ``[a, b)`` inside ``[start, end)`` (empty: ``a >= b``)."""
+    return -(-start // align) * align, end // align * align
 
 
 _buffers = threading.local()  # one aligned buffer per copying thread, whatever the number of files it writes
@@ -45,10 +49,11 @@ def _buffer() -> mmap.mmap:
 
 
 class DirectWriter:
-    """An ``O_DIRECT`` descriptor on a file being written."""
+    """An ``O_DIRECT`` descriptor on a file being written, and the alignment its direct writes keep."""
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, align: int = ALIGN) -> None:
         self.fd = fd
+        self.align = align
         self.enabled = True  # off once the file refused a direct write; the descriptor stays open until close()
 
     @classmethod
@@ -64,17 +69,25 @@ class DirectWriter:
             fd = os.open(path, os.O_WRONLY | flag)
         except OSError:
             return None
-        if os.major(os.fstat(fd).st_dev) == 0:
+        try:
+            stat = os.fstat(fd)
+        except OSError:
+            stat = None
+        if stat is None or os.major(stat.st_dev) == 0:
             os.close(fd)
             return None
-        return cls(fd)
+        return cls(fd, _alignment(stat.st_blksize))
+
+    def interior(self, start: int, end: int) -> tuple[int, int]:
+        """The part of ``[start, end)`` this file's direct writes can cover."""
+        return aligned_interior(start, end, self.align)
 
     def copy(self, src_fd: int, src_offset: int, out: int, nbytes: int) -> bool:
         """Copy ``nbytes`` from ``src_fd`` at ``src_offset`` to the file at ``out``, both ``out`` and ``nbytes``
-        multiples of ``ALIGN``. False (nothing promised about the range) when the file refuses direct writes:
+        multiples of ``align``. False (nothing promised about the range) when the file refuses direct writes:
         direct writing is then off for good, and the caller writes the range through the page cache."""
-        if out % ALIGN or nbytes % ALIGN:
-            raise ValueError(f"direct copy of [{out}, {out + nbytes}) is not {ALIGN}-aligned")
+        if out % self.align or nbytes % self.align:
+            raise ValueError(f"direct copy of [{out}, {out + nbytes}) is not {self.align}-aligned")
         buffer = _buffer()
         done = 0
         while done < nbytes:
@@ -108,10 +121,21 @@ class DirectWriter:
             self.fd = -1
 
 
+def _alignment(block_size: int) -> int:
+    """Whole filesystem blocks where they are larger than a page (XFS allows up to 64 KiB), so that a direct write
+    never shares a block with the page cache's writes around it."""
+    if block_size > ALIGN and block_size & (block_size - 1) == 0 and CHUNK_BYTES % block_size == 0:
+        return block_size
+    return ALIGN
+
+
 def _read_exactly(fd: int, view: memoryview, offset: int) -> None:
     done = 0
     while done < len(view):
-        n = os.preadv(fd, [view[done:]], offset + done)
+        try:
+            n = os.preadv(fd, [view[done:]], offset + done)
+        except OSError as exc:
+            raise SourceReadError(exc.errno, exc.strerror) from exc
         if n <= 0:
             raise EOFError(f"source ended at byte {offset + done}")
         done += n

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.checkpoint.direct_io import MIN_DIRECT_BYTES, DirectWriter, aligned_interior
+from eaglequant.checkpoint.direct_io import MIN_DIRECT_BYTES, DirectWriter, SourceReadError
 from eaglequant.checkpoint.dtypes import ITEMSIZE
 from eaglequant.checkpoint.hashing import FollowingHasher
-from eaglequant.errors import OutputError
+from eaglequant.errors import CheckpointError, OutputError
 
 TMP_MARKER = ".eaglequant-tmp-"
 
@@ -138,7 +138,7 @@ class SafetensorsShard:
         block-aligned interior with direct writes where the file takes them, the rest in the kernel."""
         self._check_range(name, start, nbytes)
         out = self.offsets[name] + start
-        first, stop = aligned_interior(out, out + nbytes)
+        first, stop = self._direct.interior(out, out + nbytes) if self._direct is not None else (out, out)
         if stop - first >= MIN_DIRECT_BYTES and self._copy_direct(name, src_fd, src_offset + first - out, first, stop):
             self._kernel_copy(name, src_fd, src_offset, out, first - out)
             self._kernel_copy(name, src_fd, src_offset + stop - out, stop, out + nbytes - stop)
@@ -153,6 +153,11 @@ class SafetensorsShard:
             return self._direct.copy(src_fd, src_offset, start, end - start)
         except EOFError as exc:
             raise OutputError(f"{self.path}: source ended while copying {name!r}") from exc
+        except SourceReadError as exc:
+            raise CheckpointError(
+                f"cannot read the source bytes of {name!r} ({exc.strerror})",
+                hint="check the source's disk or filesystem, or copy the checkpoint elsewhere and convert that",
+            ) from exc
         except OSError as exc:
             raise _write_error(self.path, exc) from exc
 
