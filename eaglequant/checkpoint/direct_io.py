@@ -21,6 +21,7 @@ import os
 import threading
 from pathlib import Path
 
+from eaglequant.checkpoint.safetensors_file import read_exactly
 from eaglequant.environment import env_true
 
 ALIGN = max(4096, mmap.PAGESIZE)  # covers 512-byte and 4 KiB logical blocks, and whole pages of the cache
@@ -93,7 +94,7 @@ class DirectWriter:
         while done < nbytes:
             size = min(CHUNK_BYTES, nbytes - done)
             view = memoryview(buffer)[:size]
-            _read_exactly(src_fd, view, src_offset + done)
+            _read_source(src_fd, view, src_offset + done)
             if not self._write(view, out + done):
                 return False
             done += size
@@ -129,13 +130,10 @@ def _alignment(block_size: int) -> int:
     return ALIGN
 
 
-def _read_exactly(fd: int, view: memoryview, offset: int) -> None:
-    done = 0
-    while done < len(view):
-        try:
-            n = os.preadv(fd, [view[done:]], offset + done)
-        except OSError as exc:
-            raise SourceReadError(exc.errno, exc.strerror) from exc
-        if n <= 0:
-            raise EOFError(f"source ended at byte {offset + done}")
-        done += n
+def _read_source(fd: int, view: memoryview, offset: int) -> None:
+    try:
+        complete = read_exactly(fd, view, offset)
+    except OSError as exc:
+        raise SourceReadError(exc.errno, exc.strerror) from exc
+    if not complete:
+        raise EOFError(f"source ended within bytes [{offset}, {offset + len(view)})")

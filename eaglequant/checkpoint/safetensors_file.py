@@ -152,16 +152,22 @@ def _check_coverage(path: Path, tensors: dict[str, TensorInfo], data_start: int,
 def read_bytes(info: TensorInfo, handle: int | None = None) -> bytearray:
     """Read one tensor's bytes with positioned reads (no mmap: page cache does not count as our RSS)."""
     buf = bytearray(info.nbytes)
-    view = memoryview(buf)
     fd = handle if handle is not None else os.open(info.file, os.O_RDONLY)
     try:
-        done = 0
-        while done < info.nbytes:
-            n = os.preadv(fd, [view[done:]], info.offset + done)
-            if n <= 0:
-                raise CheckpointError(f"{info.file}: unexpected end of file while reading {info.name!r}")
-            done += n
+        if not read_exactly(fd, memoryview(buf), info.offset):
+            raise CheckpointError(f"{info.file}: unexpected end of file while reading {info.name!r}")
     finally:
         if handle is None:
             os.close(fd)
     return buf
+
+
+def read_exactly(fd: int, view: memoryview, offset: int) -> bool:
+    """Fill ``view`` from ``fd`` at ``offset`` with positioned reads; False when the file ends first."""
+    done = 0
+    while done < len(view):
+        n = os.preadv(fd, [view[done:]], offset + done)
+        if n <= 0:
+            return False
+        done += n
+    return True
