@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -204,7 +205,6 @@ def remote_source_digests(src: str) -> tuple[dict[str, str], dict[str, Any]]:
 def _hub_errors(label: str, *, uploading: bool = False) -> Iterator[None]:
     """huggingface_hub's exceptions -> one actionable line (exit 2), with the token scrubbed. ``uploading``:
     the cache cannot stand in for the Hub, so the hints never suggest HF_HUB_OFFLINE."""
-    import httpx
     from huggingface_hub import constants, errors
 
     try:
@@ -240,11 +240,27 @@ def _hub_errors(label: str, *, uploading: bool = False) -> Iterator[None]:
             f"{label}: the Hub answered HTTP {status}: {_scrub(str(exc).splitlines()[0])}",
             hint="for 401/403 check that HF_TOKEN has write access",
         ) from exc
-    except (httpx.HTTPError, OSError) as exc:
+    except _transport_errors() as exc:
         hint = "check the network (and HF_ENDPOINT), then run it again"
         if uploading:
             hint = "check the network and run it again: the upload resumes where it stopped"
         raise HubError(f"{label}: cannot reach the Hub ({constants.ENDPOINT}): {_scrub(str(exc))}", hint=hint) from exc
+
+
+# The HTTP clients huggingface_hub is built on: httpx under 1.x, httpx2 under 2.x. Their errors (a refused
+# connection, a timeout) are not OSError, and neither derives from the other's.
+HTTP_CLIENTS = ("httpx", "httpx2")
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """OSError and the base error of each HTTP client already imported. Evaluated when an error is being
+    matched, so a client that raised it is imported by then; one that is not installed is never imported."""
+    classes: list[type[BaseException]] = [OSError]
+    for name in HTTP_CLIENTS:
+        base = getattr(sys.modules.get(name), "HTTPError", None)
+        if isinstance(base, type) and issubclass(base, BaseException):
+            classes.append(base)
+    return tuple(classes)
 
 
 def _download_command(label: str) -> str:

@@ -1,0 +1,78 @@
+"""Issue 31, "a newcomer's hour": what tripped a first-time user, each held by a test that failed before.
+
+Most cases run the CLI in a subprocess, as a user meets it (exit codes, stderr, imports); layout cases render at
+``COLUMNS=80``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, CliResult, vendor_required
+from tests.test_bad_input import assert_refused
+
+
+def _cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None, code: str = "") -> CliResult:
+    """``python -m eaglequant ARGS`` (after ``code``, run first in the same process), as a user runs it."""
+    run = f"{code}\nimport sys\nfrom eaglequant.cli import main\nmain(sys.argv[1:])\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", run, *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        timeout=300,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+# -- item 0: huggingface_hub 2.x raises httpx2's errors, which are not httpx.HTTPError ---------------------------
+
+# An httpx2-style client: its ConnectError derives from its own HTTPError, not from httpx's nor from OSError.
+_HTTPX2_REFUSES = """
+import sys, types
+httpx2 = types.ModuleType("httpx2")
+class HTTPError(Exception): pass
+class ConnectError(HTTPError): pass
+httpx2.HTTPError, httpx2.ConnectError = HTTPError, ConnectError
+sys.modules["httpx2"] = httpx2
+import huggingface_hub
+def refuse(*args, **kwargs):
+    raise ConnectError("[Errno 111] Connection refused")
+huggingface_hub.HfApi.model_info = refuse
+"""
+
+
+def test_an_httpx2_connect_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    env = {"HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "0", "EAGLEQUANT_DISABLE_PROGRESS_BARS": "1"}
+    result = _cli("inspect", "org/somewhere", env=env, code=_HTTPX2_REFUSES)
+    line = assert_refused(result, ("org/somewhere", "cannot reach the Hub", "Connection refused", "check the network"))
+    assert "internal error" not in line and "ConnectError" not in line
+
+
+def test_hub_errors_under_the_huggingface_hub_2_that_the_vllm_venv_holds(tmp_path: Path) -> None:
+    """The real second major: ``.venv-vllm`` (made by ``setup.sh --test``) has huggingface_hub 2.x on httpx2 and no
+    httpx, so CI runs the Hub's error path under both majors."""
+    python = ROOT / ".venv-vllm" / "bin" / "python"
+    if not python.exists():
+        message = f"no {python} (scripts/setup.sh --test makes it)"
+        if vendor_required():
+            pytest.fail(message)
+        pytest.skip(message)
+    code = (
+        "import huggingface_hub, sys\n"
+        "from eaglequant import hub\n"
+        "assert huggingface_hub.__version__.startswith('2.'), huggingface_hub.__version__\n"
+        "try:\n    hub.resolve_source('org/somewhere')\n"
+        "except hub.HubError as exc:\n    print(exc.one_line())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "0"}
+    env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # port 9: nothing listens
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "org/somewhere: cannot reach the Hub (http://127.0.0.1:9)" in proc.stdout, proc.stdout
