@@ -263,7 +263,7 @@ def verify(
     if source is None:
         recorded = read_report(dst_path)
         source = recorded.source if recorded and recorded.source and Path(recorded.source).is_dir() else None
-    source_path = None if source is None else resolve_source(source).path
+    source_path = None if source is None else resolve_source(source, param="source").path
     report = _verify_written(
         dst_path,
         source_path,

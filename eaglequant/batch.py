@@ -20,7 +20,7 @@ from eaglequant.batch_checks import check_name, check_repo_id, conversion_option
 from eaglequant.batch_record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
-from eaglequant.hub import parse_repo_ref
+from eaglequant.hub import HUB_PREFIX, parse_repo_ref
 from eaglequant.options import ConversionOptions
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
@@ -178,9 +178,12 @@ def _job(path: Path, index: int, entry: dict[str, Any]) -> Job:
 
 
 def _source(base: Path, source: str) -> str:
-    """A path relative to the job file when it exists there; otherwise a Hub repo id if it is one."""
+    """A path relative to the job file when it exists there, or when its parent does (a mistyped path, refused as
+    one); otherwise a Hub repo id if it is one. ``hf://org/name`` is always the Hub's."""
     local = base / source
-    if local.exists() or parse_repo_ref(source) is None:
+    if source.startswith(HUB_PREFIX):
+        return source
+    if local.exists() or local.parent.is_dir() or parse_repo_ref(source) is None:
         return str(local)
     return source
 

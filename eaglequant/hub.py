@@ -25,6 +25,8 @@ _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<r
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _SHA256_BLOB = re.compile(r"^[0-9a-f]{64}$")
 
+# Names a Hub repo even where a local path of the same name could be meant (huggingface_hub's own URL scheme).
+HUB_PREFIX = "hf://"
 # What a conversion reads or carries over besides the weights; weights are chosen per repo below.
 SIDE_FILE_PATTERNS = ("*.json", "README.md", "LICENSE*", "NOTICE*")
 # Never uploaded: huggingface_hub's resumable-upload state and eaglequant's own bookkeeping.
@@ -63,19 +65,57 @@ def parse_repo_ref(text: str) -> tuple[str, str | None] | None:
 
 
 def is_hub_reference(src: str | Path) -> bool:
-    """A Hub repo id that is not also a local path (a local directory always wins)."""
-    return isinstance(src, str) and not Path(src).exists() and parse_repo_ref(src) is not None
+    """Whether ``src`` names a Hub repo: ``hf://org/name[@revision]`` always, ``org/name[@revision]`` when no local
+    path of that name exists (a local directory always wins)."""
+    return _hub_reference(src) is not None
 
 
-def resolve_source(src: str | Path) -> SourceRef:
-    """A local directory as is (recognising Hub cache snapshots), or a Hub repo id downloaded with
-    ``snapshot_download`` restricted to the files a conversion needs."""
-    if not is_hub_reference(src):
-        return _local_source(Path(src))
-    parsed = parse_repo_ref(str(src))
+def _hub_reference(src: str | Path) -> tuple[str, str | None] | None:
+    if not isinstance(src, str):
+        return None
+    if src.startswith(HUB_PREFIX):
+        parsed = parse_repo_ref(src.removeprefix(HUB_PREFIX))
+        if parsed is None:
+            raise InputError(f"{src}: not a Hub repo id", hint=f"write {HUB_PREFIX}org/name[@revision]")
+        return parsed
+    return None if Path(src).exists() else parse_repo_ref(src)
+
+
+def _hub_repo(src: str, param: str | None = None) -> tuple[str, str | None, bool]:
+    """(repo_id, revision, typed_as_path) of a Hub source. ``org/name`` typed where a relative path's parent exists
+    (``fixtures/nope``: ``fixtures/`` is here) is taken as a mistyped path: no such directory, and how to say Hub."""
+    parsed = _hub_reference(src)
     assert parsed is not None
-    repo_id, revision = parsed
-    return _download(repo_id, revision)
+    typed_as_path = not src.startswith(HUB_PREFIX)
+    parent = Path(parsed[0]).parent
+    if typed_as_path and parent.is_dir():
+        raise InputError(
+            f"{_named(src, param)}: no such directory ({parent}/ exists, but holds no {Path(parsed[0]).name})",
+            hint=f"check the path; to read the Hub repo {parsed[0]} instead, write {HUB_PREFIX}{src}",
+        )
+    return parsed[0], parsed[1], typed_as_path
+
+
+def _named(src: str | Path, param: str | None) -> str:
+    """How a message names a source: as it was typed (SRC), or as the parameter that gave it (``source='x'``)."""
+    return str(src) if param is None else f"{param}={str(src)!r}"
+
+
+def resolve_source(src: str | Path, param: str | None = None) -> SourceRef:
+    """A local directory as is (recognising Hub cache snapshots), or a Hub repo id downloaded with
+    ``snapshot_download`` restricted to the files a conversion needs. ``param``: the parameter that gave ``src``,
+    named in errors (default: it is SRC)."""
+    if not is_hub_reference(src):
+        path = Path(src)
+        if not path.exists() and not path.is_symlink():
+            what = "SRC must be" if param is None else "pass"
+            raise InputError(
+                f"{_named(src, param)}: does not exist",
+                hint=f"{what} a checkpoint directory, or a Hub repo id org/name[@revision]",
+            )
+        return _local_source(path)
+    repo_id, revision, typed_as_path = _hub_repo(str(src), param)
+    return _download(repo_id, revision, typed_as_path)
 
 
 def _local_source(path: Path) -> SourceRef:
@@ -88,11 +128,11 @@ def _local_source(path: Path) -> SourceRef:
     return SourceRef(path)
 
 
-def _download(repo_id: str, revision: str | None) -> SourceRef:
+def _download(repo_id: str, revision: str | None, typed_as_path: bool = False) -> SourceRef:
     from huggingface_hub import constants, snapshot_download
 
     label = repo_id if revision is None else f"{repo_id}@{revision}"
-    with _hub_errors(label):
+    with _hub_errors(label, typed_as_path=typed_as_path):
         patterns = _needed_patterns(repo_id, revision)
         folder = snapshot_download(repo_id, revision=revision, allow_patterns=patterns)
     path = Path(folder)
@@ -186,10 +226,9 @@ def remote_source_digests(src: str) -> tuple[dict[str, str], dict[str, Any]]:
 
     from eaglequant.checkpoint.reader import load_json_object
 
-    parsed = parse_repo_ref(src)
-    assert parsed is not None
-    with _hub_errors(src):
-        listing = repo_listing(*parsed)
+    repo_id, revision, typed_as_path = _hub_repo(src)
+    with _hub_errors(src.removeprefix(HUB_PREFIX), typed_as_path=typed_as_path):
+        listing = repo_listing(repo_id, revision)
         if listing is None:
             raise HubError(f"{src}: repository or revision not found, or your token cannot access it")
         names = sorted(listing.lfs_sha256)
@@ -202,19 +241,23 @@ def remote_source_digests(src: str) -> tuple[dict[str, str], dict[str, Any]]:
 
 
 @contextmanager
-def _hub_errors(label: str, *, uploading: bool = False) -> Iterator[None]:
+def _hub_errors(label: str, *, uploading: bool = False, typed_as_path: bool = False) -> Iterator[None]:
     """huggingface_hub's exceptions -> one actionable line (exit 2), with the token scrubbed. ``uploading``:
-    the cache cannot stand in for the Hub, so the hints never suggest HF_HUB_OFFLINE."""
+    the cache cannot stand in for the Hub, so the hints never suggest HF_HUB_OFFLINE. ``typed_as_path``: the
+    repo id was written as a local path could be (``org/name``, no ``hf://``), so a repo the Hub cannot give
+    says that no local directory of that name exists either."""
     from huggingface_hub import constants, errors
 
+    who = f"{label}: no local directory of that name, and" if typed_as_path else f"{label}:"
+    check, or_path = ("check the path, or", "check the path, or ") if typed_as_path else ("check", "")
     try:
         yield
     except errors.OfflineModeIsEnabled as exc:
         raise HubError(f"{label}: the Hub is needed but HF_HUB_OFFLINE is set", hint="unset HF_HUB_OFFLINE") from exc
     except (errors.RepositoryNotFoundError, errors.GatedRepoError) as exc:
         raise HubError(
-            f"{label}: repository not found, or your token cannot access it",
-            hint="check the id, and set HF_TOKEN to a token with access",
+            f"{who} repository not found, or your token cannot access it",
+            hint=f"{check} the id, and set HF_TOKEN to a token with access",
         ) from exc
     except errors.RevisionNotFoundError as exc:
         raise HubError(f"{label}: no such revision", hint="check the branch, tag or commit after '@'") from exc
@@ -227,12 +270,12 @@ def _hub_errors(label: str, *, uploading: bool = False) -> Iterator[None]:
         cache = constants.HF_HUB_CACHE
         if constants.HF_HUB_OFFLINE:
             raise HubError(
-                f"{label}: not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set",
-                hint=f"download it once with network access ({_download_command(label)}), or unset it",
+                f"{who} not in the local Hugging Face cache ({cache}) and HF_HUB_OFFLINE is set",
+                hint=f"{or_path}download it once with network access ({_download_command(label)}), or unset it",
             ) from exc
         raise HubError(
-            f"{label}: the Hub ({constants.ENDPOINT}) cannot be reached and the cache ({cache}) does not have it",
-            hint="check the network (and HF_ENDPOINT), then run it again",
+            f"{who} the Hub ({constants.ENDPOINT}) cannot be reached and the cache ({cache}) does not have it",
+            hint=f"{check} the network (and HF_ENDPOINT), then run it again",
         ) from exc
     except errors.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
@@ -241,10 +284,10 @@ def _hub_errors(label: str, *, uploading: bool = False) -> Iterator[None]:
             hint="for 401/403 check that HF_TOKEN has write access",
         ) from exc
     except _transport_errors() as exc:
-        hint = "check the network (and HF_ENDPOINT), then run it again"
+        hint = f"{check} the network (and HF_ENDPOINT), then run it again"
         if uploading:
             hint = "check the network and run it again: the upload resumes where it stopped"
-        raise HubError(f"{label}: cannot reach the Hub ({constants.ENDPOINT}): {_scrub(str(exc))}", hint=hint) from exc
+        raise HubError(f"{who} cannot reach the Hub ({constants.ENDPOINT}): {_scrub(str(exc))}", hint=hint) from exc
 
 
 # The HTTP clients huggingface_hub is built on: httpx under 1.x, httpx2 under 2.x. Their errors (a refused

@@ -7,13 +7,14 @@ Most cases run the CLI in a subprocess, as a user meets it (exit codes, stderr, 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, CliResult, vendor_required
+from tests.conftest import FIXTURES, ROOT, CliResult, run_cli_subprocess, vendor_required
 from tests.test_bad_input import assert_refused
 
 
@@ -51,7 +52,7 @@ huggingface_hub.HfApi.model_info = refuse
 def test_an_httpx2_connect_error_is_one_line_and_exit_2(tmp_path: Path) -> None:
     env = {"HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "0", "EAGLEQUANT_DISABLE_PROGRESS_BARS": "1"}
     result = _cli("inspect", "org/somewhere", env=env, code=_HTTPX2_REFUSES)
-    line = assert_refused(result, ("org/somewhere", "cannot reach the Hub", "Connection refused", "check the network"))
+    line = assert_refused(result, ("org/somewhere", "cannot reach the Hub", "Connection refused", "the network"))
     assert "internal error" not in line and "ConnectError" not in line
 
 
@@ -75,4 +76,47 @@ def test_hub_errors_under_the_huggingface_hub_2_that_the_vllm_venv_holds(tmp_pat
     env["HF_ENDPOINT"] = "http://127.0.0.1:9"  # port 9: nothing listens
     proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "org/somewhere: cannot reach the Hub (http://127.0.0.1:9)" in proc.stdout, proc.stdout
+    assert proc.stdout.startswith("org/somewhere: ") and "cannot reach the Hub (http://127.0.0.1:9)" in proc.stdout
+
+
+# -- item 2: a mistyped local path is not a Hub request --------------------------------------------------------
+
+UNREACHABLE_HUB = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}  # port 9: nothing listens
+
+
+def test_a_mistyped_path_whose_parent_exists_is_no_such_directory(tmp_path: Path) -> None:
+    (tmp_path / "fixtures").mkdir()
+    env = {**UNREACHABLE_HUB, "HF_HOME": str(tmp_path / "hf-home")}
+    line = assert_refused(
+        _cli("inspect", "fixtures/nope", env=env, cwd=tmp_path), ("fixtures/nope", "no such directory")
+    )
+    assert "hf://fixtures/nope" in line and "Hub (" not in line
+    forced = assert_refused(_cli("inspect", "hf://fixtures/nope", env=env, cwd=tmp_path), ("cannot reach the Hub",))
+    assert "no local directory" not in forced and "hf://" not in forced
+
+
+def test_an_unreachable_hub_for_an_org_name_says_no_such_local_directory(tmp_path: Path) -> None:
+    env = {**UNREACHABLE_HUB, "HF_HOME": str(tmp_path / "hf-home")}
+    line = assert_refused(_cli("inspect", "org/nope", env=env, cwd=tmp_path), ("org/nope", "cannot reach the Hub"))
+    assert "no local directory of that name" in line and "check the path" in line
+
+
+def test_a_missing_dot_path_does_not_exist(tmp_path: Path) -> None:
+    line = assert_refused(_cli("inspect", "./nope", cwd=tmp_path), ("./nope", "does not exist"))
+    assert "not a directory" not in line
+    assert_refused(_cli("explain", "nope", cwd=tmp_path), ("nope: does not exist", "DST"))
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A conversion of a copy of the smallest fixture, whose report records that copy as its source."""
+    work = tmp_path_factory.mktemp("converted")
+    shutil.copytree(FIXTURES / "specforge-llama", work / "src")
+    proc = run_cli_subprocess("convert", work / "src", work / "dst")
+    assert proc.returncode == 0, proc.stderr
+    return work / "dst"
+
+
+def test_verify_names_source_not_src_for_a_missing_source(converted: Path) -> None:
+    line = assert_refused(_cli("verify", converted, "--source", "/missing"), ("--source", "/missing", "does not exist"))
+    assert "SRC" not in line

@@ -116,7 +116,8 @@ class Checkpoint:
         root = Path(root)
         if not root.is_dir():
             what = "a checkpoint directory" if role == "SRC" else "a quantized checkpoint directory"
-            raise InputError(f"{root}: not a directory", hint=f"{role} must be {what}")
+            problem = "not a directory" if root.exists() else "does not exist"
+            raise InputError(f"{root}: {problem}", hint=f"{role} must be {what}")
         if not (root / "config.json").exists() and not (root / "config.json").is_symlink():
             raise InputError(
                 f"{root}: config.json is missing",

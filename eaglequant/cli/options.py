@@ -71,7 +71,10 @@ TargetConfigOpt = Annotated[
 ]
 SrcArg = Annotated[
     str,
-    typer.Argument(help="Checkpoint directory, or Hub repo id org/name[@revision].", show_default=False),
+    typer.Argument(
+        help="Checkpoint directory, or Hub repo id org/name[@revision] (hf://org/name: the Hub, whatever is local).",
+        show_default=False,
+    ),
 ]
 DstArg = Annotated[
     Path,
