@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant import convert, explain, inspect, load_checks
+from eaglequant import convert, engine_load, explain, inspect, load_checks
 from eaglequant.engine_load import PROBES, LoadCheck
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import MATRIX, support
@@ -283,6 +283,7 @@ def test_verify_load_with_fails_a_checkpoint_the_engine_misreads(vllm_loads) -> 
 
 def test_load_with_an_engine_that_is_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(PROBES["sglang"].env_var, raising=False)
+    monkeypatch.setattr(engine_load, "project_venvs", lambda engine: [tmp_path / f".venv-{engine}"])  # none there
     dst = tmp_path / "fp8"
     convert(FIXTURES / "specforge-llama", dst)
     result = run_cli("verify", dst, "--load-with", "sglang")

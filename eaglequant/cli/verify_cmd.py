@@ -58,7 +58,8 @@ def verify_command(
         Optional[Path],  # noqa: UP045
         typer.Option(
             "--engine-python",
-            help="Python interpreter that has the --load-with engine installed (default: this one).",
+            help="Python interpreter that has the --load-with engine installed (default: this one if it has it, else "
+            "./.venv-ENGINE, else .venv-ENGINE beside this venv, as scripts/setup.sh --test makes them).",
             show_default=False,
         ),
     ] = None,

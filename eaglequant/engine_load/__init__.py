@@ -86,8 +86,8 @@ def get_probe(engine: str) -> EngineProbe:
 
 
 def engine_python(engine: str, python: str | Path | None = None) -> Path:
-    """The interpreter that has ``engine`` installed: ``python``, else the probe's environment variable,
-    else this interpreter when it can import the engine."""
+    """The interpreter that has ``engine`` installed: ``python``, else the probe's environment variable, else this
+    interpreter when it can import the engine, else the project's own venv for it (:func:`project_venvs`)."""
     probe = get_probe(engine)
     chosen = python or os.environ.get(probe.env_var)
     if chosen:
@@ -97,10 +97,24 @@ def engine_python(engine: str, python: str | Path | None = None) -> Path:
         return path
     if importlib.util.find_spec(probe.module) is not None:
         return Path(sys.executable)
+    places = project_venvs(engine)
+    for venv in places:
+        path = venv / "bin" / "python"
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+    looked = " or ".join(dict.fromkeys(str(venv) for venv in places))
     raise InputError(
-        f"{probe.title} is not installed in this environment ({sys.executable})",
-        hint=f"{probe.install}, then pass its interpreter with --engine-python PATH",
+        f"{probe.title} is not installed in this environment ({sys.executable}), and there is no {looked}",
+        hint=f"scripts/setup.sh --test makes .venv-{engine}; or {probe.install}, then pass its interpreter with "
+        "--engine-python PATH",
     )
+
+
+def project_venvs(engine: str) -> list[Path]:
+    """Where ``scripts/setup.sh --test`` puts ``engine``'s venv, in the order looked at: ``.venv-<engine>`` in the
+    working directory, then beside the venv eaglequant runs in (``.venv-vllm`` next to ``.venv``)."""
+    name = f".venv-{engine}"
+    return [Path.cwd() / name, Path(os.path.abspath(sys.prefix)).parent / name]
 
 
 @dataclass(frozen=True)
