@@ -2,11 +2,15 @@
 
 1. Structure: everything ``explain`` checks for each engine (tensors, dtypes, shapes, strays, rules),
    plus scales finite and positive, fused groups sharing their global and input scales, and the files
-   matching the SHA-256 recorded in ``eaglequant_report.json``.
+   matching the SHA-256 recorded in ``eaglequant_report.json``. With the source: every tensor the conversion
+   copied (norms, embeddings, d2t, t2d, unquantized linears) byte for byte against the source's, and the
+   config.json fields an engine builds the draft from (:mod:`eaglequant.copies`).
 2. Per-layer parity: each quantized linear through the fused dequant-GEMM kernel (the torch reference
    on CPU) on seeded bf16 activations, against the source weight's GEMM: SQNR, cosine, relative error.
 3. Head fidelity: the whole draft (fc, attention, MLP, norms, lm_head) in float32 with the source weights
-   and with the quantized linears, on seeded inputs: top-1 agreement and mean KL of the draft logits.
+   and config, and with DST's own (its quantized linears, kept tensors and config), on seeded or captured
+   inputs: TV and KL of the draft distributions, top-1 flips in target vocabulary ids (through each
+   checkpoint's own d2t).
 
 Thresholds come from the scheme file (``[verify]``). Parity needs the source checkpoint.
 """
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.copies import compare_config, compare_copies
 from eaglequant.engines import recorded_engines
 from eaglequant.engines.target import TargetLayers
 from eaglequant.errors import InputError
@@ -165,6 +170,10 @@ def verify_checkpoint(
         )
     if source is None:
         report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
+        report.notes.append(
+            "no source checkpoint: the tensors the conversion copied (norms, embeddings, d2t, t2d, unquantized "
+            "linears) and config.json were not compared with the source's"
+        )
     else:
         _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems
@@ -293,6 +302,9 @@ def _check_parity(
             raise InputError(
                 f"--source {source}: has no linear {missing[0]}", hint="pass the checkpoint DST was made from"
             )
+        copies = compare_copies(checkpoint, src, quantized)
+        report.structure += copies.problems + compare_config(checkpoint.config, src.config)
+        report.notes.append(copies.note)
         weights = CanonicalWeights(src, src_head)
         seed, tokens, inputs = draft_inputs
         generator = torch.Generator().manual_seed(seed)
@@ -323,7 +335,10 @@ def _check_parity(
         else:
             sequences = synthetic_inputs(src_head, weights, seed, tokens)
             described = f"synthetic: seed {seed}, {tokens} positions"
-        report.fidelity = head_fidelity(src_head, weights, stored_linear, limits, sequences, device, described)
+        own = (head, CanonicalWeights(checkpoint, head))  # the quantized draft reads DST's kept tensors and config
+        report.fidelity = head_fidelity(
+            src_head, weights, stored_linear, limits, sequences, device, described, own, copies.identical
+        )
 
 
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:
