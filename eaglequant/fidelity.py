@@ -75,11 +75,17 @@ class HeadFidelity:
         }
 
 
-def distribution_shift(reference: torch.Tensor, other: torch.Tensor, chunk: int = 8) -> DistributionShift:
+def distribution_shift(
+    reference: torch.Tensor,
+    other: torch.Tensor,
+    chunk: int = 8,
+    vocab_maps: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+) -> DistributionShift:
     """TV, KL and arg-max flips of ``other``'s logits against ``reference``'s ([T, V] each), with the flips a
     noise-like perturbation of the same size would cause: logits perturbed independently with standard
     deviation s let a rival trailing the top-1 by m overtake it with probability Phi(-m / (s * sqrt 2)); a
-    position flips unless none of its nearest rivals does."""
+    position flips unless none of its nearest rivals does. ``vocab_maps``: each draft's ``d2t`` (None: its ids
+    are target ids); arg-maxes are compared as the target tokens they propose (draft id i is i + d2t[i])."""
     import torch
 
     tv, kl, flips, expected = [], [], [], []
@@ -90,7 +96,7 @@ def distribution_shift(reference: torch.Tensor, other: torch.Tensor, chunk: int 
         ref_p = ref_logp.exp()
         tv.append(0.5 * (ref_p - got_logp.exp()).abs().sum(-1))
         kl.append((ref_p * (ref_logp - got_logp)).sum(-1))
-        flips.append(ref.argmax(-1) != got.argmax(-1))
+        flips.append(target_ids(ref.argmax(-1), vocab_maps[0]) != target_ids(got.argmax(-1), vocab_maps[1]))
         top = ref.topk(min(FLIP_RIVALS + 1, ref.shape[-1]), -1).values
         margins = top[:, :1] - top[:, 1:]  # [T, rivals]
         spread = (got - ref).std(-1, keepdim=True).clamp_min(1e-30)
@@ -107,6 +113,26 @@ def distribution_shift(reference: torch.Tensor, other: torch.Tensor, chunk: int 
         int(flips_all.sum()),
         float(torch.cat(expected).sum()),
     )
+
+
+def target_ids(ids: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
+    """The target vocabulary ids of draft ids ``ids``: i + d2t[i] (an id past the end of ``d2t`` maps to -1)."""
+    if d2t is None:
+        return ids
+    import torch
+
+    inside = ids < d2t.numel()
+    offsets = d2t[ids.clamp(max=max(d2t.numel() - 1, 0))] if d2t.numel() else torch.zeros_like(ids)
+    return torch.where(inside, ids + offsets, torch.full_like(ids, -1))
+
+
+def vocab_map(head: HeadDescription, weights: CanonicalWeights) -> torch.Tensor | None:
+    """The head's ``d2t`` (draft id -> offset to its target id) as int64, or None when its vocabulary is the
+    target's."""
+    import torch
+
+    name = next((t.name for t in head.tensors if t.module == "d2t"), None)
+    return None if name is None else weights.checkpoint.read(name).reshape(-1).to(torch.int64)
 
 
 def judge_shift(shift: DistributionShift, tokens: int, limits: Any) -> list[str]:
@@ -129,8 +155,8 @@ def judge_shift(shift: DistributionShift, tokens: int, limits: Any) -> list[str]
 
 
 def synthetic_inputs(head: HeadDescription, weights: CanonicalWeights, seed: int, tokens: int) -> list[tuple[Any, Any]]:
-    """One seeded sequence: target hidden states from a standard normal, token embeddings of random ids (or a
-    0.02-scale normal for a head without embed_tokens)."""
+    """One seeded sequence: target hidden states from a standard normal, random token ids (each draft embeds them
+    with its own embed_tokens), or a 0.02-scale normal as the embeddings of a head without embed_tokens."""
     import torch
 
     generator = torch.Generator().manual_seed(seed + 1)
@@ -138,11 +164,8 @@ def synthetic_inputs(head: HeadDescription, weights: CanonicalWeights, seed: int
     aux = torch.randn(tokens, dims.num_aux_hidden_states * dims.target_hidden_size, generator=generator)
     if "embed_tokens" in head.features:
         vocab = weights.shape("embed_tokens.weight")[0]
-        ids = torch.randint(0, vocab, (tokens,), generator=generator)
-        embeds = weights.gather("embed_tokens.weight", ids).to(torch.float32)
-    else:
-        embeds = torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02
-    return [(aux, embeds)]
+        return [(aux, torch.randint(0, vocab, (tokens,), generator=generator))]
+    return [(aux, torch.randn(tokens, dims.hidden_size, generator=generator) * 0.02)]
 
 
 def head_fidelity(
@@ -153,22 +176,34 @@ def head_fidelity(
     sequences: list[tuple[Any, Any]],
     device: str,
     inputs: str,
+    own: tuple[HeadDescription, CanonicalWeights] | None = None,
+    identical: frozenset[str] = frozenset(),
 ) -> HeadFidelity:
     """``sequences``: (aux hidden [T, n_aux * H_target], embeds [T, H] or token ids [T]) each, run one at a time.
     ``stored(module)``: the quantized linear of a canonical module, read when needed (None: not quantized).
-    Every linear is computed a block of output rows at a time, so memory holds one block of one weight."""
+    ``own``: the quantized checkpoint's head (its config.json) and tensors, which the quantized draft reads for
+    everything but its quantized linears: norms, embeddings, unquantized linears, d2t (default: the source's).
+    ``identical``: canonical tensor names whose bytes are proven the same in both, so that one product serves
+    both drafts. Every linear is computed a block of output rows at a time, so memory holds one block of one
+    weight."""
     import torch
 
     from eaglequant.draft.forward import DraftForward
     from eaglequant.draft.weights import by_output_rows
     from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
+    own_head, own_weights = own or (head, weights)
+
+    def shared(name: str) -> bool:
+        return own is None or name in identical
+
     plain = DraftForward(head, weights).plain_linear
+    own_plain = DraftForward(own_head, own_weights).plain_linear
     last_plain: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module -> its last input and output
 
     def plain_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         """An unquantized linear's output, computed once when both drafts give it the same input (as they give
-        fc: its input is the target's hidden states)."""
+        fc: its input is the target's hidden states) and hold the same weight."""
         last = last_plain.get(module)
         if last is not None and last[0].shape == x.shape and torch.equal(last[0], x):
             return last[1]
@@ -190,9 +225,13 @@ def head_fidelity(
             lambda rows: fused_linear(x_device, linear.rows(rows), backend, activations=prepared),
         )
 
+    def kept_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        """A linear the quantized draft runs unquantized: its own weight."""
+        return plain_linear(module, x) if shared(f"{module}.weight") else own_plain(module, x)
+
     def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         linear = stored(module)
-        return plain_linear(module, x) if linear is None else kernel_linear(module, linear, x)
+        return kept_linear(module, x) if linear is None else kernel_linear(module, linear, x)
 
     def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         name = f"{module}.weight"
@@ -203,7 +242,7 @@ def head_fidelity(
 
         return by_output_rows(len(x), weights.shape(name)[0], weights.row_blocks(name), product)
 
-    quantized = DraftForward(head, weights, quantized_linear)
+    quantized = DraftForward(own_head, own_weights, quantized_linear)
     engine_like = DraftForward(head, weights, bf16_linear)
     has_logits = "lm_head" in {lin.module for lin in head.linears}
     hidden: dict[str, list[torch.Tensor]] = {"ref": [], "got": [], "bf16": []}
@@ -212,9 +251,12 @@ def head_fidelity(
         for aux, tokens in sequences:
             embeds = tokens if tokens.is_floating_point() else weights.gather("embed_tokens.weight", tokens)
             embeds = embeds.to(torch.float32)
+            own_embeds = embeds
+            if not tokens.is_floating_point() and not shared("embed_tokens.weight"):
+                own_embeds = own_weights.gather("embed_tokens.weight", tokens).to(torch.float32)
             start = sum(len(h) for h in hidden["ref"])
             hidden["ref"].append(reference(aux, embeds, logits=False))
-            hidden["got"].append(quantized(aux, embeds, logits=False))
+            hidden["got"].append(quantized(aux, own_embeds, logits=False))
             prefix = min(len(aux), FLOOR_POSITIONS - len(floor_rows))
             if has_logits and prefix > 0:
                 hidden["bf16"].append(engine_like(aux[:prefix], embeds[:prefix], logits=False))
@@ -228,13 +270,16 @@ def head_fidelity(
         if not has_logits:
             return HeadFidelity(positions, hidden_cosine, (), inputs)
         lm_head = stored("lm_head")  # read once, if quantized
-        if lm_head is None:  # one pass over the (large, unquantized) lm_head for both drafts
+        if lm_head is None and shared("lm_head.weight"):  # one pass over the (large) lm_head for both drafts
             both = plain("lm_head", torch.cat((ref_hidden, got_hidden)))
             ref_logits, got_logits = both[:positions], both[positions:]
         else:
             ref_logits = plain("lm_head", ref_hidden)
-            got_logits = kernel_linear("lm_head", lm_head, got_hidden)
-        shift = distribution_shift(ref_logits, got_logits)
+            got_logits = (
+                own_plain("lm_head", got_hidden) if lm_head is None else kernel_linear("lm_head", lm_head, got_hidden)
+            )
+        maps = (vocab_map(head, weights), vocab_map(own_head, own_weights))
+        shift = distribution_shift(ref_logits, got_logits, vocab_maps=maps)
         del got_logits
         floor_logits = engine_like.linear("lm_head", torch.cat(hidden["bf16"]))
         floor = distribution_shift(ref_logits[floor_rows], floor_logits)
