@@ -62,14 +62,14 @@ def parse_size(text: str | int) -> int:
 class ConversionOptions:
     """What a conversion is asked to do besides its source and destination.
 
-    ``scheme``: a built-in scheme name or a .toml file; ``format``: the output format; ``engines``: those that
-    must load the result as intended; ``exclude`` / ``quantize``: rules (a glob or ``re:<regex>`` over checkpoint
-    names) that keep linears unquantized / quantize those kept by default (fc, lm_head); ``target_layers`` or
-    ``target_config``: the target model's layer count, or its config.json to read it from; ``max_shard_size``:
-    the largest output shard (``5GB``, or bytes); ``calib``: captured draft inputs for static activation scales;
-    ``verify_output``: run verify before the output is moved into place; ``repo_id``: the Hub repo the card's
-    serving lines name; ``workers``: threads that copy and quantize (default: one per core, at most 4);
-    ``device``: where the quantization math runs (``cpu``, ``cuda``, ``cuda:N``).
+    ``scheme``: a built-in scheme name or a .toml file; ``format``: the output format; ``engines``: those that must load
+    the result as intended (``"all"``: every engine); ``exclude`` / ``quantize``: rules (a glob or ``re:<regex>`` over
+    checkpoint names) that keep linears unquantized / quantize those kept by default (fc, lm_head); ``target_layers`` or
+    ``target_config``: the target model's layer count, or its config.json to read it from; ``max_shard_size``: the
+    largest output shard (``5GB``, or bytes); ``calib``: captured draft inputs for static activation scales;
+    ``verify_output``: run verify before the output is moved into place; ``repo_id``: the Hub repo the card's serving
+    lines name; ``workers``: threads that copy and quantize (default: one per core, at most 4); ``device``: where the
+    quantization math runs (``cpu``, ``cuda``, ``cuda:N``).
 
     The last two change how fast, never what is written: they are not part of :meth:`manifest`.
     Values are normalised on construction (names to the registries' spelling, lists to tuples, sizes to bytes).
@@ -94,7 +94,7 @@ class ConversionOptions:
 
     def __post_init__(self) -> None:
         from eaglequant.devices import check_device_name
-        from eaglequant.engines import get_engine
+        from eaglequant.engines import ALL_ENGINES, ENGINES, get_engine
         from eaglequant.formats import get_format
         from eaglequant.hub import check_repo_id
         from eaglequant.schemes.model import load_scheme
@@ -104,6 +104,7 @@ class ConversionOptions:
         _set(self, "resolved_scheme", _named("scheme", scheme, load_scheme))
         _set(self, "format", _named("format", _text("format", self.format), get_format).name)
         engines = _rules("engines", self.engines)
+        engines = tuple(ENGINES) if ALL_ENGINES in engines else engines  # "all": every engine
         _set(self, "engines", tuple(dict.fromkeys(_named("engines", name, get_engine).name for name in engines)))
         _set(self, "exclude", _patterns("exclude", self.exclude))
         _set(self, "quantize", _patterns("quantize", self.quantize))

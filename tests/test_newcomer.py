@@ -6,6 +6,7 @@ Most cases run the CLI in a subprocess, as a user meets it (exit codes, stderr, 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT, CliResult, run_cli_subprocess, vendor_required
+from tests.conftest import FIXTURES, ROOT, CliResult, run_cli_subprocess, vendor_required, write_calibration
 from tests.test_bad_input import assert_refused
 
 
@@ -155,3 +156,29 @@ def test_load_with_names_where_it_looked(converted: Path, tmp_path: Path) -> Non
     )
     line = assert_refused(result, ("SGLang is not installed", "--engine-python", "scripts/setup.sh --test"))
     assert str(tmp_path / ".venv-sglang") in line and str(tmp_path / "env" / ".venv-sglang") in line
+
+
+# -- item 5: --engine all means every engine in convert and inspect too ----------------------------------------
+
+
+def test_engine_all_in_convert_and_inspect_is_every_engine(tmp_path: Path) -> None:
+    from eaglequant.engines import ENGINES
+
+    line = assert_refused(
+        _cli("convert", FIXTURES / "specforge-llama", tmp_path / "quark", "--engine", "all"),
+        ("TensorRT-LLM cannot load", "--scheme nvfp4 --format modelopt with captured inputs (convert --calib FILE)"),
+    )
+    assert "unknown engine" not in line
+    calib = write_calibration("specforge-llama", tmp_path / "calib.safetensors")
+    dst = tmp_path / "every"
+    args = ("--engine", "all", "--scheme", "nvfp4", "--format", "modelopt")
+    assert_refused(  # inspect has no --calib: nvfp4 is W4A16 there, which TensorRT-LLM 1.2.x does not load
+        _cli("inspect", FIXTURES / "specforge-llama", *args),
+        ("TensorRT-LLM cannot load nvfp4", "use --format modelopt with captured inputs", "which every engine can load"),
+    )
+    args = (*args, "--calib", calib)
+    converted = _cli("convert", FIXTURES / "specforge-llama", dst, *args, "--json")
+    assert converted.exit_code == 0, converted.stderr
+    assert json.loads((dst / "eaglequant_report.json").read_text())["engines"] == list(ENGINES)
+    unknown = assert_refused(_cli("inspect", FIXTURES / "specforge-llama", "--engine", "bogus"), ("unknown engine",))
+    assert "or all" in unknown

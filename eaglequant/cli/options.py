@@ -49,7 +49,8 @@ EngineOpt = Annotated[
     typer.Option(
         "--engine",
         "-e",
-        help="Engine that must load the result as intended (`eaglequant schemes` lists them). Repeatable.",
+        help="Engine that must load the result as intended (`eaglequant schemes` lists them; all: every engine). "
+        "Repeatable.",
     ),
 ]
 TargetLayersOpt = Annotated[

@@ -18,11 +18,16 @@ ENGINES: dict[str, Engine] = {
 }
 
 
+# Every engine, wherever engines are chosen (convert, inspect, explain, verify, a batch job's engines).
+ALL_ENGINES = "all"
+
+
 def get_engine(name: str) -> Engine:
     try:
         return ENGINES[name]
     except KeyError:
-        raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {', '.join(ENGINES)}") from None
+        known = ", ".join(ENGINES)
+        raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {known}, or {ALL_ENGINES}") from None
 
 
 def recorded_engines(report: ConversionReport | None) -> list[str] | None:
@@ -31,4 +36,4 @@ def recorded_engines(report: ConversionReport | None) -> list[str] | None:
     return names or None
 
 
-__all__ = ["ENGINES", "Engine", "RuntimeModule", "get_engine", "recorded_engines"]
+__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "get_engine", "recorded_engines"]

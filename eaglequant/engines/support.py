@@ -208,19 +208,33 @@ def check_engines(
         others = sorted((k for k in scheme_names if k != kinds), key=lambda k: _weight_bits(k) != _weight_bits(kinds))
         candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit
         working = [(k, f) for k in candidates for f in FORMAT_NAMES if _loads_everywhere(k, f, engines, attention)]
-        titles = " and ".join(ENGINE_TITLES[e] for e in engines)
+        titles = _engines_words(engines)
         if not working:
             hint = f"no built-in scheme loads in {titles}; target fewer engines"
         elif working[0][0] == kinds:
             hint = f"use --format {working[0][1]}, which {titles} can load"
         else:
-            hint = f"use --scheme {scheme_names[working[0][0]]} --format {working[0][1]}, which {titles} can load"
+            (found, fmt), name = working[0], scheme_names[working[0][0]]
+            # a scheme named for two kinds (nvfp4: W4A4, W4A16 without --calib) gives the first only with --calib
+            calib = (
+                " with captured inputs (convert --calib FILE)" if list(scheme_names.values()).count(name) > 1 else ""
+            )
+            scheme = "" if name == scheme_name else f" --scheme {name}"
+            hint = f"use{scheme} --format {fmt}{calib if found[1] else ''}, which {titles} can load"
         raise InputError(
             f"{ENGINE_TITLES[engine]} cannot load {scheme_name} ({SCHEME_KINDS.get(kinds, kinds)}) "
             f"in {format_name} format: {cell.note}",
             hint=hint,
         )
     return warnings
+
+
+def _engines_words(engines: list[str]) -> str:
+    """``vLLM and SGLang``; ``vLLM, SGLang and TensorRT-LLM main``; every engine: ``every engine``."""
+    if set(engines) == set(ENGINE_NAMES) and len(engines) > 2:
+        return "every engine"
+    titles = [ENGINE_TITLES[e] for e in engines]
+    return titles[0] if len(titles) == 1 else f"{', '.join(titles[:-1])} and {titles[-1]}"
 
 
 def evidence(engine: str) -> str:
