@@ -71,6 +71,9 @@ class EngineReading:
     modules: tuple[ModuleReading, ...]
     problems: tuple[str, ...]  # engine-wide: cannot load it, or a rule that breaks its loader
     notes: tuple[str, ...] = ()  # deployment settings that change what the engine runs
+    # False for an engine listed but not required to load DST (every engine shown, for --engine all or a checkpoint
+    # another tool wrote, and this one cannot load its scheme and format): its not loading is no problem.
+    judged: bool = True
 
     @property
     def all_problems(self) -> list[str]:
@@ -81,6 +84,7 @@ class EngineReading:
             "engine": self.engine,
             "title": self.title,
             "loads": self.loads,
+            "judged": self.judged,
             "release": ENGINES[self.engine].release,
             "note": self.note,
             "notes": list(self.notes),
@@ -183,7 +187,7 @@ def _read_engine(
     if cell is None or not cell.loads or refusal is not None:
         note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
         problems: tuple[str, ...] = (f"cannot load this checkpoint: {note}",) if requested else ()
-        return EngineReading(engine.name, engine.title, False, note, (), problems)
+        return EngineReading(engine.name, engine.title, False, note, (), problems, judged=requested)
     counts = layer_counts(target.count)
     modules_by_count = [engine.runtime_modules(head, count) for count in counts]
     readings = []

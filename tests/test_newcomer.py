@@ -182,3 +182,23 @@ def test_engine_all_in_convert_and_inspect_is_every_engine(tmp_path: Path) -> No
     assert json.loads((dst / "eaglequant_report.json").read_text())["engines"] == list(ENGINES)
     unknown = assert_refused(_cli("inspect", FIXTURES / "specforge-llama", "--engine", "bogus"), ("unknown engine",))
     assert "or all" in unknown
+
+
+# -- item 1: explain --engine all says what it judged -------------------------------------------------------------
+
+
+def test_engine_all_lists_every_engine_and_judges_those_that_load_it(converted: Path) -> None:
+    """Quark: TensorRT-LLM cannot read it. ``--engine all`` lists it (not judged, said so in the verdict line and
+    the JSON); ``--engine trtllm`` requires it (exit 3), in explain and verify alike."""
+    every = _cli("explain", converted, "--engine", "all", env={"COLUMNS": "200"})
+    assert every.exit_code == 0, every.stdout + every.stderr
+    verdict = every.stdout.strip().splitlines()[-1]
+    assert "TensorRT-LLM, TensorRT-LLM main cannot load it" in verdict and "--engine" in verdict
+    assert "each engine above applies" not in every.stdout
+    data = json.loads(_cli("explain", converted, "--engine", "all", "--json").stdout)
+    judged = {e["engine"]: (e["loads"], e["judged"]) for e in data["engines"]}
+    assert data["ok"] and judged["trtllm"] == (False, False) and judged["vllm"] == (True, True)
+    named = _cli("explain", converted, "--engine", "trtllm", "--json")
+    assert named.exit_code == 3 and json.loads(named.stdout)["engines"][0]["judged"] is True
+    assert _cli("verify", converted, "--engine", "all", "--tokens", "16").exit_code == 0
+    assert _cli("verify", converted, "--engine", "trtllm", "--tokens", "16").exit_code == 3

@@ -23,8 +23,9 @@ def explain_command(
         typer.Option(
             "--engine",
             "-e",
-            help="Engines to explain, each of which must load DST (default: those DST was made for, or every engine "
-            "for a checkpoint another tool wrote; 'all': every engine).",
+            help="Engines to explain, each of which must load DST (default: those DST was made for). 'all' (and the "
+            "default for a checkpoint another tool wrote): every engine, each that can load DST's scheme and format "
+            "checked, the others listed as not loading it, which is no problem.",
         ),
     ] = None,
     target_layers: TargetLayersOpt = None,
@@ -60,8 +61,19 @@ def render(data: dict[str, Any]) -> None:
             _render_engine(reading)
         else:
             out.print(f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]")
+    listed = [r["title"] for r in data["engines"] if not r["judged"]]
     if data["ok"]:
-        out.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
+        if not listed:
+            out.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
+            return
+        loading = ", ".join(r["title"] for r in data["engines"] if r["loads"]) or "none"
+        out.print(
+            f"[green]ok[/] for the engines that load it ({escape(loading)}): each applies exactly what this "
+            f"checkpoint stores; {escape(', '.join(listed))} cannot load it (listed only: name an engine with "
+            "--engine to require it)",
+            markup=True,
+            soft_wrap=True,
+        )
         return
     for problem in data["problems"]:
         out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)

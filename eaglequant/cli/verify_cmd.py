@@ -28,7 +28,8 @@ def verify_command(
         typer.Option(
             "--engine",
             "-e",
-            help="Engines whose loading is checked (default: those DST was made for; 'all': every engine).",
+            help="Engines that must load DST, their loading checked (default: those DST was made for). 'all': every "
+            "engine that can load DST's scheme and format, as explain --engine all.",
         ),
     ] = None,
     target_layers: TargetLayersOpt = None,
