@@ -1,7 +1,7 @@
 """The model card (``README.md``) written into every converted checkpoint.
 
 Rendered only from what the destination records (``eaglequant_report.json`` and, when verified,
-``eaglequant_verify.json``), so it always shows the figures of the conversion it sits beside, and can be
+``eaglequant_verify.json``; when ``accept`` measured it, ``eaglequant_accept.json``), so it always shows the figures of the conversion it sits beside, and can be
 re-rendered later (``upload`` does, to name the draft by its Hub repo id).
 """
 
@@ -55,9 +55,12 @@ def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> st
     return base if isinstance(base, str) and base else None
 
 
-def render_card(report: ConversionReport, verification: dict[str, Any] | None) -> str:
+def render_card(
+    report: ConversionReport, verification: dict[str, Any] | None, acceptance: dict[str, Any] | None = None
+) -> str:
     """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: the dict in
-    ``eaglequant_verify.json``, or None when the conversion was not verified."""
+    ``eaglequant_verify.json``, or None when the conversion was not verified; ``acceptance``: the dict in
+    ``eaglequant_accept.json``, or None when ``accept`` has not measured it."""
     context = report.card
     assert context is not None, "a report written without a card context has no card"
     sections = [
@@ -69,6 +72,7 @@ def render_card(report: ConversionReport, verification: dict[str, Any] | None) -
         _dtype_table(report),
         _size_table(report),
         _verification(verification),
+        _acceptance(acceptance),
         _serving(report, context),
         f"---\n\nWritten by eaglequant {report.eaglequant_version}; `{REPORT_NAME}` holds "
         "every figure above and the SHA-256 of each file.\n",
@@ -206,6 +210,44 @@ def _verification(verification: dict[str, Any] | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _acceptance(acceptance: dict[str, Any] | None) -> str:
+    if acceptance is None:
+        return ""
+    settings = acceptance["settings"]
+    source = acceptance["source"]
+    lines = [
+        "## Acceptance",
+        "",
+        f"Measured with {acceptance['engine']} {acceptance['version']}'s own EAGLE-3 speculative decoding "
+        f"(`eaglequant accept`): target `{settings['target']}`, {settings['num_speculative_tokens']} speculative "
+        f"tokens, {settings['prompts']} prompts ({settings['prompts_from']}) × {settings['max_tokens']} tokens. "
+        "Acceptance length: tokens per target forward (1 + accepted drafted tokens); 95% intervals over prompts.",
+        "",
+        "| draft | mode | acceptance length | per position | vs source |",
+        "|---|---|---:|---|---:|",
+    ]
+    for draft in (source, *acceptance["quantized"]):
+        name = "source (BF16)" if draft["served_as"] == "source" else f"this checkpoint ({draft['served_as']})"
+        for mode, figures in draft["modes"].items():
+            length = figures["acceptance_length"]
+            positions = " / ".join(f"{p['value']:.2f}" for p in figures["per_position"])
+            diff = figures.get("difference")
+            versus = "" if diff is None else f"{diff['value']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
+            lines.append(
+                f"| {name} | {mode} | {length['value']:.3f} [{length['low']:.3f}, {length['high']:.3f}] | "
+                f"{positions} | {versus} |"
+            )
+    for draft in (source, *acceptance["quantized"]):
+        lossless = draft["lossless"]
+        lines.append(
+            f"\nGreedy output with the {'source' if draft['served_as'] == 'source' else 'quantized'} draft equals the "
+            f"target's alone on {lossless['equal']} of {lossless['prompts']} prompts."
+        )
+    lines += [f"\nNote: {note}" for note in acceptance["notes"]]
+    lines += [f"\n**Problem**: {problem}" for problem in acceptance["problems"]]
+    return "\n".join(lines) + "\n"
+
+
 def _serving(report: ConversionReport, context: CardContext) -> str:
     target = context.target or "<target-model>"
     lines = ["## Serving", ""]
@@ -234,23 +276,42 @@ def rename_draft(dst: Path, draft: str) -> bool:
     """Re-render ``dst``'s card so its serving lines name the draft ``draft`` (e.g. the Hub repo it is
     uploaded to) and record the card's new SHA-256 in the report. False when there is nothing to change
     (already named so, or ``dst`` has no eaglequant report)."""
-    import json
     from dataclasses import replace
 
-    from eaglequant.manifest import file_sha256
     from eaglequant.report import read_report
-    from eaglequant.verification import VERIFY_NAME
 
     report = read_report(dst)
     if report is None or report.card is None or report.card.draft == draft:
         return False
-    verify_path = dst / VERIFY_NAME
-    verification = json.loads(verify_path.read_text(encoding="utf-8")) if verify_path.is_file() else None
-    report = replace(report, card=replace(report.card, draft=draft))
-    _replace(dst / CARD_NAME, render_card(report, verification))
+    _rerender(dst, replace(report, card=replace(report.card, draft=draft)))
+    return True
+
+
+def refresh_card(dst: Path) -> bool:
+    """Re-render ``dst``'s card from what it records now (e.g. after ``accept`` measured it) and record the
+    card's new SHA-256 in the report. False when ``dst`` has no eaglequant report with a card."""
+    from eaglequant.report import read_report
+
+    report = read_report(dst)
+    if report is None or report.card is None:
+        return False
+    _rerender(dst, report)
+    return True
+
+
+def _rerender(dst: Path, report: ConversionReport) -> None:
+    import json
+    from dataclasses import replace
+
+    from eaglequant.acceptance.measure import ACCEPT_NAME
+    from eaglequant.manifest import file_sha256
+    from eaglequant.verification import VERIFY_NAME
+
+    recorded = [dst / VERIFY_NAME, dst / ACCEPT_NAME]
+    verification, acceptance = (json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None for p in recorded)
+    _replace(dst / CARD_NAME, render_card(report, verification, acceptance))
     report = replace(report, files={**report.files, CARD_NAME: file_sha256(dst / CARD_NAME)})
     _replace(dst / REPORT_NAME, report.to_text())
-    return True
 
 
 @contextmanager

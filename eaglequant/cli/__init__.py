@@ -54,9 +54,11 @@ def _root(
 
 def _register() -> None:
     from eaglequant.cli import (
+        accept_cmd,
         batch_cmd,
         batch_merge_cmd,
         bench_cmd,
+        capture_cmd,
         convert_cmd,
         explain_cmd,
         inspect_cmd,
@@ -70,6 +72,8 @@ def _register() -> None:
         convert_cmd,
         explain_cmd,
         verify_cmd,
+        accept_cmd,
+        capture_cmd,
         upload_cmd,
         batch_cmd,
         batch_merge_cmd,

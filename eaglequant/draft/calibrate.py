@@ -5,7 +5,10 @@ The calibration file is a safetensors file holding, for S sequences of T tokens:
 - ``hidden_states``: [S, T, n_aux * H_target] (or [T, ...] for one sequence), the target's auxiliary
   hidden states concatenated as the draft's ``fc`` reads them;
 - ``input_ids``: [S, T] int64, the tokens whose embeddings the draft reads;
-- ``input_embeds``: [S, T, H], only for heads without ``embed_tokens`` (they share the target's).
+- ``input_embeds``: [S, T, H], only for heads without ``embed_tokens`` (they share the target's);
+- ``lengths``: [S] int64, optional: the valid positions of each sequence when they differ (the rest is
+  padding). ``eaglequant capture`` writes it, with the target's choices for predicting acceptance
+  (:mod:`eaglequant.acceptance.capture`).
 
 The head runs forward in float32 (:mod:`eaglequant.draft.forward`) and each linear records max |x|
 over every token. Linears an engine fuses read the same input, so they share one amax.
@@ -50,11 +53,12 @@ def load_calibration(
     if hidden.dim() != 3 or hidden.shape[-1] != width or not hidden.is_floating_point():
         raise InputError(f"{option} {path}: 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]")
     sequences, tokens = hidden.shape[:2]
+    lengths = _lengths(tensors.get("lengths"), sequences, tokens, f"{option} {path}")
     if "input_embeds" in tensors:
         embeds = tensors["input_embeds"].reshape(sequences, tokens, -1)
         if embeds.shape[-1] != dims.hidden_size:
             raise InputError(f"{option} {path}: 'input_embeds' must be [S, T, {dims.hidden_size}]")
-        return [(hidden[i], embeds[i]) for i in range(sequences)]
+        return [(hidden[i, : lengths[i]], embeds[i, : lengths[i]]) for i in range(sequences)]
     ids = tensors.get("input_ids")
     if ids is None or ids.numel() != sequences * tokens or ids.is_floating_point():
         raise InputError(f"{option} {path}: 'input_ids' must be an integer tensor [S, T] = [{sequences}, {tokens}]")
@@ -67,7 +71,18 @@ def load_calibration(
     vocab = next(t.info.shape[0] for t in head.tensors if t.role is Role.EMBEDDING)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
         raise InputError(f"{option} {path}: token ids outside the vocabulary [0, {vocab})")
-    return [(hidden[i], ids[i]) for i in range(sequences)]
+    return [(hidden[i, : lengths[i]], ids[i, : lengths[i]]) for i in range(sequences)]
+
+
+def _lengths(lengths: torch.Tensor | None, sequences: int, tokens: int, where: str) -> list[int]:
+    if lengths is None:
+        return [tokens] * sequences
+    if lengths.is_floating_point() or lengths.numel() != sequences:
+        raise InputError(f"{where}: 'lengths' must be an integer tensor [S] = [{sequences}]")
+    found = [int(n) for n in lengths.reshape(-1)]
+    if min(found) < 1 or max(found) > tokens:
+        raise InputError(f"{where}: 'lengths' must be between 1 and {tokens}")
+    return found
 
 
 def calibrate(checkpoint: Checkpoint, head: HeadDescription, path: str | Path) -> dict[str, float]:

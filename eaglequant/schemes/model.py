@@ -52,6 +52,9 @@ class VerifyThresholds:
     distance, which bounds how much the acceptance probability of speculative sampling can drop; the mean KL;
     and top-1 agreement, which fails only where the arg-max flips exceed what the logits' own perturbation
     explains (see docs/verification.md). Head statistics fail only when their confidence bound does.
+
+    ``max_acceptance_drop``: the tokens of greedy acceptance length (k = 3) a quantized draft may lose against
+    its source when the engine serves both (``eaglequant accept``).
     """
 
     min_sqnr_db: float = 12.0
@@ -61,6 +64,7 @@ class VerifyThresholds:
     max_mean_tv: float = 0.25
     min_top1_agreement: float = 0.8
     max_mean_kl: float = 0.3
+    max_acceptance_drop: float = 0.15
 
 
 _VERIFY_KEYS = set(VerifyThresholds.__dataclass_fields__)

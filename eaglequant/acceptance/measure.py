@@ -1,0 +1,272 @@
+"""Acceptance runs: the target alone, the source draft and each quantized draft, served by the engine.
+
+Each run is one process of the engine's interpreter (``engine_load/probes/vllm_accept.py``): the engine is
+built once per (target, draft) and every prompt is generated on its own in every decoding mode, its counters
+read before and after. The target alone gives the greedy reference that speculative decoding must reproduce.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant.acceptance.statistics import Acceptance, Interval, Lossless, PromptCounts, lossless, paired_difference
+from eaglequant.errors import EagleQuantError, InputError
+
+ACCEPT_NAME = "eaglequant_accept.json"
+RUN_TIMEOUT_S = 3600
+ENGINES = ("vllm",)  # engines whose speculative decoding `accept` drives
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    temperature: float
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "temperature": self.temperature, "seed": self.seed}
+
+
+GREEDY = Mode("greedy", 0.0)
+
+
+def modes_for(temperatures: Sequence[float], seed: int = 0) -> tuple[Mode, ...]:
+    """Greedy first (it is what losslessness is checked on), then one sampled mode per temperature > 0."""
+    sampled = [Mode(f"T={t:g}", float(t), seed) for t in dict.fromkeys(temperatures) if t > 0]
+    return (GREEDY, *sampled)
+
+
+@dataclass(frozen=True)
+class Settings:
+    target: Path
+    prompts: tuple[str, ...]
+    prompts_from: str
+    num_speculative_tokens: int = 3
+    max_tokens: int = 96
+    modes: tuple[Mode, ...] = (GREEDY, Mode("T=1", 1.0))
+    dtype: str = "bfloat16"
+    seed: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": str(self.target),
+            "prompts": len(self.prompts),
+            "prompts_from": self.prompts_from,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "max_tokens": self.max_tokens,
+            "modes": [m.to_json() for m in self.modes],
+            "dtype": self.dtype,
+            "seed": self.seed,
+        }
+
+
+class AcceptanceRunError(EagleQuantError):
+    """The engine could not run speculative decoding at all."""
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """What one engine process measured: per mode, the prompts' counters and tokens."""
+
+    version: str
+    speculative_config: dict[str, Any] | None
+    seconds: float
+    modes: dict[str, tuple[PromptCounts, ...]]
+
+    def acceptance(self, mode: str) -> Acceptance:
+        return Acceptance(self.modes[mode])
+
+
+def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label: str) -> EngineRun:
+    """Serve ``settings.target`` with ``draft`` (None: alone) in one process of ``interpreter``."""
+    from eaglequant.engine_load import PROBE_DIR, PROBE_PACKAGE, _probe_environment
+
+    modes = settings.modes if draft is not None else (GREEDY,)
+    longest = max(len(p) for p in settings.prompts)  # characters: a bound on tokens for any tokenizer
+    job = {
+        "target": str(settings.target.resolve()),
+        "draft": None if draft is None else str(draft.resolve()),
+        "num_speculative_tokens": settings.num_speculative_tokens,
+        "max_tokens": settings.max_tokens,
+        "max_model_len": longest + settings.max_tokens + settings.num_speculative_tokens + 16,
+        "prompts": list(settings.prompts),
+        "modes": [m.to_json() for m in modes],
+        "dtype": settings.dtype,
+        "seed": settings.seed,
+    }
+    with tempfile.TemporaryDirectory(prefix="eaglequant-accept-") as tmp:
+        job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        job_file.write_text(json.dumps(job), encoding="utf-8")
+        (Path(tmp) / PROBE_PACKAGE).symlink_to(PROBE_DIR, target_is_directory=True)
+        try:
+            done = subprocess.run(
+                [str(interpreter), "-m", f"{PROBE_PACKAGE}.vllm_accept", str(job_file), str(out_file)],
+                capture_output=True,
+                text=True,
+                timeout=RUN_TIMEOUT_S,
+                cwd=tmp,
+                env=_probe_environment(tmp),
+            )
+        except subprocess.TimeoutExpired:
+            raise AcceptanceRunError(f"vLLM with {label}: no result in {RUN_TIMEOUT_S} s") from None
+        if not out_file.is_file():
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise AcceptanceRunError(f"vLLM with {label} ({interpreter}) exited {done.returncode}: {tail}")
+        data = json.loads(out_file.read_text(encoding="utf-8"))
+    if "error" in data:
+        raise AcceptanceRunError(f"vLLM could not serve {settings.target} with {label}: {data['error']}")
+    return EngineRun(
+        str(data["version"]),
+        data.get("speculative_config"),
+        float(data["seconds"]),
+        {m["name"]: tuple(PromptCounts.from_json(p) for p in m["prompts"]) for m in data["modes"]},
+    )
+
+
+@dataclass
+class DraftResult:
+    """One draft (the source, or a quantized one) as the engine served it."""
+
+    label: str
+    path: Path
+    served_as: str  # "source", "stored" or "dequantized"
+    run: EngineRun
+    lossless: Lossless
+    dequantized: list[str] = field(default_factory=list)  # linears served dequantized
+    scheme: str | None = None
+    budget: float | None = None  # tokens of greedy acceptance length the scheme allows to lose
+    difference: dict[str, Interval] = field(default_factory=dict)  # per mode, against the source draft
+
+    @property
+    def over_budget(self) -> bool:
+        drop = self.difference.get(GREEDY.name)
+        return self.budget is not None and drop is not None and -drop.value > self.budget
+
+    @property
+    def problems(self) -> list[str]:
+        found = []
+        if not self.lossless.ok:
+            index, token = self.lossless.first_difference or (0, 0)
+            differ = self.lossless.prompts - self.lossless.equal
+            found.append(
+                f"{self.label}: greedy output differs from the target's alone on {differ}"
+                f" of {self.lossless.prompts} prompts (first: prompt {index}, token {token}); speculative decoding "
+                "must be lossless"
+            )
+        if self.over_budget:
+            drop = -self.difference[GREEDY.name].value
+            found.append(
+                f"{self.label}: greedy acceptance length {drop:.3f} tokens below the source draft's, over the "
+                f"{self.scheme} budget of {self.budget}"
+            )
+        return found
+
+    def to_json(self, modes: Sequence[Mode]) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "path": str(self.path),
+            "served_as": self.served_as,
+            "dequantized": self.dequantized,
+            "scheme": self.scheme,
+            "budget": self.budget,
+            "lossless": self.lossless.to_json(),
+            "modes": {
+                m.name: {
+                    **self.run.acceptance(m.name).to_json(),
+                    "difference": _interval(self.difference.get(m.name)),
+                }
+                for m in modes
+            },
+            "seconds": self.run.seconds,
+            "problems": self.problems,
+        }
+
+
+def _interval(value: Interval | None) -> dict[str, float] | None:
+    return None if value is None or math.isnan(value.value) else value.to_json()
+
+
+@dataclass
+class AcceptanceReport:
+    engine: str
+    version: str
+    speculative_config: dict[str, Any] | None
+    settings: Settings
+    source: DraftResult
+    quantized: list[DraftResult]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[str]:
+        return [p for draft in (self.source, *self.quantized) for p in draft.problems]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "version": self.version,
+            "speculative_config": self.speculative_config,
+            "settings": self.settings.to_json(),
+            "source": self.source.to_json(self.settings.modes),
+            "quantized": [d.to_json(self.settings.modes) for d in self.quantized],
+            "notes": self.notes,
+            "ok": self.ok,
+            "problems": self.problems,
+        }
+
+
+@dataclass(frozen=True)
+class QuantizedDraft:
+    """A quantized draft to measure: where it is, what the engine is given, and the scheme's budget."""
+
+    path: Path
+    served: Path
+    served_as: str
+    dequantized: list[str]
+    scheme: str | None
+    budget: float | None
+
+
+def measure(
+    interpreter: Path,
+    settings: Settings,
+    source: Path,
+    drafts: Sequence[QuantizedDraft],
+    progress: Callable[[str], None] = lambda _: None,
+) -> AcceptanceReport:
+    if not drafts:
+        raise InputError("no quantized draft to measure", hint="give at least one DST")
+    progress("the target alone (the greedy reference)")
+    alone = run_engine(interpreter, settings, None, "no draft").modes[GREEDY.name]
+    progress(f"the source draft {source}")
+    source_run = run_engine(interpreter, settings, source, f"draft {source}")
+    source_result = DraftResult("source", source, "source", source_run, lossless(source_run.modes[GREEDY.name], alone))
+    results = []
+    for draft in drafts:
+        progress(f"{draft.path} ({draft.served_as})")
+        run = run_engine(interpreter, settings, draft.served, f"draft {draft.path}")
+        result = DraftResult(
+            str(draft.path),
+            draft.path,
+            draft.served_as,
+            run,
+            lossless(run.modes[GREEDY.name], alone),
+            draft.dequantized,
+            draft.scheme,
+            draft.budget,
+        )
+        result.difference = {
+            m.name: paired_difference(run.acceptance(m.name), source_run.acceptance(m.name)) for m in settings.modes
+        }
+        results.append(result)
+    return AcceptanceReport("vllm", source_run.version, source_run.speculative_config, settings, source_result, results)

@@ -1,0 +1,159 @@
+"""Predicted acceptance: the engine's greedy drafting rule, replayed on captured inputs.
+
+vLLM 0.32 drafts EAGLE-3 heads greedily (``draft_sample_method = "greedy"``; ``"probabilistic"`` is refused
+with a reduced draft vocabulary): each drafted token is the draft's arg-max. At temperature 0 a drafted token
+is accepted exactly when it is the target's arg-max, so along the target's own greedy continuation (what
+``eaglequant capture`` records) acceptance is decided by the draft's arg-max alone. The prediction runs every
+chain the engine could start (:mod:`.chain`), then walks the continuation as the engine does: draft k tokens,
+keep the accepted prefix a, emit a + 1 tokens, draft again from there. Each sequence gives the engine's
+counters (drafts, accepted, accepted per position); the figures and their intervals are those of a measured
+run (:mod:`.statistics`), so predicted and measured acceptance compare directly.
+
+A source draft and a quantized one are predicted on the same captured sequences, so their difference is
+paired. Files from trainers (teacher-forced on dataset text, not the target's continuation) predict step 1
+exactly, and later steps only where the text agrees with the target's arg-max.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
+from eaglequant.errors import InputError
+
+CONTINUATION_KEYS = ("target_top_ids", "continuation_start")
+
+
+@dataclass(frozen=True)
+class CapturedSequence:
+    aux: torch.Tensor  # [T, n_aux * H]
+    ids: torch.Tensor  # [T]: the token each draft position reads
+    reference: torch.Tensor  # [T]: the target's arg-max after that token
+    start: int  # first draft position on the target's continuation
+
+
+def load_captured(path: Path, option: str = "--inputs") -> list[CapturedSequence]:
+    """The sequences of a capture file that holds the target's next-token choices (``eaglequant capture``)."""
+    from safetensors import safe_open
+
+    if not path.is_file():
+        raise InputError(f"{option} {path}: no such file", hint="write one with `eaglequant capture`")
+    with safe_open(str(path), "pt") as handle:
+        names = set(handle.keys())
+        missing = [k for k in ("hidden_states", "input_ids", "target_top_ids") if k not in names]
+        if missing:
+            raise InputError(
+                f"{option} {path}: no {missing[0]!r}, so it cannot predict acceptance",
+                hint="capture inputs with the target's choices: `eaglequant capture --target T --draft SRC OUT`",
+            )
+        tensors = {name: handle.get_tensor(name) for name in names}
+    hidden, ids, top = tensors["hidden_states"], tensors["input_ids"], tensors["target_top_ids"]
+    if hidden.dim() == 2:
+        hidden, ids, top = hidden[None], ids[None], top[None]
+    count, length = ids.shape[:2]
+    lengths = tensors.get("lengths", torch.full((count,), length)).tolist()
+    starts = tensors.get("continuation_start", torch.zeros(count, dtype=torch.int64)).tolist()
+    return [
+        CapturedSequence(
+            hidden[i, : lengths[i]], ids[i, : lengths[i]].long(), top[i, : lengths[i], 0].long(), starts[i]
+        )
+        for i in range(count)
+    ]
+
+
+def _as_target(choices: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
+    return choices if d2t is None else choices + d2t[choices]
+
+
+def replay(matches: list[list[bool]], start: int, steps: int) -> PromptCounts:
+    """The engine's walk along one sequence: ``matches[s][t]``: step s of the chain at t drafts the target's
+    token. Returns the counters the engine would report."""
+    length = len(matches[0])
+    t, drafts, accepted = start, 0, 0
+    per_position = [0] * steps
+    while t + steps <= length:
+        run = 0
+        while run < steps and matches[run][t]:
+            run += 1
+        drafts += 1
+        accepted += run
+        for j in range(run):
+            per_position[j] += 1
+        t += run + 1
+    return PromptCounts(drafts, accepted, tuple(per_position), ())
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A draft to predict: its head, weights and d2t, from a checkpoint directory of plain weights."""
+
+    forward: Any  # ChainedDraft
+    d2t: torch.Tensor | None
+
+
+def open_draft(checkpoint: Any) -> DraftModel:
+    from eaglequant.acceptance.chain import ChainedDraft
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.layouts.detect import describe_head
+
+    head = describe_head(checkpoint)
+    weights = CanonicalWeights(checkpoint, head)
+    d2t_name = next((t.name for t in head.tensors if t.module == "d2t"), None)
+    d2t = None if d2t_name is None else checkpoint.read(d2t_name).to(torch.int64)
+    return DraftModel(ChainedDraft(head, weights), d2t)
+
+
+@torch.no_grad()
+def predict(draft: DraftModel, sequences: list[CapturedSequence], steps: int) -> Acceptance:
+    counts = []
+    for seq in sequences:
+        choices = draft.forward.chain(seq.aux, seq.ids, steps)
+        length = len(seq.ids)
+        matches = []
+        for s, chosen in enumerate(choices):
+            proposed = _as_target(chosen[: length - s], draft.d2t)
+            hit = (proposed == seq.reference[s:]).tolist() + [False] * s
+            matches.append(hit)
+        counts.append(replay(matches, seq.start, steps))
+    return Acceptance(tuple(counts))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    source: Acceptance
+    quantized: Acceptance
+    difference: Interval
+    budget: float | None
+    inputs: str
+
+    @property
+    def drop(self) -> float:
+        return -self.difference.value
+
+    @property
+    def failed(self) -> bool:
+        return self.budget is not None and self.drop > self.budget
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "inputs": self.inputs,
+            "rule": "greedy drafting, greedy target (temperature 0)",
+            "source": self.source.to_json(),
+            "quantized": self.quantized.to_json(),
+            "difference": self.difference.to_json(),
+            "budget": self.budget,
+            "failed": self.failed,
+        }
+
+
+def predict_pair(
+    source: Any, quantized: Any, sequences: list[CapturedSequence], steps: int, budget: float | None, inputs: str
+) -> Prediction:
+    """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``."""
+    src = predict(open_draft(source), sequences, steps)
+    dst = predict(open_draft(quantized), sequences, steps)
+    return Prediction(src, dst, paired_difference(dst, src), budget, inputs)

@@ -1,0 +1,165 @@
+"""Acceptance figures from the engine's per-prompt counters, with confidence intervals.
+
+A draft proposes k tokens per verification step; the engine counts the drafts, and per position j how many
+drafts had their first j tokens accepted (acceptance stops at the first rejection). The acceptance length
+is ``1 + accepted / drafts``: tokens emitted per target forward, the figure model cards quote.
+
+Drafts within one generation are not independent, so the intervals treat prompts as clusters: the ratio's
+variance is estimated from each prompt's residual ``accepted_i - R * drafts_i`` (the linearised ratio
+estimator), with Student's t on (prompts - 1) degrees of freedom. Two drafts run on the same prompts are
+compared by the paired version of the same estimator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+CONFIDENCE = 0.95
+_Z = 1.959963984540054  # two-sided 95% normal quantile
+
+
+def t_quantile(df: int) -> float:
+    """Two-sided 95% Student-t quantile (Cornish-Fisher expansion; within 0.2% of the exact value for df >= 3)."""
+    if df <= 0:
+        return math.inf
+    exact = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
+    if df in exact:
+        return exact[df]
+    z = _Z
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+@dataclass(frozen=True)
+class PromptCounts:
+    """One prompt's spec-decode counters (the engine's), and the tokens it generated."""
+
+    drafts: int
+    accepted: int
+    accepted_per_position: tuple[int, ...]
+    token_ids: tuple[int, ...]
+
+    @staticmethod
+    def from_json(record: dict[str, Any]) -> PromptCounts:
+        return PromptCounts(
+            int(record.get("drafts", 0)),
+            int(record.get("accepted", 0)),
+            tuple(int(v) for v in record.get("accepted_per_position", ())),
+            tuple(int(v) for v in record["token_ids"]),
+        )
+
+
+@dataclass(frozen=True)
+class Interval:
+    value: float
+    low: float
+    high: float
+
+    @property
+    def half_width(self) -> float:
+        return (self.high - self.low) / 2
+
+    def to_json(self) -> dict[str, float]:
+        return {"value": round(self.value, 5), "low": round(self.low, 5), "high": round(self.high, 5)}
+
+
+def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: float = 0.0) -> Interval:
+    total_n, total_d = sum(numerators), sum(denominators)
+    if total_d == 0:
+        return Interval(math.nan, math.nan, math.nan)
+    r = total_n / total_d
+    m = len(numerators)
+    if m < 2:
+        return Interval(r + offset, -math.inf, math.inf)
+    residuals = [a - r * n for a, n in zip(numerators, denominators, strict=True)]
+    se = math.sqrt(m / (m - 1) * sum(e * e for e in residuals)) / total_d
+    half = t_quantile(m - 1) * se
+    return Interval(r + offset, r + offset - half, r + offset + half)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """One draft in one decoding mode, over the prompts."""
+
+    prompts: tuple[PromptCounts, ...]
+
+    @property
+    def drafts(self) -> int:
+        return sum(p.drafts for p in self.prompts)
+
+    @property
+    def draft_tokens(self) -> int:
+        return self.drafts * self.k
+
+    @property
+    def k(self) -> int:
+        return max((len(p.accepted_per_position) for p in self.prompts), default=0)
+
+    def length(self) -> Interval:
+        """Acceptance length: 1 + accepted tokens per draft."""
+        return _ratio([p.accepted for p in self.prompts], [p.drafts for p in self.prompts], offset=1.0)
+
+    def per_position(self) -> list[Interval]:
+        """Per position j: the share of drafts whose first j tokens were accepted."""
+        return [
+            _ratio([p.accepted_per_position[j] for p in self.prompts], [p.drafts for p in self.prompts])
+            for j in range(self.k)
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "prompts": len(self.prompts),
+            "drafts": self.drafts,
+            "accepted": sum(p.accepted for p in self.prompts),
+            "acceptance_length": self.length().to_json(),
+            "per_position": [i.to_json() for i in self.per_position()],
+        }
+
+
+def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
+    """Acceptance length of ``quantized`` minus ``source``'s, on the same prompts, with its interval."""
+    q_n, s_n = quantized.drafts, source.drafts
+    if not q_n or not s_n or len(quantized.prompts) != len(source.prompts):
+        return Interval(math.nan, math.nan, math.nan)
+    r_q = sum(p.accepted for p in quantized.prompts) / q_n
+    r_s = sum(p.accepted for p in source.prompts) / s_n
+    m = len(quantized.prompts)
+    delta = r_q - r_s
+    if m < 2:
+        return Interval(delta, -math.inf, math.inf)
+    residuals = [
+        (q.accepted - r_q * q.drafts) / q_n - (s.accepted - r_s * s.drafts) / s_n
+        for q, s in zip(quantized.prompts, source.prompts, strict=True)
+    ]
+    half = t_quantile(m - 1) * math.sqrt(m / (m - 1) * sum(e * e for e in residuals))
+    return Interval(delta, delta - half, delta + half)
+
+
+@dataclass(frozen=True)
+class Lossless:
+    """Greedy output with a draft against the target's alone, prompt by prompt."""
+
+    equal: int
+    prompts: int
+    first_difference: tuple[int, int] | None  # (prompt index, token index) of the first one that differs
+
+    @property
+    def ok(self) -> bool:
+        return self.equal == self.prompts
+
+    def to_json(self) -> dict[str, Any]:
+        first = None if self.first_difference is None else list(self.first_difference)
+        return {"equal": self.equal, "prompts": self.prompts, "ok": self.ok, "first_difference": first}
+
+
+def lossless(drafted: Sequence[PromptCounts], alone: Sequence[PromptCounts]) -> Lossless:
+    equal, first = 0, None
+    for index, (a, b) in enumerate(zip(drafted, alone, strict=True)):
+        if a.token_ids == b.token_ids:
+            equal += 1
+        elif first is None:
+            position = next((i for i, (x, y) in enumerate(zip(a.token_ids, b.token_ids, strict=False)) if x != y), None)
+            first = (index, min(len(a.token_ids), len(b.token_ids)) if position is None else position)
+    return Lossless(equal, len(alone), first)

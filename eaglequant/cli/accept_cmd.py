@@ -1,0 +1,155 @@
+"""``eaglequant accept DST... --target T``: acceptance length before and after, with the engine's own decoding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
+from eaglequant.cli.output import info, note, out, result
+from eaglequant.cli.tables import show
+from eaglequant.errors import EXIT_CHECK_FAILED
+
+
+def accept_command(
+    dst: Annotated[
+        list[Path], typer.Argument(help="Quantized drafts (directories `convert` wrote).", show_default=False)
+    ],
+    target: Annotated[
+        Path,
+        typer.Option("--target", help="The target model's directory (what the engine serves).", show_default=False),
+    ],
+    source: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--source",
+            help="The BF16 draft DST was made from (default: the one its report records).",
+            show_default=False,
+        ),
+    ] = None,
+    prompts: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--prompts",
+            help='A .jsonl of {"prompt": ...} or a text file, one prompt a line '
+            "(default: the trained pair's held-out prompts).",
+            show_default=False,
+        ),
+    ] = None,
+    max_prompts: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-prompts", min=2, help="Use only the first N prompts.", show_default=False),
+    ] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="Speculative tokens per draft.")] = 3,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Tokens generated per prompt.")] = 96,
+    temperature: Annotated[
+        Optional[list[float]],  # noqa: UP045
+        typer.Option(
+            "--temperature", help="Sampled modes beside greedy (repeatable; default 1.0).", show_default=False
+        ),
+    ] = None,
+    served_as: Annotated[
+        str,
+        typer.Option(
+            "--served-as",
+            help="'dequantized': the quantized weights dequantized (the weight-only "
+            "effect; on CPU vLLM has no FP4 kernel); 'stored': DST as written (a GPU with the kernels).",
+        ),
+    ] = "dequantized",
+    dtype: Annotated[str, typer.Option("--dtype", help="Serving dtype: bfloat16, float16 or float32.")] = "bfloat16",
+    engine_python: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--engine-python",
+            help="Python interpreter that has vLLM installed (default: found as for verify --load-with).",
+            show_default=False,
+        ),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled modes.")] = 0,
+    no_record: Annotated[
+        bool, typer.Option("--no-record", help="Do not write eaglequant_accept.json and the card's figures into DST.")
+    ] = False,
+) -> None:
+    """Measure acceptance length with vLLM's own EAGLE-3 speculative decoding: the source draft and each DST.
+
+    Runs the target alone (the greedy reference), then with the source draft and with each DST, greedy and
+    sampled; reports acceptance length and per-position rates with 95% intervals over prompts, the difference
+    from the source, and whether greedy output equals the target's alone. Exits 3 when a draft's greedy output
+    differs from the target's or a DST loses more than its scheme's acceptance budget.
+    """
+
+    def body() -> bool:
+        from eaglequant.acceptance.run import accept
+
+        report = accept(
+            dst,
+            target=target,
+            source=source,
+            prompts=prompts,
+            max_prompts=max_prompts,
+            num_speculative_tokens=k,
+            max_tokens=max_tokens,
+            temperatures=temperature or [1.0],
+            served_as=served_as,
+            dtype=dtype,
+            engine_python=engine_python,
+            seed=seed,
+            record=not no_record,
+            progress=lambda what: info(f"serving {what}"),
+        )
+        result(report.to_json(), render)
+        return report.ok
+
+    if not run_guarded(body):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def render(data: dict[str, Any]) -> None:
+    settings = data["settings"]
+    out.print(
+        f"[bold]{data['engine']} {data['version']}[/], k = {settings['num_speculative_tokens']}: "
+        f"{settings['prompts']} prompts ({escape(settings['prompts_from'])}) × {settings['max_tokens']} tokens",
+        markup=True,
+    )
+    table = Table(title="acceptance length (95% interval over prompts)", title_justify="left")
+    for column in ("draft", "mode", "acceptance length", "per position", "vs source", "greedy = target"):
+        table.add_column(column, justify="left" if column in ("draft", "mode") else "right", overflow="fold")
+    for draft in (data["source"], *data["quantized"]):
+        name = "source" if draft["served_as"] == "source" else f"{draft['label']} ({draft['served_as']})"
+        lossless = draft["lossless"]
+        same = f"{lossless['equal']}/{lossless['prompts']}"
+        for index, (mode, figures) in enumerate(draft["modes"].items()):
+            length = figures["acceptance_length"]
+            diff = figures.get("difference")
+            table.add_row(
+                escape(name) if index == 0 else "",
+                mode,
+                f"{length['value']:.3f} [{length['low']:.3f}, {length['high']:.3f}]",
+                " / ".join(f"{p['value']:.2f}" for p in figures["per_position"]),
+                "" if diff is None else f"{diff['value']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]",
+                (same if lossless["ok"] else f"[red]{same}[/]") if index == 0 else "",
+            )
+    show(table)
+    for draft in data["quantized"]:
+        if draft["budget"] is not None and "greedy" in draft["modes"]:
+            diff = draft["modes"]["greedy"].get("difference")
+            if diff is not None:
+                info(
+                    f"{draft['label']}: greedy drop {-diff['value']:.3f} tokens, budget {draft['budget']} "
+                    f"({draft['scheme']})"
+                )
+    for text in data["notes"]:
+        note(text)
+    if data["ok"]:
+        out.print("[green]ok[/]: every draft lossless, every quantized draft within its budget", markup=True)
+    for problem in data["problems"]:
+        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("accept", cls=Command)(accept_command)

@@ -1,0 +1,86 @@
+"""``eaglequant capture OUT``: draft inputs with the target's choices, for ``verify --inputs`` and ``--calib``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+
+from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
+from eaglequant.cli.output import out, result
+from eaglequant.errors import InputError
+
+
+def capture_command(
+    output: Annotated[Path, typer.Argument(help="The .safetensors file to write.", show_default=False)],
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--target",
+            help="The target model's directory (transformers); with --specforge, only its lm_head is read.",
+            show_default=False,
+        ),
+    ] = None,
+    draft: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option("--draft", help="The draft (its config names the aux layer ids).", show_default=False),
+    ] = None,
+    specforge: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--specforge",
+            help="Read SpecForge's offline hidden-state files (prepare_hidden_states.py's "
+            "output directory) instead of running the target.",
+            show_default=False,
+        ),
+    ] = None,
+    prompts: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--prompts",
+            help='A .jsonl of {"prompt": ...} or a text file, one prompt a line '
+            "(default: the trained pair's held-out prompts).",
+            show_default=False,
+        ),
+    ] = None,
+    max_prompts: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option("--max-prompts", min=1, help="Use only the first N prompts.", show_default=False),
+    ] = None,
+    max_tokens: Annotated[int, typer.Option("--max-tokens", min=4, help="Tokens the target generates a prompt.")] = 96,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, help="Target probabilities kept per position.")] = 8,
+) -> None:
+    """Capture draft inputs with the target's choices, for verify --inputs and --calib.
+
+    The target continues each prompt greedily; its aux hidden states, the tokens and its next-token choices are
+    written (the --calib format, extended). With --specforge, a trainer's hidden-state files are read instead.
+    """
+
+    def body() -> None:
+        from eaglequant.acceptance.capture import capture, capture_from_specforge
+
+        if specforge is not None:
+            summary = capture_from_specforge(specforge, output, target=target, top_k=top_k)
+        else:
+            if target is None or draft is None:
+                raise InputError("capture needs --target and --draft", hint="or --specforge DIR to read trainer files")
+            summary = capture(
+                target, draft, output, prompts=prompts, max_prompts=max_prompts, max_tokens=max_tokens, top_k=top_k
+            )
+        result(summary.to_json(), render)
+
+    run_guarded(body)
+
+
+def render(data: dict[str, Any]) -> None:
+    out.print(
+        f"wrote {escape(data['path'])}: {data['sequences']} sequences, {data['positions']} positions "
+        f"({data['continuation_positions']} after the prompts), aux layers {data['aux_layer_ids']}"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capture", cls=Command)(capture_command)

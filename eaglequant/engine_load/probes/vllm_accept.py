@@ -1,0 +1,126 @@
+"""Speculative decoding with vLLM's own engine: acceptance counters per prompt, for one target and one draft.
+
+Run in vLLM's interpreter as ``python -m <package>.vllm_accept JOB.json OUT.json`` (it imports vLLM, never
+eaglequant). JOB holds the target, the draft (null: the target alone, the reference for greedy output), the
+number of speculative tokens, the prompts and the decoding modes. For each mode every prompt is generated on
+its own and vLLM's spec-decode counters (``LLM.get_metrics()``: drafts, draft tokens, accepted tokens, accepted
+tokens per position) are read before and after it, so each prompt's figures are the engine's own. OUT gets
+the engine's version, its speculative configuration as it resolved it, and per mode and prompt the counters
+and the generated token ids.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+# One process: the engine core runs in this interpreter (no fork/spawn of a second one, which would re-import
+# this module), and vLLM's logging stays on stderr.
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted",
+}
+PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def counters(llm: Any, k: int) -> dict[str, Any]:
+    found: dict[str, Any] = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "accepted_per_position": [0] * k}
+    for metric in llm.get_metrics():
+        if metric.name in COUNTERS:
+            found[COUNTERS[metric.name]] += int(metric.value)
+        elif metric.name == PER_POSITION:
+            values = [int(v) for v in metric.values]
+            found["accepted_per_position"] = [
+                a + b for a, b in zip(found["accepted_per_position"], values, strict=False)
+            ]
+    return found
+
+
+def difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: [a - b for a, b in zip(value, before[key], strict=True)]
+        if isinstance(value, list)
+        else value - before[key]
+        for key, value in after.items()
+    }
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    import vllm
+    from vllm import LLM, SamplingParams
+
+    k = int(job["num_speculative_tokens"])
+    speculative = None
+    if job.get("draft"):
+        speculative = {"method": "eagle3", "model": job["draft"], "num_speculative_tokens": k}
+    started = time.monotonic()
+    llm = LLM(
+        model=job["target"],
+        speculative_config=speculative,
+        dtype=job.get("dtype", "bfloat16"),
+        max_model_len=int(job["max_model_len"]),
+        enforce_eager=True,
+        disable_log_stats=False,
+        seed=int(job.get("seed", 0)),
+        max_num_seqs=1,
+        # On CPU this is the share of the node's memory vLLM reserves (weights and KV cache), checked against
+        # what is free at start; a draft head and its target need little.
+        gpu_memory_utilization=float(job.get("memory_utilization", 0.1)),
+    )
+    loaded_s = time.monotonic() - started
+    config = llm.llm_engine.vllm_config.speculative_config
+    resolved = None
+    if config is not None:
+        resolved = {
+            "method": str(getattr(config, "method", None)),
+            "num_speculative_tokens": getattr(config, "num_speculative_tokens", None),
+            "draft_sample_method": str(getattr(config, "draft_sample_method", "greedy")),
+        }
+    modes = []
+    for mode in job["modes"]:
+        prompts = []
+        for index, prompt in enumerate(job["prompts"]):
+            params = SamplingParams(
+                temperature=float(mode["temperature"]),
+                max_tokens=int(job["max_tokens"]),
+                ignore_eos=True,
+                seed=int(mode.get("seed", 0)) + index,
+            )
+            before = counters(llm, k)
+            output = llm.generate([prompt], params, use_tqdm=False)[0]
+            figures = difference(counters(llm, k), before) if speculative else {}
+            prompts.append({**figures, "token_ids": list(output.outputs[0].token_ids)})
+        modes.append({"name": mode["name"], "temperature": mode["temperature"], "prompts": prompts})
+    return {
+        "engine": "vllm",
+        "version": vllm.__version__,
+        "speculative_config": resolved,
+        "load_seconds": round(loaded_s, 1),
+        "seconds": round(time.monotonic() - started, 1),
+        "modes": modes,
+    }
+
+
+def main(argv: list[str]) -> int:
+    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    try:
+        result = run(job)
+    except Exception as exc:  # the caller reports it as one line
+        from .common import error_line
+
+        result = {"error": error_line(exc)}
+    Path(argv[2]).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
