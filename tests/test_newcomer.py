@@ -202,3 +202,17 @@ def test_engine_all_lists_every_engine_and_judges_those_that_load_it(converted: 
     assert named.exit_code == 3 and json.loads(named.stdout)["engines"][0]["judged"] is True
     assert _cli("verify", converted, "--engine", "all", "--tokens", "16").exit_code == 0
     assert _cli("verify", converted, "--engine", "trtllm", "--tokens", "16").exit_code == 3
+
+
+# -- item 11: the recorded source is gone: verify names the path it looked for ----------------------------------
+
+
+def test_verify_names_the_recorded_source_that_is_gone(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES / "specforge-llama", tmp_path / "src")
+    assert run_cli_subprocess("convert", tmp_path / "src", tmp_path / "dst").returncode == 0
+    shutil.rmtree(tmp_path / "src")
+    human = _cli("verify", tmp_path / "dst", env={"COLUMNS": "300"})
+    assert human.exit_code == 5, human.stderr
+    assert f"its recorded source, {tmp_path / 'src'}, is gone" in human.stdout, human.stdout
+    data = json.loads(_cli("verify", tmp_path / "dst", "--json").stdout)
+    assert data["verdict"] == "not verified numerically" and data["recorded_source"] == str(tmp_path / "src")

@@ -89,6 +89,7 @@ def verify_command(
             )
         data = report.to_json()
         data["destination"] = absolute(data["destination"])
+        data["recorded_source"] = _recorded_source(dst)
         result(data, render)
         return report.verdict
 
@@ -97,6 +98,14 @@ def verify_command(
         raise typer.Exit(EXIT_CHECK_FAILED)
     if verdict == NOT_VERIFIED:
         raise typer.Exit(EXIT_NOT_VERIFIED)
+
+
+def _recorded_source(dst: Path) -> str | None:
+    """The source DST's report records (where verify looks when --source is not given), absolute; None without."""
+    from eaglequant.report import read_report
+
+    recorded = read_report(Path(dst))
+    return None if recorded is None or not recorded.source else absolute(recorded.source)
 
 
 def render(data: dict[str, Any]) -> None:
@@ -129,9 +138,12 @@ def render(data: dict[str, Any]) -> None:
     if data["verdict"] == PASSED:
         out.print(f"[green]ok[/]: {', '.join(data['checks'])} hold", markup=True)
     elif data["verdict"] == NOT_VERIFIED:
+        recorded = data["recorded_source"]
+        why = "DST has no report naming its source" if recorded is None else f"its recorded source, {recorded}, is gone"
         out.print(
             f"[yellow]not verified numerically[/]: {', '.join(data['checks'])} hold, but parity and fidelity did "
-            "not run (pass --source SRC, the checkpoint DST was made from); `eaglequant upload` refuses it",
+            f"not run: {escape(why)} (pass --source SRC, the checkpoint DST was made from); `eaglequant upload` "
+            "refuses it",
             markup=True,
         )
     for problem in data["problems"]:
