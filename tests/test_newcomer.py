@@ -216,3 +216,21 @@ def test_verify_names_the_recorded_source_that_is_gone(tmp_path: Path) -> None:
     assert f"its recorded source, {tmp_path / 'src'}, is gone" in human.stdout, human.stdout
     data = json.loads(_cli("verify", tmp_path / "dst", "--json").stdout)
     assert data["verdict"] == "not verified numerically" and data["recorded_source"] == str(tmp_path / "src")
+
+
+# -- item 7: schemes keeps the names a user types whole at any width ----------------------------------------------
+
+
+@pytest.mark.parametrize("columns", ["80", "120", "200"])
+def test_schemes_keeps_every_name_whole(columns: str) -> None:
+    rows = json.loads(_cli("schemes", "--json").stdout)
+    shown = _cli("schemes", env={"COLUMNS": columns})
+    assert shown.exit_code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert "…" not in shown.stdout and all(len(line) <= int(columns) for line in lines)
+    assert all(line == line.rstrip() for line in lines if "│" not in line and "┃" not in line)
+    for row in rows:
+        assert row["name"] in shown.stdout and all(f["format"] in shown.stdout for f in row["formats"])
+    assert len(lines) < 35  # one line a word in a squeezed summary column made ~60
+    for engine in ("vllm", "trtllm", "sglang", "trtllm-main"):  # the names --engine takes
+        assert engine in shown.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Annotated, Any, Optional
 
 import typer
@@ -11,6 +12,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, result
+from eaglequant.cli.tables import fits, name_column
 
 
 def schemes_command(
@@ -34,17 +36,41 @@ def schemes_command(
     run_guarded(body)
 
 
-def render(rows: list[dict[str, Any]]) -> None:
-    from eaglequant.engines.support import ENGINE_NAMES, ENGINE_TITLES
+SUMMARY_WIDTH = 32  # the narrowest the summary column may get before the table reads better as a list
 
-    table = Table("scheme", "label", "format", *(ENGINE_TITLES[e] for e in ENGINE_NAMES), "summary")
+
+def render(rows: list[dict[str, Any]]) -> None:
+    """A table when every name fits whole beside a readable summary, else a list (as inspect, explain, verify)."""
+    from eaglequant.engines.support import ENGINE_NAMES
+
+    table = Table()
+    name_column(table, "scheme")
+    table.add_column("label", no_wrap=True)
+    name_column(table, "format")
+    for engine in ENGINE_NAMES:  # headed by the names --engine takes
+        table.add_column(engine, no_wrap=True)
+    table.add_column("summary", min_width=SUMMARY_WIDTH)
     for row in rows:
         for i, fmt in enumerate(row["formats"]):
             cells = [_mark(fmt["engines"][e]) for e in ENGINE_NAMES]
             first = (escape(row["name"]), row["label"]) if i == 0 else ("", "")
             table.add_row(*first, fmt["format"], *cells, escape(row["summary"]) if i == 0 else "")
-    out.print(table)
-    out.print("yes: loads · yes*: loads on some hardware or versions (see docs/engines.md) · no: refused")
+    if fits(table, out.console):
+        out.print(table)
+    else:
+        _render_list(rows, ENGINE_NAMES)
+    out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
+
+
+def _render_list(rows: list[dict[str, Any]], engines: tuple[str, ...]) -> None:
+    """Each scheme as its name and label, its summary, then one line per format: what each engine does."""
+    for row in rows:
+        out.print(f"[bold]{escape(row['name'])}[/]  {escape(row['label'])}", markup=True)
+        for line in textwrap.wrap(row["summary"], width=max(out.console.width - 4, 20), break_on_hyphens=False):
+            out.print(f"    {escape(line)}")
+        for fmt in row["formats"]:
+            cells = ", ".join(f"{e} {_mark(fmt['engines'][e])}" for e in engines if fmt["engines"][e] is not None)
+            out.print(f"    {fmt['format']}: {cells}", markup=True)
 
 
 def _row(scheme):  # type: ignore[no-untyped-def]

@@ -24,14 +24,15 @@ READABLE = 12  # the narrowest a column that wraps may get before the table read
 
 
 def fits(table: Table, console: Console) -> bool:
-    """Name columns at their full width, every other column at least READABLE wide (or its content's width)."""
+    """Name columns at their full width, every other column at least READABLE (or its ``min_width``) wide, or its
+    content's width."""
     if Measurement.get(console, console.options, table).minimum > console.width:
         return False
     needed = 1 + 3 * len(table.columns)  # borders and padding
     for column in table.columns:
         cells = [_plain(column.header), *(_plain(cell) for cell in column.cells)]
         widest = max((len(line) for cell in cells for line in cell.splitlines()), default=0)
-        needed += widest if column.no_wrap else min(widest, READABLE)
+        needed += widest if column.no_wrap else min(widest, max(READABLE, column.min_width or 0))
     return needed <= console.width
 
 
