@@ -234,3 +234,37 @@ def test_schemes_keeps_every_name_whole(columns: str) -> None:
     assert len(lines) < 35  # one line a word in a squeezed summary column made ~60
     for engine in ("vllm", "trtllm", "sglang", "trtllm-main"):  # the names --engine takes
         assert engine in shown.stdout
+
+
+# -- item 8: a usage error is one error: line; the bare command is its help ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "expect"),
+    [
+        (
+            ["convert", "SRC", "OUT", "--shceme", "x"],
+            ("No such option: --shceme", "--scheme", "'eaglequant convert -h'"),
+        ),
+        (["convert", "SRC", "OUT", "--workers", "many"], ("'--workers'", "'eaglequant convert -h'")),
+        (["convert"], ("Missing argument 'SRC'", "'eaglequant convert -h'")),
+        (["conver"], ("No such command 'conver'", "'eaglequant -h'")),
+        (["bench", "nope"], ("No such command 'nope'", "'eaglequant bench -h'")),
+    ],
+    ids=["option", "value", "argument", "command", "subcommand"],
+)
+def test_a_usage_error_is_one_error_line(args: list[str], expect: tuple[str, ...], tmp_path: Path) -> None:
+    args = [
+        str(FIXTURES / "specforge-llama") if a == "SRC" else str(tmp_path / "out") if a == "OUT" else a for a in args
+    ]
+    line = assert_refused(_cli(*args), expect)
+    assert "╭" not in line and "Usage:" not in line
+    as_json = _cli(*args, "--json")
+    assert as_json.exit_code == 2 and json.loads(as_json.stdout)["error"]["type"] == "UsageError"
+    assert as_json.stderr.strip().splitlines() == [line], as_json.stderr
+
+
+def test_the_bare_command_prints_its_help_and_exits_0() -> None:
+    for args in ([], ["bench"]):
+        shown = _cli(*args)
+        assert shown.exit_code == 0 and "Usage: eaglequant" in shown.stdout and shown.stderr == "", args

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -96,19 +96,43 @@ class Command(_TidyHelp, TyperCommand):
         try:
             return super().parse_args(ctx, args)
         except UsageError as exc:
-            if "--json" in given:  # a usage error under --json still answers in JSON
-                MODE.json = True
-                error(str(exc), EXIT_BAD_INPUT, "UsageError")
-                MODE.json = False  # click prints its own message on stderr next
-            raise
+            usage_error(exc, ctx, given)
 
 
 class Group(_TidyHelp, TyperGroup):
-    """The top-level command (and ``bench``): help as users read it."""
+    """The top-level command (and ``bench``): help as users read it; alone, it prints its help (exit 0)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._tidy()
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not args and (self.no_args_is_help or not self.invoke_without_command) and not ctx.resilient_parsing:
+            typer.echo(ctx.get_help())  # asked for nothing: the help is the answer, on stdout
+            raise typer.Exit(0)
+        given = list(args)
+        try:
+            return super().parse_args(ctx, args)
+        except UsageError as exc:
+            usage_error(exc, ctx, given)
+
+    def resolve_command(self, ctx: Any, args: list[str]) -> Any:
+        try:
+            return super().resolve_command(ctx, args)
+        except UsageError as exc:  # no such command
+            usage_error(exc, ctx, args)
+
+
+def usage_error(exc: Exception, ctx: Any, given: list[str]) -> NoReturn:
+    """A bad option, value, argument or command as the one ``error:`` line every error is (not click's usage and
+    box), naming the help to read; under --json also the JSON error on stdout. Exit 2."""
+    if "--json" in given:  # the callback that sets it has not run: the parse failed
+        MODE.json = True
+    where = getattr(exc, "ctx", None) or ctx
+    message = getattr(exc, "format_message", lambda: str(exc))().rstrip(".")
+    see = f"see '{where.command_path} -h'"
+    error(f"{message} ({see})" if message.endswith("?") else f"{message}; {see}", EXIT_BAD_INPUT, "UsageError")
+    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def tidy_help(text: str | None) -> str | None:
