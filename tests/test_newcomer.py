@@ -268,3 +268,37 @@ def test_the_bare_command_prints_its_help_and_exits_0() -> None:
     for args in ([], ["bench"]):
         shown = _cli(*args)
         assert shown.exit_code == 0 and "Usage: eaglequant" in shown.stdout and shown.stderr == "", args
+
+
+# -- item 9: help at 80 columns ------------------------------------------------------------------------------------
+
+HELP_COMMANDS = [
+    ["inspect"],
+    ["convert"],
+    ["explain"],
+    ["verify"],
+    ["upload"],
+    ["batch"],
+    ["batch-merge"],
+    ["schemes"],
+    ["bench", "convert"],
+    ["bench", "kernels"],
+]
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=[" ".join(c) for c in HELP_COMMANDS])
+def test_help_at_80_columns_reads_as_a_user_types(command: list[str]) -> None:
+    shown = _cli(*command, "--help", env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.stderr
+    text = shown.stdout
+    assert "completion" not in text  # --install-completion / --show-completion: not ours to offer per command
+    for python_type in ("<str>", "<int", "<path>", "<list[", "<float>", "<Path>"):
+        assert python_type not in text, (python_type, text)
+    usage = next(line for line in text.splitlines() if "Usage:" in line)
+    assert "{" not in usage and "}" not in usage, usage
+    assert "\\[" not in text and "…" not in text
+    if command == ["convert"]:
+        assert "Usage: eaglequant convert [OPTIONS] SRC DST" in usage
+        assert len(text.splitlines()) < 90  # descriptions get room: 112 lines before
+    if command == ["batch-merge"]:
+        assert usage.split("[OPTIONS]")[1].strip() == "SUMMARY..."

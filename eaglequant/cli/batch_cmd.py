@@ -46,7 +46,7 @@ def batch_command(
 ) -> None:
     """Run the conversions (and uploads) a TOML job file lists, as one CI step.
 
-    Skips a job whose Hub repo (with \\[job.upload]) or destination holds its output from the same source and options.
+    Skips a job whose Hub repo (with [job.upload]) or destination holds its output from the same source and options.
 
     Otherwise it converts (and uploads) the job; a failed job does not stop the others, and the command exits 4 if
     any failed. --list --json: the job names, for a CI matrix.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -56,7 +57,7 @@ def _template(
 
 
 def _common_params() -> list[Any]:
-    template = typer.Typer()
+    template = typer.Typer(add_completion=False)  # no --install-completion / --show-completion on every command
     template.command()(_template)
     params = typer.main.get_command(template).params
     for param in params:
@@ -144,12 +145,38 @@ def tidy_help(text: str | None) -> str | None:
 
 
 def _tidy_param(param: Any) -> None:
-    if isinstance(param, TyperArgument) and param.metavar is None:
-        param.metavar = (param.name or "").upper()  # SRC, DST, as the help text names them
-    if getattr(param, "is_flag", False) and param.metavar is None:
+    if isinstance(param, TyperArgument):
+        if param.metavar is None:
+            param.metavar = (param.name or "").upper()  # SRC, DST, as the help text names them
+        # usage as users write it (SRC DST, [SRC], SUMMARY...), and no Python type beside the name (Typer's
+        # methods, shadowed on this instance; tests/test_newcomer.py holds the help to it)
+        vars(param).update(_usage_display_name=lambda: _usage_name(param), display_type_rich=lambda ctx: None)
+    elif getattr(param, "is_flag", False) and param.metavar is None:
         param.metavar = ""  # a flag takes no value: no <bool> beside it
+    elif param.metavar is None and not getattr(param, "is_flag", False):
+        param.metavar = _value_word(param)  # TEXT, N, PATH, not <str>, <int range>, <list[Path]>
     if getattr(param, "help", None):
         param.help = escape(" ".join(param.help.split()))  # '[@revision]' is text, not rich markup
+
+
+def _usage_name(argument: Any) -> str:
+    name = str(argument.metavar).removesuffix("...")
+    name = name if argument.required else f"[{name}]"
+    return name + ("..." if argument.nargs != 1 else "")
+
+
+def _value_word(option: Any) -> str | None:
+    """What an option takes, in a word; None (Typer's own display) for choices and what is not recognised."""
+    desc = getattr(option, "type_descriptor", None)
+    if desc is None or desc.is_choice:
+        return None
+    if desc.is_path:
+        return "PATH"
+    annotation = desc.annotation
+    element = (getattr(annotation, "__args__", None) or (annotation,))[0] if desc.is_list else annotation
+    if element is Path or getattr(element, "__name__", "") == "Path":
+        return "PATH"
+    return {int: "N", float: "X", str: "TEXT"}.get(element)
 
 
 # Library parameters (as its errors name them) -> the flag a command-line user types.
