@@ -1,8 +1,9 @@
 """The model card (``README.md``) written into every converted checkpoint.
 
-Rendered only from what the destination records (``eaglequant_report.json`` and, when verified,
-``eaglequant_verify.json``; when ``accept`` measured it, ``eaglequant_accept.json``), so it always shows the figures of the conversion it sits beside, and can be
-re-rendered later (``upload`` does, to name the draft by its Hub repo id).
+Rendered only from what the destination records (``eaglequant_report.json``; when verified,
+``eaglequant_verify.json``; when ``accept`` measured it, ``eaglequant_accept.json``), so it always shows the
+figures of the conversion it sits beside, and can be re-rendered later (``upload`` does, to name the draft by
+its Hub repo id).
 """
 
 from __future__ import annotations

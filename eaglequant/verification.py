@@ -42,6 +42,7 @@ from eaglequant.report import REPORT_NAME, ConversionReport, VerificationSummary
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 
 if TYPE_CHECKING:
+    from eaglequant.acceptance.predict import Prediction
     from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
     from eaglequant.kinds.base import StoredLinear
@@ -65,6 +66,7 @@ class VerifyReport:
     fidelity: HeadFidelity | None = None
     notes: list[str] = field(default_factory=list)
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
+    acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
     hashes_read: bool = True  # the files were read again against the report's SHA-256s
 
     @property
@@ -74,6 +76,8 @@ class VerifyReport:
         found += [f"{layer.module}: {', '.join(layer.failed)}" for layer in self.layers if layer.failed]
         if self.fidelity is not None and self.fidelity.failed:
             found.append(f"draft head: {', '.join(self.fidelity.failed)}")
+        if self.acceptance is not None and self.acceptance.failed:
+            found.append(f"acceptance: {self.acceptance.verdict}")
         return found
 
     @property
@@ -97,6 +101,7 @@ class VerifyReport:
         ran = ["structure", "scales"] + (["hashes"] if self.hashes_read else [])
         ran += ["parity"] if self.layers else []
         ran += ["fidelity"] if self.fidelity is not None else []
+        ran += ["acceptance"] if self.acceptance is not None else []
         ran += [f"{check.engine} load" for check in self.engine_loads]
         return ran
 
@@ -120,6 +125,7 @@ class VerifyReport:
             "structure": self.structure,
             "layers": [layer.to_json() for layer in self.layers],
             "fidelity": None if self.fidelity is None else self.fidelity.to_json(),
+            "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
             "notes": self.notes,
             "engine_loads": [check.to_json() for check in self.engine_loads],
         }
@@ -176,8 +182,31 @@ def verify_checkpoint(
         )
     else:
         _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
+        _predict_acceptance(report, checkpoint, head, target, source, inputs)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems
     return report
+
+
+def _predict_acceptance(
+    report: VerifyReport,
+    checkpoint: Checkpoint,
+    head: HeadDescription,
+    target: TargetLayers,
+    source: Path,
+    inputs: Path | None,
+) -> None:
+    from eaglequant.acceptance.predict import predict_written
+
+    if inputs is None:
+        report.notes.append(
+            "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
+            "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
+        )
+        return
+    budget = report.scheme.verify.max_acceptance_drop
+    report.acceptance, why = predict_written(checkpoint, head, target, source, inputs, budget)
+    if why:
+        report.notes.append(why)
 
 
 def _in_background(work: Callable[..., list[str]], *args: Any) -> Future[list[str]]:

@@ -25,8 +25,6 @@ import torch
 from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
 from eaglequant.errors import InputError
 
-CONTINUATION_KEYS = ("target_top_ids", "continuation_start")
-
 
 @dataclass(frozen=True)
 class CapturedSequence:
@@ -138,6 +136,15 @@ class Prediction:
     def failed(self) -> bool:
         return self.budget is not None and self.drop > self.budget
 
+    @property
+    def verdict(self) -> str:
+        d = self.difference
+        return (
+            f"predicted greedy acceptance length {self.source.length().value:.3f} -> "
+            f"{self.quantized.length().value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]), "
+            f"{'over' if self.failed else 'within'} the budget of -{self.budget}"
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "inputs": self.inputs,
@@ -157,3 +164,39 @@ def predict_pair(
     src = predict(open_draft(source), sequences, steps)
     dst = predict(open_draft(quantized), sequences, steps)
     return Prediction(src, dst, paired_difference(dst, src), budget, inputs)
+
+
+def predict_written(
+    checkpoint: Any, head: Any, target: Any, source: Path, inputs: Path, budget: float | None
+) -> tuple[Prediction | None, str | None]:
+    """``verify --inputs``: the source draft against the quantized checkpoint as vLLM runs it (its quantized
+    linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when the
+    inputs hold no target choices or the head is not one the chained forward runs."""
+    import tempfile
+
+    from eaglequant.acceptance.served import quantized_modules, write_dequantized
+    from eaglequant.checkpoint.reader import Checkpoint
+
+    if "target_top_ids" not in tensor_names(inputs):
+        return None, (
+            f"acceptance not predicted: {inputs.name} holds no target choices (capture inputs with "
+            "`eaglequant capture`, which records them)"
+        )
+    if head.attention == "mla":
+        return None, "acceptance not predicted: the chained draft forward runs Llama-attention heads, not MLA"
+    sequences = load_captured(inputs)
+    steps = 3
+    with tempfile.TemporaryDirectory(prefix="eaglequant-predict-") as tmp:
+        modules = quantized_modules(checkpoint, head, target, "vllm")
+        write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
+        with Checkpoint.open(source, "--source") as src, Checkpoint.open(Path(tmp), "DST") as dst:
+            described = f"{inputs.name} ({len(sequences)} sequences)"
+            return predict_pair(src, dst, sequences, steps, budget, described), None
+
+
+def tensor_names(path: Path) -> set[str]:
+    """The tensor names of a safetensors file (no tensor is read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as handle:
+        return set(handle.keys())

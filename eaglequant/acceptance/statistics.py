@@ -22,14 +22,18 @@ _Z = 1.959963984540054  # two-sided 95% normal quantile
 
 
 def t_quantile(df: int) -> float:
-    """Two-sided 95% Student-t quantile (Cornish-Fisher expansion; within 0.2% of the exact value for df >= 3)."""
+    """Two-sided 95% Student-t quantile: the table below df 8, then the Cornish-Fisher expansion in 1/df to the
+    third order (within 0.1% of the exact value from df 8 on)."""
     if df <= 0:
         return math.inf
-    exact = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776}
-    if df in exact:
-        return exact[df]
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365}
+    if df in table:
+        return table[df]
     z = _Z
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+    g1 = (z**3 + z) / 4
+    g2 = (5 * z**5 + 16 * z**3 + 3 * z) / 96
+    g3 = (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / 384
+    return z + g1 / df + g2 / df**2 + g3 / df**3
 
 
 @dataclass(frozen=True)

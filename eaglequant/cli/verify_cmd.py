@@ -131,6 +131,14 @@ def render(data: dict[str, Any]) -> None:
                 f"  the source draft in bf16 arithmetic (first {fidelity.get('bf16_floor_positions')} positions): "
                 f"mean TV {floor['mean_tv']:.4f}, top-1 agreement {floor['top1_agreement']:.3f}"
             )
+    acceptance = data.get("acceptance")
+    if acceptance:
+        src, dst, diff = acceptance["source"], acceptance["quantized"], acceptance["difference"]
+        out.print(
+            f"acceptance predicted on {escape(acceptance['inputs'])} ({acceptance['rule']}): "
+            f"{src['acceptance_length']['value']:.3f} -> {dst['acceptance_length']['value']:.3f} tokens, "
+            f"{diff['value']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}] (budget -{acceptance['budget']})"
+        )
     for load in data["engine_loads"]:
         render_engine_load(load)
     for text in data["notes"]:
