@@ -20,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from eaglequant.draft.weights import CanonicalWeights, by_output_rows
+from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription
 
 LinearFn = Callable[[str, torch.Tensor], torch.Tensor]  # canonical module, input -> output
@@ -60,7 +61,7 @@ class DraftForward:
         self.head = head
         self.weight = weight
         self.linear = linear or self.plain_linear
-        config = head.config
+        config = dims_source(head.config)  # speculators keep rope_theta and eps under transformer_layer_config
         self.eps = float(config.get("rms_norm_eps", 1e-6))
         self.theta = float(config.get("rope_theta", (config.get("rope_scaling") or {}).get("rope_theta", 10000.0)))
         self.present = {t.module + "." + t.name.rsplit(".", 1)[-1] for t in head.tensors}

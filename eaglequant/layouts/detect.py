@@ -85,7 +85,7 @@ def describe_head(checkpoint: TensorSource) -> HeadDescription:
     )
 
 
-def _dims_source(config: dict[str, Any]) -> dict[str, Any]:
+def dims_source(config: dict[str, Any]) -> dict[str, Any]:
     """speculators nest the transformer dims under ``transformer_layer_config``; others keep them on top."""
     nested = config.get("transformer_layer_config")
     if isinstance(nested, dict):
@@ -118,7 +118,7 @@ def _num_aux(config: dict[str, Any]) -> int:
 
 
 def read_dims(checkpoint: TensorSource, parsed: dict[str, ParsedName], attention: str) -> HeadDims:
-    source = _dims_source(checkpoint.config)
+    source = dims_source(checkpoint.config)
     hidden = _int(source, "hidden_size", checkpoint)
     heads = _int(source, "num_attention_heads", checkpoint)
     num_aux = _num_aux(checkpoint.config)
