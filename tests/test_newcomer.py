@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -302,3 +303,50 @@ def test_help_at_80_columns_reads_as_a_user_types(command: list[str]) -> None:
         assert len(text.splitlines()) < 90  # descriptions get room: 112 lines before
     if command == ["batch-merge"]:
         assert usage.split("[OPTIONS]")[1].strip() == "SUMMARY..."
+
+
+# -- item 12: noise and polish ---------------------------------------------------------------------------------------
+
+
+def test_the_readme_python_snippet_runs_twice(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    snippet = readme.split("The same from Python:\n\n```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "fixtures").symlink_to(FIXTURES, target_is_directory=True)
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", snippet],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=300,
+        )
+        assert proc.returncode == 0, proc.stderr
+
+
+def test_verify_and_upload_say_it_once_and_in_step(converted: Path) -> None:
+    shown = _cli("verify", converted, "--tokens", "16", env={"COLUMNS": "300"})
+    assert shown.exit_code == 0, shown.stderr
+    assert "draft head over 16 positions (synthetic: seed 0):" in shown.stdout  # not "..., 16 positions)" again
+    assert re.search(r"\(1 flip,|\((0|[2-9]\d*|1\d+) flips,", shown.stdout), shown.stdout
+    explained = _cli("explain", converted, env={"COLUMNS": "200"})
+    assert "vLLM 0.32.0\n" in explained.stdout  # a table title without the table's width of spaces after it
+    dry = _cli("upload", converted, "org/name", "--dry-run", "--force", env={"HF_HUB_OFFLINE": "1"})
+    assert dry.exit_code == 0, dry.stderr
+    assert "then uploading" not in dry.stderr
+    sizes = [line for line in dry.stdout.splitlines() if line.startswith("  ") and line.rstrip()[-1] == "B"]
+    assert len(sizes) > 2 and len({len(line) for line in sizes}) == 1, sizes  # one column of sizes
+
+
+def test_plurals_and_the_engine_load_title(capsys: pytest.CaptureFixture[str]) -> None:
+    from eaglequant.cli.output import plural
+    from eaglequant.cli.verify_cmd import render_engine_load
+
+    assert (plural(1, "flip"), plural(0, "flip"), plural(2, "summary", "summaries")) == (
+        "1 flip",
+        "0 flips",
+        "2 summaries",
+    )
+    load = {"engine": "vllm", "version": "0.32.0", "checkpoint": "x", "loaded": False, "error": "boom"}
+    render_engine_load({**load, "modules": [], "notes": [], "patches": []})
+    assert "vLLM 0.32.0 loading x: failed: boom" in capsys.readouterr().out  # the engine's name, as elsewhere

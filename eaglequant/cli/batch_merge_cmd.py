@@ -17,7 +17,7 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.output import out, result
+from eaglequant.cli.output import out, plural, result
 from eaglequant.errors import EXIT_JOBS_FAILED
 
 _STYLES = {"converted": "green", "skipped": "cyan", "failed": "bold red", "missing": "bold red"}
@@ -69,7 +69,8 @@ def _print_table(merged: dict[str, Any]) -> None:
         table.add_row(escape(job["name"]), f"[{style}]{status}[/]", verified, upload, escape(str(job.get("reason"))))
     out.print(table)
     counts = merged["counts"]
-    out.print(", ".join(f"{n} {what}" for what, n in counts.items()) + f" (from {len(merged['summaries'])} summaries)")
+    summaries = plural(len(merged["summaries"]), "summary", "summaries")
+    out.print(", ".join(f"{n} {what}" for what, n in counts.items()) + f" (from {summaries})")
 
 
 def register(app: typer.Typer) -> None:

@@ -60,7 +60,9 @@ def render(data: dict[str, Any]) -> None:
         if reading["loads"]:
             _render_engine(reading)
         else:
-            out.print(f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]")
+            out.print(
+                f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]", soft_wrap=True
+            )
     listed = [r["title"] for r in data["engines"] if not r["judged"]]
     if data["ok"]:
         if not listed:

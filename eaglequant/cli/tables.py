@@ -40,6 +40,9 @@ def show(table: Table) -> None:
     """Print ``table`` on stdout as a table if it fits, else as a list."""
     console = out.console
     if fits(table, console):
+        if table.title:  # a title of its own: rich pads a table's title line with spaces to the table's width
+            console.print(Text(_plain(table.title), style=table.title_style or "table.title"))
+            table.title = None
         console.print(table)
         return
     console.print(as_list(table))

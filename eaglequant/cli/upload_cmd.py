@@ -44,7 +44,7 @@ def upload_command(
         from eaglequant.api import upload
 
         quiet_hub_progress()
-        with phase("verifying, then uploading"):
+        with phase("verifying" if dry_run else "verifying, then uploading"):
             uploaded = upload(
                 dst,
                 repo_id,
@@ -77,8 +77,9 @@ def render(data: dict[str, Any]) -> None:
     say = out.print if data["dry_run"] else lambda text, **kw: info(text)
     where = f"{data['repo_id']}@{data['revision']}" + (" (private)" if data["private"] else "")
     say(f"{escape(data['destination'])} → {escape(where)}: {verified}", soft_wrap=True)
-    for name, size in data["files"].items():
-        say(f"  {escape(name)}  {human_bytes(size)}", soft_wrap=True)
+    width = max((len(name) for name in data["files"]), default=0)
+    for name, size in data["files"].items():  # sizes right-aligned in one column
+        say(f"  {escape(name.ljust(width))}  {human_bytes(size):>10}", soft_wrap=True)
     sent = "would be sent" if data["dry_run"] else "sent"
     say(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])} {sent}")
     if data["commit_url"]:

@@ -12,7 +12,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, SourceOpt, TargetConfigOpt, TargetLayersOpt
-from eaglequant.cli.output import absolute, note, out, result
+from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
 from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
@@ -108,6 +108,11 @@ def _recorded_source(dst: Path) -> str | None:
     return None if recorded is None or not recorded.source else absolute(recorded.source)
 
 
+def _without_count(inputs: str, tokens: int) -> str:
+    """``synthetic: seed 0, 256 positions`` -> ``synthetic: seed 0``: the line already says how many positions."""
+    return inputs.removesuffix(f", {tokens} positions").replace(f", {tokens} positions)", ")")
+
+
 def render(data: dict[str, Any]) -> None:
     limits = data["thresholds"]
     out.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {data['scheme']} ({data['scheme_label']})")
@@ -122,10 +127,11 @@ def render(data: dict[str, Any]) -> None:
                 f"mean TV {shift['mean_tv']:.4f} ± {shift['tv_spread']:.4f} (≤ {limits['max_mean_tv']}: the "
                 "acceptance-rate drop it allows)",
                 f"mean KL {shift['mean_kl']:.2e} (≤ {limits['max_mean_kl']})",
-                f"top-1 agreement {shift['top1_agreement']:.3f} ({shift['flips']} flips, "
+                f"top-1 agreement {shift['top1_agreement']:.3f} ({plural(shift['flips'], 'flip')}, "
                 f"{shift['noise_flips']:.1f} explained by noise)",
             ]
-        out.print(f"draft head over {fidelity['tokens']} positions ({fidelity['inputs']}): " + ", ".join(parts))
+        inputs = _without_count(fidelity["inputs"], fidelity["tokens"])
+        out.print(f"draft head over {fidelity['tokens']} positions ({inputs}): " + ", ".join(parts))
         if floor is not None:
             out.print(
                 f"  the source draft in bf16 arithmetic (first {fidelity.get('bf16_floor_positions')} positions): "
@@ -189,7 +195,10 @@ def _parity_table(layers: list[dict[str, Any]], limits: dict[str, Any]) -> Table
 
 
 def render_engine_load(load: dict[str, Any]) -> None:
-    title = f"{load['engine']} {load['version']} loading {load['checkpoint']}"
+    from eaglequant.engine_load import PROBES
+
+    engine = PROBES[load["engine"]].title if load["engine"] in PROBES else load["engine"]
+    title = f"{engine} {load['version']} loading {load['checkpoint']}"
     if not load["loaded"]:
         out.print(f"[bold]{escape(title)}[/]: [red]failed[/]: {escape(str(load['error']))}", markup=True)
     table = Table(title=title, title_justify="left")
