@@ -350,3 +350,13 @@ def test_plurals_and_the_engine_load_title(capsys: pytest.CaptureFixture[str]) -
     load = {"engine": "vllm", "version": "0.32.0", "checkpoint": "x", "loaded": False, "error": "boom"}
     render_engine_load({**load, "modules": [], "notes": [], "patches": []})
     assert "vLLM 0.32.0 loading x: failed: boom" in capsys.readouterr().out  # the engine's name, as elsewhere
+
+
+def test_a_scheme_file_missing_a_key_says_what_to_do(tmp_path: Path) -> None:
+    shown = _cli("schemes", "--show", "fp8-per-channel")
+    custom = tmp_path / "mine.toml"
+    custom.write_text("\n".join(line for line in shown.stdout.splitlines() if not line.startswith("name")) + "\n")
+    assert_refused(
+        _cli("inspect", FIXTURES / "specforge-llama", "--scheme", custom),
+        ("missing key 'name'", "; add it", "eaglequant schemes --show"),
+    )

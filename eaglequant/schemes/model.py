@@ -171,7 +171,10 @@ def _check_keys(where: str, table: Any, allowed: set[str], required: set[str]) -
         raise SchemeError(f"{where}: unknown key {unknown[0]!r}", hint=f"allowed: {', '.join(sorted(allowed))}")
     missing = sorted(required - set(table))
     if missing:
-        raise SchemeError(f"{where}: missing key {missing[0]!r}")
+        raise SchemeError(
+            f"{where}: missing key {missing[0]!r}",
+            hint="add it; `eaglequant schemes --show fp8-per-channel` prints a complete scheme file to copy",
+        )
     return table
 
 
