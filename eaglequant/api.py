@@ -221,8 +221,7 @@ def explain(
     """How each engine will read the quantized checkpoint in ``dst``: every runtime module, the rule that
     excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: those that must load it (default: those its
-    conversion targeted); ``["all"]``, and the default for a checkpoint another tool wrote: every engine, those that
-    cannot load its scheme and format listed as such (``judged`` False), not counted."""
+    conversion targeted); ``["all"]`` (and no report): every engine, those that cannot load it not judged."""
     from eaglequant.engines import recorded_engines
     from eaglequant.readback import explain_checkpoint
     from eaglequant.report import read_report
