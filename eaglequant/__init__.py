@@ -1,7 +1,7 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
-The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, the options
-type ``ConversionOptions``; ``eaglequant.batch.run_batch``)
+The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, ``accept``,
+``capture``, the options type ``ConversionOptions``; ``eaglequant.batch.run_batch``)
 is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
 the work that needs it.
 """
@@ -13,10 +13,23 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from eaglequant.acceptance.capture import capture
+    from eaglequant.acceptance.run import accept
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
     from eaglequant.options import ConversionOptions
 
-__all__ = ["ConversionOptions", "__version__", "convert", "explain", "inspect", "load_checks", "upload", "verify"]
+__all__ = [
+    "ConversionOptions",
+    "__version__",
+    "accept",
+    "capture",
+    "convert",
+    "explain",
+    "inspect",
+    "load_checks",
+    "upload",
+    "verify",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -28,4 +41,12 @@ def __getattr__(name: str) -> Any:
         from eaglequant import api
 
         return getattr(api, name)
+    if name == "accept":
+        from eaglequant.acceptance.run import accept
+
+        return accept
+    if name == "capture":
+        from eaglequant.acceptance.capture import capture
+
+        return capture
     raise AttributeError(f"module 'eaglequant' has no attribute {name!r}")

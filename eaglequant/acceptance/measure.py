@@ -84,18 +84,26 @@ class EngineRun:
         return Acceptance(self.modes[mode])
 
 
+def _max_positions(target: Path) -> int | None:
+    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
+    value = config.get("max_position_embeddings")
+    return value if isinstance(value, int) and value > 0 else None
+
+
 def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label: str) -> EngineRun:
     """Serve ``settings.target`` with ``draft`` (None: alone) in one process of ``interpreter``."""
     from eaglequant.engine_load import PROBE_DIR, PROBE_PACKAGE, _probe_environment
 
     modes = settings.modes if draft is not None else (GREEDY,)
     longest = max(len(p) for p in settings.prompts)  # characters: a bound on tokens for any tokenizer
+    needed = longest + settings.max_tokens + settings.num_speculative_tokens + 16
+    limit = _max_positions(settings.target)
     job = {
         "target": str(settings.target.resolve()),
         "draft": None if draft is None else str(draft.resolve()),
         "num_speculative_tokens": settings.num_speculative_tokens,
         "max_tokens": settings.max_tokens,
-        "max_model_len": longest + settings.max_tokens + settings.num_speculative_tokens + 16,
+        "max_model_len": needed if limit is None else min(needed, limit),
         "prompts": list(settings.prompts),
         "modes": [m.to_json() for m in modes],
         "dtype": settings.dtype,
@@ -237,6 +245,17 @@ class QuantizedDraft:
     budget: float | None
 
 
+def served_digest(directory: Path) -> str:
+    """One SHA-256 over the files the engine reads of a draft directory (weights and config)."""
+    import hashlib
+
+    from eaglequant.manifest import file_sha256
+
+    read = ("config.json", "generation_config.json", "hf_quant_config.json")
+    files = sorted(p for p in directory.iterdir() if p.suffix in (".safetensors", ".bin") or p.name in read)
+    return hashlib.sha256("".join(f"{p.name}:{file_sha256(p)}" for p in files).encode()).hexdigest()
+
+
 def measure(
     interpreter: Path,
     settings: Settings,
@@ -252,9 +271,16 @@ def measure(
     source_run = run_engine(interpreter, settings, source, f"draft {source}")
     source_result = DraftResult("source", source, "source", source_run, lossless(source_run.modes[GREEDY.name], alone))
     results = []
+    served: dict[str, tuple[EngineRun, Path]] = {}  # the served files' digest -> the run that served them
     for draft in drafts:
-        progress(f"{draft.path} ({draft.served_as})")
-        run = run_engine(interpreter, settings, draft.served, f"draft {draft.path}")
+        digest = served_digest(draft.served)
+        if digest in served:
+            run, first = served[digest]
+            progress(f"{draft.path}: serves the same bytes as {first}, measured once")
+        else:
+            progress(f"{draft.path} ({draft.served_as})")
+            run = run_engine(interpreter, settings, draft.served, f"draft {draft.path}")
+            served[digest] = (run, draft.path)
         result = DraftResult(
             str(draft.path),
             draft.path,
