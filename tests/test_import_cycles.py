@@ -21,6 +21,8 @@ ALLOWED = {
     # package only read ``__version__`` from it, which is set before any of them is imported.
     ("eaglequant", "eaglequant.api"): "lazy public facade",
     ("eaglequant", "eaglequant.options"): "lazy public facade (eaglequant.ConversionOptions)",
+    ("eaglequant", "eaglequant.acceptance.run"): "lazy public facade (eaglequant.accept)",
+    ("eaglequant", "eaglequant.acceptance.capture"): "lazy public facade (eaglequant.capture)",
 }
 
 
