@@ -10,6 +10,8 @@ target's next-token distribution. Written as one safetensors file, the ``--calib
 - ``lengths`` [S]: valid positions of each sequence (the rest is padding);
 - ``continuation_start`` [S]: the first draft position whose token the target generated (the prompt's length
   minus one): where the engine starts drafting;
+- ``max_new_tokens`` [S]: the tokens the engine generates a prompt (the capture holds k - 1 more, so that its
+  last draft can be judged); -1 for trainer files;
 - ``target_top_ids`` / ``target_top_probs`` [S, T, K]: the target's K most likely next tokens after draft
   position t's token and their probabilities (temperature 1), the reference a draft's choice is judged by.
 """
@@ -48,7 +50,7 @@ class CaptureSummary:
 
 def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
     """The draft's aux hidden-state layer ids from its config.json (SpecForge/vLLM or speculators keys)."""
-    for holder in (config.get("eagle_config"), config, config.get("speculators_config")):
+    for holder in (config, config.get("eagle_config")):  # vLLM reads the top level first
         ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
         if isinstance(ids, list) and ids and all(type(i) is int for i in ids):
             return tuple(ids)
@@ -78,8 +80,11 @@ def capture(
     max_tokens: int = 96,
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
+    num_speculative_tokens: int = 3,
 ) -> CaptureSummary:
-    """Capture draft inputs from ``target`` (a transformers model directory) for the draft in ``draft``."""
+    """Capture draft inputs from ``target`` (a transformers model directory) for the draft in ``draft``:
+    ``max_tokens`` of greedy continuation a prompt, as an engine generating ``max_tokens`` with
+    ``num_speculative_tokens`` drafted a step sees them."""
     try:
         import transformers
     except ImportError:
@@ -100,12 +105,28 @@ def capture(
     records = []
     with torch.no_grad():
         for prompt in prompt_list:
-            tokens = tokenizer(prompt, return_tensors="pt").input_ids
-            generated = model.generate(
-                tokens, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False, pad_token_id=0
-            )
-            records.append(_record(model, generated[0], ids, top_k, int(tokens.shape[1])))
-    return write_capture(records, out_path, ids, prompts_from, {"target": str(target_path), "decoding": "greedy"})
+            tokens = tokenizer(prompt, return_tensors="pt").input_ids[0]
+            # k - 1 tokens past the engine's budget: its last draft, with fewer than max_tokens emitted, still
+            # proposes k tokens and the target judges each
+            sequence = _greedy(model, tokens, max_tokens + num_speculative_tokens - 1)
+            record = _record(model, sequence, ids, top_k, len(tokens))
+            records.append({**record, "max_new_tokens": max_tokens})
+    metadata = {"target": str(target_path), "decoding": "greedy"}
+    return write_capture(records, out_path, ids, prompts_from, metadata)
+
+
+def _greedy(model: Any, tokens: Any, count: int) -> Any:
+    """The prompt and ``count`` tokens of the target's arg-max, with nothing else in the loop (no stopping at
+    end-of-text, no logits processors, no generation_config): what an engine's greedy decoding emits with
+    ``ignore_eos``."""
+    import torch
+
+    output = model(tokens[None], use_cache=True)
+    generated = [int(output.logits[0, -1].argmax())]
+    for _ in range(count - 1):
+        output = model(torch.tensor([[generated[-1]]]), past_key_values=output.past_key_values, use_cache=True)
+        generated.append(int(output.logits[0, -1].argmax()))
+    return torch.cat((tokens, torch.tensor(generated, dtype=tokens.dtype)))
 
 
 def capture_from_specforge(
@@ -187,4 +208,6 @@ def _stack(records: list[dict[str, Any]]) -> dict[str, Any]:
         "target_top_probs": padded("target_top_probs", torch.float32),
         "lengths": torch.tensor([len(r["input_ids"]) for r in records], dtype=torch.int64),
         "continuation_start": torch.tensor([r["continuation_start"] for r in records], dtype=torch.int64),
+        # the tokens an engine generates a prompt (past them it stops drafting); -1: not limited (trainer files)
+        "max_new_tokens": torch.tensor([r.get("max_new_tokens", -1) for r in records], dtype=torch.int64),
     }

@@ -12,11 +12,27 @@ drafting loop) and ``model_executor/models/llama_eagle3.py``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
 from eaglequant.draft.forward import DraftForward, _rope
 from eaglequant.errors import InputError
+
+# Draft config options vLLM honours that this forward does not implement (llama_eagle3.py, llama.py).
+_UNSUPPORTED_OPTIONS = ("norm_before_residual", "norm_output", "rope_scaling")
+
+
+def unsupported(config: dict[str, Any], attention: str) -> str | None:
+    """Why the chained forward cannot run this head as vLLM does (None: it can)."""
+    if attention == "mla":
+        return "the chained draft forward runs Llama-attention (GQA) heads; this head uses MLA"
+    nested = config.get("transformer_layer_config")
+    for holder in (config, nested if isinstance(nested, dict) else {}):
+        for option in _UNSUPPORTED_OPTIONS:
+            if holder.get(option):
+                return f"the draft sets {option}, which the chained draft forward does not implement"
+    return None
 
 
 class ChainedDraft(DraftForward):
@@ -25,8 +41,9 @@ class ChainedDraft(DraftForward):
     def chain(self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """aux_hidden [T, n_aux * H_t], ids [T] (the token each draft position reads) -> steps x [T] arg-maxes;
         positions past T - s have no token for step s and are left to the caller to ignore."""
-        if self.head.attention == "mla":
-            raise InputError("acceptance prediction runs Llama-attention (GQA) heads; this head uses MLA")
+        why = unsupported(self.head.config, self.head.attention)
+        if why:
+            raise InputError(f"acceptance prediction: {why}")
         length = ids.shape[0]
         hidden = self._fc(aux_hidden.to(torch.float32))
         self._keys: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}

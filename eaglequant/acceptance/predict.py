@@ -1,8 +1,8 @@
 """Predicted acceptance: the engine's greedy drafting rule, replayed on captured inputs.
 
-vLLM 0.32 drafts EAGLE-3 heads greedily (``draft_sample_method = "greedy"``; ``"probabilistic"`` is refused
-with a reduced draft vocabulary): each drafted token is the draft's arg-max. At temperature 0 a drafted token
-is accepted exactly when it is the target's arg-max, so along the target's own greedy continuation (what
+vLLM 0.32 drafts EAGLE-3 heads greedily by default (``SpeculativeConfig.draft_sample_method = "greedy"``): each
+drafted token is the draft's arg-max, its probability treated as 1 by the rejection sampler. At temperature 0 a
+drafted token is accepted exactly when it is the target's arg-max, so along the target's own greedy continuation (what
 ``eaglequant capture`` records) acceptance is decided by the draft's arg-max alone. The prediction runs every
 chain the engine could start (:mod:`.chain`), then walks the continuation as the engine does: draft k tokens,
 keep the accepted prefix a, emit a + 1 tokens, draft again from there. Each sequence gives the engine's
@@ -32,6 +32,7 @@ class CapturedSequence:
     ids: torch.Tensor  # [T]: the token each draft position reads
     reference: torch.Tensor  # [T]: the target's arg-max after that token
     start: int  # first draft position on the target's continuation
+    max_new_tokens: int | None = None  # the engine stops drafting once it has emitted this many (None: at the end)
 
 
 def load_captured(path: Path, option: str = "--inputs") -> list[CapturedSequence]:
@@ -67,13 +68,15 @@ def _as_target(choices: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
     return choices if d2t is None else choices + d2t[choices]
 
 
-def replay(matches: list[list[bool]], start: int, steps: int) -> PromptCounts:
+def replay(matches: list[list[bool]], start: int, steps: int, max_new_tokens: int | None = None) -> PromptCounts:
     """The engine's walk along one sequence: ``matches[s][t]``: step s of the chain at t drafts the target's
-    token. Returns the counters the engine would report."""
+    token. The engine drafts k tokens whenever it has emitted fewer than ``max_new_tokens`` (when drafting at
+    t it has emitted t - start + 1), and a draft is only judged here where all k have a reference. Returns
+    the counters the engine would report."""
     length = len(matches[0])
     t, drafts, accepted = start, 0, 0
     per_position = [0] * steps
-    while t + steps <= length:
+    while t + steps <= length and (max_new_tokens is None or t - start + 1 < max_new_tokens):
         run = 0
         while run < steps and matches[run][t]:
             run += 1
@@ -116,7 +119,7 @@ def predict(draft: DraftModel, sequences: list[CapturedSequence], steps: int) ->
             proposed = _as_target(chosen[: length - s], draft.d2t)
             hit = (proposed == seq.reference[s:]).tolist() + [False] * s
             matches.append(hit)
-        counts.append(replay(matches, seq.start, steps))
+        counts.append(replay(matches, seq.start, steps, seq.max_new_tokens))
     return Acceptance(tuple(counts))
 
 
@@ -142,7 +145,11 @@ class Prediction:
         return (
             f"predicted greedy acceptance length {self.source.length().value:.3f} -> "
             f"{self.quantized.length().value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]), "
-            f"{'over' if self.failed else 'within'} the budget of -{self.budget}"
+            + (
+                "no budget"
+                if self.budget is None
+                else f"{'over' if self.failed else 'within'} the budget of {-self.budget}"
+            )
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -182,8 +189,11 @@ def predict_written(
             f"acceptance not predicted: {inputs.name} holds no target choices (capture inputs with "
             "`eaglequant capture`, which records them)"
         )
-    if head.attention == "mla":
-        return None, "acceptance not predicted: the chained draft forward runs Llama-attention heads, not MLA"
+    from eaglequant.acceptance.chain import unsupported
+
+    why = unsupported(head.config, head.attention)
+    if why:
+        return None, f"acceptance not predicted: {why}"
     sequences = load_captured(inputs)
     steps = 3
     with tempfile.TemporaryDirectory(prefix="eaglequant-predict-") as tmp:

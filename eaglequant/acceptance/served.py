@@ -3,7 +3,8 @@
 A quantized draft is served as it is stored where the engine runs its kernels; where it cannot (vLLM on CPU
 runs no FP4 kernel, and FP8 only very slowly), it is served as its weights dequantized: every linear the
 engine would run quantized is replaced by exactly what the fused kernels compute from the stored bytes
-(float32, then the serving dtype), and every other tensor and the config are DST's own. That measures the
+(float32, then the serving dtype; members of a fused linear with the global scale vLLM gives them), and every
+other tensor and the config are DST's own. That measures the
 weight-only effect of the conversion; activation quantization (W8A8, W4A4) is not in it, and the run says so.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.engines.target import TargetLayers
@@ -21,6 +23,7 @@ STORED, DEQUANTIZED = "stored", "dequantized"
 SERVED_AS = (STORED, DEQUANTIZED)
 _QUANTIZATION_KEYS = ("quantization_config", "compression_config")
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+_GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
 
 
 def quantized_modules(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> set[str]:
@@ -29,6 +32,28 @@ def quantized_modules(checkpoint: Checkpoint, head: HeadDescription, target: Tar
 
     explanation = explain_checkpoint(checkpoint, head, [engine], target)
     return {member for reading in explanation.engines for m in reading.modules if m.scheme for member in m.members}
+
+
+def fused_global_scales(checkpoint: Checkpoint, head: HeadDescription, modules: set[str]) -> dict[str, Any]:
+    """What vLLM's fused linears (q/k/v, gate/up) read for a per-tensor global scale: the largest stored value of
+    its members, given to every member without re-scaling their codes (ModelOpt's ``weight_scale_2``;
+    compressed-tensors' ``weight_global_scale``, a divisor, so its largest is the smallest multiplier), in
+    ``model_executor/layers/quantization/modelopt.py`` and ``compressed_tensors_w4a4_nvfp4.py``. A conversion
+    writes them equal; a stale one changes every member."""
+    import torch
+
+    found: dict[str, Any] = {}
+    for group in head.fused_groups:
+        members = [head.linear(m).checkpoint_module for m in group.members]
+        if not set(members) <= modules:
+            continue
+        for param in _GLOBAL_SCALES:
+            names = [f"{m}.{param}" for m in members if f"{m}.{param}" in checkpoint.tensors]
+            if len(names) > 1:
+                values = [checkpoint.read(n) for n in names]
+                largest = torch.stack([v.to(torch.float32).reshape(-1) for v in values]).amax(0)
+                found.update({n: largest.reshape(v.shape).to(v.dtype) for n, v in zip(names, values, strict=True)})
+    return found
 
 
 def write_dequantized(
@@ -47,17 +72,19 @@ def write_dequantized(
     tensors: dict[str, torch.Tensor] = {}
     consumed: set[str] = set()
     done = []
+    shared = fused_global_scales(checkpoint, head, modules)
     for linear in head.linears:
         if linear.checkpoint_module not in modules:
             continue
         names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
-        stored = fmt.stored_linear(linear, scheme, {name: checkpoint.read(name) for name in names})
+        read = {name: shared.get(name, checkpoint.read(name)) for name in names}
+        stored = fmt.stored_linear(linear, scheme, read)
         tensors[f"{linear.checkpoint_module}.weight"] = stored.dequantize().to(torch_dtype).contiguous()
         consumed.update(names)
         done.append(linear.checkpoint_module)
     for name in checkpoint.tensors:
         module = name.rpartition(".")[0]
-        if name not in consumed and module not in modules:
+        if name not in consumed and (module not in modules or name.endswith(".bias")):  # a bias stays as it is
             tensors[name] = checkpoint.read(name).contiguous()
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
