@@ -242,7 +242,13 @@ def _acceptance(acceptance: dict[str, Any] | None) -> str:
         lossless = draft["lossless"]
         lines.append(
             f"\nGreedy output with the {'source' if draft['served_as'] == 'source' else 'quantized'} draft equals the "
-            f"target's alone on {lossless['equal']} of {lossless['prompts']} prompts."
+            f"target's alone on {lossless['equal']} of {lossless['prompts']} prompts"
+            + (
+                f", and first departs from it at a near-tie of the target's own choice (top two within "
+                f"{lossless['near_tie_nats']} nats) on {lossless['near_ties']}."
+                if lossless.get("near_ties")
+                else "."
+            )
         )
     lines += [f"\nNote: {note}" for note in acceptance["notes"]]
     lines += [f"\n**Problem**: {problem}" for problem in acceptance["problems"]]

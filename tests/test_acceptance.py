@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,18 @@ def test_lossless_names_the_first_difference() -> None:
     assert lossless([counts(1, (0,), (1, 2, 3)), counts(1, (0,), (4, 5, 6))], alone).ok
     found = lossless([counts(1, (0,), (1, 2, 3)), counts(1, (0,), (4, 9, 6))], alone)
     assert not found.ok and found.equal == 1 and found.first_difference == (1, 1)
+
+
+def test_a_departure_at_a_near_tie_is_arithmetic_not_a_defect() -> None:
+    def run(tokens: tuple[int, ...], gaps: tuple[float, ...]) -> PromptCounts:
+        return PromptCounts(1, 0, (0,), tokens, gaps)
+
+    alone = [run((4, 5, 6), (2.0, 0.0625, 1.0))]
+    tied = lossless([run((4, 9, 6), (2.0, 0.5, 1.0))], alone, tolerance=0.125)
+    assert tied.ok and tied.near_ties == 1 and tied.first_difference is None
+    assert not lossless([run((4, 9, 6), (2.0, 0.5, 1.0))], alone, tolerance=0.01).ok
+    clear = [run((4, 5, 6), (2.0, 1.5, 1.0))]
+    assert lossless([run((4, 9, 6), (2.0, 0.5, 1.0))], clear, tolerance=0.125).first_difference == (0, 1)
 
 
 def test_replay_walks_like_the_engine() -> None:
@@ -113,6 +126,7 @@ def _training_draft():
     spec = importlib.util.spec_from_file_location("train_pair", PAIR.parent / "trained_pair" / "train.py")
     assert spec is not None and spec.loader is not None
     train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train  # its dataclasses look their module up
     spec.loader.exec_module(train)
     tensors = {k: v.to(torch.float32) for k, v in load_file(str(PAIR / "draft" / "model.safetensors")).items()}
     dims = train.Dims()

@@ -20,7 +20,7 @@ from eaglequant.acceptance.prompts import read_prompts
 from eaglequant.acceptance.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
 from eaglequant.errors import InputError
 
-DEFAULT_TEMPERATURES = (1.0,)
+DEFAULT_TEMPERATURES: tuple[float, ...] = ()  # greedy only: vLLM 0.32's CPU build accepts nothing at T > 0
 
 
 def accept(

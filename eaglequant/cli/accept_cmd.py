@@ -94,7 +94,7 @@ def accept_command(
             max_prompts=max_prompts,
             num_speculative_tokens=k,
             max_tokens=max_tokens,
-            temperatures=temperature or [1.0],
+            temperatures=temperature or [],
             served_as=served_as,
             dtype=dtype,
             engine_python=engine_python,
@@ -122,7 +122,9 @@ def render(data: dict[str, Any]) -> None:
     for draft in (data["source"], *data["quantized"]):
         name = "source" if draft["served_as"] == "source" else f"{draft['label']} ({draft['served_as']})"
         lossless = draft["lossless"]
-        same = f"{lossless['equal']}/{lossless['prompts']}"
+        same = f"{lossless['equal']}/{lossless['prompts']}" + (
+            f" (+{lossless['near_ties']} tie)" if lossless["near_ties"] else ""
+        )
         for index, (mode, figures) in enumerate(draft["modes"].items()):
             length = figures["acceptance_length"]
             diff = figures.get("difference")

@@ -64,7 +64,7 @@ class VerifyThresholds:
     max_mean_tv: float = 0.25
     min_top1_agreement: float = 0.8
     max_mean_kl: float = 0.3
-    max_acceptance_drop: float = 0.15
+    max_acceptance_drop: float = 0.10
 
 
 _VERIFY_KEYS = set(VerifyThresholds.__dataclass_fields__)

@@ -54,6 +54,13 @@ def difference(after: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def top2_gap(logprobs: dict[int, Any]) -> float | None:
+    """How far the chosen token's log-probability leads the runner-up's (a near-tie, which arithmetic that
+    depends on the batch's shape can flip, has a gap near 0)."""
+    values = sorted((entry.logprob for entry in logprobs.values()), reverse=True)
+    return round(values[0] - values[1], 6) if len(values) > 1 else None
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     import vllm
     from vllm import LLM, SamplingParams
@@ -89,16 +96,21 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     for mode in job["modes"]:
         prompts = []
         for index, prompt in enumerate(job["prompts"]):
+            greedy = float(mode["temperature"]) == 0.0
             params = SamplingParams(
                 temperature=float(mode["temperature"]),
                 max_tokens=int(job["max_tokens"]),
                 ignore_eos=True,
                 seed=int(mode.get("seed", 0)) + index,
+                logprobs=2 if greedy else None,
             )
             before = counters(llm, k)
-            output = llm.generate([prompt], params, use_tqdm=False)[0]
+            output = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
             figures = difference(counters(llm, k), before) if speculative else {}
-            prompts.append({**figures, "token_ids": list(output.outputs[0].token_ids)})
+            record = {**figures, "token_ids": list(output.token_ids)}
+            if greedy and output.logprobs:
+                record["top2_gaps"] = [top2_gap(position) for position in output.logprobs]
+            prompts.append(record)
         modes.append({"name": mode["name"], "temperature": mode["temperature"], "prompts": prompts})
     return {
         "engine": "vllm",
