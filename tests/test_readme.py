@@ -29,8 +29,24 @@ def test_readme_main_job_names_a_bundled_fixture() -> None:
     assert fixture and (ROOT / fixture.group(1) / "config.json").exists()
 
 
+TRAINED_PAIR = FIXTURES / "trained-pair"
+
+
 def test_fixtures_are_small_and_match_the_generator() -> None:
     for path in FIXTURES.rglob("*"):
-        if path.is_file():
+        if path.is_file() and TRAINED_PAIR not in path.parents:
             assert path.stat().st_size < 900_000, path
     subprocess.run([sys.executable, str(FIXTURES / "generate.py"), "--check"], check=True, timeout=300)
+
+
+def test_the_trained_pair_is_what_its_script_recorded() -> None:
+    """The one trained target + draft: at most 12 MB, every file the SHA-256 its training run recorded."""
+    import hashlib
+    import json
+
+    manifest = json.loads((TRAINED_PAIR / "MANIFEST.json").read_text())
+    files = [p for p in TRAINED_PAIR.rglob("*") if p.is_file() and p.name != "MANIFEST.json"]
+    assert sum(p.stat().st_size for p in files) <= 12_000_000
+    assert {str(p.relative_to(TRAINED_PAIR)) for p in files} == set(manifest["files"])
+    for name, digest in manifest["files"].items():
+        assert hashlib.sha256((TRAINED_PAIR / name).read_bytes()).hexdigest() == digest, name
