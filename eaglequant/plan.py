@@ -17,8 +17,11 @@ from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import (
     ModuleVerdict,
     check_fused_groups,
+    checkpoint_names,
     engine_requirements,
+    fused_reason,
     prove,
+    runtime_spellings,
     synthesize_patterns,
 )
 from eaglequant.engines.support import check_engines
@@ -184,7 +187,7 @@ def build_plan(
     excluded = resolve_exclusions(head, exclude, quantize, required)
     check_fused_groups(head, set(excluded))
     chosen = set(excluded)
-    _exclude_unstorable(head, fmt, scheme, excluded, notes)
+    _exclude_unstorable(head, fmt, scheme, excluded, notes, engine_objs, target.count)
     quantized = [lin for lin in head.linears if lin.module not in excluded]
     if not quantized and any(lin.module not in chosen for lin in head.linears):
         raise InputError(
@@ -199,7 +202,7 @@ def build_plan(
         check_quantizable_dtype(tensors_by_name[lin.weight].info)
     kept = {t.name: _kept_reason(t, excluded) for t in head.tensors if not _is_quantized_weight(t, quantized)}
     outputs = _outputs(head, fmt, scheme, quantized)
-    patterns = synthesize_patterns(head, set(excluded), engine_objs, fmt.name, target.count)
+    patterns = synthesize_patterns(head, excluded, engine_objs, fmt.name, target.count)
     quantized_modules = {lin.module for lin in quantized}
     verdicts = prove(head, patterns, quantized_modules, engine_objs, fmt.name, scheme.kinds, target.count)
     amax = {m: v for m, v in (input_amax or {}).items() if m in quantized_modules}
@@ -222,9 +225,16 @@ def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes
 
 
 def _exclude_unstorable(
-    head: HeadDescription, fmt: Format, scheme: Scheme, excluded: dict[str, str], notes: list[str]
+    head: HeadDescription,
+    fmt: Format,
+    scheme: Scheme,
+    excluded: dict[str, str],
+    notes: list[str],
+    engines: list[Engine],
+    target_layers: int | None,
 ) -> None:
-    """Keep in the source dtype every linear the format cannot store (and the rest of its fused group)."""
+    """Keep in the source dtype every linear the format cannot store (and the rest of its fused group), said in the
+    checkpoint's names with the engines' name for a fused module beside them."""
     for linear in head.linears:
         if linear.module in excluded:
             continue
@@ -234,9 +244,13 @@ def _exclude_unstorable(
             continue
         members = group.members if group else (linear.module,)
         for member in members:
-            why = problem if member == linear.module else f"fused with {linear.module}: {problem}"
-            excluded.setdefault(member, why)
-        notes.append(f"kept {', '.join(members)} unquantized: {problem}")
+            excluded.setdefault(
+                member, problem if member == linear.module else fused_reason(head, linear.module, problem)
+            )
+        fused = runtime_spellings(head, members, engines, target_layers)
+        run_as = f" (one module at run time: {fused})" if fused else ""
+        why = f"{linear.checkpoint_module}'s {problem}" if len(members) > 1 else problem
+        notes.append(f"kept {checkpoint_names(head, members)} unquantized{run_as}: {why}")
 
 
 def _is_quantized_weight(tensor: HeadTensor, quantized: list[HeadLinear]) -> bool:

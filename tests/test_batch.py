@@ -77,6 +77,7 @@ def test_a_broken_job_fails_alone_and_reruns_skip_finished_jobs(jobs: Path, tmp_
     assert _mtimes(tmp_path / "out" / "llama-fp8") == before  # untouched
 
 
+@pytest.mark.slow
 def test_changed_source_or_options_or_damage_reconvert(jobs: Path, tmp_path: Path) -> None:
     def llama_status() -> str:
         outcome = run_batch(jobs, only=["llama-fp8"]).outcomes[0]
@@ -247,6 +248,7 @@ def test_the_bundled_example_job_file_is_valid() -> None:
         assert job.destination.resolve().is_relative_to(ROOT / "out")
 
 
+@pytest.mark.slow
 def test_batch_uploads_once(tmp_path: Path) -> None:
     hub = FakeHub().start()
     try:

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.conftest import FIXTURES, ROOT, run_cli, run_cli_subprocess
@@ -160,6 +161,7 @@ def _statuses(run: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
     return {job["name"]: (job["status"], (job["upload"] or {}).get("status")) for job in merged["jobs"]}
 
 
+@pytest.mark.slow
 def test_the_ci_doc_workflow_skips_what_the_hub_holds_and_redoes_exactly_what_changed(tmp_path: Path) -> None:
     hub = FakeHub().start()
     try:
@@ -283,6 +285,7 @@ def test_merged_summaries_fail_when_one_shard_failed(tmp_path: Path) -> None:
     assert "1 failed" in table.stdout
 
 
+@pytest.mark.slow
 def test_a_job_no_summary_reports_is_missing_and_fails_the_merge(tmp_path: Path) -> None:
     _, (one, _) = _shard_summaries(tmp_path)
     merged = run_cli("batch-merge", one, "--json")
@@ -292,6 +295,7 @@ def test_a_job_no_summary_reports_is_missing_and_fails_the_merge(tmp_path: Path)
     assert data["counts"]["missing"] == 1 and data["ok"] is False
 
 
+@pytest.mark.slow
 def test_all_passing_summaries_merge_to_exit_0(tmp_path: Path) -> None:
     jobs, (_one, _) = _shard_summaries(tmp_path)
     jobs.write_text(jobs.read_text().replace('source = "nowhere"', f'source = "{FIXTURES / "specforge-llama"}"'))
@@ -302,6 +306,7 @@ def test_all_passing_summaries_merge_to_exit_0(tmp_path: Path) -> None:
     assert [job["status"] for job in json.loads(merged.stdout)["jobs"]] == ["skipped", "converted", "skipped"]
 
 
+@pytest.mark.slow
 def test_summaries_that_do_not_belong_together_are_refused(tmp_path: Path) -> None:
     _jobs, (one, _two) = _shard_summaries(tmp_path)
     other = tmp_path / "other"
@@ -324,6 +329,7 @@ def test_summaries_that_do_not_belong_together_are_refused(tmp_path: Path) -> No
         assert json.loads(result.stdout)["exit_code"] == 2  # under --json the error is a JSON object on stdout
 
 
+@pytest.mark.slow
 def test_a_hub_upload_whose_verification_failed_is_redone_and_offline_the_destination_decides(
     tmp_path: Path,
 ) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from eaglequant.bench.convert import bench_convert, default_format
 from eaglequant.bench.heads import cached_head, kimi_mla, llama_head
 
@@ -14,6 +16,7 @@ def test_full_size_heads_have_the_real_sizes() -> None:
     assert 5.5e9 < kimi_mla().nbytes < 6.36e9
 
 
+@pytest.mark.slow
 def test_tiny_run_reports_every_figure(tmp_path: Path) -> None:
     from eaglequant import api
 

@@ -92,6 +92,7 @@ def test_the_library_names_parameters_and_the_cli_flags(tmp_path: Path) -> None:
     assert cli_words("pass source=SRC, or force=True") == "pass --source SRC, or --force"
 
 
+@pytest.mark.slow
 def test_batch_lines_say_it_plainly(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(f'[[job]]\nsource = "{SRC}"\ndestination = "out"\n')
@@ -100,6 +101,7 @@ def test_batch_lines_say_it_plainly(tmp_path: Path) -> None:
     assert "verified" in proc.stderr and "verify ok" not in proc.stderr and "(absent" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_convert_tiny_skips_the_vendor_anchors_unless_asked(tmp_path: Path) -> None:
     from eaglequant.bench.convert import bench_convert
 

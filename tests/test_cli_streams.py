@@ -52,7 +52,10 @@ def _commands(tmp_path: Path, converted: Path) -> dict[str, tuple[list[object], 
 
 @pytest.mark.parametrize(
     "name",
-    ["inspect", "convert", "explain", "verify", "upload", "batch", "schemes", "bench kernels", "bench convert"],
+    [
+        *["inspect", "convert", "explain", "verify", "upload", "batch", "schemes", "bench kernels"],
+        pytest.param("bench convert", marks=pytest.mark.slow),
+    ],
 )
 def test_each_command_prints_its_result_on_stdout_and_the_rest_on_stderr(
     name: str, tmp_path: Path, converted: Path
@@ -65,7 +68,9 @@ def test_each_command_prints_its_result_on_stdout_and_the_rest_on_stderr(
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("name", ["inspect", "convert", "explain", "verify", "schemes"])
+@pytest.mark.parametrize(
+    "name", ["inspect", "convert", "explain", pytest.param("verify", marks=pytest.mark.slow), "schemes"]
+)
 def test_quiet_leaves_only_the_result(name: str, tmp_path: Path, converted: Path) -> None:
     args, marker = _commands(tmp_path, converted)[name]
     proc = run_cli_subprocess(*args, "-q")
@@ -159,7 +164,11 @@ def _run_in_terminal(args: list[str], env: dict[str, str]) -> str:
 
 @pytest.mark.parametrize(
     "env",
-    [{}, {"HF_HUB_DISABLE_PROGRESS_BARS": "0"}, {"EAGLEQUANT_DISABLE_PROGRESS_BARS": "false"}],
+    [
+        {},
+        pytest.param({"HF_HUB_DISABLE_PROGRESS_BARS": "0"}, marks=pytest.mark.slow),
+        pytest.param({"EAGLEQUANT_DISABLE_PROGRESS_BARS": "false"}, marks=pytest.mark.slow),
+    ],
     ids=["default", "hf-0", "eaglequant-false"],
 )
 def test_terminal_progress_counts_tensors_and_shows_verification(tmp_path: Path, env: dict[str, str]) -> None:
@@ -186,6 +195,7 @@ def _module_names(data: dict[str, object], key: str, field: str) -> set[str]:
 
 
 @pytest.mark.parametrize("columns", ["80", "120"])
+@pytest.mark.slow
 def test_verify_and_explain_keep_every_module_name_whole(converted: Path, columns: str) -> None:
     verified = json.loads(run_cli_subprocess("verify", converted, "--json").stdout)
     proc = run_cli_subprocess("verify", converted, env={"COLUMNS": columns})

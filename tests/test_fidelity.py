@@ -35,19 +35,33 @@ CELLS = stored_cells()
 SEEDS = (0, 1)
 
 
+class Converted:
+    """(fixture, scheme, format) -> its conversion, made on first use: a planted fault needs one, the sweep all."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.made: dict[tuple[str, str, str], Path] = {}
+
+    def __contains__(self, key: tuple[str, str, str]) -> bool:
+        return stores_something(*key)
+
+    def __getitem__(self, key: tuple[str, str, str]) -> Path:
+        if key not in self.made:
+            fixture, scheme, fmt = key
+            dst = self.out / "-".join(key)
+            self.made[key] = convert(
+                FIXTURES / fixture, dst, scheme=scheme, format=fmt, target_layers=TARGET_LAYERS
+            ).destination
+        return self.made[key]
+
+
 @pytest.fixture(scope="module")
-def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], Path]:
-    out = tmp_path_factory.mktemp("fidelity")
-    return {
-        (fixture, scheme, fmt): convert(FIXTURES / fixture, out / f"{fixture}-{scheme}-{fmt}", scheme=scheme,
-                                        format=fmt, target_layers=TARGET_LAYERS).destination
-        for fixture in FIXTURE_NAMES
-        for scheme, fmt in CELLS
-        if stores_something(fixture, scheme, fmt)
-    }  # fmt: skip
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Converted:
+    return Converted(tmp_path_factory.mktemp("fidelity"))
 
 
 @pytest.mark.parametrize(("scheme", "fmt"), CELLS)
+@pytest.mark.slow
 def test_correct_conversions_pass_over_seeds(converted, scheme: str, fmt: str) -> None:
     fixtures = [fixture for fixture in FIXTURE_NAMES if (fixture, scheme, fmt) in converted]
     assert len(fixtures) >= len(FIXTURE_NAMES) - 1, "a cell is checked on every fixture that it can store"
@@ -120,7 +134,15 @@ FAULTS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("name", "key", "damage", "where"), FAULTS, ids=[f[0] for f in FAULTS])
+# One fault of each family in the fast subset (a channel scale: the numbers; a missing scale, a BF16 weight: the
+# structure); the FP4 faults take a whole FP4 verify each.
+FAST_FAULTS = ("one channel's scale x2", "a missing scale", "a BF16 weight under a quantized rule")
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "damage", "where"),
+    [pytest.param(*fault, id=fault[0], marks=() if fault[0] in FAST_FAULTS else pytest.mark.slow) for fault in FAULTS],
+)
 def test_every_planted_fault_fails(converted, tmp_path: Path, name: str, key, damage, where: str) -> None:  # type: ignore[no-untyped-def]
     dst = _plant(converted, tmp_path, key, damage)
     report = verify(dst, source=FIXTURES / key[0])
@@ -163,6 +185,7 @@ def test_flat_logits_flip_without_failing() -> None:
     assert judge_shift(distribution_shift(reference, biased), 512, load_scheme("fp8-per-channel").verify)
 
 
+@pytest.mark.slow
 def test_captured_inputs_drive_the_fidelity_run(tmp_path: Path) -> None:
     """convert --calib --verify and verify --inputs run the head on the captured inputs, and say so."""
     calib = write_calibration("specforge-llama", tmp_path / "calib.safetensors", sequences=3, tokens=20)

@@ -57,6 +57,7 @@ def test_e2m1_codes_on_every_bfloat16_and_beside_every_midpoint() -> None:
                 assert code == magnitude | (8 if sign else 0), value
 
 
+@pytest.mark.slow
 def test_the_code_table_equals_the_arithmetic_encoder_on_every_top_half() -> None:
     """The table encoder claims a code depends only on a float32's top 16 bits and on whether its low 16 bits are
     zero: checked against the arithmetic definition for every top half (all signs, exponents, NaN and infinity)

@@ -42,6 +42,7 @@ def _dry_run(dst: Path, *extra: str):  # type: ignore[no-untyped-def]
     return run_cli_subprocess("upload", dst, "org/name", "--dry-run", *extra, env=OFFLINE)
 
 
+@pytest.mark.slow
 def test_upload_refuses_what_was_never_verified_numerically(source: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out"
     convert(source, dst)  # no --verify
@@ -55,6 +56,7 @@ def test_upload_refuses_what_was_never_verified_numerically(source: Path, tmp_pa
     assert forced.returncode == 0 and json.loads(forced.stdout)["verified"] == "not verified numerically"
 
 
+@pytest.mark.slow
 def test_upload_accepts_a_verification_recorded_on_unchanged_files(source: Path, tmp_path: Path) -> None:
     dst = tmp_path / "out"
     convert(source, dst, verify_output=True)
@@ -70,6 +72,7 @@ def test_upload_accepts_a_verification_recorded_on_unchanged_files(source: Path,
     assert changed.returncode == EXIT_CHECK_FAILED and "config.json" in changed.stderr
 
 
+@pytest.mark.slow
 def test_a_failed_convert_verify_leaves_dst_alone(tmp_path: Path) -> None:
     dst = tmp_path / "out"
     result = run_cli("convert", FIXTURES / "specforge-llama", dst, "--scheme", _strict_scheme(tmp_path), "--verify")
@@ -100,6 +103,7 @@ def test_verify_applies_the_recorded_scheme(tmp_path: Path) -> None:
     assert any("SQNR" in p and "< 99.0" in p for p in data["problems"])
 
 
+@pytest.mark.slow
 def test_verify_of_another_tools_checkpoint_says_whose_thresholds(tmp_path: Path) -> None:
     dst = tmp_path / "out"
     convert(FIXTURES / "specforge-llama", dst)
@@ -118,6 +122,7 @@ scheme = "{scheme}"
 """
 
 
+@pytest.mark.slow
 def test_batch_fails_a_job_whose_verification_fails_on_every_run(tmp_path: Path) -> None:
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(JOBS.format(source=FIXTURES / "specforge-llama", scheme=_strict_scheme(tmp_path)))
@@ -129,6 +134,7 @@ def test_batch_fails_a_job_whose_verification_fails_on_every_run(tmp_path: Path)
         assert not (tmp_path / "out" / "strict").exists()
 
 
+@pytest.mark.slow
 def test_batch_retries_a_destination_whose_recorded_verification_failed(tmp_path: Path) -> None:
     """An output left with a failed verification (by an older eaglequant) is converted again, not skipped."""
     jobs = tmp_path / "jobs.toml"

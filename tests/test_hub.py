@@ -116,6 +116,7 @@ def test_unreachable_hub_is_one_clear_line(tmp_path: Path) -> None:
     assert TOKEN not in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_download_fetches_only_the_files_a_conversion_needs(tmp_path: Path, hub: FakeHub) -> None:
     files = _source_files()
     junk = {"training_state.pt": b"\0" * 4096, "pytorch_model.bin": b"not needed: safetensors wins", "logo.png": b"x"}
@@ -171,6 +172,7 @@ def test_upload_sends_intact_bytes_and_prints_the_commit(converted: Path, tmp_pa
     assert all("base_model_relation" not in m or "base_model" in m for m in hub.validated)
 
 
+@pytest.mark.slow
 def test_upload_commit_message_and_branch(converted: Path, tmp_path: Path, hub: FakeHub) -> None:
     dst = _copy(converted, tmp_path)
     proc = run_cli_subprocess(
@@ -184,6 +186,7 @@ def test_upload_commit_message_and_branch(converted: Path, tmp_path: Path, hub: 
     assert hub.repos["org/branchy"].branches["main"] == []
 
 
+@pytest.mark.slow
 def test_upload_refuses_a_dst_that_fails_verify(converted: Path, tmp_path: Path, hub: FakeHub) -> None:
     dst = _copy(converted, tmp_path)
     weights = dst / "model.safetensors"
@@ -203,6 +206,7 @@ def test_upload_refuses_a_dst_that_fails_verify(converted: Path, tmp_path: Path,
     assert hub.files("org/broken")["model.safetensors"] == bytes(data)
 
 
+@pytest.mark.slow
 def test_upload_dry_run_lists_and_sends_nothing(converted: Path, tmp_path: Path, hub: FakeHub) -> None:
     dst = _copy(converted, tmp_path)
     (dst / ".cache" / "huggingface").mkdir(parents=True)
@@ -231,6 +235,7 @@ def test_upload_dry_run_with_force_does_not_say_it_sent(converted: Path, tmp_pat
     assert " sent it anyway" not in proc.stderr and "uploaded anyway" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_failed_upload_leaves_dst_as_it_was_and_never_suggests_offline(converted: Path, tmp_path: Path) -> None:
     dst = _copy(converted, tmp_path)
     before = {p.name: p.read_bytes() for p in dst.iterdir() if p.is_file()}

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import save_file
 
@@ -77,6 +78,7 @@ print(json.dumps({"baseline": baseline, "peak": status("VmHWM:")}))
 """
 
 
+@pytest.mark.slow
 def test_peak_rss_does_not_grow_with_the_checkpoint(tmp_path: Path) -> None:
     total, largest = _big_head(tmp_path / "src")
     proc = subprocess.run(

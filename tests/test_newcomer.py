@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -162,6 +163,7 @@ def test_load_with_names_where_it_looked(converted: Path, tmp_path: Path) -> Non
 # -- item 5: --engine all means every engine in convert and inspect too ----------------------------------------
 
 
+@pytest.mark.slow
 def test_engine_all_in_convert_and_inspect_is_every_engine(tmp_path: Path) -> None:
     from eaglequant.engines import ENGINES
 
@@ -188,6 +190,7 @@ def test_engine_all_in_convert_and_inspect_is_every_engine(tmp_path: Path) -> No
 # -- item 1: explain --engine all says what it judged -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_engine_all_lists_every_engine_and_judges_those_that_load_it(converted: Path) -> None:
     """Quark: TensorRT-LLM cannot read it. ``--engine all`` lists it (not judged, said so in the verdict line and
     the JSON); ``--engine trtllm`` requires it (exit 3), in explain and verify alike."""
@@ -208,6 +211,7 @@ def test_engine_all_lists_every_engine_and_judges_those_that_load_it(converted: 
 # -- item 11: the recorded source is gone: verify names the path it looked for ----------------------------------
 
 
+@pytest.mark.slow
 def test_verify_names_the_recorded_source_that_is_gone(tmp_path: Path) -> None:
     shutil.copytree(FIXTURES / "specforge-llama", tmp_path / "src")
     assert run_cli_subprocess("convert", tmp_path / "src", tmp_path / "dst").returncode == 0
@@ -308,6 +312,7 @@ def test_help_at_80_columns_reads_as_a_user_types(command: list[str]) -> None:
 # -- item 12: noise and polish ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_readme_python_snippet_runs_twice(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     snippet = readme.split("The same from Python:\n\n```python\n", 1)[1].split("```", 1)[0]
@@ -324,6 +329,7 @@ def test_the_readme_python_snippet_runs_twice(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_verify_and_upload_say_it_once_and_in_step(converted: Path) -> None:
     shown = _cli("verify", converted, "--tokens", "16", env={"COLUMNS": "300"})
     assert shown.exit_code == 0, shown.stderr
@@ -360,3 +366,124 @@ def test_a_scheme_file_missing_a_key_says_what_to_do(tmp_path: Path) -> None:
         _cli("inspect", FIXTURES / "specforge-llama", "--scheme", custom),
         ("missing key 'name'", "; add it", "eaglequant schemes --show"),
     )
+
+
+# -- item 3: a listed pair on the bundled fixture says why it needs the layer count and what N is -------------------
+
+
+def test_native_fp8_on_the_fixture_says_what_is_kept_why_and_what_n_is(tmp_path: Path) -> None:
+    """The fixture's k_proj has 64 rows, so block FP8 keeps q/k/v unquantized on its own; vLLM reads a native fp8
+    config's exclusions by exact name, and the draft's layer is numbered after the target's: the line says all that
+    in the checkpoint's names, and where N comes from; the target's config.json then does it."""
+    src, dst = FIXTURES / "specforge-llama", tmp_path / "x"
+    line = assert_refused(
+        _cli("convert", src, dst, "--scheme", "fp8-block", "--format", "fp8"),
+        (
+            "midlayer.self_attn.q_proj, midlayer.self_attn.k_proj, midlayer.self_attn.v_proj",
+            "midlayer.self_attn.k_proj: out-features 64 is not a multiple of 128",
+            "are kept unquantized",
+            "by exact name",
+            "model.layers.{L}.self_attn.qkv_proj",
+            "--target-layers N",
+            "num_hidden_layers (in its config.json",
+            "--target-config",
+        ),
+    )
+    assert not re.search(r"(?<![.\w])layers\.0\.", line), line  # no canonical names the checkpoint does not have
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"num_hidden_layers": 32}))
+    done = _cli("convert", src, dst, "--scheme", "fp8-block", "--format", "fp8", "--target-config", target)
+    assert done.exit_code == 0, done.stderr
+    rules = json.loads((dst / "config.json").read_text())["quantization_config"]["modules_to_not_convert"]
+    assert "model.layers.32.self_attn.qkv_proj" in rules
+
+
+def test_schemes_marks_the_pairs_that_need_the_layer_count() -> None:
+    rows = json.loads(_cli("schemes", "--json").stdout)
+    marked = [
+        (row["name"], fmt["format"], engine)
+        for row in rows
+        for fmt in row["formats"]
+        for engine, cell in fmt["engines"].items()
+        if cell and cell["needs_target_layers"]
+    ]
+    assert marked == [("fp8-block", "fp8", "vllm")]
+    for columns in ("80", "200"):
+        shown = _cli("schemes", env={"COLUMNS": columns}).stdout
+        assert "yes* +L" in shown and "+L: keeping a decoder linear unquantized" in shown, shown
+
+
+# -- item 10: one naming scheme, the checkpoint's, with the engines' runtime name beside it -------------------------
+
+
+def test_kept_linears_are_named_as_the_checkpoint_names_them(tmp_path: Path) -> None:
+    shown = _cli(
+        "convert",
+        FIXTURES / "specforge-llama",
+        tmp_path / "y",
+        "--scheme",
+        "fp8-block",
+        "--format",
+        "compressed-tensors",
+        env={"COLUMNS": "400"},
+    )
+    assert shown.exit_code == 0, shown.stderr
+    canonical = re.compile(r"(?<![.\w])layers\.0\.")  # the checkpoint has only midlayer.* names
+    assert not canonical.search(shown.stdout + shown.stderr), shown.stdout + shown.stderr
+    note = next(line for line in shown.stderr.splitlines() if line.startswith("note: kept "))
+    assert note.startswith(
+        "note: kept midlayer.self_attn.q_proj, midlayer.self_attn.k_proj, midlayer.self_attn.v_proj unquantized "
+        "(one module at run time: vLLM's model.layers.{L}.self_attn.qkv_proj): midlayer.self_attn.k_proj's "
+        "out-features 64 is not a multiple of 128"
+    ), note
+    assert (
+        "kept midlayer.self_attn.q_proj.weight: fused with midlayer.self_attn.k_proj: out-features 64" in shown.stdout
+    )
+
+
+# -- item 6: README command (a) shows what the README says it shows ------------------------------------------------
+
+
+@pytest.mark.slow
+def test_readme_command_a_shows_vllm_and_sglang_as_its_words_say(tmp_path: Path) -> None:
+    from tests.test_readme import _readme_commands
+
+    words = " ".join((ROOT / "README.md").read_text().split("## What it does", 1)[0].split())
+    assert (
+        "`explain --engine all` then reads the written checkpoint back as each engine will: for vLLM and SGLang"
+        in words
+    )
+    assert "TensorRT-LLM (1.2.x and main) is listed as not loading it" in words
+    (tmp_path / "fixtures").symlink_to(FIXTURES, target_is_directory=True)
+    steps = [step.strip() for step in _readme_commands()[0].split("&&")]
+    assert steps[0] == "bash scripts/setup.sh"
+    shown = None
+    for step in steps[1:]:
+        args = shlex.split(step)
+        assert args[0] == ".venv/bin/eaglequant", step
+        shown = _cli(*args[1:], cwd=tmp_path, env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, (step, shown.stderr)
+    assert shown is not None and shlex.split(steps[-1])[1] == "explain"
+    for title in ("vLLM 0.32.0", "SGLang 0.5.23"):  # each engine's table, as the README promises
+        assert f"{title}\n" in shown.stdout, shown.stdout
+    assert "TensorRT-LLM does not load this checkpoint" in shown.stdout
+
+
+# -- item 13: a documented fast subset, selected by the markers pyproject.toml registers ----------------------------
+
+
+def test_the_fast_subset_is_documented_with_registered_markers() -> None:
+    readme = (ROOT / "README.md").read_text()
+    development = readme.split("## Development", 1)[1]
+    command = re.search(r"```bash\n(.*pytest.*)\n```", development)
+    assert command, "README's Development section shows the fast subset's command"
+    assert command.group(1) in (ROOT / "docs" / "design.md").read_text()
+    expression = re.search(r'-m "([^"]+)"', command.group(1))
+    assert expression and expression.group(1) == "not slow and not engine and not vendor"
+    registered = (ROOT / "pyproject.toml").read_text().split("markers = [", 1)[1].split("]", 1)[0]
+    for marker in ("slow", "engine", "vendor"):
+        assert f'"{marker}: ' in registered
+    from tests.test_readme import _readme_commands
+
+    assert _readme_commands()[1] == "bash scripts/setup.sh --test && .venv/bin/python -m pytest -q"  # (b): everything

@@ -56,6 +56,7 @@ def leftovers(dst: Path) -> list[str]:
     return sorted(p.name for p in dst.parent.iterdir() if p.name != dst.name)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_moments_leaves_dst_absent_or_complete(medium_head: Path, tmp_path: Path) -> None:
     from eaglequant import api
 
@@ -145,7 +146,11 @@ def test_write_failure_leaves_nothing_and_says_what_failed(medium_head: Path, tm
     [
         ("specforge-llama", ("--scheme", "nvfp4", "--format", "modelopt")),
         ("sharded-split", ("--scheme", "mxfp4", "--max-shard-size", "40KB")),
-        ("torchspec-mla", ("--scheme", "fp8-per-channel", "--format", "compressed-tensors", "--verify")),
+        pytest.param(
+            "torchspec-mla",
+            ("--scheme", "fp8-per-channel", "--format", "compressed-tensors", "--verify"),
+            marks=pytest.mark.slow,
+        ),
     ],
 )
 def test_output_is_byte_identical_across_runs_and_worker_counts(

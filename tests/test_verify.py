@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -17,17 +18,32 @@ from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli, run_cli_subprocess
 SCHEMES = [("fp8-per-channel", "quark"), ("nvfp4", "compressed-tensors"), ("mxfp4", "quark")]
 
 
+class Verified:
+    """``convert --verify`` of (fixture, scheme), each made on first use: the damage tests need a few, and only the
+    sweep over every fixture needs them all."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.results: dict[tuple[str, str], Any] = {}
+
+    def __getitem__(self, key: tuple[str, str]) -> Any:
+        if key not in self.results:
+            fixture, scheme = key
+            fmt = dict(SCHEMES)[scheme]
+            dst = self.out / f"{fixture}-{scheme}"
+            self.results[key] = convert(FIXTURES / fixture, dst, scheme=scheme, format=fmt, verify_output=True)
+        return self.results[key]
+
+    def items(self) -> list[tuple[tuple[str, str], Any]]:
+        return [(key, self[key]) for key in ((f, s) for f in FIXTURE_NAMES for s, _ in SCHEMES)]
+
+
 @pytest.fixture(scope="module")
-def verified(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], object]:
-    out = tmp_path_factory.mktemp("verify")
-    results = {}
-    for fixture in FIXTURE_NAMES:
-        for scheme, fmt in SCHEMES:
-            dst = out / f"{fixture}-{scheme}"
-            results[(fixture, scheme)] = convert(FIXTURES / fixture, dst, scheme=scheme, format=fmt, verify_output=True)
-    return results
+def verified(tmp_path_factory: pytest.TempPathFactory) -> Verified:
+    return Verified(tmp_path_factory.mktemp("verify"))
 
 
+@pytest.mark.slow
 def test_verify_passes_on_every_fixture_conversion(verified) -> None:
     for (fixture, scheme), result in verified.items():
         report = result.verification
@@ -121,6 +137,7 @@ def test_without_source_parity_is_skipped_and_said(verified, tmp_path: Path) -> 
     assert "ok:" not in human.stdout and "upload` refuses it" in human.stdout
 
 
+@pytest.mark.slow
 def test_verify_cli_exit_codes(verified, tmp_path: Path) -> None:
     good = verified[("modelopt-mla", "fp8-per-channel")].destination
     result = run_cli("verify", good, "--json")

@@ -117,7 +117,9 @@ def _copy_problems(report: VerifyReport) -> list[str]:
     return [p for p in report.problems if any(word in p for word in COPY_PROBLEMS)]
 
 
-@pytest.mark.parametrize("key", KEYS, ids=["-".join(k) for k in KEYS])
+@pytest.mark.parametrize(
+    "key", [pytest.param(k, id="-".join(k), marks=() if k == LLAMA_FP8 else pytest.mark.slow) for k in KEYS]
+)
 def test_untouched_conversions_pass_with_every_copy_identical(converted, captured, key) -> None:  # type: ignore[no-untyped-def]
     for inputs in (None, captured[key[0]]):
         report = verify(converted[key], source=FIXTURES / key[0], inputs=inputs)
@@ -147,6 +149,7 @@ def test_shifted_d2t_fails(converted, captured, tmp_path: Path) -> None:
     assert synthetic.fidelity.failed[0].startswith("top-1 agreement")
 
 
+@pytest.mark.slow
 def test_scaled_norm_fails(converted, captured, tmp_path: Path) -> None:
     def scale(tensors: dict[str, torch.Tensor]) -> None:
         tensors["midlayer.hidden_norm.weight"] = tensors["midlayer.hidden_norm.weight"] * 1.5
@@ -156,6 +159,7 @@ def test_scaled_norm_fails(converted, captured, tmp_path: Path) -> None:
     _fails_with(dst, LLAMA_NVFP4, captured, expected + "(max |Δ| ")
 
 
+@pytest.mark.slow
 def test_changed_embedding_rows_fail(converted, captured, tmp_path: Path) -> None:
     def change(tensors: dict[str, torch.Tensor]) -> None:
         tensors["embed_tokens.weight"][10:20] += 0.5
@@ -165,6 +169,7 @@ def test_changed_embedding_rows_fail(converted, captured, tmp_path: Path) -> Non
     _fails_with(dst, MLA, captured, expected)
 
 
+@pytest.mark.slow
 def test_changed_aux_hidden_state_layer_ids_fail(converted, captured, tmp_path: Path) -> None:
     def change(config: dict[str, Any]) -> None:
         config["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 29, 57]
@@ -174,6 +179,7 @@ def test_changed_aux_hidden_state_layer_ids_fail(converted, captured, tmp_path: 
     _fails_with(dst, LLAMA_FP8, captured, expected)
 
 
+@pytest.mark.slow
 def test_speculators_aux_hidden_state_layer_ids_fail(converted, captured, tmp_path: Path) -> None:
     def change(config: dict[str, Any]) -> None:
         config["eagle_aux_hidden_state_layer_ids"] = [1, 29, 57]
@@ -183,12 +189,14 @@ def test_speculators_aux_hidden_state_layer_ids_fail(converted, captured, tmp_pa
     _fails_with(dst, SPECULATORS, captured, expected)
 
 
+@pytest.mark.slow
 def test_changed_rope_theta_fails(converted, captured, tmp_path: Path) -> None:
     dst = _plant(converted, tmp_path, MLA, config=lambda config: config.update(rope_theta=100000.0))
     expected = "config.json rope_theta: 100000.0, but the source's is 50000.0"
     _fails_with(dst, MLA, captured, expected)
 
 
+@pytest.mark.slow
 def test_changed_speculators_rope_theta_fails(converted, captured, tmp_path: Path) -> None:
     def change(config: dict[str, Any]) -> None:
         config["transformer_layer_config"]["rope_theta"] = 10000.0
@@ -198,6 +206,7 @@ def test_changed_speculators_rope_theta_fails(converted, captured, tmp_path: Pat
     _fails_with(dst, SPECULATORS, captured, expected)
 
 
+@pytest.mark.slow
 def test_flipped_t2d_fails_with_the_digests_deleted(converted, captured, tmp_path: Path) -> None:
     def flip(tensors: dict[str, torch.Tensor]) -> None:
         tensors["t2d"] = ~tensors["t2d"]
@@ -206,11 +215,13 @@ def test_flipped_t2d_fails_with_the_digests_deleted(converted, captured, tmp_pat
     _fails_with(dst, LLAMA_FP8, captured, "t2d: 512 of 512 values differ from the source's t2d")
 
 
+@pytest.mark.slow
 def test_a_dropped_copy_fails(converted, captured, tmp_path: Path) -> None:
     dst = _plant(converted, tmp_path, SPECULATORS, lambda tensors: tensors.pop("t2d"))
     _fails_with(dst, SPECULATORS, captured, "t2d: the source's tensor is missing from DST")
 
 
+@pytest.mark.slow
 def test_a_retyped_copy_fails(converted, captured, tmp_path: Path) -> None:
     def widen(tensors: dict[str, torch.Tensor]) -> None:
         tensors["lm_head.weight"] = tensors["lm_head.weight"].to(torch.float32)
@@ -220,6 +231,7 @@ def test_a_retyped_copy_fails(converted, captured, tmp_path: Path) -> None:
     _fails_with(dst, LLAMA_FP8, captured, expected)
 
 
+@pytest.mark.slow
 def test_a_tensor_the_source_lacks_fails(converted, captured, tmp_path: Path) -> None:
     dst = _plant(converted, tmp_path, MLA, lambda tensors: tensors.update({"lm_head.bias": torch.zeros(512)}))
     _fails_with(dst, MLA, captured, "lm_head.bias: the source has no such tensor")
@@ -233,6 +245,7 @@ def test_the_fidelity_run_reads_dst_own_kept_tensors(converted, tmp_path: Path) 
     assert report.fidelity.shift.top1_agreement == 0.0 and any(f.startswith("mean TV") for f in report.fidelity.failed)
 
 
+@pytest.mark.slow
 def test_the_fidelity_run_reads_dst_own_config(converted, tmp_path: Path) -> None:
     clean = verify(converted[MLA], source=FIXTURES / MLA[0])
     dst = _plant(converted, tmp_path, MLA, config=lambda config: config.update(rms_norm_eps=10.0))

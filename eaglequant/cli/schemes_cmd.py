@@ -36,6 +36,12 @@ def schemes_command(
     run_guarded(body)
 
 
+# A cell whose engine matches this format's exclusions by exact name (vLLM reading a native fp8 config).
+NEEDS_L = "+L"
+NEEDS_L_MEANS = (
+    "keeping a decoder linear unquantized (--exclude, or one the scheme cannot store, as on the bundled fixtures) "
+    "needs the target's layer count, --target-layers N"
+)
 SUMMARY_WIDTH = 32  # the narrowest the summary column may get before the table reads better as a list
 
 
@@ -60,6 +66,11 @@ def render(rows: list[dict[str, Any]]) -> None:
     else:
         _render_list(rows, ENGINE_NAMES)
     out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
+    if any(
+        cell and cell["needs_target_layers"] for row in rows for f in row["formats"] for cell in f["engines"].values()
+    ):
+        for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40)):
+            out.print(escape(line))
 
 
 def _render_list(rows: list[dict[str, Any]], engines: tuple[str, ...]) -> None:
@@ -74,6 +85,7 @@ def _render_list(rows: list[dict[str, Any]], engines: tuple[str, ...]) -> None:
 
 
 def _row(scheme):  # type: ignore[no-untyped-def]
+    from eaglequant.engines import get_engine
     from eaglequant.engines.support import ENGINE_NAMES, support
     from eaglequant.formats import FORMATS
 
@@ -86,7 +98,14 @@ def _row(scheme):  # type: ignore[no-untyped-def]
         for engine in ENGINE_NAMES:
             cell = support(scheme.kinds, fmt.name, engine)
             engines[engine] = (
-                None if cell is None else {"loads": cell.loads, "conditional": cell.conditional, "note": cell.note}
+                None
+                if cell is None
+                else {
+                    "loads": cell.loads,
+                    "conditional": cell.conditional,
+                    "note": cell.note,
+                    "needs_target_layers": cell.loads and not get_engine(engine).dialect(fmt.name).any_layer,
+                }
             )
         formats.append({"format": fmt.name, "algorithm": fmt.algorithm(scheme), "engines": engines})
     return {
@@ -103,7 +122,8 @@ def _mark(cell) -> str:  # type: ignore[no-untyped-def]
         return ""
     if not cell["loads"]:
         return "[red]no[/]"
-    return "[yellow]yes*[/]" if cell["conditional"] else "[green]yes[/]"
+    mark = "[yellow]yes*[/]" if cell["conditional"] else "[green]yes[/]"
+    return f"{mark} {NEEDS_L}" if cell["needs_target_layers"] else mark
 
 
 def register(app: typer.Typer) -> None:

@@ -54,6 +54,26 @@ class Dialect:
 
     match: Callable[[str, list[str]], str | None]
     write: Callable[[str, bool], tuple[str, ...]]
+    # False where ``write`` cannot honour ``any_layer`` for a decoder module (the engine matches exact names, which
+    # carry the target's layer count): it raises :class:`LayerCountNeeded` instead.
+    any_layer: bool = True
+
+
+# What N is and where to read it (docs/cli.md#the-targets-layer-count).
+TARGET_LAYERS_HINT = (
+    "pass --target-layers N, N being the target model's num_hidden_layers (in its config.json; text_config's for a "
+    "multimodal target), or --target-config with that config.json or its directory"
+)
+
+
+class LayerCountNeeded(InputError):
+    """A dialect cannot write a rule excluding a decoder module without the target's layer count. ``why``: the
+    engine's matching, in words; the plan rewrites it into one message naming what is kept, why, and what N is."""
+
+    def __init__(self, why: str, runtime_name: str) -> None:
+        self.why = why
+        self.runtime_name = runtime_name
+        super().__init__(f"{why}, so excluding {runtime_name} needs the target's layer count", hint=TARGET_LAYERS_HINT)
 
 
 def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:

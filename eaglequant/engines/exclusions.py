@@ -8,9 +8,10 @@ the proof is run for several layer counts, so the rules hold whatever the target
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eaglequant.engines.base import Engine, RuntimeModule
+from eaglequant.engines.base import TARGET_LAYERS_HINT, Engine, LayerCountNeeded, RuntimeModule
 from eaglequant.errors import ExclusionProofError, InputError
 from eaglequant.layouts.head import HeadDescription
 
@@ -50,29 +51,112 @@ def engine_requirements(
 
 
 def synthesize_patterns(
-    head: HeadDescription, excluded: set[str], engines: list[Engine], format_name: str, target_layers: int | None
+    head: HeadDescription,
+    excluded: Mapping[str, str],
+    engines: list[Engine],
+    format_name: str,
+    target_layers: int | None,
 ) -> list[str]:
     """Patterns (in each engine's syntax for ``format_name``), one per runtime spelling of every module
-    whose members are all excluded."""
+    whose members are all excluded (``excluded``: canonical linear -> why it is kept unquantized)."""
     patterns: list[str] = []
     counts = layer_counts(target_layers)
+    chosen = set(excluded)
     for engine in engines:
         for count in counts:
             modules = engine.runtime_modules(head, count)
-            _refuse_shared_names(engine, modules, excluded)
+            _refuse_shared_names(head, engine, modules, chosen)
+            if target_layers is None:
+                _refuse_unwritable(head, engine, format_name, modules, excluded, count)
             for module in modules:
-                if not set(module.members) <= excluded:
+                if not set(module.members) <= chosen:
                     continue
                 for name in module.names:
                     for pattern in engine.write_patterns(format_name, name, any_layer=target_layers is None):
                         if target_layers is None:
-                            _refuse_layer_dependent(engine, format_name, pattern, modules, excluded, name, count)
+                            _refuse_layer_dependent(head, engine, format_name, pattern, modules, chosen, name, count)
                         if pattern not in patterns:
                             patterns.append(pattern)
     return patterns
 
 
-def _refuse_shared_names(engine: Engine, modules: list[RuntimeModule], excluded: set[str]) -> None:
+FUSED_WITH = "fused with "  # how a fused member's reason starts when another member cannot be stored
+
+
+def fused_reason(head: HeadDescription, cause: str, problem: str) -> str:
+    """Why a fused member is kept because ``cause``, a member of its group, cannot be stored."""
+    return f"{FUSED_WITH}{head.linear(cause).checkpoint_module}: {problem}"
+
+
+def checkpoint_names(head: HeadDescription, members: Iterable[str]) -> str:
+    """Canonical linears as the checkpoint names them (``midlayer.self_attn.q_proj``): what users read and write."""
+    return ", ".join(head.linear(m).checkpoint_module for m in members)
+
+
+def why_kept(head: HeadDescription, members: tuple[str, ...], excluded: Mapping[str, str]) -> str:
+    """Why ``members`` (one runtime module) are kept unquantized, each reason once, naming the linear it is about
+    where they differ (a fused group's members kept for one member's shape say it once)."""
+    said: dict[str, list[str]] = {}
+    for member in members:
+        reason = excluded.get(member, "")
+        if not reason.startswith(FUSED_WITH):
+            said.setdefault(reason, []).append(member)
+    if len(said) == 1 and len(next(iter(said.values()))) == len(members):
+        return next(iter(said))
+    if not said:
+        return excluded.get(members[0], "")
+    return "; ".join(f"{checkpoint_names(head, names)}: {reason}" for reason, names in said.items())
+
+
+def runtime_spellings(
+    head: HeadDescription, members: tuple[str, ...], engines: list[Engine], target_layers: int | None
+) -> str:
+    """How each engine names the one module that computes ``members`` at run time (``vLLM's
+    model.layers.{L}.self_attn.qkv_proj, SGLang's model.qkv_proj``); empty when no engine fuses them."""
+    count = target_layers if target_layers is not None else SAMPLE_TARGET_LAYERS[-1]
+    spelled = []
+    for engine in engines:
+        for module in engine.runtime_modules(head, count):
+            if set(module.members) == set(members) and len(members) > 1:
+                name = module.names[0] if target_layers is not None else symbolic_name(module.names[0], count)
+                spelled.append(f"{engine.title}'s {name}")
+    return ", ".join(spelled)
+
+
+def _refuse_unwritable(
+    head: HeadDescription,
+    engine: Engine,
+    format_name: str,
+    modules: list[RuntimeModule],
+    excluded: Mapping[str, str],
+    count: int,
+) -> None:
+    """An engine that matches exact names (vLLM reading a native fp8 config) can exclude a decoder module only with
+    the target's layer count: say what is kept and why, how the engine names it, and what N is."""
+    if engine.dialect(format_name).any_layer:
+        return
+    blocked: list[tuple[RuntimeModule, LayerCountNeeded]] = []
+    for module in modules:
+        if set(module.members) <= set(excluded):
+            try:
+                for name in module.names:
+                    engine.write_patterns(format_name, name, any_layer=True)
+            except LayerCountNeeded as exc:
+                blocked.append((module, exc))
+    if not blocked:
+        return
+    kept = "; ".join(f"{checkpoint_names(head, m.members)} ({why_kept(head, m.members, excluded)})" for m, _ in blocked)
+    names = ", ".join(symbolic_name(m.names[0], count) for m, _ in blocked)
+    raise InputError(
+        f"{kept} {'is' if len(blocked) == 1 and len(blocked[0][0].members) == 1 else 'are'} kept unquantized; "
+        f"{blocked[0][1].why}, so the rule must name {names}, L being the target's layer count",
+        hint=TARGET_LAYERS_HINT,
+    )
+
+
+def _refuse_shared_names(
+    head: HeadDescription, engine: Engine, modules: list[RuntimeModule], excluded: set[str]
+) -> None:
     """An engine that names several draft layers alike (SGLang) can only exclude all of them or none."""
     seen: dict[str, RuntimeModule] = {}
     for module in modules:
@@ -81,13 +165,15 @@ def _refuse_shared_names(engine: Engine, modules: list[RuntimeModule], excluded:
             if (set(other.members) <= excluded) != (set(module.members) <= excluded):
                 kept, quantized = (other, module) if set(other.members) <= excluded else (module, other)
                 raise InputError(
-                    f"{engine.title} names {', '.join(kept.members)} and {', '.join(quantized.members)} alike "
-                    f"({name}), so it cannot keep the first unquantized and quantize the second",
+                    f"{engine.title} names {checkpoint_names(head, kept.members)} and "
+                    f"{checkpoint_names(head, quantized.members)} alike ({name}), so it cannot keep the first "
+                    "unquantized and quantize the second",
                     hint="exclude the same modules in every draft layer, or do not target this engine",
                 )
 
 
 def _refuse_layer_dependent(
+    head: HeadDescription,
     engine: Engine,
     format_name: str,
     pattern: str,
@@ -101,11 +187,13 @@ def _refuse_layer_dependent(
         if set(other.members) <= excluded:
             continue
         if any(engine.matching_rule(format_name, n, [pattern]) for n in other.names):
-            shown = symbolic_name(name, count)
+            module = next(m for m in modules if name in m.names)
             raise InputError(
-                f"excluding {shown} but not {symbolic_name(other.names[0], count)} can only be written for "
-                f"{engine.title} with the target's layer count (the draft's layers are numbered after the target's)",
-                hint="pass --target-layers N",
+                f"keeping {checkpoint_names(head, module.members)} unquantized but quantizing "
+                f"{checkpoint_names(head, other.members)} can only be written for {engine.title} with the target's "
+                f"layer count L: it names them {symbolic_name(name, count)} and "
+                f"{symbolic_name(other.names[0], count)} (the draft's layers are numbered after the target's)",
+                hint=TARGET_LAYERS_HINT,
             )
 
 
@@ -132,14 +220,14 @@ def prove(
                     raise InputError(
                         f"{engine.title} cannot load {symbolic_name(module.names[0], count)} unquantized under this "
                         f"scheme ({needed}), but it is kept unquantized for "
-                        f"{', '.join(sorted(set(module.members) - quantized))}",
+                        f"{checkpoint_names(head, sorted(set(module.members) - quantized))}",
                         hint="drop the --exclude that keeps it, or target the engines that need it kept in separate "
                         "conversions",
                     )
                 if reason is not None and set(module.members) & quantized:
                     raise ExclusionProofError(
                         f"{engine.title} runs {module.names[0]} unquantized ({reason}) but the plan quantizes "
-                        f"{', '.join(sorted(set(module.members) & quantized))}",
+                        f"{checkpoint_names(head, sorted(set(module.members) & quantized))}",
                         hint="report this as a bug in eaglequant",
                     )
                 intended = reason is None and set(module.members) <= quantized

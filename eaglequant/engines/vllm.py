@@ -38,8 +38,14 @@ import json
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
-from eaglequant.errors import InputError
+from eaglequant.engines.base import (
+    Dialect,
+    Engine,
+    LayerCountNeeded,
+    RuntimeModule,
+    ServingSnippet,
+    exact_or_regex_rule,
+)
 from eaglequant.formats import get_format
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -91,11 +97,10 @@ def _exact_rule(runtime_name: str, patterns: list[str]) -> str | None:
 
 def _write_exact(runtime_name: str, any_layer: bool) -> tuple[str, ...]:
     if any_layer and _LAYER_NUMBER.search(runtime_name):
-        raise InputError(
-            f"vLLM matches a native fp8 config's exclusions by exact name, so excluding "
-            f"{_LAYER_NUMBER.sub('{L}', runtime_name)} needs the target's layer count (the draft's layers are "
-            "numbered after the target's)",
-            hint="pass --target-layers N",
+        raise LayerCountNeeded(
+            "vLLM matches a native fp8 config's exclusions by exact name only, and numbers the draft's layers after "
+            "the target's",
+            _LAYER_NUMBER.sub("{L}", runtime_name),
         )
     return (runtime_name,)
 
@@ -151,7 +156,7 @@ class VllmEngine(Engine):
             "exact-or-regex": Dialect(exact_or_regex_rule, _write_regex),
             "wildcard": Dialect(_modelopt_rule, _write_wildcard),
             # Fp8Config: quant_utils.is_layer_skipped, match_mode "exact", an empty fused mapping for drafts.
-            "fp8-native": Dialect(_exact_rule, _write_exact),
+            "fp8-native": Dialect(_exact_rule, _write_exact, any_layer=False),
         }
 
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
