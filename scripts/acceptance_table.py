@@ -95,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _lossless(record: dict) -> str:
+    ties = f" + {record['near_ties']} near-tie" if record.get("near_ties") else ""
+    return f"{record['equal']}/{record['prompts']}{ties}"
+
+
 def _interval(figure: dict[str, float], signed: bool = False) -> str:
     f = "+.3f" if signed else ".3f"
     return f"{figure['value']:{f}} [{figure['low']:{f}}, {figure['high']:{f}}]"
@@ -110,7 +115,7 @@ def table(drafts: list[tuple[str, Path]], predicted: dict[str, dict], measured: 
     src_prediction = next(iter(predicted.values())).get("acceptance") or {}
     row = ["source (BF16)", _interval(src_prediction["source"]["acceptance_length"]) if src_prediction else "", "", ""]
     row += [_interval(source[m]["acceptance_length"]) for m in modes] + [""] * len(modes)
-    row.append(f"{src_lossless['equal']}/{src_lossless['prompts']}")
+    row.append(_lossless(src_lossless))
     lines.append("| " + " | ".join(row) + " |")
     for (label, _), result in zip(drafts, measured["quantized"], strict=True):
         p = predicted[label].get("acceptance") or {}
@@ -122,7 +127,7 @@ def table(drafts: list[tuple[str, Path]], predicted: dict[str, dict], measured: 
         ]
         row += [_interval(result["modes"][m]["acceptance_length"]) for m in modes]
         row += [_interval(result["modes"][m]["difference"], signed=True) for m in modes]
-        row.append(f"{result['lossless']['equal']}/{result['lossless']['prompts']}")
+        row.append(_lossless(result["lossless"]))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
