@@ -137,3 +137,27 @@ def _first_token(pair: Path) -> int:
     import json
 
     return int(json.loads((pair / "target" / "config.json").read_text())["bos_token_id"])
+
+
+def test_the_same_head_in_the_speculators_layout_predicts_the_same(captured: Path, tmp_path: Path) -> None:
+    """The trained head rewritten in the vLLM speculators layout (``layers.0.``, dims under
+    ``transformer_layer_config``) is read as the same draft: the same chained arg-maxes, so the same prediction."""
+    import importlib.util
+    import sys
+
+    from eaglequant.acceptance.predict import load_captured, predict_pair
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.layouts.detect import describe_head
+
+    spec = importlib.util.spec_from_file_location("train_pair", PAIR.parent / "trained_pair" / "train.py")
+    assert spec is not None and spec.loader is not None
+    train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train
+    spec.loader.exec_module(train)
+    speculators = tmp_path / "speculators"
+    train.write_speculators_layout(PAIR / "draft", speculators)
+    with Checkpoint.open(PAIR / "draft") as a, Checkpoint.open(speculators) as b:
+        assert describe_head(b).layout.startswith("speculators")
+        prediction = predict_pair(a, b, load_captured(captured), 3, 0.0, "captured")
+    assert prediction.source.length() == prediction.quantized.length()
+    assert prediction.difference.value == 0.0

@@ -270,7 +270,7 @@ def test_verify_load_with_vllm_on_the_bundled_fixture(tmp_path: Path) -> None:
     assert all(m["values_equal"] for m in load["modules"])
     assert any(m["gemm_relative_error"] is not None for m in load["modules"] if m["quantized"])
     human = run_cli_subprocess("verify", dst, "--load-with", "vllm", "--engine-python", python)
-    assert human.returncode == 0 and "vllm 0.32.0 loading" in human.stdout and "patched for CPU" in human.stdout
+    assert human.returncode == 0 and "vLLM 0.32.0 loading" in human.stdout and "patched for CPU" in human.stdout
 
 
 @pytest.mark.engine

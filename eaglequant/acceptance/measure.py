@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +99,7 @@ def _max_positions(target: Path) -> int | None:
 
 def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label: str) -> EngineRun:
     """Serve ``settings.target`` with ``draft`` (None: alone) in one process of ``interpreter``."""
-    from eaglequant.engine_load import PROBE_DIR, PROBE_PACKAGE, _probe_environment
+    from eaglequant.engine_load import probe_workdir, run_probe_module
 
     modes = settings.modes if draft is not None else (GREEDY,)
     longest = max(len(p) for p in settings.prompts)  # characters: a bound on tokens for any tokenizer
@@ -117,19 +116,11 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         "dtype": settings.dtype,
         "seed": settings.seed,
     }
-    with tempfile.TemporaryDirectory(prefix="eaglequant-accept-") as tmp:
-        job_file, out_file = Path(tmp) / "job.json", Path(tmp) / "out.json"
+    with probe_workdir() as tmp:
+        job_file, out_file = tmp / "job.json", tmp / "out.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
-        (Path(tmp) / PROBE_PACKAGE).symlink_to(PROBE_DIR, target_is_directory=True)
         try:
-            done = subprocess.run(
-                [str(interpreter), "-m", f"{PROBE_PACKAGE}.vllm_accept", str(job_file), str(out_file)],
-                capture_output=True,
-                text=True,
-                timeout=RUN_TIMEOUT_S,
-                cwd=tmp,
-                env=_probe_environment(tmp),
-            )
+            done = run_probe_module(interpreter, "vllm_accept", [job_file, out_file], tmp, RUN_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise AcceptanceRunError(f"vLLM with {label}: no result in {RUN_TIMEOUT_S} s") from None
         if not out_file.is_file():
@@ -205,7 +196,7 @@ class DraftResult:
         }
 
 
-def _interval(value: Interval | None) -> dict[str, float] | None:
+def _interval(value: Interval | None) -> dict[str, float | None] | None:
     return None if value is None or math.isnan(value.value) else value.to_json()
 
 

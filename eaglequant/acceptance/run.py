@@ -60,6 +60,10 @@ def accept(
         raise InputError("--k and --max-tokens must be at least 1", hint="e.g. --k 3 --max-tokens 96")
     target_path = _model_dir(target, "--target")
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
+    if len(prompt_list) < 2:
+        raise InputError(
+            f"--prompts: {len(prompt_list)} prompt; the intervals are over prompts", hint="give at least 2 prompts"
+        )
     interpreter = find_engine_python(engine, engine_python)
     destinations = [Path(d) for d in dsts]
     source_path = _model_dir(source, "--source") if source is not None else _recorded_source(destinations)

@@ -67,8 +67,12 @@ class Interval:
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
-    def to_json(self) -> dict[str, float]:
-        return {"value": round(self.value, 5), "low": round(self.low, 5), "high": round(self.high, 5)}
+    def to_json(self) -> dict[str, float | None]:
+        """Bounds that are not finite (one prompt has no spread to estimate) are null, which JSON can hold."""
+        return {
+            key: round(v, 5) if math.isfinite(v) else None
+            for key, v in (("value", self.value), ("low", self.low), ("high", self.high))
+        }
 
 
 def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: float = 0.0) -> Interval:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
+from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
 from eaglequant.errors import EXIT_CHECK_FAILED
@@ -32,19 +33,8 @@ def accept_command(
             show_default=False,
         ),
     ] = None,
-    prompts: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--prompts",
-            help='A .jsonl of {"prompt": ...} or a text file, one prompt a line '
-            "(default: the trained pair's held-out prompts).",
-            show_default=False,
-        ),
-    ] = None,
-    max_prompts: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--max-prompts", min=2, help="Use only the first N prompts.", show_default=False),
-    ] = None,
+    prompts: PromptsOpt = None,
+    max_prompts: MaxPromptsOpt = None,
     k: Annotated[int, typer.Option("--k", min=1, help="Speculative tokens per draft.")] = 3,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Tokens generated per prompt.")] = 96,
     temperature: Annotated[

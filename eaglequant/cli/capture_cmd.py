@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
+from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import out, result
 from eaglequant.errors import InputError
 
@@ -37,19 +38,8 @@ def capture_command(
             show_default=False,
         ),
     ] = None,
-    prompts: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--prompts",
-            help='A .jsonl of {"prompt": ...} or a text file, one prompt a line '
-            "(default: the trained pair's held-out prompts).",
-            show_default=False,
-        ),
-    ] = None,
-    max_prompts: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option("--max-prompts", min=1, help="Use only the first N prompts.", show_default=False),
-    ] = None,
+    prompts: PromptsOpt = None,
+    max_prompts: MaxPromptsOpt = None,
     max_tokens: Annotated[int, typer.Option("--max-tokens", min=4, help="Tokens the target generates a prompt.")] = 96,
     top_k: Annotated[int, typer.Option("--top-k", min=1, help="Target probabilities kept per position.")] = 8,
 ) -> None:

@@ -94,3 +94,18 @@ SourceOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+PromptsOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--prompts",
+        help='A .jsonl of {"prompt": ...} or a text file, one prompt a line (default: the trained pair\'s held-out '
+        "prompts).",
+        show_default=False,
+    ),
+]
+MaxPromptsOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option("--max-prompts", min=1, help="Use only the first N prompts.", show_default=False),
+]

@@ -23,7 +23,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -139,23 +140,37 @@ class ProbeRun:
     results: tuple[dict[str, Any], ...]  # one per job, in order
 
 
+@contextmanager
+def probe_workdir() -> Iterator[Path]:
+    """A temporary directory holding the probes package (a link), the probe's working directory."""
+    with tempfile.TemporaryDirectory(prefix="eaglequant-probe-") as tmp:
+        (Path(tmp) / PROBE_PACKAGE).symlink_to(PROBE_DIR, target_is_directory=True)
+        yield Path(tmp)
+
+
+def run_probe_module(
+    interpreter: Path, module: str, args: Sequence[str | Path], workdir: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``python -m <probes>.<module> ARGS`` in the engine's interpreter, from ``workdir`` (:func:`probe_workdir`)."""
+    return subprocess.run(
+        [str(interpreter), "-m", f"{PROBE_PACKAGE}.{module}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=workdir,
+        env=_probe_environment(str(workdir)),
+    )
+
+
 def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = None) -> ProbeRun:
     """Load every job's checkpoint with ``engine``'s own code, in one process of its interpreter."""
     probe = get_probe(engine)
     interpreter = engine_python(engine, python)
-    with tempfile.TemporaryDirectory(prefix="eaglequant-load-") as tmp:
-        jobs_file = Path(tmp) / "jobs.json"
+    with probe_workdir() as tmp:
+        jobs_file = tmp / "jobs.json"
         jobs_file.write_text(json.dumps({"jobs": [job.to_json() for job in jobs]}), encoding="utf-8")
-        (Path(tmp) / PROBE_PACKAGE).symlink_to(PROBE_DIR, target_is_directory=True)
         try:
-            done = subprocess.run(
-                [str(interpreter), "-m", f"{PROBE_PACKAGE}.{probe.script}", str(jobs_file)],
-                capture_output=True,
-                text=True,
-                timeout=PROBE_TIMEOUT_S,
-                cwd=tmp,
-                env=_probe_environment(tmp),
-            )
+            done = run_probe_module(interpreter, probe.script, [jobs_file], tmp, PROBE_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
     try:
