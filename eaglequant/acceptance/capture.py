@@ -88,7 +88,9 @@ def capture(
     try:
         import transformers
     except ImportError:
-        raise InputError("capture needs transformers to run the target", hint="pip install transformers") from None
+        raise InputError(
+            "capture needs transformers to run the target", hint="pip install 'eaglequant[capture]' (or transformers)"
+        ) from None
     import torch
 
     from eaglequant.acceptance.prompts import read_prompts
