@@ -68,9 +68,11 @@ def plant(dst: Path, name: str) -> str:
     """Apply fault ``name`` to the checkpoint in ``dst``; returns what it did."""
     from safetensors.torch import load_file, save_file
 
+    from eaglequant.acceptance.predict import tensor_names
+
     fault = FAULTS[name]
     for tensor in fault.tensors:
-        path = next((f for f in sorted(dst.glob("*.safetensors")) if tensor in _names(f)), None)
+        path = next((f for f in sorted(dst.glob("*.safetensors")) if tensor in tensor_names(f)), None)
         if path is None:
             raise KeyError(f"{dst}: no tensor {tensor}")
         tensors = load_file(str(path))
@@ -82,10 +84,3 @@ def plant(dst: Path, name: str) -> str:
         report["files"] = {n: hashlib.sha256((dst / n).read_bytes()).hexdigest() for n in report.get("files", {})}
         report_path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return fault.what
-
-
-def _names(path: Path) -> set[str]:
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as handle:
-        return set(handle.keys())

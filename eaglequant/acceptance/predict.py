@@ -56,9 +56,14 @@ def load_captured(path: Path, option: str = "--inputs") -> list[CapturedSequence
     count, length = ids.shape[:2]
     lengths = tensors.get("lengths", torch.full((count,), length)).tolist()
     starts = tensors.get("continuation_start", torch.zeros(count, dtype=torch.int64)).tolist()
+    limits = tensors.get("max_new_tokens", torch.full((count,), -1)).tolist()  # -1: not limited (trainer files)
     return [
         CapturedSequence(
-            hidden[i, : lengths[i]], ids[i, : lengths[i]].long(), top[i, : lengths[i], 0].long(), starts[i]
+            hidden[i, : lengths[i]],
+            ids[i, : lengths[i]].long(),
+            top[i, : lengths[i], 0].long(),
+            starts[i],
+            None if limits[i] < 0 else limits[i],
         )
         for i in range(count)
     ]
