@@ -112,6 +112,17 @@ class Explanation:
     def ok(self) -> bool:
         return not self.all_problems
 
+    @property
+    def quantized_members(self) -> set[str]:
+        """Checkpoint modules the explained engines run quantized (what the plan quantized)."""
+        return {
+            member
+            for e in self.engines
+            for module in e.modules
+            if module.scheme is not None
+            for member in module.members
+        }
+
     def to_json(self) -> dict[str, Any]:
         return {
             "destination": str(self.destination),

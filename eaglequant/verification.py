@@ -158,7 +158,7 @@ def verify_checkpoint(
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
     if scheme_note:
         report.notes.append(scheme_note)
-    quantized = _quantized_linears(explanation)
+    quantized = explanation.quantized_members
     hashes: Future[list[str]] | None = None
     if hashed_while_writing:
         report.hashes_read = False
@@ -244,16 +244,6 @@ def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | N
             hint="the checkpoint was changed after conversion; convert it again",
         )
     return (scheme if scheme.kinds == kinds else scheme.without_calibration()), None
-
-
-def _quantized_linears(explanation: Any) -> set[str]:
-    """Checkpoint modules that every explained engine runs quantized (what the plan quantized)."""
-    found: set[str] = set()
-    for reading in explanation.engines:
-        for module in reading.modules:
-            if module.scheme is not None:
-                found.update(module.members)
-    return found
 
 
 def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:

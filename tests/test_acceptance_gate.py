@@ -54,6 +54,14 @@ def test_a_correct_conversion_is_within_its_acceptance_budget(captured: Path, tm
     assert report.ok, report.problems
 
 
+def test_the_prediction_stops_where_the_engine_stops(captured: Path) -> None:
+    from eaglequant.acceptance.predict import load_captured
+
+    sequences = load_captured(captured)
+    assert {s.max_new_tokens for s in sequences} == {96}  # the capture holds k - 1 more, to judge the last draft
+    assert all(len(s.ids) - s.start == 96 + 2 for s in sequences)
+
+
 def test_the_source_against_itself_predicts_no_drop(captured: Path) -> None:
     from eaglequant.acceptance.predict import load_captured, predict_pair
     from eaglequant.checkpoint.reader import Checkpoint

@@ -17,12 +17,13 @@ from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.engines.target import TargetLayers
+from eaglequant.errors import InputError
 from eaglequant.layouts.head import HeadDescription
 
 STORED, DEQUANTIZED = "stored", "dequantized"
 SERVED_AS = (STORED, DEQUANTIZED)
 _QUANTIZATION_KEYS = ("quantization_config", "compression_config")
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
+_DTYPES = ("bfloat16", "float16", "float32")
 _GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
 
 
@@ -30,8 +31,7 @@ def quantized_modules(checkpoint: Checkpoint, head: HeadDescription, target: Tar
     """Checkpoint modules ``engine`` runs quantized, as eaglequant reads the checkpoint for it."""
     from eaglequant.readback import explain_checkpoint
 
-    explanation = explain_checkpoint(checkpoint, head, [engine], target)
-    return {member for reading in explanation.engines for m in reading.modules if m.scheme for member in m.members}
+    return explain_checkpoint(checkpoint, head, [engine], target).quantized_members
 
 
 def fused_global_scales(checkpoint: Checkpoint, head: HeadDescription, modules: set[str]) -> dict[str, Any]:
@@ -68,7 +68,9 @@ def write_dequantized(
 
     fmt, written = read_written_config(checkpoint)
     scheme = scheme_for_kinds(written.kinds)
-    torch_dtype = getattr(torch, _DTYPES[dtype])
+    if dtype not in _DTYPES:
+        raise InputError(f"--dtype {dtype!r}: not one of {', '.join(_DTYPES)}", hint="use bfloat16")
+    torch_dtype = getattr(torch, dtype)
     tensors: dict[str, torch.Tensor] = {}
     consumed: set[str] = set()
     done = []
