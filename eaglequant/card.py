@@ -214,6 +214,8 @@ def _verification(verification: dict[str, Any] | None) -> str:
 def _acceptance(acceptance: dict[str, Any] | None) -> str:
     if acceptance is None:
         return ""
+    from eaglequant.acceptance.statistics import interval_text
+
     settings = acceptance["settings"]
     source = acceptance["source"]
     lines = [
@@ -233,11 +235,8 @@ def _acceptance(acceptance: dict[str, Any] | None) -> str:
             length = figures["acceptance_length"]
             positions = " / ".join(f"{p['value']:.2f}" for p in figures["per_position"])
             diff = figures.get("difference")
-            versus = "" if diff is None else f"{diff['value']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]"
-            lines.append(
-                f"| {name} | {mode} | {length['value']:.3f} [{length['low']:.3f}, {length['high']:.3f}] | "
-                f"{positions} | {versus} |"
-            )
+            versus = "" if diff is None else interval_text(diff, signed=True)
+            lines.append(f"| {name} | {mode} | {interval_text(length)} | {positions} | {versus} |")
     for draft in (source, *acceptance["quantized"]):
         lossless = draft["lossless"]
         lines.append(

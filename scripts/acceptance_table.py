@@ -101,8 +101,9 @@ def _lossless(record: dict) -> str:
 
 
 def _interval(figure: dict[str, float], signed: bool = False) -> str:
-    f = "+.3f" if signed else ".3f"
-    return f"{figure['value']:{f}} [{figure['low']:{f}}, {figure['high']:{f}}]"
+    from eaglequant.acceptance.statistics import interval_text
+
+    return interval_text(figure, signed)
 
 
 def table(drafts: list[tuple[str, Path]], predicted: dict[str, dict], measured: dict) -> str:

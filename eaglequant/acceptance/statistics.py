@@ -89,6 +89,17 @@ def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: f
     return Interval(r + offset, r + offset - half, r + offset + half)
 
 
+def interval_text(figure: dict[str, float | None], signed: bool = False) -> str:
+    """An interval as its JSON holds it, for reading: ``2.481 [2.395, 2.566]`` (bounds left out when null)."""
+    form = "+.3f" if signed else ".3f"
+    value = figure["value"]
+    if value is None:
+        return "n/a"
+    low, high = figure["low"], figure["high"]
+    bounds = "" if low is None or high is None else f" [{low:{form}}, {high:{form}}]"
+    return f"{value:{form}}{bounds}"
+
+
 @dataclass(frozen=True)
 class Acceptance:
     """One draft in one decoding mode, over the prompts."""

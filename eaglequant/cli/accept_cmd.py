@@ -100,6 +100,8 @@ def accept_command(
 
 
 def render(data: dict[str, Any]) -> None:
+    from eaglequant.acceptance.statistics import interval_text
+
     settings = data["settings"]
     out.print(
         f"[bold]{data['engine']} {data['version']}[/], k = {settings['num_speculative_tokens']}: "
@@ -121,9 +123,9 @@ def render(data: dict[str, Any]) -> None:
             table.add_row(
                 escape(name) if index == 0 else "",
                 mode,
-                f"{length['value']:.3f} [{length['low']:.3f}, {length['high']:.3f}]",
+                interval_text(length),
                 " / ".join(f"{p['value']:.2f}" for p in figures["per_position"]),
-                "" if diff is None else f"{diff['value']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}]",
+                "" if diff is None else interval_text(diff, signed=True),
                 (same if lossless["ok"] else f"[red]{same}[/]") if index == 0 else "",
             )
     show(table)

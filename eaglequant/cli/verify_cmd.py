@@ -114,6 +114,8 @@ def _without_count(inputs: str, tokens: int) -> str:
 
 
 def render(data: dict[str, Any]) -> None:
+    from eaglequant.acceptance.statistics import interval_text
+
     limits = data["thresholds"]
     out.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {data['scheme']} ({data['scheme_label']})")
     if data["layers"]:
@@ -143,7 +145,7 @@ def render(data: dict[str, Any]) -> None:
         out.print(
             f"acceptance predicted on {escape(acceptance['inputs'])} ({acceptance['rule']}): "
             f"{src['acceptance_length']['value']:.3f} -> {dst['acceptance_length']['value']:.3f} tokens, "
-            f"{diff['value']:+.3f} [{diff['low']:+.3f}, {diff['high']:+.3f}] (budget -{acceptance['budget']})"
+            f"{interval_text(diff, signed=True)} (budget -{acceptance['budget']})"
         )
     for load in data["engine_loads"]:
         render_engine_load(load)
