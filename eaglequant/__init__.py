@@ -1,7 +1,7 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
 The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, ``accept``,
-``capture``, the options type ``ConversionOptions``; ``eaglequant.batch.run_batch``)
+``capture``, the options type ``ConversionOptions``; ``eaglequant.batch.jobs.run_batch``)
 is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
 the work that needs it.
 """
@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from eaglequant.common.version import __version__
 
 if TYPE_CHECKING:
     from eaglequant.acceptance.capture import capture
-    from eaglequant.acceptance.run import accept
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
-    from eaglequant.options import ConversionOptions
+    from eaglequant.api.acceptance import accept
+    from eaglequant.conversion.options import ConversionOptions
 
 __all__ = [
     "ConversionOptions",
@@ -34,7 +34,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "ConversionOptions":
-        from eaglequant.options import ConversionOptions
+        from eaglequant.conversion.options import ConversionOptions
 
         return ConversionOptions
     if name in ("convert", "explain", "inspect", "load_checks", "upload", "verify"):
@@ -42,7 +42,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name == "accept":
-        from eaglequant.acceptance.run import accept
+        from eaglequant.api.acceptance import accept
 
         return accept
     if name == "capture":

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     from eaglequant import convert, verify
     from eaglequant.acceptance.capture import capture
     from eaglequant.acceptance.faults import FAULTS, plant
-    from eaglequant.acceptance.run import accept
+    from eaglequant.api.acceptance import accept
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

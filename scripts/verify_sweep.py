@@ -53,7 +53,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     from eaglequant import convert, verify
-    from eaglequant.errors import InputError
+    from eaglequant.common.errors import InputError
     from eaglequant.formats import stored_cells
 
     chosen = set(filter(None, args.schemes.split(",")))

@@ -32,7 +32,7 @@ def stores_something(fixture: str, scheme: str, format_name: str) -> bool:
     """Whether ``scheme`` in ``format_name`` quantizes any linear of ``fixture`` (block FP8 needs in-features that are
     multiples of 128, which the small awkward fixtures lack: such a conversion is refused, not written)."""
     from eaglequant import inspect
-    from eaglequant.errors import InputError
+    from eaglequant.common.errors import InputError
 
     try:
         inspect(FIXTURES / fixture, scheme=scheme, format=format_name, target_layers=TARGET_LAYERS)
@@ -164,7 +164,7 @@ class ConvertedCases:
         self.work = work
         self._results: dict[str, object] = {}
 
-    def __getitem__(self, case: ParityCase):  # -> eaglequant.pipeline.ConversionResult
+    def __getitem__(self, case: ParityCase):  # -> eaglequant.conversion.pipeline.ConversionResult
         # Keyed by name: pytest may import this module twice (as conftest and tests.conftest).
         key = str(case)
         if key not in self._results:

@@ -2,7 +2,7 @@
 
 Shared by ``tests/test_fuzz_inputs.py`` (a small budget, in CI) and ``scripts/fuzz.py`` (a long run by
 hand). The property is the same everywhere: opening and inspecting a checkpoint whose index or config
-is damaged either succeeds or raises the tool's own :class:`~eaglequant.errors.EagleQuantError` with a
+is damaged either succeeds or raises the tool's own :class:`~eaglequant.common.errors.EagleQuantError` with a
 one-line message; any other exception is a bug.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from eaglequant import api
-from eaglequant.errors import EagleQuantError
+from eaglequant.common.errors import EagleQuantError
 from tests.conftest import FIXTURES
 
 INDEX = "model.safetensors.index.json"

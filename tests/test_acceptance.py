@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from eaglequant.acceptance.predict import replay
 from eaglequant.acceptance.prompts import read_prompts
 from eaglequant.acceptance.statistics import Acceptance, PromptCounts, lossless, paired_difference, t_quantile
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 
 def counts(drafts: int, per_position: tuple[int, ...], tokens: tuple[int, ...] = ()) -> PromptCounts:

@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from eaglequant import convert
     from eaglequant.acceptance.faults import FAULTS, plant
-    from eaglequant.acceptance.run import accept
+    from eaglequant.api.acceptance import accept
 
     python = engine_python("vllm")
     work = tmp_path_factory.mktemp("accept")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant.batch import load_jobs, run_batch
-from eaglequant.errors import InputError
+from eaglequant.batch.jobs import load_jobs, run_batch
+from eaglequant.common.errors import InputError
 from tests.conftest import FIXTURES, ROOT, run_cli, run_cli_subprocess
 from tests.hub_server import FakeHub
 

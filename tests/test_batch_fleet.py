@@ -232,7 +232,7 @@ def test_the_ci_doc_workflow_skips_what_the_hub_holds_and_redoes_exactly_what_ch
 
 
 def _load(path: Path) -> list[Any]:
-    from eaglequant.batch import load_jobs
+    from eaglequant.batch.jobs import load_jobs
 
     return load_jobs(path)
 

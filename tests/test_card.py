@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 import eaglequant
-from eaglequant.card import rename_draft, render_card
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.report import read_report
+from eaglequant.publish.card import rename_draft, render_card
+from eaglequant.record.report import read_report
 from tests.conftest import FIXTURES
 
 

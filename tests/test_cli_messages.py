@@ -12,7 +12,7 @@ import pytest
 
 import eaglequant
 from eaglequant.cli.command import cli_words
-from eaglequant.errors import OutputError
+from eaglequant.common.errors import OutputError
 from tests.conftest import FIXTURES, ROOT, run_cli, run_cli_subprocess
 from tests.test_bad_input import assert_refused
 

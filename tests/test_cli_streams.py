@@ -126,7 +126,7 @@ def test_json_paths_are_absolute(tmp_path: Path) -> None:
 
 # A task per few rows, so a weight is written in many pieces: the counter must still count tensors.
 _SMALL_TASKS = (
-    "import sys, eaglequant.pipeline as p; p.QUANTIZE_TASK_ELEMENTS = 1024; p.COPY_TASK_BYTES = 4096; "
+    "import sys, eaglequant.conversion.pipeline as p; p.QUANTIZE_TASK_ELEMENTS = 1024; p.COPY_TASK_BYTES = 4096; "
     "from eaglequant.cli import main; main(sys.argv[1:])"
 )
 

@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 from eaglequant import convert, inspect
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import TMP_MARKER
-from eaglequant.errors import InputError, OutputError
-from eaglequant.options import parse_size
-from eaglequant.report import REPORT_NAME
+from eaglequant.common.errors import InputError, OutputError
+from eaglequant.conversion.options import parse_size
+from eaglequant.record.report import REPORT_NAME
 from tests.conftest import FIXTURES
 
 
@@ -119,7 +119,7 @@ def test_leftovers_of_a_killed_run_are_removed(tmp_path: Path) -> None:
 
 
 def test_failure_midway_leaves_no_destination(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from eaglequant import finisher
+    from eaglequant.conversion import finisher
 
     def boom(*args: object) -> None:
         raise OSError(28, "No space left on device")

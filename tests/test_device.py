@@ -14,11 +14,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglequant.devices import quantization_device
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
+from eaglequant.conversion.devices import quantization_device
 from eaglequant.formats import stored_cells
-from eaglequant.schemes import fp8, mxfp4, nvfp4
-from eaglequant.schemes.fp4 import E2M1_MAGNITUDES
+from eaglequant.numerics import fp8, mxfp4, nvfp4
+from eaglequant.numerics.fp4 import E2M1_MAGNITUDES
 from tests.conftest import FIXTURE_NAMES, FIXTURES, TARGET_LAYERS, run_cli, stores_something
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from eaglequant.checkpoint import direct_io, writer
 from eaglequant.checkpoint.direct_io import ALIGN, DirectWriter, aligned_interior
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
-from eaglequant.errors import CheckpointError, OutputError
+from eaglequant.common.errors import CheckpointError, OutputError
 from tests.conftest import vendor_required
 
 

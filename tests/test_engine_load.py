@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from eaglequant import convert, engine_load, explain, inspect, load_checks
+from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.engine_load import PROBES, LoadCheck
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import MATRIX, support
-from eaglequant.errors import EXIT_CHECK_FAILED
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 from tests.conftest import (
     CALIBRATED_FIXTURES,

@@ -8,13 +8,13 @@ import re
 import pytest
 
 from eaglequant import inspect
+from eaglequant.common.errors import ExclusionProofError, InputError
+from eaglequant.conversion.plan import build_plan
 from eaglequant.engines import ENGINES
 from eaglequant.engines.exclusions import prove
 from eaglequant.engines.support import MATRIX, support
 from eaglequant.engines.vllm import VllmEngine
-from eaglequant.errors import ExclusionProofError, InputError
 from eaglequant.formats import FORMATS
-from eaglequant.plan import build_plan
 from eaglequant.schemes.model import scheme_for_kinds
 from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_LAYERS
 

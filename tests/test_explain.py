@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from eaglequant import convert, explain, inspect
+from eaglequant.common.errors import EXIT_CHECK_FAILED, InputError
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import support
-from eaglequant.errors import EXIT_CHECK_FAILED, InputError
 from eaglequant.formats import FORMATS
 from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli
 

@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
-from eaglequant.fidelity import DistributionShift, distribution_shift, judge_shift
 from eaglequant.formats import stored_cells
 from eaglequant.schemes.model import load_scheme
+from eaglequant.verification.fidelity import DistributionShift, distribution_shift, judge_shift
 from tests.conftest import (
     FIXTURE_NAMES,
     FIXTURES,

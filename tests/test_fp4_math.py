@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 from eaglequant import convert
-from eaglequant.schemes import fp4, mxfp4
+from eaglequant.numerics import fp4, mxfp4
 from tests.conftest import FIXTURES, write_calibration
 
 GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)

@@ -16,9 +16,9 @@ if not torch.cuda.is_available():
 from eaglequant.kernels import StoredLinear
 from eaglequant.kernels.reference import reference_linear
 from eaglequant.kinds import ACTIVATION_KINDS
-from eaglequant.schemes import fp8_block
-from eaglequant.schemes.fp8 import dequantize_token_groups, quantize_token_groups
-from eaglequant.schemes.rows import row_blocks
+from eaglequant.numerics import fp8_block
+from eaglequant.numerics.fp8 import dequantize_token_groups, quantize_token_groups
+from eaglequant.numerics.rows import row_blocks
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)

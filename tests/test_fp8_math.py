@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglequant.schemes import fp8
+from eaglequant.numerics import fp8
 
 # Every finite positive float8_e4m3fn value, from the bit patterns (0x01..0x7E).
 FP8_GRID = torch.arange(1, 0x7F, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
@@ -110,7 +110,7 @@ def test_values_on_the_fp8_grid_and_between_survive(exponent: int, codes: list[i
 
 
 def test_e4m3_lookup_matches_torch_for_every_code() -> None:
-    from eaglequant.schemes.fp8 import e4m3_to_float32
+    from eaglequant.numerics.fp8 import e4m3_to_float32
 
     codes = torch.arange(256, dtype=torch.uint8).repeat(3).reshape(3, 256).view(torch.float8_e4m3fn)
     expected = codes.to(torch.float32)

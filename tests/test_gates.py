@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant import convert
-from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_JOBS_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_JOBS_FAILED, EXIT_NOT_VERIFIED
 from eaglequant.schemes.model import scheme_path
 from tests.conftest import FIXTURES, run_cli, run_cli_subprocess
 

@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 from eaglequant.kernels import BACKEND_CALLS, StoredLinear, fused_linear
 from eaglequant.kernels.reference import quantize_tokens_fp8, reference_activations, reference_linear
 from eaglequant.kernels.triton_gemm import triton_linear
-from eaglequant.schemes import fp8, mxfp4, nvfp4
+from eaglequant.numerics import fp8, mxfp4, nvfp4
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 # Both sides accumulate exact products in float32; only the summation order differs.

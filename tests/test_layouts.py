@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.errors import LayoutError
+from eaglequant.common.errors import LayoutError
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.names import parse_name
 from tests.conftest import FIXTURE_NAMES, FIXTURES

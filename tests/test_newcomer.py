@@ -70,7 +70,7 @@ def test_hub_errors_under_the_huggingface_hub_2_that_the_vllm_venv_holds(tmp_pat
         pytest.skip(message)
     code = (
         "import huggingface_hub, sys\n"
-        "from eaglequant import hub\n"
+        "from eaglequant.hub import client as hub\n"
         "assert huggingface_hub.__version__.startswith('2.'), huggingface_hub.__version__\n"
         "try:\n    hub.resolve_source('org/somewhere')\n"
         "except hub.HubError as exc:\n    print(exc.one_line())\n"

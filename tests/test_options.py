@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 from eaglequant.cli.command import cli_words
-from eaglequant.errors import InputError, SchemeError
-from eaglequant.options import DEFAULT_ENGINES, DEFAULT_FORMAT, DEFAULT_SCHEME, OPTION_NAMES, ConversionOptions
+from eaglequant.common.errors import InputError, SchemeError
+from eaglequant.conversion.options import (
+    DEFAULT_ENGINES,
+    DEFAULT_FORMAT,
+    DEFAULT_SCHEME,
+    OPTION_NAMES,
+    ConversionOptions,
+)
 from tests.conftest import FIXTURES, run_cli
 
 

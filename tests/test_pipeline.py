@@ -14,15 +14,15 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglequant import finisher, pipeline
 from eaglequant.checkpoint import direct_io, writer
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.conversion_result import ConversionResult
-from eaglequant.errors import CheckpointError
-from eaglequant.finisher import FinishStep
+from eaglequant.common.errors import CheckpointError
+from eaglequant.conversion import finisher, pipeline
+from eaglequant.conversion.finisher import FinishStep
+from eaglequant.conversion.plan import ConversionPlan, build_plan
+from eaglequant.conversion.result import ConversionResult
 from eaglequant.layouts.detect import describe_head
-from eaglequant.plan import ConversionPlan, build_plan
-from eaglequant.report import REPORT_NAME
+from eaglequant.record.report import REPORT_NAME
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURES
 
@@ -219,7 +219,7 @@ def test_the_post_write_check_holds_the_output_against_the_plan(tmp_path: Path) 
 
 def test_group_amax_tasks_give_the_max_over_every_member_and_refuse_to_be_awaited_unstarted() -> None:
     from eaglequant import api
-    from eaglequant.group_scales import GroupScaleTasks
+    from eaglequant.conversion.group_scales import GroupScaleTasks
 
     src = FIXTURES / "specforge-llama"
     plan = api.inspect(src, scheme="nvfp4", format="modelopt").plan

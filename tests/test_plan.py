@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
+from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, match_rule, resolve_exclusions
 from eaglequant.formats import get_format
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.plan import DEFAULT_EXCLUSIONS, build_plan, match_rule, resolve_exclusions
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 

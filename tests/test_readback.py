@@ -11,10 +11,10 @@ import pytest
 
 import eaglequant
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.errors import InputError
 from eaglequant.engines.target import UNKNOWN, TargetLayers
-from eaglequant.errors import InputError
-from eaglequant.layouts.written import describe_written_head
-from eaglequant.readback import Explanation, explain_checkpoint, read_written_config
+from eaglequant.readback.explanation import Explanation, explain_checkpoint, read_written_config
+from eaglequant.readback.written import describe_written_head
 from tests.conftest import FIXTURES
 
 SRC = FIXTURES / "specforge-llama"

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant.bench.heads import llama_head, write_head
-from eaglequant.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
+from eaglequant.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from tests.conftest import FIXTURES
 from tests.test_bad_input import PHASE_LOG_LINE
 

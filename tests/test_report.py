@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import eaglequant
-from eaglequant.errors import EXIT_BAD_INPUT
-from eaglequant.report import (
+from eaglequant.common.errors import EXIT_BAD_INPUT
+from eaglequant.record.report import (
     REPORT_NAME,
     REPORT_VERSION,
     ConversionReport,
@@ -18,7 +18,7 @@ from eaglequant.report import (
     ReportError,
     read_report,
 )
-from eaglequant.verdict import recorded_verdict
+from eaglequant.verification.verdict import recorded_verdict
 from tests.conftest import FIXTURES, run_cli
 
 

@@ -21,7 +21,7 @@ from eaglequant.checkpoint.dtypes import ITEMSIZE, from_torch, to_torch
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import read_bytes, read_header
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, safetensors_header
-from eaglequant.errors import CheckpointError
+from eaglequant.common.errors import CheckpointError
 
 
 def _torch_dtype(name: str) -> torch.dtype | None:

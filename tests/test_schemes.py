@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from eaglequant.errors import SchemeError
+from eaglequant.common.errors import SchemeError
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme, parse_scheme, scheme_to_toml
 from tests.conftest import ROOT, run_cli
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant import inspect
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 from tests.conftest import FIXTURES, run_cli
 
 KIMI_TARGET = {"architectures": ["KimiK25ForConditionalGeneration"], "text_config": {"num_hidden_layers": 61}}

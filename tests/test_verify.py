@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
-from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
 from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli, run_cli_subprocess
 
 SCHEMES = [("fp8-per-channel", "quark"), ("nvfp4", "compressed-tensors"), ("mxfp4", "quark")]

@@ -22,10 +22,10 @@ from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
-from eaglequant.fidelity import distribution_shift, target_ids
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
 from eaglequant.layouts.detect import describe_head
-from eaglequant.verification import VerifyReport
+from eaglequant.verification.fidelity import distribution_shift, target_ids
+from eaglequant.verification.verify import VerifyReport
 from tests.conftest import FIXTURES, run_cli
 
 LLAMA_FP8 = ("specforge-llama", "fp8-per-channel", "quark")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 DEFAULT_TOP_K = 8
 

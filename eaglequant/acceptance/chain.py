@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from eaglequant.common.errors import InputError
 from eaglequant.draft.forward import DraftForward, _rope
-from eaglequant.errors import InputError
 
 # Draft config options vLLM honours that this forward does not implement (llama_eagle3.py, llama.py).
 _UNSUPPORTED_OPTIONS = ("norm_before_residual", "norm_output", "rope_scaling")

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from eaglequant.checkpoint.writer import REPORT_NAME
+
 
 @dataclass(frozen=True)
 class Fault:
@@ -78,7 +80,7 @@ def plant(dst: Path, name: str) -> str:
         tensors = load_file(str(path))
         tensors[tensor] = fault.change(tensors[tensor]).contiguous()
         save_file(tensors, str(path), metadata={"format": "pt"})
-    report_path = dst / "eaglequant_report.json"
+    report_path = dst / REPORT_NAME
     if report_path.is_file():
         report = json.loads(report_path.read_text(encoding="utf-8"))
         report["files"] = {n: hashlib.sha256((dst / n).read_bytes()).hexdigest() for n in report.get("files", {})}

@@ -24,7 +24,7 @@ from eaglequant.acceptance.statistics import (
     lossless,
     paired_difference,
 )
-from eaglequant.errors import EagleQuantError, InputError
+from eaglequant.common.errors import EagleQuantError, InputError
 
 ACCEPT_NAME = "eaglequant_accept.json"
 RUN_TIMEOUT_S = 3600
@@ -248,7 +248,7 @@ def served_digest(directory: Path) -> str:
     """One SHA-256 over the files the engine reads of a draft directory (weights and config)."""
     import hashlib
 
-    from eaglequant.manifest import file_sha256
+    from eaglequant.record.manifest import file_sha256
 
     read = ("config.json", "generation_config.json", "hf_quant_config.json")
     files = sorted(p for p in directory.iterdir() if p.suffix in (".safetensors", ".bin") or p.name in read)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 BUNDLED_NAME = "prompts.jsonl"
 

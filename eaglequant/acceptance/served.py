@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.errors import InputError
 from eaglequant.engines.target import TargetLayers
-from eaglequant.errors import InputError
 from eaglequant.layouts.head import HeadDescription
 
 STORED, DEQUANTIZED = "stored", "dequantized"
@@ -29,7 +29,7 @@ _GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
 
 def quantized_modules(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> set[str]:
     """Checkpoint modules ``engine`` runs quantized, as eaglequant reads the checkpoint for it."""
-    from eaglequant.readback import explain_checkpoint
+    from eaglequant.readback.explanation import explain_checkpoint
 
     return explain_checkpoint(checkpoint, head, [engine], target).quantized_members
 
@@ -63,7 +63,7 @@ def write_dequantized(
     import torch
     from safetensors.torch import save_file
 
-    from eaglequant.readback import read_written_config
+    from eaglequant.readback.explanation import read_written_config
     from eaglequant.schemes.model import scheme_for_kinds
 
     fmt, written = read_written_config(checkpoint)

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 SPECFORGE_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
 

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 
 from eaglequant.checkpoint.safetensors_file import read_exactly
-from eaglequant.environment import env_true
+from eaglequant.common.environment import env_true
 
 ALIGN = max(4096, mmap.PAGESIZE)  # covers 512-byte and 4 KiB logical blocks, and whole pages of the cache
 CHUNK_BYTES = 8 * 1024 * 1024  # one read and one write per chunk; a multiple of ALIGN

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from eaglequant.checkpoint.dtypes import from_torch, to_torch
 from eaglequant.checkpoint.safetensors_file import TensorInfo, read_bytes, read_header
-from eaglequant.errors import CheckpointError, InputError
+from eaglequant.common.errors import CheckpointError, InputError
 
 if TYPE_CHECKING:
     import torch

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.dtypes import ITEMSIZE
-from eaglequant.errors import CheckpointError
+from eaglequant.common.errors import CheckpointError
 
 # A real header is a few hundred KB at most; anything larger is refused before it is read.
 MAX_HEADER_BYTES = 100 * 1024 * 1024

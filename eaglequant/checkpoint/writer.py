@@ -21,7 +21,10 @@ from typing import Any
 from eaglequant.checkpoint.direct_io import MIN_DIRECT_BYTES, DirectWriter, SourceReadError
 from eaglequant.checkpoint.dtypes import ITEMSIZE
 from eaglequant.checkpoint.hashing import FollowingHasher
-from eaglequant.errors import CheckpointError, OutputError
+from eaglequant.common.errors import CheckpointError, OutputError
+
+# The conversion report: its presence marks a directory eaglequant wrote (and may replace).
+REPORT_NAME = "eaglequant_report.json"
 
 TMP_MARKER = ".eaglequant-tmp-"
 
@@ -284,8 +287,6 @@ def check_destination(src: Path, dst: Path, overwrite: bool, overwrite_any: bool
         return
     if not overwrite:
         raise OutputError(f"{dst}: already exists", hint="pass overwrite=True to replace it, or choose another DST")
-    from eaglequant.manifest import REPORT_NAME
-
     if not (dst / REPORT_NAME).is_file():
         raise OutputError(
             f"{dst}: exists and was not written by eaglequant (no {REPORT_NAME}), so overwrite=True leaves it alone",
@@ -359,7 +360,7 @@ def atomic_directory(dst: Path, overwrite: bool, divert: Callable[[], Path | Non
 def _replace_diverted(tmp: Path, target: Path) -> None:
     """Put ``tmp`` at ``target``, replacing what an earlier run diverted there (and nothing else)."""
     if target.exists():
-        if not (target / "eaglequant_report.json").is_file():
+        if not (target / REPORT_NAME).is_file():
             raise OutputError(f"{target}: exists and was not written by eaglequant", hint="move it away")
         shutil.rmtree(target)
     tmp.rename(target)

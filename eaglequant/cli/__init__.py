@@ -14,10 +14,10 @@ from typing import Annotated, Any
 
 import typer
 
-from eaglequant import __version__
 from eaglequant.cli.command import HELP_OPTION_NAMES, Group
 from eaglequant.cli.guard import Terminated, run_guarded
 from eaglequant.cli.output import MODE, Mode
+from eaglequant.common.version import __version__
 
 __all__ = ["app", "main", "run_guarded"]  # run_guarded lives in cli/guard.py; convert/inspect still import it here
 

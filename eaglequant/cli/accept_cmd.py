@@ -14,7 +14,7 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
-from eaglequant.errors import EXIT_CHECK_FAILED
+from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 
 def accept_command(
@@ -74,7 +74,7 @@ def accept_command(
     """
 
     def body() -> bool:
-        from eaglequant.acceptance.run import accept
+        from eaglequant.api.acceptance import accept
 
         report = accept(
             dst,

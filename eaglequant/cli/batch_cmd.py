@@ -14,7 +14,7 @@ from rich.markup import escape
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import MODE, info, note, out, quiet_hub_progress, result
-from eaglequant.errors import EXIT_JOBS_FAILED, InputError
+from eaglequant.common.errors import EXIT_JOBS_FAILED, InputError
 
 
 def batch_command(
@@ -53,7 +53,7 @@ def batch_command(
     """
 
     def body() -> bool:
-        from eaglequant.batch import load_jobs, run_batch, select_jobs
+        from eaglequant.batch.jobs import load_jobs, run_batch, select_jobs
 
         if only and shard is not None:
             raise InputError("--only and --shard both select jobs", hint="pass one of them")

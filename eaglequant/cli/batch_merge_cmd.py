@@ -18,7 +18,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, plural, result
-from eaglequant.errors import EXIT_JOBS_FAILED
+from eaglequant.common.errors import EXIT_JOBS_FAILED
 
 _STYLES = {"converted": "green", "skipped": "cyan", "failed": "bold red", "missing": "bold red"}
 
@@ -41,7 +41,7 @@ def batch_merge_command(
     """
 
     def body() -> bool:
-        from eaglequant.batch_summary import merge_summaries
+        from eaglequant.batch.summary import merge_summaries
 
         merged = merge_summaries(summaries)
         if output is not None:

@@ -34,7 +34,7 @@ def kernels_command(
         import torch
 
         from eaglequant.bench.kernels import M_VALUES, TINY_SHAPES, bench_kernels
-        from eaglequant.errors import InputError
+        from eaglequant.common.errors import InputError
 
         chosen = device or ("cuda" if torch.cuda.is_available() else "")
         if not chosen:
@@ -97,7 +97,7 @@ def convert_command(
     def body() -> None:
         from eaglequant.bench.convert import bench_convert
         from eaglequant.bench.heads import FULL_SIZE_HEADS, HEADS_BY_NAME
-        from eaglequant.errors import InputError
+        from eaglequant.common.errors import InputError
 
         for name in head or []:
             if name not in HEADS_BY_NAME:

@@ -12,7 +12,7 @@ from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import out, result
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 
 def capture_command(

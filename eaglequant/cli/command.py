@@ -13,7 +13,7 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from eaglequant.cli.output import MODE, error
-from eaglequant.errors import EXIT_BAD_INPUT
+from eaglequant.common.errors import EXIT_BAD_INPUT
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 UsageError: type[Exception] = typer.BadParameter.__mro__[1]  # click's (Typer may vendor its own click)

@@ -25,8 +25,8 @@ from eaglequant.cli.options import (
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show
-from eaglequant.errors import EXIT_CHECK_FAILED
-from eaglequant.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
+from eaglequant.common.errors import EXIT_CHECK_FAILED
+from eaglequant.conversion.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
 
 
 def convert_command(
@@ -95,7 +95,7 @@ def convert_command(
 
     def body() -> bool:
         from eaglequant.api import convert
-        from eaglequant.hub import is_hub_reference
+        from eaglequant.hub.client import is_hub_reference
 
         if is_hub_reference(src):
             quiet_hub_progress()

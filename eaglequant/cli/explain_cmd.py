@@ -13,7 +13,7 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import absolute, note, out, result
 from eaglequant.cli.tables import name_column, show
-from eaglequant.errors import EXIT_CHECK_FAILED
+from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 
 def explain_command(

@@ -10,7 +10,7 @@ import typer
 
 from eaglequant.cli.command import cli_words
 from eaglequant.cli.output import MODE, error, info
-from eaglequant.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
+from eaglequant.common.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
 
 T = TypeVar("T")
 

@@ -22,7 +22,7 @@ from eaglequant.cli.options import (
 )
 from eaglequant.cli.output import absolute, human_bytes, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show
-from eaglequant.options import DEFAULT_FORMAT, DEFAULT_SCHEME
+from eaglequant.conversion.options import DEFAULT_FORMAT, DEFAULT_SCHEME
 
 
 def inspect_command(
@@ -40,7 +40,7 @@ def inspect_command(
 
     def body() -> None:
         from eaglequant.api import inspect
-        from eaglequant.hub import is_hub_reference
+        from eaglequant.hub.client import is_hub_reference
 
         if is_hub_reference(src):
             quiet_hub_progress()

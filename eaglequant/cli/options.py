@@ -1,5 +1,5 @@
 """Options shared by several commands (Typer's public Annotated style), and the library's
-:class:`~eaglequant.options.ConversionOptions` built from them."""
+:class:`~eaglequant.conversion.options.ConversionOptions` built from them."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 import typer
 
 if TYPE_CHECKING:
-    from eaglequant.options import ConversionOptions
+    from eaglequant.conversion.options import ConversionOptions
 
 
 def conversion_options(**flags: Any) -> ConversionOptions:
     """The options ``convert`` or ``inspect`` was given, by library parameter name; a flag left out (None) keeps
     the library's default. Its errors name parameters: ``run_guarded`` says them as flags."""
-    from eaglequant.options import ConversionOptions
+    from eaglequant.conversion.options import ConversionOptions
 
     return ConversionOptions(**{name: value for name, value in flags.items() if value is not None})
 

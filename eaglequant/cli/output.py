@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from eaglequant.environment import env_true
+from eaglequant.common.environment import env_true
 
 PROGRESS_SWITCHES = ("EAGLEQUANT_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
 

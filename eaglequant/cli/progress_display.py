@@ -17,7 +17,7 @@ from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from eaglequant.cli.output import MODE, err, human_bytes, progress_enabled
-from eaglequant.progress import NoProgress, Progress
+from eaglequant.common.progress import NoProgress, Progress
 
 RATE_WINDOW_S = 3.0  # the rate shown is over this many recent seconds, not since the start
 
@@ -33,7 +33,7 @@ class _WorkColumn(ProgressColumn):
 
 
 class PhaseDisplay:
-    """Implements :class:`eaglequant.progress.Progress` for the terminal (``bars``) and for logs (``log``)."""
+    """Implements :class:`eaglequant.common.progress.Progress` for the terminal (``bars``) and for logs (``log``)."""
 
     def __init__(self, *, bars: bool, log: bool) -> None:
         self._log = log

@@ -15,9 +15,9 @@ from eaglequant.cli.options import QuantizedDstArg, SourceOpt, TargetConfigOpt, 
 from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
-from eaglequant.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
-from eaglequant.fidelity import DEFAULT_TOKENS
-from eaglequant.verification import FAILED, NOT_VERIFIED, PASSED
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.verification.fidelity import DEFAULT_TOKENS
+from eaglequant.verification.verify import FAILED, NOT_VERIFIED, PASSED
 
 
 def verify_command(
@@ -102,7 +102,7 @@ def verify_command(
 
 def _recorded_source(dst: Path) -> str | None:
     """The source DST's report records (where verify looks when --source is not given), absolute; None without."""
-    from eaglequant.report import read_report
+    from eaglequant.record.report import read_report
 
     recorded = read_report(Path(dst))
     return None if recorded is None or not recorded.source else absolute(recorded.source)

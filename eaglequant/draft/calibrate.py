@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.errors import EagleQuantError, InputError
 from eaglequant.draft.forward import DraftForward
 from eaglequant.draft.weights import CanonicalWeights
-from eaglequant.errors import EagleQuantError, InputError
 from eaglequant.layouts.head import HeadDescription, Role
 
 

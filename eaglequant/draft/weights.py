@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from eaglequant.layouts.head import Role
-from eaglequant.schemes.rows import row_blocks
+from eaglequant.numerics.rows import row_blocks
 
 if TYPE_CHECKING:
     import torch

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglequant.errors import EagleQuantError, InputError
+from eaglequant.common.errors import EagleQuantError, InputError
 
 
 @dataclass(frozen=True)

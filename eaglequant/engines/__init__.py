@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from eaglequant.common.errors import InputError
 from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.engines.sglang import SglangEngine
 from eaglequant.engines.trtllm import TrtllmEngine, TrtllmMainEngine
 from eaglequant.engines.vllm import VllmEngine
-from eaglequant.errors import InputError
-
-if TYPE_CHECKING:
-    from eaglequant.report import ConversionReport
 
 ENGINES: dict[str, Engine] = {
     engine.name: engine for engine in (VllmEngine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
@@ -30,10 +25,4 @@ def get_engine(name: str) -> Engine:
         raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {known}, or {ALL_ENGINES}") from None
 
 
-def recorded_engines(report: ConversionReport | None) -> list[str] | None:
-    """The engines a conversion targeted that this eaglequant knows (None: no report, or none recorded)."""
-    names = [name for name in report.engines if name in ENGINES] if report is not None else []
-    return names or None
-
-
-__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "get_engine", "recorded_engines"]
+__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "get_engine"]

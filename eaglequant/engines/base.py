@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 

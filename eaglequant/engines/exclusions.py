@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from eaglequant.common.errors import ExclusionProofError, InputError
 from eaglequant.engines.base import TARGET_LAYERS_HINT, Engine, LayerCountNeeded, RuntimeModule
-from eaglequant.errors import ExclusionProofError, InputError
 from eaglequant.layouts.head import HeadDescription
 
 # Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eaglequant.common.errors import InputError
 from eaglequant.engines import ENGINES
-from eaglequant.errors import InputError
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import weight_kind
 

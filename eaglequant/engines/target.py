@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.reader import load_json_object
-from eaglequant.errors import InputError
+from eaglequant.common.errors import InputError
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from eaglequant.errors import SchemeError
+from eaglequant.common.errors import SchemeError
 from eaglequant.formats.base import Format, GroupScales, QuantizedRows, WrittenConfig
 from eaglequant.formats.compressed_tensors import CompressedTensorsFormat
 from eaglequant.formats.fp8 import Fp8Format

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.errors import InputError, SchemeError
+from eaglequant.common.errors import InputError, SchemeError
 from eaglequant.kinds import kinds_title, weight_kind
 from eaglequant.layouts.head import HeadLinear
-from eaglequant.schemes.error_stats import ErrorSums, error_sums
+from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:

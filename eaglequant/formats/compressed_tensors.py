@@ -86,7 +86,7 @@ class _Fp8Channel(_CtRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8
+        from eaglequant.numerics import fp8
 
         quantized, scale = fp8.compressed_tensors_per_channel(weight)
         return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
@@ -118,7 +118,7 @@ class _Fp8Block(_CtRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8_block
+        from eaglequant.numerics import fp8_block
 
         quantized, scale = fp8_block.compressed_tensors_quantize(weight)
         return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
@@ -160,7 +160,7 @@ class _Nvfp4(_CtRecipe):
     ) -> dict[str, torch.Tensor]:
         import torch
 
-        from eaglequant.schemes import nvfp4
+        from eaglequant.numerics import nvfp4
 
         base = linear.checkpoint_module
         assert shared.weight_amax is not None
@@ -214,7 +214,7 @@ class _Mxfp4(_CtRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import mxfp4
+        from eaglequant.numerics import mxfp4
 
         packed, scale = mxfp4.compressed_tensors_quantize(weight)
         return {f"{linear.checkpoint_module}.weight_packed": packed, f"{linear.checkpoint_module}.weight_scale": scale}

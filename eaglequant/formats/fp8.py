@@ -46,7 +46,7 @@ class _Fp8Block(Recipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8_block
+        from eaglequant.numerics import fp8_block
 
         quantized, scale = fp8_block.native_quantize(weight)
         base = linear.checkpoint_module

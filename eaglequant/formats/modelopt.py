@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.errors import CheckpointError
+from eaglequant.common.errors import CheckpointError
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
@@ -55,7 +55,7 @@ class _Fp8Channel(_ModelOptRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8
+        from eaglequant.numerics import fp8
 
         quantized, scale = fp8.modelopt_per_channel(weight)
         return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
@@ -95,7 +95,7 @@ class _Nvfp4(_ModelOptRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import nvfp4
+        from eaglequant.numerics import nvfp4
 
         base = linear.checkpoint_module
         assert shared.weight_amax is not None

@@ -97,7 +97,7 @@ class _Fp8Channel(_QuarkRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import fp8
+        from eaglequant.numerics import fp8
 
         quantized, scale = fp8.quark_per_channel(weight)
         return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
@@ -125,7 +125,7 @@ class _Mxfp4(_QuarkRecipe):
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
-        from eaglequant.schemes import mxfp4
+        from eaglequant.numerics import mxfp4
 
         packed, block_scale = mxfp4.quark_quantize(weight)
         return {f"{linear.checkpoint_module}.weight": packed, f"{linear.checkpoint_module}.weight_scale": block_scale}

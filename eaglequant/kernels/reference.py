@@ -7,7 +7,7 @@ import torch
 
 from eaglequant.kinds.activations import MIN_TOKEN_SCALE
 from eaglequant.kinds.base import StoredLinear
-from eaglequant.schemes.fp8 import quantize_token_groups
+from eaglequant.numerics.fp8 import quantize_token_groups
 
 
 def quantize_tokens_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglequant.kinds.base import E4M3_MAX, StoredLinear
+from eaglequant.kinds.base import StoredLinear
+from eaglequant.numerics.limits import E4M3_MAX
 
 # Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
 # interpreter does not check).

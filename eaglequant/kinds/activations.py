@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.kinds.base import E4M3_MAX, ActivationKind
+from eaglequant.kinds.base import ActivationKind
+from eaglequant.numerics.limits import E4M3_MAX
 
 if TYPE_CHECKING:
     import torch
@@ -19,7 +20,7 @@ class Fp8GroupKind(ActivationKind):
     simulated: ClassVar[bool] = True
 
     def simulate(self, x: torch.Tensor) -> torch.Tensor:
-        from eaglequant.schemes.fp8 import dequantize_token_groups, quantize_token_groups
+        from eaglequant.numerics.fp8 import dequantize_token_groups, quantize_token_groups
 
         group = self.block_size if isinstance(self.block_size, int) else x.shape[1]
         return dequantize_token_groups(*quantize_token_groups(x, group, self.min_scale))

@@ -12,13 +12,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.errors import SchemeError
+from eaglequant.common.errors import SchemeError
 
 if TYPE_CHECKING:
     import torch
 
 BITS = {"fp8_e4m3": 8, "fp4_e2m1": 4}
-E4M3_MAX = 448.0  # the largest finite FP8 E4M3 (fn) value
 BlockSize = int | tuple[int, int] | None
 
 

@@ -22,7 +22,7 @@ class Nvfp4Kind(WeightKind):
     kernel_layout: ClassVar[int] = 1
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
-        from eaglequant.schemes.nvfp4 import dequantize
+        from eaglequant.numerics.nvfp4 import dequantize
 
         assert stored.block_scale is not None and stored.global_scale is not None
         return dequantize(stored.weight[rows], stored.block_scale[rows], stored.global_scale)
@@ -35,7 +35,7 @@ class Mxfp4Kind(WeightKind):
     kernel_layout: ClassVar[int] = 2
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
-        from eaglequant.schemes.mxfp4 import dequantize
+        from eaglequant.numerics.mxfp4 import dequantize
 
         assert stored.block_scale is not None
         return dequantize(stored.weight[rows], stored.block_scale[rows])

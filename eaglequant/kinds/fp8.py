@@ -20,7 +20,7 @@ class Fp8ChannelKind(WeightKind):
     kernel_layout: ClassVar[int] = 0
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
-        from eaglequant.schemes.fp8 import dequantize_per_channel
+        from eaglequant.numerics.fp8 import dequantize_per_channel
 
         assert stored.channel_scale is not None
         return dequantize_per_channel(stored.weight[rows], stored.channel_scale[rows])
@@ -40,7 +40,7 @@ class Fp8BlockKind(WeightKind):
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
         import torch
 
-        from eaglequant.schemes.fp8 import e4m3_to_float32
+        from eaglequant.numerics.fp8 import e4m3_to_float32
 
         assert stored.block_scale is not None
         start, stop, _ = rows.indices(stored.out_features)

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
 from eaglequant.checkpoint.safetensors_file import TensorInfo
-from eaglequant.errors import LayoutError
+from eaglequant.common.errors import LayoutError
 from eaglequant.layouts.families import LayoutEvidence, identify
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadDims, HeadLinear, HeadTensor, Role
 from eaglequant.layouts.names import ParsedName, parse_name

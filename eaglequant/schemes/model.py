@@ -18,7 +18,7 @@ from typing import Any
 
 import tomllib
 
-from eaglequant.errors import SchemeError
+from eaglequant.common.errors import SchemeError
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, TensorKind, kinds_label
 from eaglequant.kinds.base import BlockSize
 

@@ -1,0 +1,399 @@
+"""The library API: what the CLI calls, and what a Python user calls the same way.
+
+>>> import eaglequant
+>>> report = eaglequant.inspect("fixtures/specforge-llama")
+>>> result = eaglequant.convert("fixtures/specforge-llama", "out/fp8", scheme="fp8-per-channel", format="quark")
+>>> eaglequant.explain("out/fp8").ok
+True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.checkpoint.writer import check_destination
+from eaglequant.common.errors import InputError
+from eaglequant.common.progress import Progress
+from eaglequant.conversion.finisher import FinishStep
+from eaglequant.conversion.inspection import InspectReport
+from eaglequant.conversion.options import ConversionOptions
+from eaglequant.conversion.pipeline import run_conversion
+from eaglequant.conversion.plan import ConversionPlan, build_plan
+from eaglequant.conversion.result import ConversionResult
+from eaglequant.engines.target import TargetLayers, resolve_target_layers
+from eaglequant.hub.client import SourceRef, resolve_source
+from eaglequant.layouts.detect import describe_head
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.publish.upload import UploadResult
+from eaglequant.verification.fidelity import DEFAULT_TOKENS
+
+if TYPE_CHECKING:
+    from eaglequant.engine_load import LoadCheck
+    from eaglequant.readback.explanation import Explanation
+    from eaglequant.verification.verify import VerifyReport
+
+
+def _open(src: str | Path) -> tuple[Checkpoint, HeadDescription]:
+    checkpoint = Checkpoint.open(src)
+    try:
+        existing = checkpoint.config.get("quantization_config")
+        if existing is not None:
+            method = existing.get("quant_method", "?") if isinstance(existing, dict) else "?"
+            raise InputError(
+                f"{checkpoint.root / 'config.json'}: the checkpoint is already quantized (quant_method {method!r})",
+                hint="start from the BF16 head the trainer released",
+            )
+        return checkpoint, describe_head(checkpoint)
+    except BaseException:
+        checkpoint.close()
+        raise
+
+
+def inspect(src: str | Path, options: ConversionOptions | None = None, **settings: Any) -> InspectReport:
+    """Describe a checkpoint (a directory or a Hub repo id) and what converting it with ``options`` (or
+    ``settings``: any :class:`ConversionOptions` field by name) would do. Reads headers only (a Hub source is
+    downloaded first); the options that do not change the plan are checked, and have no other effect."""
+    chosen = ConversionOptions.build(options, **settings)
+    source = resolve_source(src)
+    with _planned(source, chosen) as (checkpoint, plan):
+        files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
+        return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan)
+
+
+@contextmanager
+def _planned(
+    source: SourceRef, options: ConversionOptions, *, calibrate: bool = False
+) -> Iterator[tuple[Checkpoint, ConversionPlan]]:
+    """The source opened, and the plan for it (from headers only; with ``calibrate`` and a ``calib`` file, after
+    the calibration forward)."""
+    checkpoint, head = _open(source.path)
+    with checkpoint:
+        input_amax = None
+        if calibrate and options.calib is not None:
+            from eaglequant.draft.calibrate import calibrate as calibrated_amax
+
+            input_amax = calibrated_amax(checkpoint, head, options.calib)
+        plan = build_plan(
+            head,
+            options.resolved_scheme,
+            options.format,
+            exclude=options.exclude,
+            quantize=options.quantize,
+            engines=options.engines,
+            target_layers=options.target_layers,
+            target_config=options.target_config,
+            input_amax=input_amax,
+        )
+        yield checkpoint, plan
+
+
+def convert(
+    src: str | Path,
+    dst: str | Path,
+    options: ConversionOptions | None = None,
+    *,
+    overwrite: bool = False,
+    overwrite_any: bool = False,
+    progress: Progress | None = None,
+    **settings: Any,
+) -> ConversionResult:
+    """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
+    ``dst`` (atomically: ``dst`` appears only when complete, model card and report included). An existing
+    ``dst`` is replaced with ``overwrite`` if eaglequant wrote it (it has a report), with ``overwrite_any`` whatever.
+
+    ``options``, or ``settings`` (its fields by name: ``scheme="nvfp4"``, ``engines=["vllm", "sglang"]``, ...;
+    see :class:`ConversionOptions`) say what to write. Among them:
+    ``calib``: a safetensors file of captured draft inputs (see :mod:`eaglequant.draft.calibrate`) for
+    schemes with static activation scales (nvfp4 W4A4); without it such schemes are written weight-only.
+    ``verify_output``: run :func:`verify` on the result against ``src`` before it is moved into place, store
+    its report in ``dst/eaglequant_verify.json`` (``result.verification``) and its figures in the card; an output
+    that fails it is moved to ``DST.verify-failed`` instead (``result.destination``), and ``dst`` left as it was.
+    ``repo_id``: the Hub repo the result will be uploaded to; the card's serving lines name the draft by it
+    (default: the absolute path of ``dst``).
+    ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the same
+    byte for byte whatever their number. ``device``: ``cpu`` or ``cuda`` for the quantization math; the
+    tensors written are the same byte for byte (see :mod:`eaglequant.conversion.devices`).
+    """
+    from eaglequant.conversion.devices import quantization_device
+    from eaglequant.publish.card import card_context, source_card_metadata
+    from eaglequant.record.manifest import BackgroundDigests, conversion_manifest
+
+    chosen = ConversionOptions.build(options, **settings)
+    dst_path = Path(dst)
+    quantization_device(chosen.device)  # a missing GPU is bad input, said before any work
+    source = resolve_source(src)
+    check_destination(source.path, dst_path, overwrite, overwrite_any)
+    with _planned(source, chosen, calibrate=True) as (checkpoint, plan):
+        recorded = chosen.manifest(plan.target.count)
+        digests = BackgroundDigests(source.path)  # once the plan holds: hashing overlaps the conversion
+        draft = chosen.repo_id or str(dst_path.resolve())
+        steps = [_verify_step(dst_path, source.path, chosen)] if chosen.verify_output else []
+        return run_conversion(
+            checkpoint,
+            plan,
+            dst_path,
+            overwrite=overwrite or overwrite_any,
+            max_shard_bytes=chosen.max_shard_bytes,
+            progress=progress,
+            manifest=lambda: conversion_manifest(source, recorded, digests.result()),
+            card=card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft),
+            steps=[*steps, _card_step()],
+            workers=chosen.workers,
+            device=chosen.device,
+        )
+
+
+def manifest_key(src: str | Path, options: ConversionOptions | None = None, **settings: Any) -> str:
+    """The manifest key :func:`convert` with these options would record, without converting: a destination
+    carrying it, complete, needs no new conversion. A local source's headers are read (and the options checked
+    against them); a Hub source is not downloaded: its weights' SHA-256 come from the Hub's file listing, and
+    only its small side files (config.json, ...) are fetched."""
+    from eaglequant.hub.client import hub_offline, is_hub_reference, remote_source_digests
+    from eaglequant.record.manifest import conversion_manifest, manifest_key_of
+
+    chosen = ConversionOptions.build(options, **settings)
+    if is_hub_reference(src) and not hub_offline():
+        # the target's layer count resolved from the Hub's config.json as build_plan resolves it
+        files, config = remote_source_digests(str(src))
+        target = resolve_target_layers(chosen.target_layers, chosen.target_config, config)
+        return manifest_key_of(files, chosen.manifest(target.count))
+    source = resolve_source(src)
+    with _planned(source, chosen) as (_, plan):
+        recorded = chosen.manifest(plan.target.count)
+    return conversion_manifest(source, recorded).key
+
+
+def _verify_step(dst: Path, source: Path, options: ConversionOptions) -> FinishStep:
+    """Verification of a finished output in its temporary directory, reported under its final name; the
+    calibration inputs, when there are some, are also the draft-head fidelity run's. An output that fails it
+    goes to :func:`failed_verification_path`."""
+
+    def run(tmp: Path, result: ConversionResult) -> None:
+        from eaglequant.verification.verify import write_verify_report
+
+        report = _verify_written(
+            tmp,
+            source,
+            _engine_names(options.engines),
+            target_layers=options.target_layers,
+            target_config=options.target_config,
+            inputs=None if options.calib is None else Path(options.calib),
+            hashed_while_writing=True,  # the report's digests were taken from these bytes moments ago
+        )
+        report.destination = dst
+        write_verify_report(report, tmp)
+        result.verification = report
+        if not report.ok:
+            result.destination = failed_verification_path(dst)
+
+    return FinishStep(run, phase="verifying")
+
+
+def _card_step() -> FinishStep:
+    """The model card, rendered from the report and the verification (when it ran)."""
+    from eaglequant.publish.card import CARD_NAME
+
+    def run(tmp: Path, result: ConversionResult) -> None:
+        from eaglequant.publish.card import render_card
+
+        verification = None if result.verification is None else result.verification.to_json()
+        (tmp / CARD_NAME).write_text(render_card(result.report(), verification), encoding="utf-8")
+
+    return FinishStep(run, writes=(CARD_NAME,))
+
+
+def failed_verification_path(dst: Path) -> Path:
+    """Where an output that failed ``convert --verify`` is kept: beside DST, named so nobody takes it for DST."""
+    return dst.with_name(f"{dst.name}.verify-failed")
+
+
+def explain(
+    dst: str | Path,
+    *,
+    engines: list[str] | tuple[str, ...] = (),
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+) -> Explanation:
+    """How each engine will read the quantized checkpoint in ``dst``: every runtime module, the rule that
+    excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
+    when an engine would not load it as its config says. ``engines``: those that must load it (default: those its
+    conversion targeted); ``["all"]`` (and no report): every engine, those that cannot load it not judged."""
+    from eaglequant.readback.explanation import explain_checkpoint
+    from eaglequant.record.report import read_report, recorded_engines
+
+    names = None if "all" in engines else _engine_names(engines) or recorded_engines(read_report(Path(dst)))
+    with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
+        return explain_checkpoint(checkpoint, head, names, target)
+
+
+def verify(
+    dst: str | Path,
+    *,
+    source: str | Path | None = None,
+    engines: list[str] | tuple[str, ...] = (),
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+    seed: int = 0,
+    tokens: int = DEFAULT_TOKENS,
+    load_with: list[str] | tuple[str, ...] = (),
+    engine_python: str | Path | None = None,
+    inputs: str | Path | None = None,
+) -> VerifyReport:
+    """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
+    report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
+    there; a Hub repo id works too) per-layer kernel parity and draft-head fidelity against the scheme's
+    thresholds.
+
+    ``inputs``: captured draft inputs (the ``--calib`` file format) for the draft-head fidelity run; default:
+    seeded synthetic inputs (``seed``, ``tokens`` positions).
+    ``load_with``: engines ("vllm", "sglang") whose own code then loads ``dst`` on CPU, module by module
+    (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
+    (default: this one)."""
+    from eaglequant.engine_load import get_probe
+    from eaglequant.record.report import read_report
+
+    load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
+    names = _engine_names(engines)
+    dst_path = Path(dst)
+    if source is None:
+        recorded = read_report(dst_path)
+        source = recorded.source if recorded and recorded.source and Path(recorded.source).is_dir() else None
+    source_path = None if source is None else resolve_source(source, param="source").path
+    report = _verify_written(
+        dst_path,
+        source_path,
+        names,
+        every_engine="all" in engines,
+        target_layers=target_layers,
+        target_config=target_config,
+        seed=seed,
+        tokens=tokens,
+        inputs=None if inputs is None else Path(inputs),
+    )
+    for engine in load_engines:
+        report.engine_loads += load_checks(
+            [dst_path], engine=engine, sources=[source_path], engine_python=engine_python
+        )
+    return report
+
+
+def _verify_written(
+    dst: Path,
+    source: Path | None,
+    engines: list[str] | None,
+    *,
+    every_engine: bool = False,
+    target_layers: int | None = None,
+    target_config: str | Path | None = None,
+    seed: int = 0,
+    tokens: int = DEFAULT_TOKENS,
+    inputs: Path | None = None,
+    hashed_while_writing: bool = False,
+) -> VerifyReport:
+    from eaglequant.verification.verify import verify_checkpoint
+
+    with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
+        return verify_checkpoint(
+            dst,
+            head,
+            checkpoint,
+            source=source,
+            engines=engines,
+            every_engine=every_engine,
+            target=target,
+            seed=seed,
+            tokens=tokens,
+            inputs=inputs,
+            hashed_while_writing=hashed_while_writing,
+        )
+
+
+def load_checks(
+    dsts: Sequence[str | Path],
+    *,
+    engine: str,
+    sources: Sequence[str | Path | None] | None = None,
+    engine_python: str | Path | None = None,
+) -> list[LoadCheck]:
+    """Load each quantized checkpoint in ``dsts`` with ``engine``'s own code ("vllm" or "sglang"), on CPU, in
+    one process of ``engine_python`` (default: this interpreter), and hold what it did against eaglequant's
+    reading of the checkpoint for that engine (see :mod:`eaglequant.engine_load`). ``sources``: the BF16
+    checkpoints they were made from, for the engine's own GEMM against the source's (None: not run)."""
+    from eaglequant.engine_load import LoadJob, judge, run_probe
+    from eaglequant.verification.expected import expectation
+
+    chosen = list(sources) if sources is not None else [None] * len(dsts)
+    if len(chosen) != len(dsts):
+        raise InputError(f"{len(dsts)} checkpoints but {len(chosen)} sources", hint="give one source per checkpoint")
+    expected, jobs = [], []
+    for dst, source in zip(dsts, chosen, strict=True):
+        with _open_written(dst, None, None) as (checkpoint, head, target):
+            expected.append(expectation(checkpoint, head, target, engine))
+        jobs.append(LoadJob(Path(dst), None if source is None else Path(source), expected[-1].target_layers))
+    run = run_probe(engine, jobs, engine_python)
+    return [judge(run, index, wanted) for index, wanted in enumerate(expected)]
+
+
+def upload(
+    dst: str | Path,
+    repo_id: str,
+    *,
+    revision: str = "main",
+    private: bool = False,
+    commit_message: str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    source: str | Path | None = None,
+) -> UploadResult:
+    """Upload the quantized checkpoint in ``dst`` to the Hub repo ``repo_id`` (created if needed).
+
+    ``dst`` must have passed numerical verification unless ``force``: :func:`verify` against ``source`` (default:
+    the source recorded in its report, when still on disk), or, without a source, the passing verification
+    recorded at conversion (``convert --verify``), provided every file still has the SHA-256 the report records.
+    The card is re-rendered to name the draft ``repo_id`` in its serving lines. The upload is huggingface_hub's
+    ``upload_folder``: resumable, and split into several commits when very large.
+    ``dry_run``: check (by the same rule) and list what would be sent, send nothing.
+    """
+    from eaglequant.publish.upload import upload_checkpoint
+
+    return upload_checkpoint(
+        dst,
+        repo_id,
+        lambda path: verify(path, source=source),
+        revision=revision,
+        private=private,
+        commit_message=commit_message,
+        dry_run=dry_run,
+        force=force,
+    )
+
+
+def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
+    """Validated engine names ("all" left to the caller); None for "not chosen"."""
+    from eaglequant.engines import get_engine
+
+    return [get_engine(name).name for name in dict.fromkeys(engines) if name != "all"] or None
+
+
+@contextmanager
+def _open_written(
+    dst: str | Path, target_layers: int | None, target_config: str | Path | None
+) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
+    """A quantized checkpoint, the head it was made from, and the target's layer count (given, or else the
+    one its conversion recorded)."""
+    from eaglequant.readback.written import describe_written_head
+    from eaglequant.record.report import REPORT_NAME, read_report
+
+    with Checkpoint.open(dst, "DST") as checkpoint:
+        head = describe_written_head(checkpoint)
+        report = read_report(Path(dst)) if target_layers is None and target_config is None else None
+        recorded = None if report is None else report.target_layers
+        if recorded is not None and recorded.count is not None:
+            target = TargetLayers(recorded.count, f"recorded in {REPORT_NAME}: {recorded.source}")
+        else:
+            target = resolve_target_layers(target_layers, target_config, head.config)
+        yield checkpoint, head, target

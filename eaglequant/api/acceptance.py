@@ -1,0 +1,151 @@
+"""``accept``: the acceptance length of quantized drafts against their source, served by the engine."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from eaglequant.acceptance.measure import (
+    ACCEPT_NAME,
+    ENGINES,
+    AcceptanceReport,
+    QuantizedDraft,
+    Settings,
+    measure,
+    modes_for,
+)
+from eaglequant.acceptance.prompts import read_prompts
+from eaglequant.acceptance.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
+from eaglequant.common.errors import InputError
+
+DEFAULT_TEMPERATURES: tuple[float, ...] = ()  # greedy only: vLLM 0.32's CPU build accepts nothing at T > 0
+
+
+def accept(
+    dsts: Sequence[str | Path],
+    *,
+    target: str | Path,
+    source: str | Path | None = None,
+    prompts: str | Path | None = None,
+    max_prompts: int | None = None,
+    num_speculative_tokens: int = 3,
+    max_tokens: int = 96,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
+    served_as: str = DEQUANTIZED,
+    dtype: str = "bfloat16",
+    engine: str = "vllm",
+    engine_python: str | Path | None = None,
+    seed: int = 0,
+    record: bool = True,
+    progress: Callable[[str], None] = lambda _: None,
+) -> AcceptanceReport:
+    """Serve ``target`` with the source draft and with each quantized draft in ``dsts`` using ``engine``'s own
+    speculative decoding (greedy, and sampled at each of ``temperatures``), and measure each one's acceptance.
+
+    ``source``: the BF16 draft (default: the one recorded in the first DST's report). ``prompts``: a .jsonl
+    file of {"prompt": ...} or a text file with one prompt a line (default: the held-out prompts bundled with
+    the trained pair). ``served_as``: "dequantized" serves each quantized draft as its weights dequantized to
+    ``dtype`` (the weight-only effect; what runs where the engine has no kernel for the format, as vLLM on CPU),
+    "stored" serves DST as written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
+    figures to its card."""
+    from eaglequant.engine_load import engine_python as find_engine_python
+
+    if engine not in ENGINES:
+        raise InputError(f"--engine {engine!r}: accept runs {', '.join(ENGINES)}", hint="use --engine vllm")
+    if served_as not in SERVED_AS:
+        raise InputError(f"--served-as {served_as!r}: not one of {', '.join(SERVED_AS)}", hint="use dequantized")
+    if num_speculative_tokens < 1 or max_tokens < 1:
+        raise InputError("--k and --max-tokens must be at least 1", hint="e.g. --k 3 --max-tokens 96")
+    target_path = _model_dir(target, "--target")
+    prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
+    if len(prompt_list) < 2:
+        raise InputError(
+            f"--prompts: {len(prompt_list)} prompt; the intervals are over prompts", hint="give at least 2 prompts"
+        )
+    interpreter = find_engine_python(engine, engine_python)
+    destinations = [Path(d) for d in dsts]
+    source_path = _model_dir(source, "--source") if source is not None else _recorded_source(destinations)
+    settings = Settings(
+        target_path,
+        tuple(prompt_list),
+        prompts_from,
+        num_speculative_tokens,
+        max_tokens,
+        modes_for(temperatures, seed),
+        dtype,
+        seed,
+    )
+    with tempfile.TemporaryDirectory(prefix="eaglequant-served-") as tmp:
+        drafts = [_served(dst, served_as, dtype, Path(tmp) / str(i), engine) for i, dst in enumerate(destinations)]
+        report = measure(interpreter, settings, source_path, drafts, progress)
+    if any(d.served_as == DEQUANTIZED for d in report.quantized):
+        report.notes.append(
+            f"quantized drafts were served as their weights dequantized to {dtype} (exactly what the fused kernels "
+            "compute from the stored bytes, then rounded to the serving dtype): the weight-only effect; activation "
+            "quantization was not run"
+        )
+    sample_method = (report.speculative_config or {}).get("draft_sample_method")
+    if sample_method:
+        report.notes.append(
+            f"{report.engine} {report.version} drafts with draft_sample_method={sample_method}: a drafted token "
+            "is accepted when the target's own sampling agrees with the draft's choice"
+        )
+    if record:
+        for draft in report.quantized:
+            write_acceptance(draft.path, report, draft.label)
+    return report
+
+
+def _model_dir(path: str | Path, flag: str) -> Path:
+    chosen = Path(path)
+    if not (chosen / "config.json").is_file():
+        what = "does not exist" if not chosen.exists() else "has no config.json"
+        raise InputError(f"{flag} {chosen}: {what}", hint="give the model's directory (config.json and weights)")
+    return chosen
+
+
+def _recorded_source(dsts: list[Path]) -> Path:
+    from eaglequant.record.report import read_report
+
+    recorded = {str(r.source) for r in (read_report(d) for d in dsts) if r is not None and r.source}
+    if len(recorded) != 1:
+        what = "records no source" if not recorded else f"record different sources ({', '.join(sorted(recorded))})"
+        raise InputError(f"the quantized drafts {what}", hint="pass --source SRC, the BF16 draft they were made from")
+    return _model_dir(recorded.pop(), "--source (recorded)")
+
+
+def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -> QuantizedDraft:
+    from eaglequant.api import _open_written
+    from eaglequant.readback.explanation import read_written_config
+    from eaglequant.record.report import read_report
+    from eaglequant.verification.verify import recorded_scheme
+
+    with _open_written(dst, None, None) as (checkpoint, head, target):
+        _, written = read_written_config(checkpoint)
+        scheme, _ = recorded_scheme(read_report(dst), written.kinds)
+        dequantized: list[str] = []
+        served = dst
+        if served_as != STORED:
+            modules = quantized_modules(checkpoint, head, target, engine)
+            dequantized = write_dequantized(checkpoint, head, modules, workdir, dtype)
+            served = workdir
+    return QuantizedDraft(dst, served, served_as, dequantized, scheme.name, scheme.verify.max_acceptance_drop)
+
+
+def write_acceptance(dst: Path, report: AcceptanceReport, label: str) -> Path:
+    """Record in ``dst`` what was measured of it (and of its source, the reference), and refresh its card."""
+    from eaglequant.publish.card import refresh_card
+
+    mine = [d for d in report.quantized if d.label == label]
+    data = report.to_json()
+    data["quantized"] = [d.to_json(report.settings.modes) for d in mine]
+    data["ok"] = not [p for d in (report.source, *mine) for p in d.problems]
+    data["problems"] = [p for d in (report.source, *mine) for p in d.problems]
+    path = dst / ACCEPT_NAME
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    partial.replace(path)
+    refresh_card(dst)
+    return path

@@ -1,0 +1,387 @@
+"""``batch``: run the conversions (and uploads) a TOML job file lists, as a CI step.
+
+A job is skipped when its destination is complete and its manifest carries the key this job would
+produce (same source bytes, same options, same eaglequant); a failed job is recorded and the others go
+on. Paths in the job file are relative to the file. See ``docs/ci.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from eaglequant.batch.checks import check_name, check_repo_id, conversion_options
+from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
+from eaglequant.checkpoint.hashing import file_sha256
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
+from eaglequant.conversion.options import ConversionOptions
+from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
+
+UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
+
+# The job file's keys for ConversionOptions fields, with their TOML types: ``verify`` is ``verify_output`` (true
+# unless set), the card's ``repo_id`` is [job.upload]'s, and ``workers`` and ``device`` belong to the runner.
+_CONVERT_KEYS = {
+    "scheme": str,
+    "format": str,
+    "engines": list,
+    "exclude": list,
+    "quantize": list,
+    "target_layers": int,
+    "target_config": str,
+    "max_shard_size": str,
+    "calib": str,
+    "verify": bool,
+}
+_JOB_KEYS = {"name": str, "source": str, "destination": str, "overwrite": bool, "upload": dict, **_CONVERT_KEYS}
+_UPLOAD_KEYS = {"repo_id": str, "revision": str, "private": bool, "commit_message": str}
+_PATH_KEYS = ("target_config", "calib")
+_TYPE_WORDS = {str: "a string", int: "an integer", bool: "true or false", list: "a list of strings", dict: "a table"}
+
+
+@dataclass(frozen=True)
+class UploadSpec:
+    repo_id: str
+    revision: str = "main"
+    private: bool = False
+    commit_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    source: str  # a resolved local path, or a Hub repo id
+    destination: Path
+    options: ConversionOptions
+    overwrite: bool = False
+    upload: UploadSpec | None = None
+
+
+@dataclass
+class JobOutcome:
+    job: Job
+    status: str = "pending"  # converted | skipped | failed
+    reason: str = ""  # why it was skipped, or what failed
+    exit_code: int = 0
+    seconds: float = 0.0
+    verified: bool | None = None
+    manifest_key: str | None = None
+    upload: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.job.name,
+            "source": self.job.source,
+            "destination": str(self.job.destination),
+            "status": self.status,
+            "reason": self.reason,
+            "exit_code": self.exit_code,
+            "seconds": round(self.seconds, 3),
+            "verified": self.verified,
+            "manifest_key": self.manifest_key,
+            "upload": self.upload,
+        }
+
+
+@dataclass
+class BatchResult:
+    jobs_file: Path
+    jobs_sha256: str = ""  # the job file's bytes: summaries of one file merge, those of different files do not
+    job_names: list[str] = field(default_factory=list)  # every job of the file, run here or not
+    shard: tuple[int, int] | None = None
+    outcomes: list[JobOutcome] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.status != "failed" and (o.upload or {}).get("status") != "failed" for o in self.outcomes)
+
+    def to_json(self) -> dict[str, Any]:
+        from eaglequant.batch.summary import summary_json
+        from eaglequant.common.version import __version__
+
+        return summary_json(
+            jobs_file=str(self.jobs_file),
+            jobs_sha256=self.jobs_sha256,
+            job_names=self.job_names,
+            jobs=[o.to_json() for o in self.outcomes],
+            eaglequant_version=__version__,
+            shard=None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}",
+            notes=self.notes,
+        )
+
+
+def load_jobs(path: Path) -> list[Job]:
+    """Parse and check the whole job file before anything runs (exit 2 on any mistake)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: job file not found") from exc
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"{path}: not a readable TOML job file ({exc})") from exc
+    unknown = set(data) - {"defaults", "job"}
+    if unknown:
+        raise InputError(f"{path}: unknown table {sorted(unknown)[0]!r}", hint="expected [defaults] and [[job]]")
+    defaults = _checked(path, "[defaults]", data.get("defaults", {}), set(_JOB_KEYS) - {"name", "source"})
+    entries = data.get("job")
+    if not isinstance(entries, list) or not entries:
+        raise InputError(f"{path}: no [[job]] entries")
+    jobs = [
+        _job(path, index, {**defaults, **_checked(path, f"job {index + 1}", entry, set(_JOB_KEYS))})
+        for index, entry in enumerate(entries)
+    ]
+    _refuse_clashes(path, jobs)
+    return jobs
+
+
+def _checked(path: Path, where: str, table: Any, allowed: set[str]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise InputError(f"{path}: {where} must be a table")
+    for key, value in table.items():
+        if key not in allowed:
+            raise InputError(f"{path}: {where}: unknown key {key!r}", hint=f"known keys: {', '.join(sorted(allowed))}")
+        expected = _JOB_KEYS[key]
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise InputError(f"{path}: {where}: {key} must be {_TYPE_WORDS[expected]}, not {value!r}")
+        if isinstance(value, list) and not all(isinstance(item, str) for item in value):
+            raise InputError(f"{path}: {where}: {key} must be a list of strings")
+    return table
+
+
+def _job(path: Path, index: int, entry: dict[str, Any]) -> Job:
+    for key in ("source", "destination"):
+        if key not in entry:
+            raise InputError(f"{path}: job {index + 1}: {key} is missing")
+    base = path.parent
+    destination = base / entry["destination"]
+    name = entry.get("name") or destination.name
+    where = f"{path}: job {name!r}"
+    check_name(where, name)
+    settings = {key: entry[key] for key in _CONVERT_KEYS if key in entry}
+    for key in _PATH_KEYS:
+        if key in settings:
+            settings[key] = str(base / settings[key])
+    if settings.get("scheme", "").endswith(".toml"):  # a scheme file, relative to the job file
+        settings["scheme"] = str(base / settings["scheme"])
+    settings["verify_output"] = settings.pop("verify", True)
+    upload = _upload_spec(where, entry["upload"]) if "upload" in entry else None
+    if upload is not None:
+        settings["repo_id"] = upload.repo_id
+    options = conversion_options(where, settings)
+    return Job(name, _source(base, entry["source"]), destination, options, entry.get("overwrite", False), upload)
+
+
+def _source(base: Path, source: str) -> str:
+    """A path relative to the job file when it exists there, or when its parent does (a mistyped path, refused as
+    one); otherwise a Hub repo id if it is one. ``hf://org/name`` is always the Hub's."""
+    local = base / source
+    if source.startswith(HUB_PREFIX):
+        return source
+    if local.exists() or local.parent.is_dir() or parse_repo_ref(source) is None:
+        return str(local)
+    return source
+
+
+def _upload_spec(where: str, table: dict[str, Any]) -> UploadSpec:
+    where = f"{where}: [job.upload]"
+    for key, value in table.items():
+        expected = _UPLOAD_KEYS.get(key)
+        if expected is None:
+            raise InputError(f"{where}: unknown key {key!r}", hint=f"known keys: {', '.join(_UPLOAD_KEYS)}")
+        if not isinstance(value, expected):
+            raise InputError(f"{where}: {key} must be {_TYPE_WORDS[expected]}, not {value!r}")
+    if "repo_id" not in table:
+        raise InputError(f"{where}: repo_id is missing", hint='add repo_id = "org/name"')
+    check_repo_id(where, table["repo_id"])
+    return UploadSpec(**table)
+
+
+def _refuse_clashes(path: Path, jobs: list[Job]) -> None:
+    """One destination per job (checked first: a name defaults to its destination's), one name per job."""
+    by_destination: dict[Path, int] = {}
+    by_name: dict[str, int] = {}
+    for number, job in enumerate(jobs, 1):
+        first = by_destination.setdefault(job.destination.resolve(), number)
+        if first != number:
+            raise InputError(
+                f"{path}: job {first} ({jobs[first - 1].name!r}) and job {number} ({job.name!r}) both write to "
+                f"{job.destination}",
+                hint="give each job its own destination",
+            )
+        first = by_name.setdefault(job.name, number)
+        if first != number:
+            raise InputError(
+                f"{path}: job {first} and job {number} are both named {job.name!r}",
+                hint='set a different name = "..." in one of them (names select jobs for --only and CI matrices)',
+            )
+
+
+def select_jobs(
+    jobs_file: Path, jobs: list[Job], only: Sequence[str] = (), shard: tuple[int, int] | None = None
+) -> list[Job]:
+    """The jobs named in ``only``, or shard K of N (``shard=(K, N)``: the jobs at positions K, K+N, K+2N, ...
+    of the file, counting from 1, so N runners share the jobs evenly and a rerun gives each the same ones as
+    long as jobs are added at the end), or all of them."""
+    if only and shard is not None:
+        raise InputError("only and shard both select jobs", hint="pass one of them")
+    if only:
+        missing = [name for name in only if name not in {job.name for job in jobs}]
+        if missing:
+            raise InputError(f"{jobs_file}: no job named {missing[0]!r}", hint=f"jobs: {_names(jobs)}")
+        return [job for job in jobs if job.name in only]
+    if shard is not None:
+        k, n = shard
+        if not 1 <= k <= n:
+            raise InputError(f"shard=({k}, {n}): K must be between 1 and N")
+        return jobs[k - 1 :: n]
+    return jobs
+
+
+def _names(jobs: list[Job]) -> str:
+    names = ", ".join(job.name for job in jobs[:8])
+    return names + (f" and {len(jobs) - 8} more" if len(jobs) > 8 else "")
+
+
+def run_batch(
+    path: str | Path,
+    *,
+    only: Sequence[str] = (),
+    shard: tuple[int, int] | None = None,
+    on_job: Callable[[int, int, JobOutcome], None] | None = None,
+    on_note: Callable[[str], None] | None = None,
+) -> BatchResult:
+    """Run the jobs of ``path`` that :func:`select_jobs` picks, in order; ``on_job`` hears of each one done,
+    ``on_note`` of what the summary's ``notes`` say. The whole file is checked first."""
+    from eaglequant.hub.client import hub_offline
+
+    jobs_file = Path(path)
+    jobs = load_jobs(jobs_file)
+    selected = select_jobs(jobs_file, jobs, only, shard)
+    result = BatchResult(jobs_file, file_sha256(jobs_file), [job.name for job in jobs], shard)
+    use_hub = not hub_offline()
+    if not use_hub and any(job.upload is not None for job in selected):
+        result.notes.append(OFFLINE_NOTE)
+    for note in result.notes:
+        if on_note is not None:
+            on_note(note)
+    for number, job in enumerate(selected, 1):
+        outcome = run_job(job, use_hub=use_hub)
+        result.outcomes.append(outcome)
+        if on_job is not None:
+            on_job(number, len(selected), outcome)
+    return result
+
+
+def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
+    """Convert (and upload) ``job`` unless it is done: on the Hub when it has ``[job.upload]`` and ``use_hub``,
+    else (or when the Hub lacks it) in its destination."""
+    from eaglequant import api
+
+    outcome = JobOutcome(job)
+    started = time.perf_counter()
+    record: HubRecord | None = None
+    try:
+        outcome.manifest_key = api.manifest_key(job.source, job.options)
+        if job.upload is not None and use_hub:
+            record = hub_record(job.upload.repo_id, job.upload.revision, outcome.manifest_key)
+        if record is not None and record.done:
+            reason = (
+                f"on the Hub at {record.target} (commit {str(record.commit)[:12]}), from the same source and options"
+            )
+            outcome.status, outcome.reason, outcome.verified = "skipped", reason, record.verified
+        else:
+            _convert_unless_done(job, outcome, record)
+    except EagleQuantError as exc:
+        _fail(outcome, exc.one_line(), exc.exit_code)
+    except Exception as exc:
+        _fail(
+            outcome,
+            f"internal error: {type(exc).__name__}: {exc} (rerun it with `eaglequant --debug convert`)",
+            EXIT_INTERNAL,
+        )
+    outcome.seconds = time.perf_counter() - started
+    if record is not None and record.done:
+        outcome.upload = {"status": "skipped", "repo_id": record.repo_id, "commit_url": record.commit_url}
+    elif job.upload is not None and outcome.status != "failed":
+        outcome.upload = _upload(job, outcome.manifest_key or "", trust_local_record=record is None)
+    return outcome
+
+
+def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None) -> None:
+    """The local rule: skip when the destination is complete, from the same source and options, and its
+    recorded verification did not fail; else convert."""
+    from eaglequant import api
+    from eaglequant.record.manifest import completed_with
+    from eaglequant.record.report import readable_report
+
+    assert outcome.manifest_key is not None
+    on_hub = "" if record is None else f" (on the Hub at {record.target}: {record.why_not})"
+    why_not = completed_with(job.destination, outcome.manifest_key)
+    if why_not is None and recorded_verified(job.destination) is False:
+        why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
+    if why_not is None:
+        outcome.status, outcome.reason = "skipped", f"complete, from the same source and options{on_hub}"
+        outcome.verified = recorded_verified(job.destination)
+        return
+    # A destination eaglequant wrote is always replaced; anything else only with ``overwrite = true``.
+    if job.destination.exists() and readable_report(job.destination) is None and not job.overwrite:
+        raise OutputError(
+            f"{job.destination}: already exists and was not written by eaglequant",
+            hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",
+        )
+    result = api.convert(job.source, job.destination, job.options, overwrite=True, overwrite_any=job.overwrite)
+    outcome.status, outcome.reason = "converted", f"{why_not}{on_hub}"
+    if result.verification is not None:
+        outcome.verified = result.verification.ok
+    if outcome.verified is False:
+        problems = "; ".join(result.verification.problems[:3])
+        _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", EXIT_CHECK_FAILED)
+
+
+def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
+    outcome.status, outcome.reason, outcome.exit_code = "failed", reason, exit_code
+
+
+def _upload(job: Job, key: str, *, trust_local_record: bool) -> dict[str, Any]:
+    """Upload unless this destination, with this manifest key, already went to that repo and revision (as
+    ``.eaglequant/uploads.json`` records, when ``trust_local_record``: the Hub was not asked)."""
+    from eaglequant import api
+
+    assert job.upload is not None
+    spec = job.upload
+    record = _uploads(job.destination)
+    target = f"{spec.repo_id}@{spec.revision}"
+    previous = record.get(target)
+    if trust_local_record and isinstance(previous, dict) and previous.get("manifest_key") == key:
+        return {"status": "skipped", "repo_id": spec.repo_id, "commit_url": previous.get("commit_url")}
+    try:
+        result = api.upload(
+            job.destination,
+            spec.repo_id,
+            revision=spec.revision,
+            private=spec.private,
+            commit_message=spec.commit_message,
+        )
+    except EagleQuantError as exc:
+        return {"status": "failed", "repo_id": spec.repo_id, "error": exc.one_line(), "exit_code": exc.exit_code}
+    except Exception as exc:
+        return {"status": "failed", "repo_id": spec.repo_id, "error": f"internal error: {type(exc).__name__}: {exc}"}
+    record[target] = {"manifest_key": key, "commit_url": result.commit_url, "commit_oid": result.commit_oid}
+    path = job.destination / UPLOADS_RECORD
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return {"status": "uploaded", "repo_id": spec.repo_id, "commit_url": result.commit_url}
+
+
+def _uploads(dst: Path) -> dict[str, Any]:
+    try:
+        value = json.loads((dst / UPLOADS_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -1,0 +1,111 @@
+"""``batch`` summaries: the JSON one run writes, and the merge of those several runners wrote for one job file
+(a CI matrix: one runner per job or per shard), with the same rule for success: every job ran and none failed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from eaglequant.common.errors import InputError
+
+_REQUIRED = {"jobs_file": str, "jobs_sha256": str, "job_names": list, "jobs": list}
+
+
+def summary_json(
+    *,
+    jobs_file: str,
+    jobs_sha256: str,
+    job_names: list[str],
+    jobs: list[dict[str, Any]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """A summary: the job file (its path and SHA-256), every job it holds, and the outcome of those that ran."""
+    return {
+        "jobs_file": jobs_file,
+        "jobs_sha256": jobs_sha256,
+        **extra,
+        "job_names": job_names,
+        "ok": all(_succeeded(job) for job in jobs),
+        "counts": _counts(jobs),
+        "jobs": jobs,
+    }
+
+
+def _succeeded(job: dict[str, Any]) -> bool:
+    return job.get("status") not in ("failed", "missing") and (job.get("upload") or {}).get("status") != "failed"
+
+
+def _counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {"converted": 0, "skipped": 0, "failed": 0, "uploaded": 0}
+    for job in jobs:
+        counts[job["status"]] = counts.get(job["status"], 0) + 1
+        counts["uploaded"] += (job.get("upload") or {}).get("status") == "uploaded"
+    return counts
+
+
+def read_summary(path: Path) -> dict[str, Any]:
+    """A summary ``batch`` wrote, checked for the fields a merge needs (exit 2 when it is not one)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise InputError(f"{path}: summary not found") from exc
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InputError(f"{path}: not a readable JSON summary ({exc})") from exc
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: not a batch summary (not a JSON object)")
+    for key, kind in _REQUIRED.items():
+        if not isinstance(data.get(key), kind):
+            raise InputError(
+                f"{path}: not a batch summary of this eaglequant (no {key!r})",
+                hint="merge the files `eaglequant batch --summary` wrote, with the same eaglequant version",
+            )
+    if not all(isinstance(job, dict) and isinstance(job.get("name"), str) for job in data["jobs"]):
+        raise InputError(f"{path}: not a batch summary (a job without a name)")
+    return data
+
+
+def merge_summaries(paths: list[Path]) -> dict[str, Any]:
+    """One summary for the job file the runners shared: its jobs in the file's order, each from the summary
+    that ran it; a job no summary reports is ``missing`` (its runner failed before writing one)."""
+    if not paths:
+        raise InputError("no summaries to merge", hint="pass the files `eaglequant batch --summary` wrote")
+    summaries = [(path, read_summary(path)) for path in paths]
+    first_path, first = summaries[0]
+    ran: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for path, summary in summaries:
+        if summary["jobs_sha256"] != first["jobs_sha256"]:
+            raise InputError(
+                f"{path}: a summary of another job file than {first_path} (or of another version of it)",
+                hint="merge only the summaries of one run",
+            )
+        for job in summary["jobs"]:
+            if job["name"] in ran:
+                raise InputError(
+                    f"job {job['name']!r} is in two summaries: {ran[job['name']][0]} and {path}",
+                    hint="merge each runner's summary once; shards and --only jobs do not overlap",
+                )
+            ran[job["name"]] = (path, job)
+    names = [str(name) for name in first["job_names"]]
+    jobs = [ran[name][1] if name in ran else _missing(name) for name in names]
+    merged = summary_json(
+        jobs_file=first["jobs_file"],
+        jobs_sha256=first["jobs_sha256"],
+        job_names=names,
+        jobs=jobs,
+        summaries=[str(path) for path in paths],
+    )
+    merged["counts"]["missing"] = sum(job["status"] == "missing" for job in jobs)
+    return merged
+
+
+def _missing(name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "status": "missing",
+        "reason": "no summary reports this job (did its runner fail before writing one?)",
+        "exit_code": None,
+        "verified": None,
+        "upload": None,
+    }

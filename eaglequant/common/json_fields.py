@@ -1,0 +1,126 @@
+"""Typed reading of a JSON file's objects: each value checked as it is taken, and a wrong one named by its
+key and file in a one-line error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from eaglequant.common.errors import EagleQuantError
+
+
+class ErrorType(Protocol):
+    def __call__(self, message: str, *, hint: str | None = None) -> EagleQuantError: ...
+
+
+_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
+
+
+class JsonObject:
+    """A JSON object read key by key: a missing or wrong-typed value raises ``error`` (an exception class
+    taking a message and a hint) naming the file (``where``) and the key (``quantized[2].sqnr_db``)."""
+
+    def __init__(self, data: Any, where: str, error: ErrorType, hint: str, path: str = "") -> None:
+        self.where, self.error, self.hint, self.path = where, error, hint, path
+        if not isinstance(data, dict):
+            raise error(f"{where}: {path or 'the content'} is {_json_type(data)}, not an object", hint=hint)
+        self.data: dict[str, Any] = data
+
+    def _child(self, data: Any, path: str) -> JsonObject:
+        return JsonObject(data, self.where, self.error, self.hint, path)
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def wrong(self, name: str, expected: str) -> EagleQuantError:
+        value = self.data.get(name)
+        return self.error(
+            f"{self.where}: {self.key(name)!r} must be {expected}, not {_json_type(value)}", hint=self.hint
+        )
+
+    def get(self, name: str) -> Any:
+        if name not in self.data:
+            raise self.error(f"{self.where}: key {self.key(name)!r} is missing", hint=self.hint)
+        return self.data[name]
+
+    def refuse_unknown(self, known: Iterable[str]) -> None:
+        unknown = sorted(set(self.data) - set(known))
+        if unknown:
+            raise self.error(f"{self.where}: unknown key {unknown[0]!r}", hint=self.hint)
+
+    def text(self, name: str) -> str:
+        value = self.get(name)
+        if not isinstance(value, str):
+            raise self.wrong(name, "a string")
+        return value
+
+    def optional_text(self, name: str) -> str | None:
+        value = self.get(name)
+        if not (value is None or isinstance(value, str)):
+            raise self.wrong(name, "a string or null")
+        return value
+
+    def integer(self, name: str) -> int:
+        value = self.get(name)
+        if type(value) is not int:
+            raise self.wrong(name, "an integer")
+        return value
+
+    def optional_integer(self, name: str) -> int | None:
+        value = self.get(name)
+        if not (value is None or type(value) is int):
+            raise self.wrong(name, "an integer or null")
+        return value
+
+    def number(self, name: str) -> float:
+        value = self.get(name)
+        if type(value) not in (int, float):
+            raise self.wrong(name, "a number")
+        return value
+
+    def boolean(self, name: str) -> bool:
+        value = self.get(name)
+        if type(value) is not bool:
+            raise self.wrong(name, "true or false")
+        return value
+
+    def texts(self, name: str) -> tuple[str, ...]:
+        value = self.get(name)
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise self.wrong(name, "a list of strings")
+        return tuple(value)
+
+    def text_map(self, name: str) -> dict[str, str]:
+        value = self.get(name)
+        if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
+            raise self.wrong(name, "an object of strings")
+        return dict(value)
+
+    def number_map(self, name: str) -> dict[str, float]:
+        value = self.get(name)
+        if not (isinstance(value, dict) and all(type(v) in (int, float) for v in value.values())):
+            raise self.wrong(name, "an object of numbers")
+        return dict(value)
+
+    def child(self, name: str) -> JsonObject:
+        return self._child(self.get(name), self.key(name))
+
+    def children(self, name: str) -> list[JsonObject]:
+        value = self.get(name)
+        if not isinstance(value, list):
+            raise self.wrong(name, "a list of objects")
+        return [self._child(item, f"{self.key(name)}[{i}]") for i, item in enumerate(value)]
+
+    def child_map(self, name: str) -> dict[str, JsonObject]:
+        value = self.get(name)
+        if not isinstance(value, dict):
+            raise self.wrong(name, "an object")
+        return {key: self._child(item, f"{self.key(name)}.{key}") for key, item in value.items()}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true/false"
+    return _JSON_TYPES.get(type(value), type(value).__name__)

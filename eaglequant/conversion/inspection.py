@@ -1,0 +1,69 @@
+"""What ``inspect`` reports: a checkpoint's files and head, and the plan for converting it, as rows and JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eaglequant.conversion.plan import ConversionPlan
+from eaglequant.layouts.head import HeadDescription
+
+
+@dataclass
+class InspectReport:
+    source: Path
+    source_format: str
+    files: list[str]
+    head: HeadDescription
+    plan: ConversionPlan
+
+    def rows(self) -> list[dict[str, Any]]:
+        quantized = {lin.weight for lin in self.plan.quantized}
+        return [
+            {
+                "name": t.name,
+                "dtype": t.info.dtype,
+                "shape": list(t.info.shape),
+                "bytes": t.info.nbytes,
+                "file": t.info.file.name,
+                "role": t.role.value,
+                "action": "quantize" if t.name in quantized else "keep",
+                "reason": "" if t.name in quantized else self.plan.kept[t.name],
+            }
+            for t in self.head.tensors
+        ]
+
+    def to_json(self) -> dict[str, Any]:
+        head = self.head
+        return {
+            "source": str(self.source),
+            "source_format": self.source_format,
+            "files": self.files,
+            "layout": head.layout,
+            "layout_title": head.layout_title,
+            "reason": head.reason,
+            "attention": head.attention,
+            "num_layers": head.num_layers,
+            "features": list(head.features),
+            "dims": {k: v for k, v in head.dims.__dict__.items() if v is not None},
+            "fused_groups": {g.name: list(g.members) for g in head.fused_groups},
+            "scheme": self.plan.scheme.name,
+            "format": self.plan.format.name,
+            "engines": [e.name for e in self.plan.engines],
+            "tensors": self.rows(),
+            "exclude": self.plan.exclude_patterns,
+            "target_layers": self.plan.target.to_json(),
+            "runtime_modules": [
+                {
+                    "engine": v.engine,
+                    "module": v.runtime_name,
+                    "quantized": v.quantized,
+                    "rule": v.rule,
+                    "engine_reason": v.engine_reason,
+                }
+                for v in self.plan.verdicts
+            ],
+            "source_bytes": sum(t.info.nbytes for t in head.tensors),
+            "estimated_output_bytes": self.plan.output_bytes,
+        }

@@ -1,0 +1,212 @@
+"""A conversion's options: one frozen type, its defaults declared once, every value checked once.
+
+:func:`eaglequant.api.convert`, :func:`~eaglequant.api.inspect` and :func:`~eaglequant.api.manifest_key` take a
+:class:`ConversionOptions` (or its fields as keyword arguments), the CLI's ``convert`` and ``inspect`` build one
+from their flags, and ``batch`` from a job's keys. Errors name the parameter (``max_shard_size='lots'``); the CLI
+says the flag instead (``--max-shard-size 'lots'``), ``batch`` the job file's key (``max_shard_size = 'lots'``).
+
+Importing this module is cheap (no torch): the CLI declares its defaults from it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.common.errors import EagleQuantError, InputError
+
+if TYPE_CHECKING:
+    from eaglequant.schemes.model import Scheme
+
+DEFAULT_SCHEME = "fp8-per-channel"
+DEFAULT_FORMAT = "quark"
+DEFAULT_ENGINES = ("vllm",)
+DEFAULT_MAX_SHARD_SIZE = "5GB"
+DEFAULT_DEVICE = "cpu"
+
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
+
+
+def parse_size(text: str | int) -> int:
+    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise InputError(f"max_shard_size={text!r} is not a size", hint="give a positive number of bytes")
+        return text
+    cleaned = str(text).strip().upper().replace(" ", "")
+    number = cleaned.rstrip("KMGTIB")
+    unit = cleaned[len(number) :]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if unit not in _SIZE_UNITS or value <= 0:
+        raise InputError(f"max_shard_size={text!r} is not a size", hint="write e.g. 5GB, 500MB or 2GiB")
+    return int(value * _SIZE_UNITS[unit])
+
+
+@dataclass(frozen=True)
+class ConversionOptions:
+    """What a conversion is asked to do besides its source and destination.
+
+    ``scheme``: a built-in scheme name or a .toml file; ``format``: the output format; ``engines``: those that must load
+    the result as intended (``"all"``: every engine); ``exclude`` / ``quantize``: rules (a glob or ``re:<regex>`` over
+    checkpoint names) that keep linears unquantized / quantize those kept by default (fc, lm_head); ``target_layers`` or
+    ``target_config``: the target model's layer count, or its config.json to read it from; ``max_shard_size``: the
+    largest output shard (``5GB``, or bytes); ``calib``: captured draft inputs for static activation scales;
+    ``verify_output``: run verify before the output is moved into place; ``repo_id``: the Hub repo the card's serving
+    lines name; ``workers``: threads that copy and quantize (default: one per core, at most 4); ``device``: where the
+    quantization math runs (``cpu``, ``cuda``, ``cuda:N``).
+
+    The last two change how fast, never what is written: they are not part of :meth:`manifest`.
+    Values are normalised on construction (names to the registries' spelling, lists to tuples, sizes to bytes).
+    """
+
+    scheme: str = DEFAULT_SCHEME
+    format: str = DEFAULT_FORMAT
+    engines: tuple[str, ...] = DEFAULT_ENGINES
+    exclude: tuple[str, ...] = ()
+    quantize: tuple[str, ...] = ()
+    target_layers: int | None = None
+    target_config: Path | None = None
+    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE
+    calib: Path | None = None
+    verify_output: bool = False
+    repo_id: str | None = None
+    workers: int | None = None
+    device: str = DEFAULT_DEVICE
+    # Derived once, on construction:
+    max_shard_bytes: int = field(init=False, repr=False)
+    resolved_scheme: Scheme = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        from eaglequant.conversion.devices import check_device_name
+        from eaglequant.engines import ALL_ENGINES, ENGINES, get_engine
+        from eaglequant.formats import get_format
+        from eaglequant.hub.client import check_repo_id
+        from eaglequant.schemes.model import load_scheme
+
+        scheme = str(self.scheme) if isinstance(self.scheme, Path) else _text("scheme", self.scheme)
+        _set(self, "scheme", scheme)
+        _set(self, "resolved_scheme", _named("scheme", scheme, load_scheme))
+        _set(self, "format", _named("format", _text("format", self.format), get_format).name)
+        engines = _rules("engines", self.engines)
+        engines = tuple(ENGINES) if ALL_ENGINES in engines else engines  # "all": every engine
+        _set(self, "engines", tuple(dict.fromkeys(_named("engines", name, get_engine).name for name in engines)))
+        _set(self, "exclude", _patterns("exclude", self.exclude))
+        _set(self, "quantize", _patterns("quantize", self.quantize))
+        _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=0))
+        _set(self, "target_config", _existing("target_config", self.target_config))
+        _set(self, "max_shard_bytes", parse_size(self.max_shard_size))
+        _set(self, "calib", _existing("calib", self.calib))
+        if self.calib is not None and not self.resolved_scheme.needs_calibration:
+            raise InputError(
+                f"calib={str(self.calib)!r} was given, but scheme {scheme!r} has no calibrated activation scale",
+                hint="leave calib out, or use a scheme whose activations have global_scale = true (nvfp4)",
+            )
+        if not isinstance(self.verify_output, bool):
+            raise InputError(f"verify_output must be True or False, not {self.verify_output!r}")
+        if self.repo_id is not None:
+            _named("repo_id", _text("repo_id", self.repo_id), check_repo_id)
+        _set(self, "workers", _count("workers", self.workers, minimum=1))
+        check_device_name(_text("device", self.device))
+
+    @classmethod
+    def build(cls, options: ConversionOptions | None = None, **settings: Any) -> ConversionOptions:
+        """``options`` (default: the defaults) with ``settings`` (any of its fields by name) changed."""
+        unknown = sorted(set(settings) - {f.name for f in fields(cls) if f.init})
+        if unknown:
+            raise TypeError(f"unexpected option {unknown[0]!r} (options: {', '.join(OPTION_NAMES)})")
+        if options is None:
+            return cls(**settings)
+        return replace(options, **settings) if settings else options
+
+    def manifest(self, target_count: int | None) -> dict[str, Any]:
+        """Everything besides the source that decides the bytes of the output; ``target_count``: the target's
+        layer count as the plan resolved it (``target_layers``, or read from ``target_config`` or the head)."""
+        from eaglequant.checkpoint.hashing import file_sha256
+
+        return {
+            "scheme": self.resolved_scheme.name,
+            "scheme_sha256": file_sha256(Path(self.resolved_scheme.source)),
+            "format": self.format,
+            "engines": sorted(self.engines),
+            "exclude": list(self.exclude),
+            "quantize": list(self.quantize),
+            "target_layers": target_count,
+            "max_shard_bytes": self.max_shard_bytes,
+            "calib_sha256": None if self.calib is None else file_sha256(self.calib),
+            "verify": self.verify_output,
+            "repo_id": self.repo_id,
+        }
+
+
+OPTION_NAMES = tuple(f.name for f in fields(ConversionOptions) if f.init)
+
+
+def _set(options: ConversionOptions, name: str, value: Any) -> None:
+    object.__setattr__(options, name, value)  # the dataclass is frozen: normalised once, here
+
+
+def _named(parameter: str, value: str, check: Any) -> Any:
+    """``check(value)``, its error restated to name ``parameter`` (same error type, same hint)."""
+    try:
+        return check(value)
+    except EagleQuantError as exc:
+        raise type(exc)(f"{parameter}={value!r}: {exc.message}", hint=exc.hint) from exc
+
+
+def _text(parameter: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise InputError(f"{parameter} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _rules(parameter: str, values: Any) -> tuple[str, ...]:
+    if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
+        raise InputError(f"{parameter} must be a list of non-empty strings, not {values!r}")
+    return tuple(values)
+
+
+def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:
+    """Rules as given; a ``re:`` rule must compile (matching happens when the plan is built)."""
+    checked = _rules(parameter, rules)
+    for rule in checked:
+        if rule.startswith("re:"):
+            try:
+                re.compile(rule[3:])
+            except re.error as exc:
+                raise InputError(f"{parameter}={rule!r} is not a valid regular expression ({exc})") from exc
+    return checked
+
+
+def _count(parameter: str, value: Any, *, minimum: int) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(f"{parameter} must be an integer, not {value!r}")
+    if value < minimum:
+        raise InputError(f"{parameter} must be >= {minimum}, not {value}")
+    return value
+
+
+def _existing(parameter: str, value: str | Path | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value)
+    if not path.exists():
+        raise InputError(f"{parameter}={str(value)!r}: no such file")
+    return path

@@ -1,0 +1,86 @@
+"""What a conversion did: the quantized linears' error figures, the files written with their SHA-256, and the
+report (``eaglequant_report.json``) they make."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant.common.version import __version__
+from eaglequant.conversion.plan import ConversionPlan
+from eaglequant.record.report import (
+    REPORT_VERSION,
+    CardContext,
+    ConversionReport,
+    ManifestRecord,
+    RecordedLinear,
+    dtype_totals,
+)
+from eaglequant.schemes.model import scheme_to_toml
+
+
+@dataclass
+class LinearResult:
+    module: str
+    weight: str
+    shape: tuple[int, int]
+    relative_error: float
+    sqnr_db: float
+
+
+@dataclass
+class ConversionResult:
+    destination: Path
+    plan: ConversionPlan
+    files: dict[str, str]  # output file -> sha256
+    linears: list[LinearResult]
+    seconds: float
+    source_bytes: int
+    output_bytes: int
+    copied_files: list[str] = field(default_factory=list)
+    source: Path | None = None
+    verification: Any = None  # a VerifyReport when convert ran verify
+    manifest: ManifestRecord | None = None  # see eaglequant.record.manifest
+    card: CardContext | None = None  # see eaglequant.publish.card.card_context
+
+    def report(self) -> ConversionReport:
+        """What ``eaglequant_report.json`` records: the same for the same source, options and DST (no timing)."""
+        plan, verification = self.plan, self.verification
+        return ConversionReport(
+            __version__,
+            REPORT_VERSION,
+            str(self.destination),
+            None if self.source is None else str(self.source),
+            plan.head.layout,
+            plan.scheme.name,
+            plan.scheme.label,
+            plan.scheme.kinds,
+            scheme_to_toml(plan.scheme),
+            plan.head.attention,
+            plan.format.name,
+            plan.format.algorithm(plan.scheme),
+            tuple(plan.notes),
+            plan.input_amax,
+            tuple(e.name for e in plan.engines),
+            plan.target,
+            tuple(
+                RecordedLinear(r.weight.removesuffix(".weight"), r.shape, r.relative_error, r.sqnr_db)
+                for r in self.linears
+            ),
+            plan.kept,
+            plan.excluded_linears,
+            tuple(plan.exclude_patterns),
+            dtype_totals((o.spec.dtype, o.spec.nbytes) for o in plan.outputs),
+            self.source_bytes,
+            self.output_bytes,
+            self.files,
+            tuple(self.copied_files),
+            self.manifest,
+            self.card,
+            None if verification is None else verification.summary(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """``convert --json``: the report, and the seconds the conversion took."""
+        return {**self.report().to_json(), "seconds": round(self.seconds, 3)}

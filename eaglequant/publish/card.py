@@ -1,0 +1,343 @@
+"""The model card (``README.md``) written into every converted checkpoint.
+
+Rendered only from what the destination records (``eaglequant_report.json``; when verified,
+``eaglequant_verify.json``; when ``accept`` measured it, ``eaglequant_accept.json``), so it always shows the
+figures of the conversion it sits beside, and can be re-rendered later (``upload`` does, to name the draft by
+its Hub repo id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from eaglequant.engines import ENGINES
+from eaglequant.engines.support import support
+from eaglequant.formats import FORMATS
+from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
+
+CARD_NAME = "README.md"
+DRAFT_TOKENS = 3  # num_speculative_tokens / max_draft_len in the serving lines
+# Licence keys the Hub reads from a card's metadata; carried over from the source card unchanged.
+LICENSE_KEYS = ("license", "license_name", "license_link")
+
+
+def source_card_metadata(source: Path) -> dict[str, Any]:
+    """The YAML metadata of the source's README.md ({} when it has none or it cannot be read)."""
+    from huggingface_hub.repocard import metadata_load
+
+    try:
+        data = metadata_load(source / CARD_NAME) if (source / CARD_NAME).is_file() else None
+    except Exception:  # a malformed card must not stop a conversion; it only loses the licence
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def card_context(
+    source_meta: dict[str, Any], head_config: dict[str, Any], base_model: str | None, draft: str
+) -> CardContext:
+    """What the card needs beyond the report: who the draft is, the target it serves, the licence."""
+    licence = {k: source_meta[k] for k in LICENSE_KEYS if isinstance(source_meta.get(k), str)}
+    return CardContext(base_model, draft, target_model(head_config, source_meta), licence)
+
+
+def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> str | None:
+    """The target model the draft was trained for: the speculators verifier, else the source card's
+    ``base_model`` (an EAGLE head's card names its target there)."""
+    verifier = (head_config.get("speculators_config") or {}).get("verifier") or {}
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    if isinstance(name, str) and name:
+        return name
+    base = source_meta.get("base_model")
+    if isinstance(base, list) and base:
+        base = base[0]
+    return base if isinstance(base, str) and base else None
+
+
+def render_card(
+    report: ConversionReport, verification: dict[str, Any] | None, acceptance: dict[str, Any] | None = None
+) -> str:
+    """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: the dict in
+    ``eaglequant_verify.json``, or None when the conversion was not verified; ``acceptance``: the dict in
+    ``eaglequant_accept.json``, or None when ``accept`` has not measured it."""
+    context = report.card
+    assert context is not None, "a report written without a card context has no card"
+    sections = [
+        _front_matter(report, context),
+        _title(report, context),
+        _quantization_table(report),
+        _quantized_table(report),
+        _kept_table(report),
+        _dtype_table(report),
+        _size_table(report),
+        _verification(verification),
+        _acceptance(acceptance),
+        _serving(report, context),
+        f"---\n\nWritten by eaglequant {report.eaglequant_version}; `{REPORT_NAME}` holds "
+        "every figure above and the SHA-256 of each file.\n",
+    ]
+    return "\n".join(s for s in sections if s)
+
+
+def _front_matter(report: ConversionReport, context: CardContext) -> str:
+    from huggingface_hub import ModelCardData
+
+    from eaglequant.kinds import weight_kind
+
+    tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
+    tags += [weight_kind(report.scheme_kinds[0]).tag, report.format]
+    fields: dict[str, Any] = {"library_name": library_name(report.engines), "tags": tags, **context.license}
+    if context.base_model:
+        fields.update(base_model=context.base_model, base_model_relation="quantized")
+    return f"---\n{ModelCardData(**fields).to_yaml()}\n---\n"
+
+
+# The Hub's library_name says what loads the checkpoint. transformers cannot load an EAGLE-3 draft quantized in
+# these formats; the serving engine the rules were proven for can. The Hub keeps any name as the library tag.
+LIBRARY_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "trtllm-main": "tensorrt-llm"}
+
+
+def library_name(engines: Iterable[str]) -> str:
+    """The first engine the conversion targeted (vLLM by default), as the Hub names it."""
+    return next((LIBRARY_NAMES[e] for e in engines if e in LIBRARY_NAMES), "vllm")
+
+
+def _title(report: ConversionReport, context: CardContext) -> str:
+    name = context.draft.rstrip("/").rsplit("/", 1)[-1]
+    origin = f"`{report.source}`"
+    if report.manifest is not None:
+        source = report.manifest.source
+        origin = f"`{source.path}`"
+        if source.repo_id:
+            origin = f"[`{source.repo_id}`](https://huggingface.co/{source.repo_id})"
+            origin += f" (commit `{source.commit[:12]}`)" if source.commit else ""
+    engines = ", ".join(ENGINES[e].title for e in report.engines)
+    target = f" for `{context.target}`" if context.target else ""
+    return (
+        f"# {name}\n\n"
+        f"An EAGLE-3 speculative-decoding draft head{target}, quantized from {origin} to "
+        f"**{report.scheme}** ({report.scheme_label}) in **{FORMATS[report.format].title}** format. "
+        f"Its exclusion rules were checked against the module names and matching rules of: {engines}.\n"
+    )
+
+
+def _quantization_table(report: ConversionReport) -> str:
+    count = report.target_layers.count
+    rows = [
+        ("Scheme", f"`{report.scheme}` ({report.scheme_label})"),
+        ("Format", f"{FORMATS[report.format].title} (`{report.algorithm}`)"),
+        ("Layout of the source", f"`{report.layout}`"),
+        ("Engines checked", ", ".join(ENGINES[e].title for e in report.engines)),
+        ("Target layer count", str(count) if count is not None else "any (rules hold for every L)"),
+        ("Exclusion rules written", ", ".join(f"`{p}`" for p in report.exclude) or "none"),
+    ]
+    rows += [("Calibrated activation scales", "yes")] if report.calibrated_input_amax else []
+    lines = ["## Quantization", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
+    lines += [f"\nNote: {note}" for note in report.notes]
+    return "\n".join(lines) + "\n"
+
+
+def _quantized_table(report: ConversionReport) -> str:
+    lines = ["## Quantized modules", "", "| module | shape | SQNR (dB) | relative error |", "|---|---|---:|---:|"]
+    for row in report.quantized:
+        shape = "×".join(str(d) for d in row.shape)
+        lines.append(f"| `{row.module}` | {shape} | {row.sqnr_db:.1f} | {row.relative_error:.4f} |")
+    lines.append("\nSQNR and relative error of the stored weights against the source weights.")
+    return "\n".join(lines) + "\n"
+
+
+def _kept_table(report: ConversionReport) -> str:
+    lines = ["## Kept unquantized", "", "| tensor | why |", "|---|---|"]
+    for name, why in sorted(report.kept.items()):
+        lines.append(f"| `{name}` | {why} |")
+    return "\n".join(lines) + "\n"
+
+
+def _dtype_table(report: ConversionReport) -> str:
+    lines = ["## Tensor dtypes", "", "| dtype | tensors | bytes |", "|---|---:|---:|"]
+    for dtype, total in sorted(report.tensor_dtypes.items()):
+        lines.append(f"| `{dtype}` | {total.count} | {total.nbytes:,} |")
+    return "\n".join(lines) + "\n"
+
+
+def _size_table(report: ConversionReport) -> str:
+    before, after = report.source_bytes, report.output_bytes
+    return (
+        "## Size\n\n| | bytes | |\n|---|---:|---:|\n"
+        f"| source tensors | {before:,} | |\n"
+        f"| quantized tensors | {after:,} | {after / max(before, 1):.2f}× |\n"
+    )
+
+
+def _verification(verification: dict[str, Any] | None) -> str:
+    if verification is None:
+        return (
+            "## Verification\n\nNot verified when written. Run `eaglequant verify <this directory> --source "
+            "<the BF16 head>` for per-layer kernel parity and draft-head agreement.\n"
+        )
+    verdict = "passed" if verification["ok"] else "**FAILED**: " + "; ".join(verification["problems"])
+    if verification["ok"] is False and not verification["problems"]:
+        verdict = "not verified numerically (no source checkpoint)"
+    limits = verification["thresholds"]
+    lines = [
+        "## Verification",
+        "",
+        f"`eaglequant verify` {verdict}. Each quantized linear was run through the fused dequant-GEMM kernel on "
+        f"{verification['parity_rows']} seeded BF16 activations and compared with the source GEMM "
+        f"(thresholds: SQNR ≥ {limits['min_sqnr_db']} dB, cosine ≥ {limits['min_cosine']}).",
+        "",
+        "| module | kernel | SQNR (dB) | cosine |",
+        "|---|---|---:|---:|",
+    ]
+    for layer in verification["layers"]:
+        lines.append(f"| `{layer['module']}` | {layer['backend']} | {layer['sqnr_db']:.1f} | {layer['cosine']:.5f} |")
+    fidelity = verification.get("fidelity")
+    if fidelity:
+        inputs = fidelity.get("inputs", "synthetic")
+        lines += ["", f"Whole draft head on {fidelity['tokens']} positions, inputs {inputs}:", ""]
+        lines += ["| measure | value | threshold |", "|---|---:|---:|"]
+        if fidelity.get("mean_tv") is not None:
+            lines.append(
+                f"| mean total variation (bounds the acceptance-rate drop) | {fidelity['mean_tv']:.4f} | "
+                f"≤ {limits['max_mean_tv']} |"
+            )
+        if fidelity["top1_agreement"] is not None:
+            lines.append(f"| top-1 agreement | {fidelity['top1_agreement']:.3f} | ≥ {limits['min_top1_agreement']} |")
+            lines.append(f"| mean KL (nats) | {fidelity['mean_kl']:.2e} | ≤ {limits['max_mean_kl']} |")
+        lines.append(f"| final hidden cosine | {fidelity['hidden_cosine']:.5f} | |")
+    lines += [f"\nNote: {note}" for note in verification["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _acceptance(acceptance: dict[str, Any] | None) -> str:
+    if acceptance is None:
+        return ""
+    from eaglequant.acceptance.statistics import interval_text
+
+    settings = acceptance["settings"]
+    source = acceptance["source"]
+    lines = [
+        "## Acceptance",
+        "",
+        f"Measured with {acceptance['engine']} {acceptance['version']}'s own EAGLE-3 speculative decoding "
+        f"(`eaglequant accept`): target `{settings['target']}`, {settings['num_speculative_tokens']} speculative "
+        f"tokens, {settings['prompts']} prompts ({settings['prompts_from']}) × {settings['max_tokens']} tokens. "
+        "Acceptance length: tokens per target forward (1 + accepted drafted tokens); 95% intervals over prompts.",
+        "",
+        "| draft | mode | acceptance length | per position | vs source |",
+        "|---|---|---:|---|---:|",
+    ]
+    for draft in (source, *acceptance["quantized"]):
+        name = "source (BF16)" if draft["served_as"] == "source" else f"this checkpoint ({draft['served_as']})"
+        for mode, figures in draft["modes"].items():
+            length = figures["acceptance_length"]
+            positions = " / ".join(f"{p['value']:.2f}" for p in figures["per_position"])
+            diff = figures.get("difference")
+            versus = "" if diff is None else interval_text(diff, signed=True)
+            lines.append(f"| {name} | {mode} | {interval_text(length)} | {positions} | {versus} |")
+    for draft in (source, *acceptance["quantized"]):
+        lossless = draft["lossless"]
+        lines.append(
+            f"\nGreedy output with the {'source' if draft['served_as'] == 'source' else 'quantized'} draft equals the "
+            f"target's alone on {lossless['equal']} of {lossless['prompts']} prompts"
+            + (
+                f", and first departs from it at a near-tie of the target's own choice (top two within "
+                f"{lossless['near_tie_nats']} nats) on {lossless['near_ties']}."
+                if lossless.get("near_ties")
+                else "."
+            )
+        )
+    lines += [f"\nNote: {note}" for note in acceptance["notes"]]
+    lines += [f"\n**Problem**: {problem}" for problem in acceptance["problems"]]
+    return "\n".join(lines) + "\n"
+
+
+def _serving(report: ConversionReport, context: CardContext) -> str:
+    target = context.target or "<target-model>"
+    lines = ["## Serving", ""]
+    if not context.target:
+        lines += ["Replace `<target-model>` with the model this head drafts for.", ""]
+    kinds = report.scheme_kinds
+    for name, engine in ENGINES.items():
+        if name in report.engines:
+            for snippet in engine.serving_snippets(target, context.draft, DRAFT_TOKENS):
+                lines += [f"{snippet.caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
+            lines += [f"Note: {note}.\n" for note in engine.notes(report.attention, kinds, report.format)]
+            continue
+        verdict = support(kinds, report.format, name, report.attention)
+        if verdict is not None and not verdict.loads:
+            lines += [f"{engine.title}: does not load this checkpoint ({verdict.note}).", ""]
+        else:
+            lines += [
+                f"{engine.title}: not checked for this engine; convert with `--engine {name}` "
+                f"(or run `eaglequant explain <this directory> --engine {name}`) first.",
+                "",
+            ]
+    return "\n".join(lines)
+
+
+def rename_draft(dst: Path, draft: str) -> bool:
+    """Re-render ``dst``'s card so its serving lines name the draft ``draft`` (e.g. the Hub repo it is
+    uploaded to) and record the card's new SHA-256 in the report. False when there is nothing to change
+    (already named so, or ``dst`` has no eaglequant report)."""
+    from dataclasses import replace
+
+    from eaglequant.record.report import read_report
+
+    report = read_report(dst)
+    if report is None or report.card is None or report.card.draft == draft:
+        return False
+    _rerender(dst, replace(report, card=replace(report.card, draft=draft)))
+    return True
+
+
+def refresh_card(dst: Path) -> bool:
+    """Re-render ``dst``'s card from what it records now (e.g. after ``accept`` measured it) and record the
+    card's new SHA-256 in the report. False when ``dst`` has no eaglequant report with a card."""
+    from eaglequant.record.report import read_report
+
+    report = read_report(dst)
+    if report is None or report.card is None:
+        return False
+    _rerender(dst, report)
+    return True
+
+
+def _rerender(dst: Path, report: ConversionReport) -> None:
+    import json
+    from dataclasses import replace
+
+    from eaglequant.acceptance.measure import ACCEPT_NAME
+    from eaglequant.record.manifest import file_sha256
+    from eaglequant.verification.verify import VERIFY_NAME
+
+    recorded = [dst / VERIFY_NAME, dst / ACCEPT_NAME]
+    verification, acceptance = (json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None for p in recorded)
+    _replace(dst / CARD_NAME, render_card(report, verification, acceptance))
+    report = replace(report, files={**report.files, CARD_NAME: file_sha256(dst / CARD_NAME)})
+    _replace(dst / REPORT_NAME, report.to_text())
+
+
+@contextmanager
+def renamed_draft(dst: Path, draft: str) -> Iterator[bool]:
+    """:func:`rename_draft` for the duration of the block; on an exception the card and report are put back
+    as they were (an upload that failed leaves DST unchanged). Yields whether anything changed."""
+    before = {name: (dst / name).read_bytes() for name in (CARD_NAME, REPORT_NAME) if (dst / name).is_file()}
+    changed = rename_draft(dst, draft)
+    try:
+        yield changed
+    except BaseException:
+        for name, data in before.items():
+            _replace(dst / name, data.decode("utf-8"))
+        raise
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all."""
+    import os
+
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)

@@ -1,0 +1,140 @@
+"""Uploading a quantized head: the verification that vouches for it, the rule that refuses it, the card
+renamed for its repo, then the Hub client's ``upload_folder``.
+
+This sits above :mod:`eaglequant.hub.client` (which knows nothing of verification) and
+:mod:`eaglequant.verification.verify`; ``api.upload`` (and through it the CLI and ``batch``) calls
+:func:`upload_checkpoint`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError
+from eaglequant.hub.client import check_repo_id, upload_files, upload_folder
+
+if TYPE_CHECKING:
+    from eaglequant.verification.verify import VerifyReport
+
+
+class UploadRefused(EagleQuantError):
+    """DST fails ``verify`` or was never verified numerically; uploading it would publish what no check
+    vouches for. Exit code 3."""
+
+    exit_code = EXIT_CHECK_FAILED
+
+
+@dataclass
+class UploadResult:
+    destination: Path
+    repo_id: str
+    revision: str
+    private: bool
+    files: dict[str, int]  # path in repo -> bytes
+    dry_run: bool
+    verification: VerifyReport | None = None
+    forced: bool = False
+    commit_url: str | None = None
+    commit_oid: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(self.files.values())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination": str(self.destination),
+            "repo_id": self.repo_id,
+            "revision": self.revision,
+            "private": self.private,
+            "dry_run": self.dry_run,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
+            "verified": None if self.verification is None else self.verification.verdict,
+            "forced": self.forced,
+            "commit_url": self.commit_url,
+            "commit_oid": self.commit_oid,
+            "notes": self.notes,
+        }
+
+
+def upload_checkpoint(
+    dst: str | Path,
+    repo_id: str,
+    verify: Callable[[Path], VerifyReport],
+    *,
+    revision: str = "main",
+    private: bool = False,
+    commit_message: str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+) -> UploadResult:
+    """What ``api.upload`` documents; ``verify(dst)`` is its verification of ``dst`` (against the source it
+    was given, or the one recorded)."""
+    from eaglequant.publish.card import renamed_draft
+    from eaglequant.verification.verify import NOT_VERIFIED
+
+    check_repo_id(repo_id)
+    dst_path = Path(dst)
+    if not dst_path.is_dir():
+        raise InputError(f"{dst_path}: not a directory", hint="DST is what `eaglequant convert` wrote")
+    files = upload_files(dst_path)
+    result = UploadResult(dst_path, repo_id, revision, private, files, dry_run)
+    result.verification = verify(dst_path)
+    refusal = upload_refusal(result.verification)
+    if refusal is not None:
+        if not force:
+            dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
+            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=UPLOAD_HINTS[result.verification.verdict])
+        result.forced = True
+        result.notes.append(f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)")
+    elif result.verification.verdict == NOT_VERIFIED:
+        result.notes.append(
+            "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
+            "SHA-256 the report records"
+        )
+    if dry_run:
+        result.notes.append(f"dry run: nothing sent; README.md would name the draft {repo_id}")
+        return result
+    with renamed_draft(dst_path, repo_id) as renamed:  # put back as it was if the upload fails
+        if renamed:
+            result.notes.append(f"README.md now names the draft {repo_id}")
+            result.files = upload_files(dst_path)
+        push(result, commit_message)
+    return result
+
+
+UPLOAD_HINTS = {
+    "failed": "run `eaglequant verify` on it and fix the conversion, or pass force=True to upload anyway",
+    "not verified numerically": "pass source=SRC (the checkpoint it was made from), or convert it with "
+    "verify_output=True; force=True uploads it anyway",
+}
+
+
+def upload_refusal(report: VerifyReport) -> str | None:
+    """Why ``upload`` refuses a checkpoint with this verification (None: it may go)."""
+    from eaglequant.verification.verdict import recorded_verdict
+    from eaglequant.verification.verify import FAILED, NOT_VERIFIED, PASSED
+
+    if report.verdict == FAILED:
+        problems = report.problems
+        return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
+    if report.verdict == NOT_VERIFIED:
+        recorded = recorded_verdict(report.destination)
+        if recorded == PASSED:
+            return None
+        what = "recorded a failure" if recorded == FAILED else "recorded none"
+        return f"not verified numerically: no source to check it against, and its conversion {what}"
+    return None
+
+
+def push(result: UploadResult, commit_message: str | None) -> None:
+    """Send ``result.destination`` to its repo (created if needed) and fill in the commit."""
+    message = commit_message or f"Upload quantized EAGLE-3 draft head ({len(result.files)} files) with eaglequant"
+    result.commit_url, result.commit_oid = upload_folder(
+        result.destination, result.repo_id, revision=result.revision, private=result.private, message=message
+    )

@@ -1,0 +1,299 @@
+"""How each serving engine will read a written checkpoint, module by module.
+
+For every engine: each runtime module it builds for the draft, the config rule that excludes it (if
+any), the scheme it then applies, and the tensors it will expect from the checkpoint, checked against
+the checkpoint's headers. Works on any quantized head in a format eaglequant writes, including ones
+written by the vendor tools. Reads config files and headers only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
+from eaglequant.checkpoint.reader import Checkpoint, load_json_object
+from eaglequant.checkpoint.safetensors_file import TensorInfo
+from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.common.errors import InputError
+from eaglequant.engines import ENGINES, Engine, RuntimeModule
+from eaglequant.engines.exclusions import layer_counts, symbolic_name
+from eaglequant.engines.support import SCHEME_KINDS, support
+from eaglequant.engines.target import TargetLayers
+from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
+from eaglequant.kinds import kinds_title
+from eaglequant.layouts.head import HeadDescription, HeadLinear
+from eaglequant.schemes.model import Scheme, scheme_for_kinds
+
+
+@dataclass(frozen=True)
+class ExpectedTensor:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    found: str  # "ok", or what the checkpoint holds instead
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "found": self.found}
+
+
+@dataclass(frozen=True)
+class ModuleReading:
+    runtime_name: str
+    members: tuple[str, ...]  # checkpoint module names
+    rule: str | None  # the config rule that excludes it
+    scheme: str | None  # what the engine applies, e.g. "W8A8 fp8-channel"; None: runs unquantized
+    unquantized_because: str | None
+    engine_reason: str | None  # why the engine runs it unquantized whatever the rules say
+    expects: tuple[ExpectedTensor, ...]
+    problems: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "runtime_module": self.runtime_name,
+            "members": list(self.members),
+            "rule": self.rule,
+            "scheme": self.scheme,
+            "unquantized_because": self.unquantized_because,
+            "engine_reason": self.engine_reason,
+            "expects": [t.to_json() for t in self.expects],
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
+class EngineReading:
+    engine: str
+    title: str
+    loads: bool
+    note: str  # the support matrix's word on this scheme and format
+    modules: tuple[ModuleReading, ...]
+    problems: tuple[str, ...]  # engine-wide: cannot load it, or a rule that breaks its loader
+    notes: tuple[str, ...] = ()  # deployment settings that change what the engine runs
+    # False for an engine listed but not required to load DST (every engine shown, for --engine all or a checkpoint
+    # another tool wrote, and this one cannot load its scheme and format): its not loading is no problem.
+    judged: bool = True
+
+    @property
+    def all_problems(self) -> list[str]:
+        return [*self.problems, *(p for m in self.modules for p in m.problems)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "title": self.title,
+            "loads": self.loads,
+            "judged": self.judged,
+            "release": ENGINES[self.engine].release,
+            "note": self.note,
+            "notes": list(self.notes),
+            "problems": list(self.problems),
+            "modules": [m.to_json() for m in self.modules],
+        }
+
+
+@dataclass
+class Explanation:
+    destination: Path
+    format: str
+    scheme: str  # e.g. "NVFP4 W4A16"
+    kinds: tuple[str, str | None]
+    patterns: list[str]
+    target: TargetLayers
+    engines: list[EngineReading]
+    problems: list[str] = field(default_factory=list)  # in the config files themselves
+
+    @property
+    def all_problems(self) -> list[str]:
+        return [*self.problems, *(f"{e.title}: {p}" for e in self.engines for p in e.all_problems)]
+
+    @property
+    def ok(self) -> bool:
+        return not self.all_problems
+
+    @property
+    def quantized_members(self) -> set[str]:
+        """Checkpoint modules the explained engines run quantized (what the plan quantized)."""
+        return {
+            member
+            for e in self.engines
+            for module in e.modules
+            if module.scheme is not None
+            for member in module.members
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination": str(self.destination),
+            "format": self.format,
+            "scheme": self.scheme,
+            "kinds": list(self.kinds),
+            "exclude": self.patterns,
+            "target_layers": self.target.to_json(),
+            "ok": self.ok,
+            "problems": self.all_problems,
+            "engines": [e.to_json() for e in self.engines],
+        }
+
+
+def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
+    """The format and scheme a converted checkpoint declares, and its exclusion rules."""
+    config_path = checkpoint.root / "config.json"
+    config = checkpoint.config.get("quantization_config")
+    side_file_format = format_for_side_files(checkpoint.root)
+    if config is None and side_file_format is not None:
+        # e.g. older ModelOpt exports: engines read hf_quant_config.json
+        config = {"quant_method": side_file_format.quant_method}
+    if not isinstance(config, dict):
+        raise InputError(
+            f"{config_path}: no quantization_config: this is not a quantized checkpoint",
+            hint="give the directory `eaglequant convert` wrote (DST); `eaglequant inspect` describes a source",
+        )
+    fmt = format_for_quant_method(config.get("quant_method"))
+    if fmt is None:
+        raise InputError(
+            f"{config_path}: quant_method {config.get('quant_method')!r} is not a format eaglequant reads",
+            hint=f"eaglequant reads {', '.join(fmt.quant_method for fmt in FORMATS.values())}",
+        )
+    extra = {
+        name: load_json_object(checkpoint.root / name, name)
+        for name in fmt.extra_file_names
+        if (checkpoint.root / name).is_file()
+    }
+    return fmt, fmt.read_config(config, extra)
+
+
+def explain_checkpoint(
+    checkpoint: Checkpoint,
+    head: HeadDescription,
+    engines: list[str] | None,
+    target: TargetLayers,
+) -> Explanation:
+    fmt, written = read_written_config(checkpoint)
+    scheme = scheme_for_kinds(written.kinds)
+    chosen = [ENGINES[name] for name in engines] if engines else list(ENGINES.values())
+    readings = [
+        _read_engine(engine, head, checkpoint.tensors, fmt, scheme, written.patterns, target, bool(engines))
+        for engine in chosen
+    ]
+    label = SCHEME_KINDS.get(written.kinds, kinds_title(written.kinds))
+    return Explanation(
+        checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, list(written.problems)
+    )
+
+
+def _read_engine(
+    engine: Engine,
+    head: HeadDescription,
+    tensors: dict[str, TensorInfo],
+    fmt: Format,
+    scheme: Scheme,
+    patterns: list[str],
+    target: TargetLayers,
+    requested: bool,
+) -> EngineReading:
+    cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
+    refusal = engine.head_refusal(head)
+    if cell is None or not cell.loads or refusal is not None:
+        note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
+        problems: tuple[str, ...] = (f"cannot load this checkpoint: {note}",) if requested else ()
+        return EngineReading(engine.name, engine.title, False, note, (), problems, judged=requested)
+    counts = layer_counts(target.count)
+    modules_by_count = [engine.runtime_modules(head, count) for count in counts]
+    readings = []
+    for index, module in enumerate(modules_by_count[-1]):
+        spellings = [(count, m.names) for count, m in zip(counts, (ms[index] for ms in modules_by_count), strict=True)]
+        readings.append(_read_module(engine, head, tensors, fmt, scheme, patterns, module, spellings, target))
+    problems = tuple(engine.pattern_problems(head, fmt.name, patterns, scheme.kinds))
+    notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name))
+    return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes)
+
+
+def _read_module(
+    engine: Engine,
+    head: HeadDescription,
+    tensors: dict[str, TensorInfo],
+    fmt: Format,
+    scheme: Scheme,
+    patterns: list[str],
+    module: RuntimeModule,
+    spellings: list[tuple[int, tuple[str, ...]]],
+    target: TargetLayers,
+) -> ModuleReading:
+    count, names = spellings[-1]
+    shown = names[0] if target.count is not None else symbolic_name(names[0], count)
+    rules = {(c, n): engine.matching_rule(fmt.name, n, patterns) for c, ns in spellings for n in ns}
+    rule = rules[(count, names[0])]
+    problems: list[str] = []
+    if len({r is None for r in rules.values()}) > 1:
+        excluded = sorted({n for (c, n), r in rules.items() if r is not None})
+        problems.append(
+            f"{shown}: the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
+        )
+    reason = engine.unquantized_reason(module, scheme.kinds, fmt.name)
+    applies = reason is None and rule is None
+    why = None if applies else (reason or f"excluded by {rule!r}")
+    expects: list[ExpectedTensor] = []
+    for member in module.members:
+        linear = head.linear(member)
+        found, member_problems = _check_member(linear, tensors, fmt, scheme, applies, shown, why)
+        expects += found
+        problems += member_problems
+    return ModuleReading(
+        shown,
+        tuple(head.linear(m).checkpoint_module for m in module.members),
+        rule,
+        kinds_title(scheme.kinds) if applies else None,
+        why,
+        reason,
+        tuple(expects),
+        tuple(problems),
+    )
+
+
+def _check_member(
+    linear: HeadLinear,
+    tensors: dict[str, TensorInfo],
+    fmt: Format,
+    scheme: Scheme,
+    applies: bool,
+    runtime_name: str,
+    why_unquantized: str | None,
+) -> tuple[list[ExpectedTensor], list[str]]:
+    """The tensors the engine will look for under this linear, and what the checkpoint holds instead."""
+    if applies:
+        specs = fmt.tensor_specs(linear, scheme)
+    else:
+        specs = [TensorSpec(linear.weight, linear.dtype, (linear.out_features, linear.in_features))]
+    expected = [ExpectedTensor(s.name, s.dtype, s.shape, _found(s, tensors.get(s.name), applies)) for s in specs]
+    prefix = linear.checkpoint_module + "."
+    wanted = {s.name for s in specs}
+    stray = sorted(n for n in tensors if n.startswith(prefix) and n not in wanted and n != prefix + "bias")
+    problems = []
+    wrong = [t for t in expected if t.found != "ok"]
+    weight = next((t for t in wrong if t.name == prefix + "weight"), None)
+    if not applies and (wrong or stray):
+        stored = ", ".join(n.removeprefix(prefix) for n in stray) or (weight or wrong[0]).found
+        problems.append(
+            f"{runtime_name} runs unquantized ({why_unquantized}), but {linear.checkpoint_module} is "
+            f"stored quantized ({stored}); it would load wrongly or fail"
+        )
+    elif applies and weight is not None:
+        problems.append(
+            f"{runtime_name} is quantized (no rule excludes it), but {weight.name} is {weight.found}; "
+            "loading fails or computes garbage"
+        )
+    else:
+        problems += [f"{t.name}: expected {t.dtype} {list(t.shape)}, found {t.found}" for t in wrong]
+        problems += [f"{name}: not expected for {kinds_title(scheme.kinds)} (loading fails)" for name in stray]
+    return expected, problems
+
+
+def _found(spec: TensorSpec, info: TensorInfo | None, applies: bool) -> str:
+    if info is None:
+        return "missing"
+    dtype_ok = info.dtype == spec.dtype or (not applies and info.dtype in FLOAT_SOURCE_DTYPES)
+    if dtype_ok and info.shape == spec.shape:
+        return "ok"
+    return f"{info.dtype} {list(info.shape)}"

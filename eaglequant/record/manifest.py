@@ -1,0 +1,103 @@
+"""The manifest a conversion records in ``eaglequant_report.json``: what it was made from (the SHA-256 of
+every source file) and with which options, reduced to one key. ``batch`` skips a job whose destination is
+complete and carries the key the job would produce."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.hashing import cached_file_sha256, file_sha256
+from eaglequant.checkpoint.reader import source_files
+from eaglequant.common.version import __version__
+from eaglequant.hub.client import SourceRef, blob_sha256
+from eaglequant.record.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, readable_report
+
+# source_files lives with checkpoint reading (checkpoint/reader.py); pipeline.py still imports it from here.
+__all__ = ["REPORT_NAME", "BackgroundDigests", "file_sha256", "source_files"]
+
+
+def source_digests(root: Path) -> dict[str, str]:
+    """Relative path -> SHA-256 for every source file (Hub cache blobs are named by their hash, and files
+    hashed before and unchanged since are found in the cache: neither is read again)."""
+    return {p.relative_to(root).as_posix(): blob_sha256(p) or cached_file_sha256(p) for p in source_files(root)}
+
+
+class BackgroundDigests:
+    """:func:`source_digests` computed in a daemon thread, so hashing the source overlaps converting it."""
+
+    def __init__(self, root: Path) -> None:
+        self._files: dict[str, str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(root,), name="sha256 source", daemon=True)
+        self._thread.start()
+
+    def _run(self, root: Path) -> None:
+        try:
+            self._files = source_digests(root)
+        except BaseException as exc:  # re-raised by result()
+            self._error = exc
+
+    def result(self) -> dict[str, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._files is not None
+        return self._files
+
+
+def conversion_manifest(
+    source: SourceRef, options: dict[str, Any], files: dict[str, str] | None = None
+) -> ManifestRecord:
+    """``options``: the conversion's settings, already normalised (resolved counts, sorted engines);
+    ``files``: the source's :func:`source_digests` when already computed."""
+    files = source_digests(source.path) if files is None else files
+    options = {**options, "eaglequant_version": __version__}
+    recorded = RecordedSource(str(source.path), source.repo_id, source.revision, source.commit, files)
+    return ManifestRecord(_key(files, options), recorded, options)
+
+
+def manifest_key_of(files: dict[str, str], options: dict[str, Any]) -> str:
+    """The key :func:`conversion_manifest` gives for source ``files`` (path -> SHA-256) and ``options``."""
+    return _key(files, {**options, "eaglequant_version": __version__})
+
+
+def _key(files: dict[str, str], options: dict[str, Any]) -> str:
+    key_material = json.dumps({"source_files": files, "options": options}, sort_keys=True)
+    return hashlib.sha256(key_material.encode()).hexdigest()
+
+
+def completed_with(dst: Path, key: str) -> str | None:
+    """Why ``dst`` cannot be reused for a conversion with manifest ``key``; None when it can: it carries
+    that key and every file its report lists is there with the recorded SHA-256."""
+    report = readable_report(dst)
+    if report is None:
+        return "no report" if dst.exists() else "absent"
+    return reuse_problem(report, key, lambda files: changed_files(dst, files))
+
+
+def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[str, str]], list[str]]) -> str | None:
+    """Why the output ``report`` describes cannot stand for a conversion with manifest ``key`` (None when it
+    can); ``changed``: the files of a name -> SHA-256 map that are missing or differ where the output is."""
+    if report.manifest is None or report.manifest.key != key:
+        return "made from another source or with other options"
+    if not report.files:
+        return "report lists no files"
+    problems = changed(report.files)
+    return problems[0] if problems else None
+
+
+def changed_files(dst: Path, files: dict[str, str]) -> list[str]:
+    """One line per file of ``files`` (name -> SHA-256, as the report lists them) missing or changed in ``dst``."""
+    problems = []
+    for name, digest in files.items():
+        path = dst / name
+        if not path.is_file():
+            problems.append(f"{name}: listed in {REPORT_NAME} but missing")
+        elif file_sha256(path) != digest:
+            problems.append(f"{name}: SHA-256 differs from {REPORT_NAME} (the file changed after it was written)")
+    return problems

@@ -1,0 +1,346 @@
+"""The report ``convert`` writes into every destination (``eaglequant_report.json``): the record of what the
+conversion did. ``verify``, ``explain``, the model card, ``upload`` and ``batch`` read it through
+:class:`ConversionReport`, never as a loose dict.
+
+Versions: :data:`REPORT_VERSION` is the one this eaglequant writes. Reports written before versioning have no
+``report_version`` key and are read as version 1 (they lack only ``verification``). A report of a newer version
+is refused: its fields may mean something this eaglequant does not know.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.writer import REPORT_NAME
+from eaglequant.common.errors import CheckpointError, InputError
+from eaglequant.common.json_fields import JsonObject
+from eaglequant.common.version import __version__
+from eaglequant.engines.target import TargetLayers
+
+REPORT_VERSION = 2  # 2 added report_version and verification
+_REPAIR = "it was changed after conversion or is damaged: convert the checkpoint again"
+
+
+class ReportError(CheckpointError):
+    """A report that cannot be read, or whose content is not what its version defines."""
+
+
+class NewerReportError(InputError):
+    """A report written by a newer eaglequant, in a version this one does not know."""
+
+
+@dataclass(frozen=True)
+class RecordedLinear:
+    """A quantized linear and the error of its stored weights against the source's."""
+
+    module: str
+    shape: tuple[int, ...]
+    relative_error: float
+    sqnr_db: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "module": self.module,
+            "shape": list(self.shape),
+            "relative_error": self.relative_error,
+            "sqnr_db": self.sqnr_db,
+        }
+
+
+@dataclass(frozen=True)
+class DtypeTotal:
+    count: int
+    nbytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "bytes": self.nbytes}
+
+
+@dataclass(frozen=True)
+class RecordedSource:
+    """The checkpoint a conversion read: where, which Hub repo and commit, and the SHA-256 of every file."""
+
+    path: str
+    repo_id: str | None
+    revision: str | None
+    commit: str | None
+    files: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "repo_id": self.repo_id,
+            "revision": self.revision,
+            "commit": self.commit,
+            "files": self.files,
+        }
+
+
+@dataclass(frozen=True)
+class ManifestRecord:
+    """What an output was made from and with which options, reduced to ``key`` (:mod:`eaglequant.record.manifest`)."""
+
+    key: str
+    source: RecordedSource
+    options: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "source": self.source.to_json(), "options": self.options}
+
+
+@dataclass(frozen=True)
+class CardContext:
+    """What the model card needs beyond the conversion's figures: the draft's name, its target, the licence."""
+
+    base_model: str | None
+    draft: str
+    target: str | None
+    license: dict[str, str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"base_model": self.base_model, "draft": self.draft, "target": self.target, "license": self.license}
+
+
+@dataclass(frozen=True)
+class VerificationSummary:
+    """The verdict of ``convert --verify`` (the full figures are in ``eaglequant_verify.json``)."""
+
+    ok: bool
+    verdict: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "verdict": self.verdict}
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    eaglequant_version: str
+    report_version: int
+    destination: str
+    source: str | None
+    layout: str
+    scheme: str
+    scheme_label: str
+    scheme_kinds: tuple[str, str | None]  # weight kind, activation kind (None: weight-only)
+    scheme_toml: str  # the scheme actually used, thresholds included: verify applies these
+    attention: str
+    format: str
+    algorithm: str | None  # the format's name for the scheme
+    notes: tuple[str, ...]
+    calibrated_input_amax: dict[str, float]
+    engines: tuple[str, ...]  # the engines the conversion targeted
+    target_layers: TargetLayers
+    quantized: tuple[RecordedLinear, ...]
+    kept: dict[str, str]  # tensor -> why it is not quantized
+    excluded_linears: dict[str, str]
+    exclude: tuple[str, ...]  # the exclusion patterns written into the config
+    tensor_dtypes: dict[str, DtypeTotal]
+    source_bytes: int
+    output_bytes: int
+    files: dict[str, str]  # every file beside the report -> SHA-256
+    copied_files: tuple[str, ...]
+    manifest: ManifestRecord | None
+    card: CardContext | None
+    verification: VerificationSummary | None  # None: not verified when written (always None in version 1)
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's JSON, key for key as it is written (a version-1 report stays version 1)."""
+        versioned = self.report_version >= 2
+        data: dict[str, Any] = {"eaglequant_version": self.eaglequant_version}
+        data.update({"report_version": self.report_version} if versioned else {})
+        data.update(
+            destination=self.destination,
+            source=self.source,
+            layout=self.layout,
+            scheme=self.scheme,
+            scheme_label=self.scheme_label,
+            scheme_kinds=list(self.scheme_kinds),
+            scheme_toml=self.scheme_toml,
+            attention=self.attention,
+            format=self.format,
+            algorithm=self.algorithm,
+            notes=list(self.notes),
+            calibrated_input_amax=self.calibrated_input_amax,
+            engines=list(self.engines),
+            target_layers=self.target_layers.to_json(),
+            quantized=[linear.to_json() for linear in self.quantized],
+            kept=self.kept,
+            excluded_linears=self.excluded_linears,
+            exclude=list(self.exclude),
+            tensor_dtypes={dtype: total.to_json() for dtype, total in self.tensor_dtypes.items()},
+            source_bytes=self.source_bytes,
+            output_bytes=self.output_bytes,
+            files=self.files,
+            copied_files=list(self.copied_files),
+            manifest={} if self.manifest is None else self.manifest.to_json(),
+            card={} if self.card is None else self.card.to_json(),
+        )
+        if versioned:
+            data["verification"] = None if self.verification is None else self.verification.to_json()
+        return data
+
+    def to_text(self) -> str:
+        """The file's content."""
+        return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = REPORT_NAME) -> ConversionReport:
+        """``data``: a report's parsed JSON; ``where``: its file, named in errors (:class:`ReportError` for a
+        missing or wrong-typed key, :class:`NewerReportError` for a version newer than this eaglequant's)."""
+        top = JsonObject(data, where, ReportError, _REPAIR)
+        version = _report_version(top)
+        top.refuse_unknown(_V1_KEYS + (("report_version", "verification") if version >= 2 else ()))
+        target = top.child("target_layers")
+        return cls(
+            eaglequant_version=top.text("eaglequant_version"),
+            report_version=version,
+            destination=top.text("destination"),
+            source=top.optional_text("source"),
+            layout=top.text("layout"),
+            scheme=top.text("scheme"),
+            scheme_label=top.text("scheme_label"),
+            scheme_kinds=_kinds(top),
+            scheme_toml=top.text("scheme_toml"),
+            attention=top.text("attention"),
+            format=top.text("format"),
+            algorithm=top.optional_text("algorithm"),
+            notes=top.texts("notes"),
+            calibrated_input_amax=top.number_map("calibrated_input_amax"),
+            engines=top.texts("engines"),
+            target_layers=TargetLayers(target.optional_integer("count"), target.text("source")),
+            quantized=tuple(_linear(row) for row in top.children("quantized")),
+            kept=top.text_map("kept"),
+            excluded_linears=top.text_map("excluded_linears"),
+            exclude=top.texts("exclude"),
+            tensor_dtypes={
+                dtype: DtypeTotal(row.integer("count"), row.integer("bytes"))
+                for dtype, row in top.child_map("tensor_dtypes").items()
+            },
+            source_bytes=top.integer("source_bytes"),
+            output_bytes=top.integer("output_bytes"),
+            files=top.text_map("files"),
+            copied_files=top.texts("copied_files"),
+            manifest=_manifest(top.child("manifest")),
+            card=_card(top.child("card")),
+            verification=_verification(top) if version >= 2 else None,
+        )
+
+
+_V1_KEYS = (
+    *("eaglequant_version", "destination", "source", "layout", "scheme", "scheme_label", "scheme_kinds"),
+    *("scheme_toml", "attention", "format", "algorithm", "notes", "calibrated_input_amax", "engines"),
+    *("target_layers", "quantized", "kept", "excluded_linears", "exclude", "tensor_dtypes", "source_bytes"),
+    *("output_bytes", "files", "copied_files", "manifest", "card"),
+)
+
+
+def dtype_totals(tensors: Iterable[tuple[str, int]]) -> dict[str, DtypeTotal]:
+    """dtype -> how many of ``tensors`` (dtype, bytes) have it and their bytes, by dtype."""
+    totals: dict[str, DtypeTotal] = {}
+    for dtype, nbytes in tensors:
+        total = totals.get(dtype, DtypeTotal(0, 0))
+        totals[dtype] = DtypeTotal(total.count + 1, total.nbytes + nbytes)
+    return dict(sorted(totals.items()))
+
+
+def read_report(dst: Path) -> ConversionReport | None:
+    """The report ``convert`` wrote into ``dst``; None when there is none. One that cannot be read or is
+    invalid raises :class:`ReportError`, one from a newer eaglequant :class:`NewerReportError`."""
+    path = dst / REPORT_NAME
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot be read ({exc.strerror})", hint=_REPAIR) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ReportError(f"{path}: not JSON ({exc})", hint=_REPAIR) from None
+    return ConversionReport.from_json(data, str(path))
+
+
+def readable_report(dst: Path) -> ConversionReport | None:
+    """:func:`read_report`, with a report that cannot be read or is invalid taken as none (``batch`` neither
+    reuses nor replaces such a destination); one from a newer eaglequant still raises."""
+    try:
+        return read_report(dst)
+    except ReportError:
+        return None
+
+
+def _report_version(top: JsonObject) -> int:
+    if "report_version" not in top.data:
+        return 1
+    version = top.integer("report_version")
+    if version > REPORT_VERSION:
+        writer = top.data.get("eaglequant_version")
+        by = f"written by eaglequant {writer}, " if isinstance(writer, str) else ""
+        raise NewerReportError(
+            f"{top.where}: report version {version} ({by}this is eaglequant {__version__}, which reads up to "
+            f"version {REPORT_VERSION})",
+            hint="upgrade eaglequant (pip install -U eaglequant)",
+        )
+    if version < 2:
+        raise top.wrong("report_version", f"2 to {REPORT_VERSION} (version 1 reports have no report_version)")
+    return version
+
+
+def _kinds(top: JsonObject) -> tuple[str, str | None]:
+    kinds = top.get("scheme_kinds")
+    if not (isinstance(kinds, list) and len(kinds) == 2 and isinstance(kinds[0], str)) or not (
+        kinds[1] is None or isinstance(kinds[1], str)
+    ):
+        raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
+    return kinds[0], kinds[1]
+
+
+def _linear(row: JsonObject) -> RecordedLinear:
+    shape = row.get("shape")
+    if not (isinstance(shape, list) and all(type(d) is int for d in shape)):
+        raise row.wrong("shape", "a list of integers")
+    return RecordedLinear(row.text("module"), tuple(shape), row.number("relative_error"), row.number("sqnr_db"))
+
+
+def _manifest(fields: JsonObject) -> ManifestRecord | None:
+    if not fields.data:
+        return None  # a conversion run without one (the library's run_conversion alone)
+    source = fields.child("source")
+    recorded = RecordedSource(
+        source.text("path"),
+        source.optional_text("repo_id"),
+        source.optional_text("revision"),
+        source.optional_text("commit"),
+        source.text_map("files"),
+    )
+    return ManifestRecord(fields.text("key"), recorded, dict(fields.child("options").data))
+
+
+def _card(fields: JsonObject) -> CardContext | None:
+    if not fields.data:
+        return None
+    return CardContext(
+        fields.optional_text("base_model"),
+        fields.text("draft"),
+        fields.optional_text("target"),
+        fields.text_map("license"),
+    )
+
+
+def _verification(top: JsonObject) -> VerificationSummary | None:
+    if top.get("verification") is None:
+        return None
+    fields = top.child("verification")
+    return VerificationSummary(fields.boolean("ok"), fields.text("verdict"))
+
+
+def recorded_engines(report: ConversionReport | None) -> list[str] | None:
+    """The engines a conversion targeted that this eaglequant knows (None: no report, or none recorded)."""
+    from eaglequant.engines import ENGINES
+
+    names = [name for name in report.engines if name in ENGINES] if report is not None else []
+    return names or None

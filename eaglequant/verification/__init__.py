@@ -1,0 +1,3 @@
+"""Verification of a written checkpoint: structure, copies, scales, per-layer parity, draft-head fidelity, the verdict
+it records.
+"""

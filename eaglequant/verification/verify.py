@@ -1,0 +1,366 @@
+"""``verify``: is a written checkpoint what the engines will load, and does it compute what the source did?
+
+1. Structure: everything ``explain`` checks for each engine (tensors, dtypes, shapes, strays, rules),
+   plus scales finite and positive, fused groups sharing their global and input scales, and the files
+   matching the SHA-256 recorded in ``eaglequant_report.json``. With the source: every tensor the conversion
+   copied (norms, embeddings, d2t, t2d, unquantized linears) byte for byte against the source's, and the
+   config.json fields an engine builds the draft from (:mod:`eaglequant.verification.copies`).
+2. Per-layer parity: each quantized linear through the fused dequant-GEMM kernel (the torch reference
+   on CPU) on seeded bf16 activations, against the source weight's GEMM: SQNR, cosine, relative error.
+3. Head fidelity: the whole draft (fc, attention, MLP, norms, lm_head) in float32 with the source weights
+   and config, and with DST's own (its quantized linears, kept tensors and config), on seeded or captured
+   inputs: TV and KL of the draft distributions, top-1 flips in target vocabulary ids (through each
+   checkpoint's own d2t).
+
+Thresholds come from the scheme file (``[verify]``). Parity needs the source checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.errors import InputError
+from eaglequant.common.memory import return_freed_memory
+from eaglequant.engines.target import TargetLayers
+from eaglequant.formats import FORMATS
+from eaglequant.kinds import activation_kind
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.readback.explanation import explain_checkpoint
+from eaglequant.record.manifest import changed_files
+from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
+from eaglequant.schemes.model import Scheme, scheme_for_kinds
+from eaglequant.verification.copies import compare_config, compare_copies
+from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
+from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity, layer_parity
+
+if TYPE_CHECKING:
+    from eaglequant.acceptance.predict import Prediction
+    from eaglequant.engine_load import LoadCheck
+    from eaglequant.formats import Format
+    from eaglequant.kinds.base import StoredLinear
+
+VERIFY_NAME = "eaglequant_verify.json"
+ROW_BLOCK_ELEMENTS = 1 << 22
+PASSED, FAILED, NOT_VERIFIED = "passed", "failed", "not verified numerically"
+# Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
+# for all-zero blocks).
+_POSITIVE_SCALES = ("weight_scale_2", "weight_global_scale", "input_scale", "input_global_scale")
+
+
+@dataclass
+class VerifyReport:
+    destination: Path
+    source: Path | None
+    format: str
+    scheme: Scheme
+    structure: list[str]  # problems
+    layers: list[LayerParity] = field(default_factory=list)
+    fidelity: HeadFidelity | None = None
+    notes: list[str] = field(default_factory=list)
+    engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
+    acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
+    hashes_read: bool = True  # the files were read again against the report's SHA-256s
+
+    @property
+    def problems(self) -> list[str]:
+        found = list(self.structure)
+        found += [f"{check.engine} load: {problem}" for check in self.engine_loads for problem in check.problems]
+        found += [f"{layer.module}: {', '.join(layer.failed)}" for layer in self.layers if layer.failed]
+        if self.fidelity is not None and self.fidelity.failed:
+            found.append(f"draft head: {', '.join(self.fidelity.failed)}")
+        if self.acceptance is not None and self.acceptance.failed:
+            found.append(f"acceptance: {self.acceptance.verdict}")
+        return found
+
+    @property
+    def ok(self) -> bool:
+        """No check that ran found a problem (see :attr:`verdict` for whether parity and fidelity ran)."""
+        return not self.problems
+
+    @property
+    def numerical(self) -> bool:
+        """Per-layer parity and draft-head fidelity ran (they need the source checkpoint)."""
+        return self.source is not None and bool(self.layers)
+
+    @property
+    def verdict(self) -> str:
+        if not self.ok:
+            return FAILED
+        return PASSED if self.numerical else NOT_VERIFIED
+
+    @property
+    def checks(self) -> list[str]:
+        ran = ["structure", "scales"] + (["hashes"] if self.hashes_read else [])
+        ran += ["parity"] if self.layers else []
+        ran += ["fidelity"] if self.fidelity is not None else []
+        ran += ["acceptance"] if self.acceptance is not None else []
+        ran += [f"{check.engine} load" for check in self.engine_loads]
+        return ran
+
+    def summary(self) -> VerificationSummary:
+        """What the conversion's report records of this verification."""
+        return VerificationSummary(self.verdict == PASSED, self.verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "destination": str(self.destination),
+            "source": None if self.source is None else str(self.source),
+            "format": self.format,
+            "scheme": self.scheme.name,
+            "scheme_label": self.scheme.label,
+            "thresholds": self.scheme.verify.__dict__,
+            "parity_rows": PARITY_ROWS,
+            "ok": self.verdict == PASSED,
+            "verdict": self.verdict,
+            "checks": self.checks,
+            "problems": self.problems,
+            "structure": self.structure,
+            "layers": [layer.to_json() for layer in self.layers],
+            "fidelity": None if self.fidelity is None else self.fidelity.to_json(),
+            "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
+            "notes": self.notes,
+            "engine_loads": [check.to_json() for check in self.engine_loads],
+        }
+
+
+def verify_checkpoint(
+    dst: Path,
+    head: HeadDescription,
+    checkpoint: Checkpoint,
+    *,
+    source: Path | None,
+    engines: list[str] | None,
+    target: TargetLayers,
+    seed: int = 0,
+    tokens: int = DEFAULT_TOKENS,
+    every_engine: bool = False,
+    inputs: Path | None = None,
+    hashed_while_writing: bool = False,
+) -> VerifyReport:
+    """``engines``: the engines that must load it (default: those its conversion targeted, or with
+    ``every_engine``, or for a checkpoint another tool wrote, every engine that can). ``hashed_while_writing``:
+    the report's SHA-256s were just taken from these files as they were written (``convert --verify``), so they
+    are not read a second time."""
+    recorded = read_report(dst)
+    if engines is None and not every_engine:
+        engines = recorded_engines(recorded)
+    explanation = explain_checkpoint(checkpoint, head, engines, target)
+    fmt = FORMATS[explanation.format]
+    scheme, scheme_note = recorded_scheme(recorded, explanation.kinds)
+    report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
+    if scheme_note:
+        report.notes.append(scheme_note)
+    quantized = explanation.quantized_members
+    hashes: Future[list[str]] | None = None
+    if hashed_while_writing:
+        report.hashes_read = False
+        report.notes.append(
+            "SHA-256 of every file: taken as it was written (copied tensors from their source bytes), not read again"
+        )
+    else:  # one core reads the files while the others check them
+        hashes = _in_background(_check_hashes, dst, recorded)
+    scale_problems = _check_scales(checkpoint, head, fmt, scheme, quantized)
+    activation = activation_kind(scheme.activation.kind) if scheme.activation is not None else None
+    if activation is not None and not activation.simulated:
+        report.notes.append(
+            f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
+            "(what Hopper-class GPUs run for this checkpoint)"
+        )
+    if source is None:
+        report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
+        report.notes.append(
+            "no source checkpoint: the tensors the conversion copied (norms, embeddings, d2t, t2d, unquantized "
+            "linears) and config.json were not compared with the source's"
+        )
+    else:
+        _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
+        _predict_acceptance(report, checkpoint, head, target, source, inputs)
+    report.structure += (hashes.result() if hashes is not None else []) + scale_problems
+    return report
+
+
+def _predict_acceptance(
+    report: VerifyReport,
+    checkpoint: Checkpoint,
+    head: HeadDescription,
+    target: TargetLayers,
+    source: Path,
+    inputs: Path | None,
+) -> None:
+    from eaglequant.acceptance.predict import predict_written
+
+    if inputs is None:
+        report.notes.append(
+            "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
+            "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
+        )
+        return
+    budget = report.scheme.verify.max_acceptance_drop
+    report.acceptance, why = predict_written(checkpoint, head, target, source, inputs, budget)
+    if why:
+        report.notes.append(why)
+
+
+def _in_background(work: Callable[..., list[str]], *args: Any) -> Future[list[str]]:
+    """``work(*args)`` in a daemon thread (a failure elsewhere does not wait for it); its result as a future."""
+    result: Future[list[str]] = Future()
+
+    def run() -> None:
+        try:
+            result.set_result(work(*args))
+        except BaseException as exc:  # re-raised by result() in the caller's thread
+            result.set_exception(exc)
+
+    threading.Thread(target=run, name="verify-sha256", daemon=True).start()
+    return result
+
+
+def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
+    """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
+    (no report), the built-in scheme of the same kinds, with a note saying so."""
+    import tomllib
+
+    from eaglequant.schemes.model import parse_scheme
+
+    if recorded is None:
+        fallback = scheme_for_kinds(kinds)
+        return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
+    try:
+        scheme = parse_scheme(tomllib.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"{REPORT_NAME}: scheme_toml is not TOML ({exc})", hint="convert it again") from None
+    if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
+        raise InputError(
+            f"{REPORT_NAME}: the recorded scheme {scheme.name} ({scheme.kinds}) is not what config.json declares "
+            f"({kinds})",
+            hint="the checkpoint was changed after conversion; convert it again",
+        )
+    return (scheme if scheme.kinds == kinds else scheme.without_calibration()), None
+
+
+def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:
+    return [] if recorded is None else changed_files(dst, recorded.files)
+
+
+def _stored(checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, module: str) -> StoredLinear:
+    linear = next(lin for lin in head.linears if lin.checkpoint_module == module)
+    names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
+    return fmt.stored_linear(linear, scheme, {name: checkpoint.read(name) for name in names})
+
+
+def _check_scales(
+    checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, quantized: set[str]
+) -> list[str]:
+    import torch
+
+    problems = []
+    for module in sorted(quantized):
+        for name in sorted(n for n in checkpoint.tensors if n.startswith(module + ".") and "scale" in n):
+            values = checkpoint.read(name)
+            if values.dtype == torch.uint8:  # E8M0: 255 is NaN
+                bad = int((values == 255).sum())
+                what = "NaN (E8M0 255)"
+            else:
+                as_float = values.to(torch.float32)
+                positive = name.rsplit(".", 1)[1] in _POSITIVE_SCALES or values.dim() == 1 or values.shape[-1] == 1
+                invalid = ~torch.isfinite(as_float) | ((as_float <= 0) if positive else (as_float < 0))
+                bad = int(invalid.sum())
+                what = "not finite and positive" if positive else "not finite and non-negative"
+            if bad:
+                problems.append(f"{name}: {bad} scale value(s) {what}")
+    for group in head.fused_groups:
+        members = [head.linear(m).checkpoint_module for m in group.members]
+        if not set(members) <= quantized:
+            continue
+        for param in _POSITIVE_SCALES:
+            names = [f"{m}.{param}" for m in members if f"{m}.{param}" in checkpoint.tensors]
+            shared = [checkpoint.read(n).to(torch.float32).reshape(-1) for n in names]
+            if len(shared) > 1 and any(not torch.equal(shared[0], v) for v in shared[1:]):
+                shown = ", ".join(f"{n}={float(v[0]):.6g}" for n, v in zip(names, shared, strict=True))
+                problems.append(f"{group.name}: fused members must share {param} but hold {shown}")
+    return problems
+
+
+def _device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _check_parity(
+    report: VerifyReport,
+    checkpoint: Checkpoint,
+    head: HeadDescription,
+    fmt: Format,
+    scheme: Scheme,
+    quantized: set[str],
+    source: Path,
+    draft_inputs: tuple[int, int, Path | None],  # seed, synthetic positions, captured inputs
+) -> None:
+    import torch
+
+    from eaglequant.draft.calibrate import load_calibration
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.layouts.detect import describe_head
+
+    device = _device()
+    limits = scheme.verify
+    with Checkpoint.open(source) as src:
+        src_head = describe_head(src)
+        by_module = {lin.checkpoint_module: lin for lin in src_head.linears}
+        missing = sorted(quantized - set(by_module))
+        if missing:
+            raise InputError(
+                f"--source {source}: has no linear {missing[0]}", hint="pass the checkpoint DST was made from"
+            )
+        copies = compare_copies(checkpoint, src, quantized)
+        report.structure += copies.problems + compare_config(checkpoint.config, src.config)
+        report.notes.append(copies.note)
+        weights = CanonicalWeights(src, src_head)
+        seed, tokens, inputs = draft_inputs
+        generator = torch.Generator().manual_seed(seed)
+        readable: set[str] = set()
+        for module in sorted(quantized):  # one linear in memory at a time
+            try:
+                stored = _stored(checkpoint, head, fmt, scheme, module).to(device)
+            except KeyError:  # a missing tensor: already a structure problem
+                report.notes.append(f"{module}: parity not checked (tensors missing)")
+                continue
+            readable.add(module)
+            report.layers.append(layer_parity(module, by_module[module].module, weights, stored, scheme, generator))
+            del stored
+            return_freed_memory()
+        if len(readable) < len(quantized):
+            report.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
+            return
+        by_canonical = {by_module[m].module: m for m in quantized}
+
+        def stored_linear(canonical: str) -> StoredLinear | None:
+            module = by_canonical.get(canonical)
+            return None if module is None else _stored(checkpoint, head, fmt, scheme, module).to(device)
+
+        if inputs is not None:
+            sequences = load_calibration(inputs, src_head, "--inputs")
+            positions = sum(len(aux) for aux, _ in sequences)
+            described = f"captured: {inputs.name} ({len(sequences)} sequences, {positions} positions)"
+        else:
+            sequences = synthetic_inputs(src_head, weights, seed, tokens)
+            described = f"synthetic: seed {seed}, {tokens} positions"
+        own = (head, CanonicalWeights(checkpoint, head))  # the quantized draft reads DST's kept tensors and config
+        report.fidelity = head_fidelity(
+            src_head, weights, stored_linear, limits, sequences, device, described, own, copies.identical
+        )
+
+
+def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:
+    """Store ``report`` in ``directory`` (default: the checkpoint it describes)."""
+    path = (directory or report.destination) / VERIFY_NAME
+    path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    return path
