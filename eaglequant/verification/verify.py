@@ -143,17 +143,22 @@ def verify_checkpoint(
     every_engine: bool = False,
     inputs: Path | None = None,
     hashed_while_writing: bool = False,
+    written: tuple[ConversionReport, Scheme] | None = None,
 ) -> VerifyReport:
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
     ``every_engine``, or for a checkpoint another tool wrote, every engine that can). ``hashed_while_writing``:
     the report's SHA-256s were just taken from these files as they were written (``convert --verify``), so they
-    are not read a second time."""
-    recorded = read_report(dst)
+    are not read a second time. ``written``: the report and scheme of the conversion that has just written
+    ``dst`` (``convert --verify``), used as they are instead of read back from its report."""
+    recorded = read_report(dst) if written is None else written[0]
     if engines is None and not every_engine:
         engines = recorded_engines(recorded)
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
-    scheme, scheme_note = recorded_scheme(recorded, explanation.kinds)
+    if written is None:
+        scheme, scheme_note = recorded_scheme(recorded, explanation.kinds)
+    else:
+        scheme, scheme_note = declared_as(written[1], explanation.kinds), None
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
     if scheme_note:
         report.notes.append(scheme_note)
@@ -236,13 +241,18 @@ def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | N
         scheme = parse_scheme(tomllib.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"{REPORT_NAME}: scheme_toml is not TOML ({exc})", hint="convert it again") from None
+    return declared_as(scheme, kinds), None
+
+
+def declared_as(scheme: Scheme, kinds: tuple[str, str | None]) -> Scheme:
+    """The recorded scheme as config.json declares it (weight-only when it was written without calibration)."""
     if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
         raise InputError(
             f"{REPORT_NAME}: the recorded scheme {scheme.name} ({scheme.kinds}) is not what config.json declares "
             f"({kinds})",
             hint="the checkpoint was changed after conversion; convert it again",
         )
-    return (scheme if scheme.kinds == kinds else scheme.without_calibration()), None
+    return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
 def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:
