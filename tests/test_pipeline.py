@@ -1,5 +1,6 @@
-"""pipeline.py and finisher.py on their own: run_conversion executes a plan built here (no api), with its
-finish steps, worker counts, task sizes and shard sizes; bad weights are refused before DST appears."""
+"""pipeline.py and finisher.py on their own: write_output executes a plan built here (no api) into a staged
+directory, with worker counts, task sizes and shard sizes, and record_output reports it; bad weights are refused
+before DST appears."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from eaglequant.checkpoint import direct_io, writer
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import CheckpointError
 from eaglequant.conversion import finisher, pipeline
-from eaglequant.conversion.finisher import FinishStep
 from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.layouts.detect import describe_head
@@ -40,8 +40,11 @@ def planned(
 def convert(
     src: Path, dst: Path, scheme: str = "fp8-per-channel", fmt: str = "quark", **kwargs: object
 ) -> ConversionResult:
-    with planned(src, scheme, fmt) as (checkpoint, plan):
-        return pipeline.run_conversion(checkpoint, plan, dst, **kwargs)  # type: ignore[arg-type]
+    with planned(src, scheme, fmt) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+        written = pipeline.write_output(checkpoint, plan, stage.path, **kwargs)  # type: ignore[arg-type]
+        result = finisher.record_output(stage.path, ConversionResult.of(dst, plan, written, checkpoint))
+        stage.commit(dst, overwrite=False)
+    return result
 
 
 def digests(root: Path) -> dict[str, str]:
@@ -68,31 +71,31 @@ class Recorder:
         self.phases.append(("stopped", None, None))
 
 
-def test_steps_run_after_the_first_report_and_their_files_are_hashed_into_the_last(tmp_path: Path) -> None:
-    seen: list[str] = []
-
-    def note(tmp: Path, result: ConversionResult) -> None:
-        seen.append(json.loads((tmp / REPORT_NAME).read_text())["scheme"])
-        (tmp / "tokenizer_config.json").write_text("{}\n")
-        (tmp / "NOTES.md").write_text("a step's own file\n")
-
-    progress = Recorder()
-    steps = [FinishStep(note, writes=("tokenizer_config.json",), phase="noting")]
-    result = convert(SRC, tmp_path / "out", steps=steps, progress=progress)
-    assert seen == ["fp8-per-channel"]
+def test_files_written_beside_the_output_are_hashed_into_its_report(tmp_path: Path) -> None:
+    """What the caller writes into the stage after the shards (the card, a verification report) is not copied
+    from the source when it replaces a source file, and its SHA-256 is in the report written last."""
+    dst, progress = tmp_path / "out", Recorder()
+    with planned(SRC) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+        written = pipeline.write_output(
+            checkpoint, plan, stage.path, replaced=("tokenizer_config.json",), progress=progress
+        )
+        (stage.path / "tokenizer_config.json").write_text("{}\n")
+        (stage.path / "NOTES.md").write_text("a caller's own file\n")
+        result = finisher.record_output(stage.path, ConversionResult.of(dst, plan, written, checkpoint))
+        stage.commit(dst, overwrite=False)
     assert "tokenizer_config.json" not in result.copied_files and "generation_config.json" in result.copied_files
-    assert (tmp_path / "out" / "tokenizer_config.json").read_text() == "{}\n"
-    recorded = json.loads((tmp_path / "out" / REPORT_NAME).read_text())["files"]
-    on_disk = digests(tmp_path / "out")
+    assert (dst / "tokenizer_config.json").read_text() == "{}\n"
+    recorded = json.loads((dst / REPORT_NAME).read_text())["files"]
+    on_disk = digests(dst)
     assert recorded == {name: digest for name, digest in on_disk.items() if name != REPORT_NAME}
     assert "NOTES.md" in recorded and list(recorded) == sorted(recorded)
-    assert [p[0] for p in progress.phases] == ["writing", "checking", "hashing the source", "noting", "stopped"]
+    assert [p[0] for p in progress.phases] == ["writing", "checking"]
 
 
 def test_progress_counts_every_byte_and_tensor_of_the_writing_phase(tmp_path: Path) -> None:
     progress = Recorder()
     with planned(SRC) as (checkpoint, plan):
-        pipeline.run_conversion(checkpoint, plan, tmp_path / "out", progress=progress)
+        pipeline.write_output(checkpoint, plan, tmp_path, progress=progress)
         sources = {o.quantized_from or o.source for o in plan.outputs}
         reads = sum(checkpoint.tensors[s].nbytes for s in {o.source for o in plan.outputs})
         assert progress.phases[0] == ("writing", reads + plan.output_bytes, len(sources))
@@ -100,15 +103,21 @@ def test_progress_counts_every_byte_and_tensor_of_the_writing_phase(tmp_path: Pa
     assert len(progress.finished) == len(sources)
 
 
-def test_a_step_that_moves_the_destination_leaves_dst_as_it_was(tmp_path: Path) -> None:
-    elsewhere = tmp_path / "elsewhere"
+def test_a_stage_committed_elsewhere_leaves_dst_as_it_was(tmp_path: Path) -> None:
+    elsewhere, dst = tmp_path / "elsewhere", tmp_path / "out"
+    with planned(SRC) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+        written = pipeline.write_output(checkpoint, plan, stage.path)
+        finisher.record_output(stage.path, ConversionResult.of(dst, plan, written, checkpoint))
+        stage.commit(elsewhere, overwrite=False)
+    assert (elsewhere / REPORT_NAME).is_file()
+    assert not dst.exists()
 
-    def divert(tmp: Path, result: ConversionResult) -> None:
-        result.destination = elsewhere
 
-    result = convert(SRC, tmp_path / "out", steps=[FinishStep(divert)])
-    assert result.destination == elsewhere and (elsewhere / REPORT_NAME).is_file()
-    assert not (tmp_path / "out").exists()
+def test_a_stage_left_uncommitted_leaves_nothing_behind(tmp_path: Path) -> None:
+    dst = tmp_path / "out"
+    with planned(SRC) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+        pipeline.write_output(checkpoint, plan, stage.path)
+    assert sorted(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(("scheme", "fmt"), [("fp8-per-channel", "quark"), ("nvfp4", "modelopt"), ("mxfp4", "quark")])

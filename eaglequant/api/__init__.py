@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import check_destination
 from eaglequant.common.errors import InputError
-from eaglequant.common.progress import Progress
-from eaglequant.conversion.finisher import FinishStep
+from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.inspection import InspectReport
 from eaglequant.conversion.options import ConversionOptions
-from eaglequant.conversion.pipeline import run_conversion
+from eaglequant.conversion.pipeline import write_output
 from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
@@ -34,6 +34,8 @@ from eaglequant.verification.fidelity import DEFAULT_TOKENS
 if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
     from eaglequant.readback.explanation import Explanation
+    from eaglequant.record.report import ConversionReport
+    from eaglequant.schemes.model import Scheme
     from eaglequant.verification.verify import VerifyReport
 
 
@@ -118,8 +120,10 @@ def convert(
     byte for byte whatever their number. ``device``: ``cpu`` or ``cuda`` for the quantization math; the
     tensors written are the same byte for byte (see :mod:`eaglequant.conversion.devices`).
     """
+    from eaglequant.checkpoint.writer import staged_directory
     from eaglequant.conversion.devices import quantization_device
-    from eaglequant.publish.card import card_context, source_card_metadata
+    from eaglequant.conversion.finisher import record_output
+    from eaglequant.publish.card import CARD_NAME, card_context, source_card_metadata, write_card
     from eaglequant.record.manifest import BackgroundDigests, conversion_manifest
 
     chosen = ConversionOptions.build(options, **settings)
@@ -127,24 +131,32 @@ def convert(
     quantization_device(chosen.device)  # a missing GPU is bad input, said before any work
     source = resolve_source(src)
     check_destination(source.path, dst_path, overwrite, overwrite_any)
-    with _planned(source, chosen, calibrate=True) as (checkpoint, plan):
-        recorded = chosen.manifest(plan.target.count)
+    progress = progress or NoProgress()
+    with _planned(source, chosen, calibrate=True) as (checkpoint, plan), staged_directory(dst_path) as stage:
         digests = BackgroundDigests(source.path)  # once the plan holds: hashing overlaps the conversion
-        draft = chosen.repo_id or str(dst_path.resolve())
-        steps = [_verify_step(dst_path, source.path, chosen)] if chosen.verify_output else []
-        return run_conversion(
+        written = write_output(
             checkpoint,
             plan,
-            dst_path,
-            overwrite=overwrite or overwrite_any,
+            stage.path,
+            replaced=(CARD_NAME,),
             max_shard_bytes=chosen.max_shard_bytes,
             progress=progress,
-            manifest=lambda: conversion_manifest(source, recorded, digests.result()),
-            card=card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft),
-            steps=[*steps, _card_step()],
             workers=chosen.workers,
             device=chosen.device,
         )
+        progress.phase("hashing the source")  # what the background hashing has not read yet
+        manifest = conversion_manifest(source, chosen.manifest(plan.target.count), digests.result())
+        draft = chosen.repo_id or str(dst_path.resolve())
+        card = card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft)
+        result = ConversionResult.of(dst_path, plan, written, checkpoint, manifest, card)
+        if chosen.verify_output:
+            progress.phase("verifying")
+            result = _verified(stage.path, result, source.path, chosen)
+        write_card(stage.path, result.report(), result.verification)
+        result = record_output(stage.path, result)
+        stage.commit(result.destination, overwrite=overwrite or overwrite_any)
+        progress.stop()
+    return result
 
 
 def manifest_key(src: str | Path, options: ConversionOptions | None = None, **settings: Any) -> str:
@@ -167,48 +179,29 @@ def manifest_key(src: str | Path, options: ConversionOptions | None = None, **se
     return conversion_manifest(source, recorded).key
 
 
-def _verify_step(dst: Path, source: Path, options: ConversionOptions) -> FinishStep:
-    """Verification of a finished output in its temporary directory, reported under its final name; the
-    calibration inputs, when there are some, are also the draft-head fidelity run's. An output that fails it
-    goes to :func:`failed_verification_path`."""
+def _verified(stage: Path, result: ConversionResult, source: Path, options: ConversionOptions) -> ConversionResult:
+    """``result`` with the verification of its output, staged but reported under its final name, and the
+    destination it goes to: DST, or ``DST.verify-failed`` beside it, named so nobody takes it for DST, when it
+    fails. The calibration inputs, when there are some, are also the draft-head fidelity run's."""
+    from eaglequant.common.memory import return_freed_memory
+    from eaglequant.verification.verify import write_verify_report
 
-    def run(tmp: Path, result: ConversionResult) -> None:
-        from eaglequant.verification.verify import write_verify_report
-
-        report = _verify_written(
-            tmp,
-            source,
-            _engine_names(options.engines),
-            target_layers=options.target_layers,
-            target_config=options.target_config,
-            inputs=None if options.calib is None else Path(options.calib),
-            hashed_while_writing=True,  # the report's digests were taken from these bytes moments ago
-        )
-        report.destination = dst
-        write_verify_report(report, tmp)
-        result.verification = report
-        if not report.ok:
-            result.destination = failed_verification_path(dst)
-
-    return FinishStep(run, phase="verifying")
-
-
-def _card_step() -> FinishStep:
-    """The model card, rendered from the report and the verification (when it ran)."""
-    from eaglequant.publish.card import CARD_NAME
-
-    def run(tmp: Path, result: ConversionResult) -> None:
-        from eaglequant.publish.card import render_card
-
-        verification = None if result.verification is None else result.verification.to_json()
-        (tmp / CARD_NAME).write_text(render_card(result.report(), verification), encoding="utf-8")
-
-    return FinishStep(run, writes=(CARD_NAME,))
-
-
-def failed_verification_path(dst: Path) -> Path:
-    """Where an output that failed ``convert --verify`` is kept: beside DST, named so nobody takes it for DST."""
-    return dst.with_name(f"{dst.name}.verify-failed")
+    return_freed_memory()  # the writing phase's buffers, before verification's peak
+    report = _verify_written(
+        stage,
+        source,
+        _engine_names(options.engines),
+        target_layers=options.target_layers,
+        target_config=options.target_config,
+        inputs=None if options.calib is None else Path(options.calib),
+        hashed_while_writing=True,  # the report's digests were taken from these bytes moments ago
+        written=(result.report(), result.plan.scheme),
+    )
+    report.destination = result.destination
+    write_verify_report(report, stage)
+    failed = result.destination.with_name(f"{result.destination.name}.verify-failed")
+    destination = result.destination if report.ok else failed
+    return replace(result, verification=report, destination=destination)
 
 
 def explain(
@@ -293,10 +286,12 @@ def _verify_written(
     tokens: int = DEFAULT_TOKENS,
     inputs: Path | None = None,
     hashed_while_writing: bool = False,
+    written: tuple[ConversionReport, Scheme] | None = None,
 ) -> VerifyReport:
     from eaglequant.verification.verify import verify_checkpoint
 
-    with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
+    recorded = None if written is None else written[0]
+    with _open_written(dst, target_layers, target_config, recorded) as (checkpoint, head, target):
         return verify_checkpoint(
             dst,
             head,
@@ -309,6 +304,7 @@ def _verify_written(
             tokens=tokens,
             inputs=inputs,
             hashed_while_writing=hashed_while_writing,
+            written=written,
         )
 
 
@@ -381,19 +377,24 @@ def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
 
 @contextmanager
 def _open_written(
-    dst: str | Path, target_layers: int | None, target_config: str | Path | None
+    dst: str | Path,
+    target_layers: int | None,
+    target_config: str | Path | None,
+    recorded: ConversionReport | None = None,
 ) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
     """A quantized checkpoint, the head it was made from, and the target's layer count (given, or else the
-    one its conversion recorded)."""
+    one its conversion recorded: ``recorded``, a report just made, or the one in ``dst``)."""
     from eaglequant.readback.written import describe_written_head
     from eaglequant.record.report import REPORT_NAME, read_report
 
     with Checkpoint.open(dst, "DST") as checkpoint:
         head = describe_written_head(checkpoint)
-        report = read_report(Path(dst)) if target_layers is None and target_config is None else None
-        recorded = None if report is None else report.target_layers
-        if recorded is not None and recorded.count is not None:
-            target = TargetLayers(recorded.count, f"recorded in {REPORT_NAME}: {recorded.source}")
+        report = None
+        if target_layers is None and target_config is None:
+            report = recorded if recorded is not None else read_report(Path(dst))
+        layers = None if report is None else report.target_layers
+        if layers is not None and layers.count is not None:
+            target = TargetLayers(layers.count, f"recorded in {REPORT_NAME}: {layers.source}")
         else:
             target = resolve_target_layers(target_layers, target_config, head.config)
         yield checkpoint, head, target

@@ -12,7 +12,7 @@ import secrets
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,40 +321,50 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-@contextmanager
-def atomic_directory(dst: Path, overwrite: bool, divert: Callable[[], Path | None] | None = None) -> Iterator[Path]:
-    """Yield a temporary directory beside ``dst``; on success it replaces ``dst`` in one rename.
+class StagedDirectory:
+    """A temporary directory beside ``dst`` that becomes a destination in one rename when committed."""
 
-    ``divert``: asked once the body is done; a path it returns receives the directory instead (replacing an
-    earlier one there), and ``dst`` is left as it was. On any exception (including KeyboardInterrupt) the
-    temporary directory is removed and ``dst`` is left exactly as it was.
-    """
+    def __init__(self, dst: Path) -> None:
+        self.dst = dst
+        self.path = dst.parent / f".{dst.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+        self.committed_to: Path | None = None
+
+    def commit(self, destination: Path, overwrite: bool) -> None:
+        """Everything on disk, then the directory at ``destination``: ``dst`` (replaced when it exists only with
+        ``overwrite``), or another path beside it (replacing only what eaglequant wrote there), ``dst`` then
+        left as it was."""
+        _fsync_tree(self.path)  # every file and directory on disk before the rename makes it visible
+        if destination != self.dst:
+            _replace_diverted(self.path, destination)
+        elif destination.exists():
+            if not overwrite:
+                raise OutputError(f"{destination}: appeared while converting", hint="pass overwrite=True to replace it")
+            trash = destination.parent / f".{destination.name}{TMP_MARKER}{os.getpid()}-old"
+            destination.rename(trash)
+            self.path.rename(destination)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            self.path.rename(destination)
+        _fsync_dir(destination.parent)
+        self.committed_to = destination
+
+
+@contextmanager
+def staged_directory(dst: Path) -> Iterator[StagedDirectory]:
+    """A :class:`StagedDirectory` for ``dst``. Unless the block commits it, and on any exception (including
+    KeyboardInterrupt), the temporary directory is removed and ``dst`` is left exactly as it was."""
     dst.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(dst)
-    tmp = dst.parent / f".{dst.name}{TMP_MARKER}{os.getpid()}-{secrets.token_hex(4)}"
+    stage = StagedDirectory(dst)
     try:
-        tmp.mkdir()
+        stage.path.mkdir()
     except OSError as exc:
         raise OutputError(f"{dst.parent}: cannot create the output directory ({exc.strerror})") from exc
     try:
-        yield tmp
-        _fsync_tree(tmp)  # every file and directory on disk before the rename makes DST visible
-        elsewhere = divert() if divert is not None else None
-        if elsewhere is not None:
-            _replace_diverted(tmp, elsewhere)
-        elif dst.exists():
-            if not overwrite:
-                raise OutputError(f"{dst}: appeared while converting", hint="pass overwrite=True to replace it")
-            trash = dst.parent / f".{dst.name}{TMP_MARKER}{os.getpid()}-old"
-            dst.rename(trash)
-            tmp.rename(dst)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            tmp.rename(dst)
-        _fsync_dir(dst.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        yield stage
+    finally:
+        if stage.committed_to is None:
+            shutil.rmtree(stage.path, ignore_errors=True)
 
 
 def _replace_diverted(tmp: Path, target: Path) -> None:

@@ -1,39 +1,24 @@
-"""Finishing a conversion once its shards are written, in the temporary directory: the index, config.json, the
-format's side files, the source's other files, a re-read of the output against the plan, then the report.
-
-What else a conversion makes of its output (the verification, the model card) comes in as :class:`FinishStep`
-values from :func:`eaglequant.api.convert`: this module runs them between the first report and the last, and
-knows nothing of what they do.
+"""Finishing a conversion's output in its staged directory: once the shards are written, the index, config.json,
+the format's side files, the source's other files and a re-read of the output against the plan
+(:func:`write_metadata`); last of all, the report with the SHA-256 of every file beside it (:func:`record_output`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint, resolve_inside
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.common.memory import return_freed_memory
-from eaglequant.common.progress import Progress
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.record.manifest import REPORT_NAME, file_sha256, source_files
 
 INDEX_NAME = "model.safetensors.index.json"
-
-
-@dataclass(frozen=True)
-class FinishStep:
-    """Something made of the finished output in its temporary directory, before it is moved into place: it runs
-    once the report is written (and may read it), and every file it writes gets its SHA-256 in the final report."""
-
-    run: Callable[[Path, ConversionResult], None]
-    writes: tuple[str, ...] = ()  # files it writes: the source's files of these names are not carried over
-    phase: str | None = None  # the progress phase shown while it runs
 
 
 def write_metadata(
@@ -57,21 +42,17 @@ def write_metadata(
     return copied
 
 
-def finish(tmp: Path, result: ConversionResult, steps: Sequence[FinishStep], progress: Progress) -> None:
-    """Report, the steps in order, then the report again with the SHA-256 of every file it sits beside."""
-    (tmp / REPORT_NAME).write_text(result.report().to_text(), encoding="utf-8")  # what the steps read
-    if steps:
-        return_freed_memory()
-    for step in steps:
-        if step.phase is not None:
-            progress.phase(step.phase)
-        step.run(tmp, result)
-    for path in source_files(tmp):
-        name = path.relative_to(tmp).as_posix()
-        if name != REPORT_NAME and name not in result.files:
-            result.files[name] = file_sha256(path)
-    result.files = dict(sorted(result.files.items()))
-    (tmp / REPORT_NAME).write_text(result.report().to_text(), encoding="utf-8")
+def record_output(stage: Path, result: ConversionResult) -> ConversionResult:
+    """``result`` with the SHA-256 of every file in ``stage`` (those not hashed as they were written), its
+    report written last, beside them."""
+    files = dict(result.files)
+    for path in source_files(stage):
+        name = path.relative_to(stage).as_posix()
+        if name != REPORT_NAME and name not in files:
+            files[name] = file_sha256(path)
+    recorded = replace(result, files=dict(sorted(files.items())))
+    (stage / REPORT_NAME).write_text(recorded.report().to_text(), encoding="utf-8")
+    return recorded
 
 
 def write_index(tmp: Path, plan: ConversionPlan, shards: list[list[TensorSpec]], names: list[str]) -> None:

@@ -1,7 +1,8 @@
 """Executing a :class:`ConversionPlan`: every output shard created at its final size with its header inside a
 temporary directory, then filled by tasks (copy part of a kept tensor, quantize a block of a linear's rows) that
-write at planned offsets, in a thread pool; then the finisher writes the rest and the report, and
-the directory is moved into place atomically."""
+write at planned offsets, in a thread pool; then the index, config.json and side files
+(:mod:`eaglequant.conversion.finisher`). Reporting, verifying and moving the directory into place are the
+caller's steps (:func:`eaglequant.api.convert`)."""
 
 from __future__ import annotations
 
@@ -11,58 +12,46 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
-from eaglequant.checkpoint.writer import (
-    SafetensorsShard,
-    TensorSpec,
-    atomic_directory,
-    shard_names,
-    split_into_shards,
-)
+from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
 from eaglequant.common.errors import CheckpointError
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.devices import quantization_device, shared_on
-from eaglequant.conversion.finisher import FinishStep, finish, write_metadata
+from eaglequant.conversion.finisher import write_metadata
 from eaglequant.conversion.group_scales import GroupScaleTasks, nonfinite_error
 from eaglequant.conversion.plan import ConversionPlan
-from eaglequant.conversion.result import ConversionResult, LinearResult
+from eaglequant.conversion.result import LinearResult, WrittenOutput
 from eaglequant.formats import GroupScales
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_figures
 from eaglequant.numerics.rows import row_blocks
-from eaglequant.record.report import CardContext, ManifestRecord
 
 if TYPE_CHECKING:
     import torch
 
 
-def run_conversion(
+def write_output(
     checkpoint: Checkpoint,
     plan: ConversionPlan,
-    dst: Path,
+    stage: Path,
     *,
-    overwrite: bool = False,
+    replaced: Collection[str] = (),
     max_shard_bytes: int = 5 * 10**9,
     progress: Progress | None = None,
-    manifest: Callable[[], ManifestRecord] | None = None,
-    card: CardContext | None = None,
-    steps: Sequence[FinishStep] = (),
     workers: int | None = None,
     device: str = "cpu",
-) -> ConversionResult:
-    """Write ``plan``'s output into ``dst``: shards, config, side files and report; then ``steps`` (verification,
-    the model card: see :func:`eaglequant.api.convert`), all before ``dst`` appears. A step that sets
-    ``result.destination`` elsewhere (a failed verification) sends the output there, and ``dst`` is left as it was.
+) -> WrittenOutput:
+    """Write ``plan``'s output into the directory ``stage``: the shards, then the index, config.json, the
+    format's side files and the source's other files (but ``replaced``, which the caller writes), re-read
+    against the plan.
 
-    ``manifest``: called once the tensors are written (the source may be hashed meanwhile); ``card``: what the
-    report records for the model card.
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the
     same byte for byte whatever their number. ``device``: where the quantization math runs (see
     :mod:`eaglequant.conversion.devices`); the tensors written are the same byte for byte.
@@ -70,37 +59,15 @@ def run_conversion(
     progress = progress or NoProgress()
     math_device = quantization_device(device)
     started = time.perf_counter()
-    workers = workers or default_workers()
-    done: list[ConversionResult] = []
-
-    def divert() -> Path | None:
-        return done[0].destination if done and done[0].destination != dst else None
-
-    with atomic_directory(dst, overwrite, divert) as tmp:
-        shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
-        names = shard_names(len(shards))
-        progress.phase("writing", work=_work_bytes(checkpoint, plan), tensors=_tensor_count(plan))
-        files, linears = _write_shards(checkpoint, plan, tmp, shards, names, workers, progress, math_device)
-        progress.phase("checking")
-        copied = write_metadata(checkpoint, plan, tmp, shards, names, {name for s in steps for name in s.writes})
-        progress.phase("hashing the source")  # what the background hashing has not read yet
-        result = ConversionResult(
-            dst,
-            plan,
-            files,
-            linears,
-            time.perf_counter() - started,
-            checkpoint.total_bytes,
-            plan.output_bytes,
-            copied,
-            checkpoint.root.resolve(),
-            manifest=manifest() if manifest else None,
-            card=card,
-        )
-        finish(tmp, result, steps, progress)
-        progress.stop()
-        done.append(result)
-    return result
+    shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
+    names = shard_names(len(shards))
+    progress.phase("writing", work=_work_bytes(checkpoint, plan), tensors=_tensor_count(plan))
+    files, linears = _write_shards(
+        checkpoint, plan, stage, shards, names, workers or default_workers(), progress, math_device
+    )
+    progress.phase("checking")
+    copied = write_metadata(checkpoint, plan, stage, shards, names, replaced)
+    return WrittenOutput(files, linears, copied, time.perf_counter() - started)
 
 
 def _tensor_count(plan: ConversionPlan) -> int:

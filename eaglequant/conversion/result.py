@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.version import __version__
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.record.report import (
@@ -29,7 +30,18 @@ class LinearResult:
     sqnr_db: float
 
 
-@dataclass
+@dataclass(frozen=True)
+class WrittenOutput:
+    """What writing a plan's output made: the shards' SHA-256, the quantized linears' error figures, the
+    source's files carried over, and the seconds it took."""
+
+    files: dict[str, str]
+    linears: list[LinearResult]
+    copied_files: list[str]
+    seconds: float
+
+
+@dataclass(frozen=True)
 class ConversionResult:
     destination: Path
     plan: ConversionPlan
@@ -43,6 +55,31 @@ class ConversionResult:
     verification: Any = None  # a VerifyReport when convert ran verify
     manifest: ManifestRecord | None = None  # see eaglequant.record.manifest
     card: CardContext | None = None  # see eaglequant.publish.card.card_context
+
+    @classmethod
+    def of(
+        cls,
+        destination: Path,
+        plan: ConversionPlan,
+        written: WrittenOutput,
+        checkpoint: Checkpoint,
+        manifest: ManifestRecord | None = None,
+        card: CardContext | None = None,
+    ) -> ConversionResult:
+        """The result of writing ``plan``'s output from ``checkpoint``, bound for ``destination``."""
+        return cls(
+            destination,
+            plan,
+            written.files,
+            written.linears,
+            written.seconds,
+            checkpoint.total_bytes,
+            plan.output_bytes,
+            written.copied_files,
+            checkpoint.root.resolve(),
+            manifest=manifest,
+            card=card,
+        )
 
     def report(self) -> ConversionReport:
         """What ``eaglequant_report.json`` records: the same for the same source, options and DST (no timing)."""

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
+
+if TYPE_CHECKING:
+    from eaglequant.verification.verify import VerifyReport
 
 CARD_NAME = "README.md"
 DRAFT_TOKENS = 3  # num_speculative_tokens / max_draft_len in the serving lines
@@ -291,6 +294,12 @@ def rename_draft(dst: Path, draft: str) -> bool:
         return False
     _rerender(dst, replace(report, card=replace(report.card, draft=draft)))
     return True
+
+
+def write_card(directory: Path, report: ConversionReport, verification: VerifyReport | None) -> None:
+    """The card of a conversion just written into ``directory`` (``verification``: when it was verified)."""
+    rendered = render_card(report, None if verification is None else verification.to_json())
+    (directory / CARD_NAME).write_text(rendered, encoding="utf-8")
 
 
 def refresh_card(dst: Path) -> bool:
