@@ -15,6 +15,7 @@ import eaglequant
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.publish.card import rename_draft, render_card
 from eaglequant.record.report import read_report
+from eaglequant.record.verification import VerificationRecord
 from tests.conftest import FIXTURES
 
 
@@ -119,4 +120,5 @@ def test_a_failed_verification_shows_in_the_card(mla_nvfp4: Path) -> None:
     assert report is not None
     verification = json.loads((mla_nvfp4 / "eaglequant_verify.json").read_text())
     verification.update(ok=False, problems=["model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0"])
-    assert "**FAILED**: model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0" in render_card(report, verification)
+    record = VerificationRecord.from_json(verification)
+    assert "**FAILED**: model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0" in render_card(report, record)

@@ -12,6 +12,7 @@ from pathlib import Path
 from eaglequant.hub.client import RepoListing, repo_listing
 from eaglequant.record.manifest import reuse_problem
 from eaglequant.record.report import REPORT_NAME, readable_report
+from eaglequant.record.verification import VERIFY_NAME, Verdict
 
 OFFLINE_NOTE = "HF_HUB_OFFLINE is set: jobs with [job.upload] are judged done from their local destination"
 
@@ -69,8 +70,6 @@ def _changed_on_hub(listing: RepoListing, files: dict[str, str]) -> list[str]:
 
 
 def _verified_on_hub(listing: RepoListing, snapshot: Path) -> bool | None:
-    from eaglequant.verification.verify import VERIFY_NAME
-
     if VERIFY_NAME not in listing.lfs_sha256:
         return None
     listing.fetch(VERIFY_NAME)
@@ -80,7 +79,6 @@ def _verified_on_hub(listing: RepoListing, snapshot: Path) -> bool | None:
 def recorded_verified(directory: Path) -> bool | None:
     """The verification recorded with an output: passed (True), failed (False), none recorded (None)."""
     from eaglequant.verification.verdict import recorded_verdict
-    from eaglequant.verification.verify import PASSED
 
     verdict = recorded_verdict(directory)
-    return None if verdict is None else verdict == PASSED
+    return None if verdict is None else verdict is Verdict.PASSED

@@ -15,9 +15,8 @@ from eaglequant.cli.options import QuantizedDstArg, SourceOpt, TargetConfigOpt, 
 from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
-from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
-from eaglequant.verification.verify import FAILED, NOT_VERIFIED, PASSED
 
 
 def verify_command(
@@ -71,7 +70,7 @@ def verify_command(
     when a check fails, 5 when the others hold but parity and fidelity could not run (no source).
     """
 
-    def body() -> str:
+    def body() -> Verdict:
         from eaglequant.api import verify
 
         with phase("verifying"):
@@ -94,10 +93,8 @@ def verify_command(
         return report.verdict
 
     verdict = run_guarded(body)
-    if verdict == FAILED:
-        raise typer.Exit(EXIT_CHECK_FAILED)
-    if verdict == NOT_VERIFIED:
-        raise typer.Exit(EXIT_NOT_VERIFIED)
+    if verdict.exit_code:
+        raise typer.Exit(verdict.exit_code)
 
 
 def _recorded_source(dst: Path) -> str | None:
@@ -151,9 +148,9 @@ def render(data: dict[str, Any]) -> None:
         render_engine_load(load)
     for text in data["notes"]:
         note(text)
-    if data["verdict"] == PASSED:
+    if data["verdict"] == Verdict.PASSED:
         out.print(f"[green]ok[/]: {', '.join(data['checks'])} hold", markup=True)
-    elif data["verdict"] == NOT_VERIFIED:
+    elif data["verdict"] == Verdict.NOT_VERIFIED:
         recorded = data["recorded_source"]
         why = "DST has no report naming its source" if recorded is None else f"its recorded source, {recorded}, is gone"
         out.print(

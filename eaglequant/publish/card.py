@@ -17,6 +17,7 @@ from eaglequant.engines import ENGINES
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
+from eaglequant.record.verification import VerificationRecord
 
 if TYPE_CHECKING:
     from eaglequant.verification.verify import VerifyReport
@@ -60,10 +61,10 @@ def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> st
 
 
 def render_card(
-    report: ConversionReport, verification: dict[str, Any] | None, acceptance: dict[str, Any] | None = None
+    report: ConversionReport, verification: VerificationRecord | None, acceptance: dict[str, Any] | None = None
 ) -> str:
-    """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: the dict in
-    ``eaglequant_verify.json``, or None when the conversion was not verified; ``acceptance``: the dict in
+    """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: what
+    ``eaglequant_verify.json`` records, or None when the conversion was not verified; ``acceptance``: the dict in
     ``eaglequant_accept.json``, or None when ``accept`` has not measured it."""
     context = report.card
     assert context is not None, "a report written without a card context has no card"
@@ -174,43 +175,42 @@ def _size_table(report: ConversionReport) -> str:
     )
 
 
-def _verification(verification: dict[str, Any] | None) -> str:
+def _verification(verification: VerificationRecord | None) -> str:
     if verification is None:
         return (
             "## Verification\n\nNot verified when written. Run `eaglequant verify <this directory> --source "
             "<the BF16 head>` for per-layer kernel parity and draft-head agreement.\n"
         )
-    verdict = "passed" if verification["ok"] else "**FAILED**: " + "; ".join(verification["problems"])
-    if verification["ok"] is False and not verification["problems"]:
+    verdict = "passed" if verification.ok else "**FAILED**: " + "; ".join(verification.problems)
+    if not verification.ok and not verification.problems:
         verdict = "not verified numerically (no source checkpoint)"
-    limits = verification["thresholds"]
+    limits = verification.thresholds
     lines = [
         "## Verification",
         "",
         f"`eaglequant verify` {verdict}. Each quantized linear was run through the fused dequant-GEMM kernel on "
-        f"{verification['parity_rows']} seeded BF16 activations and compared with the source GEMM "
-        f"(thresholds: SQNR ≥ {limits['min_sqnr_db']} dB, cosine ≥ {limits['min_cosine']}).",
+        f"{verification.parity_rows} seeded BF16 activations and compared with the source GEMM "
+        f"(thresholds: SQNR ≥ {limits.min_sqnr_db} dB, cosine ≥ {limits.min_cosine}).",
         "",
         "| module | kernel | SQNR (dB) | cosine |",
         "|---|---|---:|---:|",
     ]
-    for layer in verification["layers"]:
-        lines.append(f"| `{layer['module']}` | {layer['backend']} | {layer['sqnr_db']:.1f} | {layer['cosine']:.5f} |")
-    fidelity = verification.get("fidelity")
+    for layer in verification.layers:
+        lines.append(f"| `{layer.module}` | {layer.backend} | {layer.sqnr_db:.1f} | {layer.cosine:.5f} |")
+    fidelity = verification.fidelity
     if fidelity:
-        inputs = fidelity.get("inputs", "synthetic")
-        lines += ["", f"Whole draft head on {fidelity['tokens']} positions, inputs {inputs}:", ""]
+        lines += ["", f"Whole draft head on {fidelity.tokens} positions, inputs {fidelity.inputs}:", ""]
         lines += ["| measure | value | threshold |", "|---|---:|---:|"]
-        if fidelity.get("mean_tv") is not None:
+        if fidelity.mean_tv is not None:
             lines.append(
-                f"| mean total variation (bounds the acceptance-rate drop) | {fidelity['mean_tv']:.4f} | "
-                f"≤ {limits['max_mean_tv']} |"
+                f"| mean total variation (bounds the acceptance-rate drop) | {fidelity.mean_tv:.4f} | "
+                f"≤ {limits.max_mean_tv} |"
             )
-        if fidelity["top1_agreement"] is not None:
-            lines.append(f"| top-1 agreement | {fidelity['top1_agreement']:.3f} | ≥ {limits['min_top1_agreement']} |")
-            lines.append(f"| mean KL (nats) | {fidelity['mean_kl']:.2e} | ≤ {limits['max_mean_kl']} |")
-        lines.append(f"| final hidden cosine | {fidelity['hidden_cosine']:.5f} | |")
-    lines += [f"\nNote: {note}" for note in verification["notes"]]
+        if fidelity.top1_agreement is not None and fidelity.mean_kl is not None:
+            lines.append(f"| top-1 agreement | {fidelity.top1_agreement:.3f} | ≥ {limits.min_top1_agreement} |")
+            lines.append(f"| mean KL (nats) | {fidelity.mean_kl:.2e} | ≤ {limits.max_mean_kl} |")
+        lines.append(f"| final hidden cosine | {fidelity.hidden_cosine:.5f} | |")
+    lines += [f"\nNote: {note}" for note in verification.notes]
     return "\n".join(lines) + "\n"
 
 
@@ -298,7 +298,8 @@ def rename_draft(dst: Path, draft: str) -> bool:
 
 def write_card(directory: Path, report: ConversionReport, verification: VerifyReport | None) -> None:
     """The card of a conversion just written into ``directory`` (``verification``: when it was verified)."""
-    rendered = render_card(report, None if verification is None else verification.to_json())
+    record = None if verification is None else VerificationRecord.from_json(verification.to_json())
+    rendered = render_card(report, record)
     (directory / CARD_NAME).write_text(rendered, encoding="utf-8")
 
 
@@ -320,11 +321,11 @@ def _rerender(dst: Path, report: ConversionReport) -> None:
 
     from eaglequant.acceptance.measure import ACCEPT_NAME
     from eaglequant.record.manifest import file_sha256
-    from eaglequant.verification.verify import VERIFY_NAME
+    from eaglequant.record.verification import read_verification
 
-    recorded = [dst / VERIFY_NAME, dst / ACCEPT_NAME]
-    verification, acceptance = (json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None for p in recorded)
-    _replace(dst / CARD_NAME, render_card(report, verification, acceptance))
+    accepted = dst / ACCEPT_NAME
+    acceptance = json.loads(accepted.read_text(encoding="utf-8")) if accepted.is_file() else None
+    _replace(dst / CARD_NAME, render_card(report, read_verification(dst), acceptance))
     report = replace(report, files={**report.files, CARD_NAME: file_sha256(dst / CARD_NAME)})
     _replace(dst / REPORT_NAME, report.to_text())
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError
 from eaglequant.hub.client import check_repo_id, upload_files, upload_folder
+from eaglequant.record.verification import Verdict
 
 if TYPE_CHECKING:
     from eaglequant.verification.verify import VerifyReport
@@ -76,7 +77,6 @@ def upload_checkpoint(
     """What ``api.upload`` documents; ``verify(dst)`` is its verification of ``dst`` (against the source it
     was given, or the one recorded)."""
     from eaglequant.publish.card import renamed_draft
-    from eaglequant.verification.verify import NOT_VERIFIED
 
     check_repo_id(repo_id)
     dst_path = Path(dst)
@@ -92,7 +92,7 @@ def upload_checkpoint(
             raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=UPLOAD_HINTS[result.verification.verdict])
         result.forced = True
         result.notes.append(f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)")
-    elif result.verification.verdict == NOT_VERIFIED:
+    elif result.verification.verdict is Verdict.NOT_VERIFIED:
         result.notes.append(
             "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
             "SHA-256 the report records"
@@ -109,8 +109,8 @@ def upload_checkpoint(
 
 
 UPLOAD_HINTS = {
-    "failed": "run `eaglequant verify` on it and fix the conversion, or pass force=True to upload anyway",
-    "not verified numerically": "pass source=SRC (the checkpoint it was made from), or convert it with "
+    Verdict.FAILED: "run `eaglequant verify` on it and fix the conversion, or pass force=True to upload anyway",
+    Verdict.NOT_VERIFIED: "pass source=SRC (the checkpoint it was made from), or convert it with "
     "verify_output=True; force=True uploads it anyway",
 }
 
@@ -118,16 +118,15 @@ UPLOAD_HINTS = {
 def upload_refusal(report: VerifyReport) -> str | None:
     """Why ``upload`` refuses a checkpoint with this verification (None: it may go)."""
     from eaglequant.verification.verdict import recorded_verdict
-    from eaglequant.verification.verify import FAILED, NOT_VERIFIED, PASSED
 
-    if report.verdict == FAILED:
+    if report.verdict is Verdict.FAILED:
         problems = report.problems
         return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
-    if report.verdict == NOT_VERIFIED:
+    if report.verdict is Verdict.NOT_VERIFIED:
         recorded = recorded_verdict(report.destination)
-        if recorded == PASSED:
+        if recorded is Verdict.PASSED:
             return None
-        what = "recorded a failure" if recorded == FAILED else "recorded none"
+        what = "recorded a failure" if recorded is Verdict.FAILED else "recorded none"
         return f"not verified numerically: no source to check it against, and its conversion {what}"
     return None
 

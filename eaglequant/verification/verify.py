@@ -35,6 +35,7 @@ from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
+from eaglequant.record.verification import VERIFY_NAME, Verdict
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 from eaglequant.verification.copies import compare_config, compare_copies
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
@@ -46,9 +47,8 @@ if TYPE_CHECKING:
     from eaglequant.formats import Format
     from eaglequant.kinds.base import StoredLinear
 
-VERIFY_NAME = "eaglequant_verify.json"
 ROW_BLOCK_ELEMENTS = 1 << 22
-PASSED, FAILED, NOT_VERIFIED = "passed", "failed", "not verified numerically"
+PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
 # for all-zero blocks).
 _POSITIVE_SCALES = ("weight_scale_2", "weight_global_scale", "input_scale", "input_global_scale")
@@ -90,7 +90,7 @@ class VerifyReport:
         return self.source is not None and bool(self.layers)
 
     @property
-    def verdict(self) -> str:
+    def verdict(self) -> Verdict:
         if not self.ok:
             return FAILED
         return PASSED if self.numerical else NOT_VERIFIED
