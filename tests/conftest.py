@@ -97,7 +97,16 @@ def require_vendor(module: str) -> None:
 # Schemes each format is checked against its vendor on, over every fixture.
 PARITY_SCHEMES = {
     "quark": ("fp8-per-channel", "mxfp4", "mxfp4-w4a16"),
-    "compressed-tensors": ("fp8-per-channel", "fp8-block", "nvfp4", "mxfp4", "mxfp4-w4a16"),
+    "compressed-tensors": (
+        "fp8-per-channel",
+        "fp8-block",
+        "nvfp4",
+        "mxfp4",
+        "mxfp4-w4a16",
+        "int8",
+        "int4-w4a16",
+        "int4-w4a16-asym",
+    ),
     "modelopt": ("fp8-per-channel", "nvfp4"),
 }
 

@@ -28,6 +28,9 @@ SCHEME_KINDS: dict[tuple[str, str | None], str] = {
     ("nvfp4", "nvfp4"): "NVFP4 W4A4 (calibrated input_scale)",
     ("mxfp4", "mxfp4"): "MXFP4 W4A4 (dynamic activations)",
     ("mxfp4", None): "MXFP4 W4A16",
+    ("int8-channel", "int8-token"): "INT8 per-channel W8A8 (dynamic per-token activations)",
+    ("int4-group", None): "INT4 W4A16 (symmetric, groups of 128)",
+    ("int4-group-asym", None): "INT4 W4A16 asymmetric (zero points, groups of 128)",
 }
 
 
@@ -57,6 +60,9 @@ _NV16 = ("nvfp4", None)
 _NV4 = ("nvfp4", "nvfp4")
 _MX4 = ("mxfp4", "mxfp4")
 _MX16 = ("mxfp4", None)
+_I8 = ("int8-channel", "int8-token")
+_I4 = ("int4-group", None)
+_I4Z = ("int4-group-asym", None)
 _TRT_NO_QUARK = _no("TensorRT-LLM never reads quant_method quark (_torch/model_config.py::load_hf_quant_config)")
 _TRT12_NO_MLA = "TensorRT-LLM 1.2.x has no EAGLE-3 MLA draft model (_torch/models/modeling_speculative.py)"
 _TRT12_NO_CT = _no(
@@ -68,6 +74,20 @@ _VLLM_FP8_BLOCK = (
     "power-of-two block scales at load (utils/deep_gemm.py); CPU needs AMX"
 )
 _SGL_NO_MLA_FP4 = "SGLang's models/kimi_k25_eagle3.py drops modelopt_fp4 configs"
+_VLLM_WNA16 = (
+    "CompressedTensorsWNA16 (compressed_tensors.py::_is_wNa16_group_channel, format pack-quantized), kernel by "
+    "platform (kernels/linear/__init__.py::choose_mp_linear_kernel): Machete, Marlin or Triton W4A16 on CUDA, "
+    "Triton on ROCm, CPUWNA16 on CPU (out- and in-features multiples of 32)"
+)
+_SGL_WNA16 = (
+    "CompressedTensorsWNA16 runs Marlin only (schemes/compressed_tensors_wNa16.py): CUDA SM80+, whose tiles need "
+    "every module's out-features a multiple of 64 and in-features of 128 (marlin_utils.py::"
+    "verify_marlin_supports_shape; process_weights_after_loading ignores the check's answer); no CPU or ROCm path"
+)
+_TRT_MAIN_NO_INT4 = _no(
+    "main maps 4-bit compressed-tensors groups to float formats only: an INT4 group without input_activations "
+    "fails reading their strategy (models/quant_config_utils.py::_quant_config_from_config_group)"
+)
 
 # (scheme kinds, format) -> engine -> Support. A missing cell means the format cannot store the scheme.
 # vLLM 0.32.0 and SGLang 0.5.23 are run (tests/test_engine_load.py); TensorRT-LLM 1.2.x and main are read.
@@ -160,6 +180,33 @@ MATRIX: dict[tuple[tuple[str, str | None], str], dict[str, Support]] = {
         "trtllm": _TRT12_NO_CT,
         "sglang": _no("SGLang's compressed_tensors has no dense MXFP4 scheme"),
         "trtllm-main": _TRT_NO_MX,
+    },
+    (_I8, "compressed-tensors"): {
+        "vllm": _yes(
+            "CompressedTensorsW8A8Int8, channel weights + dynamic token activations "
+            "(compressed_tensors.py::_is_dynamic_token_w8a8): CUTLASS/Triton on CUDA SM75+, oneDNN on CPU"
+        ),
+        "trtllm": _TRT12_NO_CT,
+        "sglang": _yes(
+            "CompressedTensorsW8A8Int8 (compressed_tensors.py::_is_dynamic_token_w8a8; "
+            "schemes/compressed_tensors_w8a8_int8.py): CUDA (sgl-kernel int8_scaled_mm)"
+        ),
+        "trtllm-main": _no(
+            "main reads 8-bit channel weights with token activations as FP8_PER_CHANNEL_PER_TOKEN whatever their "
+            "type (models/quant_config_utils.py::_quant_config_from_config_group): INT8 codes would run as FP8"
+        ),
+    },
+    (_I4, "compressed-tensors"): {
+        "vllm": _yes(f"{_VLLM_WNA16}; symmetric codes as uint4b8"),
+        "trtllm": _TRT12_NO_CT,
+        "sglang": _if(_SGL_WNA16),
+        "trtllm-main": _TRT_MAIN_NO_INT4,
+    },
+    (_I4Z, "compressed-tensors"): {
+        "vllm": _yes(f"{_VLLM_WNA16}; zero points as uint4 (Machete, Marlin, Triton W4A16 and CPUWNA16 take them)"),
+        "trtllm": _TRT12_NO_CT,
+        "sglang": _if(f"{_SGL_WNA16}; zero points through Marlin's uint4 path"),
+        "trtllm-main": _TRT_MAIN_NO_INT4,
     },
 }
 

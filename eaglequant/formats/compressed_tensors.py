@@ -10,6 +10,8 @@
   ``input_global_scale`` F32 [1].
 - MXFP4 (``mxfp4-pack-quantized``, MXFP4A16 / MXFP4): ``weight_packed`` U8 [N, K/2], ``weight_scale``
   U8 [N, K/32].
+- INT8 W8A8 (``int-quantized``) and INT4 W4A16 (``pack-quantized``, symmetric or with zero points): their recipes
+  are in :mod:`.compressed_tensors_int`.
 
 An in-dimension that is not a multiple of the block is an error in compressed-tensors, so such
 linears stay unquantized.
@@ -21,6 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe
+from eaglequant.formats.compressed_tensors_args import COMPRESSED_TENSORS_VERSION, CtRecipe, ct_args
+from eaglequant.formats.compressed_tensors_int import Int4Group, Int4GroupAsym, Int8Channel
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -31,50 +35,13 @@ if TYPE_CHECKING:
 
     from eaglequant.kinds.base import StoredLinear
 
-COMPRESSED_TENSORS_VERSION = "0.19.0"
 
-
-def _args(
-    num_bits: int,
-    strategy: str,
-    *,
-    dynamic: bool | str,
-    group_size: int | None = None,
-    scale_dtype: str | None = None,
-    block_structure: list[int] | None = None,
-) -> dict[str, Any]:
-    """QuantizationArgs as compressed-tensors 0.19 serialises them (its key order)."""
-    return {
-        "actorder": None,
-        "block_structure": block_structure,
-        "dynamic": dynamic,
-        "group_size": group_size,
-        "num_bits": num_bits,
-        "observer": None,
-        "observer_kwargs": {},
-        "scale_dtype": scale_dtype,
-        "strategy": strategy,
-        "symmetric": True,
-        "type": "float",
-        "zp_dtype": None,
-    }
-
-
-class _CtRecipe(Recipe):
-    """A compressed-tensors recipe adds the kind's ``format`` and QuantizationArgs (weights; activations
-    per activation kind)."""
-
-    compression_format: ClassVar[str]
-    weight_args: ClassVar[dict[str, Any]]
-    input_args: ClassVar[dict[str, dict[str, Any]]]  # activation kind -> its args
-
-
-class _Fp8Channel(_CtRecipe):
+class _Fp8Channel(CtRecipe):
     kind: ClassVar[str] = "fp8-channel"
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_DYNAMIC"}
     compression_format: ClassVar[str] = "float-quantized"
-    weight_args: ClassVar[dict[str, Any]] = _args(8, "channel", dynamic=False)
-    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-token": _args(8, "token", dynamic=True)}
+    weight_args: ClassVar[dict[str, Any]] = ct_args(8, "channel", dynamic=False)
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-token": ct_args(8, "token", dynamic=True)}
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
@@ -101,12 +68,12 @@ class _Fp8Channel(_CtRecipe):
         return StoredLinear(self.kind, tensors[f"{base}.weight"], channel_scale=channel, activation="fp8-token")
 
 
-class _Fp8Block(_CtRecipe):
+class _Fp8Block(CtRecipe):
     kind: ClassVar[str] = "fp8-block"
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "FP8_BLOCK"}
     compression_format: ClassVar[str] = "float-quantized"
-    weight_args: ClassVar[dict[str, Any]] = _args(8, "block", dynamic=False, block_structure=[128, 128])
-    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-group": _args(8, "group", dynamic=True, group_size=128)}
+    weight_args: ClassVar[dict[str, Any]] = ct_args(8, "block", dynamic=False, block_structure=[128, 128])
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-group": ct_args(8, "group", dynamic=True, group_size=128)}
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
@@ -133,15 +100,15 @@ class _Fp8Block(_CtRecipe):
         return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=scale, activation="fp8-group")
 
 
-class _Nvfp4(_CtRecipe):
+class _Nvfp4(CtRecipe):
     kind: ClassVar[str] = "nvfp4"
     algorithms: ClassVar[dict[str | None, str]] = {None: "NVFP4A16", "nvfp4": "NVFP4"}
     compression_format: ClassVar[str] = "nvfp4-pack-quantized"
-    weight_args: ClassVar[dict[str, Any]] = _args(
+    weight_args: ClassVar[dict[str, Any]] = ct_args(
         4, "tensor_group", dynamic=False, group_size=16, scale_dtype="torch.float8_e4m3fn"
     )
     input_args: ClassVar[dict[str, dict[str, Any]]] = {
-        "nvfp4": _args(4, "tensor_group", dynamic="local", group_size=16, scale_dtype="torch.float8_e4m3fn")
+        "nvfp4": ct_args(4, "tensor_group", dynamic="local", group_size=16, scale_dtype="torch.float8_e4m3fn")
     }
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
@@ -195,13 +162,13 @@ class _Nvfp4(_CtRecipe):
         )
 
 
-class _Mxfp4(_CtRecipe):
+class _Mxfp4(CtRecipe):
     kind: ClassVar[str] = "mxfp4"
     algorithms: ClassVar[dict[str | None, str]] = {None: "MXFP4A16", "mxfp4": "MXFP4"}
     compression_format: ClassVar[str] = "mxfp4-pack-quantized"
-    weight_args: ClassVar[dict[str, Any]] = _args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8")
+    weight_args: ClassVar[dict[str, Any]] = ct_args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8")
     input_args: ClassVar[dict[str, dict[str, Any]]] = {
-        "mxfp4": _args(4, "group", dynamic=True, group_size=32, scale_dtype="torch.uint8")
+        "mxfp4": ct_args(4, "group", dynamic=True, group_size=32, scale_dtype="torch.uint8")
     }
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
@@ -232,7 +199,15 @@ class CompressedTensorsFormat(Format):
     quant_method: ClassVar[str] = "compressed-tensors"
     exclude_key: ClassVar[str] = "ignore"
     exclude_dialect: ClassVar[str] = "exact-or-regex"
-    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Fp8Block(), _Nvfp4(), _Mxfp4())
+    recipes: ClassVar[tuple[Recipe, ...]] = (
+        _Fp8Channel(),
+        _Fp8Block(),
+        _Nvfp4(),
+        _Mxfp4(),
+        Int8Channel(),
+        Int4Group(),
+        Int4GroupAsym(),
+    )
     scale_params: ClassVar[tuple[str, ...]] = (
         "weight_scale",
         "weight_global_scale",
@@ -246,7 +221,7 @@ class CompressedTensorsFormat(Format):
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         recipe = self.recipe(scheme)
-        assert isinstance(recipe, _CtRecipe)
+        assert isinstance(recipe, CtRecipe)
         algorithm = recipe.algorithms[scheme.kinds[1]]
         fmt = recipe.compression_format
         activation = None if scheme.activation is None else dict(recipe.input_args[scheme.activation.kind])

@@ -11,6 +11,12 @@ One kernel, specialised at compile time by the weight layout:
 - FP8 block: E4M3 tiles; each K tile lies in one 128-column block, so its float32 block scale (one per 128
   output rows) multiplies the tile's partial product. With per-token-group activations (``ACT_GROUP``), each
   tile's activations are quantized with their group's scale, applied to the same partial product.
+- INT8 per-channel: int8 codes (exact in bf16), the per-channel scale applied to the output; with
+  ``ACT_CODES == 2`` the activations are rounded to INT8 per token in the kernel (scale amax / 127), as the
+  engines' W8A8 INT8 kernels do.
+- INT4 groups: eight 4-bit codes per int32, unpacked in registers (code = nibble - 8), less the group's zero
+  point when there is one (``ZERO_POINT``); each K tile lies in one group of 128, whose float32 scale multiplies the
+  tile's partial product (code - zero point is exact in bf16, its product with the scale would not be).
 
 Which specialisation reads a stored linear is its weight kind's ``kernel_layout``; how activations are
 quantized is its activation kind's (per token, or per token per group).
@@ -32,6 +38,7 @@ from eaglequant.numerics.limits import E4M3_MAX
 # Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
 # interpreter does not check).
 FP8_MAX = tl.constexpr(E4M3_MAX)
+INT8_MAX = tl.constexpr(127.0)
 
 
 @triton.jit
@@ -55,6 +62,13 @@ def _power_of_two(exponent):
 
 
 @triton.jit
+def _round_to_integer(v):
+    """float32 (|v| < 2^22) rounded to the nearest integer, ties to even (as torch.round and the engines' kernels)."""
+    magic = 12582912.0  # 1.5 * 2^23
+    return (v + magic) - magic
+
+
+@triton.jit
 def _round_to_e4m3(v):
     """Round float32 (|v| <= 448) to the nearest FP8 E4M3 value, ties to even, kept as float32.
 
@@ -74,6 +88,7 @@ def _dequant_gemm(
     w_ptr,
     block_scale_ptr,
     channel_scale_ptr,
+    zero_point_ptr,
     y_ptr,
     M,
     N,
@@ -86,7 +101,9 @@ def _dequant_gemm(
     min_act_scale,
     KIND: tl.constexpr,
     ACT_FP8: tl.constexpr,
+    ACT_CODES: tl.constexpr,
     ACT_GROUP: tl.constexpr,
+    ZERO_POINT: tl.constexpr,
     GROUP: tl.constexpr,
     DOT_BF16: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -105,7 +122,11 @@ def _dequant_gemm(
             ks = k0 + tl.arange(0, BLOCK_K)
             x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
             amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
-        token_scale = tl.maximum(amax / FP8_MAX, min_act_scale)
+        if ACT_CODES == 2:
+            token_amax = tl.maximum(amax, min_act_scale * INT8_MAX)
+            token_scale = token_amax / INT8_MAX
+        else:
+            token_scale = tl.maximum(amax / FP8_MAX, min_act_scale)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
@@ -119,11 +140,25 @@ def _dequant_gemm(
                 other=0.0,
             )
             token_scale = tl.maximum(tl.max(tl.abs(group_x.to(tl.float32)), axis=1) / FP8_MAX, min_act_scale)
-        if ACT_FP8:
+        if ACT_FP8 and ACT_CODES == 2:
+            inverse = tl.full((BLOCK_M,), INT8_MAX, tl.float32) / token_amax  # 127 / amax, as the engines multiply
+            x = tl.clamp(_round_to_integer(x.to(tl.float32) * inverse[:, None]), -INT8_MAX - 1.0, INT8_MAX)
+        elif ACT_FP8:
             x = _round_to_e4m3(tl.clamp(x.to(tl.float32) / token_scale[:, None], -FP8_MAX, FP8_MAX))
         if KIND == 0 or KIND == 3:
             w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
             w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        elif KIND == 4:
+            w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
+            w = w.to(tl.int8, bitcast=True).to(tl.float32)
+        elif KIND == 5:
+            words = tl.load(
+                w_ptr + cols[:, None] * stride_wn + (ks // 8)[None, :], col_ok[:, None] & (ks[None, :] < K), other=0
+            )
+            w = (((words >> ((ks % 8) * 4)[None, :]) & 15) - 8).to(tl.float32)
+            if ZERO_POINT:
+                zero = tl.load(zero_point_ptr + cols * stride_bn + k0 // GROUP, col_ok, other=0)
+                w = w - zero.to(tl.float32)[:, None]
         else:
             half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
             packed = tl.load(
@@ -148,10 +183,12 @@ def _dequant_gemm(
         if KIND == 3:
             block_scale = tl.load(block_scale_ptr + (cols // GROUP) * stride_bn + k0 // GROUP, col_ok, other=0.0)
             partial = partial * block_scale[None, :]
+        if KIND == 5:
+            partial = partial * tl.load(block_scale_ptr + cols * stride_bn + k0 // GROUP, col_ok, other=0.0)[None, :]
         if ACT_FP8 and ACT_GROUP > 0:
             partial = partial * token_scale[:, None]
         acc += partial
-    if KIND == 0:
+    if KIND == 0 or KIND == 4:
         acc = acc * tl.load(channel_scale_ptr + cols, col_ok, other=0.0)[None, :]
     if KIND == 1:
         acc = acc * global_scale
@@ -172,7 +209,8 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
     act_fp8 = activation is not None and activation.simulated
     act_group = activation.block_size if activation is not None and isinstance(activation.block_size, int) else 0
     x = x.contiguous()
-    weight = stored.weight.view(torch.uint8)  # FP8 bytes are reinterpreted in the kernel
+    # FP8 and INT8 bytes are reinterpreted in the kernel; packed INT4 is read as the int32 words it is stored in
+    weight = stored.weight if stored.weight.element_size() > 1 else stored.weight.view(torch.uint8)
     y = torch.empty((m, n), dtype=torch.float32, device=x.device)
     dummy = torch.empty(1, dtype=torch.float32, device=x.device)
     block_scale = dummy
@@ -180,6 +218,7 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         float_scale = stored.block_scale.dtype == torch.float32
         block_scale = stored.block_scale.contiguous() if float_scale else stored.block_scale.view(torch.uint8)
     channel_scale = stored.channel_scale if stored.channel_scale is not None else dummy
+    zero_point = stored.zero_point.contiguous() if stored.zero_point is not None else dummy
     global_scale = float(stored.global_scale) if stored.global_scale is not None else 1.0
     grid = (triton.cdiv(m, block_m), triton.cdiv(n, block_n))
     _dequant_gemm[grid](
@@ -187,6 +226,7 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         weight,
         block_scale,
         channel_scale,
+        zero_point,
         y,
         m,
         n,
@@ -199,7 +239,9 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         0.0 if activation is None else activation.min_scale,
         KIND=kind.kernel_layout,
         ACT_FP8=act_fp8,
+        ACT_CODES=activation.kernel_codes if act_fp8 and activation is not None else 0,
         ACT_GROUP=act_group,
+        ZERO_POINT=stored.zero_point is not None,
         GROUP=group,
         DOT_BF16=os.environ.get("TRITON_INTERPRET") != "1",
         BLOCK_M=block_m,

@@ -20,15 +20,16 @@ from eaglequant.kinds.base import (
 )
 from eaglequant.kinds.fp4 import MXFP4, NVFP4
 from eaglequant.kinds.fp8 import FP8_BLOCK, FP8_CHANNEL
+from eaglequant.kinds.int4 import INT4_GROUP, INT4_GROUP_ASYM
+from eaglequant.kinds.int8 import INT8_CHANNEL, INT8_TOKEN
 
-WEIGHT_KINDS.update((kind.name, kind) for kind in (FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4))
-ACTIVATION_KINDS.update((kind.name, kind) for kind in (FP8_TOKEN, FP8_GROUP, NVFP4_ACTIVATIONS, MXFP4_ACTIVATIONS))
+WEIGHT_KINDS.update(
+    (kind.name, kind) for kind in (FP8_CHANNEL, FP8_BLOCK, NVFP4, MXFP4, INT8_CHANNEL, INT4_GROUP, INT4_GROUP_ASYM)
+)
+ACTIVATION_KINDS.update(
+    (kind.name, kind) for kind in (FP8_TOKEN, FP8_GROUP, NVFP4_ACTIVATIONS, MXFP4_ACTIVATIONS, INT8_TOKEN)
+)
 Kinds = tuple[str, str | None]  # (weight kind, activation kind or None for weight-only), as configs declare them
-
-
-def codes_per_element(stored_dtype: str) -> int:
-    """Logical values per stored element of a quantized weight of this safetensors dtype (2 for packed FP4)."""
-    return next((k.codes_per_element for k in WEIGHT_KINDS.values() if k.stored_dtype == stored_dtype), 1)
 
 
 def kinds_label(kinds: Kinds) -> str:
@@ -51,7 +52,6 @@ __all__ = [
     "TensorKind",
     "WeightKind",
     "activation_kind",
-    "codes_per_element",
     "kinds_label",
     "kinds_title",
     "weight_kind",

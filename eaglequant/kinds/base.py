@@ -54,6 +54,7 @@ class ActivationKind(TensorKind):
     does (:meth:`simulate`); otherwise parity runs the weight-only kernel."""
 
     simulated: ClassVar[bool] = False
+    kernel_codes: ClassVar[int] = 1  # the codes the Triton kernel rounds simulated inputs to: 1 FP8 E4M3, 2 INT8
     min_scale: float = 0.0  # the engine's floor on a dynamic scale
 
     def simulate(self, x: torch.Tensor) -> torch.Tensor | None:
@@ -110,6 +111,7 @@ class WeightKind(TensorKind, ABC):
             weight=stored.weight[rows],
             channel_scale=part(stored.channel_scale),
             block_scale=part(stored.block_scale),
+            zero_point=part(stored.zero_point),
         )
 
 
@@ -138,7 +140,8 @@ def activation_kind(name: str | None) -> ActivationKind | None:
 class StoredLinear:
     """``kind``: a registered weight kind (see its class for the tensors it uses): ``weight`` as stored;
     ``channel_scale`` float32 [N]; ``block_scale`` per block (as the kind stores it); ``global_scale``
-    float32 0-dim, multiplied into the output.
+    float32 0-dim, multiplied into the output; ``zero_point`` per block (as the kind reads it), subtracted from the
+    codes before they are scaled (asymmetric kinds).
 
     ``activation``: the activation kind the engine quantizes inputs with at run time (None: activations stay
     in their dtype, or the kind is not simulated).
@@ -150,6 +153,7 @@ class StoredLinear:
     block_scale: torch.Tensor | None = None
     global_scale: torch.Tensor | None = None
     activation: str | None = None
+    zero_point: torch.Tensor | None = None
 
     @property
     def weight_kind(self) -> WeightKind:
@@ -190,4 +194,5 @@ class StoredLinear:
             channel_scale=move(self.channel_scale),
             block_scale=move(self.block_scale),
             global_scale=move(self.global_scale),
+            zero_point=move(self.zero_point),
         )

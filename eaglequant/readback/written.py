@@ -1,10 +1,11 @@
 """The head a quantized checkpoint was made from, as its headers show it.
 
-A quantized linear is stored as an FP8 or packed FP4 weight plus scale tensors, under the names the
-formats declare (``Format.weight_params``, ``Format.scale_params``). Mapping each such weight back to the
-logical source weight (``<module>.weight``, [N, K], source dtype; the weight kinds say how many values a
-stored element packs) and setting the scales aside gives a checkpoint that :func:`describe_head` reads like
-any source, so a written head is described by the same code.
+A quantized linear is stored as a weight in the kind's own dtype (FP8, INT8, packed FP4 or INT4) plus scale
+tensors, under the names the formats declare (``Format.weight_params``, ``Format.scale_params``). Mapping each
+such weight back to the logical source weight (``<module>.weight``, [N, K], source dtype) and setting the scales
+aside gives a checkpoint that :func:`describe_head` reads like any source, so a written head is described by the
+same code. Which stored dtype is a quantized weight, and how many values one element packs, is the weight kind's
+answer (the kind the config declares), never a guess from the dtype: U8 is packed FP4, I32 packed INT4, I8 INT8.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES, ITEMSIZE, QUANTIZED_DTYPES
+from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES, ITEMSIZE
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.formats import all_scale_params, all_weight_params
-from eaglequant.kinds import codes_per_element
+from eaglequant.kinds import weight_kind
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 
@@ -34,7 +35,11 @@ class LogicalView:
 
 
 def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
-    """Describe the head in a quantized ``checkpoint`` as the source it was converted from."""
+    """Describe the head in a quantized ``checkpoint`` as the source it was converted from (its config must declare a
+    scheme eaglequant models: :func:`~eaglequant.readback.explanation.read_written_config`)."""
+    from eaglequant.readback.explanation import read_written_config
+
+    kind = weight_kind(read_written_config(checkpoint)[1].kinds[0])
     dtype = source_dtype(checkpoint)
     scale_params, weight_params = all_scale_params(), all_weight_params()
     logical: dict[str, TensorInfo] = {}
@@ -42,9 +47,9 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
         module, _, param = name.rpartition(".")
         if param in scale_params:
             continue
-        if param in weight_params and info.dtype in QUANTIZED_DTYPES and len(info.shape) == 2:
+        if param in weight_params and info.dtype == kind.stored_dtype and len(info.shape) == 2:
             rows, cols = info.shape
-            shape = (rows, cols * codes_per_element(info.dtype))
+            shape = (rows, kind.in_features(cols))
             name = f"{module}.weight"
             info = replace(info, name=name, dtype=dtype, shape=shape, nbytes=shape[0] * shape[1] * ITEMSIZE[dtype])
         logical[name] = info
