@@ -18,6 +18,7 @@ import tomllib
 
 from eaglequant.batch.checks import check_name, check_repo_id, conversion_options
 from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
+from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, succeeded
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.conversion.options import ConversionOptions
@@ -66,13 +67,17 @@ class Job:
 @dataclass
 class JobOutcome:
     job: Job
-    status: str = "pending"  # converted | skipped | failed
+    status: JobStatus = JobStatus.PENDING
     reason: str = ""  # why it was skipped, or what failed
     exit_code: int = 0
     seconds: float = 0.0
     verified: bool | None = None
     manifest_key: str | None = None
-    upload: dict[str, Any] | None = None
+    upload: UploadOutcome | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return succeeded(self.status, None if self.upload is None else self.upload.status)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,7 +90,7 @@ class JobOutcome:
             "seconds": round(self.seconds, 3),
             "verified": self.verified,
             "manifest_key": self.manifest_key,
-            "upload": self.upload,
+            "upload": None if self.upload is None else self.upload.to_json(),
         }
 
 
@@ -100,7 +105,7 @@ class BatchResult:
 
     @property
     def ok(self) -> bool:
-        return all(o.status != "failed" and (o.upload or {}).get("status") != "failed" for o in self.outcomes)
+        return all(outcome.succeeded for outcome in self.outcomes)
 
     def to_json(self) -> dict[str, Any]:
         from eaglequant.batch.summary import summary_json
@@ -294,7 +299,7 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
             reason = (
                 f"on the Hub at {record.target} (commit {str(record.commit)[:12]}), from the same source and options"
             )
-            outcome.status, outcome.reason, outcome.verified = "skipped", reason, record.verified
+            outcome.status, outcome.reason, outcome.verified = JobStatus.SKIPPED, reason, record.verified
         else:
             _convert_unless_done(job, outcome, record)
     except EagleQuantError as exc:
@@ -307,8 +312,8 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
         )
     outcome.seconds = time.perf_counter() - started
     if record is not None and record.done:
-        outcome.upload = {"status": "skipped", "repo_id": record.repo_id, "commit_url": record.commit_url}
-    elif job.upload is not None and outcome.status != "failed":
+        outcome.upload = UploadOutcome(UploadStatus.SKIPPED, record.repo_id, record.commit_url)
+    elif job.upload is not None and outcome.status is not JobStatus.FAILED:
         outcome.upload = _upload(job, outcome.manifest_key or "", trust_local_record=record is None)
     return outcome
 
@@ -326,7 +331,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
     if why_not is None and recorded_verified(job.destination) is False:
         why_not = "its recorded verification failed"  # a failure is retried, never skipped as done
     if why_not is None:
-        outcome.status, outcome.reason = "skipped", f"complete, from the same source and options{on_hub}"
+        outcome.status, outcome.reason = JobStatus.SKIPPED, f"complete, from the same source and options{on_hub}"
         outcome.verified = recorded_verified(job.destination)
         return
     # A destination eaglequant wrote is always replaced; anything else only with ``overwrite = true``.
@@ -336,7 +341,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
             hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",
         )
     result = api.convert(job.source, job.destination, job.options, overwrite=True, overwrite_any=job.overwrite)
-    outcome.status, outcome.reason = "converted", f"{why_not}{on_hub}"
+    outcome.status, outcome.reason = JobStatus.CONVERTED, f"{why_not}{on_hub}"
     if result.verification is not None:
         outcome.verified = result.verification.ok
     if outcome.verified is False:
@@ -345,10 +350,10 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
 
 
 def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
-    outcome.status, outcome.reason, outcome.exit_code = "failed", reason, exit_code
+    outcome.status, outcome.reason, outcome.exit_code = JobStatus.FAILED, reason, exit_code
 
 
-def _upload(job: Job, key: str, *, trust_local_record: bool) -> dict[str, Any]:
+def _upload(job: Job, key: str, *, trust_local_record: bool) -> UploadOutcome:
     """Upload unless this destination, with this manifest key, already went to that repo and revision (as
     ``.eaglequant/uploads.json`` records, when ``trust_local_record``: the Hub was not asked)."""
     from eaglequant import api
@@ -359,7 +364,7 @@ def _upload(job: Job, key: str, *, trust_local_record: bool) -> dict[str, Any]:
     target = f"{spec.repo_id}@{spec.revision}"
     previous = record.get(target)
     if trust_local_record and isinstance(previous, dict) and previous.get("manifest_key") == key:
-        return {"status": "skipped", "repo_id": spec.repo_id, "commit_url": previous.get("commit_url")}
+        return UploadOutcome(UploadStatus.SKIPPED, spec.repo_id, previous.get("commit_url"))
     try:
         result = api.upload(
             job.destination,
@@ -369,14 +374,14 @@ def _upload(job: Job, key: str, *, trust_local_record: bool) -> dict[str, Any]:
             commit_message=spec.commit_message,
         )
     except EagleQuantError as exc:
-        return {"status": "failed", "repo_id": spec.repo_id, "error": exc.one_line(), "exit_code": exc.exit_code}
+        return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=exc.one_line(), exit_code=exc.exit_code)
     except Exception as exc:
-        return {"status": "failed", "repo_id": spec.repo_id, "error": f"internal error: {type(exc).__name__}: {exc}"}
+        return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=f"internal error: {type(exc).__name__}: {exc}")
     record[target] = {"manifest_key": key, "commit_url": result.commit_url, "commit_oid": result.commit_oid}
     path = job.destination / UPLOADS_RECORD
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    return {"status": "uploaded", "repo_id": spec.repo_id, "commit_url": result.commit_url}
+    return UploadOutcome(UploadStatus.UPLOADED, spec.repo_id, result.commit_url)
 
 
 def _uploads(dst: Path) -> dict[str, Any]:

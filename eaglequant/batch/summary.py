@@ -5,10 +5,58 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError
+
+
+class JobStatus(str, Enum):
+    """What became of a job; the value is how summaries spell it."""
+
+    PENDING = "pending"
+    CONVERTED = "converted"
+    SKIPPED = "skipped"  # done before, from the same source and options
+    FAILED = "failed"
+    MISSING = "missing"  # in a merge: no runner's summary reports it
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class UploadStatus(str, Enum):
+    UPLOADED = "uploaded"
+    SKIPPED = "skipped"  # already there, from the same source and options
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class UploadOutcome:
+    """What became of a job's upload."""
+
+    status: UploadStatus
+    repo_id: str
+    commit_url: str | None = None
+    error: str | None = None  # failed: what, in one line
+    exit_code: int | None = None  # failed with an error of ours: its exit code
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"status": self.status, "repo_id": self.repo_id}
+        if self.status is not UploadStatus.FAILED:
+            return {**data, "commit_url": self.commit_url}
+        data["error"] = self.error
+        return data if self.exit_code is None else {**data, "exit_code": self.exit_code}
+
+
+def succeeded(status: str, upload_status: str | None) -> bool:
+    """The one rule for a job's success: it ran without failing, and so did its upload, if it had one."""
+    return status not in (JobStatus.FAILED, JobStatus.MISSING) and upload_status != UploadStatus.FAILED
+
 
 _REQUIRED = {"jobs_file": str, "jobs_sha256": str, "job_names": list, "jobs": list}
 
@@ -27,21 +75,17 @@ def summary_json(
         "jobs_sha256": jobs_sha256,
         **extra,
         "job_names": job_names,
-        "ok": all(_succeeded(job) for job in jobs),
+        "ok": all(succeeded(job.get("status", ""), (job.get("upload") or {}).get("status")) for job in jobs),
         "counts": _counts(jobs),
         "jobs": jobs,
     }
 
 
-def _succeeded(job: dict[str, Any]) -> bool:
-    return job.get("status") not in ("failed", "missing") and (job.get("upload") or {}).get("status") != "failed"
-
-
 def _counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {"converted": 0, "skipped": 0, "failed": 0, "uploaded": 0}
+    counts: dict[str, int] = {JobStatus.CONVERTED: 0, JobStatus.SKIPPED: 0, JobStatus.FAILED: 0, "uploaded": 0}
     for job in jobs:
         counts[job["status"]] = counts.get(job["status"], 0) + 1
-        counts["uploaded"] += (job.get("upload") or {}).get("status") == "uploaded"
+        counts["uploaded"] += (job.get("upload") or {}).get("status") == UploadStatus.UPLOADED
     return counts
 
 
@@ -96,14 +140,14 @@ def merge_summaries(paths: list[Path]) -> dict[str, Any]:
         jobs=jobs,
         summaries=[str(path) for path in paths],
     )
-    merged["counts"]["missing"] = sum(job["status"] == "missing" for job in jobs)
+    merged["counts"]["missing"] = sum(job["status"] == JobStatus.MISSING for job in jobs)
     return merged
 
 
 def _missing(name: str) -> dict[str, Any]:
     return {
         "name": name,
-        "status": "missing",
+        "status": JobStatus.MISSING,
         "reason": "no summary reports this job (did its runner fail before writing one?)",
         "exit_code": None,
         "verified": None,
