@@ -117,9 +117,17 @@ class SglangEngine(Engine):
 
     def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         kind = weight_kind(kinds[0])
+        leaves = module.leaves
+        if "q_a_proj" in leaves:
+            metadata = _per_linear_metadata(kinds, format_name)
+            if metadata:
+                return (
+                    "SGLang's MLA draft loads q_a + kv_a as one fused module by concatenating its members' tensors, "
+                    f"and {get_format(format_name).title} stores {', '.join(metadata)} whole per linear "
+                    "(models/kimi_k25_eagle3.py fused loader: AssertionError)"
+                )
         if kind.rows_per_scale == 1:
             return None
-        leaves = module.leaves
         if "kv_b_proj" in leaves:
             return _MLA_KV_B
         merged = _MERGED_SHARDS.get(module.names[0].rsplit(".", 1)[-1])
@@ -145,6 +153,14 @@ class SglangEngine(Engine):
             f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {draft_tokens + 1}"
         )
         return [ServingSnippet("SGLang", "bash", line)]
+
+
+def _per_linear_metadata(kinds: tuple[str, str | None], format_name: str) -> tuple[str, ...]:
+    from eaglequant.schemes.model import scheme_of_kinds
+
+    fmt = get_format(format_name)
+    scheme = scheme_of_kinds(kinds)
+    return fmt.recipe(scheme).per_linear_metadata if fmt.supports(scheme) else ()
 
 
 # quantization/utils.py::is_layer_skipped resolves these fused modules to their shards whatever the config says

@@ -62,6 +62,9 @@ class Recipe(ABC):
     kind: ClassVar[str]  # a registered weight kind
     algorithms: ClassVar[dict[str | None, str]]  # activation kind (None: weight-only) -> the vendor's name
     pads_blocks: ClassVar[bool] = False  # the vendor zero-pads an in-dimension its scale blocks do not divide
+    # tensors stored whole per linear that are not a scale (compressed-tensors' weight_shape): an engine that loads a
+    # fused module by concatenating its members' tensors cannot take them
+    per_linear_metadata: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:

@@ -71,6 +71,7 @@ class Int4Group(CtRecipe):
     weight_args: ClassVar[dict[str, Any]] = ct_args(4, "group", dynamic=False, group_size=128, number_type="int")
     input_args: ClassVar[dict[str, dict[str, Any]]] = {}
     zero_points: ClassVar[bool] = False  # the kind's own flag: asymmetric, a zero point per group
+    per_linear_metadata: ClassVar[tuple[str, ...]] = ("weight_shape",)
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features

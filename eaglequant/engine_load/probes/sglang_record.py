@@ -116,7 +116,10 @@ class LoadRecorder:
 
         return recording_loader
 
-    def expected(self, calls: list[tuple[list[str], Any]], param: torch.Tensor) -> torch.Tensor:
+    def expected(self, calls: list[tuple[list[str], Any]], param: torch.Tensor, whole: bool = False) -> torch.Tensor:
+        """``whole``: the parameter takes each shard whole (:func:`whole_per_shard`)."""
+        if len(calls) > 1 and whole and all(self.tensors[c[0][0]].shape == param.shape for c in calls):
+            return self.tensors[calls[-1][0][0]]  # each shard loaded whole: the last stays
         if len(calls) == 1 and calls[0][1] is None:
             names = calls[0][0]
             parts = [self.tensors[n] for n in names]
@@ -131,6 +134,13 @@ class LoadRecorder:
             ):
                 return parts[0]
         return torch.cat([p.reshape(-1, *p.shape[1:]) if p.dim() else p.reshape(1) for p in parts], dim=0)
+
+
+def whole_per_shard(name: str, param: torch.Tensor) -> bool:
+    """compressed-tensors' ``weight_shape`` is a plain ``BasevLLMParameter``, which takes each shard of a merged module
+    whole (``load_merged_column_weight`` / ``load_qkv_weight`` -> ``_assert_and_load``): the last one loaded stays, and
+    Marlin never reads it. (Any other parameter loaded so would be a real loss.)"""
+    return name == "weight_shape" and type(param).__name__ == "BasevLLMParameter"
 
 
 def describe_modules(
@@ -166,11 +176,13 @@ def describe_modules(
                 entry["detail"] = "no checkpoint tensor was loaded into it"
             else:
                 try:
-                    expected = recorder.expected(calls, param)
+                    expected = recorder.expected(calls, param, whole_per_shard(leaf, param))
                     target = param
                     if isinstance(module, ParallelLMHead) and 0 < expected.shape[0] < param.shape[0]:
                         target = param[: expected.shape[0]]  # vocab padded to a multiple of 64; padding never loaded
                     entry["equal"], entry["detail"] = same_values(target, expected)
+                    if entry["equal"] and len(calls) > 1 and whole_per_shard(leaf, param):
+                        entry["detail"] = "each shard loaded whole, the last kept: not read by any kernel"
                     if target is not param and entry["equal"]:
                         entry["detail"] = f"first {expected.shape[0]} rows; the rest is vocab padding"
                 except Exception as exc:

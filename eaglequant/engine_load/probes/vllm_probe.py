@@ -37,7 +37,16 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 import torch
 
 from .common import Checkpoint, WarningCapture, error_line, new_result, serve
-from .vllm_record import Recorder, calibrated_amax, compare_param, instrument_params, postprocess, run_gemm, shard_key
+from .vllm_record import (
+    Recorder,
+    calibrated_amax,
+    compare_param,
+    instrument_params,
+    postprocess,
+    run_gemm,
+    shard_key,
+    whole_per_shard,
+)
 from .vllm_setup import apply_patches, ensure_distributed, write_target
 
 
@@ -127,13 +136,15 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                     entry["shared_from_target"] = True
                 for pname, param in module.named_parameters(recurse=False):
                     full = f"{path}.{pname}"
-                    calls = sorted(recorder.calls.get(full, []), key=lambda c: shard_key(c.shard_id))
+                    loaded = recorder.calls.get(full, [])
+                    calls = sorted(loaded, key=lambda c: shard_key(c.shard_id))
                     equal, detail = compare_param(
                         param,
                         calls,
                         checkpoint,
                         int(getattr(param, "output_dim", 0) or 0),
                         padded_rows=isinstance(module, VocabParallelEmbedding),
+                        last=loaded[-1] if loaded and whole_per_shard(pname, param) else None,
                     )
                     if not calls and shared_lm_head and entry["name"] == "lm_head":
                         detail = (

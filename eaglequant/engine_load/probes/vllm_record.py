@@ -93,13 +93,22 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(a, b)
 
 
+def whole_per_shard(name: str, param: torch.Tensor) -> bool:
+    """compressed-tensors' ``weight_shape`` is a plain ``BasevLLMParameter`` (no output dimension), which takes each
+    shard of a merged module whole (``load_merged_column_weight`` / ``load_qkv_weight`` -> ``_assert_and_load``): the
+    last one loaded stays, and no kernel reads it. (Any other parameter loaded so would be a real loss.)"""
+    return name == "weight_shape" and type(param).__name__ == "BasevLLMParameter"
+
+
 def compare_param(
     param: torch.Tensor,
     calls: list[LoadCall],
     checkpoint: Checkpoint,
     output_dim: int,
     padded_rows: bool = False,
+    last: LoadCall | None = None,
 ) -> tuple[bool, str | None]:
+    """``last``: the call that loaded last, when the parameter takes each shard whole (:func:`whole_per_shard`)."""
     if not calls:
         return False, "never loaded: no checkpoint tensor reached this parameter (uninitialised)"
     members: list[tuple[Any, torch.Tensor]] = []
@@ -108,6 +117,11 @@ def compare_param(
         members.append((call.shard_id, tensor))
     value = param.detach().cpu()
     sharded = any(shard is not None for shard, _ in members)
+    if sharded and last is not None and all(t.shape == value.shape for _, t in members):
+        kept = checkpoint.get(last.checkpoint_name) if last.checkpoint_name is not None else last.tensor
+        if _same(value, kept.to(value.dtype)):
+            return True, f"each shard loaded whole, the last ({last.checkpoint_name}) kept: not read by any kernel"
+        return False, f"differs from the last shard loaded whole ({last.checkpoint_name})"
     if not sharded:
         if len(members) > 1:
             return False, f"{len(members)} tensors loaded into one unsharded parameter"

@@ -48,6 +48,7 @@ def apply_patches() -> list[str]:
         " layer is created and loaded; Marlin's repack/GEMM are CUDA-only, so its gemm only notes the failure"
     )
     patches.append(_add_block_fp8_emulation())
+    patches.append(_add_wna16_emulation())
     return patches
 
 
@@ -78,6 +79,56 @@ def _add_block_fp8_emulation() -> str:
         "EmulationFp8BlockScaledMMKernel (pure torch) appended to _POSSIBLE_FP8_BLOCK_KERNELS[PlatformEnum.CPU]"
         " after the AMX kernels: block-FP8 layers are created on a CPU without AMX; activations are quantized by"
         " vLLM's QuantFP8 (1 x 128 groups), then the dequantized operands are multiplied in float32"
+    )
+
+
+def _add_wna16_emulation() -> str:
+    """vLLM's CPU INT4 kernel (CPUWNA16) needs out- and in-features in multiples of 32 (an MLA draft's fused q_a +
+    kv_a has 64 + 48 rows); a pure-torch one goes after it in the CPU list, as CUDA falls back to Triton W4A16."""
+    import torch
+    from vllm.model_executor.kernels.linear import _POSSIBLE_KERNELS
+    from vllm.model_executor.kernels.linear.mixed_precision.MPLinearKernel import MPLinearKernel
+    from vllm.platforms import PlatformEnum
+    from vllm.scalar_type import scalar_types
+
+    class EmulationWNA16LinearKernel(MPLinearKernel):
+        """Reads compressed-tensors' layout as loaded: ``weight_packed`` int32 [N, K/8] (element 8j + i in bits 4i ..
+        4i + 3 of word j), ``weight_scale`` [N, K/group], ``weight_zero_point`` int32 [N/8, K/group] packed along N;
+        w = (nibble - zero nibble, or - 8 without zero points) * scale, multiplied in float32."""
+
+        @classmethod
+        def get_min_capability(cls) -> int:
+            return -1
+
+        @classmethod
+        def can_implement(cls, c: Any) -> tuple[bool, str | None]:
+            if c.weight_type not in (scalar_types.uint4, scalar_types.uint4b8):
+                return False, f"{c.weight_type} is not a 4-bit type"
+            return True, None
+
+        def process_weights_after_loading(self, layer: torch.nn.Module) -> None:
+            pass  # the checkpoint's layout is what apply_weights reads
+
+        def apply_weights(self, layer: torch.nn.Module, x: torch.Tensor, bias: torch.Tensor | None = None) -> Any:
+            packed, scale, zero = self._get_weight_params(layer)
+            shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+            nibbles = ((packed.data[..., None] >> shifts) & 15).reshape(packed.shape[0], -1).float()
+            n, k = nibbles.shape
+            group = k // scale.shape[1]
+            if zero is None:
+                offsets = torch.full(scale.shape, 8.0)
+            else:
+                zero_nibbles = (zero.data.T.contiguous()[..., None] >> shifts) & 15
+                offsets = zero_nibbles.reshape(zero.shape[1], -1)[:, :n].T.float()
+            weight = (nibbles.view(n, -1, group) - offsets[..., None]) * scale.data.float()[..., None]
+            out = x.float() @ weight.view(n, k).T
+            return (out if bias is None else out + bias.float()).to(x.dtype)
+
+    _POSSIBLE_KERNELS[PlatformEnum.CPU].append(EmulationWNA16LinearKernel)
+    return (
+        "EmulationWNA16LinearKernel (pure torch) appended to _POSSIBLE_KERNELS[PlatformEnum.CPU] after CPUWNA16: "
+        "INT4 layers whose shapes CPUWNA16 refuses (multiples of 32) are created; the compressed-tensors tensors "
+        "as loaded are dequantized and multiplied in float32"
     )
 
 
