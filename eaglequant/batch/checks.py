@@ -12,12 +12,12 @@ import re
 from typing import Any
 
 from eaglequant.common.errors import EagleQuantError, InputError
-from eaglequant.conversion.options import OPTION_NAMES, ConversionOptions
+from eaglequant.conversion.options import OPTION_NAMES, OPTION_SPECS, ConversionOptions
 
 # A job name is a CI matrix value, an ``--only`` argument and part of a summary's file name: keep it plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 _FLAG = re.compile(r"--(scheme|format|engine) (\S+)")
-_KEYS = {name: "verify" if name == "verify_output" else name for name in OPTION_NAMES}
+_KEYS = {name: spec.job_key for name, spec in OPTION_SPECS.items()}
 _PARAMETER = re.compile(r"\b(" + "|".join(OPTION_NAMES) + r")=(?=\S)")
 
 

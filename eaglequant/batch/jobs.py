@@ -21,25 +21,16 @@ from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorde
 from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, succeeded
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
-from eaglequant.conversion.options import ConversionOptions
+from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
 
-# The job file's keys for ConversionOptions fields, with their TOML types: ``verify`` is ``verify_output`` (true
-# unless set), the card's ``repo_id`` is [job.upload]'s, and ``workers`` and ``device`` belong to the runner.
-_CONVERT_KEYS = {
-    "scheme": str,
-    "format": str,
-    "engines": list,
-    "exclude": list,
-    "quantize": list,
-    "target_layers": int,
-    "target_config": str,
-    "max_shard_size": str,
-    "calib": str,
-    "verify": bool,
-}
+# The job file's keys for ConversionOptions fields, with their TOML types, as the options declare them:
+# ``verify`` is ``verify_output`` (true unless set), the card's ``repo_id`` is [job.upload]'s, and ``workers``
+# and ``device`` belong to the runner.
+_OPTION_OF_KEY = {spec.job_key: name for name, spec in OPTION_SPECS.items() if spec.job_type is not None}
+_CONVERT_KEYS = {spec.job_key: spec.job_type for spec in OPTION_SPECS.values() if spec.job_type is not None}
 _JOB_KEYS = {"name": str, "source": str, "destination": str, "overwrite": bool, "upload": dict, **_CONVERT_KEYS}
 _UPLOAD_KEYS = {"repo_id": str, "revision": str, "private": bool, "commit_message": str}
 _PATH_KEYS = ("target_config", "calib")
@@ -168,13 +159,13 @@ def _job(path: Path, index: int, entry: dict[str, Any]) -> Job:
     name = entry.get("name") or destination.name
     where = f"{path}: job {name!r}"
     check_name(where, name)
-    settings = {key: entry[key] for key in _CONVERT_KEYS if key in entry}
+    settings = {_OPTION_OF_KEY[key]: entry[key] for key in _CONVERT_KEYS if key in entry}
     for key in _PATH_KEYS:
         if key in settings:
             settings[key] = str(base / settings[key])
     if settings.get("scheme", "").endswith(".toml"):  # a scheme file, relative to the job file
         settings["scheme"] = str(base / settings["scheme"])
-    settings["verify_output"] = settings.pop("verify", True)
+    settings.setdefault("verify_output", True)
     upload = _upload_spec(where, entry["upload"]) if "upload" in entry else None
     if upload is not None:
         settings["repo_id"] = upload.repo_id

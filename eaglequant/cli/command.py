@@ -179,29 +179,18 @@ def _value_word(option: Any) -> str | None:
     return {int: "N", float: "X", str: "TEXT"}.get(element)
 
 
-# Library parameters (as its errors name them) -> the flag a command-line user types.
-_FLAG_VALUES = {
-    "overwrite": "--overwrite",
-    "overwrite_any": "--overwrite-any",
-    "force": "--force",
-    "verify_output": "--verify",
-}
-_FLAG_OPTIONS = {
-    "source": "--source",
-    "exclude": "--exclude",
-    "quantize": "--quantize",
-    "engines": "--engine",
-    "scheme": "--scheme",
-    "format": "--format",
-    "calib": "--calib",
-    "inputs": "--inputs",
-    "target_layers": "--target-layers",
-    "target_config": "--target-config",
-    "max_shard_size": "--max-shard-size",
-    "repo_id": "--repo-id",
-    "workers": "--workers",
-    "device": "--device",
-}
+def _flags(switches: bool) -> dict[str, str]:
+    """Library parameters (as its errors name them) -> the flag a command-line user types: the conversion's
+    options as :class:`ConversionOptions` declares them, and the commands' own."""
+    from eaglequant.conversion.options import OPTION_SPECS
+
+    declared = {name: spec.flag for name, spec in OPTION_SPECS.items() if spec.switch == switches}
+    own = {"overwrite": "--overwrite", "overwrite_any": "--overwrite-any", "force": "--force"}
+    return {**declared, **own} if switches else {**declared, "source": "--source", "inputs": "--inputs"}
+
+
+_FLAG_VALUES = _flags(switches=True)
+_FLAG_OPTIONS = _flags(switches=False)
 _TRUE_FLAG = re.compile(r"\b(" + "|".join(_FLAG_VALUES) + r")=True\b")
 _VALUE_OPTION = re.compile(r"\b(" + "|".join(_FLAG_OPTIONS) + r")=(?=\S)")
 

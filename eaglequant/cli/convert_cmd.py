@@ -20,6 +20,7 @@ from eaglequant.cli.options import (
     SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
+    conversion_flag,
     conversion_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
@@ -49,46 +50,12 @@ def convert_command(
             help="Replace DST whatever it holds, even a directory eaglequant did not write: its files are deleted.",
         ),
     ] = False,
-    max_shard_size: Annotated[
-        str, typer.Option("--max-shard-size", help="Largest output shard, e.g. 5GB.")
-    ] = DEFAULT_MAX_SHARD_SIZE,
-    calib: Annotated[
-        Optional[Path],  # noqa: UP045 - Typer needs Optional here on Python 3.10
-        typer.Option(
-            "--calib",
-            help="Captured draft inputs (.safetensors: hidden_states [S,T,3H], input_ids [S,T]) to calibrate "
-            "static activation scales (nvfp4 W4A4). Without it nvfp4 is written W4A16.",
-        ),
-    ] = None,
-    verify: Annotated[
-        bool,
-        typer.Option("--verify", help="Then run `verify` against SRC and store eaglequant_verify.json in DST."),
-    ] = False,
-    repo_id: Annotated[
-        Optional[str],  # noqa: UP045
-        typer.Option(
-            "--repo-id",
-            help="Hub repo the result will be uploaded to: the model card's serving lines name the draft by it "
-            "(default: DST's absolute path).",
-        ),
-    ] = None,
-    workers: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--workers",
-            min=1,
-            help="Threads that copy and quantize (default: one per core, at most 4). The output is the same "
-            "byte for byte whatever the number.",
-        ),
-    ] = None,
-    device: Annotated[
-        str,
-        typer.Option(
-            "--device",
-            help="Where the quantization math runs: cpu, or cuda (a GPU with a CUDA build of torch). The tensors "
-            "written are the same byte for byte.",
-        ),
-    ] = DEFAULT_DEVICE,
+    max_shard_size: Annotated[str, conversion_flag("max_shard_size")] = DEFAULT_MAX_SHARD_SIZE,
+    calib: Annotated[Optional[Path], conversion_flag("calib")] = None,  # noqa: UP045 - Typer needs Optional on 3.10
+    verify: Annotated[bool, conversion_flag("verify_output")] = False,
+    repo_id: Annotated[Optional[str], conversion_flag("repo_id")] = None,  # noqa: UP045
+    workers: Annotated[Optional[int], conversion_flag("workers", min=1)] = None,  # noqa: UP045
+    device: Annotated[str, conversion_flag("device")] = DEFAULT_DEVICE,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
     from eaglequant.cli.guard import run_guarded

@@ -20,56 +20,21 @@ def conversion_options(**flags: Any) -> ConversionOptions:
     return ConversionOptions(**{name: value for name, value in flags.items() if value is not None})
 
 
-SchemeOpt = Annotated[
-    str, typer.Option("--scheme", "-s", help="Built-in scheme name (see `eaglequant schemes`) or a .toml file.")
-]
-FormatOpt = Annotated[
-    str,
-    typer.Option("--format", help="Output format (`eaglequant schemes` lists each scheme's formats and engines)."),
-]
-ExcludeOpt = Annotated[
-    Optional[list[str]],  # noqa: UP045 - Typer needs Optional here on Python 3.10
-    typer.Option(
-        "--exclude",
-        "-x",
-        help="Keep matching linears unquantized: a glob or 're:<regex>' over checkpoint names as `inspect` "
-        "shows them (e.g. 'midlayer.mlp.*'). Repeatable.",
-    ),
-]
-QuantizeOpt = Annotated[
-    Optional[list[str]],  # noqa: UP045
-    typer.Option(
-        "--quantize",
-        help="Quantize matching linears that are kept by default (fc, lm_head), same syntax as --exclude. "
-        "Refused where a targeted engine runs that module unquantized. Repeatable.",
-    ),
-]
-EngineOpt = Annotated[
-    Optional[list[str]],  # noqa: UP045
-    typer.Option(
-        "--engine",
-        "-e",
-        help="Engine that must load the result as intended (`eaglequant schemes` lists them; all: every engine). "
-        "Repeatable.",
-    ),
-]
-TargetLayersOpt = Annotated[
-    Optional[int],  # noqa: UP045
-    typer.Option(
-        "--target-layers",
-        min=0,
-        help="The target model's layer count (vLLM numbers the draft's layers after it). "
-        "When unknown, exclusion rules are written to work for any count.",
-    ),
-]
-TargetConfigOpt = Annotated[
-    Optional[Path],  # noqa: UP045
-    typer.Option(
-        "--target-config",
-        help="The target model's config.json (or its directory), to read its layer count from.",
-        show_default=False,
-    ),
-]
+def conversion_flag(name: str, **settings: Any) -> Any:
+    """The Typer option of a :class:`ConversionOptions` field, spelled as the field declares it (flags, help)."""
+    from eaglequant.conversion.options import OPTION_SPECS
+
+    spec = OPTION_SPECS[name]
+    return typer.Option(*spec.flags, help=spec.help, **settings)
+
+
+SchemeOpt = Annotated[str, conversion_flag("scheme")]
+FormatOpt = Annotated[str, conversion_flag("format")]
+ExcludeOpt = Annotated[Optional[list[str]], conversion_flag("exclude")]  # noqa: UP045 - Typer needs Optional on 3.10
+QuantizeOpt = Annotated[Optional[list[str]], conversion_flag("quantize")]  # noqa: UP045
+EngineOpt = Annotated[Optional[list[str]], conversion_flag("engines")]  # noqa: UP045
+TargetLayersOpt = Annotated[Optional[int], conversion_flag("target_layers", min=0)]  # noqa: UP045
+TargetConfigOpt = Annotated[Optional[Path], conversion_flag("target_config", show_default=False)]  # noqa: UP045
 SrcArg = Annotated[
     str,
     typer.Argument(

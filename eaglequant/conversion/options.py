@@ -10,6 +10,7 @@ Importing this module is cheap (no torch): the CLI declares its defaults from it
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -59,6 +60,30 @@ def parse_size(text: str | int) -> int:
 
 
 @dataclass(frozen=True)
+class OptionSpec:
+    """How each front end spells one option: the CLI's flags and help, and a batch job file's key and TOML type
+    (``job_type`` None: not a job key)."""
+
+    name: str
+    flags: tuple[str, ...]
+    help: str
+    job_key: str
+    job_type: type | None
+    switch: bool  # a flag that takes no value (True when given)
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0]
+
+
+def _option(
+    default: Any, flags: tuple[str, ...], job_type: type | None, help: str, *, job_key: str | None = None
+) -> Any:
+    """A :class:`ConversionOptions` field declared once: its default, and how the CLI and job files spell it."""
+    return field(default=default, metadata={"spec": (flags, help, job_key, job_type)})
+
+
+@dataclass(frozen=True)
 class ConversionOptions:
     """What a conversion is asked to do besides its source and destination.
 
@@ -75,19 +100,87 @@ class ConversionOptions:
     Values are normalised on construction (names to the registries' spelling, lists to tuples, sizes to bytes).
     """
 
-    scheme: str = DEFAULT_SCHEME
-    format: str = DEFAULT_FORMAT
-    engines: tuple[str, ...] = DEFAULT_ENGINES
-    exclude: tuple[str, ...] = ()
-    quantize: tuple[str, ...] = ()
-    target_layers: int | None = None
-    target_config: Path | None = None
-    max_shard_size: str | int = DEFAULT_MAX_SHARD_SIZE
-    calib: Path | None = None
-    verify_output: bool = False
-    repo_id: str | None = None
-    workers: int | None = None
-    device: str = DEFAULT_DEVICE
+    scheme: str = _option(
+        DEFAULT_SCHEME, ("--scheme", "-s"), str, "Built-in scheme name (see `eaglequant schemes`) or a .toml file."
+    )
+    format: str = _option(
+        DEFAULT_FORMAT,
+        ("--format",),
+        str,
+        "Output format (`eaglequant schemes` lists each scheme's formats and engines).",
+    )
+    engines: tuple[str, ...] = _option(
+        DEFAULT_ENGINES,
+        ("--engine", "-e"),
+        list,
+        "Engine that must load the result as intended (`eaglequant schemes` lists them; all: every engine). "
+        "Repeatable.",
+    )
+    exclude: tuple[str, ...] = _option(
+        (),
+        ("--exclude", "-x"),
+        list,
+        "Keep matching linears unquantized: a glob or 're:<regex>' over checkpoint names as `inspect` shows them "
+        "(e.g. 'midlayer.mlp.*'). Repeatable.",
+    )
+    quantize: tuple[str, ...] = _option(
+        (),
+        ("--quantize",),
+        list,
+        "Quantize matching linears that are kept by default (fc, lm_head), same syntax as --exclude. Refused "
+        "where a targeted engine runs that module unquantized. Repeatable.",
+    )
+    target_layers: int | None = _option(
+        None,
+        ("--target-layers",),
+        int,
+        "The target model's layer count (vLLM numbers the draft's layers after it). When unknown, exclusion rules "
+        "are written to work for any count.",
+    )
+    target_config: Path | None = _option(
+        None,
+        ("--target-config",),
+        str,
+        "The target model's config.json (or its directory), to read its layer count from.",
+    )
+    max_shard_size: str | int = _option(
+        DEFAULT_MAX_SHARD_SIZE, ("--max-shard-size",), str, "Largest output shard, e.g. 5GB."
+    )
+    calib: Path | None = _option(
+        None,
+        ("--calib",),
+        str,
+        "Captured draft inputs (.safetensors: hidden_states [S,T,3H], input_ids [S,T]) to calibrate static "
+        "activation scales (nvfp4 W4A4). Without it nvfp4 is written W4A16.",
+    )
+    verify_output: bool = _option(
+        False,
+        ("--verify",),
+        bool,
+        "Then run `verify` against SRC and store eaglequant_verify.json in DST.",
+        job_key="verify",
+    )
+    repo_id: str | None = _option(
+        None,
+        ("--repo-id",),
+        None,  # a job's repo_id is its [job.upload]'s
+        "Hub repo the result will be uploaded to: the model card's serving lines name the draft by it (default: "
+        "DST's absolute path).",
+    )
+    workers: int | None = _option(
+        None,
+        ("--workers",),
+        None,  # the runner's, not the job's
+        "Threads that copy and quantize (default: one per core, at most 4). The output is the same byte for byte "
+        "whatever the number.",
+    )
+    device: str = _option(
+        DEFAULT_DEVICE,
+        ("--device",),
+        None,  # the runner's, not the job's
+        "Where the quantization math runs: cpu, or cuda (a GPU with a CUDA build of torch). The tensors written "
+        "are the same byte for byte.",
+    )
     # Derived once, on construction:
     max_shard_bytes: int = field(init=False, repr=False)
     resolved_scheme: Scheme = field(init=False, repr=False, compare=False)
@@ -155,6 +248,12 @@ class ConversionOptions:
 
 
 OPTION_NAMES = tuple(f.name for f in fields(ConversionOptions) if f.init)
+OPTION_SPECS = {
+    f.name: OptionSpec(f.name, flags, help, job_key or f.name, job_type, isinstance(f.default, bool))
+    for f in fields(ConversionOptions)
+    if f.init
+    for flags, help, job_key, job_type in [f.metadata["spec"]]
+}
 
 
 def _set(options: ConversionOptions, name: str, value: Any) -> None:
@@ -185,12 +284,19 @@ def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:
     """Rules as given; a ``re:`` rule must compile (matching happens when the plan is built)."""
     checked = _rules(parameter, rules)
     for rule in checked:
-        if rule.startswith("re:"):
-            try:
-                re.compile(rule[3:])
-            except re.error as exc:
-                raise InputError(f"{parameter}={rule!r} is not a valid regular expression ({exc})") from exc
+        compiled_rule(rule, f"{parameter}={rule!r}")
     return checked
+
+
+@functools.lru_cache(maxsize=256)
+def compiled_rule(rule: str, named: str) -> re.Pattern[str] | None:
+    """A ``re:<regex>`` rule compiled once (None: a glob); ``named``: the rule as the error names it."""
+    if not rule.startswith("re:"):
+        return None
+    try:
+        return re.compile(rule[3:])
+    except re.error as exc:
+        raise InputError(f"{named} is not a valid regular expression ({exc})") from exc
 
 
 def _count(parameter: str, value: Any, *, minimum: int) -> int | None:

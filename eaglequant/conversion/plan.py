@@ -8,12 +8,12 @@ plan; ``convert`` executes one. Building a plan reads headers only.
 from __future__ import annotations
 
 import fnmatch
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError
+from eaglequant.conversion.options import DEFAULT_ENGINES, compiled_rule
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import (
     ModuleVerdict,
@@ -94,11 +94,8 @@ class ConversionPlan:
 
 def match_rule(rule: str, names: tuple[str, ...], option: str) -> bool:
     """A user rule (given as ``option``): ``re:<regex>`` (full match) or a glob, against a module or tensor name."""
-    if rule.startswith("re:"):
-        try:
-            regex = re.compile(rule[3:])
-        except re.error as exc:
-            raise InputError(f"{option} {rule!r} is not a valid regular expression ({exc})") from exc
+    regex = compiled_rule(rule, f"{option} {rule!r}")
+    if regex is not None:
         return any(regex.fullmatch(n) for n in names)
     return any(fnmatch.fnmatchcase(n, rule) for n in names)
 
@@ -159,7 +156,7 @@ def build_plan(
     *,
     exclude: list[str] | tuple[str, ...] = (),
     quantize: list[str] | tuple[str, ...] = (),
-    engines: list[str] | tuple[str, ...] = ("vllm",),
+    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
     target_layers: int | None = None,
     target_config: str | Path | None = None,
     input_amax: dict[str, float] | None = None,
