@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import torch
 
-from eaglequant.draft.weights import CanonicalWeights, by_output_rows
+from eaglequant.draft.weights import CanonicalWeights, by_output_rows, widened
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription
 
@@ -71,7 +71,7 @@ class DraftForward:
         name = f"{module}.weight"
 
         def product(rows: slice) -> torch.Tensor:
-            return x @ self.weight.rows(name, rows).to(torch.float32).T
+            return x @ widened(self.weight.rows(name, rows)).T
 
         return by_output_rows(len(x), self.weight.shape(name)[0], self.weight.row_blocks(name), product)
 

@@ -7,6 +7,7 @@ holds one block whatever the head's size (the full-size Kimi-K2.5 lm_head alone 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from eaglequant.layouts.head import HeadDescription
 
 STREAM_ELEMENTS = 1 << 23  # weights per block of rows read (16 MB of bf16)
+_SCRATCH = threading.local()  # per thread: slot -> a float32 buffer that blocks of rows are widened into
 
 
 class CanonicalWeights:
@@ -53,6 +55,21 @@ class CanonicalWeights:
         unique, where = torch.unique(ids, return_inverse=True)
         rows = torch.stack([self.rows(name, slice(i, i + 1))[0] for i in unique.tolist()])
         return rows[where]
+
+
+def widened(block: torch.Tensor, slot: str = "weight") -> torch.Tensor:
+    """``block`` as float32 (the same values: every narrower float widens exactly), written into a buffer this thread
+    reuses for ``slot``: valid until its next call with the same slot. ``block.to(torch.float32)`` would allocate a
+    fresh 32 MB tensor for every block of rows, and its page faults cost a fifth of the GEMM that reads it."""
+    import torch
+
+    if block.dtype == torch.float32:
+        return block
+    buffers: dict[str, torch.Tensor] = _SCRATCH.__dict__.setdefault("buffers", {})
+    buffer = buffers.get(slot)
+    if buffer is None or buffer.numel() < block.numel():
+        buffer = buffers[slot] = torch.empty(block.numel(), dtype=torch.float32)
+    return buffer[: block.numel()].view(block.shape).copy_(block)
 
 
 def by_output_rows(

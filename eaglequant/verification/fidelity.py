@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.kinds.base import StoredLinear
+    from eaglequant.verification.layer_parity import ParityRun
 
 DEFAULT_TOKENS = 256  # draft positions in the fidelity run
 CONFIDENCE_Z = 2.33  # one-sided 99%: a head statistic fails only when its confidence bound misses the threshold
@@ -178,18 +179,20 @@ def head_fidelity(
     inputs: str,
     own: tuple[HeadDescription, CanonicalWeights] | None = None,
     identical: frozenset[str] = frozenset(),
+    parity: dict[str, ParityRun] | None = None,
 ) -> HeadFidelity:
     """``sequences``: (aux hidden [T, n_aux * H_target], embeds [T, H] or token ids [T]) each, run one at a time.
     ``stored(module)``: the quantized linear of a canonical module, read when needed (None: not quantized).
     ``own``: the quantized checkpoint's head (its config.json) and tensors, which the quantized draft reads for
     everything but its quantized linears: norms, embeddings, unquantized linears, d2t (default: the source's).
     ``identical``: canonical tensor names whose bytes are proven the same in both, so that one product serves
-    both drafts. Every linear is computed a block of output rows at a time, so memory holds one block of one
-    weight."""
+    both drafts. ``parity``: canonical module -> its parity, gathered as the quantized draft first runs the linear
+    (and taken out of the dict then). Every linear is computed a block of output rows at a time, so memory holds one
+    block of one weight."""
     import torch
 
     from eaglequant.draft.forward import DraftForward
-    from eaglequant.draft.weights import by_output_rows
+    from eaglequant.draft.weights import by_output_rows, widened
     from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
     own_head, own_weights = own or (head, weights)
@@ -216,14 +219,23 @@ def head_fidelity(
     def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
         x_device = x.to(torch.bfloat16).to(device)
         backend = choose_backend(x_device)
-        prepared = reference_activations(x_device, linear) if backend == "reference" else None
         blocks = weights.row_blocks(f"{module}.weight", linear.weight_kind.rows_per_scale)
-        return by_output_rows(
-            len(x),
-            linear.out_features,
-            blocks,
-            lambda rows: fused_linear(x_device, linear.rows(rows), backend, activations=prepared),
-        )
+        run = parity.pop(module, None) if parity is not None else None
+        if run is not None:  # the linear's parity rows ride beneath the draft's: each block dequantized once
+            run.backend = backend
+            x_device = torch.cat((x_device, run.x))
+        prepared = reference_activations(x_device, linear) if backend == "reference" else None  # per token
+
+        def product(rows: slice) -> torch.Tensor:
+            block = linear.rows(rows)
+            if run is None:
+                return fused_linear(x_device, block, backend, activations=prepared)
+            dequantized = block.dequantize()
+            out = fused_linear(x_device, block, backend, dequantized, prepared)
+            run.add(rows, dequantized, out[len(x) :])
+            return out[: len(x)]
+
+        return by_output_rows(len(x), linear.out_features, blocks, product)
 
     def kept_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         """A linear the quantized draft runs unquantized: its own weight."""
@@ -234,11 +246,14 @@ def head_fidelity(
         return kept_linear(module, x) if linear is None else kernel_linear(module, linear, x)
 
     def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        """bf16 x @ bf16 W^T rounded to bf16, as an engine computes it: the products of two bf16 values are exact in
+        float32 and the engines (and torch's bf16 matmul) sum them in float32, so a float32 GEMM of the bf16 values
+        computes the same sum, 6x faster on a CPU without bf16 instructions."""
         name = f"{module}.weight"
-        x16 = x.to(torch.bfloat16)
+        x16 = x.to(torch.bfloat16).to(torch.float32)
 
         def product(rows: slice) -> torch.Tensor:
-            return x16 @ weights.rows(name, rows).to(torch.bfloat16).T
+            return (x16 @ widened(weights.rows(name, rows).to(torch.bfloat16)).T).to(torch.bfloat16)
 
         return by_output_rows(len(x), weights.shape(name)[0], weights.row_blocks(name), product)
 

@@ -57,6 +57,71 @@ def _metrics(reference: torch.Tensor, got: torch.Tensor) -> tuple[float, float, 
     return sqnr, cosine, relative
 
 
+def parity_input(generator: torch.Generator, columns: int) -> torch.Tensor:
+    """The seeded bf16 activations [PARITY_ROWS, columns] one linear's parity runs on."""
+    import torch
+
+    return torch.randn(PARITY_ROWS, columns, generator=generator).to(torch.bfloat16)
+
+
+class ParityRun:
+    """One quantized linear's parity, gathered a block of output rows at a time (:meth:`add`) by whoever dequantizes
+    the block: :func:`layer_parity` on its own, or the quantized draft of the fidelity run, whose kernel then takes
+    the parity rows beneath its own activations, so that each block is dequantized once for both."""
+
+    def __init__(
+        self, module: str, canonical: str, weights: CanonicalWeights, stored: StoredLinear, x: torch.Tensor
+    ) -> None:
+        import torch
+
+        self.module, self.name, self.weights = module, f"{canonical}.weight", weights
+        self.rows_per_scale = stored.weight_kind.rows_per_scale
+        self.width = stored.weight_kind.columns_per_scale or stored.in_features  # a scale block's columns
+        self.x = x.to(stored.weight.device)  # bf16, as the kernel takes it
+        self.x32 = x.to(torch.float32)
+        self.expected = torch.empty(PARITY_ROWS, stored.out_features)
+        self.got = torch.empty(PARITY_ROWS, stored.out_features)
+        self.source_norms: list[torch.Tensor] = []
+        self.error_norms: list[torch.Tensor] = []
+        self.backend = ""  # the kernel's, set by whoever runs it
+
+    def add(self, rows: slice, dequantized: torch.Tensor, got: torch.Tensor) -> None:
+        """The kernel's output ``got`` [PARITY_ROWS, rows] for the block ``rows``, whose dequantized weight is
+        ``dequantized`` (overwritten: it is not needed afterwards); the source's GEMM and block norms beside it."""
+        import torch
+
+        from eaglequant.draft.weights import widened
+
+        source = widened(self.weights.rows(self.name, rows), "parity")
+        self.expected[:, rows] = self.x32 @ source.T
+        self.got[:, rows] = got.to(torch.float32).cpu()
+        self.source_norms.append(_block_norms(source, self.width))
+        self.error_norms.append(_block_norms(dequantized.cpu().sub_(source), self.width))
+
+    def result(self, scheme: Scheme) -> LayerParity:
+        import torch
+
+        limits, module, backend = scheme.verify, self.module, self.backend
+        expected, got, width = self.expected, self.got, self.width
+        source_norms, error_norms = self.source_norms, self.error_norms
+        sqnr, cosine, relative = _metrics(expected, got)
+        failed = []
+        if not sqnr >= limits.min_sqnr_db:
+            failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
+        if not cosine >= limits.min_cosine:
+            failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
+        if not relative <= limits.max_relative_error:
+            failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
+        block_error, row, block_index = _worst_block(torch.cat(source_norms), torch.cat(error_norms))
+        column = block_index * width
+        if not block_error <= limits.max_block_relative_error:
+            failed.append(
+                f"weight block at row {row}, column {column}: error {block_error:.3f} > "
+                f"{limits.max_block_relative_error} (a scale or code out of place)"
+            )
+        return LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
+
+
 def layer_parity(
     module: str,
     canonical: str,
@@ -67,45 +132,21 @@ def layer_parity(
 ) -> LayerParity:
     """One quantized linear through the fused kernel against the source GEMM, and its worst scale block, in one
     pass over blocks of output rows: each block of the source is read and widened to float32 once."""
-    import torch
+    run = ParityRun(module, canonical, weights, stored, parity_input(generator, stored.in_features))
+    return run_alone(run, stored).result(scheme)
 
+
+def run_alone(run: ParityRun, stored: StoredLinear) -> ParityRun:
+    """``run`` gathered on its own: ``stored`` (its linear) dequantized a block of rows at a time for it alone."""
     from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
-    limits = scheme.verify
-    name = f"{canonical}.weight"
-    columns = stored.in_features
-    width = stored.weight_kind.columns_per_scale or columns  # one scale block's columns (a whole row per channel)
-    x = torch.randn(PARITY_ROWS, columns, generator=generator).to(torch.bfloat16)
-    x32, x_device = x.to(torch.float32), x.to(stored.weight.device)
-    backend = choose_backend(x_device)
-    prepared = reference_activations(x_device, stored) if backend == "reference" else None
-    expected = torch.empty(PARITY_ROWS, stored.out_features)
-    got = torch.empty(PARITY_ROWS, stored.out_features)
-    source_norms, error_norms = [], []
-    for rows in weights.row_blocks(name, stored.weight_kind.rows_per_scale):
-        source = weights.rows(name, rows).to(torch.float32)
-        expected[:, rows] = x32 @ source.T
+    backend = run.backend = choose_backend(run.x)
+    prepared = reference_activations(run.x, stored) if backend == "reference" else None
+    for rows in run.weights.row_blocks(run.name, run.rows_per_scale):
         block = stored.rows(rows)
         dequantized = block.dequantize()
-        got[:, rows] = fused_linear(x_device, block, backend, dequantized, prepared).to(torch.float32).cpu()
-        source_norms.append(_block_norms(source, width))
-        error_norms.append(_block_norms(dequantized.cpu().sub_(source), width))
-    sqnr, cosine, relative = _metrics(expected, got)
-    failed = []
-    if not sqnr >= limits.min_sqnr_db:
-        failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
-    if not cosine >= limits.min_cosine:
-        failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
-    if not relative <= limits.max_relative_error:
-        failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
-    block_error, row, block_index = _worst_block(torch.cat(source_norms), torch.cat(error_norms))
-    column = block_index * width
-    if not block_error <= limits.max_block_relative_error:
-        failed.append(
-            f"weight block at row {row}, column {column}: error {block_error:.3f} > "
-            f"{limits.max_block_relative_error} (a scale or code out of place)"
-        )
-    return LayerParity(module, backend, sqnr, cosine, relative, tuple(failed), block_error, (row, column))
+        run.add(rows, dequantized, fused_linear(run.x, block, backend, dequantized, prepared))
+    return run
 
 
 def _block_norms(weight: torch.Tensor, width: int) -> torch.Tensor:

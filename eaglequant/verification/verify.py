@@ -39,7 +39,7 @@ from eaglequant.record.verification import VERIFY_NAME, Verdict
 from eaglequant.schemes.model import Scheme, scheme_for_kinds
 from eaglequant.verification.copies import compare_config, compare_copies
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
-from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity, layer_parity
+from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity, ParityRun, parity_input, run_alone
 
 if TYPE_CHECKING:
     from eaglequant.acceptance.predict import Prediction
@@ -336,18 +336,18 @@ def _check_parity(
         weights = CanonicalWeights(src, src_head)
         seed, tokens, inputs = draft_inputs
         generator = torch.Generator().manual_seed(seed)
-        readable: set[str] = set()
+        runs: dict[str, ParityRun] = {}  # module -> its parity, on activations drawn in this order
         for module in sorted(quantized):  # one linear in memory at a time
             try:
                 stored = _stored(checkpoint, head, fmt, scheme, module).to(device)
             except KeyError:  # a missing tensor: already a structure problem
                 report.notes.append(f"{module}: parity not checked (tensors missing)")
                 continue
-            readable.add(module)
-            report.layers.append(layer_parity(module, by_module[module].module, weights, stored, scheme, generator))
+            x = parity_input(generator, stored.in_features)
+            runs[module] = ParityRun(module, by_module[module].module, weights, stored, x)
             del stored
-            return_freed_memory()
-        if len(readable) < len(quantized):
+        if len(runs) < len(quantized):
+            _parity_alone(report, runs, lambda module: _stored(checkpoint, head, fmt, scheme, module).to(device))
             report.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
             return
         by_canonical = {by_module[m].module: m for m in quantized}
@@ -364,9 +364,26 @@ def _check_parity(
             sequences = synthetic_inputs(src_head, weights, seed, tokens)
             described = f"synthetic: seed {seed}, {tokens} positions"
         own = (head, CanonicalWeights(checkpoint, head))  # the quantized draft reads DST's kept tensors and config
+        riding = {run.name.removesuffix(".weight"): run for run in runs.values()}  # by canonical module
         report.fidelity = head_fidelity(
-            src_head, weights, stored_linear, limits, sequences, device, described, own, copies.identical
+            src_head, weights, stored_linear, limits, sequences, device, described, own, copies.identical, riding
         )
+        alone = {run.module for run in riding.values()}  # linears the quantized draft never ran (none, usually)
+        _parity_alone(report, runs, lambda module: _stored(checkpoint, head, fmt, scheme, module).to(device), alone)
+
+
+def _parity_alone(
+    report: VerifyReport,
+    runs: dict[str, ParityRun],
+    stored: Callable[[str], StoredLinear],
+    alone: set[str] | None = None,
+) -> None:
+    """Every run's result in ``report.layers`` (in module order), gathering those in ``alone`` (default: all) on
+    their own first, one linear in memory at a time."""
+    for module in sorted(runs if alone is None else alone):
+        run_alone(runs[module], stored(module))
+        return_freed_memory()
+    report.layers = [runs[module].result(report.scheme) for module in sorted(runs)]
 
 
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:
