@@ -9,10 +9,11 @@ import pytest
 
 from eaglequant import inspect
 from eaglequant.common.errors import ExclusionProofError, InputError
-from eaglequant.conversion.plan import build_plan
+from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.engines import ENGINES
 from eaglequant.engines.exclusions import prove
 from eaglequant.engines.support import MATRIX, support
+from eaglequant.engines.view import EngineView
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats import FORMATS
 from eaglequant.schemes.model import scheme_for_kinds
@@ -21,6 +22,11 @@ from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_
 NEEDS_QUANTIZED = "unquantized under this scheme"
 
 ENGINE = VllmEngine()
+
+
+def views(plan: ConversionPlan, fmt: str) -> list[EngineView]:
+    """The vLLM view of ``plan``'s head, for a target of unknown layer count."""
+    return [EngineView.of(ENGINE, plan.head, fmt, plan.scheme.kinds, None)]
 
 
 @pytest.mark.parametrize(
@@ -61,14 +67,14 @@ def test_proof_rejects_quarks_own_exclude_list() -> None:
     plan = inspect(FIXTURES / "specforge-llama").plan
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError, match=r"model\.fc: it should be kept unquantized"):
-        prove(plan.head, ["fc", "lm_head"], quantized, [ENGINE], "quark", plan.scheme.kinds, None)
+        prove(views(plan, "quark"), ["fc", "lm_head"], quantized)
 
 
 def test_proof_rejects_a_pattern_that_catches_too_much() -> None:
     plan = inspect(FIXTURES / "specforge-llama").plan
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError, match=r"should be quantized but is excluded by 're:\.\*proj'"):
-        prove(plan.head, ["re:^model\\.fc$", "re:.*proj"], quantized, [ENGINE], "quark", plan.scheme.kinds, None)
+        prove(views(plan, "quark"), ["re:^model\\.fc$", "re:.*proj"], quantized)
 
 
 def test_fused_spellings_must_agree() -> None:
@@ -78,15 +84,7 @@ def test_fused_spellings_must_agree() -> None:
     assert any("qkv_proj" in p and "self_attn" not in p for p in plan.exclude_patterns)
     quantized = {lin.module for lin in plan.quantized}
     with pytest.raises(ExclusionProofError):
-        prove(
-            plan.head,
-            [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"],
-            quantized,
-            [ENGINE],
-            "quark",
-            plan.scheme.kinds,
-            None,
-        )
+        prove(views(plan, "quark"), [r"re:^model\.fc$", r"re:^model\.layers\.\d+\.qkv_proj$"], quantized)
 
 
 @pytest.mark.parametrize("fmt", ["quark", "modelopt", "compressed-tensors"])

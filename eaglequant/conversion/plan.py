@@ -27,6 +27,7 @@ from eaglequant.engines.exclusions import (
 )
 from eaglequant.engines.support import check_engines
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
+from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.kinds import kinds_title
 from eaglequant.layouts.detect import check_quantizable_dtype
@@ -180,32 +181,48 @@ def build_plan(
             raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
     notes += check_engines(scheme.kinds, scheme.name, fmt.name, engine_names, head.attention, builtin_names_by_kinds())
     target = resolve_target_layers(target_layers, target_config, head.config)
-    required = engine_requirements(head, engine_objs, scheme.kinds, fmt.name)
-    excluded = resolve_exclusions(head, exclude, quantize, required)
-    check_fused_groups(head, set(excluded))
-    chosen = set(excluded)
-    _exclude_unstorable(head, fmt, scheme, excluded, notes, engine_objs, target.count)
+    views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count) for engine in engine_objs]
+    excluded = kept_linears(head, fmt, scheme, views, exclude, quantize, notes)
     quantized = [lin for lin in head.linears if lin.module not in excluded]
-    if not quantized and any(lin.module not in chosen for lin in head.linears):
-        raise InputError(
-            f"{fmt.title} {scheme.name} can store none of this head's linears; nothing would be quantized "
-            f"({notes[-1].removeprefix('kept ')})",
-            hint="choose another scheme (eaglequant schemes lists them)",
-        )
-    if not quantized:
-        raise InputError("every linear is excluded; nothing would be quantized", hint="relax --exclude")
     tensors_by_name = {t.name: t for t in head.tensors}
     for lin in quantized:
         check_quantizable_dtype(tensors_by_name[lin.weight].info)
     kept = {t.name: _kept_reason(t, excluded) for t in head.tensors if not _is_quantized_weight(t, quantized)}
     outputs = _outputs(head, fmt, scheme, quantized)
-    patterns = synthesize_patterns(head, excluded, engine_objs, fmt.name, target.count)
+    patterns = synthesize_patterns(views, excluded)
     quantized_modules = {lin.module for lin in quantized}
-    verdicts = prove(head, patterns, quantized_modules, engine_objs, fmt.name, scheme.kinds, target.count)
+    verdicts = prove(views, patterns, quantized_modules)
     amax = {m: v for m, v in (input_amax or {}).items() if m in quantized_modules}
     return ConversionPlan(
         head, scheme, fmt, engine_objs, target, quantized, kept, outputs, patterns, verdicts, amax, notes
     )
+
+
+def kept_linears(
+    head: HeadDescription,
+    fmt: Format,
+    scheme: Scheme,
+    views: list[EngineView],
+    exclude: list[str] | tuple[str, ...],
+    quantize: list[str] | tuple[str, ...],
+    notes: list[str],
+) -> dict[str, str]:
+    """The one decision of which linears stay in the source dtype, and why (canonical module -> reason): what a
+    targeted engine cannot run quantized, the defaults and the user's rules, then what the format cannot store
+    (with the rest of its fused group). Refuses a plan that would quantize nothing."""
+    excluded = resolve_exclusions(head, exclude, quantize, engine_requirements(views))
+    check_fused_groups(head, set(excluded))
+    chosen = set(excluded)
+    _exclude_unstorable(head, fmt, scheme, excluded, notes, views)
+    if all(lin.module in excluded for lin in head.linears):
+        if any(lin.module not in chosen for lin in head.linears):
+            raise InputError(
+                f"{fmt.title} {scheme.name} can store none of this head's linears; nothing would be quantized "
+                f"({notes[-1].removeprefix('kept ')})",
+                hint="choose another scheme (eaglequant schemes lists them)",
+            )
+        raise InputError("every linear is excluded; nothing would be quantized", hint="relax --exclude")
+    return excluded
 
 
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
@@ -227,8 +244,7 @@ def _exclude_unstorable(
     scheme: Scheme,
     excluded: dict[str, str],
     notes: list[str],
-    engines: list[Engine],
-    target_layers: int | None,
+    views: list[EngineView],
 ) -> None:
     """Keep in the source dtype every linear the format cannot store (and the rest of its fused group), said in the
     checkpoint's names with the engines' name for a fused module beside them."""
@@ -244,7 +260,7 @@ def _exclude_unstorable(
             excluded.setdefault(
                 member, problem if member == linear.module else fused_reason(head, linear.module, problem)
             )
-        fused = runtime_spellings(head, members, engines, target_layers)
+        fused = runtime_spellings(views, members)
         run_as = f" (one module at run time: {fused})" if fused else ""
         why = f"{linear.checkpoint_module}'s {problem}" if len(members) > 1 else problem
         notes.append(f"kept {checkpoint_names(head, members)} unquantized{run_as}: {why}")

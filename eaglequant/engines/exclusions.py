@@ -12,16 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from eaglequant.common.errors import ExclusionProofError, InputError
-from eaglequant.engines.base import TARGET_LAYERS_HINT, Engine, LayerCountNeeded, RuntimeModule
+from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
+from eaglequant.engines.view import SAMPLE_TARGET_LAYERS, EngineView
 from eaglequant.layouts.head import HeadDescription
-
-# Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).
-SAMPLE_TARGET_LAYERS = (1, 32, 61, 94)
-
-
-def layer_counts(target_layers: int | None) -> tuple[int, ...]:
-    """The target layer counts to name runtime modules for: the known one, or the samples."""
-    return (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
 
 
 @dataclass(frozen=True)
@@ -34,47 +27,38 @@ class ModuleVerdict:
     engine_reason: str | None = None  # why the engine runs it unquantized whatever the rules say
 
 
-def engine_requirements(
-    head: HeadDescription, engines: list[Engine], kinds: tuple[str, str | None], format_name: str
-) -> dict[str, str]:
+def engine_requirements(views: list[EngineView]) -> dict[str, str]:
     """Canonical linear -> why a targeted engine needs it kept unquantized in the checkpoint (it runs the module
     unquantized whatever the config says, or cannot load it quantized)."""
     required: dict[str, str] = {}
-    for engine in engines:
-        for module in engine.runtime_modules(head, 0):
-            reason = engine.unquantized_reason(module, kinds, format_name)
-            reason = reason or engine.load_refusal(module, kinds, format_name)
+    for view in views:
+        for module in view.modules():
+            reason = view.kept_reason(module)
             if reason is not None:
                 for member in module.members:
                     required.setdefault(member, reason)
     return required
 
 
-def synthesize_patterns(
-    head: HeadDescription,
-    excluded: Mapping[str, str],
-    engines: list[Engine],
-    format_name: str,
-    target_layers: int | None,
-) -> list[str]:
-    """Patterns (in each engine's syntax for ``format_name``), one per runtime spelling of every module
+def synthesize_patterns(views: list[EngineView], excluded: Mapping[str, str]) -> list[str]:
+    """Patterns (in each engine's syntax for the output format), one per runtime spelling of every module
     whose members are all excluded (``excluded``: canonical linear -> why it is kept unquantized)."""
     patterns: list[str] = []
-    counts = layer_counts(target_layers)
     chosen = set(excluded)
-    for engine in engines:
-        for count in counts:
-            modules = engine.runtime_modules(head, count)
-            _refuse_shared_names(head, engine, modules, chosen)
-            if target_layers is None:
-                _refuse_unwritable(head, engine, format_name, modules, excluded, count)
+    for view in views:
+        any_layer = view.target_layers is None
+        for count in view.counts:
+            modules = view.modules(count)
+            _refuse_shared_names(view, modules, chosen)
+            if any_layer:
+                _refuse_unwritable(view, modules, excluded, count)
             for module in modules:
                 if not set(module.members) <= chosen:
                     continue
                 for name in module.names:
-                    for pattern in engine.write_patterns(format_name, name, any_layer=target_layers is None):
-                        if target_layers is None:
-                            _refuse_layer_dependent(head, engine, format_name, pattern, modules, chosen, name, count)
+                    for pattern in view.dialect.write(name, any_layer):
+                        if any_layer:
+                            _refuse_layer_dependent(view, pattern, modules, chosen, name, count)
                         if pattern not in patterns:
                             patterns.append(pattern)
     return patterns
@@ -108,39 +92,31 @@ def why_kept(head: HeadDescription, members: tuple[str, ...], excluded: Mapping[
     return "; ".join(f"{checkpoint_names(head, names)}: {reason}" for reason, names in said.items())
 
 
-def runtime_spellings(
-    head: HeadDescription, members: tuple[str, ...], engines: list[Engine], target_layers: int | None
-) -> str:
+def runtime_spellings(views: list[EngineView], members: tuple[str, ...]) -> str:
     """How each engine names the one module that computes ``members`` at run time (``vLLM's
     model.layers.{L}.self_attn.qkv_proj, SGLang's model.qkv_proj``); empty when no engine fuses them."""
-    count = target_layers if target_layers is not None else SAMPLE_TARGET_LAYERS[-1]
     spelled = []
-    for engine in engines:
-        for module in engine.runtime_modules(head, count):
+    for view in views:
+        count = view.counts[-1] if view.target_layers is not None else SAMPLE_TARGET_LAYERS[-1]
+        for module in view.modules(count):
             if set(module.members) == set(members) and len(members) > 1:
-                name = module.names[0] if target_layers is not None else symbolic_name(module.names[0], count)
-                spelled.append(f"{engine.title}'s {name}")
+                name = module.names[0] if view.target_layers is not None else symbolic_name(module.names[0], count)
+                spelled.append(f"{view.engine.title}'s {name}")
     return ", ".join(spelled)
 
 
-def _refuse_unwritable(
-    head: HeadDescription,
-    engine: Engine,
-    format_name: str,
-    modules: list[RuntimeModule],
-    excluded: Mapping[str, str],
-    count: int,
-) -> None:
+def _refuse_unwritable(view: EngineView, modules: list[RuntimeModule], excluded: Mapping[str, str], count: int) -> None:
     """An engine that matches exact names (vLLM reading a native fp8 config) can exclude a decoder module only with
     the target's layer count: say what is kept and why, how the engine names it, and what N is."""
-    if engine.dialect(format_name).any_layer:
+    if view.dialect.any_layer:
         return
+    head = view.head
     blocked: list[tuple[RuntimeModule, LayerCountNeeded]] = []
     for module in modules:
         if set(module.members) <= set(excluded):
             try:
                 for name in module.names:
-                    engine.write_patterns(format_name, name, any_layer=True)
+                    view.dialect.write(name, True)
             except LayerCountNeeded as exc:
                 blocked.append((module, exc))
     if not blocked:
@@ -154,10 +130,9 @@ def _refuse_unwritable(
     )
 
 
-def _refuse_shared_names(
-    head: HeadDescription, engine: Engine, modules: list[RuntimeModule], excluded: set[str]
-) -> None:
+def _refuse_shared_names(view: EngineView, modules: list[RuntimeModule], excluded: set[str]) -> None:
     """An engine that names several draft layers alike (SGLang) can only exclude all of them or none."""
+    head, engine = view.head, view.engine
     seen: dict[str, RuntimeModule] = {}
     for module in modules:
         for name in module.names:
@@ -173,20 +148,14 @@ def _refuse_shared_names(
 
 
 def _refuse_layer_dependent(
-    head: HeadDescription,
-    engine: Engine,
-    format_name: str,
-    pattern: str,
-    modules: list[RuntimeModule],
-    excluded: set[str],
-    name: str,
-    count: int,
+    view: EngineView, pattern: str, modules: list[RuntimeModule], excluded: set[str], name: str, count: int
 ) -> None:
     """A layer-independent pattern must not also catch the same module of a layer that stays quantized."""
+    head, engine = view.head, view.engine
     for other in modules:
         if set(other.members) <= excluded:
             continue
-        if any(engine.matching_rule(format_name, n, [pattern]) for n in other.names):
+        if any(view.dialect.match(n, [pattern]) for n in other.names):
             module = next(m for m in modules if name in m.names)
             raise InputError(
                 f"keeping {checkpoint_names(head, module.members)} unquantized but quantizing "
@@ -197,23 +166,15 @@ def _refuse_layer_dependent(
             )
 
 
-def prove(
-    head: HeadDescription,
-    patterns: list[str],
-    quantized: set[str],
-    engines: list[Engine],
-    format_name: str,
-    kinds: tuple[str, str | None],
-    target_layers: int | None,
-) -> list[ModuleVerdict]:
+def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> list[ModuleVerdict]:
     """Run each engine's matching rule over its runtime names; fail on any module not treated as intended."""
     verdicts: list[ModuleVerdict] = []
-    counts = layer_counts(target_layers)
-    for engine in engines:
+    for view in views:
+        head, engine, format_name, kinds, counts = view.head, view.engine, view.format_name, view.kinds, view.counts
         for problem in engine.pattern_problems(head, format_name, patterns, kinds):
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
-            for module in engine.runtime_modules(head, count):
+            for module in view.modules(count):
                 reason = engine.unquantized_reason(module, kinds, format_name)
                 needed = engine.needs_quantized(module, kinds, format_name)
                 if needed is not None and not set(module.members) <= quantized:
@@ -231,7 +192,7 @@ def prove(
                         hint="report this as a bug in eaglequant",
                     )
                 intended = reason is None and set(module.members) <= quantized
-                rules = [engine.matching_rule(format_name, name, patterns) for name in module.names]
+                rules = [view.dialect.match(name, patterns) for name in module.names]
                 for name, rule in zip(module.names, rules, strict=True):
                     applied = reason is None and rule is None
                     if applied != intended:
@@ -243,7 +204,7 @@ def prove(
                             hint="report this as a bug in eaglequant",
                         )
                 if count == counts[-1]:
-                    shown = module.names[0] if target_layers is not None else symbolic_name(module.names[0], count)
+                    shown = module.names[0] if view.target_layers is not None else symbolic_name(module.names[0], count)
                     verdicts.append(ModuleVerdict(engine.name, shown, module.members, intended, rules[0], reason))
     return verdicts
 

@@ -18,9 +18,10 @@ from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
-from eaglequant.engines.exclusions import layer_counts, symbolic_name
+from eaglequant.engines.exclusions import symbolic_name
 from eaglequant.engines.support import SCHEME_KINDS, support
 from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear

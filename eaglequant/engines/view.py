@@ -1,0 +1,59 @@
+"""One engine release as a conversion sees it, built once per engine: the dialect in which it reads the output
+format's exclusions, the scheme's kinds, the head, and its runtime modules for every target layer count the rules
+must hold for. The plan asks the view; nothing looks the format or the runtime modules up again."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eaglequant.engines.base import Dialect, Engine, RuntimeModule
+from eaglequant.layouts.head import HeadDescription
+
+# Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).
+SAMPLE_TARGET_LAYERS = (1, 32, 61, 94)
+
+
+def layer_counts(target_layers: int | None) -> tuple[int, ...]:
+    """The target layer counts to name runtime modules for: the known one, or the samples."""
+    return (target_layers,) if target_layers is not None else SAMPLE_TARGET_LAYERS
+
+
+@dataclass(frozen=True)
+class EngineView:
+    engine: Engine
+    head: HeadDescription
+    format_name: str
+    kinds: tuple[str, str | None]
+    target_layers: int | None  # None: unknown, the rules must hold for any count
+    dialect: Dialect
+    modules_by_count: dict[int, list[RuntimeModule]]
+
+    @classmethod
+    def of(
+        cls,
+        engine: Engine,
+        head: HeadDescription,
+        format_name: str,
+        kinds: tuple[str, str | None],
+        target_layers: int | None,
+    ) -> EngineView:
+        counts = sorted({*layer_counts(target_layers), SAMPLE_TARGET_LAYERS[-1]})
+        modules = {count: engine.runtime_modules(head, count) for count in counts}
+        return cls(engine, head, format_name, kinds, target_layers, engine.dialect(format_name), modules)
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """The layer counts the rules are written and proven for."""
+        return layer_counts(self.target_layers)
+
+    def modules(self, count: int | None = None) -> list[RuntimeModule]:
+        """The engine's runtime modules under a target of ``count`` layers (default: the last count proven)."""
+        return self.modules_by_count[self.counts[-1] if count is None else count]
+
+    def kept_reason(self, module: RuntimeModule) -> str | None:
+        """Why the checkpoint must keep ``module`` unquantized for this engine: it runs it unquantized whatever
+        the config says, or cannot load it quantized (None: it may be quantized)."""
+        engine = self.engine
+        return engine.unquantized_reason(module, self.kinds, self.format_name) or engine.load_refusal(
+            module, self.kinds, self.format_name
+        )
