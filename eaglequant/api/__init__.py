@@ -124,7 +124,7 @@ def convert(
     from eaglequant.conversion.devices import quantization_device
     from eaglequant.conversion.finisher import record_output
     from eaglequant.publish.card import CARD_NAME, card_context, source_card_metadata, write_card
-    from eaglequant.record.manifest import BackgroundDigests, conversion_manifest
+    from eaglequant.record.manifest import background_digests, conversion_manifest
 
     chosen = ConversionOptions.build(options, **settings)
     dst_path = Path(dst)
@@ -133,7 +133,7 @@ def convert(
     check_destination(source.path, dst_path, overwrite, overwrite_any)
     progress = progress or NoProgress()
     with _planned(source, chosen, calibrate=True) as (checkpoint, plan), staged_directory(dst_path) as stage:
-        digests = BackgroundDigests(source.path)  # once the plan holds: hashing overlaps the conversion
+        digests = background_digests(source.path)  # once the plan holds: hashing overlaps the conversion
         written = write_output(
             checkpoint,
             plan,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
+from eaglequant.common.background import in_background
 from eaglequant.common.errors import CheckpointError
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.devices import quantization_device, shared_on
@@ -121,28 +121,27 @@ class _TorchInBackground:
     workers; nested OpenMP teams only contend); :meth:`restore` puts the caller's thread count back."""
 
     def __init__(self) -> None:
-        self._before: int | None = None
-        self._thread = threading.Thread(target=self._load, name="eaglequant-torch-import", daemon=True)
-        self._thread.start()
+        self._before = in_background(self._load, name="eaglequant-torch-import")
 
-    def _load(self) -> None:
+    @staticmethod
+    def _load() -> int:
         import torch
 
-        self._before = torch.get_num_threads()
+        before = torch.get_num_threads()
         torch.set_num_threads(1)
+        return before
 
     def ready(self, wait: bool) -> bool:
         """Whether torch is imported; ``wait``: until it is."""
         if wait:
-            self._thread.join()
-        return not self._thread.is_alive()
+            self._before.exception()
+        return self._before.done()
 
     def restore(self) -> None:
-        self._thread.join()
-        if self._before is not None:
+        if self._before.exception() is None:
             import torch
 
-            torch.set_num_threads(self._before)
+            torch.set_num_threads(self._before.result())
 
 
 @dataclass

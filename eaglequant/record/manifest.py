@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.hashing import cached_file_sha256, file_sha256
 from eaglequant.checkpoint.reader import source_files
+from eaglequant.common.background import in_background
 from eaglequant.common.version import __version__
 from eaglequant.hub.client import SourceRef, blob_sha256
 from eaglequant.record.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, readable_report
 
 # source_files lives with checkpoint reading (checkpoint/reader.py); pipeline.py still imports it from here.
-__all__ = ["REPORT_NAME", "BackgroundDigests", "file_sha256", "source_files"]
+__all__ = ["REPORT_NAME", "background_digests", "file_sha256", "source_files"]
 
 
 def source_digests(root: Path) -> dict[str, str]:
@@ -27,27 +28,9 @@ def source_digests(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): blob_sha256(p) or cached_file_sha256(p) for p in source_files(root)}
 
 
-class BackgroundDigests:
+def background_digests(root: Path) -> Future[dict[str, str]]:
     """:func:`source_digests` computed in a daemon thread, so hashing the source overlaps converting it."""
-
-    def __init__(self, root: Path) -> None:
-        self._files: dict[str, str] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(root,), name="sha256 source", daemon=True)
-        self._thread.start()
-
-    def _run(self, root: Path) -> None:
-        try:
-            self._files = source_digests(root)
-        except BaseException as exc:  # re-raised by result()
-            self._error = exc
-
-    def result(self) -> dict[str, str]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._files is not None
-        return self._files
+    return in_background(source_digests, root, name="sha256 source")
 
 
 def conversion_manifest(

@@ -18,7 +18,6 @@ Thresholds come from the scheme file (``[verify]``). Parity needs the source che
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError
 from eaglequant.common.memory import return_freed_memory
 from eaglequant.engines.target import TargetLayers
@@ -170,7 +170,7 @@ def verify_checkpoint(
             "SHA-256 of every file: taken as it was written (copied tensors from their source bytes), not read again"
         )
     else:  # one core reads the files while the others check them
-        hashes = _in_background(_check_hashes, dst, recorded)
+        hashes = in_background(_check_hashes, dst, recorded, name="verify-sha256")
     scale_problems = _check_scales(checkpoint, head, fmt, scheme, quantized)
     activation = activation_kind(scheme.activation.kind) if scheme.activation is not None else None
     if activation is not None and not activation.simulated:
@@ -211,20 +211,6 @@ def _predict_acceptance(
     report.acceptance, why = predict_written(checkpoint, head, target, source, inputs, budget)
     if why:
         report.notes.append(why)
-
-
-def _in_background(work: Callable[..., list[str]], *args: Any) -> Future[list[str]]:
-    """``work(*args)`` in a daemon thread (a failure elsewhere does not wait for it); its result as a future."""
-    result: Future[list[str]] = Future()
-
-    def run() -> None:
-        try:
-            result.set_result(work(*args))
-        except BaseException as exc:  # re-raised by result() in the caller's thread
-            result.set_exception(exc)
-
-    threading.Thread(target=run, name="verify-sha256", daemon=True).start()
-    return result
 
 
 def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
