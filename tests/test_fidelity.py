@@ -209,3 +209,37 @@ def test_bad_inputs_are_one_line_naming_the_flag(tmp_path: Path) -> None:
     result = run_cli("verify", dst, "--source", FIXTURES / "specforge-llama", "--inputs", wrong)
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and lines[-1].startswith("error: --inputs") and "hidden_states" in lines[-1]
+
+
+def test_floor_as_float32_gemm_is_the_bf16_gemm() -> None:
+    """The bf16 floor multiplies bf16 values in a float32 GEMM: products of two bf16 values are exact in float32,
+    so only the summation order can differ from torch's bf16 matmul (float32 accumulation, one final rounding):
+    at most one bf16 step apart, and the same for most entries."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(16, 512, generator=generator).to(torch.bfloat16)
+    w = (torch.randn(300, 512, generator=generator) * 0.02).to(torch.bfloat16)
+    engine = (x @ w.T).float()
+    ours = (x.float() @ w.float().T).to(torch.bfloat16).float()
+    step = engine.abs().clamp_min(1e-30) * 2.0**-7  # one bf16 step (8 significant bits) above the value
+    assert bool(((ours - engine).abs() <= step * 1.0001).all())
+    assert float((ours == engine).double().mean()) > 0.95
+
+
+def test_parity_riding_on_the_draft_is_parity_alone(converted, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each linear's parity, gathered while the quantized draft runs it (one dequantization per block for both),
+    gives the same figures as run on its own before the fidelity run (what verify did before)."""
+    import eaglequant.verification.verify as verify_module
+
+    key = ("specforge-llama", "fp8-per-channel", "quark")
+    riding = verify(converted[key], source=FIXTURES / key[0], seed=1)
+    real = verify_module.head_fidelity
+    monkeypatch.setattr(verify_module, "head_fidelity", lambda *args: real(*args[:-1], None))  # nothing rides
+    alone = verify(converted[key], source=FIXTURES / key[0], seed=1)
+    assert len(riding.layers) == 7 and riding.verdict == alone.verdict == "passed"
+    for ours, theirs in zip(riding.layers, alone.layers, strict=True):  # the same up to float32 summation order
+        assert (ours.module, ours.worst_block, ours.failed) == (theirs.module, theirs.worst_block, theirs.failed)
+        assert (ours.sqnr_db, ours.cosine, ours.relative_error) == pytest.approx(
+            (theirs.sqnr_db, theirs.cosine, theirs.relative_error), rel=1e-6
+        )
+        assert ours.max_block_error == theirs.max_block_error  # from the weights alone
+    assert riding.fidelity.to_json() == alone.fidelity.to_json()  # the draft's rows are the same either way
