@@ -248,7 +248,7 @@ def served_digest(directory: Path) -> str:
     """One SHA-256 over the files the engine reads of a draft directory (weights and config)."""
     import hashlib
 
-    from eaglequant.record.manifest import file_sha256
+    from eaglequant.checkpoint.hashing import file_sha256
 
     read = ("config.json", "generation_config.json", "hf_quant_config.json")
     files = sorted(p for p in directory.iterdir() if p.suffix in (".safetensors", ".bin") or p.name in read)

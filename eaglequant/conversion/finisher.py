@@ -12,11 +12,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eaglequant.checkpoint.reader import Checkpoint, resolve_inside
-from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.checkpoint.hashing import file_sha256
+from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, source_files
+from eaglequant.checkpoint.writer import REPORT_NAME, TensorSpec
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import ConversionResult
-from eaglequant.record.manifest import REPORT_NAME, file_sha256, source_files
 
 INDEX_NAME = "model.safetensors.index.json"
 

@@ -320,7 +320,7 @@ def _rerender(dst: Path, report: ConversionReport) -> None:
     from dataclasses import replace
 
     from eaglequant.acceptance.measure import ACCEPT_NAME
-    from eaglequant.record.manifest import file_sha256
+    from eaglequant.checkpoint.hashing import file_sha256
     from eaglequant.record.verification import read_verification
 
     accepted = dst / ACCEPT_NAME

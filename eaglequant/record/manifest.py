@@ -18,9 +18,6 @@ from eaglequant.common.version import __version__
 from eaglequant.hub.client import SourceRef, blob_sha256
 from eaglequant.record.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, readable_report
 
-# source_files lives with checkpoint reading (checkpoint/reader.py); pipeline.py still imports it from here.
-__all__ = ["REPORT_NAME", "background_digests", "file_sha256", "source_files"]
-
 
 def source_digests(root: Path) -> dict[str, str]:
     """Relative path -> SHA-256 for every source file (Hub cache blobs are named by their hash, and files

@@ -1,0 +1,53 @@
+"""Typed reading of JSON objects: each wrong value named by its file and key, in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from eaglequant.common.errors import InputError
+from eaglequant.common.json_fields import JsonObject
+
+DATA = {
+    "name": "x",
+    "count": 3,
+    "ratio": 0.5,
+    "flag": True,
+    "names": ["a", "b"],
+    "files": {"a": "1"},
+    "rows": [{"value": 1}, {"value": "two"}],
+    "maybe": None,
+}
+
+
+def read(data: object = DATA) -> JsonObject:
+    return JsonObject(data, "report.json", InputError, "convert it again")
+
+
+def test_values_are_taken_with_their_types() -> None:
+    top = read()
+    assert (top.text("name"), top.integer("count"), top.number("ratio"), top.boolean("flag")) == ("x", 3, 0.5, True)
+    assert top.texts("names") == ("a", "b") and top.text_map("files") == {"a": "1"}
+    assert top.optional_text("maybe") is None and top.optional_integer("maybe") is None
+    assert top.number("count") == 3  # an integer is a number
+
+
+@pytest.mark.parametrize(
+    ("take", "said"),
+    [
+        (lambda top: top.integer("ratio"), "report.json: 'ratio' must be an integer, not a number"),
+        (lambda top: top.boolean("count"), "report.json: 'count' must be true or false, not an integer"),
+        (lambda top: top.integer("flag"), "report.json: 'flag' must be an integer, not true/false"),
+        (lambda top: top.text("absent"), "report.json: key 'absent' is missing"),
+        (lambda top: top.children("rows")[1].integer("value"), "report.json: 'rows[1].value' must be an integer"),
+        (lambda top: top.refuse_unknown(["name"]), "report.json: unknown key 'count'"),
+    ],
+)
+def test_a_wrong_value_is_one_line_naming_file_and_key(take: object, said: str) -> None:
+    with pytest.raises(InputError) as caught:
+        take(read())  # type: ignore[operator]
+    assert caught.value.one_line().startswith(said) and caught.value.hint == "convert it again"
+
+
+def test_the_content_must_be_an_object() -> None:
+    with pytest.raises(InputError, match=r"report\.json: the content is a list, not an object"):
+        read([1, 2])
