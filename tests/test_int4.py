@@ -282,3 +282,24 @@ def test_every_loading_cell_is_an_engine_load_case(engine: str, scheme: str) -> 
     assert cell is not None and cell.loads
     cases = [c for c in matrix_cases(engine) if c.scheme == scheme]
     assert {c.fixture for c in cases if c.loads} >= {"specforge-llama", "torchspec-mla"}
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_engines_refuse_int4_where_the_base_qkv_holds_partial_groups(engine: str) -> None:
+    """Both Llama drafts first build a qkv_proj for the hidden size, and CompressedTensorsWNA16 refuses in-features
+    that are not whole groups of 128 (the fixture's hidden size is 64); block FP8 checks that only under TP."""
+    from eaglequant import inspect
+    from eaglequant.common.errors import InputError
+    from eaglequant.engines import ENGINES
+    from tests.conftest import FIXTURES
+
+    with pytest.raises(InputError, match="nothing would be quantized"):
+        inspect(FIXTURES / "awkward-fp32", scheme="int4-w4a16", format="compressed-tensors", engines=[engine])
+    head = inspect(FIXTURES / "awkward-fp32").head
+    qkv = next(m for m in ENGINES[engine].runtime_modules(head, 61) if "qkv_proj" in m.names[0])
+    refusal = ENGINES[engine].head_load_refusal(head, qkv, ("int4-group-asym", None), "compressed-tensors")
+    assert refusal is not None and "create_weights" in refusal
+    assert ENGINES[engine].head_load_refusal(head, qkv, ("fp8-block", "fp8-group"), "compressed-tensors") is None
+    wide = inspect(FIXTURES / "specforge-llama").head  # hidden size 128
+    qkv = next(m for m in ENGINES[engine].runtime_modules(wide, 61) if "qkv_proj" in m.names[0])
+    assert ENGINES[engine].head_load_refusal(wide, qkv, ("int4-group", None), "compressed-tensors") is None

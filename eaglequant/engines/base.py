@@ -88,6 +88,21 @@ def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return None
 
 
+def weight_only_integer_groups(kinds: tuple[str, str | None], format_name: str) -> bool:
+    """Whether vLLM and SGLang run the scheme with CompressedTensorsWNA16 (compressed_tensors.py::
+    _is_wNa16_group_channel: integer weights per group or channel, no input quantization), as they dispatch: on the
+    config's QuantizationArgs."""
+    from eaglequant.formats import get_format
+    from eaglequant.formats.compressed_tensors_args import CtRecipe
+    from eaglequant.schemes.model import scheme_of_kinds
+
+    fmt, scheme = get_format(format_name), scheme_of_kinds(kinds)
+    if scheme.activation is not None or not fmt.supports(scheme):
+        return False
+    recipe = fmt.recipe(scheme)
+    return isinstance(recipe, CtRecipe) and recipe.weight_args["type"] == "int"
+
+
 class Engine(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
@@ -191,6 +206,12 @@ class Engine(ABC):
     def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         """Why the engine fails to load ``module`` stored in scheme ``kinds``, so the checkpoint must keep it
         unquantized *and* the config must exclude it (None: it loads)."""
+        return None
+
+    def head_load_refusal(
+        self, head: HeadDescription, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str
+    ) -> str | None:
+        """:meth:`load_refusal` where the head's own shape decides, beyond the module's (None: it loads)."""
         return None
 
     def needs_quantized(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:

@@ -35,7 +35,14 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet, exact_or_regex_rule
+from eaglequant.engines.base import (
+    Dialect,
+    Engine,
+    RuntimeModule,
+    ServingSnippet,
+    exact_or_regex_rule,
+    weight_only_integer_groups,
+)
 from eaglequant.formats import get_format
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -137,6 +144,21 @@ class SglangEngine(Engine):
                 f"{kind.rows_per_scale} rows, the last included (fp8.py::validate_block_quant_shapes)"
             )
         return None
+
+    def head_load_refusal(
+        self, head: HeadDescription, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str
+    ) -> str | None:
+        group = weight_kind(kinds[0]).columns_per_scale
+        hidden = head.dims.hidden_size
+        if head.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
+            return None
+        if not weight_only_integer_groups(kinds, format_name):
+            return None
+        return (
+            f"SGLang's Llama draft first builds the base model.self_attn.qkv_proj for the hidden size ({hidden}), and "
+            f"its integer weight-only method asserts in-features that are a multiple of {group} "
+            "(compressed_tensors_wNa16.py::create_weights)"
+        )
 
     def dialects(self) -> dict[str, Dialect]:
         # Runtime names do not depend on the target's layer count here, so any_layer changes nothing.

@@ -54,6 +54,8 @@ class EngineView:
         """Why the checkpoint must keep ``module`` unquantized for this engine: it runs it unquantized whatever
         the config says, or cannot load it quantized (None: it may be quantized)."""
         engine = self.engine
-        return engine.unquantized_reason(module, self.kinds, self.format_name) or engine.load_refusal(
-            module, self.kinds, self.format_name
+        return (
+            engine.unquantized_reason(module, self.kinds, self.format_name)
+            or engine.load_refusal(module, self.kinds, self.format_name)
+            or engine.head_load_refusal(self.head, module, self.kinds, self.format_name)
         )

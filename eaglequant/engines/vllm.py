@@ -45,6 +45,7 @@ from eaglequant.engines.base import (
     RuntimeModule,
     ServingSnippet,
     exact_or_regex_rule,
+    weight_only_integer_groups,
 )
 from eaglequant.formats import get_format
 from eaglequant.kinds import weight_kind
@@ -149,6 +150,21 @@ class VllmEngine(Engine):
                 f"{module.out_features[0]} rows are not a multiple (mla_attention.py::split_kv_b_proj)"
             )
         return None
+
+    def head_load_refusal(
+        self, head: HeadDescription, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str
+    ) -> str | None:
+        group = weight_kind(kinds[0]).columns_per_scale
+        hidden = head.dims.hidden_size
+        if head.attention != "mha" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
+            return None
+        if not weight_only_integer_groups(kinds, format_name):
+            return None
+        return (
+            f"vLLM's Llama draft first builds a base qkv_proj for the hidden size ({hidden}) at the same name, and its "
+            f"integer weight-only method refuses in-features that are not a multiple of {group} "
+            "(compressed_tensors_wNa16.py::create_weights -> verify_group_size_divides_partition)"
+        )
 
     def dialects(self) -> dict[str, Dialect]:
         # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns.
