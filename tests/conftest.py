@@ -13,6 +13,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -249,6 +250,46 @@ def quark_outputs(tmp_path_factory: pytest.TempPathFactory, converted: Converted
     return outputs
 
 
+# The integer schemes are also run by llm-compressor on synthetic edge tensors (zero rows and groups, constant,
+# all-negative and all-positive groups, grid values, ties after scaling, tiny and large rows) in each source dtype.
+INT_EDGE_PRESETS = {"int8": "W8A8", "int4-w4a16": "W4A16", "int4-w4a16-asym": "W4A16_ASYM"}
+INT_EDGE_DTYPES = ("bfloat16", "float16", "float32")
+
+
+def int_edge_tensors(dtype_name: str) -> dict[str, Any]:
+    """Edge weights (128-multiple in-features, 8-multiple out-features), seeded, in ``dtype_name``."""
+    import torch
+
+    dtype = getattr(torch, dtype_name)
+    generator = torch.Generator().manual_seed(11)
+    w = torch.randn(16, 256, generator=generator)
+    w[0] = 0
+    w[1, :128] = 0
+    w[2, :128], w[2, 128:] = 5.0, 0.0  # a constant group, a zero group
+    w[3] = torch.arange(256) - 128.0  # halves after scaling
+    w[4, :128] = torch.linspace(-1, 1, 128)
+    w[5] *= 1e-30 if dtype == torch.float32 else 1e-6
+    w[6] *= 1e4
+    w[7, :128], w[7, 128:] = -3.0, torch.rand(128, generator=generator)  # all negative, all positive
+    w[8] = torch.randint(-8, 8, (256,), generator=generator).float() * 0.5
+    w[9] = 1e-40 if dtype == torch.float32 else 0.0
+    return {
+        "model.layers.0.mlp.down_proj.weight": w.to(dtype),
+        "model.layers.0.mlp.up_proj.weight": torch.randn(24, 128, generator=generator).to(dtype),
+    }
+
+
+def _write_int_edges(work: Path, dtype_name: str) -> Path:
+    from safetensors.torch import save_file
+
+    src = work / f"int-edges-{dtype_name}-src"
+    src.mkdir()
+    save_file(int_edge_tensors(dtype_name), str(src / "model.safetensors"))
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "torch_dtype": dtype_name}
+    (src / "config.json").write_text(json.dumps(config))
+    return src
+
+
 @pytest.fixture(scope="session")
 def llmcompressor_outputs(tmp_path_factory: pytest.TempPathFactory, converted: ConvertedCases) -> CaseOutputs:
     """llm-compressor's ``model_free_ptq`` output for every compressed-tensors parity case, plus
@@ -282,6 +323,18 @@ def llmcompressor_outputs(tmp_path_factory: pytest.TempPathFactory, converted: C
                         "weights": weights,
                     }
                 )
+    for dtype_name in INT_EDGE_DTYPES:
+        src = _write_int_edges(work, dtype_name)
+        for scheme, preset in INT_EDGE_PRESETS.items():
+            outputs[f"int-edges-{dtype_name}-{scheme}"] = work / f"int-edges-{dtype_name}-{scheme}"
+            jobs["checkpoints"].append(
+                {
+                    "src": str(src),
+                    "dst": str(outputs[f"int-edges-{dtype_name}-{scheme}"]),
+                    "scheme": preset,
+                    "ignore": [],
+                }
+            )
     run_vendor("run_llmcompressor.py", jobs, work)
     return outputs
 

@@ -16,7 +16,16 @@ from safetensors import safe_open
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.reader import tensor_bytes as tensor_bytes_of
 from eaglequant.engines.vllm import VllmEngine
-from tests.conftest import FIXTURES, ParityCase, fused_groups_file, parity_cases
+from eaglequant.formats import GroupScales
+from tests.conftest import (
+    FIXTURES,
+    INT_EDGE_DTYPES,
+    INT_EDGE_PRESETS,
+    ParityCase,
+    fused_groups_file,
+    int_edge_tensors,
+    parity_cases,
+)
 
 pytestmark = pytest.mark.vendor
 
@@ -94,6 +103,30 @@ def test_compressed_tensors_config_matches_except_ignore(case: ParityCase, llmco
     ours = quantization_config(converted[case].destination)
     theirs = quantization_config(llmcompressor_outputs[case])
     assert {k: v for k, v in ours.items() if k != "ignore"} == {k: v for k, v in theirs.items() if k != "ignore"}
+
+
+@pytest.mark.parametrize("scheme", list(INT_EDGE_PRESETS))
+@pytest.mark.parametrize("dtype_name", INT_EDGE_DTYPES)
+def test_integer_edges_are_byte_identical(dtype_name: str, scheme: str, llmcompressor_outputs) -> None:
+    """eaglequant's recipe on llm-compressor's own edge cases: zero rows and groups, constant, all-negative and
+    all-positive groups, ties, tiny and large rows, in bf16, fp16 and fp32."""
+    from eaglequant.checkpoint.dtypes import from_torch
+    from eaglequant.formats import get_format
+    from eaglequant.layouts.head import HeadLinear
+    from eaglequant.schemes.model import load_scheme
+
+    theirs = tensor_bytes(llmcompressor_outputs[f"int-edges-{dtype_name}-{scheme}"])
+    fmt, scheme_obj = get_format("compressed-tensors"), load_scheme(scheme)
+    ours: dict[str, tuple[str, list[int], bytes]] = {}
+    for name, weight in int_edge_tensors(dtype_name).items():
+        module = name.removesuffix(".weight")
+        n, k = weight.shape
+        linear = HeadLinear(module, name, module.rsplit(".", 1)[1], 0, n, k, from_torch(weight.dtype))
+        for key, tensor in fmt.quantized_tensors(linear, weight, scheme_obj, GroupScales()).items():
+            raw = tensor.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+            ours[key] = (str(tensor.dtype), list(tensor.shape), raw)
+    assert ours and set(ours) <= set(theirs)
+    assert_identical(ours, {name: theirs[name] for name in ours}, "llm-compressor")
 
 
 # -- NVIDIA ModelOpt -----------------------------------------------------------------------------
