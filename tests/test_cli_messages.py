@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import eaglequant
-from eaglequant.cli.command import cli_words
-from eaglequant.common.errors import OutputError
+from eaglequant.cli.command import cli_wording
+from eaglequant.common.errors import OutputError, placeholder, switch, worded, words
 from tests.conftest import FIXTURES, ROOT, run_cli, run_cli_subprocess
 from tests.test_bad_input import assert_refused
 
@@ -88,8 +88,9 @@ def test_the_library_names_parameters_and_the_cli_flags(tmp_path: Path) -> None:
     with pytest.raises(OutputError) as raised:
         eaglequant.convert(SRC, dst)
     assert "overwrite=True" in str(raised.value) and "--overwrite" not in str(raised.value)
-    assert cli_words(str(raised.value)).count("--overwrite") == 1
-    assert cli_words("pass source=SRC, or force=True") == "pass --source SRC, or --force"
+    assert raised.value.one_line(cli_wording).count("--overwrite") == 1
+    hint = words("pass ", placeholder("source", "SRC"), ", or ", switch("force"))
+    assert worded(hint, cli_wording) == "pass --source SRC, or --force"
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant.cli.command import cli_words
-from eaglequant.common.errors import InputError, SchemeError
+from eaglequant.cli.command import cli_wording
+from eaglequant.common.errors import InputError, SchemeError, switch
 from eaglequant.conversion.options import (
     DEFAULT_ENGINES,
     DEFAULT_FORMAT,
@@ -62,7 +62,7 @@ def test_errors_name_the_parameter_and_the_cli_says_the_flag(
         ConversionOptions(**settings)  # type: ignore[arg-type]
     assert "--" not in str(raised.value).split(";")[0]
     if cli is not None:
-        assert cli in cli_words(str(raised.value))
+        assert cli in raised.value.one_line(cli_wording)
 
 
 def test_calibration_data_for_a_scheme_without_a_calibrated_scale_is_refused(tmp_path: Path) -> None:
@@ -97,10 +97,10 @@ def test_the_manifest_records_what_decides_the_bytes_not_how_fast() -> None:
 
 
 def test_every_option_is_a_convert_flag() -> None:
-    """The CLI's convert takes every option (its flag named as cli_words names it)."""
+    """The CLI's convert takes every option (its flag named as errors name it to CLI users)."""
     usage = run_cli("convert", "-h").stdout
     for name in OPTION_NAMES:
-        flag = cli_words(f"{name}=True").split()[0]
+        flag = cli_wording(switch(name))
         assert flag in usage, name
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
 from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, match_rule, resolve_exclusions
 from eaglequant.formats import get_format
@@ -78,10 +79,13 @@ def test_match_rule_globs_and_full_match_regexes() -> None:
 
 
 def test_a_bad_regex_is_named_by_the_option_it_came_from(llama: HeadDescription) -> None:
-    with pytest.raises(InputError, match=re.escape("--quantize 're:(fc' is not a valid regular expression")):
+    """Named by its keyword to a library caller, by its flag on the command line."""
+    with pytest.raises(InputError, match=re.escape("quantize='re:(fc' is not a valid regular expression")) as raised:
         resolve_exclusions(llama, (), ("re:(fc",))
-    with pytest.raises(InputError, match=re.escape("--exclude 're:(fc' is not a valid regular expression")):
+    assert "--quantize 're:(fc' is not a valid regular expression" in raised.value.one_line(cli_wording)
+    with pytest.raises(InputError, match=re.escape("exclude='re:(fc' is not a valid regular expression")) as raised:
         resolve_exclusions(llama, ("re:(fc",), ())
+    assert "--exclude 're:(fc' is not a valid regular expression" in raised.value.one_line(cli_wording)
 
 
 def test_exclusions_defaults_rules_and_requirements(llama: HeadDescription) -> None:

@@ -11,14 +11,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eaglequant.common.errors import EagleQuantError, InputError
-from eaglequant.conversion.options import OPTION_NAMES, OPTION_SPECS, ConversionOptions
+from eaglequant.common.errors import EagleQuantError, InputError, Param, Style, worded
+from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 
 # A job name is a CI matrix value, an ``--only`` argument and part of a summary's file name: keep it plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
-_FLAG = re.compile(r"--(scheme|format|engine) (\S+)")
-_KEYS = {name: spec.job_key for name, spec in OPTION_SPECS.items()}
-_PARAMETER = re.compile(r"\b(" + "|".join(OPTION_NAMES) + r")=(?=\S)")
 
 
 def check_name(where: str, name: str) -> None:
@@ -40,8 +37,8 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
     try:
         options = ConversionOptions(**settings)
     except EagleQuantError as exc:
-        hint = "paths are relative to the job file" if exc.message.endswith("no such file") else exc.hint
-        raise InputError(f"{where}: {_as_keys(exc.message)}", hint=_as_keys(hint)) from exc
+        hint = "paths are relative to the job file" if exc.message.endswith("no such file") else exc.hint_words
+        raise InputError(f"{where}: {worded(exc.words, job_wording)}", hint=worded(hint, job_wording)) from exc
     scheme, fmt = options.resolved_scheme, get_format(options.format)
     if not fmt.supports(scheme):
         raise InputError(
@@ -51,7 +48,7 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
     try:  # "mha": what a targeted engine refuses for every head (an MLA head may be refused more at its turn)
         check_engines(scheme.kinds, scheme.name, fmt.name, list(options.engines), "mha", builtin_names_by_kinds())
     except InputError as exc:
-        raise InputError(f"{where}: {exc.message}", hint=_as_keys(exc.hint)) from exc
+        raise InputError(f"{where}: {exc.message}", hint=worded(exc.hint_words, job_wording)) from exc
     return options
 
 
@@ -69,13 +66,15 @@ def check_repo_id(where: str, repo_id: str) -> None:
         )
 
 
-def _as_keys(text: str | None) -> str | None:
-    """A message written for the library (``max_shard_size='5 gigs'``) or a hint for the command line (``use
-    --format modelopt``) in the job file's words (``max_shard_size = '5 gigs'``, ``use format = "modelopt"``)."""
-    if text is None:
-        return None
-    text = _PARAMETER.sub(lambda m: f"{_KEYS.get(m[1], m[1])} = ", text)
-    return _FLAG.sub(lambda m: f'{"engines" if m[1] == "engine" else m[1]} = "{m[2].rstrip(",")}"', text)
+def job_wording(param: Param) -> str:
+    """A parameter as a job file says it: ``max_shard_size = '5 gigs'``, ``format = "modelopt"``, ``verify``."""
+    spec = OPTION_SPECS.get(param.name)
+    key = param.name if spec is None else spec.job_key
+    if param.style is None:
+        return key
+    if param.style is Style.SWITCH:
+        return f"{key} = true"
+    return f"{key} = {param.value!r}" if param.style is Style.GIVEN else f'{key} = "{param.value}"'
 
 
 def _formats_storing(scheme: Any) -> list[str]:

@@ -21,7 +21,7 @@ from typing import Any
 from eaglequant.checkpoint.direct_io import MIN_DIRECT_BYTES, DirectWriter, SourceReadError
 from eaglequant.checkpoint.dtypes import ITEMSIZE
 from eaglequant.checkpoint.hashing import FollowingHasher
-from eaglequant.common.errors import CheckpointError, OutputError
+from eaglequant.common.errors import CheckpointError, OutputError, switch, words
 
 # The conversion report: its presence marks a directory eaglequant wrote (and may replace).
 REPORT_NAME = "eaglequant_report.json"
@@ -286,11 +286,17 @@ def check_destination(src: Path, dst: Path, overwrite: bool, overwrite_any: bool
     if overwrite_any:
         return
     if not overwrite:
-        raise OutputError(f"{dst}: already exists", hint="pass overwrite=True to replace it, or choose another DST")
+        raise OutputError(
+            f"{dst}: already exists", hint=words("pass ", switch("overwrite"), " to replace it, or choose another DST")
+        )
     if not (dst / REPORT_NAME).is_file():
         raise OutputError(
-            f"{dst}: exists and was not written by eaglequant (no {REPORT_NAME}), so overwrite=True leaves it alone",
-            hint="choose another DST, or pass overwrite_any=True to delete what it holds",
+            words(
+                f"{dst}: exists and was not written by eaglequant (no {REPORT_NAME}), so ",
+                switch("overwrite"),
+                " leaves it alone",
+            ),
+            hint=words("choose another DST, or pass ", switch("overwrite_any"), " to delete what it holds"),
         )
 
 
@@ -338,7 +344,8 @@ class StagedDirectory:
             _replace_diverted(self.path, destination)
         elif destination.exists():
             if not overwrite:
-                raise OutputError(f"{destination}: appeared while converting", hint="pass overwrite=True to replace it")
+                replace = words("pass ", switch("overwrite"), " to replace it")
+                raise OutputError(f"{destination}: appeared while converting", hint=replace)
             trash = destination.parent / f".{destination.name}{TMP_MARKER}{os.getpid()}-old"
             destination.rename(trash)
             self.path.rename(destination)

@@ -4,7 +4,6 @@ tidy help, JSON usage errors, and the library's parameter names turned into the 
 from __future__ import annotations
 
 import inspect
-import re
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -13,7 +12,7 @@ from rich.markup import escape
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
 from eaglequant.cli.output import MODE, error
-from eaglequant.common.errors import EXIT_BAD_INPUT
+from eaglequant.common.errors import EXIT_BAD_INPUT, Param, Style
 
 HELP_OPTION_NAMES = ["-h", "--help"]
 UsageError: type[Exception] = typer.BadParameter.__mro__[1]  # click's (Typer may vendor its own click)
@@ -179,24 +178,22 @@ def _value_word(option: Any) -> str | None:
     return {int: "N", float: "X", str: "TEXT"}.get(element)
 
 
-def _flags(switches: bool) -> dict[str, str]:
-    """Library parameters (as its errors name them) -> the flag a command-line user types: the conversion's
-    options as :class:`ConversionOptions` declares them, and the commands' own."""
+def _flags() -> dict[str, str]:
+    """Library parameters (as errors name them) -> the flag a command-line user types: the conversion's options as
+    :class:`ConversionOptions` declares them, and the commands' own."""
     from eaglequant.conversion.options import OPTION_SPECS
 
-    declared = {name: spec.flag for name, spec in OPTION_SPECS.items() if spec.switch == switches}
+    declared = {name: spec.flag for name, spec in OPTION_SPECS.items()}
     own = {"overwrite": "--overwrite", "overwrite_any": "--overwrite-any", "force": "--force"}
-    return {**declared, **own} if switches else {**declared, "source": "--source", "inputs": "--inputs"}
+    return {**declared, **own, "source": "--source", "inputs": "--inputs"}
 
 
-_FLAG_VALUES = _flags(switches=True)
-_FLAG_OPTIONS = _flags(switches=False)
-_TRUE_FLAG = re.compile(r"\b(" + "|".join(_FLAG_VALUES) + r")=True\b")
-_VALUE_OPTION = re.compile(r"\b(" + "|".join(_FLAG_OPTIONS) + r")=(?=\S)")
+_FLAGS = _flags()
 
 
-def cli_words(message: str) -> str:
-    """A library message as the command line says it: ``overwrite=True`` -> ``--overwrite``,
-    ``source=SRC`` -> ``--source SRC``."""
-    message = _TRUE_FLAG.sub(lambda m: _FLAG_VALUES[m.group(1)], message)
-    return _VALUE_OPTION.sub(lambda m: _FLAG_OPTIONS[m.group(1)] + " ", message)
+def cli_wording(param: Param) -> str:
+    """A parameter as the command line says it: ``--overwrite``, ``--source SRC``, ``--max-shard-size 'lots'``."""
+    flag = _FLAGS.get(param.name, "--" + param.name.replace("_", "-"))
+    if param.style is None or param.style is Style.SWITCH:
+        return flag
+    return f"{flag} {param.value!r}" if param.style is Style.GIVEN else f"{flag} {param.value}"

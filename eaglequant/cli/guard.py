@@ -8,7 +8,7 @@ from typing import TypeVar
 
 import typer
 
-from eaglequant.cli.command import cli_words
+from eaglequant.cli.command import cli_wording
 from eaglequant.cli.output import MODE, error, info
 from eaglequant.common.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
 
@@ -26,7 +26,7 @@ def run_guarded(action: Callable[[], T]) -> T:
     except EagleQuantError as exc:
         if MODE.debug:
             traceback.print_exc()
-        error(cli_words(exc.one_line()), exc.exit_code, type(exc).__name__)
+        error(exc.one_line(cli_wording), exc.exit_code, type(exc).__name__)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt as exc:
         code = EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED

@@ -7,6 +7,11 @@ a traceback is shown only with ``--debug``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
 EXIT_INTERNAL = 1
 EXIT_BAD_INPUT = 2
 EXIT_CHECK_FAILED = 3  # a check on a written checkpoint failed (explain found a mismatch, a parity threshold)
@@ -16,19 +21,86 @@ EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_TERMINATED = 143  # SIGTERM
 
 
+class Style(Enum):
+    """How a message shows a parameter's value."""
+
+    GIVEN = "given"  # a value the user gave, echoed: max_shard_size='lots' / --max-shard-size 'lots'
+    SUGGESTED = "suggested"  # a value to give: format='modelopt' / --format modelopt / format = "modelopt"
+    PLACEHOLDER = "placeholder"  # a word standing for a value: source=SRC / --source SRC
+    SWITCH = "switch"  # a flag turned on: overwrite=True / --overwrite / overwrite = true
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter a message names. Each front end words it (:data:`Wording`): the library by its keyword
+    (``overwrite=True``), the CLI by its flag (``--overwrite``), a batch job file by its key."""
+
+    name: str
+    value: Any = None
+    style: Style | None = None  # None: the parameter alone, without a value
+
+    def python(self) -> str:
+        if self.style is None:
+            return self.name
+        if self.style is Style.SWITCH:
+            return f"{self.name}=True"
+        return f"{self.name}={self.value if self.style is Style.PLACEHOLDER else repr(self.value)}"
+
+
+def given(name: str, value: Any) -> Param:
+    return Param(name, value, Style.GIVEN)
+
+
+def suggested(name: str, value: Any) -> Param:
+    return Param(name, value, Style.SUGGESTED)
+
+
+def placeholder(name: str, word: str) -> Param:
+    return Param(name, word, Style.PLACEHOLDER)
+
+
+def switch(name: str) -> Param:
+    return Param(name, True, Style.SWITCH)
+
+
+Words = tuple["str | Param", ...]
+Wording = Callable[[Param], str]  # how a front end says a parameter
+
+
+def words(*pieces: str | Param) -> Words:
+    """A message naming parameters: text and :class:`Param` pieces, worded when it is shown."""
+    return pieces
+
+
+def worded(text: str | Words | None, wording: Wording = Param.python) -> str | None:
+    if text is None or isinstance(text, str):
+        return text
+    return "".join(piece if isinstance(piece, str) else wording(piece) for piece in text)
+
+
 class EagleQuantError(Exception):
-    """Base class: an error with a one-line, actionable message."""
+    """Base class: an error with a one-line, actionable message. The message and hint may name parameters
+    (:func:`words`); :meth:`one_line` says them as a front end does (the library's keywords by default)."""
 
     exit_code = EXIT_INTERNAL
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        self.message = message
-        self.hint = hint
+    def __init__(self, message: str | Words, *, hint: str | Words | None = None) -> None:
+        self.words: Words = (message,) if isinstance(message, str) else message
+        self.hint_words: Words | None = (hint,) if isinstance(hint, str) else hint
         super().__init__(self.one_line())
 
-    def one_line(self) -> str:
-        text = self.message if not self.hint else f"{self.message}; {self.hint}"
-        return " ".join(text.split())
+    @property
+    def message(self) -> str:
+        return worded(self.words) or ""
+
+    @property
+    def hint(self) -> str | None:
+        return worded(self.hint_words)
+
+    def one_line(self, wording: Wording = Param.python) -> str:
+        message, hint = worded(self.words, wording), worded(self.hint_words, wording)
+        text = message if not hint else f"{message}; {hint}"
+        return " ".join((text or "").split())
 
 
 class InputError(EagleQuantError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, words
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +25,9 @@ def check_device_name(name: str) -> str:
     """``name``'s kind ("cpu" or "cuda") if eaglequant runs on it; whether the machine has it is not asked."""
     kind, _, index = name.partition(":")
     if kind not in DEVICES or (index and (kind == "cpu" or not index.isdigit())):
-        raise InputError(f"device={name!r} is not one eaglequant runs on", hint="use cpu or cuda (or cuda:N)")
+        raise InputError(
+            words(given("device", name), " is not one eaglequant runs on"), hint="use cpu or cuda (or cuda:N)"
+        )
     return kind
 
 
@@ -38,12 +40,13 @@ def quantization_device(name: str) -> torch.device | None:
 
     if not torch.cuda.is_available():
         raise InputError(
-            f"device={name!r}: this torch ({torch.__version__}) sees no CUDA GPU",
+            words(given("device", name), f": this torch ({torch.__version__}) sees no CUDA GPU"),
             hint="quantize on the CPU (the default), or install a CUDA build of torch on a machine with a GPU",
         )
     device = torch.device(name)
     if device.index is not None and device.index >= torch.cuda.device_count():
-        raise InputError(f"device={name!r}: only {torch.cuda.device_count()} CUDA device(s) here", hint="use cuda:0")
+        here = f": only {torch.cuda.device_count()} CUDA device(s) here"
+        raise InputError(words(given("device", name), here), hint="use cuda:0")
     return device
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.errors import EagleQuantError, InputError, Param, given, words
 
 if TYPE_CHECKING:
     from eaglequant.schemes.model import Scheme
@@ -45,7 +45,9 @@ def parse_size(text: str | int) -> int:
     """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes."""
     if isinstance(text, int) and not isinstance(text, bool):
         if text <= 0:
-            raise InputError(f"max_shard_size={text!r} is not a size", hint="give a positive number of bytes")
+            raise InputError(
+                words(given("max_shard_size", text), " is not a size"), hint="give a positive number of bytes"
+            )
         return text
     cleaned = str(text).strip().upper().replace(" ", "")
     number = cleaned.rstrip("KMGTIB")
@@ -55,7 +57,7 @@ def parse_size(text: str | int) -> int:
     except ValueError:
         value = -1
     if unit not in _SIZE_UNITS or value <= 0:
-        raise InputError(f"max_shard_size={text!r} is not a size", hint="write e.g. 5GB, 500MB or 2GiB")
+        raise InputError(words(given("max_shard_size", text), " is not a size"), hint="write e.g. 5GB, 500MB or 2GiB")
     return int(value * _SIZE_UNITS[unit])
 
 
@@ -207,11 +209,16 @@ class ConversionOptions:
         _set(self, "calib", _existing("calib", self.calib))
         if self.calib is not None and not self.resolved_scheme.needs_calibration:
             raise InputError(
-                f"calib={str(self.calib)!r} was given, but scheme {scheme!r} has no calibrated activation scale",
-                hint="leave calib out, or use a scheme whose activations have global_scale = true (nvfp4)",
+                words(
+                    given("calib", str(self.calib)),
+                    f" was given, but scheme {scheme!r} has no calibrated activation scale",
+                ),
+                hint=words(
+                    "leave ", Param("calib"), " out, or use a scheme whose activations have global_scale = true (nvfp4)"
+                ),
             )
         if not isinstance(self.verify_output, bool):
-            raise InputError(f"verify_output must be True or False, not {self.verify_output!r}")
+            raise InputError(words(Param("verify_output"), f" must be True or False, not {self.verify_output!r}"))
         if self.repo_id is not None:
             _named("repo_id", _text("repo_id", self.repo_id), check_repo_id)
         _set(self, "workers", _count("workers", self.workers, minimum=1))
@@ -265,18 +272,18 @@ def _named(parameter: str, value: str, check: Any) -> Any:
     try:
         return check(value)
     except EagleQuantError as exc:
-        raise type(exc)(f"{parameter}={value!r}: {exc.message}", hint=exc.hint) from exc
+        raise type(exc)(words(given(parameter, value), ": ", *exc.words), hint=exc.hint_words) from exc
 
 
 def _text(parameter: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
-        raise InputError(f"{parameter} must be a non-empty string, not {value!r}")
+        raise InputError(words(Param(parameter), f" must be a non-empty string, not {value!r}"))
     return value
 
 
 def _rules(parameter: str, values: Any) -> tuple[str, ...]:
     if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
-        raise InputError(f"{parameter} must be a list of non-empty strings, not {values!r}")
+        raise InputError(words(Param(parameter), f" must be a list of non-empty strings, not {values!r}"))
     return tuple(values)
 
 
@@ -284,28 +291,28 @@ def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:
     """Rules as given; a ``re:`` rule must compile (matching happens when the plan is built)."""
     checked = _rules(parameter, rules)
     for rule in checked:
-        compiled_rule(rule, f"{parameter}={rule!r}")
+        compiled_rule(rule, parameter)
     return checked
 
 
 @functools.lru_cache(maxsize=256)
-def compiled_rule(rule: str, named: str) -> re.Pattern[str] | None:
-    """A ``re:<regex>`` rule compiled once (None: a glob); ``named``: the rule as the error names it."""
+def compiled_rule(rule: str, parameter: str) -> re.Pattern[str] | None:
+    """A ``re:<regex>`` rule compiled once (None: a glob); ``parameter``: the option that gave it."""
     if not rule.startswith("re:"):
         return None
     try:
         return re.compile(rule[3:])
     except re.error as exc:
-        raise InputError(f"{named} is not a valid regular expression ({exc})") from exc
+        raise InputError(words(given(parameter, rule), f" is not a valid regular expression ({exc})")) from exc
 
 
 def _count(parameter: str, value: Any, *, minimum: int) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InputError(f"{parameter} must be an integer, not {value!r}")
+        raise InputError(words(Param(parameter), f" must be an integer, not {value!r}"))
     if value < minimum:
-        raise InputError(f"{parameter} must be >= {minimum}, not {value}")
+        raise InputError(words(Param(parameter), f" must be >= {minimum}, not {value}"))
     return value
 
 
@@ -314,5 +321,5 @@ def _existing(parameter: str, value: str | Path | None) -> Path | None:
         return None
     path = Path(value)
     if not path.exists():
-        raise InputError(f"{parameter}={str(value)!r}: no such file")
+        raise InputError(words(given(parameter, str(value)), ": no such file"))
     return path

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Param, given, words
 from eaglequant.conversion.options import DEFAULT_ENGINES, compiled_rule
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import (
@@ -95,7 +95,7 @@ class ConversionPlan:
 
 def match_rule(rule: str, names: tuple[str, ...], option: str) -> bool:
     """A user rule (given as ``option``): ``re:<regex>`` (full match) or a glob, against a module or tensor name."""
-    regex = compiled_rule(rule, f"{option} {rule!r}")
+    regex = compiled_rule(rule, option)
     if regex is not None:
         return any(regex.fullmatch(n) for n in names)
     return any(fnmatch.fnmatchcase(n, rule) for n in names)
@@ -107,7 +107,7 @@ def _linears_matching(head: HeadDescription, rule: str, option: str) -> list[Hea
         others = [t.name for t in head.tensors if match_rule(rule, (t.name, t.name.rsplit(".", 1)[0]), option)]
         why = f"only non-linear tensors ({', '.join(others[:3])})" if others else "nothing"
         raise InputError(
-            f"{option} {rule!r} matches {why}",
+            words(given(option, rule), f" matches {why}"),
             hint="rules match checkpoint linear names as `eaglequant inspect` shows them, "
             "e.g. 'midlayer.self_attn.*' or 're:.*down_proj'",
         )
@@ -126,24 +126,33 @@ def resolve_exclusions(
     rules lift the defaults (fc, lm_head) but never a requirement; ``exclude`` rules add to them. Each
     rule must match at least one linear, and no linear may be both quantized and excluded by the user.
     """
-    opted_in = {lin.module: rule for rule in quantize for lin in _linears_matching(head, rule, "--quantize")}
+    opted_in = {lin.module: rule for rule in quantize for lin in _linears_matching(head, rule, "quantize")}
     excluded: dict[str, str] = {}
     for module, reason in (required or {}).items():
         if module in opted_in:
             raise InputError(
-                f"--quantize {opted_in[module]!r} asks to quantize {head.linear(module).checkpoint_module}, "
-                f"but {reason}",
-                hint="drop that --quantize rule, or the --engine that cannot run it quantized",
+                words(
+                    given("quantize", opted_in[module]),
+                    f" asks to quantize {head.linear(module).checkpoint_module}, but {reason}",
+                ),
+                hint=words(
+                    "drop that ", Param("quantize"), " rule, or the ", Param("engines"), " that cannot run it quantized"
+                ),
             )
         excluded[module] = reason
     for module, reason in DEFAULT_EXCLUSIONS.items():
         if module not in opted_in and any(lin.module == module for lin in head.linears):
             excluded.setdefault(module, reason)
     for rule in exclude:
-        for lin in _linears_matching(head, rule, "--exclude"):
+        for lin in _linears_matching(head, rule, "exclude"):
             if lin.module in opted_in:
                 raise InputError(
-                    f"{lin.checkpoint_module} is matched by --quantize {opted_in[lin.module]!r} and --exclude {rule!r}",
+                    words(
+                        f"{lin.checkpoint_module} is matched by ",
+                        given("quantize", opted_in[lin.module]),
+                        " and ",
+                        given("exclude", rule),
+                    ),
                     hint="keep one of the two rules",
                 )
             excluded.setdefault(lin.module, f"--exclude {rule}")
@@ -221,7 +230,7 @@ def kept_linears(
                 f"({notes[-1].removeprefix('kept ')})",
                 hint="choose another scheme (eaglequant schemes lists them)",
             )
-        raise InputError("every linear is excluded; nothing would be quantized", hint="relax --exclude")
+        raise InputError("every linear is excluded; nothing would be quantized", hint=words("relax ", Param("exclude")))
     return excluded
 
 

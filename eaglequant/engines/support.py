@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
 from eaglequant.engines import ENGINES
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import weight_kind
@@ -256,18 +256,18 @@ def check_engines(
         candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit
         working = [(k, f) for k in candidates for f in FORMAT_NAMES if _loads_everywhere(k, f, engines, attention)]
         titles = _engines_words(engines)
+        hint: str | Words
         if not working:
             hint = f"no built-in scheme loads in {titles}; target fewer engines"
         elif working[0][0] == kinds:
-            hint = f"use --format {working[0][1]}, which {titles} can load"
+            hint = words("use ", suggested("format", working[0][1]), f", which {titles} can load")
         else:
             (found, fmt), name = working[0], scheme_names[working[0][0]]
-            # a scheme named for two kinds (nvfp4: W4A4, W4A16 without --calib) gives the first only with --calib
-            calib = (
-                " with captured inputs (convert --calib FILE)" if list(scheme_names.values()).count(name) > 1 else ""
-            )
-            scheme = "" if name == scheme_name else f" --scheme {name}"
-            hint = f"use{scheme} --format {fmt}{calib if found[1] else ''}, which {titles} can load"
+            # a scheme named for two kinds (nvfp4: W4A4, W4A16 without calib) gives the first only with calib
+            twice = list(scheme_names.values()).count(name) > 1
+            calib = (" with captured inputs (convert ", placeholder("calib", "FILE"), ")") if twice and found[1] else ()
+            scheme = () if name == scheme_name else (suggested("scheme", name), " ")
+            hint = words("use ", *scheme, suggested("format", fmt), *calib, f", which {titles} can load")
         raise InputError(
             f"{ENGINE_TITLES[engine]} cannot load {scheme_name} ({SCHEME_KINDS.get(kinds, kinds)}) "
             f"in {format_name} format: {cell.note}",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Words, given, words
 
 # ``org/name`` as the Hub spells repo ids (96 characters at most), optionally ``@revision``.
 _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<revision>[\w./-]+))?$")
@@ -90,15 +90,15 @@ def _hub_repo(src: str, param: str | None = None) -> tuple[str, str | None, bool
     parent = Path(parsed[0]).parent
     if typed_as_path and parent.is_dir():
         raise InputError(
-            f"{_named(src, param)}: no such directory ({parent}/ exists, but holds no {Path(parsed[0]).name})",
+            words(*_named(src, param), f": no such directory ({parent}/ exists, but holds no {Path(parsed[0]).name})"),
             hint=f"check the path; to read the Hub repo {parsed[0]} instead, write {HUB_PREFIX}{src}",
         )
     return parsed[0], parsed[1], typed_as_path
 
 
-def _named(src: str | Path, param: str | None) -> str:
+def _named(src: str | Path, param: str | None) -> Words:
     """How a message names a source: as it was typed (SRC), or as the parameter that gave it (``source='x'``)."""
-    return str(src) if param is None else f"{param}={str(src)!r}"
+    return (str(src),) if param is None else (given(param, str(src)),)
 
 
 def resolve_source(src: str | Path, param: str | None = None) -> SourceRef:
@@ -110,7 +110,7 @@ def resolve_source(src: str | Path, param: str | None = None) -> SourceRef:
         if not path.exists() and not path.is_symlink():
             what = "SRC must be" if param is None else "pass"
             raise InputError(
-                f"{_named(src, param)}: does not exist",
+                words(*_named(src, param), ": does not exist"),
                 hint=f"{what} a checkpoint directory, or a Hub repo id org/name[@revision]",
             )
         return _local_source(path)

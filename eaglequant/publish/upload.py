@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError, placeholder, switch, words
 from eaglequant.hub.client import check_repo_id, upload_files, upload_folder
 from eaglequant.record.verification import Verdict
 
@@ -109,9 +109,18 @@ def upload_checkpoint(
 
 
 UPLOAD_HINTS = {
-    Verdict.FAILED: "run `eaglequant verify` on it and fix the conversion, or pass force=True to upload anyway",
-    Verdict.NOT_VERIFIED: "pass source=SRC (the checkpoint it was made from), or convert it with "
-    "verify_output=True; force=True uploads it anyway",
+    Verdict.FAILED: words(
+        "run `eaglequant verify` on it and fix the conversion, or pass ", switch("force"), " to upload anyway"
+    ),
+    Verdict.NOT_VERIFIED: words(
+        "pass ",
+        placeholder("source", "SRC"),
+        " (the checkpoint it was made from), or convert it with ",
+        switch("verify_output"),
+        "; ",
+        switch("force"),
+        " uploads it anyway",
+    ),
 }
 
 
