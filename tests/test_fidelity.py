@@ -243,3 +243,25 @@ def test_parity_riding_on_the_draft_is_parity_alone(converted, monkeypatch: pyte
         )
         assert ours.max_block_error == theirs.max_block_error  # from the weights alone
     assert riding.fidelity.to_json() == alone.fidelity.to_json()  # the draft's rows are the same either way
+
+
+@pytest.mark.parametrize("fixture", ["specforge-llama", "torchspec-mla"])
+def test_stacked_sequences_run_as_each_alone(fixture: str) -> None:
+    """The fidelity run stacks the floor's positions beneath the reference's, one pass over each weight for both:
+    each stacked sequence attends only to itself and computes what it computes alone."""
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.draft.forward import DraftForward
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.layouts.detect import describe_head
+
+    with Checkpoint.open(FIXTURES / fixture) as checkpoint:
+        head = describe_head(checkpoint)
+        forward = DraftForward(head, CanonicalWeights(checkpoint, head))
+        generator = torch.Generator().manual_seed(0)
+        dims = head.dims
+        aux = torch.randn(12, dims.num_aux_hidden_states * dims.target_hidden_size, generator=generator)
+        embeds = torch.randn(12, dims.hidden_size, generator=generator) * 0.02
+        first, second = forward(aux[:7], embeds[:7]), forward(aux[7:], embeds[7:])
+        stacked, whole = forward(aux, embeds, sequences=(7, 5)), forward(aux, embeds)
+    torch.testing.assert_close(stacked, torch.cat((first, second)), rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(stacked[7:], whole[7:], rtol=1e-3, atol=1e-3)  # one sequence of 12 is not that

@@ -14,6 +14,7 @@ memory holds one block of one weight plus activations.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -43,8 +44,14 @@ def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tenso
     return x * cos + rotated * sin
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """Causal attention. q [T, nh, d], k [T, nkv, d], v [T, nkv, dv] -> [T, nh * dv]."""
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, positions: torch.Tensor) -> torch.Tensor:
+    """Causal attention. q [T, nh, d], k [T, nkv, d], v [T, nkv, dv] -> [T, nh * dv]; each run of ``positions``
+    from 0 is a sequence of its own (rows of several sequences stacked for one pass over the weights)."""
+    starts = (positions == 0).nonzero().reshape(-1).tolist()
+    if len(starts) > 1:
+        bounds = [*starts, len(positions)]
+        parts = [slice(a, b) for a, b in itertools.pairwise(bounds)]
+        return torch.cat([_attend(q[p], k[p], v[p], scale, positions[p]) for p in parts])
     repeat = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(repeat, dim=1)
     v = v.repeat_interleave(repeat, dim=1)
@@ -78,8 +85,16 @@ class DraftForward:
     def norm(self, module: str, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight(f"{module}.weight"), self.eps)
 
-    def __call__(self, aux_hidden: torch.Tensor, embeds: torch.Tensor, *, logits: bool = True) -> torch.Tensor:
-        """aux_hidden [T, n_aux * H_target], embeds [T, H] -> logits [T, V_draft] (or final hidden)."""
+    def __call__(
+        self,
+        aux_hidden: torch.Tensor,
+        embeds: torch.Tensor,
+        *,
+        logits: bool = True,
+        sequences: tuple[int, ...] = (),
+    ) -> torch.Tensor:
+        """aux_hidden [T, n_aux * H_target], embeds [T, H] -> logits [T, V_draft] (or final hidden). ``sequences``:
+        the lengths of the sequences stacked in the T rows, each attending only to itself (default: one)."""
         aux_hidden = aux_hidden.to(torch.float32)
         if "input_norm.weight" in self.present:
             aux_hidden = self.norm("input_norm", aux_hidden)
@@ -87,7 +102,7 @@ class DraftForward:
             chunks = aux_hidden.chunk(self.head.dims.num_aux_hidden_states, dim=-1)
             aux_hidden = torch.cat([self.norm(f"fc_norm.{i}", c) for i, c in enumerate(chunks)], -1)
         hidden = self.linear("fc", aux_hidden)
-        positions = torch.arange(hidden.shape[0])
+        positions = torch.cat([torch.arange(length) for length in sequences or (hidden.shape[0],)])
         for layer in range(self.head.num_layers):
             hidden = self.layer(layer, hidden, embeds.to(torch.float32), positions)
         hidden = self.norm("norm", hidden)
@@ -117,7 +132,7 @@ class DraftForward:
         k = self.linear(f"{p}.self_attn.k_proj", x).view(t, -1, hd)
         v = self.linear(f"{p}.self_attn.v_proj", x).view(t, -1, hd)
         q, k = _rope(q, positions, self.theta), _rope(k, positions, self.theta)
-        return self.linear(f"{p}.self_attn.o_proj", _attend(q, k, v, 1 / math.sqrt(hd)))
+        return self.linear(f"{p}.self_attn.o_proj", _attend(q, k, v, 1 / math.sqrt(hd), positions))
 
     def mla(self, p: str, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         d = self.head.dims
@@ -137,4 +152,4 @@ class DraftForward:
         heads = q.shape[1]
         q = torch.cat((q[..., :nope], _rope(q[..., nope:], positions, self.theta)), -1)
         k = torch.cat((k_nope, k_rope.expand(t, heads, rope)), -1)
-        return self.linear(f"{p}.self_attn.o_proj", _attend(q, k, v, 1 / math.sqrt(nope + rope)))
+        return self.linear(f"{p}.self_attn.o_proj", _attend(q, k, v, 1 / math.sqrt(nope + rope), positions))

@@ -40,6 +40,10 @@ class CanonicalWeights:
     def shape(self, name: str) -> tuple[int, ...]:
         return tuple(self.checkpoint.tensors[self.names[name]].shape)
 
+    def dtype(self, name: str) -> str:
+        """The safetensors dtype of tensor ``name`` (``"BF16"``, ``"F32"``, ...)."""
+        return str(self.checkpoint.tensors[self.names[name]].dtype)
+
     def rows(self, name: str, rows: slice) -> torch.Tensor:
         return self.checkpoint.read_rows(self.names[name], rows)
 

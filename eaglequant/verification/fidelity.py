@@ -116,6 +116,13 @@ def distribution_shift(
     )
 
 
+def _bf16(x: torch.Tensor) -> torch.Tensor:
+    """float32 ``x`` rounded to bf16 (to nearest, ties to even) and back."""
+    import torch
+
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
 def target_ids(ids: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
     """The target vocabulary ids of draft ids ``ids``: i + d2t[i] (an id past the end of ``d2t`` maps to -1)."""
     if d2t is None:
@@ -191,7 +198,7 @@ def head_fidelity(
     block of one weight."""
     import torch
 
-    from eaglequant.draft.forward import DraftForward
+    from eaglequant.draft.forward import DraftForward, LinearFn
     from eaglequant.draft.weights import by_output_rows, widened
     from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
@@ -207,14 +214,12 @@ def head_fidelity(
     def plain_linear(module: str, x: torch.Tensor) -> torch.Tensor:
         """An unquantized linear's output, computed once when both drafts give it the same input (as they give
         fc: its input is the target's hidden states) and hold the same weight."""
-        last = last_plain.get(module)
-        if last is not None and last[0].shape == x.shape and torch.equal(last[0], x):
-            return last[1]
+        last = last_plain.get(module)  # its rows may go on beneath x's (the floor's): each row is its own product
+        if last is not None and last[0].shape[1:] == x.shape[1:] and torch.equal(last[0][: len(x)], x):
+            return last[1][: len(x)]
         out = plain(module, x)
         last_plain[module] = (x, out)
         return out
-
-    reference = DraftForward(head, weights, plain_linear)
 
     def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
         x_device = x.to(torch.bfloat16).to(device)
@@ -245,20 +250,38 @@ def head_fidelity(
         linear = stored(module)
         return kept_linear(module, x) if linear is None else kernel_linear(module, linear, x)
 
+    floor_from = [0]  # rows of a reference pass from which on they are the floor's (0: none)
+
+    def with_floor(linear: LinearFn, module: str, x: torch.Tensor) -> torch.Tensor:
+        """``linear`` of the reference's rows and, from ``floor_from``, of the floor's: the source draft in bf16
+        arithmetic, as an engine runs it (bf16 inputs and weights, float32 sums, bf16 outputs). Products of two
+        bf16 values are exact in float32, so the float32 GEMM of the bf16 values is the engine's GEMM up to the
+        order of its float32 sums, and one pass over the weight serves both (torch's own bf16 matmul was 5-6x
+        slower than float32 on a CPU without bf16 instructions)."""
+        cut = floor_from[0]
+        if not cut:
+            return linear(module, x)
+        if weights.dtype(f"{module}.weight") != "BF16":  # the floor's weight is rounded: a pass of its own
+            return torch.cat((linear(module, x[:cut]), bf16_linear(module, x[cut:])))
+        out = linear(module, torch.cat((x[:cut], _bf16(x[cut:]))))
+        out[cut:] = _bf16(out[cut:])  # in place: a copy of the lm_head's logits would be 0.4 GB more
+        return out
+
     def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        """bf16 x @ bf16 W^T rounded to bf16, as an engine computes it: the products of two bf16 values are exact in
-        float32 and the engines (and torch's bf16 matmul) sum them in float32, so a float32 GEMM of the bf16 values
-        computes the same sum, 6x faster on a CPU without bf16 instructions."""
+        """The floor's rows of a linear whose source weight is not bf16: rounded to bf16, as an engine loads it."""
         name = f"{module}.weight"
-        x16 = x.to(torch.bfloat16).to(torch.float32)
+        x16 = _bf16(x)
 
         def product(rows: slice) -> torch.Tensor:
-            return (x16 @ widened(weights.rows(name, rows).to(torch.bfloat16)).T).to(torch.bfloat16)
+            return _bf16(x16 @ widened(weights.rows(name, rows).to(torch.bfloat16)).T)
 
         return by_output_rows(len(x), weights.shape(name)[0], weights.row_blocks(name), product)
 
+    def reference_linear(module: str, x: torch.Tensor) -> torch.Tensor:
+        return with_floor(plain_linear, module, x)
+
+    reference = DraftForward(head, weights, reference_linear)
     quantized = DraftForward(own_head, own_weights, quantized_linear)
-    engine_like = DraftForward(head, weights, bf16_linear)
     has_logits = "lm_head" in {lin.module for lin in head.linears}
     hidden: dict[str, list[torch.Tensor]] = {"ref": [], "got": [], "bf16": []}
     floor_rows: list[int] = []  # the positions (prefixes of the sequences: attention is causal) of the floor
@@ -269,13 +292,24 @@ def head_fidelity(
             own_embeds = embeds
             if not tokens.is_floating_point() and not shared("embed_tokens.weight"):
                 own_embeds = own_weights.gather("embed_tokens.weight", tokens).to(torch.float32)
-            start = sum(len(h) for h in hidden["ref"])
-            hidden["ref"].append(reference(aux, embeds, logits=False))
+            start, count = sum(len(h) for h in hidden["ref"]), len(aux)
+            prefix = min(count, FLOOR_POSITIONS - len(floor_rows)) if has_logits else 0
+            floor_from[0] = count if prefix > 0 else 0  # the floor's prefix runs beneath, as a sequence of its own
+            both = (
+                reference(
+                    torch.cat((aux, aux[:prefix])),
+                    torch.cat((embeds, embeds[:prefix])),
+                    logits=False,
+                    sequences=(count, prefix),
+                )
+                if prefix > 0
+                else reference(aux, embeds, logits=False)
+            )
+            floor_from[0] = 0
+            hidden["ref"].append(both[:count])
+            hidden["bf16"].append(both[count:])
+            floor_rows += range(start, start + prefix)
             hidden["got"].append(quantized(aux, own_embeds, logits=False))
-            prefix = min(len(aux), FLOOR_POSITIONS - len(floor_rows))
-            if has_logits and prefix > 0:
-                hidden["bf16"].append(engine_like(aux[:prefix], embeds[:prefix], logits=False))
-                floor_rows += range(start, start + prefix)
         last_plain.clear()
         ref_hidden, got_hidden = torch.cat(hidden["ref"]), torch.cat(hidden["got"])
         positions = ref_hidden.shape[0]
@@ -285,18 +319,23 @@ def head_fidelity(
         if not has_logits:
             return HeadFidelity(positions, hidden_cosine, (), inputs)
         lm_head = stored("lm_head")  # read once, if quantized
-        if lm_head is None and shared("lm_head.weight"):  # one pass over the (large) lm_head for both drafts
-            both = plain("lm_head", torch.cat((ref_hidden, got_hidden)))
-            ref_logits, got_logits = both[:positions], both[positions:]
+        floor_hidden = torch.cat(hidden["bf16"])
+        if lm_head is None and shared("lm_head.weight"):  # one pass over the (large) lm_head for all three
+            floor_from[0] = 2 * positions
+            every = with_floor(plain, "lm_head", torch.cat((ref_hidden, got_hidden, floor_hidden)))
+            ref_logits, got_logits = every[:positions], every[positions : 2 * positions]
+            floor_logits = every[2 * positions :]
         else:
-            ref_logits = plain("lm_head", ref_hidden)
+            floor_from[0] = positions
+            both = with_floor(plain, "lm_head", torch.cat((ref_hidden, floor_hidden)))
+            ref_logits, floor_logits = both[:positions], both[positions:]
             got_logits = (
                 own_plain("lm_head", got_hidden) if lm_head is None else kernel_linear("lm_head", lm_head, got_hidden)
             )
+        floor_from[0] = 0
         maps = (vocab_map(head, weights), vocab_map(own_head, own_weights))
         shift = distribution_shift(ref_logits, got_logits, vocab_maps=maps)
         del got_logits
-        floor_logits = engine_like.linear("lm_head", torch.cat(hidden["bf16"]))
         floor = distribution_shift(ref_logits[floor_rows], floor_logits)
     failed = judge_shift(shift, positions, limits)
     return HeadFidelity(positions, hidden_cosine, tuple(failed), inputs, shift, floor, len(floor_rows))
