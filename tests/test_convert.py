@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from eaglequant import convert, inspect
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.writer import TMP_MARKER
+from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError, OutputError
 from eaglequant.conversion.options import parse_size
 from eaglequant.record.report import REPORT_NAME
@@ -143,8 +144,9 @@ def test_user_exclusion_keeps_the_mlp_and_vllm_agrees(tmp_path: Path) -> None:
 
 
 def test_partial_layer_exclusion_needs_the_target_layer_count() -> None:
-    with pytest.raises(InputError, match="--target-layers"):
+    with pytest.raises(InputError) as raised:
         inspect(FIXTURES / "multi-layer", exclude=["layers.1.mlp.*"])
+    assert "--target-layers" in raised.value.one_line(cli_wording)  # target_layers=N to a library caller
     patterns = inspect(FIXTURES / "multi-layer", exclude=["layers.1.mlp.*"], target_layers=61).plan.exclude_patterns
     assert r"re:^model\.layers\.62\.mlp\.down_proj$" in patterns
 

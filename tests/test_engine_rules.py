@@ -7,7 +7,7 @@ import pytest
 
 from eaglequant import inspect
 from eaglequant.cli.command import cli_wording
-from eaglequant.common.errors import ExclusionProofError, InputError
+from eaglequant.common.errors import ExclusionProofError, InputError, worded
 from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.engines import ENGINES
 from eaglequant.engines.exclusions import prove
@@ -234,7 +234,7 @@ def _plan_for_any_layer_count(head, kinds, fmt_name, engine_name, exclude):  # t
     except InputError as exc:
         if NOTHING_TO_QUANTIZE in str(exc) or NEEDS_QUANTIZED in str(exc):
             return None, ()
-        if "--target-layers" not in (exc.hint or ""):
+        if "--target-layers" not in (worded(exc.hint_words, cli_wording) or ""):
             raise
     plan = build_plan(head, scheme, fmt_name, engines=[engine_name], exclude=exclude, target_layers=TARGET_LAYERS)
     return plan, (TARGET_LAYERS,)
@@ -396,7 +396,7 @@ def test_vllm_needs_the_target_layer_count_to_exclude_a_decoder_module_in_native
     head = inspect(FIXTURES / "specforge-llama").head  # its qkv_proj stays BF16 (64-row k_proj)
     with pytest.raises(InputError, match="exact name") as caught:
         build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=["vllm"])
-    assert "--target-layers" in (caught.value.hint or "")
+    assert "--target-layers" in (worded(caught.value.hint_words, cli_wording) or "")
     plan = build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=["vllm"], target_layers=61)
     assert "model.layers.61.self_attn.qkv_proj" in plan.exclude_patterns
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, placeholder, words
 
 BUNDLED_NAME = "prompts.jsonl"
 
@@ -18,13 +18,14 @@ def bundled_prompts_path() -> Path:
     return Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair" / BUNDLED_NAME
 
 
-def read_prompts(path: Path | None, limit: int | None = None, flag: str = "--prompts") -> tuple[list[str], str]:
+def read_prompts(path: Path | None, limit: int | None = None, parameter: str = "prompts") -> tuple[list[str], str]:
     """Prompts from ``path`` (JSON lines with a "prompt" string, or plain text with one prompt a line), and
     where they came from. None: the bundled held-out prompts."""
     chosen = path or bundled_prompts_path()
+    flag = placeholder(parameter, str(chosen))
     where = str(chosen) if path is not None else "bundled held-out prompts"
     if not chosen.is_file():
-        raise InputError(f"{flag} {chosen}: no such file", hint='give a .jsonl file with one {"prompt": ...} per line')
+        raise InputError(words(flag, ": no such file"), hint='give a .jsonl file with one {"prompt": ...} per line')
     prompts: list[str] = []
     for number, line in enumerate(chosen.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -34,10 +35,10 @@ def read_prompts(path: Path | None, limit: int | None = None, flag: str = "--pro
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
                 raise InputError(
-                    f"{flag} {chosen}:{number}: not JSON ({exc.msg})", hint="one JSON object a line"
+                    words(flag, f":{number}: not JSON ({exc.msg})"), hint="one JSON object a line"
                 ) from None
             if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-                raise InputError(f'{flag} {chosen}:{number}: no "prompt" string', hint='write {"prompt": "..."}')
+                raise InputError(words(flag, f':{number}: no "prompt" string'), hint='write {"prompt": "..."}')
             prompts.append(record["prompt"])
         else:
             prompts.append(line)

@@ -18,7 +18,7 @@ from eaglequant.acceptance.measure import (
 )
 from eaglequant.acceptance.prompts import read_prompts
 from eaglequant.acceptance.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 
 DEFAULT_TEMPERATURES: tuple[float, ...] = ()  # greedy only: vLLM 0.32's CPU build accepts nothing at T > 0
 
@@ -53,20 +53,26 @@ def accept(
     from eaglequant.engine_load import engine_python as find_engine_python
 
     if engine not in ENGINES:
-        raise InputError(f"--engine {engine!r}: accept runs {', '.join(ENGINES)}", hint="use --engine vllm")
+        runs = f": accept runs {', '.join(ENGINES)}"
+        raise InputError(words(given("engine", engine), runs), hint=words("use ", suggested("engine", ENGINES[0])))
     if served_as not in SERVED_AS:
-        raise InputError(f"--served-as {served_as!r}: not one of {', '.join(SERVED_AS)}", hint="use dequantized")
+        one_of = f": not one of {', '.join(SERVED_AS)}"
+        raise InputError(words(given("served_as", served_as), one_of), hint="use dequantized")
     if num_speculative_tokens < 1 or max_tokens < 1:
-        raise InputError("--k and --max-tokens must be at least 1", hint="e.g. --k 3 --max-tokens 96")
-    target_path = _model_dir(target, "--target")
+        raise InputError(
+            words(Param("num_speculative_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
+            hint=words("e.g. ", suggested("num_speculative_tokens", 3), " ", suggested("max_tokens", 96)),
+        )
+    target_path = _model_dir(target, "target")
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
     if len(prompt_list) < 2:
         raise InputError(
-            f"--prompts: {len(prompt_list)} prompt; the intervals are over prompts", hint="give at least 2 prompts"
+            words(Param("prompts"), f": {len(prompt_list)} prompt; the intervals are over prompts"),
+            hint="give at least 2 prompts",
         )
     interpreter = find_engine_python(engine, engine_python)
     destinations = [Path(d) for d in dsts]
-    source_path = _model_dir(source, "--source") if source is not None else _recorded_source(destinations)
+    source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)
     settings = Settings(
         target_path,
         tuple(prompt_list),
@@ -98,11 +104,12 @@ def accept(
     return report
 
 
-def _model_dir(path: str | Path, flag: str) -> Path:
+def _model_dir(path: str | Path, parameter: str, recorded: bool = False) -> Path:
     chosen = Path(path)
     if not (chosen / "config.json").is_file():
         what = "does not exist" if not chosen.exists() else "has no config.json"
-        raise InputError(f"{flag} {chosen}: {what}", hint="give the model's directory (config.json and weights)")
+        named = words(placeholder(parameter, str(chosen)), " (recorded)" if recorded else "", f": {what}")
+        raise InputError(named, hint="give the model's directory (config.json and weights)")
     return chosen
 
 
@@ -112,8 +119,9 @@ def _recorded_source(dsts: list[Path]) -> Path:
     recorded = {str(r.source) for r in (read_report(d) for d in dsts) if r is not None and r.source}
     if len(recorded) != 1:
         what = "records no source" if not recorded else f"record different sources ({', '.join(sorted(recorded))})"
-        raise InputError(f"the quantized drafts {what}", hint="pass --source SRC, the BF16 draft they were made from")
-    return _model_dir(recorded.pop(), "--source (recorded)")
+        hint = words("pass ", placeholder("source", "SRC"), ", the BF16 draft they were made from")
+        raise InputError(f"the quantized drafts {what}", hint=hint)
+    return _model_dir(recorded.pop(), "source", recorded=True)
 
 
 def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -> QuantizedDraft:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
 from eaglequant.common.background import in_background
-from eaglequant.common.errors import CheckpointError
+from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.devices import quantization_device, shared_on
 from eaglequant.conversion.finisher import write_metadata
@@ -292,8 +292,10 @@ class _ShardFiller:
         if signal == 0:
             raise CheckpointError(
                 f"{info.file}: tensor {linear.weight!r} is all zeros",
-                hint=f"a trained weight is never all zero: re-export the head, or keep it with --exclude "
-                f"{linear.checkpoint_module}",
+                hint=words(
+                    "a trained weight is never all zero: re-export the head, or keep it with ",
+                    suggested("exclude", linear.checkpoint_module),
+                ),
             )
         rel, sqnr = error_figures(noise, signal)
         return LinearResult(linear.module, linear.weight, (linear.out_features, linear.in_features), rel, sqnr)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 
@@ -60,9 +60,12 @@ class Dialect:
 
 
 # What N is and where to read it (docs/cli.md#the-targets-layer-count).
-TARGET_LAYERS_HINT = (
-    "pass --target-layers N, N being the target model's num_hidden_layers (in its config.json; text_config's for a "
-    "multimodal target), or --target-config with that config.json or its directory"
+TARGET_LAYERS_HINT = words(
+    "pass ",
+    placeholder("target_layers", "N"),
+    ", N being the target model's num_hidden_layers (in its config.json; text_config's for a multimodal target), or ",
+    Param("target_config"),
+    " with that config.json or its directory",
 )
 
 

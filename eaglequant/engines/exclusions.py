@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eaglequant.common.errors import ExclusionProofError, InputError
+from eaglequant.common.errors import ExclusionProofError, InputError, Param, words
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
 from eaglequant.engines.view import SAMPLE_TARGET_LAYERS, EngineView
 from eaglequant.layouts.head import HeadDescription
@@ -182,8 +182,11 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
                         f"{engine.title} cannot load {symbolic_name(module.names[0], count)} unquantized under this "
                         f"scheme ({needed}), but it is kept unquantized for "
                         f"{checkpoint_names(head, sorted(set(module.members) - quantized))}",
-                        hint="drop the --exclude that keeps it, or target the engines that need it kept in separate "
-                        "conversions",
+                        hint=words(
+                            "drop the ",
+                            Param("exclude"),
+                            " that keeps it, or target the engines that need it kept in separate conversions",
+                        ),
                     )
                 if reason is not None and set(module.members) & quantized:
                     raise ExclusionProofError(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
-from eaglequant.common.errors import CheckpointError
+from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
@@ -103,7 +103,7 @@ class _Nvfp4(_ModelOptRecipe):
             # ModelOpt itself writes weight_scale_2 = 0 and NaN block scales here.
             raise CheckpointError(
                 f"{linear.weight}: every weight of its group is zero; NVFP4 has no global scale for it",
-                hint=f"keep it unquantized with --exclude {linear.checkpoint_module}",
+                hint=words("keep it unquantized with ", suggested("exclude", linear.checkpoint_module)),
             )
         weight_scale_2 = nvfp4.modelopt_global_scale(shared.weight_amax)
         packed, block_scale = nvfp4.modelopt_quantize(weight, weight_scale_2)

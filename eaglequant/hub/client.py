@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.errors import InputError, Words, given, words
+from eaglequant.common.errors import InputError, Param, Words, given, words
 
 # ``org/name`` as the Hub spells repo ids (96 characters at most), optionally ``@revision``.
 _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<revision>[\w./-]+))?$")
@@ -335,7 +335,8 @@ def upload_files(dst: Path) -> dict[str, int]:
 def check_repo_id(repo_id: str) -> None:
     parsed = parse_repo_ref(repo_id)
     if parsed is None or parsed[1] is not None:
-        raise InputError(f"{repo_id!r} is not a Hub repo id", hint="write it as org/name (use --revision for a branch)")
+        branch = words("write it as org/name (use ", Param("revision"), " for a branch)")
+        raise InputError(f"{repo_id!r} is not a Hub repo id", hint=branch)
 
 
 def upload_folder(folder: Path, repo_id: str, *, revision: str, private: bool, message: str) -> tuple[str, str]:

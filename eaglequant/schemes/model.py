@@ -18,7 +18,7 @@ from typing import Any
 
 import tomllib
 
-from eaglequant.common.errors import SchemeError
+from eaglequant.common.errors import SchemeError, placeholder, words
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, TensorKind, kinds_label
 from eaglequant.kinds.base import BlockSize
 
@@ -101,7 +101,7 @@ class Scheme:
             return replace(self, activation=None)
         raise SchemeError(
             f"scheme {self.name!r} needs static activation scales",
-            hint="pass --calib FILE.safetensors with captured draft inputs",
+            hint=words("pass ", placeholder("calib", "FILE.safetensors"), " with captured draft inputs"),
         )
 
 
