@@ -14,8 +14,8 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from eaglequant import convert, inspect
+from eaglequant.checkpoint.destination import TMP_MARKER
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.checkpoint.writer import TMP_MARKER
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError, OutputError
 from eaglequant.conversion.options import parse_size

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from eaglequant.checkpoint import direct_io, writer
+from eaglequant.checkpoint import destination, direct_io, writer
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import CheckpointError
 from eaglequant.conversion import finisher, pipeline
@@ -40,7 +40,7 @@ def planned(
 def convert(
     src: Path, dst: Path, scheme: str = "fp8-per-channel", fmt: str = "quark", **kwargs: object
 ) -> ConversionResult:
-    with planned(src, scheme, fmt) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+    with planned(src, scheme, fmt) as (checkpoint, plan), destination.staged_directory(dst) as stage:
         written = pipeline.write_output(checkpoint, plan, stage.path, **kwargs)  # type: ignore[arg-type]
         result = finisher.record_output(stage.path, ConversionResult.of(dst, plan, written, checkpoint))
         stage.commit(dst, overwrite=False)
@@ -75,7 +75,7 @@ def test_files_written_beside_the_output_are_hashed_into_its_report(tmp_path: Pa
     """What the caller writes into the stage after the shards (the card, a verification report) is not copied
     from the source when it replaces a source file, and its SHA-256 is in the report written last."""
     dst, progress = tmp_path / "out", Recorder()
-    with planned(SRC) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+    with planned(SRC) as (checkpoint, plan), destination.staged_directory(dst) as stage:
         written = pipeline.write_output(
             checkpoint, plan, stage.path, replaced=("tokenizer_config.json",), progress=progress
         )
@@ -105,7 +105,7 @@ def test_progress_counts_every_byte_and_tensor_of_the_writing_phase(tmp_path: Pa
 
 def test_a_stage_committed_elsewhere_leaves_dst_as_it_was(tmp_path: Path) -> None:
     elsewhere, dst = tmp_path / "elsewhere", tmp_path / "out"
-    with planned(SRC) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+    with planned(SRC) as (checkpoint, plan), destination.staged_directory(dst) as stage:
         written = pipeline.write_output(checkpoint, plan, stage.path)
         finisher.record_output(stage.path, ConversionResult.of(dst, plan, written, checkpoint))
         stage.commit(elsewhere, overwrite=False)
@@ -115,7 +115,7 @@ def test_a_stage_committed_elsewhere_leaves_dst_as_it_was(tmp_path: Path) -> Non
 
 def test_a_stage_left_uncommitted_leaves_nothing_behind(tmp_path: Path) -> None:
     dst = tmp_path / "out"
-    with planned(SRC) as (checkpoint, plan), writer.staged_directory(dst) as stage:
+    with planned(SRC) as (checkpoint, plan), destination.staged_directory(dst) as stage:
         pipeline.write_output(checkpoint, plan, stage.path)
     assert sorted(tmp_path.iterdir()) == []
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from eaglequant.checkpoint.writer import REPORT_NAME
+from eaglequant.checkpoint.destination import REPORT_NAME
 
 
 @dataclass(frozen=True)

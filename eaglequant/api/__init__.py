@@ -15,8 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.checkpoint.writer import check_destination
 from eaglequant.common.errors import InputError
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.inspection import InspectReport
@@ -120,7 +120,7 @@ def convert(
     byte for byte whatever their number. ``device``: ``cpu`` or ``cuda`` for the quantization math; the
     tensors written are the same byte for byte (see :mod:`eaglequant.conversion.devices`).
     """
-    from eaglequant.checkpoint.writer import staged_directory
+    from eaglequant.checkpoint.destination import staged_directory
     from eaglequant.conversion.devices import quantization_device
     from eaglequant.conversion.finisher import record_output
     from eaglequant.publish.card import CARD_NAME, card_context, source_card_metadata, write_card

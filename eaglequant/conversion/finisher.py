@@ -12,9 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, source_files
-from eaglequant.checkpoint.writer import REPORT_NAME, TensorSpec
+from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import ConversionResult
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.checkpoint.writer import REPORT_NAME
+from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject
 from eaglequant.common.version import __version__
