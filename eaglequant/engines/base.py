@@ -110,6 +110,7 @@ class Engine(ABC):
     name: ClassVar[str]
     title: ClassVar[str]
     release: ClassVar[str]  # the engine release this model describes; its rules cite that release's files
+    hub_library: ClassVar[str]  # the Hub's library_name for a checkpoint this engine loads (the card's tag)
 
     def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,

@@ -78,6 +78,7 @@ class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
     release: ClassVar[str] = "0.5.23"
+    hub_library: ClassVar[str] = "sglang"
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def fc_unquantized(self, head: HeadDescription) -> str | None:

@@ -86,6 +86,7 @@ class TrtllmMainEngine(Engine):
     name: ClassVar[str] = "trtllm-main"
     title: ClassVar[str] = "TensorRT-LLM main"
     release: ClassVar[str] = "(2026)"
+    hub_library: ClassVar[str] = "tensorrt-llm"
     matches_ancestors: ClassVar[bool] = True  # an exclude entry matching a parent module excludes the child
     reads_regex: ClassVar[bool] = True  # "re:" entries are regular expressions
 

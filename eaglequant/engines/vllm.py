@@ -110,6 +110,7 @@ class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
     release: ClassVar[str] = "0.32.0"
+    hub_library: ClassVar[str] = "vllm"
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:

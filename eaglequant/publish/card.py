@@ -98,14 +98,10 @@ def _front_matter(report: ConversionReport, context: CardContext) -> str:
     return f"---\n{ModelCardData(**fields).to_yaml()}\n---\n"
 
 
-# The Hub's library_name says what loads the checkpoint. transformers cannot load an EAGLE-3 draft quantized in
-# these formats; the serving engine the rules were proven for can. The Hub keeps any name as the library tag.
-LIBRARY_NAMES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm", "trtllm-main": "tensorrt-llm"}
-
-
 def library_name(engines: Iterable[str]) -> str:
-    """The first engine the conversion targeted (vLLM by default), as the Hub names it."""
-    return next((LIBRARY_NAMES[e] for e in engines if e in LIBRARY_NAMES), "vllm")
+    """The first engine the conversion targeted (vLLM by default), as the Hub names it: the Hub's library_name
+    says what loads the checkpoint, and transformers cannot load an EAGLE-3 draft quantized in these formats."""
+    return next((ENGINES[e].hub_library for e in engines if e in ENGINES), ENGINES["vllm"].hub_library)
 
 
 def _title(report: ConversionReport, context: CardContext) -> str:
