@@ -26,7 +26,6 @@ from eaglequant.acceptance.statistics import (
 )
 from eaglequant.common.errors import EagleQuantError, InputError
 
-ACCEPT_NAME = "eaglequant_accept.json"
 RUN_TIMEOUT_S = 3600
 ENGINES = ("vllm",)  # engines whose speculative decoding `accept` drives
 

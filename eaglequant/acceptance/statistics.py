@@ -91,11 +91,14 @@ def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: f
 
 def interval_text(figure: dict[str, float | None], signed: bool = False) -> str:
     """An interval as its JSON holds it, for reading: ``2.481 [2.395, 2.566]`` (bounds left out when null)."""
+    return format_interval(figure["value"], figure["low"], figure["high"], signed)
+
+
+def format_interval(value: float | None, low: float | None, high: float | None, signed: bool = False) -> str:
+    """``2.481 [2.395, 2.566]``; bounds left out when unknown, ``n/a`` without a value."""
     form = "+.3f" if signed else ".3f"
-    value = figure["value"]
     if value is None:
         return "n/a"
-    low, high = figure["low"], figure["high"]
     bounds = "" if low is None or high is None else f" [{low:{form}}, {high:{form}}]"
     return f"{value:{form}}{bounds}"
 

@@ -8,7 +8,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from eaglequant.acceptance.measure import (
-    ACCEPT_NAME,
     ENGINES,
     AcceptanceReport,
     QuantizedDraft,
@@ -17,6 +16,7 @@ from eaglequant.acceptance.measure import (
     modes_for,
 )
 from eaglequant.acceptance.prompts import read_prompts
+from eaglequant.acceptance.record import ACCEPT_NAME
 from eaglequant.acceptance.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 

@@ -20,6 +20,7 @@ from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
 from eaglequant.record.verification import VerificationRecord
 
 if TYPE_CHECKING:
+    from eaglequant.acceptance.record import AcceptanceRecord
     from eaglequant.verification.verify import VerifyReport
 
 CARD_NAME = "README.md"
@@ -61,11 +62,11 @@ def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> st
 
 
 def render_card(
-    report: ConversionReport, verification: VerificationRecord | None, acceptance: dict[str, Any] | None = None
+    report: ConversionReport, verification: VerificationRecord | None, acceptance: AcceptanceRecord | None = None
 ) -> str:
     """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: what
     ``eaglequant_verify.json`` records, or None when the conversion was not verified; ``acceptance``: the dict in
-    ``eaglequant_accept.json``, or None when ``accept`` has not measured it."""
+    ``eaglequant_accept.json`` records, or None when ``accept`` has not measured it."""
     context = report.card
     assert context is not None, "a report written without a card context has no card"
     sections = [
@@ -210,46 +211,41 @@ def _verification(verification: VerificationRecord | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _acceptance(acceptance: dict[str, Any] | None) -> str:
+def _acceptance(acceptance: AcceptanceRecord | None) -> str:
     if acceptance is None:
         return ""
-    from eaglequant.acceptance.statistics import interval_text
-
-    settings = acceptance["settings"]
-    source = acceptance["source"]
+    source = acceptance.source
     lines = [
         "## Acceptance",
         "",
-        f"Measured with {acceptance['engine']} {acceptance['version']}'s own EAGLE-3 speculative decoding "
-        f"(`eaglequant accept`): target `{settings['target']}`, {settings['num_speculative_tokens']} speculative "
-        f"tokens, {settings['prompts']} prompts ({settings['prompts_from']}) × {settings['max_tokens']} tokens. "
+        f"Measured with {acceptance.engine} {acceptance.version}'s own EAGLE-3 speculative decoding "
+        f"(`eaglequant accept`): target `{acceptance.target}`, {acceptance.num_speculative_tokens} speculative "
+        f"tokens, {acceptance.prompts} prompts ({acceptance.prompts_from}) × {acceptance.max_tokens} tokens. "
         "Acceptance length: tokens per target forward (1 + accepted drafted tokens); 95% intervals over prompts.",
         "",
         "| draft | mode | acceptance length | per position | vs source |",
         "|---|---|---:|---|---:|",
     ]
-    for draft in (source, *acceptance["quantized"]):
-        name = "source (BF16)" if draft["served_as"] == "source" else f"this checkpoint ({draft['served_as']})"
-        for mode, figures in draft["modes"].items():
-            length = figures["acceptance_length"]
-            positions = " / ".join(f"{p['value']:.2f}" for p in figures["per_position"])
-            diff = figures.get("difference")
-            versus = "" if diff is None else interval_text(diff, signed=True)
-            lines.append(f"| {name} | {mode} | {interval_text(length)} | {positions} | {versus} |")
-    for draft in (source, *acceptance["quantized"]):
-        lossless = draft["lossless"]
+    for draft in (source, *acceptance.quantized):
+        name = "source (BF16)" if draft.served_as == "source" else f"this checkpoint ({draft.served_as})"
+        for mode, figures in draft.modes.items():
+            positions = " / ".join(f"{p.value:.2f}" for p in figures.per_position if p.value is not None)
+            versus = "" if figures.difference is None else figures.difference.text(signed=True)
+            lines.append(f"| {name} | {mode} | {figures.acceptance_length.text()} | {positions} | {versus} |")
+    for draft in (source, *acceptance.quantized):
+        lossless = draft.lossless
         lines.append(
-            f"\nGreedy output with the {'source' if draft['served_as'] == 'source' else 'quantized'} draft equals the "
-            f"target's alone on {lossless['equal']} of {lossless['prompts']} prompts"
+            f"\nGreedy output with the {'source' if draft.served_as == 'source' else 'quantized'} draft equals the "
+            f"target's alone on {lossless.equal} of {lossless.prompts} prompts"
             + (
                 f", and first departs from it at a near-tie of the target's own choice (top two within "
-                f"{lossless['near_tie_nats']} nats) on {lossless['near_ties']}."
-                if lossless.get("near_ties")
+                f"{lossless.near_tie_nats} nats) on {lossless.near_ties}."
+                if lossless.near_ties
                 else "."
             )
         )
-    lines += [f"\nNote: {note}" for note in acceptance["notes"]]
-    lines += [f"\n**Problem**: {problem}" for problem in acceptance["problems"]]
+    lines += [f"\nNote: {note}" for note in acceptance.notes]
+    lines += [f"\n**Problem**: {problem}" for problem in acceptance.problems]
     return "\n".join(lines) + "\n"
 
 
@@ -312,16 +308,13 @@ def refresh_card(dst: Path) -> bool:
 
 
 def _rerender(dst: Path, report: ConversionReport) -> None:
-    import json
     from dataclasses import replace
 
-    from eaglequant.acceptance.measure import ACCEPT_NAME
+    from eaglequant.acceptance.record import read_acceptance
     from eaglequant.checkpoint.hashing import file_sha256
     from eaglequant.record.verification import read_verification
 
-    accepted = dst / ACCEPT_NAME
-    acceptance = json.loads(accepted.read_text(encoding="utf-8")) if accepted.is_file() else None
-    _replace(dst / CARD_NAME, render_card(report, read_verification(dst), acceptance))
+    _replace(dst / CARD_NAME, render_card(report, read_verification(dst), read_acceptance(dst)))
     report = replace(report, files={**report.files, CARD_NAME: file_sha256(dst / CARD_NAME)})
     _replace(dst / REPORT_NAME, report.to_text())
 
