@@ -97,7 +97,7 @@ def require_vendor(module: str) -> None:
 
 # Schemes each format is checked against its vendor on, over every fixture.
 PARITY_SCHEMES = {
-    "quark": ("fp8-per-channel", "mxfp4", "mxfp4-w4a16"),
+    "quark": ("fp8-per-channel", "mxfp4", "mxfp4-w4a16", "int8"),
     "compressed-tensors": (
         "fp8-per-channel",
         "fp8-block",
@@ -234,7 +234,12 @@ def quark_outputs(tmp_path_factory: pytest.TempPathFactory, converted: Converted
     """amd-quark's own file-to-file output for every quark parity case (one subprocess, one import)."""
     require_vendor("quark")
     work = tmp_path_factory.mktemp("quark")
-    algorithms = {"fp8-per-channel": "ptpc_fp8", "mxfp4": "mxfp4", "mxfp4-w4a16": "mxfp4_weight_only"}
+    algorithms = {
+        "fp8-per-channel": "ptpc_fp8",
+        "mxfp4": "mxfp4",
+        "mxfp4-w4a16": "mxfp4_weight_only",
+        "int8": "int8_per_channel_dynamic_token",  # a QConfig of Quark's own specs (tests/vendor/run_quark.py)
+    }
     jobs, outputs = [], CaseOutputs()
     for case in parity_cases("quark"):
         outputs[case] = work / str(case)

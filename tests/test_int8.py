@@ -96,6 +96,42 @@ def test_zero_row_gets_eps_and_zero_codes() -> None:
     assert torch.all(scale == torch.finfo(torch.bfloat16).eps) and torch.all(q == 0)
 
 
+def reference_quark(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """AMD Quark's INT8 per channel in float64: scale = fp32(D(amax / 127.5)) floored at fp32's eps, codes =
+    round_even(clamp(fp32(fp32(w) * fp32(1 / scale))))."""
+    amax = w.to(torch.float64).abs().amax(dim=1)
+    scale = (amax / 127.5).to(w.dtype).to(torch.float32).to(torch.float64)
+    scale = scale.clamp(min=torch.finfo(torch.float32).eps)
+    inverse = (1.0 / scale).to(torch.float32).to(torch.float64)
+    product = (w.to(torch.float64) * inverse[:, None]).to(torch.float32).to(torch.float64)
+    return torch.round(product.clamp(-128, 127)), scale
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(weights, min_size=1, max_size=4), dtype=st.sampled_from(DTYPES), tiny_row=st.booleans())
+def test_quark_weights_match_the_float64_definition(
+    rows: list[list[float]], dtype: torch.dtype, tiny_row: bool
+) -> None:
+    width = min(len(r) for r in rows)
+    w = torch.tensor([r[:width] for r in rows], dtype=torch.float64).to(dtype)
+    if tiny_row:
+        w[0] *= 1e-8  # its scale falls below float32's eps, which Quark keeps as the floor
+    q, scale = int8.quark_per_channel(w)
+    ref_q, ref_scale = reference_quark(w)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float32 and scale.shape == (w.shape[0],)
+    assert torch.equal(scale.to(torch.float64), ref_scale)
+    assert torch.equal(q.to(torch.float64), ref_q)
+
+
+def test_quark_multiplies_by_the_reciprocal() -> None:
+    """0.0029754638671875 / 0.000457763671875 is exactly 6.5 (half to even: 6), but Quark multiplies by the float32
+    reciprocal: 6.5000005, so 7 (seen on the specforge-llama fixture's fc)."""
+    w = torch.tensor([[0.058349609375, 0.0029754638671875, -0.0029754638671875]], dtype=torch.bfloat16)
+    q, scale = int8.quark_per_channel(w)
+    assert scale.item() == 0.000457763671875
+    assert q.tolist() == [[127, 7, -7]]
+
+
 def reference_tokens(x: torch.Tensor) -> torch.Tensor:
     """The engines' dynamic per-token INT8 in float64: inverse = fp32(127 / amax), codes = round_even(fp32(x * inv))."""
     x32 = x.to(torch.float32)
@@ -137,7 +173,14 @@ def test_the_kind_and_its_recipe() -> None:
     assert (kind.bits, kind.stored_dtype, kind.codes_per_element, kind.in_features(96)) == (8, "I8", 1, 96)
     fmt = get_format("compressed-tensors")
     assert fmt.algorithm(scheme) == "W8A8"
-    assert [get_format(name).supports(scheme) for name in ("quark", "modelopt", "fp8")] == [False, False, False]
+    assert [get_format(name).supports(scheme) for name in ("quark", "modelopt", "fp8")] == [True, False, False]
+    quark = get_format("quark").quantization_config(scheme, [])["global_quant_config"]
+    assert quark["weight"]["dtype"] == quark["input_tensors"]["dtype"] == "int8"
+    assert (quark["weight"]["ch_axis"], quark["input_tensors"]["ch_axis"], quark["input_tensors"]["is_dynamic"]) == (
+        0,
+        1,
+        True,
+    )
     config = fmt.quantization_config(scheme, [])
     group = config["config_groups"]["W8A8"]
     assert (

@@ -181,6 +181,15 @@ MATRIX: dict[tuple[tuple[str, str | None], str], dict[str, Support]] = {
         "sglang": _no("SGLang's compressed_tensors has no dense MXFP4 scheme"),
         "trtllm-main": _TRT_NO_MX,
     },
+    (_I8, "quark"): {
+        "vllm": _yes("QuarkW8A8Int8, channel weights + dynamic per-token inputs (quark/quark.py::_is_w8a8_int8)"),
+        "trtllm": _TRT_NO_QUARK,
+        "sglang": _no(
+            "SGLang's Quark config has W8A8 FP8 and MXFP4 schemes only; INT8 raises NotImplementedError "
+            "(srt/layers/quantization/quark/quark.py::_get_scheme_from_config)"
+        ),
+        "trtllm-main": _TRT_NO_QUARK,
+    },
     (_I8, "compressed-tensors"): {
         "vllm": _yes(
             "CompressedTensorsW8A8Int8, channel weights + dynamic token activations "

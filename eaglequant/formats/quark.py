@@ -2,6 +2,8 @@
 
 - Per-channel FP8 (``ptpc_fp8``): ``<module>.weight`` F8_E4M3 [N, K] and ``<module>.weight_scale`` F32 [N];
   no ``input_scale`` (activations are dynamic per token). vLLM requires the scale to be 1-D.
+- INT8 per channel, dynamic per-token inputs (W8A8): ``weight`` I8 [N, K], ``weight_scale`` F32 [N]
+  (see ``_Int8Channel``).
 - OCP MXFP4 (``mxfp4`` W4A4 dynamic, ``mxfp4_weight_only``): ``weight`` U8 [N, K/2], ``weight_scale`` U8
   (E8M0) [N, K/32]; both write the same tensors, only ``input_tensors`` in the config differs.
 
@@ -112,6 +114,34 @@ class _Fp8Channel(_QuarkRecipe):
         )
 
 
+class _Int8Channel(_QuarkRecipe):
+    """INT8 per channel with dynamic per-token inputs: Quark's file-to-file path writes it from a hand-built QConfig
+    (``Int8PerChannelSpec`` with ch_axis 0 on weights, dynamic with ch_axis 1 on inputs; no LLMTemplate scheme)."""
+
+    kind: ClassVar[str] = "int8-channel"
+    algorithms: ClassVar[dict[str | None, str]] = {"int8-token": "int8 per-channel, dynamic per-token"}
+    weight_spec: ClassVar[dict[str, Any]] = {**_FP8_SPEC, "dtype": "int8"}
+    input_spec: ClassVar[dict[str, Any] | None] = {**_FP8_SPEC, "dtype": "int8", "is_dynamic": True, "ch_axis": 1}
+
+    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]:
+        return "F32", (n,)
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        from eaglequant.numerics import int8
+
+        quantized, scale = int8.quark_per_channel(weight)
+        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        from eaglequant.kinds.base import StoredLinear
+
+        base = linear.checkpoint_module
+        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
+        return StoredLinear(self.kind, weight, channel_scale=scale, activation="int8-token")
+
+
 class _Mxfp4(_QuarkRecipe):
     kind: ClassVar[str] = "mxfp4"
     # Both write the same tensors; only input_tensors differs.
@@ -143,7 +173,7 @@ class QuarkFormat(Format):
     quant_method: ClassVar[str] = "quark"
     exclude_key: ClassVar[str] = "exclude"
     exclude_dialect: ClassVar[str] = "exact-or-regex"
-    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Mxfp4())
+    recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Mxfp4(), _Int8Channel())
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale", "input_scale_2")
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:

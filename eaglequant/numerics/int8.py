@@ -37,6 +37,25 @@ def _ct_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantized.to(torch.int8), scale
 
 
+def quark_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[N, K] weight -> (int8 [N, K], float32 scale [N]), AMD Quark 0.13's file-to-file INT8 per channel (an
+    ``Int8PerChannelSpec`` on weights), in row blocks.
+
+    scale = fp32(D(row amax / D(127.5))), floored at float32's eps (not only 0: anything below it); the codes are
+    round_half_even(clamp(fp32(w) * fp32(1 / scale), -128, 127)) -- a product with the reciprocal, not a division,
+    so an exact half of a step can land on either side (6.5 becomes 6.5000005, then 7)."""
+    n, k = weight.shape
+    quantized, scale = by_row_blocks(weight, _quark_rows, [((n, k), torch.int8), ((n,), torch.float32)])
+    return quantized, scale
+
+
+def _quark_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    scale = (weight.abs().amax(dim=1) / torch.tensor(SYMMETRIC_HALF_RANGE, dtype=weight.dtype)).to(torch.float32)
+    scale = scale.clamp_min(torch.finfo(torch.float32).eps)
+    quantized = (weight.to(torch.float32) * scale.reciprocal()[:, None]).clamp_(INT8_MIN, INT8_MAX).round_()
+    return quantized.to(torch.int8), scale
+
+
 def dequantize_per_channel(quantized: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """float32 [N, K] = code * the row's scale (exact: an 8-bit code times a float32 scale rounds once)."""
     return quantized.to(torch.float32) * scale.to(torch.float32).reshape(-1, 1)

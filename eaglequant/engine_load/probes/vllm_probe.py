@@ -41,6 +41,7 @@ from .vllm_record import (
     Recorder,
     calibrated_amax,
     compare_param,
+    discarded_unloaded,
     instrument_params,
     postprocess,
     run_gemm,
@@ -173,6 +174,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 why = f"process_weights_after_loading failed on CPU: {error_line(exc)}"
                 processing_failed = {path: why for path, _, _ in modules}
                 capture.lines.append(f"probe: {why}")
+            for _, module, entry in modules:  # whatever failed later, a parameter the method deleted is gone
+                discarded_unloaded(entry, module)
             if source is not None:
                 for path, module, entry in modules:
                     if path in processing_failed:

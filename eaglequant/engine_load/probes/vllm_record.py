@@ -150,11 +150,25 @@ def compare_param(
         expected = torch.cat([t.to(value.dtype) for _, t in members], dim=output_dim)
     except RuntimeError as exc:
         return False, f"members {shards} cannot be concatenated: {exc}"
+    detail = None
     if expected.shape != value.shape:
-        return False, f"shards {shards} concatenate to {list(expected.shape)}, parameter is {list(value.shape)}"
+        if expected.numel() != value.numel():
+            return False, f"shards {shards} concatenate to {list(expected.shape)}, parameter is {list(value.shape)}"
+        # e.g. Quark's 1-D [N] per-channel scales, which QuarkW8A8Int8's loader unsqueezes into an [N, 1] parameter
+        detail = f"shards {shards} concatenate to {list(expected.shape)}, taken as {list(value.shape)}"
+        expected = expected.reshape(value.shape)
     if _same(value, expected):
-        return True, None
+        return True, detail
     return False, f"values differ from the concatenation of shards {shards}"
+
+
+def discarded_unloaded(entry: dict[str, Any], module: torch.nn.Module) -> None:
+    """A parameter no tensor reached that the quantization method's own process_weights_after_loading then deleted
+    (QuarkW8A8Int8's ``weight_zero_point`` for symmetric weights) was never read: not a missing tensor."""
+    for param in entry["params"]:
+        if not param["sources"] and getattr(module, param["name"], None) is None:
+            param["equal"] = True
+            param["detail"] = "allocated, never loaded, then deleted by process_weights_after_loading (never read)"
 
 
 MEMBERS = {
