@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import JsonObject
+from eaglequant.common.json_fields import JsonObject, read_json_file
 
 DATA = {
     "name": "x",
@@ -51,3 +53,12 @@ def test_a_wrong_value_is_one_line_naming_file_and_key(take: object, said: str) 
 def test_the_content_must_be_an_object() -> None:
     with pytest.raises(InputError, match=r"report\.json: the content is a list, not an object"):
         read([1, 2])
+
+
+def test_a_json_file_is_none_when_absent_and_one_line_when_broken(tmp_path: Path) -> None:
+    assert read_json_file(tmp_path / "absent.json", InputError, "redo it") is None
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(InputError, match="broken.json: not JSON"):
+        read_json_file(tmp_path / "broken.json", InputError, "redo it")
+    (tmp_path / "ok.json").write_text('{"a": 1}')
+    assert read_json_file(tmp_path / "ok.json", InputError, "redo it") == {"a": 1}

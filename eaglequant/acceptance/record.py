@@ -3,14 +3,13 @@ card shows of it. ``accept`` writes the file from :class:`~eaglequant.acceptance
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eaglequant.acceptance.statistics import format_interval
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import JsonObject
+from eaglequant.common.json_fields import JsonObject, read_json_file
 
 ACCEPT_NAME = "eaglequant_accept.json"
 _REPAIR = "run `eaglequant accept` on it again"
@@ -91,17 +90,8 @@ class AcceptanceRecord:
 def read_acceptance(dst: Path) -> AcceptanceRecord | None:
     """The measurement ``accept`` recorded in ``dst``; None when there is none."""
     path = dst / ACCEPT_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise AcceptanceRecordError(f"{path}: cannot be read ({exc.strerror})", hint=_REPAIR) from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise AcceptanceRecordError(f"{path}: not JSON ({exc})", hint=_REPAIR) from None
-    return AcceptanceRecord.from_json(data, str(path))
+    data = read_json_file(path, AcceptanceRecordError, _REPAIR)
+    return None if data is None else AcceptanceRecord.from_json(data, str(path))
 
 
 def _interval(row: JsonObject) -> IntervalRecord:

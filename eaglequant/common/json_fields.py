@@ -3,7 +3,9 @@ key and file in a one-line error."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Protocol
 
 from eaglequant.common.errors import EagleQuantError
@@ -116,6 +118,21 @@ class JsonObject:
         if not isinstance(value, dict):
             raise self.wrong(name, "an object")
         return {key: self._child(item, f"{self.key(name)}.{key}") for key, item in value.items()}
+
+
+def read_json_file(path: Path, error: ErrorType, hint: str) -> Any:
+    """The parsed content of the JSON file at ``path``; None when there is no such file. One that cannot be read
+    or is not JSON raises ``error`` (with ``hint``) naming the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise error(f"{path}: cannot be read ({exc.strerror})", hint=hint) from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise error(f"{path}: not JSON ({exc})", hint=hint) from None
 
 
 def _json_type(value: Any) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.errors import CheckpointError, InputError
-from eaglequant.common.json_fields import JsonObject
+from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetLayers
 
@@ -251,17 +251,8 @@ def read_report(dst: Path) -> ConversionReport | None:
     """The report ``convert`` wrote into ``dst``; None when there is none. One that cannot be read or is
     invalid raises :class:`ReportError`, one from a newer eaglequant :class:`NewerReportError`."""
     path = dst / REPORT_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise ReportError(f"{path}: cannot be read ({exc.strerror})", hint=_REPAIR) from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ReportError(f"{path}: not JSON ({exc})", hint=_REPAIR) from None
-    return ConversionReport.from_json(data, str(path))
+    data = read_json_file(path, ReportError, _REPAIR)
+    return None if data is None else ConversionReport.from_json(data, str(path))
 
 
 def readable_report(dst: Path) -> ConversionReport | None:

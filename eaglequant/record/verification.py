@@ -7,14 +7,13 @@ and ``batch`` read it only through :func:`read_verification` / :meth:`Verificati
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED, InputError
-from eaglequant.common.json_fields import JsonObject
+from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.schemes.model import VerifyThresholds
 
 VERIFY_NAME = "eaglequant_verify.json"
@@ -107,17 +106,8 @@ def read_verification(dst: Path) -> VerificationRecord | None:
     """The verification stored in ``dst``; None when there is none. One that cannot be read raises
     :class:`VerificationRecordError`."""
     path = dst / VERIFY_NAME
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise VerificationRecordError(f"{path}: cannot be read ({exc.strerror})", hint=_REPAIR) from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise VerificationRecordError(f"{path}: not JSON ({exc})", hint=_REPAIR) from None
-    return VerificationRecord.from_json(data, str(path))
+    data = read_json_file(path, VerificationRecordError, _REPAIR)
+    return None if data is None else VerificationRecord.from_json(data, str(path))
 
 
 def _verdict(top: JsonObject) -> Verdict:
