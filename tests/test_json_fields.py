@@ -58,7 +58,7 @@ def test_the_content_must_be_an_object() -> None:
 def test_a_json_file_is_none_when_absent_and_one_line_when_broken(tmp_path: Path) -> None:
     assert read_json_file(tmp_path / "absent.json", InputError, "redo it") is None
     (tmp_path / "broken.json").write_text("{not json")
-    with pytest.raises(InputError, match="broken.json: not JSON"):
+    with pytest.raises(InputError, match=r"broken\.json: not JSON"):
         read_json_file(tmp_path / "broken.json", InputError, "redo it")
     (tmp_path / "ok.json").write_text('{"a": 1}')
     assert read_json_file(tmp_path / "ok.json", InputError, "redo it") == {"a": 1}
