@@ -303,3 +303,59 @@ def test_engines_refuse_int4_where_the_base_qkv_holds_partial_groups(engine: str
     wide = inspect(FIXTURES / "specforge-llama").head  # hidden size 128
     qkv = next(m for m in ENGINES[engine].runtime_modules(wide, 61) if "qkv_proj" in m.names[0])
     assert ENGINES[engine].head_load_refusal(wide, qkv, ("int4-group", None), "compressed-tensors") is None
+
+
+def _reverse_nibbles(tensors: dict) -> None:  # type: ignore[type-arg]
+    """Element 8j + i read from nibble 7 - i: the packing order of a wrong implementation."""
+    packed = tensors["midlayer.mlp.up_proj.weight_packed"]
+    nibbles = [(packed >> (4 * i)) & 15 for i in range(8)]
+    reversed_words = sum(nibble << (4 * (7 - i)) for i, nibble in enumerate(nibbles))
+    tensors["midlayer.mlp.up_proj.weight_packed"] = reversed_words.to(torch.int32)
+
+
+def _shift_zero_points(tensors: dict) -> None:  # type: ignore[type-arg]
+    """Every zero point of one linear moved by one step (each nibble + 1, wrapping within 0..15)."""
+    packed = tensors["midlayer.self_attn.o_proj.weight_zero_point"]
+    shifted = sum((((packed >> (4 * i)) & 15) + 1) % 16 << (4 * i) for i in range(8))
+    tensors["midlayer.self_attn.o_proj.weight_zero_point"] = shifted.to(torch.int32)
+
+
+def _double_one_int8_row(tensors: dict) -> None:  # type: ignore[type-arg]
+    tensors["midlayer.mlp.down_proj.weight_scale"][5] *= 2
+
+
+@pytest.mark.parametrize(
+    ("scheme", "damage", "where"),
+    [
+        ("int4-w4a16", _reverse_nibbles, "up_proj"),
+        ("int4-w4a16-asym", _shift_zero_points, "o_proj"),
+        ("int8", _double_one_int8_row, "down_proj"),
+    ],
+    ids=["nibble-order", "zero-points", "int8-row-scale"],
+)
+def test_verify_fails_a_planted_fault(tmp_path, scheme: str, damage, where: str) -> None:  # type: ignore[no-untyped-def]
+    """verify reads the integer kinds through their kind objects: a wrong packing order, shifted zero points or one
+    row's scale fail the linear they sit in, by the numbers (the file hashes are re-recorded)."""
+    import hashlib
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from eaglequant import convert, verify
+    from tests.conftest import FIXTURES
+
+    source = FIXTURES / "specforge-llama"
+    dst = convert(source, tmp_path / scheme, scheme=scheme, format="compressed-tensors").destination
+    path = dst / "model.safetensors"
+    tensors = load_file(path)
+    damage(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+    report_path = dst / "eaglequant_report.json"
+    report = json.loads(report_path.read_text())
+    for name in report["files"]:
+        report["files"][name] = hashlib.sha256((dst / name).read_bytes()).hexdigest()
+    report_path.write_text(json.dumps(report))
+    result = verify(dst, source=source)
+    assert result.verdict == "failed"
+    assert any(where in problem for problem in result.problems), result.problems
+    assert not any("SHA-256" in problem for problem in result.problems)
