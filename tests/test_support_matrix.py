@@ -138,3 +138,23 @@ def test_matrix_says_run_or_read_with_the_release() -> None:
         for engine, cell in zip(ENGINE_NAMES, cells, strict=True):
             expected = "(run)" if engine in ("vllm", "sglang") else "(read)"
             assert expected in cell, (engine, cell)
+
+
+def test_every_engine_release_declares_a_cell_for_every_row() -> None:
+    """Each release's column lives in its own module; together they must cover the same rows, or a cell would be
+    a bare KeyError for one engine and a missing row for another."""
+    from eaglequant.engines import ENGINES
+
+    rows = {key for engine in ENGINES.values() for key in engine.cells}
+    missing = {name: sorted(rows - set(engine.cells)) for name, engine in ENGINES.items()}
+    assert missing == {name: [] for name in ENGINES}
+    assert set(MATRIX) == rows
+
+
+def test_a_newer_release_starts_from_the_older_ones_cells() -> None:
+    from eaglequant.engines.trtllm import TrtllmEngine
+    from eaglequant.engines.trtllm_main import TrtllmMainEngine
+
+    changed = {key for key, cell in TrtllmMainEngine.cells.items() if TrtllmEngine.cells[key] != cell}
+    assert changed and changed < set(TrtllmEngine.cells)  # main overrides some of 1.2.x's cells, not all
+    assert issubclass(TrtllmMainEngine, TrtllmEngine)

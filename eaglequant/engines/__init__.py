@@ -5,7 +5,8 @@ from __future__ import annotations
 from eaglequant.common.errors import InputError
 from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.engines.sglang import SglangEngine
-from eaglequant.engines.trtllm import TrtllmEngine, TrtllmMainEngine
+from eaglequant.engines.trtllm import TrtllmEngine
+from eaglequant.engines.trtllm_main import TrtllmMainEngine
 from eaglequant.engines.vllm import VllmEngine
 
 ENGINES: dict[str, Engine] = {

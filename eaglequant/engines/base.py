@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from eaglequant.common.errors import InputError, Param, placeholder, words
+from eaglequant.engines.cells import Cells
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 
@@ -111,6 +112,7 @@ class Engine(ABC):
     title: ClassVar[str]
     release: ClassVar[str]  # the engine release this model describes; its rules cite that release's files
     hub_library: ClassVar[str]  # the Hub's library_name for a checkpoint this engine loads (the card's tag)
+    cells: ClassVar[Cells]  # what this release loads: its column of the support matrix (engines/support.py)
 
     def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,

@@ -43,6 +43,21 @@ from eaglequant.engines.base import (
     exact_or_regex_rule,
     weight_only_integer_groups,
 )
+from eaglequant.engines.cells import (
+    FP8_BLOCK_W8A8,
+    FP8_W8A8,
+    INT4_W4A16,
+    INT4_W4A16_ASYM,
+    INT8_W8A8,
+    MXFP4_W4A4,
+    MXFP4_W4A16,
+    NVFP4_W4A4,
+    NVFP4_W4A16,
+    Cells,
+    loads,
+    loads_if,
+    refuses,
+)
 from eaglequant.formats import get_format
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -74,11 +89,52 @@ _MLA_FUSED_GLOBAL_SCALE = (
 _EAGLE3_ARCHITECTURES = ("LlamaForCausalLMEagle3", "Eagle3DeepseekV2ForCausalLM")
 
 
+# What this release loads: (scheme kinds, format) -> Support (rendered in docs/engines.md).
+_SGL_NO_MLA_FP4 = "SGLang's models/kimi_k25_eagle3.py drops modelopt_fp4 configs"
+_SGL_WNA16 = (
+    "CompressedTensorsWNA16 runs Marlin only (schemes/compressed_tensors_wNa16.py): CUDA SM80+, whose tiles need "
+    "every module's out-features a multiple of 64 and in-features of 128 (marlin_utils.py::"
+    "verify_marlin_supports_shape; process_weights_after_loading ignores the check's answer); no CPU or ROCm path"
+)
+CELLS: Cells = {
+    (FP8_W8A8, "quark"): loads("QuarkW8A8Fp8 (srt/layers/quantization/quark/quark.py); SM89+ or ROCm"),
+    (MXFP4_W4A4, "quark"): loads_if("Quark W4A4 MXFP4 runs on ROCm only (AITER kernels)"),
+    (MXFP4_W4A16, "quark"): refuses("SGLang's Quark MXFP4 requires FP4 activations"),
+    (FP8_W8A8, "modelopt"): refuses("ModelOptFp8Config accepts only per-tensor FP8 (modelopt_quant.py::from_config)"),
+    (NVFP4_W4A16, "modelopt"): loads("ModelOptFp4Config W4A16_NVFP4 (Marlin, SM80+)", mla=_SGL_NO_MLA_FP4),
+    (NVFP4_W4A4, "modelopt"): loads_if(
+        "ModelOptFp4Config: native on SM100+, weight-only Marlin on SM80-90", mla=_SGL_NO_MLA_FP4
+    ),
+    (FP8_W8A8, "compressed-tensors"): loads("CompressedTensorsW8A8Fp8 (srt/layers/quantization/compressed_tensors)"),
+    (FP8_BLOCK_W8A8, "compressed-tensors"): loads(
+        "CompressedTensorsW8A8Fp8, block strategy (schemes/compressed_tensors_w8a8_fp8.py)"
+    ),
+    (FP8_BLOCK_W8A8, "fp8"): loads("Fp8Config with weight_block_size (srt/layers/quantization/fp8.py)"),
+    (NVFP4_W4A16, "compressed-tensors"): loads("CompressedTensorsW4A16Fp4 (Marlin, SM80+)"),
+    (NVFP4_W4A4, "compressed-tensors"): loads_if(
+        "CompressedTensorsW4A4Fp4: native on SM100+, weight-only Marlin below"
+    ),
+    (MXFP4_W4A4, "compressed-tensors"): refuses("SGLang's compressed_tensors has no dense MXFP4 scheme"),
+    (MXFP4_W4A16, "compressed-tensors"): refuses("SGLang's compressed_tensors has no dense MXFP4 scheme"),
+    (INT8_W8A8, "quark"): refuses(
+        "SGLang's Quark config has W8A8 FP8 and MXFP4 schemes only; INT8 raises NotImplementedError "
+        "(srt/layers/quantization/quark/quark.py::_get_scheme_from_config)"
+    ),
+    (INT8_W8A8, "compressed-tensors"): loads(
+        "CompressedTensorsW8A8Int8 (compressed_tensors.py::_is_dynamic_token_w8a8; "
+        "schemes/compressed_tensors_w8a8_int8.py): CUDA (sgl-kernel int8_scaled_mm)"
+    ),
+    (INT4_W4A16, "compressed-tensors"): loads_if(_SGL_WNA16),
+    (INT4_W4A16_ASYM, "compressed-tensors"): loads_if(f"{_SGL_WNA16}; zero points through Marlin's uint4 path"),
+}
+
+
 class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
     release: ClassVar[str] = "0.5.23"
     hub_library: ClassVar[str] = "sglang"
+    cells: ClassVar[Cells] = CELLS
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def fc_unquantized(self, head: HeadDescription) -> str | None:

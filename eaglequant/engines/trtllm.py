@@ -1,8 +1,9 @@
 """TensorRT-LLM (PyTorch backend): runtime names of an EAGLE-3 draft and its exclusion rule, for two targets.
 
-``trtllm`` is the newest release users can install, **1.2.x**; ``trtllm-main`` is the main branch as read in
-2026, whose newer loader behaviour some users build. TensorRT-LLM does not install on a CPU machine (its PyPI
-package is a stub that fetches the wheel from NVIDIA's index), so both are *read* from source, not run.
+``trtllm`` is the newest release users can install, **1.2.x** (this module); ``trtllm-main`` is the main branch as
+read in 2026, whose newer loader behaviour some users build (``trtllm_main.py``, which starts from this release).
+TensorRT-LLM does not install on a CPU machine (its PyPI package is a stub that fetches the wheel from NVIDIA's
+index), so both are *read* from source, not run.
 
 Shared by both (NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch``):
 - ``models/modeling_speculative.py``: ``Eagle3DraftModel`` has ``fc``, ``midlayer`` = one ``Eagle3DecoderLayer``
@@ -28,16 +29,8 @@ Shared by both (NVIDIA/TensorRT-LLM, ``tensorrt_llm/_torch``):
   ``FP8_BLOCK_SCALES``; main reads the exclusions of such a config from ``modules_to_not_convert`` and always adds
   ``*kv_b_proj*``, ``*k_b_proj*``, ``*eh_proj``. What the 1.2.x release reads there could not be read at its tag
   (the versions found read no list, or only with the TRTLLM MoE backend), so the native fp8 cells of 1.2.x say no.
-main (2026), in addition:
-- The matcher also tries every ancestor of the name, and ``re:`` + ``re.fullmatch`` (PR #13844, 2026-05).
-- ``fc`` is built with the draft's quant config.
-- ``models/modeling_deepseekv3.py::DeepseekV3WeightLoader`` (MLA drafts): ``kv_b_proj`` is split into
-  ``k_b_proj_trans`` / ``v_b_proj``, which only BF16 or block-FP8 (``weight_scale_inv``) feed; the fused
-  q_a + kv_a weight is concatenated and gets a scale only from ``weight_scale_inv`` (its NVFP4 path exists
-  on the newest main only). Whether ``kv_b_proj`` is excluded is asked with the bare leaf name
-  ``kv_b_proj``; a rule matching it sends a BF16 kv_b_proj down the block-FP8 dequant path (KeyError).
-  So under block FP8 these two are stored block-FP8 (kv_b_proj must be: the config's default exclusion sends it
-  down the dequant path), and under any other scheme BF16.
+
+main (2026) is in ``trtllm_main.py``: this release with what changed since.
 """
 
 from __future__ import annotations
@@ -47,6 +40,21 @@ import re
 from typing import ClassVar
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet
+from eaglequant.engines.cells import (
+    FP8_BLOCK_W8A8,
+    FP8_W8A8,
+    INT4_W4A16,
+    INT4_W4A16_ASYM,
+    INT8_W8A8,
+    MXFP4_W4A4,
+    MXFP4_W4A16,
+    NVFP4_W4A4,
+    NVFP4_W4A16,
+    Cells,
+    loads,
+    loads_if,
+    refuses,
+)
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
@@ -82,13 +90,54 @@ def _fused_member_names(runtime_name: str) -> list[str]:
     return [f"{parent}.{member}" for member in _FUSED_SPELLINGS.get(leaf, ())]
 
 
-class TrtllmMainEngine(Engine):
-    name: ClassVar[str] = "trtllm-main"
-    title: ClassVar[str] = "TensorRT-LLM main"
-    release: ClassVar[str] = "(2026)"
+# What this release loads: (scheme kinds, format) -> Support (rendered in docs/engines.md).
+_TRT_NO_QUARK = refuses("TensorRT-LLM never reads quant_method quark (_torch/model_config.py::load_hf_quant_config)")
+_TRT12_NO_MLA = "TensorRT-LLM 1.2.x has no EAGLE-3 MLA draft model (_torch/models/modeling_speculative.py)"
+_TRT12_NO_CT = refuses(
+    "TensorRT-LLM 1.2.x does not read compressed-tensors configs (_torch/model_config.py; added on main, PR #10796)"
+)
+NO_DENSE_MXFP4 = refuses("TensorRT-LLM has no dense-linear MXFP4 method (MXFP4 is implemented for MoE layers only)")
+CELLS: Cells = {
+    (FP8_W8A8, "quark"): _TRT_NO_QUARK,
+    (MXFP4_W4A4, "quark"): _TRT_NO_QUARK,
+    (MXFP4_W4A16, "quark"): _TRT_NO_QUARK,
+    (FP8_W8A8, "modelopt"): loads(
+        "FP8_PER_CHANNEL_PER_TOKEN → FP8RowwiseLinearMethod (_torch/modules/linear.py)", mla=_TRT12_NO_MLA
+    ),
+    (NVFP4_W4A16, "modelopt"): refuses(
+        "W4A16_NVFP4 is not a QuantAlgo in 1.2.x (quantization/mode.py; added on main, PR #15703)"
+    ),
+    (NVFP4_W4A4, "modelopt"): loads_if("NVFP4LinearMethod: Blackwell (SM100/SM120) only", mla=_TRT12_NO_MLA),
+    (FP8_W8A8, "compressed-tensors"): _TRT12_NO_CT,
+    (FP8_BLOCK_W8A8, "compressed-tensors"): _TRT12_NO_CT,
+    (FP8_BLOCK_W8A8, "fp8"): refuses(
+        "1.2.x: how it reads a native fp8 config's exclusions could not be established at the release tag "
+        "(_torch/model_config.py)"
+    ),
+    (NVFP4_W4A16, "compressed-tensors"): _TRT12_NO_CT,
+    (NVFP4_W4A4, "compressed-tensors"): _TRT12_NO_CT,
+    (MXFP4_W4A4, "compressed-tensors"): _TRT12_NO_CT,
+    (MXFP4_W4A16, "compressed-tensors"): _TRT12_NO_CT,
+    (INT8_W8A8, "quark"): _TRT_NO_QUARK,
+    (INT8_W8A8, "compressed-tensors"): _TRT12_NO_CT,
+    (INT4_W4A16, "compressed-tensors"): _TRT12_NO_CT,
+    (INT4_W4A16_ASYM, "compressed-tensors"): _TRT12_NO_CT,
+}
+
+
+class TrtllmEngine(Engine):
+    """The released 1.2.x: a plain fnmatch matcher, an unquantized ``fc``, and no MLA drafts (see the module doc)."""
+
+    name: ClassVar[str] = "trtllm"
+    title: ClassVar[str] = "TensorRT-LLM"
+    release: ClassVar[str] = "1.2.x"
     hub_library: ClassVar[str] = "tensorrt-llm"
-    matches_ancestors: ClassVar[bool] = True  # an exclude entry matching a parent module excludes the child
-    reads_regex: ClassVar[bool] = True  # "re:" entries are regular expressions
+    cells: ClassVar[Cells] = CELLS
+    matches_ancestors: ClassVar[bool] = False  # an exclude entry matching a parent module excludes the child
+    reads_regex: ClassVar[bool] = False  # "re:" entries are regular expressions
+
+    def fc_unquantized(self, head: HeadDescription) -> str | None:
+        return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
 
     def lm_head_unquantized(self, head: HeadDescription) -> str | None:
         return "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
@@ -101,6 +150,7 @@ class TrtllmMainEngine(Engine):
         assert linear.layer is not None
         return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
 
+    # The MLA rules below hold for the drafts main builds; 1.2.x builds no MLA draft (its cells refuse one).
     def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
         block_scaled = weight_kind(kinds[0]).rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
         for member in module.members:
@@ -123,14 +173,7 @@ class TrtllmMainEngine(Engine):
     def pattern_problems(
         self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
     ) -> list[str]:
-        if head.attention != "mla" or (kinds is not None and weight_kind(kinds[0]).rows_per_scale > 1):
-            return []  # a block-FP8 kv_b_proj is what the dequant path reads
-        return [
-            f"TensorRT-LLM asks whether the bare name 'kv_b_proj' is excluded, and {p!r} matches it: the BF16 "
-            "kv_b_proj then goes down the block-FP8 dequant path and loading fails (weight_scale_inv missing)"
-            for p in patterns
-            if _excludes(p, "kv_b_proj")
-        ]
+        return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question
 
     def dialects(self) -> dict[str, Dialect]:
         # One matcher (QuantConfig.is_module_excluded_from_quantization) whatever the format; runtime names do not
@@ -160,21 +203,3 @@ class TrtllmMainEngine(Engine):
                 "TensorRT-LLM", "bash", f"trtllm-serve {target} --extra_llm_api_options extra-llm-api-config.yml"
             ),
         ]
-
-
-class TrtllmEngine(TrtllmMainEngine):
-    """The released 1.2.x: a plainer matcher, an unquantized ``fc``, and no MLA drafts (see the module doc)."""
-
-    name: ClassVar[str] = "trtllm"
-    title: ClassVar[str] = "TensorRT-LLM"
-    release: ClassVar[str] = "1.2.x"
-    matches_ancestors: ClassVar[bool] = False
-    reads_regex: ClassVar[bool] = False
-
-    def fc_unquantized(self, head: HeadDescription) -> str | None:
-        return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
-
-    def pattern_problems(
-        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
-    ) -> list[str]:
-        return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question

@@ -47,6 +47,20 @@ from eaglequant.engines.base import (
     exact_or_regex_rule,
     weight_only_integer_groups,
 )
+from eaglequant.engines.cells import (
+    FP8_BLOCK_W8A8,
+    FP8_W8A8,
+    INT4_W4A16,
+    INT4_W4A16_ASYM,
+    INT8_W8A8,
+    MXFP4_W4A4,
+    MXFP4_W4A16,
+    NVFP4_W4A4,
+    NVFP4_W4A16,
+    Cells,
+    loads,
+    loads_if,
+)
 from eaglequant.formats import get_format
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -106,11 +120,68 @@ def _write_exact(runtime_name: str, any_layer: bool) -> tuple[str, ...]:
     return (runtime_name,)
 
 
+# What this release loads: (scheme kinds, format) -> Support (rendered in docs/engines.md).
+_VLLM_FP8_BLOCK = (
+    "block-FP8 W8A8 on SM89+ (CUTLASS or Triton); on Hopper with DeepGEMM installed it re-quantizes the weights to "
+    "power-of-two block scales at load (utils/deep_gemm.py); CPU needs AMX"
+)
+_VLLM_WNA16 = (
+    "CompressedTensorsWNA16 (compressed_tensors.py::_is_wNa16_group_channel, format pack-quantized), kernel by "
+    "platform (kernels/linear/__init__.py::choose_mp_linear_kernel): Machete, Marlin or Triton W4A16 on CUDA, "
+    "Triton on ROCm, CPUWNA16 on CPU (out- and in-features multiples of 32)"
+)
+CELLS: Cells = {
+    (FP8_W8A8, "quark"): loads(
+        "QuarkW8A8Fp8, channel weights + dynamic token activations (quark/quark.py::_is_fp8_w8a8); SM89+"
+    ),
+    (MXFP4_W4A4, "quark"): loads_if(
+        "QuarkOCP_MX: native on Blackwell and MI355, Marlin weight-only on Hopper, emulated on MI300"
+    ),
+    (MXFP4_W4A16, "quark"): loads_if(
+        "QuarkOCP_MX weight-only: Marlin on CUDA, emulated on ROCm (needs amd-quark installed)"
+    ),
+    (FP8_W8A8, "modelopt"): loads("FP8_PER_CHANNEL_PER_TOKEN (modelopt.py::ModelOptFp8Config), flat or nested config"),
+    (NVFP4_W4A16, "modelopt"): loads_if(
+        "W4A16_NVFP4 from config.json's flat form only; Marlin on CUDA, no ROCm kernel"
+    ),
+    (NVFP4_W4A4, "modelopt"): loads_if(
+        "ModelOptNvFp4Config: native on Blackwell; Hopper runs it weight-only (Marlin); ROCm emulated"
+    ),
+    (FP8_W8A8, "compressed-tensors"): loads(
+        "CompressedTensorsW8A8Fp8, channel weights ([N, 1] scale) + dynamic token activations"
+    ),
+    (FP8_BLOCK_W8A8, "compressed-tensors"): loads_if(f"CompressedTensorsW8A8Fp8, block strategy: {_VLLM_FP8_BLOCK}"),
+    (FP8_BLOCK_W8A8, "fp8"): loads_if(f"Fp8Config with weight_block_size: {_VLLM_FP8_BLOCK}"),
+    (NVFP4_W4A16, "compressed-tensors"): loads_if("CompressedTensorsW4A4Fp4(use_a16) on CUDA (Marlin); no ROCm kernel"),
+    (NVFP4_W4A4, "compressed-tensors"): loads_if(
+        "CompressedTensorsW4A4Fp4: native on Blackwell, weight-only Marlin on Hopper, ROCm emulated"
+    ),
+    (MXFP4_W4A4, "compressed-tensors"): loads_if(
+        "same OCP-MX kernels as Quark: native on Blackwell and MI355, else Marlin or emulation"
+    ),
+    (MXFP4_W4A16, "compressed-tensors"): loads_if(
+        "loads, but quantizes activations anyway on Blackwell and ROCm (runs W4A4); W4A16 on Hopper"
+    ),
+    (INT8_W8A8, "quark"): loads(
+        "QuarkW8A8Int8, channel weights + dynamic per-token inputs (quark/quark.py::_is_w8a8_int8)"
+    ),
+    (INT8_W8A8, "compressed-tensors"): loads(
+        "CompressedTensorsW8A8Int8, channel weights + dynamic token activations "
+        "(compressed_tensors.py::_is_dynamic_token_w8a8): CUTLASS/Triton on CUDA SM75+, oneDNN on CPU"
+    ),
+    (INT4_W4A16, "compressed-tensors"): loads(f"{_VLLM_WNA16}; symmetric codes as uint4b8"),
+    (INT4_W4A16_ASYM, "compressed-tensors"): loads(
+        f"{_VLLM_WNA16}; zero points as uint4 (Machete, Marlin, Triton W4A16 and CPUWNA16 take them)"
+    ),
+}
+
+
 class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
     release: ClassVar[str] = "0.32.0"
     hub_library: ClassVar[str] = "vllm"
+    cells: ClassVar[Cells] = CELLS
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:

@@ -1,0 +1,44 @@
+"""The support matrix's vocabulary: a cell says whether an engine release loads a scheme stored in a format, and
+the rows are keyed by scheme kinds. Each engine release declares its own cells in its module (``CELLS``); a newer
+release of the same engine starts from the older one's and overrides what changed. ``support.py`` reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+Kinds = tuple[str, str | None]  # weight kind, activation kind (None: weight-only)
+
+
+@dataclass(frozen=True)
+class Support:
+    loads: bool
+    note: str  # why, and under which conditions (hardware, versions); source file in the engine
+    conditional: bool = False  # loads, but only under the stated conditions: shown to the user as a warning
+    mla: bool | str = True  # also holds for MLA (DeepSeek / Kimi) drafts; a string says why not
+
+
+Cells = dict[tuple[Kinds, str], Support]  # (scheme kinds, format) -> Support
+
+
+def loads(note: str, *, mla: bool | str = True) -> Support:
+    return Support(True, note, mla=mla)
+
+
+def loads_if(note: str, *, mla: bool | str = True) -> Support:
+    """Loads under the conditions ``note`` states (hardware, versions): the user is warned of them."""
+    return Support(True, note, conditional=True, mla=mla)
+
+
+def refuses(note: str) -> Support:
+    return Support(False, note)
+
+
+FP8_W8A8: Kinds = ("fp8-channel", "fp8-token")
+FP8_BLOCK_W8A8: Kinds = ("fp8-block", "fp8-group")
+NVFP4_W4A16: Kinds = ("nvfp4", None)
+NVFP4_W4A4: Kinds = ("nvfp4", "nvfp4")
+MXFP4_W4A4: Kinds = ("mxfp4", "mxfp4")
+MXFP4_W4A16: Kinds = ("mxfp4", None)
+INT8_W8A8: Kinds = ("int8-channel", "int8-token")
+INT4_W4A16: Kinds = ("int4-group", None)
+INT4_W4A16_ASYM: Kinds = ("int4-group-asym", None)
