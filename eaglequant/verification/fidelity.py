@@ -199,9 +199,10 @@ def head_fidelity(
     import torch
 
     from eaglequant.draft.forward import DraftForward, LinearFn
-    from eaglequant.draft.weights import by_output_rows, widened
+    from eaglequant.draft.weights import by_output_rows, unmapped_when_freed, widened
     from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
+    unmapped_when_freed()
     own_head, own_weights = own or (head, weights)
 
     def shared(name: str) -> bool:

@@ -138,8 +138,10 @@ def layer_parity(
 
 def run_alone(run: ParityRun, stored: StoredLinear) -> ParityRun:
     """``run`` gathered on its own: ``stored`` (its linear) dequantized a block of rows at a time for it alone."""
+    from eaglequant.draft.weights import unmapped_when_freed
     from eaglequant.kernels import choose_backend, fused_linear, reference_activations
 
+    unmapped_when_freed()
     backend = run.backend = choose_backend(run.x)
     prepared = reference_activations(run.x, stored) if backend == "reference" else None
     for rows in run.weights.row_blocks(run.name, run.rows_per_scale):
