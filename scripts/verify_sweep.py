@@ -3,6 +3,8 @@
     .venv/bin/python scripts/verify_sweep.py                      # fixtures + Kimi-K2.5 heads at 1/8, 20 seeds
     .venv/bin/python scripts/verify_sweep.py --heads kimi-llama-div8 --seeds 5 --json
     .venv/bin/python scripts/verify_sweep.py --heads kimi-llama,kimi-mla --divisor 1 --seeds 2   # full size
+    .venv/bin/python scripts/verify_sweep.py --verdicts before.json        # every (head, cell, seed) verdict kept
+    .venv/bin/python scripts/verify_sweep.py --compare before.json         # ... and any verdict that changed since
 
 Every head (the bundled fixtures, and synthetic Kimi-K2.5 Llama and MLA heads with every dimension divided by
 ``--divisor``; 1: the full-size heads of ``bench convert``, from its cache) is converted once per (scheme, format)
@@ -50,6 +52,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--schemes", default="", help="comma-separated built-in schemes (default: all)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--verdicts", type=Path, help="write every (head, scheme, format, seed) verdict here")
+    parser.add_argument("--compare", type=Path, help="a --verdicts file: report (and exit 1 on) any verdict changed")
     args = parser.parse_args(argv)
 
     from eaglequant import convert, verify
@@ -59,6 +63,7 @@ def main(argv: list[str]) -> int:
     chosen = set(filter(None, args.schemes.split(",")))
 
     rows = []
+    verdicts: dict[str, str] = {}  # "head scheme format seed" -> verdict
     with tempfile.TemporaryDirectory(prefix="verify-sweep-") as tmp:
         work = Path(tmp)
         for name, source in heads(args.heads.split(","), args.divisor, work).items():
@@ -73,10 +78,11 @@ def main(argv: list[str]) -> int:
                         raise
                     continue  # block FP8 on a head without a 128-aligned linear: refused, as it should be
                 started = time.perf_counter()
-                verdicts = [verify(dst, source=source, seed=seed) for seed in range(args.seeds)]
-                failures = [(seed, r.problems) for seed, r in enumerate(verdicts) if r.verdict != "passed"]
-                tvs = [r.fidelity.shift.mean_tv for r in verdicts if r.fidelity and r.fidelity.shift]
-                agreement = [r.fidelity.top1_agreement for r in verdicts if r.fidelity and r.fidelity.top1_agreement]
+                reports = [verify(dst, source=source, seed=seed) for seed in range(args.seeds)]
+                failures = [(seed, r.problems) for seed, r in enumerate(reports) if r.verdict != "passed"]
+                tvs = [r.fidelity.shift.mean_tv for r in reports if r.fidelity and r.fidelity.shift]
+                agreement = [r.fidelity.top1_agreement for r in reports if r.fidelity and r.fidelity.top1_agreement]
+                verdicts.update({f"{name} {scheme} {fmt} {seed}": str(r.verdict) for seed, r in enumerate(reports)})
                 rows.append(
                     {
                         "head": name,
@@ -101,7 +107,18 @@ def main(argv: list[str]) -> int:
                     )
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
-    return 1 if any(row["false_failures"] for row in rows) else 0
+    if args.verdicts:
+        args.verdicts.write_text(json.dumps(verdicts, indent=1) + "\n", encoding="utf-8")
+    changed = _changed(verdicts, args.compare) if args.compare else []
+    for line in changed:
+        print(f"verdict changed: {line}", file=sys.stderr)
+    return 1 if changed or any(row["false_failures"] for row in rows) else 0
+
+
+def _changed(verdicts: dict[str, str], earlier: Path) -> list[str]:
+    """Each (head, scheme, format, seed) both runs verified whose verdict differs, as "key: before -> now"."""
+    before = json.loads(earlier.read_text(encoding="utf-8"))
+    return [f"{key}: {before[key]} -> {now}" for key, now in sorted(verdicts.items()) if before.get(key, now) != now]
 
 
 if __name__ == "__main__":
