@@ -15,7 +15,7 @@ from eaglequant.engines.support import MATRIX, support
 from eaglequant.engines.view import EngineView
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats import FORMATS
-from eaglequant.schemes.model import scheme_for_kinds
+from eaglequant.schemes.model import builtin_scheme_for
 from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_LAYERS
 
 NEEDS_QUANTIZED = "unquantized under this scheme"
@@ -228,7 +228,7 @@ def _plan_for_any_layer_count(head, kinds, fmt_name, engine_name, exclude):  # t
     matches by exact name (vLLM reading a native fp8 config); None for a head the scheme cannot store, or cannot
     store as the engine needs (TensorRT-LLM main takes an MLA kv_b_proj only block-FP8, which a small head's
     32-wide one cannot be)."""
-    scheme = scheme_for_kinds(kinds)
+    scheme = builtin_scheme_for(kinds)
     try:
         return build_plan(head, scheme, fmt_name, engines=[engine_name], exclude=exclude), (0, 3, 61, 94)
     except InputError as exc:
@@ -389,21 +389,21 @@ def test_trtllm_main_refuses_an_mla_kv_b_proj_kept_bf16_under_block_fp8(engines:
     """The fixture's kv_b_proj (32 in-features) cannot be block FP8, and SGLang needs it BF16 anyway."""
     head = inspect(FIXTURES / "torchspec-mla").head
     with pytest.raises(InputError, match=r"cannot load .*kv_b_proj unquantized"):
-        build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=engines, target_layers=61)
+        build_plan(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=engines, target_layers=61)
 
 
 def test_vllm_needs_the_target_layer_count_to_exclude_a_decoder_module_in_native_fp8() -> None:
     head = inspect(FIXTURES / "specforge-llama").head  # its qkv_proj stays BF16 (64-row k_proj)
     with pytest.raises(InputError, match="exact name") as caught:
-        build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=["vllm"])
+        build_plan(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
     assert "--target-layers" in (worded(caught.value.hint_words, cli_wording) or "")
-    plan = build_plan(head, scheme_for_kinds(BLOCK_FP8), "fp8", engines=["vllm"], target_layers=61)
+    plan = build_plan(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"], target_layers=61)
     assert "model.layers.61.self_attn.qkv_proj" in plan.exclude_patterns
 
 
 def test_a_native_fp8_config_with_a_different_ignored_layers_is_a_problem() -> None:
     fmt = FORMATS["fp8"]
-    config = fmt.quantization_config(scheme_for_kinds(BLOCK_FP8), ["model.fc"])
+    config = fmt.quantization_config(builtin_scheme_for(BLOCK_FP8), ["model.fc"])
     assert fmt.read_config(config, {}).problems == []
     written = fmt.read_config({**config, "ignored_layers": ["lm_head"]}, {})
     assert written.patterns == ["lm_head"] and "TensorRT-LLM the second" in written.problems[0]

@@ -64,10 +64,10 @@ def write_dequantized(
     from safetensors.torch import save_file
 
     from eaglequant.readback.explanation import read_written_config
-    from eaglequant.schemes.model import scheme_for_kinds
+    from eaglequant.schemes.model import builtin_scheme_for
 
     fmt, written = read_written_config(checkpoint)
-    scheme = scheme_for_kinds(written.kinds)
+    scheme = builtin_scheme_for(written.kinds)
     if dtype not in _DTYPES:
         raise InputError(f"--dtype {dtype!r}: not one of {', '.join(_DTYPES)}", hint="use bfloat16")
     torch_dtype = getattr(torch, dtype)

@@ -314,7 +314,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
     recorded verification did not fail; else convert."""
     from eaglequant import api
     from eaglequant.record.manifest import completed_with
-    from eaglequant.record.report import readable_report
+    from eaglequant.record.report import report_if_readable
 
     assert outcome.manifest_key is not None
     on_hub = "" if record is None else f" (on the Hub at {record.target}: {record.why_not})"
@@ -326,7 +326,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
         outcome.verified = recorded_verified(job.destination)
         return
     # A destination eaglequant wrote is always replaced; anything else only with ``overwrite = true``.
-    if job.destination.exists() and readable_report(job.destination) is None and not job.overwrite:
+    if job.destination.exists() and report_if_readable(job.destination) is None and not job.overwrite:
         raise OutputError(
             f"{job.destination}: already exists and was not written by eaglequant",
             hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",

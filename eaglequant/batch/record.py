@@ -11,7 +11,7 @@ from pathlib import Path
 
 from eaglequant.hub.client import RepoListing, repo_listing
 from eaglequant.record.manifest import reuse_problem
-from eaglequant.record.report import REPORT_NAME, readable_report
+from eaglequant.record.report import REPORT_NAME, report_if_readable
 from eaglequant.record.verification import VERIFY_NAME, Verdict
 
 OFFLINE_NOTE = "HF_HUB_OFFLINE is set: jobs with [job.upload] are judged done from their local destination"
@@ -48,7 +48,7 @@ def hub_record(repo_id: str, revision: str, key: str) -> HubRecord:
     if REPORT_NAME not in listing.lfs_sha256:
         return HubRecord(repo_id, revision, listing.commit, f"the Hub repo has no {REPORT_NAME}")
     snapshot = listing.fetch(REPORT_NAME).parent  # the commit's snapshot in the Hugging Face cache
-    report = readable_report(snapshot)
+    report = report_if_readable(snapshot)
     if report is None:
         return HubRecord(repo_id, revision, listing.commit, f"the Hub's {REPORT_NAME} cannot be read")
     why_not = reuse_problem(report, key, lambda files: _changed_on_hub(listing, files))

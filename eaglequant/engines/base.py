@@ -98,9 +98,9 @@ def weight_only_integer_groups(kinds: tuple[str, str | None], format_name: str) 
     config's QuantizationArgs."""
     from eaglequant.formats import get_format
     from eaglequant.formats.compressed_tensors_args import CtRecipe
-    from eaglequant.schemes.model import scheme_of_kinds
+    from eaglequant.schemes.model import default_scheme_for
 
-    fmt, scheme = get_format(format_name), scheme_of_kinds(kinds)
+    fmt, scheme = get_format(format_name), default_scheme_for(kinds)
     if scheme.activation is not None or not fmt.supports(scheme):
         return False
     recipe = fmt.recipe(scheme)

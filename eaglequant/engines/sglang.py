@@ -235,10 +235,10 @@ class SglangEngine(Engine):
 
 
 def _per_linear_metadata(kinds: tuple[str, str | None], format_name: str) -> tuple[str, ...]:
-    from eaglequant.schemes.model import scheme_of_kinds
+    from eaglequant.schemes.model import default_scheme_for
 
     fmt = get_format(format_name)
-    scheme = scheme_of_kinds(kinds)
+    scheme = default_scheme_for(kinds)
     return fmt.recipe(scheme).per_linear_metadata if fmt.supports(scheme) else ()
 
 

@@ -174,11 +174,11 @@ class Format(ABC):
     def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
         """Which scheme a config declares and which rules exclude modules; ``extra``: the format's own
         files beside config.json (by name) that were found."""
-        from eaglequant.schemes.model import scheme_of_kinds
+        from eaglequant.schemes.model import default_scheme_for
 
         found = self.scheme_fields(quantization_config)
         for kinds in self.algorithms:
-            if found == self.scheme_fields(self.quantization_config(scheme_of_kinds(kinds), [])):
+            if found == self.scheme_fields(self.quantization_config(default_scheme_for(kinds), [])):
                 return WrittenConfig(self.name, kinds, self._patterns(quantization_config), [])
         raise InputError(
             f"config.json: the {self.title} quantization_config declares a scheme eaglequant does not model "

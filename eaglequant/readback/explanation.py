@@ -25,7 +25,7 @@ from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
-from eaglequant.schemes.model import Scheme, scheme_for_kinds
+from eaglequant.schemes.model import Scheme, builtin_scheme_for
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def explain_checkpoint(
     target: TargetLayers,
 ) -> Explanation:
     fmt, written = read_written_config(checkpoint)
-    scheme = scheme_for_kinds(written.kinds)
+    scheme = builtin_scheme_for(written.kinds)
     chosen = [ENGINES[name] for name in engines] if engines else list(ENGINES.values())
     readings = [
         _read_engine(engine, head, checkpoint.tensors, fmt, scheme, written.patterns, target, bool(engines))

@@ -16,7 +16,7 @@ from eaglequant.checkpoint.reader import source_files
 from eaglequant.common.background import in_background
 from eaglequant.common.version import __version__
 from eaglequant.hub.client import SourceRef, blob_sha256
-from eaglequant.record.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, readable_report
+from eaglequant.record.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, report_if_readable
 
 
 def source_digests(root: Path) -> dict[str, str]:
@@ -54,7 +54,7 @@ def _key(files: dict[str, str], options: dict[str, Any]) -> str:
 def completed_with(dst: Path, key: str) -> str | None:
     """Why ``dst`` cannot be reused for a conversion with manifest ``key``; None when it can: it carries
     that key and every file its report lists is there with the recorded SHA-256."""
-    report = readable_report(dst)
+    report = report_if_readable(dst)
     if report is None:
         return "no report" if dst.exists() else "absent"
     return reuse_problem(report, key, lambda files: changed_files(dst, files))

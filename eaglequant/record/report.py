@@ -255,7 +255,7 @@ def read_report(dst: Path) -> ConversionReport | None:
     return None if data is None else ConversionReport.from_json(data, str(path))
 
 
-def readable_report(dst: Path) -> ConversionReport | None:
+def report_if_readable(dst: Path) -> ConversionReport | None:
     """:func:`read_report`, with a report that cannot be read or is invalid taken as none (``batch`` neither
     reuses nor replaces such a destination); one from a newer eaglequant still raises."""
     try:

@@ -147,8 +147,9 @@ def builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
     return names
 
 
-def scheme_for_kinds(kinds: tuple[str, str | None]) -> Scheme:
-    """The built-in scheme with these kinds, as written (used to read a checkpoint's config back)."""
+def builtin_scheme_for(kinds: tuple[str, str | None]) -> Scheme:
+    """The built-in scheme with these kinds, its thresholds included, as written (a checkpoint another tool wrote
+    is verified by it); :func:`default_scheme_for` needs no built-in."""
     name = builtin_names_by_kinds().get(kinds)
     if name is None:
         raise SchemeError(f"no built-in scheme has weight {kinds[0]} with activations {kinds[1] or 'unquantized'}")
@@ -156,8 +157,9 @@ def scheme_for_kinds(kinds: tuple[str, str | None]) -> Scheme:
     return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
-def scheme_of_kinds(kinds: tuple[str, str | None]) -> Scheme:
-    """A scheme with these registered kinds and default thresholds, for reading a config (no built-in needed)."""
+def default_scheme_for(kinds: tuple[str, str | None]) -> Scheme:
+    """A scheme made of these registered kinds with default thresholds, for reading a config's layout (any kinds,
+    built-in scheme or not)."""
     weight = _tensor_quant(WEIGHT_KINDS[kinds[0]], dynamic=False)
     activation = None if kinds[1] is None else _tensor_quant(ACTIVATION_KINDS[kinds[1]])
     return Scheme(f"{kinds[0]}/{kinds[1] or 'weight-only'}", "", weight, activation, "(kinds)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from eaglequant.record.report import readable_report
+from eaglequant.record.report import report_if_readable
 from eaglequant.record.verification import (
     Verdict,
     VerificationRecord,
@@ -26,7 +26,7 @@ def recorded_verdict(dst: Path) -> Verdict | None:
     """PASSED when ``dst``'s report and its verification file agree that parity and fidelity passed, FAILED when
     either says otherwise (or the file is gone), None when nothing is recorded (no report, or not verified when
     written). A report of version 1 records no verdict: the file alone decides."""
-    report = readable_report(dst)
+    report = report_if_readable(dst)
     if report is None or (report.report_version >= 2 and report.verification is None):
         return None
     stored = recorded_verification(dst)

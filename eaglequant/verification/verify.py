@@ -36,7 +36,7 @@ from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
 from eaglequant.record.verification import VERIFY_NAME, Verdict
-from eaglequant.schemes.model import Scheme, scheme_for_kinds
+from eaglequant.schemes.model import Scheme, builtin_scheme_for
 from eaglequant.verification.copies import compare_config, compare_copies
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
 from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity, ParityRun, parity_input, run_alone
@@ -221,7 +221,7 @@ def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | N
     from eaglequant.schemes.model import parse_scheme
 
     if recorded is None:
-        fallback = scheme_for_kinds(kinds)
+        fallback = builtin_scheme_for(kinds)
         return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
     try:
         scheme = parse_scheme(tomllib.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
