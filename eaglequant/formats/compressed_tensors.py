@@ -19,11 +19,12 @@ linears stay unquantized.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe
-from eaglequant.formats.compressed_tensors_args import COMPRESSED_TENSORS_VERSION, CtRecipe, ct_args
+from eaglequant.formats.compressed_tensors_args import COMPRESSED_TENSORS_VERSION, CtRecipe, PerChannelRecipe, ct_args
 from eaglequant.formats.compressed_tensors_int import Int4Group, Int4GroupAsym, Int8Channel
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
@@ -36,36 +37,19 @@ if TYPE_CHECKING:
     from eaglequant.kinds.base import StoredLinear
 
 
-class _Fp8Channel(CtRecipe):
+class _Fp8Channel(PerChannelRecipe):
     kind: ClassVar[str] = "fp8-channel"
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_DYNAMIC"}
     compression_format: ClassVar[str] = "float-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(8, "channel", dynamic=False)
     input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-token": ct_args(8, "token", dynamic=True)}
+    stored_dtype: ClassVar[str] = "F8_E4M3"
+    activation_kind: ClassVar[str] = "fp8-token"
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [
-            TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
-            TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
-        ]
-
-    def quantize(
-        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         from eaglequant.numerics import fp8
 
-        quantized, scale = fp8.compressed_tensors_per_channel(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        channel = tensors[f"{base}.weight_scale"].to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
-        return StoredLinear(self.kind, tensors[f"{base}.weight"], channel_scale=channel, activation="fp8-token")
+        return fp8.compressed_tensors_per_channel
 
 
 class _Fp8Block(CtRecipe):

@@ -4,9 +4,19 @@ and the recipe class that carries a kind's ``format`` and args (:mod:`.compresse
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.formats.base import Recipe
+
+if TYPE_CHECKING:
+    import torch
+
+    from eaglequant.checkpoint.writer import TensorSpec
+    from eaglequant.formats.base import GroupScales
+    from eaglequant.kinds.base import StoredLinear
+    from eaglequant.layouts.head import HeadLinear
+    from eaglequant.schemes.model import Scheme
 
 COMPRESSED_TENSORS_VERSION = "0.19.0"
 
@@ -47,3 +57,42 @@ class CtRecipe(Recipe):
     compression_format: ClassVar[str]
     weight_args: ClassVar[dict[str, Any]]
     input_args: ClassVar[dict[str, dict[str, Any]]]  # activation kind -> its args
+
+
+class PerChannelRecipe(CtRecipe):
+    """Codes with one scale per output channel, stored [N, 1] in the weight's dtype, and dynamic per-token
+    activations: llm-compressor's FP8_DYNAMIC and W8A8 store the same two tensors, differing in the codes' dtype
+    and the math that makes them."""
+
+    stored_dtype: ClassVar[str]  # the codes' safetensors dtype
+    activation_kind: ClassVar[str]
+
+    def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+        """The vendor's per-channel math: weight -> (codes, [N, 1] scale)."""
+        raise NotImplementedError
+
+    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
+        from eaglequant.checkpoint.writer import TensorSpec
+
+        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
+        return [
+            TensorSpec(f"{base}.weight", self.stored_dtype, (n, k)),
+            TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
+        ]
+
+    def quantize(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> dict[str, torch.Tensor]:
+        quantized, scale = self.channel_math()(weight)
+        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
+
+    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
+        import torch
+
+        from eaglequant.kinds.base import StoredLinear
+
+        base = linear.checkpoint_module
+        channel = tensors[f"{base}.weight_scale"].to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
+        return StoredLinear(
+            self.kind, tensors[f"{base}.weight"], channel_scale=channel, activation=self.activation_kind
+        )

@@ -13,11 +13,12 @@ unquantized (the kind's ``columns_per_scale``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import GroupScales
-from eaglequant.formats.compressed_tensors_args import CtRecipe, ct_args
+from eaglequant.formats.compressed_tensors_args import CtRecipe, PerChannelRecipe, ct_args
 from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from eaglequant.kinds.base import StoredLinear
 
 
-class Int8Channel(CtRecipe):
+class Int8Channel(PerChannelRecipe):
     kind: ClassVar[str] = "int8-channel"
     algorithms: ClassVar[dict[str | None, str]] = {"int8-token": "W8A8"}
     compression_format: ClassVar[str] = "int-quantized"
@@ -38,30 +39,13 @@ class Int8Channel(CtRecipe):
     input_args: ClassVar[dict[str, dict[str, Any]]] = {
         "int8-token": ct_args(8, "token", dynamic=True, number_type="int")
     }
+    stored_dtype: ClassVar[str] = "I8"
+    activation_kind: ClassVar[str] = "int8-token"
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [
-            TensorSpec(f"{base}.weight", "I8", (n, k)),
-            TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
-        ]
-
-    def quantize(
-        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         from eaglequant.numerics import int8
 
-        quantized, scale = int8.compressed_tensors_per_channel(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        channel = tensors[f"{base}.weight_scale"].to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
-        return StoredLinear(self.kind, tensors[f"{base}.weight"], channel_scale=channel, activation="int8-token")
+        return int8.compressed_tensors_per_channel
 
 
 class Int4Group(CtRecipe):
