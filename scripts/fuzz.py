@@ -6,7 +6,7 @@ From the repository root::
 
 Options: ``--target index|config|all`` (default all), ``--seed N`` to replay a run, ``--examples N`` per
 target. It uses the strategies and properties of ``tests/fuzzing.py`` (shared with
-``tests/test_fuzz_inputs.py``): opening and inspecting a checkpoint whose ``model.safetensors.index.json``
+``tests/project/test_fuzz_inputs.py``): opening and inspecting a checkpoint whose ``model.safetensors.index.json``
 or ``config.json`` is damaged must succeed or raise an ``EagleQuantError`` with a one-line message. On any
 other exception hypothesis shrinks it and prints the smallest failing input; the exit status is then 1.
 Failing examples are kept in ``.hypothesis/`` and tried first next time.

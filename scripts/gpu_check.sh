@@ -18,7 +18,7 @@ step environment
   $PY -c 'import torch, triton, sys; print(sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'; } | tee "$OUT/environment.txt"
 
 step GPU tests
-timeout 300 $PY -m pytest -q -p no:cacheprovider -rfE --tb=short tests/test_device.py tests/test_kernels.py > "$OUT/tests.txt" 2>&1
+timeout 300 $PY -m pytest -q -p no:cacheprovider -rfE --tb=short tests/kernels/test_device.py tests/kernels/test_kernels.py > "$OUT/tests.txt" 2>&1
 grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.txt" | tail -15
 
 step bench kernels

@@ -10,7 +10,7 @@ Every head (the bundled fixtures, and synthetic Kimi-K2.5 Llama and MLA heads wi
 ``--divisor``; 1: the full-size heads of ``bench convert``, from its cache) is converted once per (scheme, format)
 a format stores, then verified against its source with
 ``--seeds`` seeds. A correct conversion that fails is a false failure; the script exits 1 if there is any. CI
-runs a subset (tests/test_fidelity.py).
+runs a subset (tests/verification/test_fidelity.py).
 """
 
 from __future__ import annotations

@@ -382,7 +382,7 @@ def _bin_as_safetensors(src: Path, dst: Path) -> Path:
     return dst
 
 
-# Patches each engine-load probe applied (tests/test_engine_load.py), listed at the end of the run.
+# Patches each engine-load probe applied (tests/engine_load/test_engine_load.py), listed at the end of the run.
 ENGINE_PATCHES: dict[str, list[str]] = {}
 
 

@@ -1,6 +1,6 @@
 """Strategies and properties for fuzzing ``model.safetensors.index.json`` and ``config.json`` parsing.
 
-Shared by ``tests/test_fuzz_inputs.py`` (a small budget, in CI) and ``scripts/fuzz.py`` (a long run by
+Shared by ``tests/project/test_fuzz_inputs.py`` (a small budget, in CI) and ``scripts/fuzz.py`` (a long run by
 hand). The property is the same everywhere: opening and inspecting a checkpoint whose index or config
 is damaged either succeeds or raises the tool's own :class:`~eaglequant.common.errors.EagleQuantError` with a
 one-line message; any other exception is a bug.

@@ -47,7 +47,7 @@ SCHEME_KINDS: dict[Kinds, str] = {  # the matrix's rows, in order, as the docs t
 
 
 # (scheme kinds, format) -> engine -> Support, gathered from each engine release's own cells. A missing row means
-# the format cannot store the scheme. vLLM 0.32.0 and SGLang 0.5.23 are run (tests/test_engine_load.py);
+# the format cannot store the scheme. vLLM 0.32.0 and SGLang 0.5.23 are run (tests/engine_load/test_engine_load.py);
 # TensorRT-LLM 1.2.x and main are read.
 MATRIX: dict[tuple[Kinds, str], dict[str, Support]] = {}
 for _name, _engine in ENGINES.items():

@@ -1,7 +1,7 @@
 """INT8 W8A8 (int8-channel weights, int8-token activations): the math against a float64 definition, property tests
 for its rounding edges, the kind and recipe, the Triton kernel against the reference, and the engine-load cells.
-Byte-for-byte parity with llm-compressor's ``W8A8`` runs in tests/test_vendor_parity.py (conftest's session oracle,
-over every fixture and the edge checkpoints of :func:`tests.conftest.int_edge_tensors`)."""
+Byte-for-byte parity with llm-compressor's ``W8A8`` runs in tests/formats/test_vendor_parity.py (conftest's
+session oracle, over every fixture and the edge checkpoints of :func:`tests.conftest.int_edge_tensors`)."""
 
 from __future__ import annotations
 
@@ -241,9 +241,9 @@ def test_kernel_rounds_tokens_like_the_reference() -> None:
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_every_loading_cell_is_an_engine_load_case(engine: str) -> None:
     """The engine-load tests build their cases from the matrix: the int8 cell that loads is loaded on a Llama and an
-    MLA fixture by the engine's own code (tests/test_engine_load.py)."""
+    MLA fixture by the engine's own code (tests/engine_load/test_engine_load.py)."""
     from eaglequant.engines.support import support
-    from tests.test_engine_load import matrix_cases
+    from tests.engine_load.test_engine_load import matrix_cases
 
     kinds = ("int8-channel", "int8-token")
     cell = support(kinds, "compressed-tensors", engine)

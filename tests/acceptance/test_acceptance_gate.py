@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import require_vendor
 
-PAIR = Path(__file__).resolve().parents[1] / "fixtures" / "trained-pair"
+PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
 CORRECT = [("fp8-per-channel", "quark"), ("fp8-block", "compressed-tensors"), ("nvfp4", "modelopt"), ("mxfp4", "quark")]
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import eaglequant
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import OutputError, placeholder, switch, worded, words
 from tests.conftest import FIXTURES, ROOT, run_cli, run_cli_subprocess
-from tests.test_bad_input import assert_refused
+from tests.project.test_bad_input import assert_refused
 
 SRC = FIXTURES / "specforge-llama"
 

@@ -11,7 +11,7 @@ import pytest
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS
 
-PACKAGE = Path(__file__).resolve().parents[1] / "eaglequant"
+PACKAGE = Path(__file__).resolve().parents[2] / "eaglequant"
 MAX_LINES = 400
 NAMES = set(WEIGHT_KINDS) | set(ACTIVATION_KINDS) | set(FORMATS) | {f.quant_method for f in FORMATS.values()}
 

@@ -26,7 +26,7 @@ import pytest
 from eaglequant.bench.heads import llama_head, write_head
 from eaglequant.common.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, EXIT_TERMINATED
 from tests.conftest import FIXTURES
-from tests.test_bad_input import PHASE_LOG_LINE
+from tests.project.test_bad_input import PHASE_LOG_LINE
 
 KILL_TRIALS = 20
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, ROOT, CliResult, run_cli_subprocess, vendor_required, write_calibration
-from tests.test_bad_input import assert_refused
+from tests.project.test_bad_input import assert_refused
 
 
 def _cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None, code: str = "") -> CliResult:
@@ -448,7 +448,7 @@ def test_kept_linears_are_named_as_the_checkpoint_names_them(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_readme_command_a_shows_vllm_and_sglang_as_its_words_say(tmp_path: Path) -> None:
-    from tests.test_readme import _readme_commands
+    from tests.project.test_readme import _readme_commands
 
     words = " ".join((ROOT / "README.md").read_text().split("## What it does", 1)[0].split())
     assert (
@@ -485,6 +485,6 @@ def test_the_fast_subset_is_documented_with_registered_markers() -> None:
     registered = (ROOT / "pyproject.toml").read_text().split("markers = [", 1)[1].split("]", 1)[0]
     for marker in ("slow", "engine", "vendor"):
         assert f'"{marker}: ' in registered
-    from tests.test_readme import _readme_commands
+    from tests.project.test_readme import _readme_commands
 
     assert _readme_commands()[1] == "bash scripts/setup.sh --test && .venv/bin/python -m pytest -q"  # (b): everything

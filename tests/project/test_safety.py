@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FIXTURES, ROOT, run_cli
-from tests.test_bad_input import assert_refused, temporaries_beside, tree
+from tests.project.test_bad_input import assert_refused, temporaries_beside, tree
 
 PACKAGE = ROOT / "eaglequant"
 TORCH_LOADS = {"torch.load", "torch.serialization.load"}

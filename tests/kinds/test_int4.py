@@ -1,7 +1,7 @@
 """INT4 W4A16 (int4-group, int4-group-asym): the math against a float64 definition, property tests for the int32
 packing (order, padding), zero points, clamping and rounding, the kinds and recipes, the Triton kernel against the
 reference, a written checkpoint read back by its kind, and the engine-load cells. Byte-for-byte parity with
-llm-compressor's ``W4A16`` / ``W4A16_ASYM`` runs in tests/test_vendor_parity.py (conftest's session oracle)."""
+llm-compressor's ``W4A16`` / ``W4A16_ASYM`` runs in tests/formats/test_vendor_parity.py (conftest's session oracle)."""
 
 from __future__ import annotations
 
@@ -273,10 +273,10 @@ def test_any_stored_words_decode_like_the_reference(words: list[int], zero: list
 @pytest.mark.parametrize("scheme", ["int4-w4a16", "int4-w4a16-asym"])
 def test_every_loading_cell_is_an_engine_load_case(engine: str, scheme: str) -> None:
     """The engine-load tests build their cases from the matrix: each INT4 cell that loads is loaded on a Llama and an
-    MLA fixture by the engine's own code (tests/test_engine_load.py)."""
+    MLA fixture by the engine's own code (tests/engine_load/test_engine_load.py)."""
     from eaglequant.engines.support import support
     from eaglequant.schemes.model import load_scheme
-    from tests.test_engine_load import matrix_cases
+    from tests.engine_load.test_engine_load import matrix_cases
 
     cell = support(load_scheme(scheme).kinds, "compressed-tensors", engine)
     assert cell is not None and cell.loads

@@ -160,7 +160,7 @@ def test_spelling_dependent_rules_are_caught(written, tmp_path: Path) -> None:
 
 def test_vendor_reference_configs_read_back() -> None:
     """The configs amd-quark and llm-compressor wrote for a Kimi-shaped head read back as the scheme they name."""
-    reference = Path(__file__).resolve().parents[2] / "shared" / "reference-outputs"
+    reference = Path(__file__).resolve().parents[3] / "shared" / "reference-outputs"
     if not reference.is_dir():
         pytest.skip("../shared/reference-outputs is not beside the checkout")
     expected = {

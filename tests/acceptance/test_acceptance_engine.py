@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_engine_load import engine_python
+from tests.engine_load.test_engine_load import engine_python
 
-PAIR = Path(__file__).resolve().parents[1] / "fixtures" / "trained-pair"
+PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
 # Set from the measured greedy acceptance length of the bundled pair (docs/acceptance.md): on the bundled 24
 # held-out prompts x 96 tokens the source draft measured 2.48 [2.40, 2.57]; a draft that had stopped working
 # would be near 1.

@@ -164,5 +164,5 @@ def test_explain_checks_the_engines_the_checkpoint_was_made_for(tmp_path: Path) 
 
 
 def test_verify_exit_codes_are_documented() -> None:
-    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
     assert f"| {EXIT_NOT_VERIFIED} |" in text

@@ -114,7 +114,7 @@ def test_bundled_prompts_are_the_trained_pairs_held_out_prompts() -> None:
     assert len(prompts) >= 16 and all(p.strip() for p in prompts)
 
 
-PAIR = Path(__file__).resolve().parents[1] / "fixtures" / "trained-pair"
+PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
 
 
 def _training_draft():
