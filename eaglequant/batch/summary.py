@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError
+from eaglequant.common.text_enum import TextEnum
 
 
-class JobStatus(str, Enum):
+class JobStatus(TextEnum):
     """What became of a job; the value is how summaries spell it."""
 
     PENDING = "pending"
@@ -22,17 +22,11 @@ class JobStatus(str, Enum):
     FAILED = "failed"
     MISSING = "missing"  # in a merge: no runner's summary reports it
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class UploadStatus(str, Enum):
+class UploadStatus(TextEnum):
     UPLOADED = "uploaded"
     SKIPPED = "skipped"  # already there, from the same source and options
     FAILED = "failed"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from eaglequant.common.errors import ExclusionProofError, InputError, Param, words
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
-from eaglequant.engines.view import SAMPLE_TARGET_LAYERS, EngineView
+from eaglequant.engines.view import EngineView
 from eaglequant.layouts.head import HeadDescription
 
 
@@ -97,7 +97,7 @@ def runtime_spellings(views: list[EngineView], members: tuple[str, ...]) -> str:
     model.layers.{L}.self_attn.qkv_proj, SGLang's model.qkv_proj``); empty when no engine fuses them."""
     spelled = []
     for view in views:
-        count = view.counts[-1] if view.target_layers is not None else SAMPLE_TARGET_LAYERS[-1]
+        count = view.counts[-1]  # the known count, or the largest sample
         for module in view.modules(count):
             if set(module.members) == set(members) and len(members) > 1:
                 name = module.names[0] if view.target_layers is not None else symbolic_name(module.names[0], count)

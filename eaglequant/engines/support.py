@@ -49,10 +49,15 @@ SCHEME_KINDS: dict[Kinds, str] = {  # the matrix's rows, in order, as the docs t
 # (scheme kinds, format) -> engine -> Support, gathered from each engine release's own cells. A missing row means
 # the format cannot store the scheme. vLLM 0.32.0 and SGLang 0.5.23 are run (tests/engine_load/test_engine_load.py);
 # TensorRT-LLM 1.2.x and main are read.
-MATRIX: dict[tuple[Kinds, str], dict[str, Support]] = {}
-for _name, _engine in ENGINES.items():
-    for _key, _cell in _engine.cells.items():
-        MATRIX.setdefault(_key, {})[_name] = _cell
+def _gathered() -> dict[tuple[Kinds, str], dict[str, Support]]:
+    matrix: dict[tuple[Kinds, str], dict[str, Support]] = {}
+    for name, engine in ENGINES.items():
+        for key, cell in engine.cells.items():
+            matrix.setdefault(key, {})[name] = cell
+    return matrix
+
+
+MATRIX = _gathered()
 
 
 def support(kinds: tuple[str, str | None], format_name: str, engine: str, attention: str = "mha") -> Support | None:

@@ -37,8 +37,7 @@ class EngineView:
         kinds: tuple[str, str | None],
         target_layers: int | None,
     ) -> EngineView:
-        counts = sorted({*layer_counts(target_layers), SAMPLE_TARGET_LAYERS[-1]})
-        modules = {count: engine.runtime_modules(head, count) for count in counts}
+        modules = {count: engine.runtime_modules(head, count) for count in layer_counts(target_layers)}
         return cls(engine, head, format_name, kinds, target_layers, engine.dialect(format_name), modules)
 
     @property

@@ -8,30 +8,24 @@ and ``batch`` read it only through :func:`read_verification` / :meth:`Verificati
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file
+from eaglequant.common.text_enum import TextEnum
 from eaglequant.schemes.model import VerifyThresholds
 
 VERIFY_NAME = "eaglequant_verify.json"
 _REPAIR = "run `eaglequant verify` on it again"
 
 
-class Verdict(str, Enum):
+class Verdict(TextEnum):
     """What ``verify`` concluded; the value is how reports and JSON spell it."""
 
     PASSED = "passed"
     FAILED = "failed"
     NOT_VERIFIED = "not verified numerically"  # the checks that ran hold, but parity and fidelity did not run
-
-    def __str__(self) -> str:
-        return self.value
-
-    def __format__(self, spec: str) -> str:
-        return format(self.value, spec)
 
     @property
     def exit_code(self) -> int:
