@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.engines.cells import Cells
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 
@@ -92,7 +93,7 @@ def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return None
 
 
-def weight_only_integer_groups(kinds: tuple[str, str | None], format_name: str) -> bool:
+def weight_only_integer_groups(kinds: Kinds, format_name: str) -> bool:
     """Whether vLLM and SGLang run the scheme with CompressedTensorsWNA16 (compressed_tensors.py::
     _is_wNa16_group_channel: integer weights per group or channel, no input quantization), as they dispatch: on the
     config's QuantizationArgs."""
@@ -146,7 +147,7 @@ class Engine(ABC):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
+        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: Kinds | None = None
     ) -> list[str]:
         """Ways ``patterns`` break this engine's loading beyond which modules they exclude."""
         return []
@@ -199,28 +200,28 @@ class Engine(ABC):
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
         return None
 
-    def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:
+    def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         """What a user serving this head with the engine should know beyond what loads (deployment settings
         that change what runs)."""
         return []
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme
         ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
         return module.runs_unquantized
 
-    def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         """Why the engine fails to load ``module`` stored in scheme ``kinds``, so the checkpoint must keep it
         unquantized *and* the config must exclude it (None: it loads)."""
         return None
 
     def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str
+        self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
     ) -> str | None:
         """:meth:`load_refusal` where the head's own shape decides, beyond the module's (None: it loads)."""
         return None
 
-    def needs_quantized(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def needs_quantized(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         """Why the engine fails to load ``module`` unless it is stored in scheme ``kinds`` (None: BF16 loads too)."""
         return None
 

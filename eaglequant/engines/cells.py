@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-Kinds = tuple[str, str | None]  # weight kind, activation kind (None: weight-only)
+from eaglequant.kinds import Kinds
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,30 @@ def refuses(note: str) -> Support:
     return Support(False, note)
 
 
-FP8_W8A8: Kinds = ("fp8-channel", "fp8-token")
-FP8_BLOCK_W8A8: Kinds = ("fp8-block", "fp8-group")
-NVFP4_W4A16: Kinds = ("nvfp4", None)
-NVFP4_W4A4: Kinds = ("nvfp4", "nvfp4")
-MXFP4_W4A4: Kinds = ("mxfp4", "mxfp4")
-MXFP4_W4A16: Kinds = ("mxfp4", None)
-INT8_W8A8: Kinds = ("int8-channel", "int8-token")
-INT4_W4A16: Kinds = ("int4-group", None)
-INT4_W4A16_ASYM: Kinds = ("int4-group-asym", None)
+FP8_W8A8 = Kinds("fp8-channel", "fp8-token")
+FP8_BLOCK_W8A8 = Kinds("fp8-block", "fp8-group")
+NVFP4_W4A16 = Kinds("nvfp4", None)
+NVFP4_W4A4 = Kinds("nvfp4", "nvfp4")
+MXFP4_W4A4 = Kinds("mxfp4", "mxfp4")
+MXFP4_W4A16 = Kinds("mxfp4", None)
+INT8_W8A8 = Kinds("int8-channel", "int8-token")
+INT4_W4A16 = Kinds("int4-group", None)
+INT4_W4A16_ASYM = Kinds("int4-group-asym", None)
+
+__all__ = [
+    "FP8_BLOCK_W8A8",
+    "FP8_W8A8",
+    "INT4_W4A16",
+    "INT4_W4A16_ASYM",
+    "INT8_W8A8",
+    "MXFP4_W4A4",
+    "MXFP4_W4A16",
+    "NVFP4_W4A4",
+    "NVFP4_W4A16",
+    "Cells",
+    "Kinds",
+    "Support",
+    "loads",
+    "loads_if",
+    "refuses",
+]

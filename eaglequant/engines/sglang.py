@@ -59,7 +59,7 @@ from eaglequant.engines.cells import (
     refuses,
 )
 from eaglequant.formats import get_format
-from eaglequant.kinds import weight_kind
+from eaglequant.kinds import Kinds, weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 # The Llama draft's layer first builds the base LlamaAttention / LlamaMLP modules (``model.self_attn.qkv_proj``,
@@ -160,7 +160,7 @@ class SglangEngine(Engine):
             )
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         if module.names == ("lm_head",) and self.lm_head_unquantized_by_config(format_name):
             return f"SGLang's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         leaves = module.leaves
@@ -179,7 +179,7 @@ class SglangEngine(Engine):
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
 
-    def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         kind = weight_kind(kinds[0])
         leaves = module.leaves
         if "q_a_proj" in leaves:
@@ -203,7 +203,7 @@ class SglangEngine(Engine):
         return None
 
     def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str
+        self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
     ) -> str | None:
         group = weight_kind(kinds[0]).columns_per_scale
         hidden = head.dims.hidden_size
@@ -234,7 +234,7 @@ class SglangEngine(Engine):
         return [ServingSnippet("SGLang", "bash", line)]
 
 
-def _per_linear_metadata(kinds: tuple[str, str | None], format_name: str) -> tuple[str, ...]:
+def _per_linear_metadata(kinds: Kinds, format_name: str) -> tuple[str, ...]:
     from eaglequant.schemes.model import default_scheme_for
 
     fmt = get_format(format_name)

@@ -55,7 +55,7 @@ from eaglequant.engines.cells import (
     loads_if,
     refuses,
 )
-from eaglequant.kinds import weight_kind
+from eaglequant.kinds import Kinds, weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -151,7 +151,7 @@ class TrtllmEngine(Engine):
         return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
 
     # The MLA rules below hold for the drafts main builds; 1.2.x builds no MLA draft (its cells refuse one).
-    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         block_scaled = weight_kind(kinds[0]).rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
         for member in module.members:
             reason = _MLA_BF16_ONLY.get(member.rsplit(".", 1)[-1])
@@ -159,7 +159,7 @@ class TrtllmEngine(Engine):
                 return reason
         return module.runs_unquantized
 
-    def needs_quantized(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def needs_quantized(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         if weight_kind(kinds[0]).rows_per_scale == 1:
             return None
         leaves = module.leaves
@@ -171,7 +171,7 @@ class TrtllmEngine(Engine):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: tuple[str, str | None] | None = None
+        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: Kinds | None = None
     ) -> list[str]:
         return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question
 

@@ -62,7 +62,7 @@ from eaglequant.engines.cells import (
     loads_if,
 )
 from eaglequant.formats import get_format
-from eaglequant.kinds import weight_kind
+from eaglequant.kinds import Kinds, weight_kind
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
@@ -184,7 +184,7 @@ class VllmEngine(Engine):
     cells: ClassVar[Cells] = CELLS
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
-    def notes(self, attention: str, kinds: tuple[str, str | None], format_name: str) -> list[str]:
+    def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
@@ -204,7 +204,7 @@ class VllmEngine(Engine):
             return "vLLM builds an MLA draft's lm_head without a quant config (deepseek_eagle3.py)"
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         if (
             module.names == ("lm_head",)
             and module.runs_unquantized is None
@@ -213,7 +213,7 @@ class VllmEngine(Engine):
             return f"vLLM's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         return module.runs_unquantized
 
-    def load_refusal(self, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         kind = weight_kind(kinds[0])
         leaves = module.leaves
         if kind.rows_per_scale > 1 and "kv_b_proj" in leaves and module.out_features[0] % kind.rows_per_scale:
@@ -224,7 +224,7 @@ class VllmEngine(Engine):
         return None
 
     def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: tuple[str, str | None], format_name: str
+        self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
     ) -> str | None:
         group = weight_kind(kinds[0]).columns_per_scale
         hidden = head.dims.hidden_size

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
-from eaglequant.kinds import kinds_title, weight_kind
+from eaglequant.kinds import Kinds, kinds_title, weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
@@ -40,7 +40,7 @@ class WrittenConfig:
     """A checkpoint's quantization config read back: the scheme it declares and its exclusion rules."""
 
     format_name: str
-    kinds: tuple[str, str | None]
+    kinds: Kinds
     patterns: list[str]  # exclusion rules, as the engines read them
     problems: list[str]  # contradictions inside the config files themselves
 
@@ -96,9 +96,9 @@ class Format(ABC):
     scale_params: ClassVar[tuple[str, ...]]
 
     @property
-    def algorithms(self) -> dict[tuple[str, str | None], str]:
+    def algorithms(self) -> dict[Kinds, str]:
         """(weight kind, activation kind) -> the vendor's own name for that scheme."""
-        return {(r.kind, act): name for r in self.recipes for act, name in r.algorithms.items()}
+        return {Kinds(r.kind, act): name for r in self.recipes for act, name in r.algorithms.items()}
 
     def algorithm(self, scheme: Scheme) -> str | None:
         """The vendor's name for ``scheme`` (e.g. ``ptpc_fp8``, ``NVFP4``), or None if it cannot store it."""

@@ -12,6 +12,7 @@ from eaglequant.kinds.base import (
     ACTIVATION_KINDS,
     WEIGHT_KINDS,
     ActivationKind,
+    Kinds,
     StoredLinear,
     TensorKind,
     WeightKind,
@@ -29,18 +30,17 @@ WEIGHT_KINDS.update(
 ACTIVATION_KINDS.update(
     (kind.name, kind) for kind in (FP8_TOKEN, FP8_GROUP, NVFP4_ACTIVATIONS, MXFP4_ACTIVATIONS, INT8_TOKEN)
 )
-Kinds = tuple[str, str | None]  # (weight kind, activation kind or None for weight-only), as configs declare them
 
 
 def kinds_label(kinds: Kinds) -> str:
     """The widths serving engineers name a scheme by: ``W8A8``, ``W4A16``."""
-    act = activation_kind(kinds[1])
-    return f"W{weight_kind(kinds[0]).bits}A{16 if act is None else act.bits}"
+    act = kinds.activation_kind
+    return f"W{kinds.weight_kind.bits}A{16 if act is None else act.bits}"
 
 
 def kinds_title(kinds: Kinds) -> str:
     """``W8A8 fp8-channel``, ``W4A16 nvfp4``: the widths and the weight kind."""
-    return f"{kinds_label(kinds)} {kinds[0]}"
+    return f"{kinds_label(kinds)} {kinds.weight}"
 
 
 __all__ = [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from eaglequant.common.errors import SchemeError
 
@@ -134,6 +134,25 @@ def activation_kind(name: str | None) -> ActivationKind | None:
         return ACTIVATION_KINDS[name]
     except KeyError:
         raise SchemeError(f"unknown activation kind {name!r}", hint=f"known: {', '.join(ACTIVATION_KINDS)}") from None
+
+
+class Kinds(NamedTuple):
+    """What a scheme reduces to, by registered name, as configs declare it: the weight kind and the activation
+    kind (None: weight-only). Equal to, and hashed as, the plain ``(weight, activation)`` tuple."""
+
+    weight: str
+    activation: str | None
+
+    @property
+    def weight_kind(self) -> WeightKind:
+        return weight_kind(self.weight)
+
+    @property
+    def activation_kind(self) -> ActivationKind | None:
+        return activation_kind(self.activation)
+
+    def __str__(self) -> str:
+        return str(tuple(self))  # messages name the pair as configs declare it
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetLayers
+from eaglequant.kinds import Kinds
 
 REPORT_VERSION = 2  # 2 added report_version and verification
 _REPAIR = "it was changed after conversion or is damaged: convert the checkpoint again"
@@ -125,7 +126,7 @@ class ConversionReport:
     layout: str
     scheme: str
     scheme_label: str
-    scheme_kinds: tuple[str, str | None]  # weight kind, activation kind (None: weight-only)
+    scheme_kinds: Kinds
     scheme_toml: str  # the scheme actually used, thresholds included: verify applies these
     attention: str
     format: str
@@ -281,13 +282,13 @@ def _report_version(top: JsonObject) -> int:
     return version
 
 
-def _kinds(top: JsonObject) -> tuple[str, str | None]:
+def _kinds(top: JsonObject) -> Kinds:
     kinds = top.get("scheme_kinds")
     if not (isinstance(kinds, list) and len(kinds) == 2 and isinstance(kinds[0], str)) or not (
         kinds[1] is None or isinstance(kinds[1], str)
     ):
         raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
-    return kinds[0], kinds[1]
+    return Kinds(kinds[0], kinds[1])
 
 
 def _linear(row: JsonObject) -> RecordedLinear:

@@ -19,7 +19,7 @@ from typing import Any
 import tomllib
 
 from eaglequant.common.errors import SchemeError, placeholder, words
-from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, TensorKind, kinds_label
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, Kinds, TensorKind, kinds_label
 from eaglequant.kinds.base import BlockSize
 
 UNCALIBRATED_CHOICES = ("weight-only", "refuse")
@@ -81,8 +81,8 @@ class Scheme:
     verify: VerifyThresholds = VerifyThresholds()
 
     @property
-    def kinds(self) -> tuple[str, str | None]:
-        return self.weight.kind, None if self.activation is None else self.activation.kind
+    def kinds(self) -> Kinds:
+        return Kinds(self.weight.kind, None if self.activation is None else self.activation.kind)
 
     @property
     def label(self) -> str:
@@ -136,9 +136,9 @@ def load_scheme(name_or_path: str) -> Scheme:
     return parse_scheme(data, str(path))
 
 
-def builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
+def builtin_names_by_kinds() -> dict[Kinds, str]:
     """Scheme kinds -> the built-in scheme that writes them (nvfp4 also stands for its W4A16 downgrade)."""
-    names: dict[tuple[str, str | None], str] = {}
+    names: dict[Kinds, str] = {}
     for name in builtin_scheme_names():
         scheme = load_scheme(name)
         names.setdefault(scheme.kinds, name)
@@ -147,7 +147,7 @@ def builtin_names_by_kinds() -> dict[tuple[str, str | None], str]:
     return names
 
 
-def builtin_scheme_for(kinds: tuple[str, str | None]) -> Scheme:
+def builtin_scheme_for(kinds: Kinds) -> Scheme:
     """The built-in scheme with these kinds, its thresholds included, as written (a checkpoint another tool wrote
     is verified by it); :func:`default_scheme_for` needs no built-in."""
     name = builtin_names_by_kinds().get(kinds)
@@ -157,7 +157,7 @@ def builtin_scheme_for(kinds: tuple[str, str | None]) -> Scheme:
     return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
-def default_scheme_for(kinds: tuple[str, str | None]) -> Scheme:
+def default_scheme_for(kinds: Kinds) -> Scheme:
     """A scheme made of these registered kinds with default thresholds, for reading a config's layout (any kinds,
     built-in scheme or not)."""
     weight = _tensor_quant(WEIGHT_KINDS[kinds[0]], dynamic=False)
