@@ -59,7 +59,7 @@ from eaglequant.engines.cells import (
     refuses,
 )
 from eaglequant.formats import get_format
-from eaglequant.kinds import Kinds, weight_kind
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 # The Llama draft's layer first builds the base LlamaAttention / LlamaMLP modules (``model.self_attn.qkv_proj``,
@@ -164,9 +164,9 @@ class SglangEngine(Engine):
         if module.names == ("lm_head",) and self.lm_head_unquantized_by_config(format_name):
             return f"SGLang's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
         leaves = module.leaves
-        if "kv_b_proj" in leaves and weight_kind(kinds[0]).rows_per_scale == 1:
+        if "kv_b_proj" in leaves and kinds.weight_kind.rows_per_scale == 1:
             return _MLA_KV_B
-        if "q_a_proj" in leaves and weight_kind(kinds[0]).global_scale:
+        if "q_a_proj" in leaves and kinds.weight_kind.global_scale:
             return _MLA_FUSED_GLOBAL_SCALE
         return module.runs_unquantized
 
@@ -180,7 +180,7 @@ class SglangEngine(Engine):
         return (f"model.{local}",)
 
     def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        kind = weight_kind(kinds[0])
+        kind = kinds.weight_kind
         leaves = module.leaves
         if "q_a_proj" in leaves:
             metadata = _per_linear_metadata(kinds, format_name)
@@ -205,7 +205,7 @@ class SglangEngine(Engine):
     def head_load_refusal(
         self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
     ) -> str | None:
-        group = weight_kind(kinds[0]).columns_per_scale
+        group = kinds.weight_kind.columns_per_scale
         hidden = head.dims.hidden_size
         if head.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
             return None

@@ -55,7 +55,7 @@ from eaglequant.engines.cells import (
     loads_if,
     refuses,
 )
-from eaglequant.kinds import Kinds, weight_kind
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -152,7 +152,7 @@ class TrtllmEngine(Engine):
 
     # The MLA rules below hold for the drafts main builds; 1.2.x builds no MLA draft (its cells refuse one).
     def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        block_scaled = weight_kind(kinds[0]).rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
+        block_scaled = kinds.weight_kind.rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
         for member in module.members:
             reason = _MLA_BF16_ONLY.get(member.rsplit(".", 1)[-1])
             if reason is not None and not block_scaled:
@@ -160,7 +160,7 @@ class TrtllmEngine(Engine):
         return module.runs_unquantized
 
     def needs_quantized(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        if weight_kind(kinds[0]).rows_per_scale == 1:
+        if kinds.weight_kind.rows_per_scale == 1:
             return None
         leaves = module.leaves
         if "kv_b_proj" in leaves:

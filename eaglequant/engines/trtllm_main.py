@@ -33,7 +33,7 @@ from eaglequant.engines.cells import (
 )
 from eaglequant.engines.trtllm import CELLS as RELEASE_1_2_CELLS
 from eaglequant.engines.trtllm import NO_DENSE_MXFP4, TrtllmEngine, _excludes
-from eaglequant.kinds import Kinds, weight_kind
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import HeadDescription
 
 _TRT_MAIN_NO_INT4 = refuses(
@@ -90,7 +90,7 @@ class TrtllmMainEngine(TrtllmEngine):
     def pattern_problems(
         self, head: HeadDescription, format_name: str, patterns: list[str], kinds: Kinds | None = None
     ) -> list[str]:
-        if head.attention != "mla" or (kinds is not None and weight_kind(kinds[0]).rows_per_scale > 1):
+        if head.attention != "mla" or (kinds is not None and kinds.weight_kind.rows_per_scale > 1):
             return []  # a block-FP8 kv_b_proj is what the dequant path reads
         return [
             f"TensorRT-LLM asks whether the bare name 'kv_b_proj' is excluded, and {p!r} matches it: the BF16 "

@@ -62,7 +62,7 @@ from eaglequant.engines.cells import (
     loads_if,
 )
 from eaglequant.formats import get_format
-from eaglequant.kinds import Kinds, weight_kind
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
@@ -214,7 +214,7 @@ class VllmEngine(Engine):
         return module.runs_unquantized
 
     def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        kind = weight_kind(kinds[0])
+        kind = kinds.weight_kind
         leaves = module.leaves
         if kind.rows_per_scale > 1 and "kv_b_proj" in leaves and module.out_features[0] % kind.rows_per_scale:
             return (
@@ -226,7 +226,7 @@ class VllmEngine(Engine):
     def head_load_refusal(
         self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
     ) -> str | None:
-        group = weight_kind(kinds[0]).columns_per_scale
+        group = kinds.weight_kind.columns_per_scale
         hidden = head.dims.hidden_size
         if head.attention != "mha" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
             return None

@@ -110,7 +110,7 @@ class Format(ABC):
     def recipe(self, scheme: Scheme) -> Recipe:
         """This format's recipe for ``scheme``; a scheme it cannot store is refused, never stored as another."""
         recipe = next((r for r in self.recipes if r.kind == scheme.weight.kind), None)
-        if recipe is None or scheme.kinds[1] not in recipe.algorithms:
+        if recipe is None or scheme.kinds.activation not in recipe.algorithms:
             raise SchemeError(
                 f"format {self.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
                 hint=f"{self.title} stores: {', '.join(sorted(set(self.algorithms.values())))}",

@@ -206,7 +206,7 @@ class CompressedTensorsFormat(Format):
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         recipe = self.recipe(scheme)
         assert isinstance(recipe, CtRecipe)
-        algorithm = recipe.algorithms[scheme.kinds[1]]
+        algorithm = recipe.algorithms[scheme.kinds.activation]
         fmt = recipe.compression_format
         activation = None if scheme.activation is None else dict(recipe.input_args[scheme.activation.kind])
         return {

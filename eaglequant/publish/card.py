@@ -89,10 +89,8 @@ def render_card(
 def _front_matter(report: ConversionReport, context: CardContext) -> str:
     from huggingface_hub import ModelCardData
 
-    from eaglequant.kinds import weight_kind
-
     tags = ["eagle3", "speculative-decoding", "draft-model", "quantized", "eaglequant"]
-    tags += [weight_kind(report.scheme_kinds[0]).tag, report.format]
+    tags += [report.scheme_kinds.weight_kind.tag, report.format]
     fields: dict[str, Any] = {"library_name": library_name(report.engines), "tags": tags, **context.license}
     if context.base_model:
         fields.update(base_model=context.base_model, base_model_relation="quantized")

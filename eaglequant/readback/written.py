@@ -19,7 +19,6 @@ from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES, ITEMSIZE
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.formats import all_scale_params, all_weight_params
-from eaglequant.kinds import weight_kind
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 
@@ -39,7 +38,7 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
     scheme eaglequant models: :func:`~eaglequant.readback.explanation.read_written_config`)."""
     from eaglequant.readback.explanation import read_written_config
 
-    kind = weight_kind(read_written_config(checkpoint)[1].kinds[0])
+    kind = read_written_config(checkpoint)[1].kinds.weight_kind
     dtype = source_dtype(checkpoint)
     scale_params, weight_params = all_scale_params(), all_weight_params()
     logical: dict[str, TensorInfo] = {}

@@ -152,7 +152,9 @@ def builtin_scheme_for(kinds: Kinds) -> Scheme:
     is verified by it); :func:`default_scheme_for` needs no built-in."""
     name = builtin_names_by_kinds().get(kinds)
     if name is None:
-        raise SchemeError(f"no built-in scheme has weight {kinds[0]} with activations {kinds[1] or 'unquantized'}")
+        raise SchemeError(
+            f"no built-in scheme has weight {kinds.weight} with activations {kinds.activation or 'unquantized'}"
+        )
     scheme = load_scheme(name)
     return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
@@ -160,9 +162,9 @@ def builtin_scheme_for(kinds: Kinds) -> Scheme:
 def default_scheme_for(kinds: Kinds) -> Scheme:
     """A scheme made of these registered kinds with default thresholds, for reading a config's layout (any kinds,
     built-in scheme or not)."""
-    weight = _tensor_quant(WEIGHT_KINDS[kinds[0]], dynamic=False)
-    activation = None if kinds[1] is None else _tensor_quant(ACTIVATION_KINDS[kinds[1]])
-    return Scheme(f"{kinds[0]}/{kinds[1] or 'weight-only'}", "", weight, activation, "(kinds)")
+    weight = _tensor_quant(WEIGHT_KINDS[kinds.weight], dynamic=False)
+    activation = None if kinds.activation is None else _tensor_quant(ACTIVATION_KINDS[kinds.activation])
+    return Scheme(f"{kinds.weight}/{kinds.activation or 'weight-only'}", "", weight, activation, "(kinds)")
 
 
 def _check_keys(where: str, table: Any, allowed: set[str], required: set[str]) -> dict[str, Any]:
