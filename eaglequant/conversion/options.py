@@ -10,13 +10,12 @@ Importing this module is cheap (no torch): the CLI declares its defaults from it
 
 from __future__ import annotations
 
-import functools
-import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.errors import EagleQuantError, InputError, Param, given, words
+from eaglequant.layouts.rules import compiled_rule
 
 if TYPE_CHECKING:
     from eaglequant.schemes.model import Scheme
@@ -293,17 +292,6 @@ def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:
     for rule in checked:
         compiled_rule(rule, parameter)
     return checked
-
-
-@functools.lru_cache(maxsize=256)
-def compiled_rule(rule: str, parameter: str) -> re.Pattern[str] | None:
-    """A ``re:<regex>`` rule compiled once (None: a glob); ``parameter``: the option that gave it."""
-    if not rule.startswith("re:"):
-        return None
-    try:
-        return re.compile(rule[3:])
-    except re.error as exc:
-        raise InputError(words(given(parameter, rule), f" is not a valid regular expression ({exc})")) from exc
 
 
 def _count(parameter: str, value: Any, *, minimum: int) -> int | None:

@@ -11,10 +11,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eaglequant.common.errors import ExclusionProofError, InputError, Param, words
+from eaglequant.common.errors import ExclusionProofError, InputError, Param, given, words
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
 from eaglequant.engines.view import EngineView
+from eaglequant.formats.base import Format
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.schemes.model import Scheme
 
 
 @dataclass(frozen=True)
@@ -27,17 +29,103 @@ class ModuleVerdict:
     engine_reason: str | None = None  # why the engine runs it unquantized whatever the rules say
 
 
+@dataclass(frozen=True)
+class KeepRequest:
+    """What the user's rules and the defaults ask: linears to keep in the source dtype (canonical module -> why)
+    and linears a ``quantize`` rule asks to quantize (canonical module -> that rule)."""
+
+    kept: Mapping[str, str]
+    quantized: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ExclusionPlan:
+    excluded: dict[str, str]  # canonical linear -> why it keeps its source dtype
+    patterns: list[str]  # the exclusion rules written into config.json
+    verdicts: list[ModuleVerdict]  # how each engine treats each runtime module under them
+    notes: list[str]  # linears the format cannot store, kept with their fused group
+
+
+def plan_exclusions(
+    head: HeadDescription, views: list[EngineView], fmt: Format, scheme: Scheme, request: KeepRequest
+) -> ExclusionPlan:
+    """The one decision of which linears stay in the source dtype, and why: what a targeted engine cannot run
+    quantized, then the defaults and the user's rules, then what the format cannot store (with the rest of its
+    fused group); then the rules that say it in each engine's dialect, proven for every engine. Refuses a plan
+    that would quantize nothing."""
+    excluded = merged_exclusions(head, request, engine_requirements(views))
+    check_fused_groups(head, set(excluded))
+    chosen = set(excluded)
+    notes = _exclude_unstorable(head, fmt, scheme, excluded, views)
+    if all(lin.module in excluded for lin in head.linears):
+        if any(lin.module not in chosen for lin in head.linears):
+            raise InputError(
+                f"{fmt.title} {scheme.name} can store none of this head's linears; nothing would be quantized "
+                f"({notes[-1].removeprefix('kept ')})",
+                hint="choose another scheme (eaglequant schemes lists them)",
+            )
+        raise InputError("every linear is excluded; nothing would be quantized", hint=words("relax ", Param("exclude")))
+    patterns = synthesize_patterns(views, excluded)
+    verdicts = prove(views, patterns, {lin.module for lin in head.linears if lin.module not in excluded})
+    return ExclusionPlan(excluded, patterns, verdicts, notes)
+
+
+def merged_exclusions(head: HeadDescription, request: KeepRequest, required: Mapping[str, str]) -> dict[str, str]:
+    """Canonical linear -> why it keeps its source dtype: what an engine requires first (``required``: module ->
+    the engine's reason), then what ``request`` asks. A ``quantize`` rule may lift a default, never a
+    requirement."""
+    excluded: dict[str, str] = {}
+    for module, reason in required.items():
+        if module in request.quantized:
+            raise InputError(
+                words(
+                    given("quantize", request.quantized[module]),
+                    f" asks to quantize {head.linear(module).checkpoint_module}, but {reason}",
+                ),
+                hint=words(
+                    "drop that ", Param("quantize"), " rule, or the ", Param("engines"), " that cannot run it quantized"
+                ),
+            )
+        excluded[module] = reason
+    for module, reason in request.kept.items():
+        excluded.setdefault(module, reason)
+    return excluded
+
+
 def engine_requirements(views: list[EngineView]) -> dict[str, str]:
     """Canonical linear -> why a targeted engine needs it kept unquantized in the checkpoint (it runs the module
     unquantized whatever the config says, or cannot load it quantized)."""
     required: dict[str, str] = {}
     for view in views:
-        for module in view.modules():
-            reason = view.kept_reason(module)
-            if reason is not None:
-                for member in module.members:
-                    required.setdefault(member, reason)
+        for module, reason in view.kept_reasons.items():
+            for member in module.members:
+                required.setdefault(member, reason)
     return required
+
+
+def _exclude_unstorable(
+    head: HeadDescription, fmt: Format, scheme: Scheme, excluded: dict[str, str], views: list[EngineView]
+) -> list[str]:
+    """Keep in the source dtype every linear the format cannot store (and the rest of its fused group); one note
+    for each, said in the checkpoint's names with the engines' name for a fused module beside them."""
+    notes = []
+    for linear in head.linears:
+        if linear.module in excluded:
+            continue
+        group = head.group_of(linear.module)
+        problem = fmt.shape_problem(linear, scheme, group is not None and group.members[-1] != linear.module)
+        if problem is None:
+            continue
+        members = group.members if group else (linear.module,)
+        for member in members:
+            excluded.setdefault(
+                member, problem if member == linear.module else fused_reason(head, linear.module, problem)
+            )
+        fused = runtime_spellings(views, members)
+        run_as = f" (one module at run time: {fused})" if fused else ""
+        why = f"{linear.checkpoint_module}'s {problem}" if len(members) > 1 else problem
+        notes.append(f"kept {checkpoint_names(head, members)} unquantized{run_as}: {why}")
+    return notes
 
 
 def synthesize_patterns(views: list[EngineView], excluded: Mapping[str, str]) -> list[str]:
@@ -176,7 +264,7 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
         for count in counts:
             for module in view.modules(count):
                 reason = engine.unquantized_reason(module, kinds, format_name)
-                needed = engine.needs_quantized(module, kinds, format_name)
+                needed = view.quantized_needs.get(module)
                 if needed is not None and not set(module.members) <= quantized:
                     raise InputError(
                         f"{engine.title} cannot load {symbolic_name(module.names[0], count)} unquantized under this "

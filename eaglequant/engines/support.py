@@ -24,10 +24,8 @@ from eaglequant.engines.cells import (
     NVFP4_W4A16,
     Kinds,
     Support,
-    refuses,
 )
 from eaglequant.formats import FORMATS
-from eaglequant.kinds import weight_kind
 
 ENGINE_NAMES = tuple(ENGINES)
 ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
@@ -60,34 +58,34 @@ def _gathered() -> dict[tuple[Kinds, str], dict[str, Support]]:
 MATRIX = _gathered()
 
 
-def support(kinds: tuple[str, str | None], format_name: str, engine: str, attention: str = "mha") -> Support | None:
+def support(kinds: Kinds, format_name: str, engine: str, attention: str = "mha") -> Support | None:
     """None when the format cannot store the scheme at all."""
     cell = MATRIX.get((kinds, format_name))
     if cell is None:
         return None
     entry = cell[engine]
     if attention == "mla" and entry.loads and entry.mla is not True:
-        return refuses(
-            f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
+        return Support(
+            False, f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
         )
     return entry
 
 
-def _loads_everywhere(kinds: tuple[str, str | None], fmt: str, engines: list[str], attention: str) -> bool:
+def _loads_everywhere(kinds: Kinds, fmt: str, engines: list[str], attention: str) -> bool:
     return all((cell := support(kinds, fmt, e, attention)) is not None and cell.loads for e in engines)
 
 
-def _weight_bits(kinds: tuple[str, str | None]) -> int:
-    return weight_kind(kinds[0]).bits
+def _weight_bits(kinds: Kinds) -> int:
+    return kinds.weight_kind.bits
 
 
 def check_engines(
-    kinds: tuple[str, str | None],
+    kinds: Kinds,
     scheme_name: str,
     format_name: str,
     engines: list[str],
     attention: str,
-    scheme_names: dict[tuple[str, str | None], str],
+    scheme_names: dict[Kinds, str],
 ) -> list[str]:
     """Refuse, in one line naming a combination that works, what a targeted engine cannot load.
 

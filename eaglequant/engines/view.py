@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import HeadDescription
 
 # Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).
@@ -23,10 +24,12 @@ class EngineView:
     engine: Engine
     head: HeadDescription
     format_name: str
-    kinds: tuple[str, str | None]
+    kinds: Kinds
     target_layers: int | None  # None: unknown, the rules must hold for any count
     dialect: Dialect
     modules_by_count: dict[int, list[RuntimeModule]]
+    kept_reasons: dict[RuntimeModule, str]  # why the checkpoint must keep a module unquantized for this engine
+    quantized_needs: dict[RuntimeModule, str]  # why the engine cannot load a module unquantized (any count)
 
     @classmethod
     def of(
@@ -34,11 +37,16 @@ class EngineView:
         engine: Engine,
         head: HeadDescription,
         format_name: str,
-        kinds: tuple[str, str | None],
+        kinds: Kinds,
         target_layers: int | None,
     ) -> EngineView:
-        modules = {count: engine.runtime_modules(head, count) for count in layer_counts(target_layers)}
-        return cls(engine, head, format_name, kinds, target_layers, engine.dialect(format_name), modules)
+        counts = layer_counts(target_layers)
+        modules = {count: engine.runtime_modules(head, count) for count in counts}
+        kept = {m: why for m in modules[counts[-1]] if (why := _kept_reason(engine, head, m, format_name, kinds))}
+        needs = {
+            m: why for count in counts for m in modules[count] if (why := engine.needs_quantized(m, kinds, format_name))
+        }
+        return cls(engine, head, format_name, kinds, target_layers, engine.dialect(format_name), modules, kept, needs)
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -49,12 +57,14 @@ class EngineView:
         """The engine's runtime modules under a target of ``count`` layers (default: the last count proven)."""
         return self.modules_by_count[self.counts[-1] if count is None else count]
 
-    def kept_reason(self, module: RuntimeModule) -> str | None:
-        """Why the checkpoint must keep ``module`` unquantized for this engine: it runs it unquantized whatever
-        the config says, or cannot load it quantized (None: it may be quantized)."""
-        engine = self.engine
-        return (
-            engine.unquantized_reason(module, self.kinds, self.format_name)
-            or engine.load_refusal(module, self.kinds, self.format_name)
-            or engine.head_load_refusal(self.head, module, self.kinds, self.format_name)
-        )
+
+def _kept_reason(
+    engine: Engine, head: HeadDescription, module: RuntimeModule, format_name: str, kinds: Kinds
+) -> str | None:
+    """Why the checkpoint must keep ``module`` unquantized for ``engine``: it runs it unquantized whatever the config
+    says, or cannot load it quantized (None: it may be quantized)."""
+    return (
+        engine.unquantized_reason(module, kinds, format_name)
+        or engine.load_refusal(module, kinds, format_name)
+        or engine.head_load_refusal(head, module, kinds, format_name)
+    )

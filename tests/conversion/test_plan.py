@@ -10,10 +10,11 @@ import pytest
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
-from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, match_rule, resolve_exclusions
+from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, resolve_exclusions
 from eaglequant.formats import get_format
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.rules import match_rule
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 
