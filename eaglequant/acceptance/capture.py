@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, words
 
 DEFAULT_TOP_K = 8
 
@@ -101,7 +101,8 @@ def capture(
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(target_path))
         model: Any = transformers.AutoModelForCausalLM.from_pretrained(str(target_path), dtype=torch.float32)
     except (OSError, ValueError) as exc:
-        raise InputError(f"--target {target_path}: transformers cannot load it ({exc})".splitlines()[0]) from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(words(given("target", str(target_path)), f": transformers cannot load it ({why})")) from None
     model.eval()
     ids = _layer_ids(draft_path, layer_ids, int(model.config.num_hidden_layers))
     records = []

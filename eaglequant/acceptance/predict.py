@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, words
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,19 @@ class CapturedSequence:
     max_new_tokens: int | None = None  # the engine stops drafting once it has emitted this many (None: at the end)
 
 
-def load_captured(path: Path, option: str = "--inputs") -> list[CapturedSequence]:
+def load_captured(path: Path, parameter: str = "inputs") -> list[CapturedSequence]:
     """The sequences of a capture file that holds the target's next-token choices (``eaglequant capture``)."""
     from safetensors import safe_open
 
+    where = given(parameter, str(path))
     if not path.is_file():
-        raise InputError(f"{option} {path}: no such file", hint="write one with `eaglequant capture`")
+        raise InputError(words(where, ": no such file"), hint="write one with `eaglequant capture`")
     with safe_open(str(path), "pt") as handle:
         names = set(handle.keys())
         missing = [k for k in ("hidden_states", "input_ids", "target_top_ids") if k not in names]
         if missing:
             raise InputError(
-                f"{option} {path}: no {missing[0]!r}, so it cannot predict acceptance",
+                words(where, f": no {missing[0]!r}, so it cannot predict acceptance"),
                 hint="capture inputs with the target's choices: `eaglequant capture --target T --draft SRC OUT`",
             )
         tensors = {name: handle.get_tensor(name) for name in names}
@@ -179,16 +180,21 @@ def predict_pair(
 
 
 def predict_written(
-    checkpoint: Any, head: Any, target: Any, source: Path, inputs: Path, budget: float | None
+    checkpoint: Any, head: Any, target: Any, src: Any, inputs: Path | None, budget: float | None
 ) -> tuple[Prediction | None, str | None]:
-    """``verify --inputs``: the source draft against the quantized checkpoint as vLLM runs it (its quantized
-    linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when the
-    inputs hold no target choices or the head is not one the chained forward runs."""
+    """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
+    quantized linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when
+    there are no inputs, when they hold no target choices, or when the head is not one the chained forward runs."""
     import tempfile
 
     from eaglequant.acceptance.served import quantized_modules, write_dequantized
     from eaglequant.checkpoint.reader import Checkpoint
 
+    if inputs is None:
+        return None, (
+            "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
+            "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
+        )
     if "target_top_ids" not in tensor_names(inputs):
         return None, (
             f"acceptance not predicted: {inputs.name} holds no target choices (capture inputs with "
@@ -204,7 +210,7 @@ def predict_written(
     with tempfile.TemporaryDirectory(prefix="eaglequant-predict-") as tmp:
         modules = quantized_modules(checkpoint, head, target, "vllm")
         write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
-        with Checkpoint.open(source, "--source") as src, Checkpoint.open(Path(tmp), "DST") as dst:
+        with Checkpoint.open(Path(tmp), "DST") as dst:
             described = f"{inputs.name} ({len(sequences)} sequences)"
             return predict_pair(src, dst, sequences, steps, budget, described), None
 

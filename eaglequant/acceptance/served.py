@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, words
 from eaglequant.engines.target import TargetLayers
 from eaglequant.layouts.head import HeadDescription
 
@@ -69,7 +69,7 @@ def write_dequantized(
     fmt, written = read_written_config(checkpoint)
     scheme = builtin_scheme_for(written.kinds)
     if dtype not in _DTYPES:
-        raise InputError(f"--dtype {dtype!r}: not one of {', '.join(_DTYPES)}", hint="use bfloat16")
+        raise InputError(words(given("dtype", dtype), f": not one of {', '.join(_DTYPES)}"), hint="use bfloat16")
     torch_dtype = getattr(torch, dtype)
     tensors: dict[str, torch.Tensor] = {}
     consumed: set[str] = set()

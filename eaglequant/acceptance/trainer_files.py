@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, words
 
 SPECFORGE_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
 
@@ -56,12 +56,12 @@ def target_lm_head(target: Path) -> torch.Tensor:
     from eaglequant.checkpoint.reader import Checkpoint
 
     config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-    with Checkpoint.open(target, "--target") as checkpoint:
+    with Checkpoint.open(target, "TARGET") as checkpoint:
         names = [n for n in checkpoint.tensors if n.endswith("lm_head.weight")]
         if not names or config.get("tie_word_embeddings"):
             names = [n for n in checkpoint.tensors if n.endswith("embed_tokens.weight")]
         if not names:
-            raise InputError(f"--target {target}: no lm_head.weight or embed_tokens.weight")
+            raise InputError(words(given("target", str(target)), ": no lm_head.weight or embed_tokens.weight"))
         return checkpoint.read(names[0]).to(torch.float32)
 
 

@@ -190,9 +190,8 @@ def _verified(stage: Path, result: ConversionResult, source: Path, options: Conv
     report = _verify_written(
         stage,
         source,
-        _engine_names(options.engines),
-        target_layers=options.target_layers,
-        target_config=options.target_config,
+        [engine.name for engine in result.plan.engines],
+        target=result.plan.target.recorded(),
         inputs=None if options.calib is None else Path(options.calib),
         hashed_while_writing=True,  # the report's digests were taken from these bytes moments ago
         written=(result.report(), result.plan.scheme),
@@ -287,11 +286,13 @@ def _verify_written(
     inputs: Path | None = None,
     hashed_while_writing: bool = False,
     written: tuple[ConversionReport, Scheme] | None = None,
+    target: TargetLayers | None = None,
 ) -> VerifyReport:
+    """``target``: the target's layer count when already known (``convert --verify``: the plan's), else resolved
+    from ``target_layers``, ``target_config`` or DST's report."""
     from eaglequant.verification.verify import verify_checkpoint
 
-    recorded = None if written is None else written[0]
-    with _open_written(dst, target_layers, target_config, recorded) as (checkpoint, head, target):
+    with _open_written(dst, target_layers, target_config, target) as (checkpoint, head, target):
         return verify_checkpoint(
             dst,
             head,
@@ -380,21 +381,17 @@ def _open_written(
     dst: str | Path,
     target_layers: int | None,
     target_config: str | Path | None,
-    recorded: ConversionReport | None = None,
+    target: TargetLayers | None = None,
 ) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
-    """A quantized checkpoint, the head it was made from, and the target's layer count (given, or else the
-    one its conversion recorded: ``recorded``, a report just made, or the one in ``dst``)."""
+    """A quantized checkpoint, the head it was made from, and the target's layer count (``target``; or given by
+    ``target_layers`` / ``target_config``; or else the one its conversion recorded in ``dst``'s report)."""
     from eaglequant.readback.written import describe_written_head
-    from eaglequant.record.report import REPORT_NAME, read_report
+    from eaglequant.record.report import read_report
 
     with Checkpoint.open(dst, "DST") as checkpoint:
         head = describe_written_head(checkpoint)
-        report = None
-        if target_layers is None and target_config is None:
-            report = recorded if recorded is not None else read_report(Path(dst))
-        layers = None if report is None else report.target_layers
-        if layers is not None and layers.count is not None:
-            target = TargetLayers(layers.count, f"recorded in {REPORT_NAME}: {layers.source}")
-        else:
-            target = resolve_target_layers(target_layers, target_config, head.config)
-        yield checkpoint, head, target
+        if target is None and target_layers is None and target_config is None:
+            recorded = read_report(Path(dst))
+            if recorded is not None and recorded.target_layers.count is not None:
+                target = recorded.target_layers.recorded()
+        yield checkpoint, head, target or resolve_target_layers(target_layers, target_config, head.config)

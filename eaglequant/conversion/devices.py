@@ -31,6 +31,13 @@ def check_device_name(name: str) -> str:
     return kind
 
 
+def available_device() -> str:
+    """Where verification's math runs: a CUDA GPU when there is one, else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def quantization_device(name: str) -> torch.device | None:
     """The torch device for ``name`` ("cpu", "cuda", "cuda:1"); None for the CPU (no copies needed, and no torch
     import: it is started in the background while the first tensors are copied)."""

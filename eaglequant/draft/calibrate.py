@@ -21,67 +21,68 @@ from pathlib import Path
 import torch
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.errors import EagleQuantError, InputError, Param, given, words
 from eaglequant.draft.forward import DraftForward
 from eaglequant.draft.weights import CanonicalWeights
 from eaglequant.layouts.head import HeadDescription, Role
 
 
 def load_calibration(
-    path: str | Path, head: HeadDescription, option: str = "--calib"
+    path: str | Path, head: HeadDescription, parameter: str = "calib"
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims. ``option``
-    names the file in messages (the CLI flag that gave it)."""
+    """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims. ``parameter``
+    names the file in messages (the option that gave it)."""
     path = Path(path)
+    where = given(parameter, str(path))
     if not path.exists():
-        raise InputError(f"{option} {path}: no such file", hint="give the captured draft inputs' .safetensors file")
+        raise InputError(words(where, ": no such file"), hint="give the captured draft inputs' .safetensors file")
     if not path.is_file() or path.suffix != ".safetensors":
-        raise InputError(f"{option} {path}: not a .safetensors file")
+        raise InputError(words(where, ": not a .safetensors file"))
     try:
         calib = Checkpoint.open_file(path)
     except EagleQuantError as exc:
-        raise InputError(f"{option} {path}: {exc.message}") from exc
+        raise InputError(words(where, f": {exc.message}")) from exc
     with calib:
         tensors = {name: calib.read(name) for name in calib.tensors}
     dims = head.dims
     width = dims.num_aux_hidden_states * dims.target_hidden_size
     hidden = tensors.get("hidden_states")
     if hidden is None:
-        raise InputError(f"{option} {path}: no tensor 'hidden_states' [S, T, {width}]")
+        raise InputError(words(where, f": no tensor 'hidden_states' [S, T, {width}]"))
     if hidden.dim() == 2:
         hidden = hidden[None]
     if hidden.dim() != 3 or hidden.shape[-1] != width or not hidden.is_floating_point():
-        raise InputError(f"{option} {path}: 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]")
+        raise InputError(words(where, f": 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]"))
     sequences, tokens = hidden.shape[:2]
-    lengths = _lengths(tensors.get("lengths"), sequences, tokens, f"{option} {path}")
+    lengths = _lengths(tensors.get("lengths"), sequences, tokens, where)
     if "input_embeds" in tensors:
         embeds = tensors["input_embeds"].reshape(sequences, tokens, -1)
         if embeds.shape[-1] != dims.hidden_size:
-            raise InputError(f"{option} {path}: 'input_embeds' must be [S, T, {dims.hidden_size}]")
+            raise InputError(words(where, f": 'input_embeds' must be [S, T, {dims.hidden_size}]"))
         return [(hidden[i, : lengths[i]], embeds[i, : lengths[i]]) for i in range(sequences)]
     ids = tensors.get("input_ids")
     if ids is None or ids.numel() != sequences * tokens or ids.is_floating_point():
-        raise InputError(f"{option} {path}: 'input_ids' must be an integer tensor [S, T] = [{sequences}, {tokens}]")
+        raise InputError(words(where, f": 'input_ids' must be an integer tensor [S, T] = [{sequences}, {tokens}]"))
     if "embed_tokens" not in head.features:
         raise InputError(
-            f"{option} {path}: this head has no embed_tokens (it shares the target's)",
+            words(where, ": this head has no embed_tokens (it shares the target's)"),
             hint="capture 'input_embeds' [S, T, H] from the target instead of 'input_ids'",
         )
     ids = ids.reshape(sequences, tokens).to(torch.int64)
     vocab = next(t.info.shape[0] for t in head.tensors if t.role is Role.EMBEDDING)
     if int(ids.min()) < 0 or int(ids.max()) >= vocab:
-        raise InputError(f"{option} {path}: token ids outside the vocabulary [0, {vocab})")
+        raise InputError(words(where, f": token ids outside the vocabulary [0, {vocab})"))
     return [(hidden[i, : lengths[i]], ids[i, : lengths[i]]) for i in range(sequences)]
 
 
-def _lengths(lengths: torch.Tensor | None, sequences: int, tokens: int, where: str) -> list[int]:
+def _lengths(lengths: torch.Tensor | None, sequences: int, tokens: int, where: Param) -> list[int]:
     if lengths is None:
         return [tokens] * sequences
     if lengths.is_floating_point() or lengths.numel() != sequences:
-        raise InputError(f"{where}: 'lengths' must be an integer tensor [S] = [{sequences}]")
+        raise InputError(words(where, f": 'lengths' must be an integer tensor [S] = [{sequences}]"))
     found = [int(n) for n in lengths.reshape(-1)]
     if min(found) < 1 or max(found) > tokens:
-        raise InputError(f"{where}: 'lengths' must be between 1 and {tokens}")
+        raise InputError(words(where, f": 'lengths' must be between 1 and {tokens}"))
     return found
 
 

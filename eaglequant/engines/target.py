@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.reader import load_json_object
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Param, words
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,10 @@ class TargetLayers:
 
     def to_json(self) -> dict[str, Any]:
         return {"count": self.count, "source": self.source}
+
+    def recorded(self) -> TargetLayers:
+        """The count as a written checkpoint's report states it (unchanged when unknown)."""
+        return self if self.count is None else TargetLayers(self.count, f"recorded in {REPORT_NAME}: {self.source}")
 
 
 UNKNOWN = TargetLayers(None, "unknown: rules are written for any target layer count")
@@ -72,7 +77,7 @@ def resolve_target_layers(
     found: list[TargetLayers] = []
     if explicit is not None:
         if explicit < 0:
-            raise InputError(f"--target-layers must be >= 0, got {explicit}")
+            raise InputError(words(Param("target_layers"), f" must be >= 0, not {explicit}"))
         found.append(TargetLayers(explicit, "--target-layers"))
     if target_config is not None:
         found.append(TargetLayers(read_target_config(Path(target_config)), f"--target-config {target_config}"))

@@ -18,7 +18,6 @@ Thresholds come from the scheme file (``[verify]``). Parity needs the source che
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,25 +26,23 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError
-from eaglequant.common.memory import return_freed_memory
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS
-from eaglequant.kinds import activation_kind
+from eaglequant.kinds import Kinds, activation_kind
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
 from eaglequant.record.verification import VERIFY_NAME, Verdict
 from eaglequant.schemes.model import Scheme, builtin_scheme_for
-from eaglequant.verification.copies import compare_config, compare_copies
-from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity, head_fidelity, synthetic_inputs
-from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity, ParityRun, parity_input, run_alone
+from eaglequant.verification.against_source import compare_with_source
+from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
+from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 
 if TYPE_CHECKING:
     from eaglequant.acceptance.predict import Prediction
     from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
-    from eaglequant.kinds.base import StoredLinear
 
 ROW_BLOCK_ELEMENTS = 1 << 22
 PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
@@ -185,35 +182,22 @@ def verify_checkpoint(
             "linears) and config.json were not compared with the source's"
         )
     else:
-        _check_parity(report, checkpoint, head, fmt, scheme, quantized, source, (seed, tokens, inputs))
-        _predict_acceptance(report, checkpoint, head, target, source, inputs)
+        from eaglequant.acceptance.predict import predict_written
+
+        with Checkpoint.open(source) as src:
+            compared = compare_with_source(checkpoint, src, head, fmt, scheme, quantized, (seed, tokens, inputs))
+            report.structure += compared.problems
+            report.notes += compared.notes
+            report.layers, report.fidelity = compared.layers, compared.fidelity
+            budget = scheme.verify.max_acceptance_drop
+            report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget)
+        if why:
+            report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems
     return report
 
 
-def _predict_acceptance(
-    report: VerifyReport,
-    checkpoint: Checkpoint,
-    head: HeadDescription,
-    target: TargetLayers,
-    source: Path,
-    inputs: Path | None,
-) -> None:
-    from eaglequant.acceptance.predict import predict_written
-
-    if inputs is None:
-        report.notes.append(
-            "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
-            "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
-        )
-        return
-    budget = report.scheme.verify.max_acceptance_drop
-    report.acceptance, why = predict_written(checkpoint, head, target, source, inputs, budget)
-    if why:
-        report.notes.append(why)
-
-
-def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | None]) -> tuple[Scheme, str | None]:
+def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, str | None]:
     """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
     (no report), the built-in scheme of the same kinds, with a note saying so."""
     import tomllib
@@ -230,7 +214,7 @@ def recorded_scheme(recorded: ConversionReport | None, kinds: tuple[str, str | N
     return declared_as(scheme, kinds), None
 
 
-def declared_as(scheme: Scheme, kinds: tuple[str, str | None]) -> Scheme:
+def declared_as(scheme: Scheme, kinds: Kinds) -> Scheme:
     """The recorded scheme as config.json declares it (weight-only when it was written without calibration)."""
     if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
         raise InputError(
@@ -243,12 +227,6 @@ def declared_as(scheme: Scheme, kinds: tuple[str, str | None]) -> Scheme:
 
 def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:
     return [] if recorded is None else changed_files(dst, recorded.files)
-
-
-def _stored(checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, module: str) -> StoredLinear:
-    linear = next(lin for lin in head.linears if lin.checkpoint_module == module)
-    names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
-    return fmt.stored_linear(linear, scheme, {name: checkpoint.read(name) for name in names})
 
 
 def _check_scales(
@@ -282,94 +260,6 @@ def _check_scales(
                 shown = ", ".join(f"{n}={float(v[0]):.6g}" for n, v in zip(names, shared, strict=True))
                 problems.append(f"{group.name}: fused members must share {param} but hold {shown}")
     return problems
-
-
-def _device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _check_parity(
-    report: VerifyReport,
-    checkpoint: Checkpoint,
-    head: HeadDescription,
-    fmt: Format,
-    scheme: Scheme,
-    quantized: set[str],
-    source: Path,
-    draft_inputs: tuple[int, int, Path | None],  # seed, synthetic positions, captured inputs
-) -> None:
-    import torch
-
-    from eaglequant.draft.calibrate import load_calibration
-    from eaglequant.draft.weights import CanonicalWeights
-    from eaglequant.layouts.detect import describe_head
-
-    device = _device()
-    limits = scheme.verify
-    with Checkpoint.open(source) as src:
-        src_head = describe_head(src)
-        by_module = {lin.checkpoint_module: lin for lin in src_head.linears}
-        missing = sorted(quantized - set(by_module))
-        if missing:
-            raise InputError(
-                f"--source {source}: has no linear {missing[0]}", hint="pass the checkpoint DST was made from"
-            )
-        copies = compare_copies(checkpoint, src, quantized)
-        report.structure += copies.problems + compare_config(checkpoint.config, src.config)
-        report.notes.append(copies.note)
-        weights = CanonicalWeights(src, src_head)
-        seed, tokens, inputs = draft_inputs
-        generator = torch.Generator().manual_seed(seed)
-        runs: dict[str, ParityRun] = {}  # module -> its parity, on activations drawn in this order
-        for module in sorted(quantized):  # one linear in memory at a time
-            try:
-                stored = _stored(checkpoint, head, fmt, scheme, module).to(device)
-            except KeyError:  # a missing tensor: already a structure problem
-                report.notes.append(f"{module}: parity not checked (tensors missing)")
-                continue
-            x = parity_input(generator, stored.in_features)
-            runs[module] = ParityRun(module, by_module[module].module, weights, stored, x)
-            del stored
-        if len(runs) < len(quantized):
-            _parity_alone(report, runs, lambda module: _stored(checkpoint, head, fmt, scheme, module).to(device))
-            report.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
-            return
-        by_canonical = {by_module[m].module: m for m in quantized}
-
-        def stored_linear(canonical: str) -> StoredLinear | None:
-            module = by_canonical.get(canonical)
-            return None if module is None else _stored(checkpoint, head, fmt, scheme, module).to(device)
-
-        if inputs is not None:
-            sequences = load_calibration(inputs, src_head, "--inputs")
-            positions = sum(len(aux) for aux, _ in sequences)
-            described = f"captured: {inputs.name} ({len(sequences)} sequences, {positions} positions)"
-        else:
-            sequences = synthetic_inputs(src_head, weights, seed, tokens)
-            described = f"synthetic: seed {seed}, {tokens} positions"
-        own = (head, CanonicalWeights(checkpoint, head))  # the quantized draft reads DST's kept tensors and config
-        riding = {run.name.removesuffix(".weight"): run for run in runs.values()}  # by canonical module
-        report.fidelity = head_fidelity(
-            src_head, weights, stored_linear, limits, sequences, device, described, own, copies.identical, riding
-        )
-        alone = {run.module for run in riding.values()}  # linears the quantized draft never ran (none, usually)
-        _parity_alone(report, runs, lambda module: _stored(checkpoint, head, fmt, scheme, module).to(device), alone)
-
-
-def _parity_alone(
-    report: VerifyReport,
-    runs: dict[str, ParityRun],
-    stored: Callable[[str], StoredLinear],
-    alone: set[str] | None = None,
-) -> None:
-    """Every run's result in ``report.layers`` (in module order), gathering those in ``alone`` (default: all) on
-    their own first, one linear in memory at a time."""
-    for module in sorted(runs if alone is None else alone):
-        run_alone(runs[module], stored(module))
-        return_freed_memory()
-    report.layers = [runs[module].result(report.scheme) for module in sorted(runs)]
 
 
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:

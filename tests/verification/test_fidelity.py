@@ -228,7 +228,7 @@ def test_floor_as_float32_gemm_is_the_bf16_gemm() -> None:
 def test_parity_riding_on_the_draft_is_parity_alone(converted, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each linear's parity, gathered while the quantized draft runs it (one dequantization per block for both),
     gives the same figures as run on its own before the fidelity run (what verify did before)."""
-    import eaglequant.verification.verify as verify_module
+    import eaglequant.verification.against_source as verify_module
 
     key = ("specforge-llama", "fp8-per-channel", "quark")
     riding = verify(converted[key], source=FIXTURES / key[0], seed=1)
