@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
-from eaglequant.kinds import Kinds, kinds_title, weight_kind
+from eaglequant.kinds import Kinds, WeightKind, kinds_title, weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
@@ -59,7 +59,7 @@ class Recipe(ABC):
     linear becomes (names, dtypes, shapes), the vendor's math, and how a kernel reads them back. A format's
     own recipe subclass adds the pieces of its config that depend on the kind."""
 
-    kind: ClassVar[str]  # a registered weight kind
+    kind: ClassVar[WeightKind]
     algorithms: ClassVar[dict[str | None, str]]  # activation kind (None: weight-only) -> the vendor's name
     pads_blocks: ClassVar[bool] = False  # the vendor zero-pads an in-dimension its scale blocks do not divide
     # tensors stored whole per linear that are not a scale (compressed-tensors' weight_shape): an engine that loads a
@@ -98,7 +98,7 @@ class Format(ABC):
     @property
     def algorithms(self) -> dict[Kinds, str]:
         """(weight kind, activation kind) -> the vendor's own name for that scheme."""
-        return {Kinds(r.kind, act): name for r in self.recipes for act, name in r.algorithms.items()}
+        return {Kinds(r.kind.name, act): name for r in self.recipes for act, name in r.algorithms.items()}
 
     def algorithm(self, scheme: Scheme) -> str | None:
         """The vendor's name for ``scheme`` (e.g. ``ptpc_fp8``, ``NVFP4``), or None if it cannot store it."""
@@ -109,7 +109,7 @@ class Format(ABC):
 
     def recipe(self, scheme: Scheme) -> Recipe:
         """This format's recipe for ``scheme``; a scheme it cannot store is refused, never stored as another."""
-        recipe = next((r for r in self.recipes if r.kind == scheme.weight.kind), None)
+        recipe = next((r for r in self.recipes if r.kind.name == scheme.weight.kind), None)
         if recipe is None or scheme.kinds.activation not in recipe.algorithms:
             raise SchemeError(
                 f"format {self.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",

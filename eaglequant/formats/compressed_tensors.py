@@ -26,6 +26,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe
 from eaglequant.formats.compressed_tensors_args import COMPRESSED_TENSORS_VERSION, CtRecipe, PerChannelRecipe, ct_args
 from eaglequant.formats.compressed_tensors_int import Int4Group, Int4GroupAsym, Int8Channel
+from eaglequant.kinds import FP8_BLOCK, FP8_CHANNEL, FP8_GROUP, FP8_TOKEN, MXFP4, NVFP4, ActivationKind, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -38,13 +39,13 @@ if TYPE_CHECKING:
 
 
 class _Fp8Channel(PerChannelRecipe):
-    kind: ClassVar[str] = "fp8-channel"
+    kind: ClassVar[WeightKind] = FP8_CHANNEL
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_DYNAMIC"}
     compression_format: ClassVar[str] = "float-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(8, "channel", dynamic=False)
     input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-token": ct_args(8, "token", dynamic=True)}
     stored_dtype: ClassVar[str] = "F8_E4M3"
-    activation_kind: ClassVar[str] = "fp8-token"
+    activation_kind: ClassVar[ActivationKind] = FP8_TOKEN
 
     def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         from eaglequant.numerics import fp8
@@ -53,7 +54,7 @@ class _Fp8Channel(PerChannelRecipe):
 
 
 class _Fp8Block(CtRecipe):
-    kind: ClassVar[str] = "fp8-block"
+    kind: ClassVar[WeightKind] = FP8_BLOCK
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "FP8_BLOCK"}
     compression_format: ClassVar[str] = "float-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(8, "block", dynamic=False, block_structure=[128, 128])
@@ -81,11 +82,11 @@ class _Fp8Block(CtRecipe):
 
         base = linear.checkpoint_module
         scale = tensors[f"{base}.weight_scale"].to(torch.float32)
-        return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=scale, activation="fp8-group")
+        return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=scale, activation=FP8_GROUP)
 
 
 class _Nvfp4(CtRecipe):
-    kind: ClassVar[str] = "nvfp4"
+    kind: ClassVar[WeightKind] = NVFP4
     algorithms: ClassVar[dict[str | None, str]] = {None: "NVFP4A16", "nvfp4": "NVFP4"}
     compression_format: ClassVar[str] = "nvfp4-pack-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(
@@ -147,7 +148,7 @@ class _Nvfp4(CtRecipe):
 
 
 class _Mxfp4(CtRecipe):
-    kind: ClassVar[str] = "mxfp4"
+    kind: ClassVar[WeightKind] = MXFP4
     algorithms: ClassVar[dict[str | None, str]] = {None: "MXFP4A16", "mxfp4": "MXFP4"}
     compression_format: ClassVar[str] = "mxfp4-pack-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8")

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
     from eaglequant.checkpoint.writer import TensorSpec
     from eaglequant.formats.base import GroupScales
-    from eaglequant.kinds.base import StoredLinear
+    from eaglequant.kinds.base import ActivationKind, StoredLinear
     from eaglequant.layouts.head import HeadLinear
     from eaglequant.schemes.model import Scheme
 
@@ -65,7 +65,7 @@ class PerChannelRecipe(CtRecipe):
     and the math that makes them."""
 
     stored_dtype: ClassVar[str]  # the codes' safetensors dtype
-    activation_kind: ClassVar[str]
+    activation_kind: ClassVar[ActivationKind]
 
     def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         """The vendor's per-channel math: weight -> (codes, [N, 1] scale)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import GroupScales
 from eaglequant.formats.compressed_tensors_args import CtRecipe, PerChannelRecipe, ct_args
-from eaglequant.kinds import weight_kind
+from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, INT8_CHANNEL, INT8_TOKEN, ActivationKind, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 
 class Int8Channel(PerChannelRecipe):
-    kind: ClassVar[str] = "int8-channel"
+    kind: ClassVar[WeightKind] = INT8_CHANNEL
     algorithms: ClassVar[dict[str | None, str]] = {"int8-token": "W8A8"}
     compression_format: ClassVar[str] = "int-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(8, "channel", dynamic=False, number_type="int")
@@ -40,7 +40,7 @@ class Int8Channel(PerChannelRecipe):
         "int8-token": ct_args(8, "token", dynamic=True, number_type="int")
     }
     stored_dtype: ClassVar[str] = "I8"
-    activation_kind: ClassVar[str] = "int8-token"
+    activation_kind: ClassVar[ActivationKind] = INT8_TOKEN
 
     def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         from eaglequant.numerics import int8
@@ -49,7 +49,7 @@ class Int8Channel(PerChannelRecipe):
 
 
 class Int4Group(CtRecipe):
-    kind: ClassVar[str] = "int4-group"
+    kind: ClassVar[WeightKind] = INT4_GROUP
     algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16"}
     compression_format: ClassVar[str] = "pack-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(4, "group", dynamic=False, group_size=128, number_type="int")
@@ -59,7 +59,7 @@ class Int4Group(CtRecipe):
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        kind = weight_kind(self.kind)
+        kind = self.kind
         assert kind.columns_per_scale is not None
         specs = [
             TensorSpec(f"{base}.weight_packed", kind.stored_dtype, (n, k // kind.codes_per_element)),
@@ -105,7 +105,7 @@ class Int4Group(CtRecipe):
 
 
 class Int4GroupAsym(Int4Group):
-    kind: ClassVar[str] = "int4-group-asym"
+    kind: ClassVar[WeightKind] = INT4_GROUP_ASYM
     algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16_ASYM"}
     zero_points: ClassVar[bool] = True
     weight_args: ClassVar[dict[str, Any]] = ct_args(

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
-from eaglequant.kinds import weight_kind
+from eaglequant.kinds import FP8_BLOCK, FP8_GROUP, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -33,7 +33,7 @@ IGNORED_LAYERS = "ignored_layers"
 
 
 class _Fp8Block(Recipe):
-    kind: ClassVar[str] = "fp8-block"
+    kind: ClassVar[WeightKind] = FP8_BLOCK
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "fp8 block [128, 128]"}
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
@@ -60,7 +60,7 @@ class _Fp8Block(Recipe):
             self.kind,
             tensors[f"{base}.weight"],
             block_scale=tensors[f"{base}.weight_scale_inv"],
-            activation="fp8-group",
+            activation=FP8_GROUP,
         )
 
 
@@ -74,7 +74,7 @@ class Fp8Format(Format):
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
 
     def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        block_size = weight_kind(self.recipe(scheme).kind).block_size
+        block_size = self.recipe(scheme).kind.block_size
         assert isinstance(block_size, tuple)
         return {
             "quant_method": "fp8",

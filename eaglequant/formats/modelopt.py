@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.kinds import FP8_CHANNEL, FP8_TOKEN, NVFP4, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -45,7 +46,7 @@ class _ModelOptRecipe(Recipe):
 
 
 class _Fp8Channel(_ModelOptRecipe):
-    kind: ClassVar[str] = "fp8-channel"
+    kind: ClassVar[WeightKind] = FP8_CHANNEL
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_PER_CHANNEL_PER_TOKEN"}
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
@@ -65,11 +66,11 @@ class _Fp8Channel(_ModelOptRecipe):
 
         base = linear.checkpoint_module
         weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        return StoredLinear(self.kind, weight, channel_scale=scale, activation="fp8-token")
+        return StoredLinear(self.kind, weight, channel_scale=scale, activation=FP8_TOKEN)
 
 
 class _Nvfp4(_ModelOptRecipe):
-    kind: ClassVar[str] = "nvfp4"
+    kind: ClassVar[WeightKind] = NVFP4
     algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16_NVFP4", "nvfp4": "NVFP4"}
     group_size: ClassVar[int | None] = 16
 

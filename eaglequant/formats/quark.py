@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe
-from eaglequant.kinds import weight_kind
+from eaglequant.kinds import FP8_CHANNEL, INT8_CHANNEL, INT8_TOKEN, MXFP4, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -76,7 +76,7 @@ class _QuarkRecipe(Recipe):
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         n, k = linear.out_features, linear.in_features
-        kind = weight_kind(self.kind)
+        kind = self.kind
         base = linear.checkpoint_module
         return [
             TensorSpec(f"{base}.weight", kind.stored_dtype, (n, k // kind.codes_per_element)),
@@ -88,7 +88,7 @@ class _QuarkRecipe(Recipe):
 
 
 class _Fp8Channel(_QuarkRecipe):
-    kind: ClassVar[str] = "fp8-channel"
+    kind: ClassVar[WeightKind] = FP8_CHANNEL
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "ptpc_fp8"}
     weight_spec: ClassVar[dict[str, Any]] = _FP8_SPEC
     input_spec: ClassVar[dict[str, Any] | None] = {**_FP8_SPEC, "is_dynamic": True, "ch_axis": 1}
@@ -108,7 +108,7 @@ class _Fp8Channel(_QuarkRecipe):
         from eaglequant.kinds.base import StoredLinear
 
         base = linear.checkpoint_module
-        activation = None if scheme.activation is None else scheme.activation.kind
+        activation = scheme.kinds.activation_kind
         return StoredLinear(
             self.kind, tensors[f"{base}.weight"], channel_scale=tensors[f"{base}.weight_scale"], activation=activation
         )
@@ -118,7 +118,7 @@ class _Int8Channel(_QuarkRecipe):
     """INT8 per channel with dynamic per-token inputs: Quark's file-to-file path writes it from a hand-built QConfig
     (``Int8PerChannelSpec`` with ch_axis 0 on weights, dynamic with ch_axis 1 on inputs; no LLMTemplate scheme)."""
 
-    kind: ClassVar[str] = "int8-channel"
+    kind: ClassVar[WeightKind] = INT8_CHANNEL
     algorithms: ClassVar[dict[str | None, str]] = {"int8-token": "int8 per-channel, dynamic per-token"}
     weight_spec: ClassVar[dict[str, Any]] = {**_FP8_SPEC, "dtype": "int8"}
     input_spec: ClassVar[dict[str, Any] | None] = {**_FP8_SPEC, "dtype": "int8", "is_dynamic": True, "ch_axis": 1}
@@ -139,11 +139,11 @@ class _Int8Channel(_QuarkRecipe):
 
         base = linear.checkpoint_module
         weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        return StoredLinear(self.kind, weight, channel_scale=scale, activation="int8-token")
+        return StoredLinear(self.kind, weight, channel_scale=scale, activation=INT8_TOKEN)
 
 
 class _Mxfp4(_QuarkRecipe):
-    kind: ClassVar[str] = "mxfp4"
+    kind: ClassVar[WeightKind] = MXFP4
     # Both write the same tensors; only input_tensors differs.
     algorithms: ClassVar[dict[str | None, str]] = {"mxfp4": "mxfp4", None: "mxfp4_weight_only"}
     weight_spec: ClassVar[dict[str, Any]] = _MXFP4_SPEC

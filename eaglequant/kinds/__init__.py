@@ -45,6 +45,18 @@ def kinds_title(kinds: Kinds) -> str:
 
 __all__ = [
     "ACTIVATION_KINDS",
+    "FP8_BLOCK",
+    "FP8_CHANNEL",
+    "FP8_GROUP",
+    "FP8_TOKEN",
+    "INT4_GROUP",
+    "INT4_GROUP_ASYM",
+    "INT8_CHANNEL",
+    "INT8_TOKEN",
+    "MXFP4",
+    "MXFP4_ACTIVATIONS",
+    "NVFP4",
+    "NVFP4_ACTIVATIONS",
     "WEIGHT_KINDS",
     "ActivationKind",
     "Kinds",

@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglequant.kinds import StoredLinear, weight_kind
+from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, StoredLinear, weight_kind
 from eaglequant.numerics import int4
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -95,7 +95,7 @@ def test_codes_and_zero_points_stay_in_range_and_within_a_step(w: torch.Tensor, 
     if zero is not None:
         assert zero.min() >= -8 and zero.max() <= 7
     stored = StoredLinear(
-        "int4-group" if symmetric else "int4-group-asym", packed, block_scale=scale.float(), zero_point=zero
+        INT4_GROUP if symmetric else INT4_GROUP_ASYM, packed, block_scale=scale.float(), zero_point=zero
     )
     s = scale.to(torch.float64).repeat_interleave(128, dim=1)
     error = (stored.dequantize().to(torch.float64) - w.to(torch.float64)).abs()
@@ -189,7 +189,7 @@ def test_the_kinds_and_their_recipes() -> None:
 
 def test_asymmetric_rows_start_on_a_packed_word() -> None:
     packed, scale, zero = int4.compressed_tensors_quantize(torch.randn(16, 128), symmetric=False)
-    stored = StoredLinear("int4-group-asym", packed, block_scale=scale, zero_point=zero)
+    stored = StoredLinear(INT4_GROUP_ASYM, packed, block_scale=scale, zero_point=zero)
     assert torch.equal(stored.rows(slice(8, 16)).dequantize(), stored.dequantize()[8:16])
     with pytest.raises(ValueError, match="8-row"):
         stored.rows(slice(4, 16))
@@ -235,7 +235,7 @@ def test_kernel_matches_the_reference(shape: tuple[int, int, int], symmetric: bo
     x[-1] *= 40
     packed, scale, zero = int4.compressed_tensors_quantize(weight, symmetric)
     stored = StoredLinear(
-        "int4-group" if symmetric else "int4-group-asym", packed, block_scale=scale.float(), zero_point=zero
+        INT4_GROUP if symmetric else INT4_GROUP_ASYM, packed, block_scale=scale.float(), zero_point=zero
     )
     expected = reference_linear(x, stored)
     got = triton_linear(x.to(DEVICE), stored.to(DEVICE)).cpu()
@@ -258,9 +258,9 @@ def test_any_stored_words_decode_like_the_reference(words: list[int], zero: list
     scale = torch.linspace(0.01, 2.0, 8).reshape(8, 1)
     eye = torch.eye(128, dtype=torch.bfloat16)
     for stored in (
-        StoredLinear("int4-group", packed, block_scale=scale),
+        StoredLinear(INT4_GROUP, packed, block_scale=scale),
         StoredLinear(
-            "int4-group-asym", packed, block_scale=scale, zero_point=torch.tensor(zero, dtype=torch.int8)[:, None]
+            INT4_GROUP_ASYM, packed, block_scale=scale, zero_point=torch.tensor(zero, dtype=torch.int8)[:, None]
         ),
     ):
         assert torch.equal(triton_linear(eye, stored).T, stored.dequantize())

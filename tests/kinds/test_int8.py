@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglequant.kinds import StoredLinear, weight_kind
+from eaglequant.kinds import INT8_CHANNEL, INT8_TOKEN, StoredLinear, activation_kind, weight_kind
 from eaglequant.numerics import int8
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -210,13 +210,15 @@ def test_kernel_matches_the_reference(shape: tuple[int, int, int], activation: s
     x = torch.randn(m, k, generator=generator).to(torch.bfloat16)
     x[-1] *= 40
     q, scale = int8.compressed_tensors_per_channel(weight)
-    stored = StoredLinear("int8-channel", q, channel_scale=scale.float().reshape(-1), activation=activation)
+    stored = StoredLinear(
+        INT8_CHANNEL, q, channel_scale=scale.float().reshape(-1), activation=activation_kind(activation)
+    )
     expected = reference_linear(x, stored)
     got = triton_linear(x.to(DEVICE), stored.to(DEVICE)).cpu()
     # integer products summed exactly in float32 on the kernel's side; the reference rounds each product
     assert (got - expected).abs().max() <= 2e-6 * expected.abs().max()
     eye = torch.eye(k, dtype=torch.bfloat16)
-    weight_only = StoredLinear("int8-channel", q, channel_scale=scale.float().reshape(-1))
+    weight_only = StoredLinear(INT8_CHANNEL, q, channel_scale=scale.float().reshape(-1))
     assert torch.equal(triton_linear(eye.to(DEVICE), weight_only.to(DEVICE)).cpu().T, weight_only.dequantize())
 
 
@@ -230,7 +232,7 @@ def test_kernel_rounds_tokens_like_the_reference() -> None:
     x[1] = 0
     x = x.to(torch.bfloat16)
     identity = StoredLinear(
-        "int8-channel", torch.eye(k, dtype=torch.int8), channel_scale=torch.ones(k), activation="int8-token"
+        INT8_CHANNEL, torch.eye(k, dtype=torch.int8), channel_scale=torch.ones(k), activation=INT8_TOKEN
     )
     assert torch.equal(triton_linear(x, identity), int8.simulate_tokens(x))
 

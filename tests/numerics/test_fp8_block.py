@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 
 from eaglequant.kernels import StoredLinear
 from eaglequant.kernels.reference import reference_linear
-from eaglequant.kinds import ACTIVATION_KINDS
+from eaglequant.kinds import ACTIVATION_KINDS, FP8_BLOCK, activation_kind
 from eaglequant.numerics import fp8_block
 from eaglequant.numerics.fp8 import dequantize_token_groups, quantize_token_groups
 from eaglequant.numerics.rows import row_blocks
@@ -107,7 +107,7 @@ def test_group_activations_match_a_float64_reference(k: int) -> None:
 
 def _stored(weight: torch.Tensor, activation: str | None) -> StoredLinear:
     codes, scale = fp8_block.native_quantize(weight)
-    return StoredLinear("fp8-block", codes, block_scale=scale, activation=activation)
+    return StoredLinear(FP8_BLOCK, codes, block_scale=scale, activation=activation_kind(activation))
 
 
 @pytest.mark.parametrize("shape", [(3, 80, 256), (5, 200, 128), (16, 129, 384)], ids=str)
