@@ -11,7 +11,7 @@ says no must fail there. The others (TensorRT-LLM) are *read* from source.
 from __future__ import annotations
 
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
-from eaglequant.engines import ENGINES
+from eaglequant.engines import ENGINES, Engine, get_engine
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
     FP8_W8A8,
@@ -58,12 +58,13 @@ def _gathered() -> dict[tuple[Kinds, str], dict[str, Support]]:
 MATRIX = _gathered()
 
 
-def support(kinds: Kinds, format_name: str, engine: str, attention: str = "mha") -> Support | None:
-    """None when the format cannot store the scheme at all."""
-    cell = MATRIX.get((kinds, format_name))
-    if cell is None:
+def support(kinds: Kinds, format_name: str, engine: Engine | str, attention: str = "mha") -> Support | None:
+    """What ``engine`` (a release, or its registered name) says of ``kinds`` stored in ``format_name``; None when
+    the format cannot store the scheme at all."""
+    release = engine if isinstance(engine, Engine) else get_engine(engine)
+    entry = release.cells.get((kinds, format_name))
+    if entry is None:
         return None
-    entry = cell[engine]
     if attention == "mla" and entry.loads and entry.mla is not True:
         return Support(
             False, f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
