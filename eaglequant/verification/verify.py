@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
     from eaglequant.formats import Format
 
-ROW_BLOCK_ELEMENTS = 1 << 22
 PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
 # for all-zero blocks).
