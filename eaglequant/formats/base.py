@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
+from eaglequant.formats.stored_tensors import StoredTensor
 from eaglequant.kinds import Kinds, WeightKind, kinds_title, weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
@@ -56,29 +57,70 @@ class QuantizedRows:
 
 class Recipe(ABC):
     """How one format stores one weight kind: the vendor's name per activation kind, the tensors a quantized
-    linear becomes (names, dtypes, shapes), the vendor's math, and how a kernel reads them back. A format's
-    own recipe subclass adds the pieces of its config that depend on the kind."""
+    linear becomes (each declared once in ``tensors``: name suffix, dtype, shape, what a kernel reads it as), and
+    the vendor's math. A format's own recipe subclass adds the pieces of its config that depend on the kind."""
 
     kind: ClassVar[WeightKind]
     algorithms: ClassVar[dict[str | None, str]]  # activation kind (None: weight-only) -> the vendor's name
+    tensors: ClassVar[tuple[StoredTensor, ...]]
     pads_blocks: ClassVar[bool] = False  # the vendor zero-pads an in-dimension its scale blocks do not divide
-    # tensors stored whole per linear that are not a scale (compressed-tensors' weight_shape): an engine that loads a
-    # fused module by concatenating its members' tensors cannot take them
-    per_linear_metadata: ClassVar[tuple[str, ...]] = ()
 
     @abstractmethod
+    def compute(
+        self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
+    ) -> tuple[torch.Tensor, ...]:
+        """The vendor's tensors for ``weight`` (a block of ``linear``'s rows), in the order of
+        :meth:`stored_tensors`."""
+
+    @property
+    def per_linear_metadata(self) -> tuple[str, ...]:
+        """Tensors stored whole per linear that are not a scale (compressed-tensors' weight_shape): an engine that
+        loads a fused module by concatenating its members' tensors cannot take them."""
+        return tuple(t.suffix for t in self.tensors if t.metadata)
+
+    def stored_tensors(self, scheme: Scheme) -> tuple[StoredTensor, ...]:
+        """The declared tensors ``scheme`` stores (an input scale only when it quantizes activations)."""
+        return tuple(t for t in self.tensors if scheme.activation is not None or not t.with_activations)
+
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
+        n, k, base = linear.out_features, linear.in_features, linear.checkpoint_module
+        return [
+            TensorSpec(f"{base}.{t.suffix}", t.dtype_for(linear, self.kind), t.shape(n, k, self.kind))
+            for t in self.stored_tensors(scheme)
+        ]
 
-    @abstractmethod
     def quantize(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
         """Output name -> tensor, exactly the names of :meth:`tensor_specs`, as the vendor computes them."""
+        values = self.compute(linear, weight, scheme, shared)
+        base = linear.checkpoint_module
+        return {f"{base}.{t.suffix}": v for t, v in zip(self.stored_tensors(scheme), values, strict=True)}
 
-    @abstractmethod
     def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        """The stored tensors as a kernel reads them, this format's scale convention turned into a multiplier."""
+        """The stored tensors as a kernel reads them, this format's scale convention turned into a multiplier. The
+        activation kind is the scheme's where the kernels simulate it (otherwise they run the weight-only kernel)."""
+        from eaglequant.kinds.base import StoredLinear
+
+        base = linear.checkpoint_module
+        feeding = {t.feeds: t for t in self.stored_tensors(scheme) if t.feeds is not None}
+        weight = tensors[f"{base}.{feeding['weight'].suffix}"]
+
+        def read(field: str) -> torch.Tensor | None:
+            declared = feeding.get(field)
+            return None if declared is None else declared.read(tensors[f"{base}.{declared.suffix}"], weight.shape[0])
+
+        activation = scheme.kinds.activation_kind
+        return StoredLinear(
+            self.kind,
+            weight,
+            channel_scale=read("channel_scale"),
+            block_scale=read("block_scale"),
+            global_scale=read("global_scale"),
+            activation=activation if activation is not None and activation.simulated else None,
+            zero_point=read("zero_point"),
+        )
 
 
 class Format(ABC):

@@ -22,20 +22,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe
 from eaglequant.formats.compressed_tensors_args import COMPRESSED_TENSORS_VERSION, CtRecipe, PerChannelRecipe, ct_args
 from eaglequant.formats.compressed_tensors_int import Int4Group, Int4GroupAsym, Int8Channel
-from eaglequant.kinds import FP8_BLOCK, FP8_CHANNEL, FP8_GROUP, FP8_TOKEN, MXFP4, NVFP4, ActivationKind, WeightKind
+from eaglequant.formats.stored_tensors import (
+    DtypeOf,
+    StoredTensor,
+    as_float32,
+    as_multiplier,
+    per_block,
+    per_group,
+    single,
+    weight_codes,
+)
+from eaglequant.kinds import FP8_BLOCK, FP8_CHANNEL, MXFP4, NVFP4, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import torch
-
-    from eaglequant.kinds.base import StoredLinear
 
 
 class _Fp8Channel(PerChannelRecipe):
@@ -44,8 +49,6 @@ class _Fp8Channel(PerChannelRecipe):
     compression_format: ClassVar[str] = "float-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(8, "channel", dynamic=False)
     input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-token": ct_args(8, "token", dynamic=True)}
-    stored_dtype: ClassVar[str] = "F8_E4M3"
-    activation_kind: ClassVar[ActivationKind] = FP8_TOKEN
 
     def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         from eaglequant.numerics import fp8
@@ -57,32 +60,22 @@ class _Fp8Block(CtRecipe):
     kind: ClassVar[WeightKind] = FP8_BLOCK
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "FP8_BLOCK"}
     compression_format: ClassVar[str] = "float-quantized"
-    weight_args: ClassVar[dict[str, Any]] = ct_args(8, "block", dynamic=False, block_structure=[128, 128])
-    input_args: ClassVar[dict[str, dict[str, Any]]] = {"fp8-group": ct_args(8, "group", dynamic=True, group_size=128)}
+    weight_args: ClassVar[dict[str, Any]] = ct_args(8, "block", dynamic=False, block_structure=[FP8_BLOCK.block] * 2)
+    # engines quantize the activations per token in groups of the weight block's columns
+    input_args: ClassVar[dict[str, dict[str, Any]]] = {
+        "fp8-group": ct_args(8, "group", dynamic=True, group_size=FP8_BLOCK.block)
+    }
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes(),
+        StoredTensor("weight_scale", DtypeOf.LINEAR, per_block, feeds="block_scale", read=as_float32),
+    )
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [
-            TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
-            TensorSpec(f"{base}.weight_scale", linear.dtype, (-(-n // 128), -(-k // 128))),  # in the weight's dtype
-        ]
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import fp8_block
 
-        quantized, scale = fp8_block.compressed_tensors_quantize(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        scale = tensors[f"{base}.weight_scale"].to(torch.float32)
-        return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=scale, activation=FP8_GROUP)
+        return fp8_block.compressed_tensors_quantize(weight)
 
 
 class _Nvfp4(CtRecipe):
@@ -90,92 +83,59 @@ class _Nvfp4(CtRecipe):
     algorithms: ClassVar[dict[str | None, str]] = {None: "NVFP4A16", "nvfp4": "NVFP4"}
     compression_format: ClassVar[str] = "nvfp4-pack-quantized"
     weight_args: ClassVar[dict[str, Any]] = ct_args(
-        4, "tensor_group", dynamic=False, group_size=16, scale_dtype="torch.float8_e4m3fn"
+        4, "tensor_group", dynamic=False, group_size=NVFP4.columns_per_scale, scale_dtype="torch.float8_e4m3fn"
     )
     input_args: ClassVar[dict[str, dict[str, Any]]] = {
-        "nvfp4": ct_args(4, "tensor_group", dynamic="local", group_size=16, scale_dtype="torch.float8_e4m3fn")
+        "nvfp4": ct_args(
+            4, "tensor_group", dynamic="local", group_size=NVFP4.columns_per_scale, scale_dtype="torch.float8_e4m3fn"
+        )
     }
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes("weight_packed"),
+        StoredTensor("weight_scale", "F8_E4M3", per_group, feeds="block_scale"),
+        StoredTensor("weight_global_scale", "F32", single, feeds="global_scale", read=as_multiplier),
+        StoredTensor("input_global_scale", "F32", single, with_activations=True),
+    )
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        specs = [
-            TensorSpec(f"{base}.weight_packed", "U8", (n, k // 2)),
-            TensorSpec(f"{base}.weight_scale", "F8_E4M3", (n, k // 16)),
-            TensorSpec(f"{base}.weight_global_scale", "F32", (1,)),
-        ]
-        if scheme.activation is not None:
-            specs.append(TensorSpec(f"{base}.input_global_scale", "F32", (1,)))
-        return specs
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         import torch
 
         from eaglequant.numerics import nvfp4
 
-        base = linear.checkpoint_module
         assert shared.weight_amax is not None
         global_scale = nvfp4.compressed_tensors_global_scale(shared.weight_amax, weight.dtype)
         packed, block_scale = nvfp4.compressed_tensors_quantize(weight, global_scale)
-        tensors = {
-            f"{base}.weight_packed": packed,
-            f"{base}.weight_scale": block_scale,
-            f"{base}.weight_global_scale": global_scale,
-        }
-        if scheme.activation is not None:
-            assert shared.input_amax is not None
-            # Activations are bf16 at run time; the calibrated global scale follows the weight rule.
-            tensors[f"{base}.input_global_scale"] = nvfp4.compressed_tensors_global_scale(
-                shared.input_amax, torch.float32
-            )
-        return tensors
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        # compressed-tensors divides by its global scale; vLLM inverts it once at load.
-        global_scale = 1.0 / tensors[f"{base}.weight_global_scale"].to(torch.float32).reshape(())
-        return StoredLinear(
-            self.kind,
-            tensors[f"{base}.weight_packed"],
-            block_scale=tensors[f"{base}.weight_scale"],
-            global_scale=global_scale,
-        )
+        if scheme.activation is None:
+            return packed, block_scale, global_scale
+        assert shared.input_amax is not None
+        # Activations are bf16 at run time; the calibrated global scale follows the weight rule.
+        input_global_scale = nvfp4.compressed_tensors_global_scale(shared.input_amax, torch.float32)
+        return packed, block_scale, global_scale, input_global_scale
 
 
 class _Mxfp4(CtRecipe):
     kind: ClassVar[WeightKind] = MXFP4
     algorithms: ClassVar[dict[str | None, str]] = {None: "MXFP4A16", "mxfp4": "MXFP4"}
     compression_format: ClassVar[str] = "mxfp4-pack-quantized"
-    weight_args: ClassVar[dict[str, Any]] = ct_args(4, "group", dynamic=False, group_size=32, scale_dtype="torch.uint8")
+    weight_args: ClassVar[dict[str, Any]] = ct_args(
+        4, "group", dynamic=False, group_size=MXFP4.columns_per_scale, scale_dtype="torch.uint8"
+    )
     input_args: ClassVar[dict[str, dict[str, Any]]] = {
-        "mxfp4": ct_args(4, "group", dynamic=True, group_size=32, scale_dtype="torch.uint8")
+        "mxfp4": ct_args(4, "group", dynamic=True, group_size=MXFP4.columns_per_scale, scale_dtype="torch.uint8")
     }
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes("weight_packed"),
+        StoredTensor("weight_scale", "U8", per_group, feeds="block_scale"),  # E8M0 exponents
+    )
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [
-            TensorSpec(f"{base}.weight_packed", "U8", (n, k // 2)),
-            TensorSpec(f"{base}.weight_scale", "U8", (n, k // 32)),
-        ]
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import mxfp4
 
-        packed, scale = mxfp4.compressed_tensors_quantize(weight)
-        return {f"{linear.checkpoint_module}.weight_packed": packed, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        return StoredLinear(self.kind, tensors[f"{base}.weight_packed"], block_scale=tensors[f"{base}.weight_scale"])
+        return mxfp4.compressed_tensors_quantize(weight)
 
 
 class CompressedTensorsFormat(Format):

@@ -4,17 +4,16 @@ and the recipe class that carries a kind's ``format`` and args (:mod:`.compresse
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.formats.base import Recipe
+from eaglequant.formats.stored_tensors import DtypeOf, StoredTensor, as_float32_rows, per_row_as_column, weight_codes
 
 if TYPE_CHECKING:
     import torch
 
-    from eaglequant.checkpoint.writer import TensorSpec
     from eaglequant.formats.base import GroupScales
-    from eaglequant.kinds.base import ActivationKind, StoredLinear
     from eaglequant.layouts.head import HeadLinear
     from eaglequant.schemes.model import Scheme
 
@@ -64,35 +63,16 @@ class PerChannelRecipe(CtRecipe):
     activations: llm-compressor's FP8_DYNAMIC and W8A8 store the same two tensors, differing in the codes' dtype
     and the math that makes them."""
 
-    stored_dtype: ClassVar[str]  # the codes' safetensors dtype
-    activation_kind: ClassVar[ActivationKind]
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes(),
+        StoredTensor("weight_scale", DtypeOf.LINEAR, per_row_as_column, feeds="channel_scale", read=as_float32_rows),
+    )
 
     def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         """The vendor's per-channel math: weight -> (codes, [N, 1] scale)."""
         raise NotImplementedError
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        from eaglequant.checkpoint.writer import TensorSpec
-
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [
-            TensorSpec(f"{base}.weight", self.stored_dtype, (n, k)),
-            TensorSpec(f"{base}.weight_scale", linear.dtype, (n, 1)),  # in the weight's dtype
-        ]
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
-        quantized, scale = self.channel_math()(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        channel = tensors[f"{base}.weight_scale"].to(torch.float32).reshape(-1)  # [N, 1] in the weight's dtype
-        return StoredLinear(
-            self.kind, tensors[f"{base}.weight"], channel_scale=channel, activation=self.activation_kind
-        )
+    ) -> tuple[torch.Tensor, ...]:
+        return self.channel_math()(weight)

@@ -16,19 +16,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import GroupScales
 from eaglequant.formats.compressed_tensors_args import CtRecipe, PerChannelRecipe, ct_args
-from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, INT8_CHANNEL, INT8_TOKEN, ActivationKind, WeightKind
+from eaglequant.formats.stored_tensors import (
+    DtypeOf,
+    StoredTensor,
+    as_float32,
+    dimensions,
+    per_group,
+    per_row_block_group,
+    unpacked_zero_points,
+    weight_codes,
+)
+from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, INT8_CHANNEL, WeightKind
+from eaglequant.kinds.int4 import Int4GroupKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import torch
-
-    from eaglequant.kinds.base import StoredLinear
 
 
 class Int8Channel(PerChannelRecipe):
@@ -39,8 +45,6 @@ class Int8Channel(PerChannelRecipe):
     input_args: ClassVar[dict[str, dict[str, Any]]] = {
         "int8-token": ct_args(8, "token", dynamic=True, number_type="int")
     }
-    stored_dtype: ClassVar[str] = "I8"
-    activation_kind: ClassVar[ActivationKind] = INT8_TOKEN
 
     def channel_math(self) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
         from eaglequant.numerics import int8
@@ -52,62 +56,42 @@ class Int4Group(CtRecipe):
     kind: ClassVar[WeightKind] = INT4_GROUP
     algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16"}
     compression_format: ClassVar[str] = "pack-quantized"
-    weight_args: ClassVar[dict[str, Any]] = ct_args(4, "group", dynamic=False, group_size=128, number_type="int")
+    weight_args: ClassVar[dict[str, Any]] = ct_args(
+        4, "group", dynamic=False, group_size=INT4_GROUP.columns_per_scale, number_type="int"
+    )
     input_args: ClassVar[dict[str, dict[str, Any]]] = {}
-    zero_points: ClassVar[bool] = False  # the kind's own flag: asymmetric, a zero point per group
-    per_linear_metadata: ClassVar[tuple[str, ...]] = ("weight_shape",)
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes("weight_packed"),
+        StoredTensor("weight_scale", DtypeOf.LINEAR, per_group, feeds="block_scale", read=as_float32),
+        StoredTensor("weight_shape", "I64", dimensions, metadata=True),  # the whole linear's, in every block of rows
+    )
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        kind = self.kind
-        assert kind.columns_per_scale is not None
-        specs = [
-            TensorSpec(f"{base}.weight_packed", kind.stored_dtype, (n, k // kind.codes_per_element)),
-            TensorSpec(f"{base}.weight_scale", linear.dtype, (n, k // kind.columns_per_scale)),  # in the weight's dtype
-            TensorSpec(f"{base}.weight_shape", "I64", (2,)),
-        ]
-        if self.zero_points:  # packed along the out-dimension, eight rows to an int32
-            zero_rows = -(-n // (32 // kind.bits))
-            specs.append(TensorSpec(f"{base}.weight_zero_point", "I32", (zero_rows, k // kind.columns_per_scale)))
-        return specs
+    @property
+    def zero_points(self) -> bool:
+        """The kind's own flag: asymmetric, a zero point per group."""
+        assert isinstance(self.kind, Int4GroupKind)
+        return self.kind.zero_points
 
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         import torch
 
         from eaglequant.numerics import int4
 
-        base = linear.checkpoint_module
         packed, scale, zero = int4.compressed_tensors_quantize(weight, symmetric=not self.zero_points)
-        tensors = {
-            f"{base}.weight_packed": packed,
-            f"{base}.weight_scale": scale,
-            # the whole linear's shape, whichever block of rows this is
-            f"{base}.weight_shape": torch.tensor([linear.out_features, linear.in_features], dtype=torch.int64),
-        }
-        if zero is not None:
-            tensors[f"{base}.weight_zero_point"] = int4.pack_zero_points(zero)
-        return tensors
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        import torch
-
-        from eaglequant.kinds.base import StoredLinear
-        from eaglequant.numerics.int4 import unpack_zero_points
-
-        base = linear.checkpoint_module
-        packed = tensors[f"{base}.weight_packed"]
-        packed_zero = tensors.get(f"{base}.weight_zero_point")
-        zero = None if packed_zero is None else unpack_zero_points(packed_zero, packed.shape[0])
-        scale = tensors[f"{base}.weight_scale"].to(torch.float32)
-        return StoredLinear(self.kind, packed, block_scale=scale, zero_point=zero)
+        shape = torch.tensor([linear.out_features, linear.in_features], dtype=torch.int64)
+        return (packed, scale, shape) if zero is None else (packed, scale, shape, int4.pack_zero_points(zero))
 
 
 class Int4GroupAsym(Int4Group):
     kind: ClassVar[WeightKind] = INT4_GROUP_ASYM
     algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16_ASYM"}
-    zero_points: ClassVar[bool] = True
     weight_args: ClassVar[dict[str, Any]] = ct_args(
-        4, "group", dynamic=False, group_size=128, number_type="int", symmetric=False
+        4, "group", dynamic=False, group_size=INT4_GROUP_ASYM.columns_per_scale, number_type="int", symmetric=False
+    )
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        *Int4Group.tensors,
+        # packed along the out-dimension, a block of eight rows to an int32
+        StoredTensor("weight_zero_point", "I32", per_row_block_group, feeds="zero_point", read=unpacked_zero_points),
     )

@@ -15,18 +15,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
-from eaglequant.kinds import FP8_BLOCK, FP8_GROUP, WeightKind
+from eaglequant.formats.stored_tensors import StoredTensor, per_block, weight_codes
+from eaglequant.kinds import FP8_BLOCK, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import torch
-
-    from eaglequant.kinds.base import StoredLinear
 
 
 IGNORED_LAYERS = "ignored_layers"
@@ -35,33 +31,17 @@ IGNORED_LAYERS = "ignored_layers"
 class _Fp8Block(Recipe):
     kind: ClassVar[WeightKind] = FP8_BLOCK
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-group": "fp8 block [128, 128]"}
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes(),
+        StoredTensor("weight_scale_inv", "F32", per_block, feeds="block_scale"),  # a multiplier despite its name
+    )
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [
-            TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)),
-            TensorSpec(f"{base}.weight_scale_inv", "F32", (-(-n // 128), -(-k // 128))),
-        ]
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import fp8_block
 
-        quantized, scale = fp8_block.native_quantize(weight)
-        base = linear.checkpoint_module
-        return {f"{base}.weight": quantized, f"{base}.weight_scale_inv": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        return StoredLinear(
-            self.kind,
-            tensors[f"{base}.weight"],
-            block_scale=tensors[f"{base}.weight_scale_inv"],
-            activation=FP8_GROUP,
-        )
+        return fp8_block.native_quantize(weight)
 
 
 class Fp8Format(Format):

@@ -16,24 +16,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
-from eaglequant.kinds import FP8_CHANNEL, FP8_TOKEN, NVFP4, WeightKind
+from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
+from eaglequant.kinds import FP8_CHANNEL, NVFP4, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import torch
-
-    from eaglequant.kinds.base import StoredLinear
 
 MODELOPT_VERSION = "0.47.0"
 PRODUCER = {"name": "modelopt", "version": MODELOPT_VERSION}
 HF_QUANT_CONFIG = "hf_quant_config.json"
-_FP4_ARGS = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
+_FP4_ARGS = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": NVFP4.columns_per_scale}
 
 
 class _ModelOptRecipe(Recipe):
@@ -48,31 +44,29 @@ class _ModelOptRecipe(Recipe):
 class _Fp8Channel(_ModelOptRecipe):
     kind: ClassVar[WeightKind] = FP8_CHANNEL
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "FP8_PER_CHANNEL_PER_TOKEN"}
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes(),
+        StoredTensor("weight_scale", "F32", per_row, feeds="channel_scale"),
+    )
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        return [TensorSpec(f"{base}.weight", "F8_E4M3", (n, k)), TensorSpec(f"{base}.weight_scale", "F32", (n,))]
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import fp8
 
-        quantized, scale = fp8.modelopt_per_channel(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        return StoredLinear(self.kind, weight, channel_scale=scale, activation=FP8_TOKEN)
+        return fp8.modelopt_per_channel(weight)
 
 
 class _Nvfp4(_ModelOptRecipe):
     kind: ClassVar[WeightKind] = NVFP4
     algorithms: ClassVar[dict[str | None, str]] = {None: "W4A16_NVFP4", "nvfp4": "NVFP4"}
-    group_size: ClassVar[int | None] = 16
+    group_size: ClassVar[int | None] = NVFP4.columns_per_scale
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes(),
+        StoredTensor("weight_scale", "F8_E4M3", per_group, feeds="block_scale"),
+        StoredTensor("weight_scale_2", "F32", scalar, feeds="global_scale"),  # amax / 2688, shared by a fused group
+        StoredTensor("input_scale", "F32", scalar, with_activations=True),  # activation amax / 2688, shared too
+    )
 
     def config_groups(self, scheme: Scheme) -> dict[str, Any] | None:
         group: dict[str, Any] = {}
@@ -82,23 +76,11 @@ class _Nvfp4(_ModelOptRecipe):
         group["targets"] = ["Linear"]
         return {"group_0": group}
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        base, n, k = linear.checkpoint_module, linear.out_features, linear.in_features
-        specs = [
-            TensorSpec(f"{base}.weight", "U8", (n, k // 2)),
-            TensorSpec(f"{base}.weight_scale", "F8_E4M3", (n, k // 16)),
-            TensorSpec(f"{base}.weight_scale_2", "F32", ()),
-        ]
-        if scheme.activation is not None:
-            specs.append(TensorSpec(f"{base}.input_scale", "F32", ()))
-        return specs
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import nvfp4
 
-        base = linear.checkpoint_module
         assert shared.weight_amax is not None
         if float(shared.weight_amax) == 0:
             # ModelOpt itself writes weight_scale_2 = 0 and NaN block scales here.
@@ -108,22 +90,10 @@ class _Nvfp4(_ModelOptRecipe):
             )
         weight_scale_2 = nvfp4.modelopt_global_scale(shared.weight_amax)
         packed, block_scale = nvfp4.modelopt_quantize(weight, weight_scale_2)
-        tensors = {
-            f"{base}.weight": packed,
-            f"{base}.weight_scale": block_scale,
-            f"{base}.weight_scale_2": weight_scale_2,
-        }
-        if scheme.activation is not None:
-            assert shared.input_amax is not None
-            tensors[f"{base}.input_scale"] = nvfp4.modelopt_global_scale(shared.input_amax)
-        return tensors
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        return StoredLinear(self.kind, weight, block_scale=scale, global_scale=tensors[f"{base}.weight_scale_2"])
+        if scheme.activation is None:
+            return packed, block_scale, weight_scale_2
+        assert shared.input_amax is not None
+        return packed, block_scale, weight_scale_2, nvfp4.modelopt_global_scale(shared.input_amax)
 
 
 class ModelOptFormat(Format):

@@ -16,21 +16,16 @@ per-tensor (unshared) ``weight_scale_2`` and no input scale, which vLLM's Quark 
 from __future__ import annotations
 
 import copy
-from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.formats.base import Format, GroupScales, Recipe
-from eaglequant.kinds import FP8_CHANNEL, INT8_CHANNEL, INT8_TOKEN, MXFP4, WeightKind
+from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, weight_codes
+from eaglequant.kinds import FP8_CHANNEL, INT8_CHANNEL, MXFP4, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import torch
-
-    from eaglequant.kinds.base import StoredLinear
 
 QUARK_VERSION = "0.13"
 
@@ -60,7 +55,7 @@ _MXFP4_SPEC: dict[str, Any] = {
     "dtype": "fp4",
     "qscheme": "per_group",
     "ch_axis": -1,
-    "group_size": 32,
+    "group_size": MXFP4.columns_per_scale,
     "symmetric": None,
     "scale_format": "e8m0",
     "scale_calculation_mode": "even",
@@ -74,17 +69,8 @@ class _QuarkRecipe(Recipe):
     weight_spec: ClassVar[dict[str, Any]]
     input_spec: ClassVar[dict[str, Any] | None]  # for the activations, when the scheme quantizes them
 
-    def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
-        n, k = linear.out_features, linear.in_features
-        kind = self.kind
-        base = linear.checkpoint_module
-        return [
-            TensorSpec(f"{base}.weight", kind.stored_dtype, (n, k // kind.codes_per_element)),
-            TensorSpec(f"{base}.weight_scale", *self._scale_spec(n, k)),
-        ]
 
-    @abstractmethod
-    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]: ...
+_PER_CHANNEL = (weight_codes(), StoredTensor("weight_scale", "F32", per_row, feeds="channel_scale"))
 
 
 class _Fp8Channel(_QuarkRecipe):
@@ -92,26 +78,14 @@ class _Fp8Channel(_QuarkRecipe):
     algorithms: ClassVar[dict[str | None, str]] = {"fp8-token": "ptpc_fp8"}
     weight_spec: ClassVar[dict[str, Any]] = _FP8_SPEC
     input_spec: ClassVar[dict[str, Any] | None] = {**_FP8_SPEC, "is_dynamic": True, "ch_axis": 1}
+    tensors: ClassVar[tuple[StoredTensor, ...]] = _PER_CHANNEL
 
-    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]:
-        return "F32", (n,)
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import fp8
 
-        quantized, scale = fp8.quark_per_channel(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        activation = scheme.kinds.activation_kind
-        return StoredLinear(
-            self.kind, tensors[f"{base}.weight"], channel_scale=tensors[f"{base}.weight_scale"], activation=activation
-        )
+        return fp8.quark_per_channel(weight)
 
 
 class _Int8Channel(_QuarkRecipe):
@@ -122,24 +96,14 @@ class _Int8Channel(_QuarkRecipe):
     algorithms: ClassVar[dict[str | None, str]] = {"int8-token": "int8 per-channel, dynamic per-token"}
     weight_spec: ClassVar[dict[str, Any]] = {**_FP8_SPEC, "dtype": "int8"}
     input_spec: ClassVar[dict[str, Any] | None] = {**_FP8_SPEC, "dtype": "int8", "is_dynamic": True, "ch_axis": 1}
+    tensors: ClassVar[tuple[StoredTensor, ...]] = _PER_CHANNEL
 
-    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]:
-        return "F32", (n,)
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import int8
 
-        quantized, scale = int8.quark_per_channel(weight)
-        return {f"{linear.checkpoint_module}.weight": quantized, f"{linear.checkpoint_module}.weight_scale": scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        weight, scale = tensors[f"{base}.weight"], tensors[f"{base}.weight_scale"]
-        return StoredLinear(self.kind, weight, channel_scale=scale, activation=INT8_TOKEN)
+        return int8.quark_per_channel(weight)
 
 
 class _Mxfp4(_QuarkRecipe):
@@ -148,23 +112,17 @@ class _Mxfp4(_QuarkRecipe):
     algorithms: ClassVar[dict[str | None, str]] = {"mxfp4": "mxfp4", None: "mxfp4_weight_only"}
     weight_spec: ClassVar[dict[str, Any]] = _MXFP4_SPEC
     input_spec: ClassVar[dict[str, Any] | None] = {**_MXFP4_SPEC, "is_dynamic": True}
+    tensors: ClassVar[tuple[StoredTensor, ...]] = (
+        weight_codes(),
+        StoredTensor("weight_scale", "U8", per_group, feeds="block_scale"),  # E8M0 exponents
+    )
 
-    def _scale_spec(self, n: int, k: int) -> tuple[str, tuple[int, ...]]:
-        return "U8", (n, k // 32)
-
-    def quantize(
+    def compute(
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
-    ) -> dict[str, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
         from eaglequant.numerics import mxfp4
 
-        packed, block_scale = mxfp4.quark_quantize(weight)
-        return {f"{linear.checkpoint_module}.weight": packed, f"{linear.checkpoint_module}.weight_scale": block_scale}
-
-    def stored(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
-        from eaglequant.kinds.base import StoredLinear
-
-        base = linear.checkpoint_module
-        return StoredLinear(self.kind, tensors[f"{base}.weight"], block_scale=tensors[f"{base}.weight_scale"])
+        return mxfp4.quark_quantize(weight)
 
 
 class QuarkFormat(Format):
