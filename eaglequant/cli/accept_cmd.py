@@ -92,7 +92,8 @@ def accept_command(
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
         )
-        result(report.to_json(), render)
+        data = report.to_json()
+        result(data, lambda: render(data))
         return report.ok
 
     if not run_guarded(body):

@@ -60,14 +60,14 @@ def batch_command(
         selection = _shard(shard)
         if list_jobs:
             names = [job.name for job in select_jobs(jobs_file, load_jobs(jobs_file), only or [], selection)]
-            result(names, _render_names, one_line=True)
+            result(names, lambda: _render_names(names), one_line=True)
             return True
         quiet_hub_progress()
         outcome = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=note)
         data = outcome.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        result(data, lambda counted: render(counted, summary))
+        result(data, lambda: render(data, summary))
         return outcome.ok
 
     if not run_guarded(body):

@@ -47,7 +47,7 @@ def batch_merge_command(
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
             output.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
-        result(merged, _print_table)
+        result(merged, lambda: _print_table(merged))
         return bool(merged["ok"])
 
     if not run_guarded(body):

@@ -44,7 +44,8 @@ def kernels_command(
             )
         if chosen == "cuda" and not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA GPU is visible")
-        result(bench_kernels(chosen, tuple(m or M_VALUES), TINY_SHAPES if tiny else None), render)
+        timings = bench_kernels(chosen, tuple(m or M_VALUES), TINY_SHAPES if tiny else None)
+        result(timings, lambda: render(timings))
 
     run_guarded(body)
 
@@ -116,7 +117,7 @@ def convert_command(
             verify=verify,
             log=lambda line: info(f"[dim]{escape(line)}[/]", markup=True),
         )
-        result(timings, lambda data: print(convert_markdown(data)) if markdown else out.print(convert_table(data)))
+        result(timings, lambda: print(convert_markdown(timings)) if markdown else out.print(convert_table(timings)))
 
     run_guarded(body)
 

@@ -60,7 +60,8 @@ def capture_command(
             summary = capture(
                 target, draft, output, prompts=prompts, max_prompts=max_prompts, max_tokens=max_tokens, top_k=top_k
             )
-        result(summary.to_json(), render)
+        data = summary.to_json()
+        result(data, lambda: render(data))
 
     run_guarded(body)
 

@@ -96,7 +96,7 @@ def convert_command(
         if converted.verification is not None:
             data["verification"] = converted.verification.to_json()
             data["verification"]["destination"] = data["destination"]
-        result(data, render)
+        result(data, lambda: render(data))
         for text in data["notes"]:
             note(text)
         if converted.verification is not None and not converted.verification.ok:

@@ -42,7 +42,7 @@ def explain_command(
         explanation = explain(dst, engines=engine or [], target_layers=target_layers, target_config=target_config)
         data = explanation.to_json()
         data["destination"] = absolute(data["destination"])
-        result(data, render)
+        result(data, lambda: render(data))
         return explanation.ok
 
     if not run_guarded(body):

@@ -58,7 +58,7 @@ def inspect_command(
         )
         data = report.to_json()
         data["source"] = absolute(data["source"])
-        result(data, render)
+        result(data, lambda: render(data))
 
     run_guarded(body)
 

@@ -87,13 +87,13 @@ def quiet_hub_progress() -> None:
         disable_progress_bars()
 
 
-def result(data: Any, render: Callable[[Any], None], *, one_line: bool = False) -> None:
-    """The command's result on stdout: one JSON document under --json (on one line with ``one_line``, for a CI
-    system's output variables), else ``render(data)``."""
+def result(data: Any, render: Callable[[], None], *, one_line: bool = False) -> None:
+    """The command's result on stdout: ``data``, the typed result's JSON, as one document under --json (on one line
+    with ``one_line``, for a CI system's output variables), else ``render()``, which reads the typed result itself."""
     if MODE.json:
         print_json(data, one_line=one_line)
     else:
-        render(data)
+        render()
 
 
 def print_json(data: Any, *, one_line: bool = False) -> None:

@@ -29,9 +29,10 @@ def schemes_command(
         if show is not None:
             scheme = load_scheme(show)  # validates
             text = scheme_path(show).read_text(encoding="utf-8")
-            result({"name": scheme.name, "file": scheme.source, "toml": text}, lambda data: typer.echo(text, nl=False))
+            result({"name": scheme.name, "file": scheme.source, "toml": text}, lambda: typer.echo(text, nl=False))
             return
-        result([_row(load_scheme(name)) for name in builtin_scheme_names()], render)
+        rows = [_row(load_scheme(name)) for name in builtin_scheme_names()]
+        result(rows, lambda: render(rows))
 
     run_guarded(body)
 

@@ -57,7 +57,7 @@ def upload_command(
             )
         data = uploaded.to_json()
         data["destination"] = absolute(data["destination"])
-        result(data, render)
+        result(data, lambda: render(data))
         for text in data["notes"]:
             note(text)
 

@@ -89,7 +89,7 @@ def verify_command(
         data = report.to_json()
         data["destination"] = absolute(data["destination"])
         data["recorded_source"] = _recorded_source(dst)
-        result(data, render)
+        result(data, lambda: render(data))
         return report.verdict
 
     verdict = run_guarded(body)
