@@ -78,6 +78,11 @@ class Recipe(ABC):
         loads a fused module by concatenating its members' tensors cannot take them."""
         return tuple(t.suffix for t in self.tensors if t.metadata)
 
+    @property
+    def weight(self) -> StoredTensor:
+        """The declared tensor that holds the quantized weight's codes."""
+        return next(t for t in self.tensors if t.feeds == "weight")
+
     def stored_tensors(self, scheme: Scheme) -> tuple[StoredTensor, ...]:
         """The declared tensors ``scheme`` stores (an input scale only when it quantizes activations)."""
         return tuple(t for t in self.tensors if scheme.activation is not None or not t.with_activations)
@@ -105,7 +110,7 @@ class Recipe(ABC):
 
         base = linear.checkpoint_module
         feeding = {t.feeds: t for t in self.stored_tensors(scheme) if t.feeds is not None}
-        weight = tensors[f"{base}.{feeding['weight'].suffix}"]
+        weight = tensors[f"{base}.{self.weight.suffix}"]
 
         def read(field: str) -> torch.Tensor | None:
             declared = feeding.get(field)

@@ -4,8 +4,9 @@ A quantized linear is stored as a weight in the kind's own dtype (FP8, INT8, pac
 tensors, under the names the formats declare (``Format.weight_params``, ``Format.scale_params``). Mapping each
 such weight back to the logical source weight (``<module>.weight``, [N, K], source dtype) and setting the scales
 aside gives a checkpoint that :func:`describe_head` reads like any source, so a written head is described by the
-same code. Which stored dtype is a quantized weight, and how many values one element packs, is the weight kind's
-answer (the kind the config declares), never a guess from the dtype: U8 is packed FP4, I32 packed INT4, I8 INT8.
+same code. Which tensor is a quantized weight is the answer of the recipe of the format and kind the config declares
+(its weight's name), its dtype and how many values one element packs the kind's, never a guess from the dtype: U8 is
+packed FP4, I32 packed INT4, I8 INT8.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES, ITEMSIZE
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.safetensors_file import TensorInfo
-from eaglequant.formats import all_scale_params, all_weight_params
+from eaglequant.formats import all_scale_params
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 
@@ -37,16 +38,18 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
     """Describe the head in a quantized ``checkpoint`` as the source it was converted from (its config must declare a
     scheme eaglequant models: :func:`~eaglequant.readback.explanation.read_written_config`)."""
     from eaglequant.readback.explanation import read_written_config
+    from eaglequant.schemes.model import default_scheme_for
 
-    kind = read_written_config(checkpoint)[1].kinds.weight_kind
+    fmt, written = read_written_config(checkpoint)
+    kind, weight = written.kinds.weight_kind, fmt.recipe(default_scheme_for(written.kinds)).weight
     dtype = source_dtype(checkpoint)
-    scale_params, weight_params = all_scale_params(), all_weight_params()
+    scale_params = all_scale_params()
     logical: dict[str, TensorInfo] = {}
     for name, info in checkpoint.tensors.items():
         module, _, param = name.rpartition(".")
         if param in scale_params:
             continue
-        if param in weight_params and info.dtype == kind.stored_dtype and len(info.shape) == 2:
+        if param == weight.suffix and info.dtype == kind.stored_dtype and len(info.shape) == 2:
             rows, cols = info.shape
             shape = (rows, kind.in_features(cols))
             name = f"{module}.weight"
