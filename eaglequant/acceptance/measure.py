@@ -155,6 +155,12 @@ class DraftResult:
         drop = self.difference.get(GREEDY.name)
         return self.budget is not None and drop is not None and -drop.value > self.budget
 
+    def reported_difference(self, mode: str) -> Interval | None:
+        """The difference from the source draft in ``mode`` as reports give it: None for the source draft, and
+        where there is none to report (no drafts to compare)."""
+        value = self.difference.get(mode)
+        return None if value is None or math.isnan(value.value) else value
+
     @property
     def problems(self) -> list[str]:
         found = []
@@ -184,10 +190,7 @@ class DraftResult:
             "budget": self.budget,
             "lossless": self.lossless.to_json(),
             "modes": {
-                m.name: {
-                    **self.run.acceptance(m.name).to_json(),
-                    "difference": _interval(self.difference.get(m.name)),
-                }
+                m.name: {**self.run.acceptance(m.name).to_json(), "difference": _json(self.reported_difference(m.name))}
                 for m in modes
             },
             "seconds": self.run.seconds,
@@ -195,8 +198,8 @@ class DraftResult:
         }
 
 
-def _interval(value: Interval | None) -> dict[str, float | None] | None:
-    return None if value is None or math.isnan(value.value) else value.to_json()
+def _json(value: Interval | None) -> dict[str, float | None] | None:
+    return None if value is None else value.to_json()
 
 
 @dataclass

@@ -158,10 +158,15 @@ class Prediction:
             )
         )
 
+    @property
+    def rule(self) -> str:
+        """How the prediction drafts and accepts, in words."""
+        return "greedy drafting, greedy target (temperature 0)"
+
     def to_json(self) -> dict[str, Any]:
         return {
             "inputs": self.inputs,
-            "rule": "greedy drafting, greedy target (temperature 0)",
+            "rule": self.rule,
             "source": self.source.to_json(),
             "quantized": self.quantized.to_json(),
             "difference": self.difference.to_json(),

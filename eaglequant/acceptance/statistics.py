@@ -67,12 +67,23 @@ class Interval:
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
+    @property
+    def reported_value(self) -> float | None:
+        """The value as reports give it (:meth:`to_json`): to 5 decimals, None when not finite."""
+        return _reported(self.value)
+
+    def text(self, signed: bool = False) -> str:
+        """The interval as reports give it, for reading: ``2.481 [2.395, 2.566]`` (bounds left out when not
+        finite)."""
+        return format_interval(self.reported_value, _reported(self.low), _reported(self.high), signed)
+
     def to_json(self) -> dict[str, float | None]:
         """Bounds that are not finite (one prompt has no spread to estimate) are null, which JSON can hold."""
-        return {
-            key: round(v, 5) if math.isfinite(v) else None
-            for key, v in (("value", self.value), ("low", self.low), ("high", self.high))
-        }
+        return {key: _reported(v) for key, v in (("value", self.value), ("low", self.low), ("high", self.high))}
+
+
+def _reported(figure: float) -> float | None:
+    return round(figure, 5) if math.isfinite(figure) else None
 
 
 def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: float = 0.0) -> Interval:
@@ -87,11 +98,6 @@ def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: f
     se = math.sqrt(m / (m - 1) * sum(e * e for e in residuals)) / total_d
     half = t_quantile(m - 1) * se
     return Interval(r + offset, r + offset - half, r + offset + half)
-
-
-def interval_text(figure: dict[str, float | None], signed: bool = False) -> str:
-    """An interval as its JSON holds it, for reading: ``2.481 [2.395, 2.566]`` (bounds left out when null)."""
-    return format_interval(figure["value"], figure["low"], figure["high"], signed)
 
 
 def format_interval(value: float | None, low: float | None, high: float | None, signed: bool = False) -> str:

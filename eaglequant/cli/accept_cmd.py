@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -15,6 +15,9 @@ from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
+
+if TYPE_CHECKING:
+    from eaglequant.acceptance.measure import AcceptanceReport, DraftResult, Mode
 
 
 def accept_command(
@@ -92,58 +95,57 @@ def accept_command(
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
         )
-        data = report.to_json()
-        result(data, lambda: render(data))
+        result(report.to_json(), lambda: render(report))
         return report.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-def render(data: dict[str, Any]) -> None:
-    from eaglequant.acceptance.statistics import interval_text
+def render(report: AcceptanceReport) -> None:
+    from eaglequant.acceptance.measure import GREEDY
 
-    settings = data["settings"]
+    settings = report.settings
     out.print(
-        f"[bold]{data['engine']} {data['version']}[/], k = {settings['num_speculative_tokens']}: "
-        f"{settings['prompts']} prompts ({escape(settings['prompts_from'])}) × {settings['max_tokens']} tokens",
+        f"[bold]{report.engine} {report.version}[/], k = {settings.num_speculative_tokens}: "
+        f"{len(settings.prompts)} prompts ({escape(settings.prompts_from)}) × {settings.max_tokens} tokens",
         markup=True,
     )
     table = Table(title="acceptance length (95% interval over prompts)", title_justify="left")
     for column in ("draft", "mode", "acceptance length", "per position", "vs source", "greedy = target"):
         table.add_column(column, justify="left" if column in ("draft", "mode") else "right", overflow="fold")
-    for draft in (data["source"], *data["quantized"]):
-        name = "source" if draft["served_as"] == "source" else f"{draft['label']} ({draft['served_as']})"
-        lossless = draft["lossless"]
-        same = f"{lossless['equal']}/{lossless['prompts']}" + (
-            f" (+{lossless['near_ties']} tie)" if lossless["near_ties"] else ""
-        )
-        for index, (mode, figures) in enumerate(draft["modes"].items()):
-            length = figures["acceptance_length"]
-            diff = figures.get("difference")
-            table.add_row(
-                escape(name) if index == 0 else "",
-                mode,
-                interval_text(length),
-                " / ".join(f"{p['value']:.2f}" for p in figures["per_position"]),
-                "" if diff is None else interval_text(diff, signed=True),
-                (same if lossless["ok"] else f"[red]{same}[/]") if index == 0 else "",
-            )
+    for draft in (report.source, *report.quantized):
+        _add_draft_rows(table, draft, settings.modes)
     show(table)
-    for draft in data["quantized"]:
-        if draft["budget"] is not None and "greedy" in draft["modes"]:
-            diff = draft["modes"]["greedy"].get("difference")
-            if diff is not None:
-                info(
-                    f"{draft['label']}: greedy drop {-diff['value']:.3f} tokens, budget {draft['budget']} "
-                    f"({draft['scheme']})"
-                )
-    for text in data["notes"]:
+    for draft in report.quantized:
+        diff = draft.reported_difference(GREEDY.name)
+        drop = None if diff is None or diff.reported_value is None else -diff.reported_value
+        if draft.budget is not None and drop is not None:
+            info(f"{draft.label}: greedy drop {drop:.3f} tokens, budget {draft.budget} ({draft.scheme})")
+    for text in report.notes:
         note(text)
-    if data["ok"]:
+    if report.ok:
         out.print("[green]ok[/]: every draft lossless, every quantized draft within its budget", markup=True)
-    for problem in data["problems"]:
+    for problem in report.problems:
         out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+
+
+def _add_draft_rows(table: Table, draft: DraftResult, modes: tuple[Mode, ...]) -> None:
+    """One row per mode; the draft's name and whether its greedy output was the target's on the first."""
+    name = "source" if draft.served_as == "source" else f"{draft.label} ({draft.served_as})"
+    lossless = draft.lossless
+    same = f"{lossless.equal}/{lossless.prompts}" + (f" (+{lossless.near_ties} tie)" if lossless.near_ties else "")
+    for index, mode in enumerate(modes):
+        acceptance = draft.run.acceptance(mode.name)
+        diff = draft.reported_difference(mode.name)
+        table.add_row(
+            escape(name) if index == 0 else "",
+            mode.name,
+            acceptance.length().text(),
+            " / ".join(f"{p.reported_value:.2f}" for p in acceptance.per_position()),
+            "" if diff is None else diff.text(signed=True),
+            (same if lossless.ok else f"[red]{same}[/]") if index == 0 else "",
+        )
 
 
 def register(app: typer.Typer) -> None:

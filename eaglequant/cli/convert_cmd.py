@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -28,6 +28,9 @@ from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
+
+if TYPE_CHECKING:
+    from eaglequant.conversion.result import ConversionResult
 
 
 def convert_command(
@@ -91,13 +94,14 @@ def convert_command(
                 overwrite_any=overwrite_any,
                 progress=display,
             )
+        destination = absolute(converted.destination)
         data = converted.to_json()
-        data["destination"] = absolute(converted.destination)
+        data["destination"] = destination
         if converted.verification is not None:
             data["verification"] = converted.verification.to_json()
-            data["verification"]["destination"] = data["destination"]
-        result(data, lambda: render(data))
-        for text in data["notes"]:
+            data["verification"]["destination"] = destination
+        result(data, lambda: render(converted))
+        for text in converted.plan.notes:
             note(text)
         if converted.verification is not None and not converted.verification.ok:
             info(
@@ -111,29 +115,32 @@ def convert_command(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-def render(data: dict[str, Any]) -> None:
-    table = Table(title=f"{data['scheme']} → {data['format']} ({data['layout']})", title_justify="left")
+def render(converted: ConversionResult) -> None:
+    report = converted.report()
+    table = Table(title=f"{report.scheme} → {report.format} ({report.layout})", title_justify="left")
     name_column(table, "quantized module")
     for col in ("shape", "rel. error", "SQNR dB"):
         table.add_column(col)
-    for row in data["quantized"]:
-        table.add_row(escape(row["module"]), str(row["shape"]), f"{row['relative_error']:.4f}", f"{row['sqnr_db']:.1f}")
+    for linear in report.quantized:
+        shape = str(list(linear.shape))
+        table.add_row(escape(linear.module), shape, f"{linear.relative_error:.4f}", f"{linear.sqnr_db:.1f}")
     show(table)
-    for name, why in data["excluded_linears"].items():
+    for name, why in report.excluded_linears.items():
         out.print(f"  kept {escape(name)}: {escape(why)}", soft_wrap=True)
-    src_b, out_b = data["source_bytes"], data["output_bytes"]
-    assert isinstance(src_b, int) and isinstance(out_b, int)
-    out.print(f"exclude rules written for {', '.join(data['engines'])}: {escape(str(data['exclude']))}", soft_wrap=True)
+    src_b, out_b = report.source_bytes, report.output_bytes
+    rules = escape(str(list(report.exclude)))
+    out.print(f"exclude rules written for {', '.join(report.engines)}: {rules}", soft_wrap=True)
+    destination = absolute(converted.destination)
     out.print(
-        f"[green]wrote[/] {escape(str(data['destination']))}: {human_bytes(src_b)} → {human_bytes(out_b)} "
-        f"({out_b / max(src_b, 1):.2f}×) in {data['seconds']} s",
+        f"[green]wrote[/] {escape(str(destination))}: {human_bytes(src_b)} → {human_bytes(out_b)} "
+        f"({out_b / max(src_b, 1):.2f}×) in {converted.reported_seconds} s",
         markup=True,
         soft_wrap=True,
     )
-    if data.get("verification") is not None:
+    if converted.verification is not None:
         from eaglequant.cli.verify_cmd import render as render_verification
 
-        render_verification(data["verification"])
+        render_verification(converted.verification, str(destination))  # where the output is, verified or not
 
 
 def register(app: typer.Typer) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -17,6 +17,14 @@ from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
 from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
+
+if TYPE_CHECKING:
+    from eaglequant.acceptance.predict import Prediction
+    from eaglequant.engine_load import LoadCheck
+    from eaglequant.schemes.model import VerifyThresholds
+    from eaglequant.verification.fidelity import HeadFidelity
+    from eaglequant.verification.layer_parity import LayerParity
+    from eaglequant.verification.verify import VerifyReport
 
 
 def verify_command(
@@ -86,10 +94,11 @@ def verify_command(
                 engine_python=engine_python,
                 inputs=inputs,
             )
+        destination, recorded_source = absolute(report.destination), _recorded_source(dst)
         data = report.to_json()
-        data["destination"] = absolute(data["destination"])
-        data["recorded_source"] = _recorded_source(dst)
-        result(data, lambda: render(data))
+        data["destination"] = destination
+        data["recorded_source"] = recorded_source
+        result(data, lambda: render(report, str(destination), recorded_source))
         return report.verdict
 
     verdict = run_guarded(body)
@@ -110,62 +119,70 @@ def _without_count(inputs: str, tokens: int) -> str:
     return inputs.removesuffix(f", {tokens} positions").replace(f", {tokens} positions)", ")")
 
 
-def render(data: dict[str, Any]) -> None:
-    from eaglequant.acceptance.statistics import interval_text
-
-    limits = data["thresholds"]
-    out.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {data['scheme']} ({data['scheme_label']})")
-    if data["layers"]:
-        show(_parity_table(data["layers"], limits))
-    fidelity = data["fidelity"]
-    if fidelity:
-        parts = [f"hidden cosine {fidelity['hidden_cosine']:.5f}"]
-        shift, floor = fidelity["shift"], fidelity["bf16_floor"]
-        if shift is not None:
-            parts[:0] = [
-                f"mean TV {shift['mean_tv']:.4f} ± {shift['tv_spread']:.4f} (≤ {limits['max_mean_tv']}: the "
-                "acceptance-rate drop it allows)",
-                f"mean KL {shift['mean_kl']:.2e} (≤ {limits['max_mean_kl']})",
-                f"top-1 agreement {shift['top1_agreement']:.3f} ({plural(shift['flips'], 'flip')}, "
-                f"{shift['noise_flips']:.1f} explained by noise)",
-            ]
-        inputs = _without_count(fidelity["inputs"], fidelity["tokens"])
-        out.print(f"draft head over {fidelity['tokens']} positions ({inputs}): " + ", ".join(parts))
-        if floor is not None:
-            out.print(
-                f"  the source draft in bf16 arithmetic (first {fidelity.get('bf16_floor_positions')} positions): "
-                f"mean TV {floor['mean_tv']:.4f}, top-1 agreement {floor['top1_agreement']:.3f}"
-            )
-    acceptance = data.get("acceptance")
-    if acceptance:
-        src, dst, diff = acceptance["source"], acceptance["quantized"], acceptance["difference"]
-        out.print(
-            f"acceptance predicted on {escape(acceptance['inputs'])} ({acceptance['rule']}): "
-            f"{src['acceptance_length']['value']:.3f} -> {dst['acceptance_length']['value']:.3f} tokens, "
-            f"{interval_text(diff, signed=True)} (budget -{acceptance['budget']})"
-        )
-    for load in data["engine_loads"]:
+def render(report: VerifyReport, destination: str, recorded_source: str | None = None) -> None:
+    """``recorded_source``: the source DST's report records (named when parity and fidelity could not run)."""
+    limits = report.scheme.verify
+    out.print(f"[bold]{escape(destination)}[/]: {report.format}, {report.scheme.name} ({report.scheme.label})")
+    if report.layers:
+        show(_parity_table(report.layers, limits))
+    if report.fidelity is not None:
+        _render_fidelity(report.fidelity, limits)
+    if report.acceptance is not None:
+        _render_acceptance(report.acceptance)
+    for load in report.engine_loads:
         render_engine_load(load)
-    for text in data["notes"]:
+    for text in report.notes:
         note(text)
-    if data["verdict"] == Verdict.PASSED:
-        out.print(f"[green]ok[/]: {', '.join(data['checks'])} hold", markup=True)
-    elif data["verdict"] == Verdict.NOT_VERIFIED:
-        recorded = data["recorded_source"]
-        why = "DST has no report naming its source" if recorded is None else f"its recorded source, {recorded}, is gone"
+    if report.verdict == Verdict.PASSED:
+        out.print(f"[green]ok[/]: {', '.join(report.checks)} hold", markup=True)
+    elif report.verdict == Verdict.NOT_VERIFIED:
+        why = (
+            "DST has no report naming its source"
+            if recorded_source is None
+            else f"its recorded source, {recorded_source}, is gone"
+        )
         out.print(
-            f"[yellow]not verified numerically[/]: {', '.join(data['checks'])} hold, but parity and fidelity did "
+            f"[yellow]not verified numerically[/]: {', '.join(report.checks)} hold, but parity and fidelity did "
             f"not run: {escape(why)} (pass --source SRC, the checkpoint DST was made from); `eaglequant upload` "
             "refuses it",
             markup=True,
         )
-    for problem in data["problems"]:
+    for problem in report.problems:
         out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
 
 
-def _parity_table(layers: list[dict[str, Any]], limits: dict[str, Any]) -> Table:
+def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:
+    parts = [f"hidden cosine {fidelity.hidden_cosine:.5f}"]
+    shift, floor = fidelity.shift, fidelity.floor
+    if shift is not None:
+        parts[:0] = [
+            f"mean TV {shift.mean_tv:.4f} ± {shift.tv_spread:.4f} (≤ {limits.max_mean_tv}: the "
+            "acceptance-rate drop it allows)",
+            f"mean KL {shift.mean_kl:.2e} (≤ {limits.max_mean_kl})",
+            f"top-1 agreement {shift.top1_agreement:.3f} ({plural(shift.flips, 'flip')}, "
+            f"{shift.noise_flips:.1f} explained by noise)",
+        ]
+    inputs = _without_count(fidelity.inputs, fidelity.tokens)
+    out.print(f"draft head over {fidelity.tokens} positions ({inputs}): " + ", ".join(parts))
+    if floor is not None:
+        out.print(
+            f"  the source draft in bf16 arithmetic (first {fidelity.floor_positions} positions): "
+            f"mean TV {floor.mean_tv:.4f}, top-1 agreement {floor.top1_agreement:.3f}"
+        )
+
+
+def _render_acceptance(prediction: Prediction) -> None:
+    source, quantized = prediction.source.length(), prediction.quantized.length()
+    out.print(
+        f"acceptance predicted on {escape(prediction.inputs)} ({prediction.rule}): "
+        f"{source.reported_value:.3f} -> {quantized.reported_value:.3f} tokens, "
+        f"{prediction.difference.text(signed=True)} (budget -{prediction.budget})"
+    )
+
+
+def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:
     """One row per quantized linear; the backend goes to the title when every row shares it."""
-    backends = {row["backend"] for row in layers}
+    backends = {row.backend for row in layers}
     title = "per-layer parity (fused kernel vs source GEMM)"
     if len(backends) == 1:
         title += f", {next(iter(backends))}"
@@ -174,53 +191,52 @@ def _parity_table(layers: list[dict[str, Any]], limits: dict[str, Any]) -> Table
     if len(backends) > 1:
         table.add_column("backend")
     for header in (
-        f"SQNR dB ≥ {limits['min_sqnr_db']}",
-        f"cosine ≥ {limits['min_cosine']}",
-        f"rel. error ≤ {limits['max_relative_error']}",
-        f"worst block ≤ {limits['max_block_relative_error']}",
+        f"SQNR dB ≥ {limits.min_sqnr_db}",
+        f"cosine ≥ {limits.min_cosine}",
+        f"rel. error ≤ {limits.max_relative_error}",
+        f"worst block ≤ {limits.max_block_relative_error}",
     ):
         table.add_column(header, justify="right")
     for row in layers:
-        sqnr = row["sqnr_db"]
         cells = [
-            f"{sqnr:.1f}" if isinstance(sqnr, float) else str(sqnr),
-            f"{row['cosine']:.5f}",
-            f"{row['relative_error']:.4f}",
-            f"{row['max_block_relative_error']:.4f}",
+            f"{row.sqnr_db:.1f}",  # not finite (an exact kernel) reads inf
+            f"{row.cosine:.5f}",
+            f"{row.relative_error:.4f}",
+            f"{row.max_block_error:.4f}",
         ]
-        module = f"{'[red]' if row['failed'] else ''}{escape(row['module'])}"
-        table.add_row(module, *([row["backend"]] if len(backends) > 1 else []), *cells)
+        module = f"{'[red]' if row.failed else ''}{escape(row.module)}"
+        table.add_row(module, *([row.backend] if len(backends) > 1 else []), *cells)
     return table
 
 
-def render_engine_load(load: dict[str, Any]) -> None:
+def render_engine_load(load: LoadCheck) -> None:
     from eaglequant.engine_load import PROBES
 
-    engine = PROBES[load["engine"]].title if load["engine"] in PROBES else load["engine"]
-    title = f"{engine} {load['version']} loading {load['checkpoint']}"
-    if not load["loaded"]:
-        out.print(f"[bold]{escape(title)}[/]: [red]failed[/]: {escape(str(load['error']))}", markup=True)
+    engine = PROBES[load.engine].title if load.engine in PROBES else load.engine
+    title = f"{engine} {load.version} loading {load.checkpoint}"
+    if not load.loaded:
+        out.print(f"[bold]{escape(title)}[/]: [red]failed[/]: {escape(str(load.error))}", markup=True)
     table = Table(title=title, title_justify="left")
     name_column(table, "runtime module")
     for col in ("method", "planned", "tensors", "values", "GEMM rel. error"):
         table.add_column(col, overflow="fold")
-    for row in load["modules"]:
-        planned = row["planned_quantized"]
-        mismatch = planned is not None and planned != row["quantized"]
-        relative = row["gemm_relative_error"]
+    for row in load.modules:
+        planned = row.planned
+        mismatch = planned is not None and planned != row.quantized
+        relative = row.gemm_relative_error
         table.add_row(
-            f"{'[red]' if mismatch else ''}{escape(row['runtime_module'])}",
-            escape(str(row["quant_method"]).rsplit("/", 1)[-1]),  # the scheme class says it all
+            f"{'[red]' if mismatch else ''}{escape(row.name)}",
+            escape(str(row.quant_method).rsplit("/", 1)[-1]),  # the scheme class says it all
             "—" if planned is None else ("quantized" if planned else "unquantized"),
-            str(len(row["tensors"])),
-            "equal" if row["values_equal"] else "[red]differ[/]",
+            str(len(row.tensors)),
+            "[red]differ[/]" if row.unequal else "equal",
             "—" if relative is None else f"{relative:.4f}",
         )
-    if load["modules"]:
+    if load.modules:
         show(table)
-    for text in load["notes"]:
+    for text in load.notes:
         note(text)
-    for patch in load["patches"]:
+    for patch in load.patches:
         out.print(f"  [dim]patched for CPU: {escape(patch)}[/]", markup=True)
 
 

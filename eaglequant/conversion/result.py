@@ -118,6 +118,11 @@ class ConversionResult:
             verification=None if verification is None else verification.summary(),
         )
 
+    @property
+    def reported_seconds(self) -> float:
+        """The seconds the conversion took, to the millisecond, as ``convert`` reports them."""
+        return round(self.seconds, 3)
+
     def to_json(self) -> dict[str, Any]:
         """``convert --json``: the report, and the seconds the conversion took."""
-        return {**self.report().to_json(), "seconds": round(self.seconds, 3)}
+        return {**self.report().to_json(), "seconds": self.reported_seconds}

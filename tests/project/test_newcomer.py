@@ -348,14 +348,14 @@ def test_verify_and_upload_say_it_once_and_in_step(converted: Path) -> None:
 def test_plurals_and_the_engine_load_title(capsys: pytest.CaptureFixture[str]) -> None:
     from eaglequant.cli.output import plural
     from eaglequant.cli.verify_cmd import render_engine_load
+    from eaglequant.engine_load import LoadCheck
 
     assert (plural(1, "flip"), plural(0, "flip"), plural(2, "summary", "summaries")) == (
         "1 flip",
         "0 flips",
         "2 summaries",
     )
-    load = {"engine": "vllm", "version": "0.32.0", "checkpoint": "x", "loaded": False, "error": "boom"}
-    render_engine_load({**load, "modules": [], "notes": [], "patches": []})
+    render_engine_load(LoadCheck("vllm", "0.32.0", Path("x"), loaded=False, error="boom", patches=()))
     assert "vLLM 0.32.0 loading x: failed: boom" in capsys.readouterr().out  # the engine's name, as elsewhere
 
 

@@ -1,0 +1,89 @@
+"""Renderers that no quick fixture run reaches (``accept`` needs an engine), each drawn from a typed result built
+by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eaglequant.acceptance.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
+from eaglequant.acceptance.statistics import Lossless, PromptCounts, paired_difference
+
+SAMPLED = Mode("T=1", 1.0)
+
+
+def _counts(accepted: list[int]) -> tuple[PromptCounts, ...]:
+    return tuple(PromptCounts(10, a, (min(a, 10), a // 2, a // 4), (1, 2, 3)) for a in accepted)
+
+
+def _run(greedy: list[int], sampled: list[int]) -> EngineRun:
+    return EngineRun("0.32.0", None, 1.0, {GREEDY.name: _counts(greedy), SAMPLED.name: _counts(sampled)})
+
+
+def _quantized(label: str, run: EngineRun, source: EngineRun, lossless: Lossless, budget: float | None) -> DraftResult:
+    draft = DraftResult(label, Path(label), "dequantized", run, lossless, scheme="nvfp4", budget=budget)
+    draft.difference = {m: paired_difference(run.acceptance(m), source.acceptance(m)) for m in run.modes}
+    return draft
+
+
+def accept_report() -> AcceptanceReport:
+    settings = Settings(Path("target"), ("a", "b", "c"), "bundled prompts", 3, 8, (GREEDY, SAMPLED))
+    source_run = _run([12, 14, 10], [9, 11, 8])
+    source = DraftResult("source", Path("src"), "source", source_run, Lossless(3, 0, 3, None))
+    close = _quantized("close", _run([12, 13, 10], [9, 10, 8]), source_run, Lossless(2, 1, 3, None), 0.1)
+    worse = _quantized("worse", _run([2, 3, 1], [1, 2, 1]), source_run, Lossless(1, 0, 3, (1, 4)), 0.1)
+    unpaired = _quantized("unpaired", _run([5, 6], [5, 6]), source_run, Lossless(3, 0, 3, None), 0.1)  # 2 prompts of 3
+    return AcceptanceReport("vllm", "0.32.0", None, settings, source, [close, worse, unpaired], notes=["a note"])
+
+
+def test_accept_renders_each_draft_and_mode_from_the_report(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eaglequant.cli.accept_cmd import render
+
+    monkeypatch.setenv("COLUMNS", "200")  # one line a row
+    render(accept_report())
+    shown = capsys.readouterr()
+    lines = shown.out.splitlines()
+    assert lines[0] == "vllm 0.32.0, k = 3: 3 prompts (bundled prompts) × 8 tokens"
+    cells = [[cell.strip() for cell in line.strip("│").split("│")] for line in lines if line.startswith("│")]
+    assert cells == [
+        ["source", "greedy", "2.200 [1.703, 2.697]", "1.00 / 0.60 / 0.27", "", "3/3"],
+        ["", "T=1", "1.933 [1.554, 2.313]", "0.90 / 0.43 / 0.20", "", ""],
+        [
+            "close (dequantized)",
+            "greedy",
+            "2.167 [1.787, 2.546]",
+            "1.00 / 0.57 / 0.27",
+            "-0.033 [-0.177, +0.110]",
+            "2/3 (+1 tie)",
+        ],
+        ["", "T=1", "1.900 [1.652, 2.148]", "0.90 / 0.43 / 0.20", "-0.033 [-0.177, +0.110]", ""],
+        [
+            "worse (dequantized)",
+            "greedy",
+            "1.200 [0.952, 1.448]",
+            "0.20 / 0.07 / 0.00",
+            "-1.000 [-1.248, -0.752]",
+            "1/3",
+        ],
+        ["", "T=1", "1.133 [0.990, 1.277]", "0.13 / 0.03 / 0.00", "-0.800 [-1.048, -0.552]", ""],
+        ["unpaired (dequantized)", "greedy", "1.550 [0.915, 2.185]", "0.55 / 0.25 / 0.10", "", "3/3"],  # not paired
+        ["", "T=1", "1.550 [0.915, 2.185]", "0.55 / 0.25 / 0.10", "", ""],
+    ]
+    assert "close: greedy drop 0.033 tokens, budget 0.1 (nvfp4)\n" in shown.err
+    assert "worse: greedy drop 1.000 tokens, budget 0.1 (nvfp4)\n" in shown.err and "unpaired:" not in shown.err
+    assert "note: a note" in shown.err
+    problems = [line for line in lines if line.startswith("problem: ")]
+    assert len(problems) == 2 and all(p.startswith("problem: worse: greedy ") for p in problems)
+    assert "ok:" not in shown.out
+
+
+def test_accept_says_ok_when_every_draft_is_lossless_and_within_budget(capsys: pytest.CaptureFixture[str]) -> None:
+    from eaglequant.cli.accept_cmd import render
+
+    report = accept_report()
+    report.quantized = report.quantized[:1]
+    render(report)
+    assert "ok: every draft lossless, every quantized draft within its budget" in capsys.readouterr().out
