@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -13,6 +13,9 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import out, result
 from eaglequant.common.errors import InputError
+
+if TYPE_CHECKING:
+    from eaglequant.acceptance.capture import CaptureSummary
 
 
 def capture_command(
@@ -60,16 +63,15 @@ def capture_command(
             summary = capture(
                 target, draft, output, prompts=prompts, max_prompts=max_prompts, max_tokens=max_tokens, top_k=top_k
             )
-        data = summary.to_json()
-        result(data, lambda: render(data))
+        result(summary.to_json(), lambda: render(summary))
 
     run_guarded(body)
 
 
-def render(data: dict[str, Any]) -> None:
+def render(summary: CaptureSummary) -> None:
     out.print(
-        f"wrote {escape(data['path'])}: {data['sequences']} sequences, {data['positions']} positions "
-        f"({data['continuation_positions']} after the prompts), aux layers {data['aux_layer_ids']}"
+        f"wrote {escape(str(summary.path))}: {summary.sequences} sequences, {summary.positions} positions "
+        f"({summary.continuation_positions} after the prompts), aux layers {list(summary.aux_layer_ids)}"
     )
 
 

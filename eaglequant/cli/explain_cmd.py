@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,9 @@ from eaglequant.cli.options import QuantizedDstArg, TargetConfigOpt, TargetLayer
 from eaglequant.cli.output import absolute, note, out, result
 from eaglequant.cli.tables import name_column, show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
+
+if TYPE_CHECKING:
+    from eaglequant.readback.explanation import EngineReading, Explanation, ModuleReading
 
 
 def explain_command(
@@ -40,35 +43,32 @@ def explain_command(
         from eaglequant.api import explain
 
         explanation = explain(dst, engines=engine or [], target_layers=target_layers, target_config=target_config)
+        destination = absolute(explanation.destination)
         data = explanation.to_json()
-        data["destination"] = absolute(data["destination"])
-        result(data, lambda: render(data))
+        data["destination"] = destination
+        result(data, lambda: render(explanation, str(destination)))
         return explanation.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
-def render(data: dict[str, Any]) -> None:
-    target = data["target_layers"]
-    out.print(f"[bold]{escape(data['destination'])}[/]: {data['format']}, {escape(data['scheme'])}", markup=True)
-    out.print(f"  exclude rules: {escape(str(data['exclude']))}")
-    out.print(
-        f"  target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})"
-    )
-    for reading in data["engines"]:
-        if reading["loads"]:
+def render(explanation: Explanation, destination: str) -> None:
+    target = explanation.target
+    out.print(f"[bold]{escape(destination)}[/]: {explanation.format}, {escape(explanation.scheme)}", markup=True)
+    out.print(f"  exclude rules: {escape(str(list(explanation.patterns)))}")
+    out.print(f"  target layers: {target.count if target.count is not None else 'L'} ({escape(target.source)})")
+    for reading in explanation.engines:
+        if reading.loads:
             _render_engine(reading)
         else:
-            out.print(
-                f"[dim]{reading['title']} does not load this checkpoint: {escape(reading['note'])}[/]", soft_wrap=True
-            )
-    listed = [r["title"] for r in data["engines"] if not r["judged"]]
-    if data["ok"]:
+            out.print(f"[dim]{reading.title} does not load this checkpoint: {escape(reading.note)}[/]", soft_wrap=True)
+    listed = [r.title for r in explanation.engines if not r.judged]
+    if explanation.ok:
         if not listed:
             out.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
             return
-        loading = ", ".join(r["title"] for r in data["engines"] if r["loads"]) or "none"
+        loading = ", ".join(r.title for r in explanation.engines if r.loads) or "none"
         out.print(
             f"[green]ok[/] for the engines that load it ({escape(loading)}): each applies exactly what this "
             f"checkpoint stores; {escape(', '.join(listed))} cannot load it (listed only: name an engine with "
@@ -77,40 +77,44 @@ def render(data: dict[str, Any]) -> None:
             soft_wrap=True,
         )
         return
-    for problem in data["problems"]:
+    for problem in explanation.all_problems:
         out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
 
 
-def _render_engine(reading: dict[str, Any]) -> None:
-    table = Table(title=f"{reading['title']} {reading['release']}", title_justify="left")
+def _render_engine(reading: EngineReading) -> None:
+    table = Table(title=f"{reading.title} {reading.release}", title_justify="left")
     name_column(table, "runtime module")
     table.add_column("rule", overflow="fold")
     table.add_column("scheme")
     name_column(table, "checkpoint module")
     table.add_column("tensors it expects")
     engine_kept = []
-    for module in reading["modules"]:
-        scheme = module["scheme"]
+    for module in reading.modules:
+        scheme = module.scheme
         if scheme is None:
             scheme = "[yellow]none[/]"
-            if module["engine_reason"]:
-                engine_kept.append((module["runtime_module"], module["engine_reason"]))
+            if module.engine_reason:
+                engine_kept.append((module.runtime_name, module.engine_reason))
                 scheme += f" ({len(engine_kept)})"
-        first = (escape(module["runtime_module"]), escape(module["rule"] or ""), scheme)
-        for index, member in enumerate(module["members"]):
-            prefix = member + "."
-            expects = "\n".join(
-                f"{escape(t['name'].removeprefix(prefix))} {t['dtype']} {t['shape']}"
-                + ("" if t["found"] == "ok" else f" [red]found {escape(t['found'])}[/]")
-                for t in module["expects"]
-                if t["name"].startswith(prefix)
-            )
-            table.add_row(*(first if index == 0 else ("", "", "")), escape(member), expects)
+        first = (escape(module.runtime_name), escape(module.rule or ""), scheme)
+        for index, member in enumerate(module.members):
+            table.add_row(*(first if index == 0 else ("", "", "")), escape(member), _expected(module, member))
     show(table)
     for number, (name, why) in enumerate(engine_kept, start=1):
         out.print(f"  ({number}) {escape(name)}: {escape(why)}")
-    for text in reading["notes"]:
+    for text in reading.notes:
         note(text)
+
+
+def _expected(module: ModuleReading, member: str) -> str:
+    """The tensors ``module`` expects of its checkpoint module ``member``, one a line, named within it."""
+    prefix = member + "."
+    return "\n".join(
+        f"{escape(t.name.removeprefix(prefix))} {t.dtype} {list(t.shape)}"
+        + ("" if t.found == "ok" else f" [red]found {escape(t.found)}[/]")
+        for t in module.expects
+        if t.name.startswith(prefix)
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -23,6 +23,9 @@ from eaglequant.cli.options import (
 from eaglequant.cli.output import absolute, human_bytes, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show
 from eaglequant.conversion.options import DEFAULT_FORMAT, DEFAULT_SCHEME
+
+if TYPE_CHECKING:
+    from eaglequant.conversion.inspection import InspectReport
 
 
 def inspect_command(
@@ -56,61 +59,78 @@ def inspect_command(
                 target_config=target_config,
             ),
         )
+        source = absolute(report.source)
         data = report.to_json()
-        data["source"] = absolute(data["source"])
-        result(data, lambda: render(data))
+        data["source"] = source
+        result(data, lambda: render(report, str(source)))
 
     run_guarded(body)
 
 
-def render(data: dict[str, Any]) -> None:
-    out.print(f"[bold]{escape(data['source'])}[/]  layout [cyan]{data['layout']}[/] ({data['layout_title']})")
-    out.print(f"  why: {escape(data['reason'])}")
-    dims = data["dims"]
-    assert isinstance(dims, dict)
+def render(report: InspectReport, source: str) -> None:
+    head, plan = report.head, report.plan
+    out.print(f"[bold]{escape(source)}[/]  layout [cyan]{head.layout}[/] ({head.layout_title})")
+    out.print(f"  why: {escape(head.reason)}")
+    # the dims a layout has (InspectReport.to_json leaves out the others the same way)
+    dims = {k: v for k, v in head.dims.__dict__.items() if v is not None}
     out.print("  dims: " + ", ".join(f"{k}={v}" for k, v in dims.items()))
     out.print(
-        f"  attention {data['attention']}, {data['num_layers']} decoder layer(s), "
-        f"features: {', '.join(data['features']) or 'none'}"
+        f"  attention {head.attention}, {head.num_layers} decoder layer(s), "
+        f"features: {', '.join(head.features) or 'none'}"
     )
-    multi_file = len(data["files"]) > 1
-    table = Table(title=f"tensors ({data['source_format']}, {len(data['files'])} file(s))", title_justify="left")
-    name_column(table, "name")
-    shard_of = {name: f"{i}/{len(data['files'])}" for i, name in enumerate(data["files"], start=1)}
-    for col in ("dtype", "shape", "size") + (("shard",) if multi_file else ()):
-        table.add_column(col, no_wrap=True)
-    table.add_column(f"{data['scheme']} → {data['format']}")
-    long_reasons = {}
-    for row in data["tensors"]:
-        if row["action"] == "quantize":
-            action = "[green]quantize[/]"
-        elif row["role"] == "linear":
-            action = "[yellow]keep[/] (see below)"
-            long_reasons[row["name"]] = row["reason"]
-        else:
-            action = f"[dim]keep: {row['role'].replace('_', ' ')}[/]"
-        cells = [escape(row["name"]), row["dtype"], str(row["shape"]), human_bytes(row["bytes"])]
-        table.add_row(*cells, *([shard_of.get(row["file"], row["file"])] if multi_file else []), action)
-    show(table)
-    for name, reason in long_reasons.items():
+    show(_tensor_table(report))
+    for name, reason in _kept_linears(report).items():
         out.print(f"  [yellow]keep[/] {escape(name)}: {escape(reason)}")
     runtime = Table(title="how the engines will read the written config", title_justify="left")
     runtime.add_column("engine", no_wrap=True)
     name_column(runtime, "runtime module")
     runtime.add_column("quantized")
     runtime.add_column("rule", overflow="fold")
-    for row in data["runtime_modules"]:
-        rule = escape(row["rule"] or "")
-        if row["engine_reason"]:
-            rule += f"{' ' if rule else ''}[dim](engine: {escape(row['engine_reason'])})[/]"
-        runtime.add_row(row["engine"], row["module"], "yes" if row["quantized"] else "no", rule)
+    for verdict in plan.verdicts:
+        rule = escape(verdict.rule or "")
+        if verdict.engine_reason:
+            rule += f"{' ' if rule else ''}[dim](engine: {escape(verdict.engine_reason)})[/]"
+        runtime.add_row(verdict.engine, verdict.runtime_name, "yes" if verdict.quantized else "no", rule)
     show(runtime)
-    target = data["target_layers"]
-    out.print(f"target layers: {target['count'] if target['count'] is not None else 'L'} ({escape(target['source'])})")
-    out.print(f"exclude rules written: {escape(str(data['exclude']))}")
-    src_b, out_b = data["source_bytes"], data["estimated_output_bytes"]
-    assert isinstance(src_b, int) and isinstance(out_b, int)
+    target = plan.target
+    out.print(f"target layers: {target.count if target.count is not None else 'L'} ({escape(target.source)})")
+    out.print(f"exclude rules written: {escape(str(list(plan.exclude_patterns)))}")
+    src_b, out_b = sum(t.info.nbytes for t in head.tensors), plan.output_bytes  # source bytes as to_json counts them
     out.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
+
+
+def _tensor_table(report: InspectReport) -> Table:
+    """Every tensor of the head, with its shard when there are several, and what the plan does with it."""
+    from eaglequant.layouts.head import Role
+
+    files = report.files
+    multi_file = len(files) > 1
+    table = Table(title=f"tensors ({report.source_format}, {len(files)} file(s))", title_justify="left")
+    name_column(table, "name")
+    shard_of = {name: f"{i}/{len(files)}" for i, name in enumerate(files, start=1)}
+    for col in ("dtype", "shape", "size") + (("shard",) if multi_file else ()):
+        table.add_column(col, no_wrap=True)
+    table.add_column(f"{report.plan.scheme.name} → {report.plan.format.name}")
+    kept = report.plan.kept  # every tensor the plan does not quantize, and why
+    for tensor in report.head.tensors:
+        info = tensor.info
+        if tensor.name not in kept:
+            action = "[green]quantize[/]"
+        elif tensor.role is Role.LINEAR:
+            action = "[yellow]keep[/] (see below)"
+        else:
+            action = f"[dim]keep: {tensor.role.value.replace('_', ' ')}[/]"
+        cells = [escape(tensor.name), info.dtype, str(list(info.shape)), human_bytes(info.nbytes)]
+        table.add_row(*cells, *([shard_of.get(info.file.name, info.file.name)] if multi_file else []), action)
+    return table
+
+
+def _kept_linears(report: InspectReport) -> dict[str, str]:
+    """The linears the plan keeps unquantized, and why (too long for the table)."""
+    from eaglequant.layouts.head import Role
+
+    kept = report.plan.kept
+    return {t.name: kept[t.name] for t in report.head.tensors if t.name in kept and t.role is Role.LINEAR}
 
 
 def register(app: typer.Typer) -> None:

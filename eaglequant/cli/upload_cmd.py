@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,10 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, SourceOpt
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import phase
+from eaglequant.record.verification import Verdict
+
+if TYPE_CHECKING:
+    from eaglequant.publish.upload import UploadResult
 
 
 def upload_command(
@@ -55,35 +59,37 @@ def upload_command(
                 force=force,
                 source=source,
             )
+        destination = absolute(uploaded.destination)
         data = uploaded.to_json()
-        data["destination"] = absolute(data["destination"])
-        result(data, lambda: render(data))
-        for text in data["notes"]:
+        data["destination"] = destination
+        result(data, lambda: render(uploaded, str(destination)))
+        for text in uploaded.notes:
             note(text)
 
     run_guarded(body)
 
 
-def render(data: dict[str, Any]) -> None:
+def render(uploaded: UploadResult, destination: str) -> None:
+    verdict = None if uploaded.verification is None else uploaded.verification.verdict
     verified = {
-        "passed": "verify passed",
-        "failed": "verify failed, sent with --force",
-        "not verified numerically": "not verified numerically, sent with --force",
+        Verdict.PASSED: "verify passed",
+        Verdict.FAILED: "verify failed, sent with --force",
+        Verdict.NOT_VERIFIED: "not verified numerically, sent with --force",
         None: "not verified",
-    }[data["verified"]]
-    if data["dry_run"]:
+    }[verdict]
+    if uploaded.dry_run:
         verified = verified.replace("sent with", "would be sent with")
     # A dry run's result is what it would send; a real upload's is its commit URL (what scripts capture).
-    say = out.print if data["dry_run"] else lambda text, **kw: info(text)
-    where = f"{data['repo_id']}@{data['revision']}" + (" (private)" if data["private"] else "")
-    say(f"{escape(data['destination'])} → {escape(where)}: {verified}", soft_wrap=True)
-    width = max((len(name) for name in data["files"]), default=0)
-    for name, size in data["files"].items():  # sizes right-aligned in one column
+    say = out.print if uploaded.dry_run else lambda text, **kw: info(text)
+    where = f"{uploaded.repo_id}@{uploaded.revision}" + (" (private)" if uploaded.private else "")
+    say(f"{escape(destination)} → {escape(where)}: {verified}", soft_wrap=True)
+    width = max((len(name) for name in uploaded.files), default=0)
+    for name, size in uploaded.files.items():  # sizes right-aligned in one column
         say(f"  {escape(name.ljust(width))}  {human_bytes(size):>10}", soft_wrap=True)
-    sent = "would be sent" if data["dry_run"] else "sent"
-    say(f"{len(data['files'])} files, {human_bytes(data['total_bytes'])} {sent}")
-    if data["commit_url"]:
-        out.print(data["commit_url"], soft_wrap=True)
+    sent = "would be sent" if uploaded.dry_run else "sent"
+    say(f"{len(uploaded.files)} files, {human_bytes(uploaded.total_bytes)} {sent}")
+    if uploaded.commit_url:
+        out.print(uploaded.commit_url, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -80,13 +80,18 @@ class EngineReading:
     def all_problems(self) -> list[str]:
         return [*self.problems, *(p for m in self.modules for p in m.problems)]
 
+    @property
+    def release(self) -> str:
+        """The engine release this reading describes."""
+        return ENGINES[self.engine].release
+
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
             "title": self.title,
             "loads": self.loads,
             "judged": self.judged,
-            "release": ENGINES[self.engine].release,
+            "release": self.release,
             "note": self.note,
             "notes": list(self.notes),
             "problems": list(self.problems),
