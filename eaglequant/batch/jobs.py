@@ -18,7 +18,7 @@ import tomllib
 
 from eaglequant.batch.checks import check_name, check_repo_id, conversion_options
 from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
-from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, succeeded
+from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, job_counts, succeeded, summary_json
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
@@ -67,8 +67,12 @@ class JobOutcome:
     upload: UploadOutcome | None = None
 
     @property
+    def upload_status(self) -> UploadStatus | None:
+        return None if self.upload is None else self.upload.status
+
+    @property
     def succeeded(self) -> bool:
-        return succeeded(self.status, None if self.upload is None else self.upload.status)
+        return succeeded(self.status, self.upload_status)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,15 +102,21 @@ class BatchResult:
     def ok(self) -> bool:
         return all(outcome.succeeded for outcome in self.outcomes)
 
+    @property
+    def counts(self) -> dict[str, int]:
+        """How many jobs were converted, skipped, failed, and how many uploaded."""
+        return job_counts(self.outcomes)
+
     def to_json(self) -> dict[str, Any]:
-        from eaglequant.batch.summary import summary_json
         from eaglequant.common.version import __version__
 
         return summary_json(
             jobs_file=str(self.jobs_file),
             jobs_sha256=self.jobs_sha256,
             job_names=self.job_names,
-            jobs=[o.to_json() for o in self.outcomes],
+            jobs=self.outcomes,
+            ok=self.ok,
+            counts=self.counts,
             eaglequant_version=__version__,
             shard=None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}",
             notes=self.notes,

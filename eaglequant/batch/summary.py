@@ -5,9 +5,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eaglequant.common.errors import InputError
 from eaglequant.common.text_enum import TextEnum
@@ -52,7 +53,26 @@ def succeeded(status: str, upload_status: str | None) -> bool:
     return status not in (JobStatus.FAILED, JobStatus.MISSING) and upload_status != UploadStatus.FAILED
 
 
-_REQUIRED = {"jobs_file": str, "jobs_sha256": str, "job_names": list, "jobs": list}
+class CountedJob(Protocol):
+    """A job as a summary counts it: a job this run ran, or one a runner's summary reports."""
+
+    @property
+    def status(self) -> str: ...
+
+    @property
+    def upload_status(self) -> str | None: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+def job_counts(jobs: Sequence[CountedJob]) -> dict[str, int]:
+    """How many jobs ended in each status, and (under ``uploaded``) how many uploaded."""
+    uploaded = UploadStatus.UPLOADED
+    counts: dict[str, int] = {JobStatus.CONVERTED: 0, JobStatus.SKIPPED: 0, JobStatus.FAILED: 0, uploaded: 0}
+    for job in jobs:
+        counts[job.status] = counts.get(job.status, 0) + 1
+        counts[uploaded] += job.upload_status == uploaded
+    return counts
 
 
 def summary_json(
@@ -60,7 +80,9 @@ def summary_json(
     jobs_file: str,
     jobs_sha256: str,
     job_names: list[str],
-    jobs: list[dict[str, Any]],
+    jobs: Sequence[CountedJob],
+    ok: bool,
+    counts: dict[str, int],
     **extra: Any,
 ) -> dict[str, Any]:
     """A summary: the job file (its path and SHA-256), every job it holds, and the outcome of those that ran."""
@@ -69,21 +91,86 @@ def summary_json(
         "jobs_sha256": jobs_sha256,
         **extra,
         "job_names": job_names,
-        "ok": all(succeeded(job.get("status", ""), (job.get("upload") or {}).get("status")) for job in jobs),
-        "counts": _counts(jobs),
-        "jobs": jobs,
+        "ok": ok,
+        "counts": counts,
+        "jobs": [job.to_json() for job in jobs],
     }
 
 
-def _counts(jobs: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {JobStatus.CONVERTED: 0, JobStatus.SKIPPED: 0, JobStatus.FAILED: 0, "uploaded": 0}
-    for job in jobs:
-        counts[job["status"]] = counts.get(job["status"], 0) + 1
-        counts["uploaded"] += (job.get("upload") or {}).get("status") == UploadStatus.UPLOADED
-    return counts
+@dataclass(frozen=True)
+class SummaryJob:
+    """One job as a runner's summary reports it: what the merge counts and shows. ``recorded``: the job's JSON as
+    the summary holds it, which the merged summary carries unchanged."""
+
+    name: str
+    status: str  # "None" when the summary gives none
+    reason: Any  # why it was skipped, or what failed (shown as text)
+    verified: bool | None
+    upload_status: str | None
+    recorded: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SummaryJob:
+        """``data``: a job of a summary :func:`read_summary` checked (it has a name)."""
+        upload = data.get("upload") or {}
+        status, verified = str(data.get("status")), data.get("verified")
+        return cls(data["name"], status, data.get("reason"), verified, upload.get("status"), data)
+
+    @property
+    def succeeded(self) -> bool:
+        return succeeded(self.status, self.upload_status)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.recorded
 
 
-def read_summary(path: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunSummary:
+    """What a merge reads of the summary one runner wrote."""
+
+    jobs_file: str
+    jobs_sha256: str
+    job_names: tuple[str, ...]
+    jobs: tuple[SummaryJob, ...]
+
+
+@dataclass(frozen=True)
+class MergedSummary:
+    """The runners' summaries of one job file as one: its jobs in the file's order, each as the summary that ran it
+    reports it; a job no summary reports is ``missing``."""
+
+    jobs_file: str
+    jobs_sha256: str
+    job_names: tuple[str, ...]
+    jobs: tuple[SummaryJob, ...]
+    summaries: tuple[str, ...]  # the files merged
+
+    @property
+    def ok(self) -> bool:
+        return all(job.succeeded for job in self.jobs)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = job_counts(self.jobs)
+        counts["missing"] = sum(job.status == JobStatus.MISSING for job in self.jobs)
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        return summary_json(
+            jobs_file=self.jobs_file,
+            jobs_sha256=self.jobs_sha256,
+            summaries=list(self.summaries),
+            job_names=list(self.job_names),
+            jobs=self.jobs,
+            ok=self.ok,
+            counts=self.counts,
+        )
+
+
+_REQUIRED = {"jobs_file": str, "jobs_sha256": str, "job_names": list, "jobs": list}
+
+
+def read_summary(path: Path) -> RunSummary:
     """A summary ``batch`` wrote, checked for the fields a merge needs (exit 2 when it is not one)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -101,49 +188,46 @@ def read_summary(path: Path) -> dict[str, Any]:
             )
     if not all(isinstance(job, dict) and isinstance(job.get("name"), str) for job in data["jobs"]):
         raise InputError(f"{path}: not a batch summary (a job without a name)")
-    return data
+    return RunSummary(
+        data["jobs_file"],
+        data["jobs_sha256"],
+        tuple(str(name) for name in data["job_names"]),
+        tuple(SummaryJob.from_json(job) for job in data["jobs"]),
+    )
 
 
-def merge_summaries(paths: list[Path]) -> dict[str, Any]:
-    """One summary for the job file the runners shared: its jobs in the file's order, each from the summary
-    that ran it; a job no summary reports is ``missing`` (its runner failed before writing one)."""
+def merge_summaries(paths: list[Path]) -> MergedSummary:
+    """One summary for the job file the runners shared (see :class:`MergedSummary`)."""
     if not paths:
         raise InputError("no summaries to merge", hint="pass the files `eaglequant batch --summary` wrote")
     summaries = [(path, read_summary(path)) for path in paths]
     first_path, first = summaries[0]
-    ran: dict[str, tuple[Path, dict[str, Any]]] = {}
+    ran: dict[str, tuple[Path, SummaryJob]] = {}
     for path, summary in summaries:
-        if summary["jobs_sha256"] != first["jobs_sha256"]:
+        if summary.jobs_sha256 != first.jobs_sha256:
             raise InputError(
                 f"{path}: a summary of another job file than {first_path} (or of another version of it)",
                 hint="merge only the summaries of one run",
             )
-        for job in summary["jobs"]:
-            if job["name"] in ran:
+        for job in summary.jobs:
+            if job.name in ran:
                 raise InputError(
-                    f"job {job['name']!r} is in two summaries: {ran[job['name']][0]} and {path}",
+                    f"job {job.name!r} is in two summaries: {ran[job.name][0]} and {path}",
                     hint="merge each runner's summary once; shards and --only jobs do not overlap",
                 )
-            ran[job["name"]] = (path, job)
-    names = [str(name) for name in first["job_names"]]
-    jobs = [ran[name][1] if name in ran else _missing(name) for name in names]
-    merged = summary_json(
-        jobs_file=first["jobs_file"],
-        jobs_sha256=first["jobs_sha256"],
-        job_names=names,
-        jobs=jobs,
-        summaries=[str(path) for path in paths],
+            ran[job.name] = (path, job)
+    jobs = tuple(ran[name][1] if name in ran else _missing(name) for name in first.job_names)
+    return MergedSummary(first.jobs_file, first.jobs_sha256, first.job_names, jobs, tuple(str(p) for p in paths))
+
+
+def _missing(name: str) -> SummaryJob:
+    return SummaryJob.from_json(
+        {
+            "name": name,
+            "status": JobStatus.MISSING,
+            "reason": "no summary reports this job (did its runner fail before writing one?)",
+            "exit_code": None,
+            "verified": None,
+            "upload": None,
+        }
     )
-    merged["counts"]["missing"] = sum(job["status"] == JobStatus.MISSING for job in jobs)
-    return merged
-
-
-def _missing(name: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "status": JobStatus.MISSING,
-        "reason": "no summary reports this job (did its runner fail before writing one?)",
-        "exit_code": None,
-        "verified": None,
-        "upload": None,
-    }

@@ -6,15 +6,19 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
 
+from eaglequant.batch.summary import JobStatus, UploadStatus
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import MODE, info, note, out, quiet_hub_progress, result
 from eaglequant.common.errors import EXIT_JOBS_FAILED, InputError
+
+if TYPE_CHECKING:
+    from eaglequant.batch.jobs import BatchResult, JobOutcome
 
 
 def batch_command(
@@ -67,7 +71,7 @@ def batch_command(
         data = outcome.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        result(data, lambda: render(data, summary))
+        result(data, lambda: render(outcome, summary))
         return outcome.ok
 
     if not run_guarded(body):
@@ -87,35 +91,35 @@ def _render_names(names: list[str]) -> None:
     sys.stdout.write("".join(f"{name}\n" for name in names))
 
 
-def render(data: dict[str, Any], summary: Path) -> None:
-    counts = data["counts"]
+def render(outcome: BatchResult, summary: Path) -> None:
+    counts = outcome.counts
     out.print(
-        f"{counts['converted']} converted, {counts['skipped']} skipped, {counts['failed']} failed, "
-        f"{counts['uploaded']} uploaded; summary in {escape(str(summary.absolute()))}",
+        f"{counts[JobStatus.CONVERTED]} converted, {counts[JobStatus.SKIPPED]} skipped, {counts[JobStatus.FAILED]} "
+        f"failed, {counts[UploadStatus.UPLOADED]} uploaded; summary in {escape(str(summary.absolute()))}",
         soft_wrap=True,
     )
 
 
 # The manifest's short reasons for converting, as a sentence a reader follows.
 _WHY_CONVERTED = {"absent": "nothing at its destination yet", "no report": "its destination has no eaglequant report"}
+_STYLES = {JobStatus.CONVERTED: "green", JobStatus.SKIPPED: "cyan", JobStatus.FAILED: "bold red"}
 
 
-def _report_job(number: int, total: int, outcome: Any) -> None:
+def _report_job(number: int, total: int, outcome: JobOutcome) -> None:
     """Progress: one line per finished job on stderr (the summary is the result)."""
     if MODE.quiet:
         return
-    data = outcome.to_json()
-    style = {"converted": "green", "skipped": "cyan", "failed": "bold red"}[data["status"]]
-    reason = _WHY_CONVERTED.get(data["reason"], data["reason"])
-    verified = {True: "; verified", False: "", None: ""}[data["verified"]]
+    reason = _WHY_CONVERTED.get(outcome.reason, outcome.reason)
+    verified = "; verified" if outcome.verified else ""
     info(
-        f"[{number}/{total}] {escape(data['name'])}: [{style}]{data['status']}[/] ({escape(reason)}){verified}",
+        f"[{number}/{total}] {escape(outcome.job.name)}: [{_STYLES[outcome.status]}]{outcome.status}[/] "
+        f"({escape(reason)}){verified}",
         markup=True,
     )
-    upload = data["upload"]
-    if upload:
-        text = upload.get("commit_url") or upload.get("error") or ""
-        info(f"      upload to {escape(upload['repo_id'])}: {upload['status']} {escape(text)}", markup=True)
+    upload = outcome.upload
+    if upload is not None:
+        text = upload.commit_url or upload.error or ""
+        info(f"      upload to {escape(upload.repo_id)}: {upload.status} {escape(text)}", markup=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -19,6 +19,9 @@ from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, plural, result
 from eaglequant.common.errors import EXIT_JOBS_FAILED
+
+if TYPE_CHECKING:
+    from eaglequant.batch.summary import MergedSummary
 
 _STYLES = {"converted": "green", "skipped": "cyan", "failed": "bold red", "missing": "bold red"}
 
@@ -44,33 +47,32 @@ def batch_merge_command(
         from eaglequant.batch.summary import merge_summaries
 
         merged = merge_summaries(summaries)
+        data = merged.to_json()
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(merged, indent=2) + "\n", encoding="utf-8")
-        result(merged, lambda: _print_table(merged))
-        return bool(merged["ok"])
+            output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        result(data, lambda: _print_table(merged))
+        return merged.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_JOBS_FAILED)
 
 
-def _print_table(merged: dict[str, Any]) -> None:
+def _print_table(merged: MergedSummary) -> None:
     table = Table(box=None, pad_edge=False)
     table.add_column("job", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("verify", no_wrap=True)
     table.add_column("upload", no_wrap=True)
     table.add_column("why", overflow="fold")
-    for job in merged["jobs"]:
-        status = str(job.get("status"))
-        verified = {True: "ok", False: "failed", None: "-"}.get(job.get("verified"), "-")
-        upload = (job.get("upload") or {}).get("status") or "-"
-        style = _STYLES.get(status, "")
-        table.add_row(escape(job["name"]), f"[{style}]{status}[/]", verified, upload, escape(str(job.get("reason"))))
+    for job in merged.jobs:
+        verified = {True: "ok", False: "failed", None: "-"}.get(job.verified, "-")
+        style = _STYLES.get(job.status, "")
+        status = f"[{style}]{job.status}[/]"
+        table.add_row(escape(job.name), status, verified, job.upload_status or "-", escape(str(job.reason)))
     out.print(table)
-    counts = merged["counts"]
-    summaries = plural(len(merged["summaries"]), "summary", "summaries")
-    out.print(", ".join(f"{n} {what}" for what, n in counts.items()) + f" (from {summaries})")
+    summaries = plural(len(merged.summaries), "summary", "summaries")
+    out.print(", ".join(f"{n} {what}" for what, n in merged.counts.items()) + f" (from {summaries})")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,5 @@
-"""Renderers that no quick fixture run reaches (``accept`` needs an engine), each drawn from a typed result built
-by hand."""
+"""Renderers that no quick fixture run reaches (``accept`` needs an engine, ``batch`` uploads), each drawn from a
+typed result built by hand."""
 
 from __future__ import annotations
 
@@ -87,3 +87,29 @@ def test_accept_says_ok_when_every_draft_is_lossless_and_within_budget(capsys: p
     report.quantized = report.quantized[:1]
     render(report)
     assert "ok: every draft lossless, every quantized draft within its budget" in capsys.readouterr().out
+
+
+def test_batch_says_each_job_and_its_upload_as_it_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    from eaglequant.batch.jobs import BatchResult, Job, JobOutcome
+    from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus
+    from eaglequant.cli.batch_cmd import _report_job, render
+    from eaglequant.conversion.options import ConversionOptions
+
+    job = Job("a", "src", Path("dst"), ConversionOptions())
+    uploaded = UploadOutcome(UploadStatus.UPLOADED, "org/a", "https://hub/org/a/commit/1")
+    failed = UploadOutcome(UploadStatus.FAILED, "org/a", error="no token")
+    outcomes = [
+        JobOutcome(job, JobStatus.CONVERTED, "absent", verified=True, upload=uploaded),
+        JobOutcome(job, JobStatus.SKIPPED, "complete", upload=failed),
+    ]
+    for number, outcome in enumerate(outcomes, 1):
+        _report_job(number, 2, outcome)
+    render(BatchResult(Path("jobs.toml"), outcomes=outcomes), Path("summary.json"))
+    shown = capsys.readouterr()
+    assert shown.err.splitlines() == [
+        "[1/2] a: converted (nothing at its destination yet); verified",
+        "      upload to org/a: uploaded https://hub/org/a/commit/1",
+        "[2/2] a: skipped (complete)",
+        "      upload to org/a: failed no token",
+    ]
+    assert shown.out.startswith("1 converted, 1 skipped, 0 failed, 1 uploaded; summary in ")
