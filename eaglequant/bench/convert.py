@@ -91,7 +91,46 @@ class Run:
     dst: Path | None = field(default=None, repr=False)  # an output kept for the next run to read
 
 
-def bench_convert(
+@dataclass(frozen=True)
+class Machine:
+    """Where the timings were taken."""
+
+    cpu: str
+    cores: int | None
+    memory_gib: float
+    python: str
+    torch: str
+    gpu: str | None
+    vendors: dict[str, str | None]  # vendor -> its installed version
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ConvertBench:
+    """``bench convert``: every run on every head, and the machine they ran on."""
+
+    machine: Machine
+    workers: int | None
+    device: str
+    runs: tuple[Run, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "machine": self.machine.to_json(),
+            "workers": self.workers,
+            "device": self.device,
+            "runs": [_figures(r) for r in self.runs],
+        }
+
+
+def bench_convert(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """:func:`measure_convert`'s figures as ``bench convert --json`` prints them."""
+    return measure_convert(*args, **kwargs).to_json()
+
+
+def measure_convert(
     cache_dir: Path,
     work_dir: Path,
     heads: tuple[str, ...] = FULL_SIZE_HEADS,
@@ -101,7 +140,7 @@ def bench_convert(
     log: Any = None,
     device: str = "cpu",
     verify: bool = True,
-) -> dict[str, Any]:
+) -> ConvertBench:
     """Time every run on every head; ``log(line)`` is told what runs next. ``anchors``: also time the vendor
     tools (default: yes, unless the only head is the tiny one, a quick check the vendors' start-up would swamp).
     ``verify``: also time ``verify`` of the first scheme's output and ``convert --verify`` of it (their peak RSS
@@ -159,7 +198,7 @@ def bench_convert(
         head_runs.append(_timed(head, "copy", "cp -r + sync, again", copy, work_dir, say, warm=src))
         _ratios(head_runs, source_bytes)
         runs += head_runs
-    return {"machine": machine(), "workers": workers, "device": device, "runs": [_figures(r) for r in runs]}
+    return ConvertBench(describe_machine(), workers, device, tuple(runs))
 
 
 def _figures(run: Run) -> dict[str, Any]:
@@ -266,6 +305,11 @@ def _remove(path: Path) -> None:
 
 
 def machine() -> dict[str, Any]:
+    """:func:`describe_machine` as the JSON records it."""
+    return describe_machine().to_json()
+
+
+def describe_machine() -> Machine:
     import torch
 
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -275,15 +319,15 @@ def machine() -> dict[str, Any]:
             cpu = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "memory_gib": round(memory / 2**30, 1),
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
-        "vendors": {vendor: _version(dist) for vendor, dist in VENDOR_DISTRIBUTIONS.items()},
-    }
+    return Machine(
+        cpu=cpu,
+        cores=os.cpu_count(),
+        memory_gib=round(memory / 2**30, 1),
+        python=platform.python_version(),
+        torch=torch.__version__,
+        gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        vendors={vendor: _version(dist) for vendor, dist in VENDOR_DISTRIBUTIONS.items()},
+    )
 
 
 def _version(distribution: str) -> str | None:

@@ -53,6 +53,7 @@ class Timing:
     backend: str
     milliseconds: float
     weight_bytes: int
+    bf16_milliseconds: float  # torch's bf16 matmul at the same shape and M, timed in the same run
 
     @property
     def tflops(self) -> float:
@@ -63,7 +64,14 @@ class Timing:
         moved = self.weight_bytes + 2 * self.m * self.k + 4 * self.m * self.n  # weights, bf16 x, float32 y
         return moved / (self.milliseconds * 1e-3) / 1e9
 
-    def to_json(self, copy_gbps: float, bf16_ms: float) -> dict[str, Any]:
+    @property
+    def speedup_vs_bf16(self) -> float:
+        return self.bf16_milliseconds / self.milliseconds
+
+    def percent_of_copy_bandwidth(self, copy_gbps: float) -> float:
+        return 100 * self.gigabytes_per_second / copy_gbps
+
+    def to_json(self, copy_gbps: float) -> dict[str, Any]:
         return {
             "shape": self.shape,
             "m": self.m,
@@ -74,8 +82,24 @@ class Timing:
             "ms": self.milliseconds,
             "tflops": self.tflops,
             "gbps": self.gigabytes_per_second,
-            "percent_of_copy_bandwidth": 100 * self.gigabytes_per_second / copy_gbps,
-            "speedup_vs_bf16": bf16_ms / self.milliseconds,
+            "percent_of_copy_bandwidth": self.percent_of_copy_bandwidth(copy_gbps),
+            "speedup_vs_bf16": self.speedup_vs_bf16,
+        }
+
+
+@dataclass(frozen=True)
+class KernelBench:
+    """``bench kernels``: every timing, and the device's copy bandwidth they are compared with."""
+
+    device: str
+    copy_gbps: float
+    timings: tuple[Timing, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "device": self.device,
+            "copy_gbps": self.copy_gbps,
+            "rows": [timing.to_json(self.copy_gbps) for timing in self.timings],
         }
 
 
@@ -141,31 +165,28 @@ def copy_bandwidth(device: str, timer: Timer) -> float:
 
 def bench_kernels(
     device: str, m_values: tuple[int, ...] = M_VALUES, shapes: list[tuple[str, int, int]] | None = None
-) -> dict[str, Any]:
+) -> KernelBench:
     timer = _timer(device)
     generator = torch.Generator().manual_seed(0)
     copy_gbps = copy_bandwidth(device, timer)
-    rows = []
+    rows: list[Timing] = []
     for name, n, k in shapes or KIMI_SHAPES:
         dense = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16).to(device)
         stored = {kind: random_stored(kind, n, k, device, generator) for kind in KERNELS}
         for m in m_values:
             x = torch.randn(m, k, generator=generator).to(torch.bfloat16).to(device)
             bf16_ms = timer(_bound(torch.matmul, x, dense.T))
-            timings = [Timing(name, m, n, k, "torch-bf16", "torch", bf16_ms, dense.numel() * 2)]
-            scaled = _scaled_mm_timing(name, m, n, k, x, stored["fp8-w8a8"], timer)
+            timings = [Timing(name, m, n, k, "torch-bf16", "torch", bf16_ms, dense.numel() * 2, bf16_ms)]
+            scaled = _scaled_mm_timing(name, m, n, k, x, stored["fp8-w8a8"], timer, bf16_ms)
             if scaled is not None:
                 timings.append(scaled)
             backend = "triton" if device == "cuda" else "reference"
             for kind in KERNELS:
                 ms = timer(_bound(fused_linear, x, stored[kind], backend))
-                timings.append(Timing(name, m, n, k, kind, backend, ms, _stored_bytes(stored[kind])))
-            rows += [t.to_json(copy_gbps, bf16_ms) for t in timings]
-    return {
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (torch reference, not the kernels)",
-        "copy_gbps": copy_gbps,
-        "rows": rows,
-    }
+                timings.append(Timing(name, m, n, k, kind, backend, ms, _stored_bytes(stored[kind]), bf16_ms))
+            rows += timings
+    described = torch.cuda.get_device_name() if device == "cuda" else "cpu (torch reference, not the kernels)"
+    return KernelBench(described, copy_gbps, tuple(rows))
 
 
 def _scaled_mm_timing(
@@ -176,6 +197,7 @@ def _scaled_mm_timing(
     x: torch.Tensor,
     stored: StoredLinear,
     timer: Timer,
+    bf16_ms: float,
 ) -> Timing | None:
     """torch._scaled_mm with row-wise scales, activations quantized per token first (as engines do)."""
     if not x.is_cuda:
@@ -196,4 +218,4 @@ def _scaled_mm_timing(
         ms = timer(run)
     except RuntimeError:  # no FP8 tensor cores (pre-Hopper / Ada)
         return None
-    return Timing(name, m, n, k, "torch-scaled-mm-fp8", "torch", ms, _stored_bytes(stored))
+    return Timing(name, m, n, k, "torch-scaled-mm-fp8", "torch", ms, _stored_bytes(stored), bf16_ms)

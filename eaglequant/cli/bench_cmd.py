@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -12,6 +12,10 @@ from rich.table import Table
 from eaglequant.cli.command import HELP_OPTION_NAMES, Command, Group
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import info, out, result
+
+if TYPE_CHECKING:
+    from eaglequant.bench.convert import ConvertBench
+    from eaglequant.bench.kernels import KernelBench
 
 bench_app = typer.Typer(
     help="Benchmarks: time, throughput, and ratios to baselines measured in the same run.",
@@ -44,8 +48,8 @@ def kernels_command(
             )
         if chosen == "cuda" and not torch.cuda.is_available():
             raise InputError("--device cuda: no CUDA GPU is visible")
-        timings = bench_kernels(chosen, tuple(m or M_VALUES), TINY_SHAPES if tiny else None)
-        result(timings, lambda: render(timings))
+        bench = bench_kernels(chosen, tuple(m or M_VALUES), TINY_SHAPES if tiny else None)
+        result(bench.to_json(), lambda: render(bench))
 
     run_guarded(body)
 
@@ -96,7 +100,7 @@ def convert_command(
     """
 
     def body() -> None:
-        from eaglequant.bench.convert import bench_convert
+        from eaglequant.bench.convert import measure_convert
         from eaglequant.bench.heads import FULL_SIZE_HEADS, HEADS_BY_NAME
         from eaglequant.common.errors import InputError
 
@@ -106,7 +110,7 @@ def convert_command(
         cache = cache_dir or Path.home() / ".cache" / "eaglequant" / "bench"
         work = work_dir or cache / "runs"
         work.mkdir(parents=True, exist_ok=True)
-        timings = bench_convert(
+        bench = measure_convert(
             cache,
             work,
             heads=tuple(head or FULL_SIZE_HEADS),
@@ -117,7 +121,7 @@ def convert_command(
             verify=verify,
             log=lambda line: info(f"[dim]{escape(line)}[/]", markup=True),
         )
-        result(timings, lambda: print(convert_markdown(timings)) if markdown else out.print(convert_table(timings)))
+        result(bench.to_json(), lambda: print(convert_markdown(bench)) if markdown else out.print(convert_table(bench)))
 
     run_guarded(body)
 
@@ -129,56 +133,56 @@ def _figure(value: float | None, fmt: str) -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def convert_rows(result: dict[str, Any]) -> list[list[str]]:
+def convert_rows(bench: ConvertBench) -> list[list[str]]:
     rows = []
-    for run in result["runs"]:
-        anchors = ", ".join(f"{ratio:.2f}× {name}" for name, ratio in run["vs_anchors"].items())
-        rss = None if run["peak_rss_bytes"] is None else run["peak_rss_bytes"] / 2**30
+    for run in bench.runs:
+        anchors = ", ".join(f"{ratio:.2f}× {name}" for name, ratio in run.vs_anchors.items())
+        rss = None if run.peak_rss_bytes is None else run.peak_rss_bytes / 2**30
         rows.append(
             [
-                run["head"],
-                run["kind"],
-                run["scheme"],
-                run["error"] or _figure(run["wall_s"], ".1f"),
-                _figure(run["input_mb_per_s"], ".0f"),
+                run.head,
+                run.kind,
+                run.scheme,
+                run.error or _figure(run.wall_s, ".1f"),
+                _figure(run.input_mb_per_s, ".0f"),
                 _figure(rss, ".2f"),
-                _figure(run["vs_copy"], ".2f"),
+                _figure(run.vs_copy, ".2f"),
                 anchors,
             ]
         )
     return rows
 
 
-def convert_table(result: dict[str, Any]) -> Table:
-    m = result["machine"]
-    table = Table(title=f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB", title_justify="left")
+def convert_table(bench: ConvertBench) -> Table:
+    m = bench.machine
+    table = Table(title=f"{m.cpu}, {m.cores} cores, {m.memory_gib} GiB", title_justify="left")
     for col in CONVERT_COLUMNS:
         table.add_column(col)
-    for row in convert_rows(result):
+    for row in convert_rows(bench):
         table.add_row(*(escape(cell) for cell in row))
     return table
 
 
-def convert_markdown(result: dict[str, Any]) -> str:
+def convert_markdown(bench: ConvertBench) -> str:
     lines = ["| " + " | ".join(CONVERT_COLUMNS) + " |", "|" + "---|" * len(CONVERT_COLUMNS)]
-    lines += ["| " + " | ".join(row) + " |" for row in convert_rows(result)]
+    lines += ["| " + " | ".join(row) + " |" for row in convert_rows(bench)]
     return "\n".join(lines)
 
 
-def render(result: dict[str, Any]) -> None:
-    table = Table(title=f"{result['device']}: copy bandwidth {result['copy_gbps']:.0f} GB/s", title_justify="left")
+def render(bench: KernelBench) -> None:
+    table = Table(title=f"{bench.device}: copy bandwidth {bench.copy_gbps:.0f} GB/s", title_justify="left")
     for col in ("shape", "M", "kernel", "ms", "TFLOP/s", "GB/s", "% copy bw", "× bf16"):
         table.add_column(col, justify="right" if col not in ("shape", "kernel") else "left")
-    for row in result["rows"]:
+    for timing in bench.timings:
         table.add_row(
-            row["shape"],
-            str(row["m"]),
-            row["kernel"],
-            f"{row['ms']:.4f}",
-            f"{row['tflops']:.2f}",
-            f"{row['gbps']:.0f}",
-            f"{row['percent_of_copy_bandwidth']:.0f}",
-            f"{row['speedup_vs_bf16']:.2f}",
+            timing.shape,
+            str(timing.m),
+            timing.kernel,
+            f"{timing.milliseconds:.4f}",
+            f"{timing.tflops:.2f}",
+            f"{timing.gigabytes_per_second:.0f}",
+            f"{timing.percent_of_copy_bandwidth(bench.copy_gbps):.0f}",
+            f"{timing.speedup_vs_bf16:.2f}",
         )
     out.print(table)
 

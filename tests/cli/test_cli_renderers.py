@@ -1,5 +1,5 @@
-"""Renderers that no quick fixture run reaches (``accept`` needs an engine, ``batch`` uploads), each drawn from a
-typed result built by hand."""
+"""Renderers that no quick fixture run reaches (``accept`` needs an engine, ``bench`` times, ``batch`` uploads),
+each drawn from a typed result built by hand."""
 
 from __future__ import annotations
 
@@ -87,6 +87,49 @@ def test_accept_says_ok_when_every_draft_is_lossless_and_within_budget(capsys: p
     report.quantized = report.quantized[:1]
     render(report)
     assert "ok: every draft lossless, every quantized draft within its budget" in capsys.readouterr().out
+
+
+def test_bench_kernels_renders_each_timing_against_bf16_and_the_copy_bandwidth(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eaglequant.bench.kernels import KernelBench, Timing
+    from eaglequant.cli.bench_cmd import render
+
+    monkeypatch.setenv("COLUMNS", "200")
+    bf16 = Timing("tiny", 2, 256, 512, "torch-bf16", "torch", 0.5, 262144, 0.5)
+    nvfp4 = Timing("tiny", 2, 256, 512, "nvfp4-w4a16", "reference", 0.25, 73728, 0.5)
+    render(KernelBench("cpu (torch reference, not the kernels)", 10.0, (bf16, nvfp4)))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].rstrip() == "cpu (torch reference, not the kernels): copy bandwidth 10 GB/s"
+    cells = [[cell.strip() for cell in line.strip("│").split("│")] for line in lines if line.startswith("│")]
+    assert cells == [
+        ["tiny", "2", "torch-bf16", "0.5000", "0.00", "1", "5", "1.00"],
+        ["tiny", "2", "nvfp4-w4a16", "0.2500", "0.00", "0", "3", "2.00"],
+    ]
+
+
+def test_bench_convert_renders_runs_as_a_table_and_as_markdown(capsys: pytest.CaptureFixture[str]) -> None:
+    from eaglequant.bench.convert import ConvertBench, Machine, Run
+    from eaglequant.cli.bench_cmd import convert_markdown, convert_table
+    from eaglequant.cli.output import out
+
+    bench = ConvertBench(
+        Machine("Some CPU", 16, 125.3, "3.12", "2.9", None, {"amd-quark": None}),
+        None,
+        "cpu",
+        (
+            Run("tiny", "copy", "cp -r + sync", 1.234, 567.8, 123456789, 1000, 1.0),
+            Run("tiny", "eaglequant", "nvfp4 (modelopt)", 2.5, 300.1, 2**31, 500, 2.03, {"llm-compressor X": 0.456}),
+            Run("tiny", "amd-quark", "mxfp4", error="it failed"),
+        ),
+    )
+    assert convert_markdown(bench).splitlines()[2:] == [
+        "| tiny | copy | cp -r + sync | 1.2 | 568 | 0.11 | 1.00 |  |",
+        "| tiny | eaglequant | nvfp4 (modelopt) | 2.5 | 300 | 2.00 | 2.03 | 0.46× llm-compressor X |",
+        "| tiny | amd-quark | mxfp4 | it failed | — | — | — |  |",
+    ]
+    out.print(convert_table(bench))
+    assert capsys.readouterr().out.startswith("Some CPU, 16 cores, 125.3 GiB")
 
 
 def test_batch_says_each_job_and_its_upload_as_it_ends(capsys: pytest.CaptureFixture[str]) -> None:
