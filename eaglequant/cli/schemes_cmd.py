@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import textwrap
-from typing import Annotated, Any, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -13,6 +14,9 @@ from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, result
 from eaglequant.cli.tables import fits, name_column
+
+if TYPE_CHECKING:
+    from eaglequant.schemes.model import Scheme
 
 
 def schemes_command(
@@ -32,9 +36,59 @@ def schemes_command(
             result({"name": scheme.name, "file": scheme.source, "toml": text}, lambda: typer.echo(text, nl=False))
             return
         rows = [_row(load_scheme(name)) for name in builtin_scheme_names()]
-        result(rows, lambda: render(rows))
+        result([row.to_json() for row in rows], lambda: render(rows))
 
     run_guarded(body)
+
+
+@dataclass(frozen=True)
+class EngineCell:
+    """Whether an engine loads a scheme in a format: its support-matrix cell, and whether it needs the target's
+    layer count to read the format's exclusions."""
+
+    loads: bool
+    conditional: bool
+    note: str
+    needs_target_layers: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "loads": self.loads,
+            "conditional": self.conditional,
+            "note": self.note,
+            "needs_target_layers": self.needs_target_layers,
+        }
+
+
+@dataclass(frozen=True)
+class FormatRow:
+    """A format that stores the scheme, and each engine's cell (None: the matrix has none)."""
+
+    format: str
+    algorithm: str | None
+    engines: dict[str, EngineCell | None]
+
+    def to_json(self) -> dict[str, Any]:
+        engines = {name: None if cell is None else cell.to_json() for name, cell in self.engines.items()}
+        return {"format": self.format, "algorithm": self.algorithm, "engines": engines}
+
+
+@dataclass(frozen=True)
+class SchemeRow:
+    name: str
+    label: str
+    summary: str
+    file: str
+    formats: tuple[FormatRow, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "summary": self.summary,
+            "file": self.file,
+            "formats": [fmt.to_json() for fmt in self.formats],
+        }
 
 
 # A cell whose engine matches this format's exclusions by exact name (vLLM reading a native fp8 config).
@@ -46,7 +100,7 @@ NEEDS_L_MEANS = (
 SUMMARY_WIDTH = 32  # the narrowest the summary column may get before the table reads better as a list
 
 
-def render(rows: list[dict[str, Any]]) -> None:
+def render(rows: list[SchemeRow]) -> None:
     """A table when every name fits whole beside a readable summary, else a list (as inspect, explain, verify)."""
     from eaglequant.engines.support import ENGINE_NAMES
 
@@ -58,34 +112,32 @@ def render(rows: list[dict[str, Any]]) -> None:
         table.add_column(engine, no_wrap=True)
     table.add_column("summary", min_width=SUMMARY_WIDTH)
     for row in rows:
-        for i, fmt in enumerate(row["formats"]):
-            cells = [_mark(fmt["engines"][e]) for e in ENGINE_NAMES]
-            first = (escape(row["name"]), row["label"]) if i == 0 else ("", "")
-            table.add_row(*first, fmt["format"], *cells, escape(row["summary"]) if i == 0 else "")
+        for i, fmt in enumerate(row.formats):
+            cells = [_mark(fmt.engines[e]) for e in ENGINE_NAMES]
+            first = (escape(row.name), row.label) if i == 0 else ("", "")
+            table.add_row(*first, fmt.format, *cells, escape(row.summary) if i == 0 else "")
     if fits(table, out.console):
         out.print(table)
     else:
         _render_list(rows, ENGINE_NAMES)
     out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
-    if any(
-        cell and cell["needs_target_layers"] for row in rows for f in row["formats"] for cell in f["engines"].values()
-    ):
+    if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
         for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40)):
             out.print(escape(line))
 
 
-def _render_list(rows: list[dict[str, Any]], engines: tuple[str, ...]) -> None:
+def _render_list(rows: list[SchemeRow], engines: tuple[str, ...]) -> None:
     """Each scheme as its name and label, its summary, then one line per format: what each engine does."""
     for row in rows:
-        out.print(f"[bold]{escape(row['name'])}[/]  {escape(row['label'])}", markup=True)
-        for line in textwrap.wrap(row["summary"], width=max(out.console.width - 4, 20), break_on_hyphens=False):
+        out.print(f"[bold]{escape(row.name)}[/]  {escape(row.label)}", markup=True)
+        for line in textwrap.wrap(row.summary, width=max(out.console.width - 4, 20), break_on_hyphens=False):
             out.print(f"    {escape(line)}")
-        for fmt in row["formats"]:
-            cells = ", ".join(f"{e} {_mark(fmt['engines'][e])}" for e in engines if fmt["engines"][e] is not None)
-            out.print(f"    {fmt['format']}: {cells}", markup=True)
+        for fmt in row.formats:
+            cells = ", ".join(f"{e} {_mark(fmt.engines[e])}" for e in engines if fmt.engines[e] is not None)
+            out.print(f"    {fmt.format}: {cells}", markup=True)
 
 
-def _row(scheme):  # type: ignore[no-untyped-def]
+def _row(scheme: Scheme) -> SchemeRow:
     from eaglequant.engines import get_engine
     from eaglequant.engines.support import ENGINE_NAMES, support
     from eaglequant.formats import FORMATS
@@ -95,36 +147,31 @@ def _row(scheme):  # type: ignore[no-untyped-def]
     for fmt in FORMATS.values():
         if not fmt.supports(scheme):
             continue
-        engines = {}
+        engines: dict[str, EngineCell | None] = {}
         for engine in ENGINE_NAMES:
             cell = support(scheme.kinds, fmt.name, engine)
             engines[engine] = (
                 None
                 if cell is None
-                else {
-                    "loads": cell.loads,
-                    "conditional": cell.conditional,
-                    "note": cell.note,
-                    "needs_target_layers": cell.loads and not get_engine(engine).dialect(fmt.name).any_layer,
-                }
+                else EngineCell(
+                    cell.loads,
+                    cell.conditional,
+                    cell.note,
+                    cell.loads and not get_engine(engine).dialect(fmt.name).any_layer,
+                )
             )
-        formats.append({"format": fmt.name, "algorithm": fmt.algorithm(scheme), "engines": engines})
-    return {
-        "name": scheme.name,
-        "label": scheme.label if written is scheme else f"{scheme.label} (calibrated) / {written.label}",
-        "summary": scheme.summary,
-        "file": scheme.source,
-        "formats": formats,
-    }
+        formats.append(FormatRow(fmt.name, fmt.algorithm(scheme), engines))
+    label = scheme.label if written is scheme else f"{scheme.label} (calibrated) / {written.label}"
+    return SchemeRow(scheme.name, label, scheme.summary, scheme.source, tuple(formats))
 
 
-def _mark(cell) -> str:  # type: ignore[no-untyped-def]
+def _mark(cell: EngineCell | None) -> str:
     if cell is None:
         return ""
-    if not cell["loads"]:
+    if not cell.loads:
         return "[red]no[/]"
-    mark = "[yellow]yes*[/]" if cell["conditional"] else "[green]yes[/]"
-    return f"{mark} {NEEDS_L}" if cell["needs_target_layers"] else mark
+    mark = "[yellow]yes*[/]" if cell.conditional else "[green]yes[/]"
+    return f"{mark} {NEEDS_L}" if cell.needs_target_layers else mark
 
 
 def register(app: typer.Typer) -> None:
