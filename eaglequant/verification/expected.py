@@ -32,5 +32,5 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLay
     scheme, _ = recorded_scheme(read_report(checkpoint.root), explanation.kinds)  # as verify judges it
     limit = scheme.verify.max_relative_error
     assert target.count is not None
-    weight_only = explanation.kinds[1] is None
+    weight_only = explanation.kinds.activation is None
     return Expectation(engine, target.count, planned, limit, reading.loads, reading.note, weight_only)
