@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from eaglequant.kernels import StoredLinear, fused_linear
+from eaglequant.kinds import Kinds
 
 H = 7168
 # (name, N, K) as the engines run them: fused q/k/v and gate/up (Llama layout, 64 heads x 128, I = 12288).
@@ -29,12 +30,12 @@ KIMI_SHAPES = [
 TINY_SHAPES = [("tiny", 256, 512)]
 M_VALUES = (1, 4, 16, 64, 256, 2048)
 # Kernel name -> (weight kind, activation kind) it runs.
-KERNELS: dict[str, tuple[str, str | None]] = {
-    "fp8-w8a16": ("fp8-channel", None),
-    "fp8-w8a8": ("fp8-channel", "fp8-token"),
-    "fp8-block-w8a8": ("fp8-block", "fp8-group"),
-    "nvfp4-w4a16": ("nvfp4", None),
-    "mxfp4-w4a16": ("mxfp4", None),
+KERNELS: dict[str, Kinds] = {
+    "fp8-w8a16": Kinds("fp8-channel", None),
+    "fp8-w8a8": Kinds("fp8-channel", "fp8-token"),
+    "fp8-block-w8a8": Kinds("fp8-block", "fp8-group"),
+    "nvfp4-w4a16": Kinds("nvfp4", None),
+    "mxfp4-w4a16": Kinds("mxfp4", None),
 }
 Timer = Callable[[Callable[[], object]], float]
 
@@ -105,7 +106,7 @@ class KernelBench:
 
 def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:
     """Random stored tensors of ``kernel``'s weight kind (shapes as its class documents)."""
-    kind, activation = KERNELS[kernel]
+    kinds = KERNELS[kernel]
 
     def bytes_(*shape: int) -> torch.Tensor:
         return torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator).to(device)
@@ -129,7 +130,7 @@ def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Gen
             "block_scale": torch.randint(118, 128, (n, k // 32), dtype=torch.uint8, generator=generator).to(device),
         },
     }
-    return StoredLinear(kind, activation=activation, **builders[kind]())
+    return StoredLinear(kinds.weight_kind, activation=kinds.activation_kind, **builders[kinds.weight]())
 
 
 def _stored_bytes(stored: StoredLinear) -> int:

@@ -174,14 +174,6 @@ class StoredLinear:
     activation: ActivationKind | None = None
     zero_point: torch.Tensor | None = None
 
-    def __post_init__(self) -> None:
-        # Callers outside the kinds' owners (bench/kernels.py, tests/kernels) still name the kinds: read the names
-        # through the registry until they pass the objects.
-        if isinstance(self.kind, str):
-            object.__setattr__(self, "kind", weight_kind(self.kind))
-        if isinstance(self.activation, str):
-            object.__setattr__(self, "activation", activation_kind(self.activation))
-
     @property
     def weight_kind(self) -> WeightKind:
         return self.kind

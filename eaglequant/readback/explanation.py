@@ -23,7 +23,7 @@ from eaglequant.engines.support import SCHEME_KINDS, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
-from eaglequant.kinds import kinds_title
+from eaglequant.kinds import Kinds, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.schemes.model import Scheme, builtin_scheme_for
 
@@ -104,7 +104,7 @@ class Explanation:
     destination: Path
     format: str
     scheme: str  # e.g. "NVFP4 W4A16"
-    kinds: tuple[str, str | None]
+    kinds: Kinds
     patterns: list[str]
     target: TargetLayers
     engines: list[EngineReading]
