@@ -71,9 +71,7 @@ def render(report: InspectReport, source: str) -> None:
     head, plan = report.head, report.plan
     out.print(f"[bold]{escape(source)}[/]  layout [cyan]{head.layout}[/] ({head.layout_title})")
     out.print(f"  why: {escape(head.reason)}")
-    # the dims a layout has (InspectReport.to_json leaves out the others the same way)
-    dims = {k: v for k, v in head.dims.__dict__.items() if v is not None}
-    out.print("  dims: " + ", ".join(f"{k}={v}" for k, v in dims.items()))
+    out.print("  dims: " + ", ".join(f"{k}={v}" for k, v in report.dims.items()))
     out.print(
         f"  attention {head.attention}, {head.num_layers} decoder layer(s), "
         f"features: {', '.join(head.features) or 'none'}"
@@ -95,7 +93,7 @@ def render(report: InspectReport, source: str) -> None:
     target = plan.target
     out.print(f"target layers: {target.count if target.count is not None else 'L'} ({escape(target.source)})")
     out.print(f"exclude rules written: {escape(str(list(plan.exclude_patterns)))}")
-    src_b, out_b = sum(t.info.nbytes for t in head.tensors), plan.output_bytes  # source bytes as to_json counts them
+    src_b, out_b = report.source_bytes, plan.output_bytes
     out.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
 
 

@@ -70,13 +70,12 @@ def upload_command(
 
 
 def render(uploaded: UploadResult, destination: str) -> None:
-    verdict = None if uploaded.verification is None else uploaded.verification.verdict
     verified = {
         Verdict.PASSED: "verify passed",
         Verdict.FAILED: "verify failed, sent with --force",
         Verdict.NOT_VERIFIED: "not verified numerically, sent with --force",
         None: "not verified",
-    }[verdict]
+    }[uploaded.verdict]
     if uploaded.dry_run:
         verified = verified.replace("sent with", "would be sent with")
     # A dry run's result is what it would send; a real upload's is its commit URL (what scripts capture).

@@ -229,7 +229,7 @@ def render_engine_load(load: LoadCheck) -> None:
             escape(str(row.quant_method).rsplit("/", 1)[-1]),  # the scheme class says it all
             "—" if planned is None else ("quantized" if planned else "unquantized"),
             str(len(row.tensors)),
-            "[red]differ[/]" if row.unequal else "equal",
+            "equal" if row.values_equal else "[red]differ[/]",
             "—" if relative is None else f"{relative:.4f}",
         )
     if load.modules:

@@ -18,6 +18,15 @@ class InspectReport:
     head: HeadDescription
     plan: ConversionPlan
 
+    @property
+    def dims(self) -> dict[str, Any]:
+        """The dims the head's layout has (those it has not are None in ``head.dims`` and left out)."""
+        return {k: v for k, v in self.head.dims.__dict__.items() if v is not None}
+
+    @property
+    def source_bytes(self) -> int:
+        return sum(t.info.nbytes for t in self.head.tensors)
+
     def rows(self) -> list[dict[str, Any]]:
         quantized = {lin.weight for lin in self.plan.quantized}
         return [
@@ -46,7 +55,7 @@ class InspectReport:
             "attention": head.attention,
             "num_layers": head.num_layers,
             "features": list(head.features),
-            "dims": {k: v for k, v in head.dims.__dict__.items() if v is not None},
+            "dims": self.dims,
             "fused_groups": {g.name: list(g.members) for g in head.fused_groups},
             "scheme": self.plan.scheme.name,
             "format": self.plan.format.name,
@@ -64,6 +73,6 @@ class InspectReport:
                 }
                 for v in self.plan.verdicts
             ],
-            "source_bytes": sum(t.info.nbytes for t in head.tensors),
+            "source_bytes": self.source_bytes,
             "estimated_output_bytes": self.plan.output_bytes,
         }

@@ -207,6 +207,10 @@ class ModuleLoad:
     unequal: tuple[str, ...]  # parameters whose loaded values differ from the file, with why
     gemm_relative_error: float | None
 
+    @property
+    def values_equal(self) -> bool:
+        return not self.unequal
+
     def to_json(self) -> dict[str, Any]:
         return {
             "runtime_module": self.name,
@@ -214,7 +218,7 @@ class ModuleLoad:
             "quantized": self.quantized,
             "planned_quantized": self.planned,
             "tensors": list(self.tensors),
-            "values_equal": not self.unequal,
+            "values_equal": self.values_equal,
             "unequal": list(self.unequal),
             "gemm_relative_error": self.gemm_relative_error,
         }

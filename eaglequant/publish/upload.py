@@ -46,6 +46,11 @@ class UploadResult:
     def total_bytes(self) -> int:
         return sum(self.files.values())
 
+    @property
+    def verdict(self) -> Verdict | None:
+        """The verification's verdict the upload went by (None: sent without one)."""
+        return None if self.verification is None else self.verification.verdict
+
     def to_json(self) -> dict[str, Any]:
         return {
             "destination": str(self.destination),
@@ -55,7 +60,7 @@ class UploadResult:
             "dry_run": self.dry_run,
             "files": self.files,
             "total_bytes": self.total_bytes,
-            "verified": None if self.verification is None else self.verification.verdict,
+            "verified": self.verdict,
             "forced": self.forced,
             "commit_url": self.commit_url,
             "commit_oid": self.commit_oid,
