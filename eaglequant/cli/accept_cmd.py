@@ -142,7 +142,7 @@ def _add_draft_rows(table: Table, draft: DraftResult, modes: tuple[Mode, ...]) -
             escape(name) if index == 0 else "",
             mode.name,
             acceptance.length().text(),
-            " / ".join(f"{p.reported_value:.2f}" for p in acceptance.per_position()),
+            " / ".join(p.value_text() for p in acceptance.per_position()),
             "" if diff is None else diff.text(signed=True),
             (same if lossless.ok else f"[red]{same}[/]") if index == 0 else "",
         )

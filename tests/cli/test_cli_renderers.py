@@ -80,6 +80,21 @@ def test_accept_renders_each_draft_and_mode_from_the_report(
     assert "ok:" not in shown.out
 
 
+def test_accept_renders_a_draft_that_never_drafted(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A draft the engine never ran (no drafts in any prompt) has no per-position rates: shown as n/a, not a crash."""
+    from eaglequant.cli.accept_cmd import render
+
+    monkeypatch.setenv("COLUMNS", "200")
+    idle = tuple(PromptCounts(0, 0, (0, 0, 0), (1,)) for _ in range(3))
+    report = accept_report()
+    report.source.run.modes[GREEDY.name] = idle
+    render(report)
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("│ source")]
+    assert len(rows) == 1 and "n/a / n/a / n/a" in rows[0]
+
+
 def test_accept_says_ok_when_every_draft_is_lossless_and_within_budget(capsys: pytest.CaptureFixture[str]) -> None:
     from eaglequant.cli.accept_cmd import render
 
