@@ -234,10 +234,11 @@ def _check_scales(
     import torch
 
     problems = []
+    e8m0 = scheme.kinds.weight_kind.scale_dtype == "e8m0"  # power-of-two scales stored as exponent bytes
     for module in sorted(quantized):
         for name in sorted(n for n in checkpoint.tensors if n.startswith(module + ".") and "scale" in n):
             values = checkpoint.read(name)
-            if values.dtype == torch.uint8:  # E8M0: 255 is NaN
+            if e8m0 and values.dtype == torch.uint8:  # an exponent byte: 255 is NaN
                 bad = int((values == 255).sum())
                 what = "NaN (E8M0 255)"
             else:
