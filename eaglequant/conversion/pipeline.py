@@ -28,7 +28,6 @@ from eaglequant.conversion.group_scales import GroupScaleTasks, nonfinite_error
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import LinearResult, WrittenOutput
 from eaglequant.formats import GroupScales
-from eaglequant.kinds import weight_kind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_figures
 from eaglequant.numerics.rows import row_blocks
@@ -244,7 +243,7 @@ class _ShardFiller:
         linear = self.plan.head.linear(module)
         specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, self.plan.scheme)}
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
-        align = weight_kind(self.plan.scheme.weight.kind).rows_per_scale
+        align = self.plan.scheme.kinds.weight_kind.rows_per_scale
         blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS, align)
         self.blocks[module], self.block_counts[module] = [], len(blocks)
         row_read = self.checkpoint.tensors[linear.weight].nbytes // linear.out_features
@@ -264,7 +263,7 @@ class _ShardFiller:
         if self.device is not None:
             weight, shared = weight.to(self.device), shared_on(shared, self.device)
         block = self.plan.format.quantize_rows(linear, weight, self.plan.scheme, shared)
-        align = weight_kind(self.plan.scheme.weight.kind).rows_per_scale
+        align = self.plan.scheme.kinds.weight_kind.rows_per_scale
         for name, tensor in block.tensors.items():
             data = tensor_bytes(tensor.cpu())
             offset, nbytes = _block_placement(specs[name], linear, align, rows)

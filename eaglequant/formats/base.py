@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
 from eaglequant.formats.stored_tensors import StoredTensor
-from eaglequant.kinds import Kinds, WeightKind, kinds_title, weight_kind
+from eaglequant.kinds import Kinds, WeightKind, kinds_title
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
@@ -156,7 +156,7 @@ class Format(ABC):
 
     def recipe(self, scheme: Scheme) -> Recipe:
         """This format's recipe for ``scheme``; a scheme it cannot store is refused, never stored as another."""
-        recipe = next((r for r in self.recipes if r.kind.name == scheme.weight.kind), None)
+        recipe = next((r for r in self.recipes if r.kind is scheme.kinds.weight_kind), None)
         if recipe is None or scheme.kinds.activation not in recipe.algorithms:
             raise SchemeError(
                 f"format {self.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
@@ -167,7 +167,7 @@ class Format(ABC):
     def shape_problem(self, linear: HeadLinear, scheme: Scheme, fused_before_last: bool = False) -> str | None:
         """Why ``linear`` cannot be stored quantized in this format, or None (``fused_before_last``: see
         :meth:`WeightKind.shape_problem`)."""
-        kind = weight_kind(scheme.weight.kind)
+        kind = scheme.kinds.weight_kind
         problem = kind.shape_problem(linear.out_features, linear.in_features, fused_before_last)
         if problem is not None:
             return problem

@@ -28,7 +28,7 @@ from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS
-from eaglequant.kinds import Kinds, activation_kind
+from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
@@ -168,7 +168,7 @@ def verify_checkpoint(
     else:  # one core reads the files while the others check them
         hashes = in_background(_check_hashes, dst, recorded, name="verify-sha256")
     scale_problems = _check_scales(checkpoint, head, fmt, scheme, quantized)
-    activation = activation_kind(scheme.activation.kind) if scheme.activation is not None else None
+    activation = scheme.kinds.activation_kind
     if activation is not None and not activation.simulated:
         report.notes.append(
             f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
