@@ -7,7 +7,6 @@ on. Paths in the job file are relative to the file. See ``docs/ci.md``.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,12 +18,11 @@ import tomllib
 from eaglequant.batch.checks import check_name, check_repo_id, conversion_options
 from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
 from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, job_counts, succeeded, summary_json
+from eaglequant.batch.uploads import Upload, read_uploads, record_upload
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
-
-UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"  # inside DST; never uploaded, not in the report
 
 # The job file's keys for ConversionOptions fields, with their TOML types, as the options declare them:
 # ``verify`` is ``verify_output`` (true unless set), the card's ``repo_id`` is [job.upload]'s, and ``workers``
@@ -361,11 +359,10 @@ def _upload(job: Job, key: str, *, trust_local_record: bool) -> UploadOutcome:
 
     assert job.upload is not None
     spec = job.upload
-    record = _uploads(job.destination)
     target = f"{spec.repo_id}@{spec.revision}"
-    previous = record.get(target)
-    if trust_local_record and isinstance(previous, dict) and previous.get("manifest_key") == key:
-        return UploadOutcome(UploadStatus.SKIPPED, spec.repo_id, previous.get("commit_url"))
+    previous = read_uploads(job.destination).get(target)
+    if trust_local_record and previous is not None and previous.manifest_key == key:
+        return UploadOutcome(UploadStatus.SKIPPED, spec.repo_id, previous.commit_url)
     try:
         result = api.upload(
             job.destination,
@@ -378,16 +375,5 @@ def _upload(job: Job, key: str, *, trust_local_record: bool) -> UploadOutcome:
         return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=exc.one_line(), exit_code=exc.exit_code)
     except Exception as exc:
         return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=f"internal error: {type(exc).__name__}: {exc}")
-    record[target] = {"manifest_key": key, "commit_url": result.commit_url, "commit_oid": result.commit_oid}
-    path = job.destination / UPLOADS_RECORD
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    record_upload(job.destination, target, Upload(key, result.commit_url, result.commit_oid))
     return UploadOutcome(UploadStatus.UPLOADED, spec.repo_id, result.commit_url)
-
-
-def _uploads(dst: Path) -> dict[str, Any]:
-    try:
-        value = json.loads((dst / UPLOADS_RECORD).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -1,0 +1,49 @@
+"""The destination's own record of its uploads (``.eaglequant/uploads.json``, never uploaded, not in the report):
+for each ``repo_id@revision``, the manifest key of what went there and the commit it made. Offline, ``batch``
+takes it as the word that a job's upload is done."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"
+
+
+@dataclass(frozen=True)
+class Upload:
+    manifest_key: str
+    commit_url: str | None
+    commit_oid: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"manifest_key": self.manifest_key, "commit_url": self.commit_url, "commit_oid": self.commit_oid}
+
+    @classmethod
+    def from_json(cls, value: object) -> Upload | None:
+        """None for an entry that is not one (hand-edited, or from another version): it records nothing."""
+        if not isinstance(value, dict) or not isinstance(value.get("manifest_key"), str):
+            return None
+        url, oid = value.get("commit_url"), value.get("commit_oid")
+        return cls(value["manifest_key"], url if isinstance(url, str) else None, oid if isinstance(oid, str) else None)
+
+
+def read_uploads(dst: Path) -> dict[str, Upload]:
+    """``repo_id@revision`` -> what was uploaded there from ``dst``; empty when there is no readable record."""
+    try:
+        value = json.loads((dst / UPLOADS_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    entries = value.items() if isinstance(value, dict) else ()
+    return {target: upload for target, entry in entries if (upload := Upload.from_json(entry)) is not None}
+
+
+def record_upload(dst: Path, target: str, upload: Upload) -> None:
+    """Add (or replace) ``target``'s entry in ``dst``'s record."""
+    uploads = read_uploads(dst)
+    uploads[target] = upload
+    path = dst / UPLOADS_RECORD
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({t: u.to_json() for t, u in uploads.items()}, indent=2) + "\n", encoding="utf-8")
