@@ -101,9 +101,9 @@ def _lossless(record: dict) -> str:
 
 
 def _interval(figure: dict[str, float], signed: bool = False) -> str:
-    from eaglequant.acceptance.statistics import interval_text
+    from eaglequant.acceptance.statistics import format_interval
 
-    return interval_text(figure, signed)
+    return format_interval(figure.get("value"), figure.get("low"), figure.get("high"), signed)
 
 
 def table(drafts: list[tuple[str, Path]], predicted: dict[str, dict], measured: dict) -> str:
