@@ -15,12 +15,11 @@ from eaglequant.common.errors import InputError, given, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.engines import Engine
-from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict, merged_exclusions
+from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import plan_engines
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.kinds import kinds_title
-from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.layouts.rules import linears_matching
 from eaglequant.schemes import Scheme
@@ -105,17 +104,6 @@ def requested_exclusions(
     return KeepRequest(kept, opted_in)
 
 
-def resolve_exclusions(
-    head: HeadDescription,
-    exclude: list[str] | tuple[str, ...],
-    quantize: list[str] | tuple[str, ...] = (),
-    required: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """Canonical linear module -> why it keeps its source dtype, given what engines require (``required``: module
-    -> the engine's reason) rather than deciding it from engine views as :func:`build_plan` does."""
-    return merged_exclusions(head, requested_exclusions(head, exclude, quantize), required or {})
-
-
 def build_plan(
     head: HeadDescription,
     scheme: Scheme,
@@ -144,9 +132,6 @@ def build_plan(
         head, fmt, scheme, engines, request, target_layers=target_layers, target_config=target_config
     )
     quantized = [lin for lin in head.linears if lin.module not in decided.excluded]
-    tensors_by_name = {t.name: t for t in head.tensors}
-    for lin in quantized:
-        check_quantizable_dtype(tensors_by_name[lin.weight].info)
     quantized_weights = {lin.weight for lin in quantized}
     kept = {
         t.name: decided.excluded[t.module] if t.role is Role.LINEAR else NON_LINEAR_REASONS[t.role]

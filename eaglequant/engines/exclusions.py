@@ -15,6 +15,7 @@ from eaglequant.common.errors import ExclusionProofError, InputError, Param, giv
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format
+from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.model import Scheme
 
@@ -65,8 +66,12 @@ def plan_exclusions(
                 hint="choose another scheme (eaglequant schemes lists them)",
             )
         raise InputError("every linear is excluded; nothing would be quantized", hint=words("relax ", Param("exclude")))
+    quantized = [lin for lin in head.linears if lin.module not in excluded]
+    infos = {t.name: t.info for t in head.tensors}
+    for linear in quantized:  # a source already partly quantized is refused for what it is, before any rule
+        check_quantizable_dtype(infos[linear.weight])
     patterns = synthesize_patterns(views, excluded)
-    verdicts = prove(views, patterns, {lin.module for lin in head.linears if lin.module not in excluded})
+    verdicts = prove(views, patterns, {lin.module for lin in quantized})
     return ExclusionPlan(excluded, patterns, verdicts, notes)
 
 

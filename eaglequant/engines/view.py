@@ -42,9 +42,16 @@ class EngineView:
     ) -> EngineView:
         counts = layer_counts(target_layers)
         modules = {count: engine.runtime_modules(head, count) for count in counts}
-        kept = {m: why for m in modules[counts[-1]] if (why := _kept_reason(engine, head, m, format_name, kinds))}
+        kept = {
+            m: why
+            for m in modules[counts[-1]]
+            if (why := _kept_reason(engine, head, m, format_name, kinds)) is not None
+        }
         needs = {
-            m: why for count in counts for m in modules[count] if (why := engine.needs_quantized(m, kinds, format_name))
+            m: why
+            for count in counts
+            for m in modules[count]
+            if (why := engine.needs_quantized(m, kinds, format_name)) is not None
         }
         return cls(engine, head, format_name, kinds, target_layers, engine.dialect(format_name), modules, kept, needs)
 

@@ -10,7 +10,8 @@ import pytest
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
-from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, resolve_exclusions
+from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, requested_exclusions
+from eaglequant.engines.exclusions import merged_exclusions
 from eaglequant.formats import get_format
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
@@ -30,6 +31,13 @@ def llama() -> HeadDescription:
 
 
 FP8 = load_scheme("fp8-per-channel")
+
+
+def resolve_exclusions(
+    head: HeadDescription, exclude: list[str] | tuple[str, ...], quantize=(), required: dict[str, str] | None = None
+) -> dict[str, str]:
+    """What the plan keeps, given the engines' requirements (``required``) instead of deciding them from views."""
+    return merged_exclusions(head, requested_exclusions(head, exclude, quantize), required or {})
 
 
 def test_the_default_plan_quantizes_the_decoder_and_keeps_the_rest_with_a_reason(llama: HeadDescription) -> None:
