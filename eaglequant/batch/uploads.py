@@ -32,18 +32,21 @@ class Upload:
 
 def read_uploads(dst: Path) -> dict[str, Upload]:
     """``repo_id@revision`` -> what was uploaded there from ``dst``; empty when there is no readable record."""
+    return {target: upload for target, entry in _entries(dst).items() if (upload := Upload.from_json(entry))}
+
+
+def record_upload(dst: Path, target: str, upload: Upload) -> None:
+    """Add (or replace) ``target``'s entry in ``dst``'s record; the other entries are kept as they are."""
+    entries = _entries(dst)
+    entries[target] = upload.to_json()
+    path = dst / UPLOADS_RECORD
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
+
+
+def _entries(dst: Path) -> dict[str, Any]:
     try:
         value = json.loads((dst / UPLOADS_RECORD).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    entries = value.items() if isinstance(value, dict) else ()
-    return {target: upload for target, entry in entries if (upload := Upload.from_json(entry)) is not None}
-
-
-def record_upload(dst: Path, target: str, upload: Upload) -> None:
-    """Add (or replace) ``target``'s entry in ``dst``'s record."""
-    uploads = read_uploads(dst)
-    uploads[target] = upload
-    path = dst / UPLOADS_RECORD
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps({t: u.to_json() for t, u in uploads.items()}, indent=2) + "\n", encoding="utf-8")
+    return value if isinstance(value, dict) else {}

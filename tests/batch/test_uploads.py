@@ -26,6 +26,8 @@ def test_entries_that_are_not_uploads_record_nothing(tmp_path: Path) -> None:
         encoding="utf-8",
     )
     assert read_uploads(tmp_path) == {"org/a@main": Upload("k", None, None)}
+    record_upload(tmp_path, "org/d@main", Upload("k4", None, None))  # what it cannot read, it leaves as it was
+    assert json.loads(path.read_text(encoding="utf-8"))["org/b@main"] == ["k"]
     path.write_text("[1, 2]", encoding="utf-8")
     assert read_uploads(tmp_path) == {}
     path.write_text("{not json", encoding="utf-8")
