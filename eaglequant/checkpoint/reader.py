@@ -115,7 +115,7 @@ class Checkpoint:
         """``role``: what the directory is to the caller (SRC, DST), for messages."""
         root = Path(root)
         if not root.is_dir():
-            what = "a checkpoint directory" if role == "SRC" else "a quantized checkpoint directory"
+            what = "a quantized checkpoint directory" if role == "DST" else "a checkpoint directory"
             problem = "not a directory" if root.exists() else "does not exist"
             raise InputError(f"{root}: {problem}", hint=f"{role} must be {what}")
         if not (root / "config.json").exists() and not (root / "config.json").is_symlink():

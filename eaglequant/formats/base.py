@@ -137,8 +137,9 @@ class Format(ABC):
     # How engines read this format's exclusion entries (each engine maps a dialect to its own matching rule).
     exclude_dialect: ClassVar[str]
     recipes: ClassVar[tuple[Recipe, ...]]  # one per weight kind this format can store
-    # Parameter names of a quantized linear's stored weight, and of what is stored beside it (including the
-    # vendor's variants eaglequant does not write), so a checkpoint can be read back as its source.
+    # Parameter names of a quantized linear's stored weight, and of what is stored beside it, including the vendor's
+    # variants eaglequant does not write: verify's copy check knows by them which tensors are not copies. (Reading a
+    # written checkpoint back goes by the declaring recipe's own tensors.)
     weight_params: ClassVar[tuple[str, ...]] = ("weight",)
     scale_params: ClassVar[tuple[str, ...]]
 

@@ -1,7 +1,7 @@
 """The head a quantized checkpoint was made from, as its headers show it.
 
 A quantized linear is stored as a weight in the kind's own dtype (FP8, INT8, packed FP4 or INT4) plus scale
-tensors, under the names the formats declare (``Format.weight_params``, ``Format.scale_params``). Mapping each
+tensors, under the names its format's recipe for the kind declares (``Recipe.tensors``). Mapping each
 such weight back to the logical source weight (``<module>.weight``, [N, K], source dtype) and setting the scales
 aside gives a checkpoint that :func:`describe_head` reads like any source, so a written head is described by the
 same code. Which tensor is a quantized weight is the answer of the recipe of the format and kind the config declares
