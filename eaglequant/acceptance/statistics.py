@@ -77,10 +77,10 @@ class Interval:
         finite)."""
         return format_interval(self.reported_value, _reported(self.low), _reported(self.high), signed)
 
-    def value_text(self) -> str:
-        """The value alone, to 2 decimals (``n/a`` when there is none: no draft was made)."""
+    def value_text(self, decimals: int = 2) -> str:
+        """The value alone (``n/a`` when there is none: no draft was made)."""
         value = self.reported_value
-        return "n/a" if value is None else f"{value:.2f}"
+        return "n/a" if value is None else f"{value:.{decimals}f}"
 
     def to_json(self) -> dict[str, float | None]:
         """Bounds that are not finite (one prompt has no spread to estimate) are null, which JSON can hold."""

@@ -77,8 +77,9 @@ def render(report: InspectReport, source: str) -> None:
         f"features: {', '.join(head.features) or 'none'}"
     )
     show(_tensor_table(report))
-    for name, reason in _kept_linears(report).items():
-        out.print(f"  [yellow]keep[/] {escape(name)}: {escape(reason)}")
+    for row in report.tensor_plans():
+        if row.kept_linear:  # why: too long for the table
+            out.print(f"  [yellow]keep[/] {escape(row.tensor.name)}: {escape(row.reason)}")
     runtime = Table(title="how the engines will read the written config", title_justify="left")
     runtime.add_column("engine", no_wrap=True)
     name_column(runtime, "runtime module")
@@ -99,8 +100,6 @@ def render(report: InspectReport, source: str) -> None:
 
 def _tensor_table(report: InspectReport) -> Table:
     """Every tensor of the head, with its shard when there are several, and what the plan does with it."""
-    from eaglequant.layouts.head import Role
-
     files = report.files
     multi_file = len(files) > 1
     table = Table(title=f"tensors ({report.source_format}, {len(files)} file(s))", title_justify="left")
@@ -109,26 +108,17 @@ def _tensor_table(report: InspectReport) -> Table:
     for col in ("dtype", "shape", "size") + (("shard",) if multi_file else ()):
         table.add_column(col, no_wrap=True)
     table.add_column(f"{report.plan.scheme.name} → {report.plan.format.name}")
-    kept = report.plan.kept  # every tensor the plan does not quantize, and why
-    for tensor in report.head.tensors:
-        info = tensor.info
-        if tensor.name not in kept:
+    for row in report.tensor_plans():
+        tensor, info = row.tensor, row.tensor.info
+        if row.quantized:
             action = "[green]quantize[/]"
-        elif tensor.role is Role.LINEAR:
+        elif row.kept_linear:
             action = "[yellow]keep[/] (see below)"
         else:
             action = f"[dim]keep: {tensor.role.value.replace('_', ' ')}[/]"
         cells = [escape(tensor.name), info.dtype, str(list(info.shape)), human_bytes(info.nbytes)]
         table.add_row(*cells, *([shard_of.get(info.file.name, info.file.name)] if multi_file else []), action)
     return table
-
-
-def _kept_linears(report: InspectReport) -> dict[str, str]:
-    """The linears the plan keeps unquantized, and why (too long for the table)."""
-    from eaglequant.layouts.head import Role
-
-    kept = report.plan.kept
-    return {t.name: kept[t.name] for t in report.head.tensors if t.name in kept and t.role is Role.LINEAR}
 
 
 def register(app: typer.Typer) -> None:

@@ -175,7 +175,7 @@ def _render_acceptance(prediction: Prediction) -> None:
     source, quantized = prediction.source.length(), prediction.quantized.length()
     out.print(
         f"acceptance predicted on {escape(prediction.inputs)} ({prediction.rule}): "
-        f"{source.reported_value:.3f} -> {quantized.reported_value:.3f} tokens, "
+        f"{source.value_text(3)} -> {quantized.value_text(3)} tokens, "
         f"{prediction.difference.text(signed=True)} (budget -{prediction.budget})"
     )
 

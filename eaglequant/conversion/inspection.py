@@ -7,7 +7,18 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.conversion.plan import ConversionPlan
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.head import HeadDescription, HeadTensor, Role
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    tensor: HeadTensor
+    quantized: bool
+    reason: str  # why it keeps its source dtype ("" when quantized)
+
+    @property
+    def kept_linear(self) -> bool:
+        return not self.quantized and self.tensor.role is Role.LINEAR
 
 
 @dataclass
@@ -27,20 +38,24 @@ class InspectReport:
     def source_bytes(self) -> int:
         return sum(t.info.nbytes for t in self.head.tensors)
 
+    def tensor_plans(self) -> list[TensorPlan]:
+        """Every tensor of the head, in order, with what the plan does with it."""
+        kept = self.plan.kept  # every tensor the plan does not quantize, and why
+        return [TensorPlan(t, t.name not in kept, kept.get(t.name, "")) for t in self.head.tensors]
+
     def rows(self) -> list[dict[str, Any]]:
-        quantized = {lin.weight for lin in self.plan.quantized}
         return [
             {
-                "name": t.name,
-                "dtype": t.info.dtype,
-                "shape": list(t.info.shape),
-                "bytes": t.info.nbytes,
-                "file": t.info.file.name,
-                "role": t.role.value,
-                "action": "quantize" if t.name in quantized else "keep",
-                "reason": "" if t.name in quantized else self.plan.kept[t.name],
+                "name": row.tensor.name,
+                "dtype": row.tensor.info.dtype,
+                "shape": list(row.tensor.info.shape),
+                "bytes": row.tensor.info.nbytes,
+                "file": row.tensor.info.file.name,
+                "role": row.tensor.role.value,
+                "action": "quantize" if row.quantized else "keep",
+                "reason": row.reason,
             }
-            for t in self.head.tensors
+            for row in self.tensor_plans()
         ]
 
     def to_json(self) -> dict[str, Any]:
