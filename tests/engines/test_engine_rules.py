@@ -408,3 +408,18 @@ def test_a_native_fp8_config_with_a_different_ignored_layers_is_a_problem() -> N
     assert fmt.read_config(config, {}).problems == []
     written = fmt.read_config({**config, "ignored_layers": ["lm_head"]}, {})
     assert written.patterns == ["lm_head"] and "TensorRT-LLM the second" in written.problems[0]
+
+
+def test_a_partly_quantized_source_is_refused_for_that_before_any_rule_is_written() -> None:
+    """Its FP8 linear is the problem to name, not the layer count the rules for its kept qkv_proj would need."""
+    from dataclasses import replace
+
+    from eaglequant.common.errors import LayoutError
+
+    head = inspect(FIXTURES / "specforge-llama").head
+    fp8 = [
+        replace(t, info=replace(t.info, dtype="F8_E4M3")) if t.name.endswith("gate_proj.weight") else t
+        for t in head.tensors
+    ]
+    with pytest.raises(LayoutError, match="F8_E4M3, cannot be quantized"):
+        build_plan(replace(head, tensors=fp8), builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
