@@ -3,31 +3,18 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import vendor_required
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
-try:
-    import triton  # noqa: F401
-except ImportError:
-    if vendor_required():  # CI installs the test extra, triton included: its absence fails there
-        raise
-    pytest.skip("triton is not installed (pip install -e '.[test]')", allow_module_level=True)
-
 from eaglequant.kernels import BACKEND_CALLS, StoredLinear, fused_linear
 from eaglequant.kernels.reference import quantize_tokens_fp8, reference_linear
-from eaglequant.kernels.triton_gemm import triton_linear
 from eaglequant.kinds import FP8_CHANNEL, FP8_TOKEN, MXFP4, NVFP4
 from tests.kernels.stored_layouts import stored_layouts
+from tests.kernels.under_triton import DEVICE, gemm_case, triton_kernel
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+triton_linear = triton_kernel(module=True)
 # Both sides accumulate exact products in float32; only the summation order differs.
 TOLERANCE = 2e-5  # max |kernel - reference| / max |reference|
 
@@ -38,12 +25,7 @@ SHAPES = [(3, 80, 96), (16, 64, 128), (5, 33, 64)]  # (M, N, K): partial row, co
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("layout", ["fp8-w8a16", "fp8-w8a8", "fp8-w8a8-ct", "nvfp4-modelopt", "nvfp4-ct", "mxfp4"])
 def test_kernel_matches_reference(layout: str, shape: tuple[int, int, int]) -> None:
-    m, n, k = shape
-    generator = torch.Generator().manual_seed(m * n + k)
-    weight = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16)
-    weight[0] = 0  # an all-zero row: zero scales must not turn into NaN
-    x = torch.randn(m, k, generator=generator).to(torch.bfloat16)
-    x[-1] *= 40  # an outlier token
+    weight, x = gemm_case(shape)
     stored = stored_layouts(weight)[layout]
     expected = reference_linear(x, stored)
     got = triton_linear(x.to(DEVICE), stored.to(DEVICE)).cpu()

@@ -5,8 +5,6 @@ llm-compressor's ``W4A16`` / ``W4A16_ASYM`` runs in tests/formats/test_vendor_pa
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -14,6 +12,7 @@ from hypothesis import strategies as st
 
 from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, StoredLinear, weight_kind
 from eaglequant.numerics import int4
+from tests.kernels.under_triton import DEVICE, gemm_case, triton_kernel
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -215,24 +214,16 @@ def test_a_written_head_is_read_by_its_kind_not_its_dtype(tmp_path) -> None:
 
 # -- the Triton kernel (interpreted on CPU), against the torch reference ------------------------------------------
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
 
 @pytest.mark.parametrize("symmetric", [True, False], ids=["sym", "asym"])
 @pytest.mark.parametrize("shape", [(3, 80, 128), (16, 64, 256), (5, 40, 384)], ids=lambda s: "x".join(map(str, s)))
 def test_kernel_matches_the_reference(shape: tuple[int, int, int], symmetric: bool) -> None:
-    pytest.importorskip("triton")
     from eaglequant.kernels.reference import reference_linear
-    from eaglequant.kernels.triton_gemm import triton_linear
 
-    m, n, k = shape
-    generator = torch.Generator().manual_seed(m * n + k)
-    weight = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16)
-    weight[0] = 0
-    x = torch.randn(m, k, generator=generator).to(torch.bfloat16)
-    x[-1] *= 40
+    triton_linear = triton_kernel()
+
+    weight, x = gemm_case(shape)
+    k = shape[2]
     packed, scale, zero = int4.compressed_tensors_quantize(weight, symmetric)
     stored = StoredLinear(
         INT4_GROUP if symmetric else INT4_GROUP_ASYM, packed, block_scale=scale.float(), zero_point=zero
@@ -251,8 +242,7 @@ def test_kernel_matches_the_reference(shape: tuple[int, int, int], symmetric: bo
 )
 def test_any_stored_words_decode_like_the_reference(words: list[int], zero: list[int]) -> None:
     """Every nibble of every int32 (sign bit included), with and without zero points."""
-    pytest.importorskip("triton")
-    from eaglequant.kernels.triton_gemm import triton_linear
+    triton_linear = triton_kernel()
 
     packed = torch.tensor(words, dtype=torch.int32).reshape(8, 16)
     scale = torch.linspace(0.01, 2.0, 8).reshape(8, 1)

@@ -5,8 +5,6 @@ session oracle, over every fixture and the edge checkpoints of :func:`tests.conf
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -14,6 +12,7 @@ from hypothesis import strategies as st
 
 from eaglequant.kinds import INT8_CHANNEL, INT8_TOKEN, StoredLinear, activation_kind, weight_kind
 from eaglequant.numerics import int8
+from tests.kernels.under_triton import DEVICE, gemm_case, triton_kernel
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -191,24 +190,16 @@ def test_the_kind_and_its_recipe() -> None:
 
 # -- the Triton kernel (interpreted on CPU), against the torch reference ------------------------------------------
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
-
 
 @pytest.mark.parametrize("activation", ["int8-token", None])
 @pytest.mark.parametrize("shape", [(3, 80, 128), (16, 64, 256), (5, 33, 96)], ids=lambda s: "x".join(map(str, s)))
 def test_kernel_matches_the_reference(shape: tuple[int, int, int], activation: str | None) -> None:
-    pytest.importorskip("triton")
     from eaglequant.kernels.reference import reference_linear
-    from eaglequant.kernels.triton_gemm import triton_linear
 
-    m, n, k = shape
-    generator = torch.Generator().manual_seed(m * n + k)
-    weight = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16)
-    weight[0] = 0
-    x = torch.randn(m, k, generator=generator).to(torch.bfloat16)
-    x[-1] *= 40
+    triton_linear = triton_kernel()
+
+    weight, x = gemm_case(shape)
+    k = shape[2]
     q, scale = int8.compressed_tensors_per_channel(weight)
     stored = StoredLinear(
         INT8_CHANNEL, q, channel_scale=scale.float().reshape(-1), activation=activation_kind(activation)
@@ -223,8 +214,7 @@ def test_kernel_matches_the_reference(shape: tuple[int, int, int], activation: s
 
 
 def test_kernel_rounds_tokens_like_the_reference() -> None:
-    pytest.importorskip("triton")
-    from eaglequant.kernels.triton_gemm import triton_linear
+    triton_linear = triton_kernel()
 
     k = 128
     x = torch.randn(6, k, generator=torch.Generator().manual_seed(3)) * 3

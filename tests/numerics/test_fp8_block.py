@@ -3,15 +3,10 @@ and against each other's invariants, its stored form read by the reference and b
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # read when the kernels are decorated, at import
 
 from eaglequant.kernels import StoredLinear
 from eaglequant.kernels.reference import reference_linear
@@ -19,8 +14,8 @@ from eaglequant.kinds import ACTIVATION_KINDS, FP8_BLOCK, activation_kind
 from eaglequant.numerics import fp8_block
 from eaglequant.numerics.fp8 import dequantize_token_groups, quantize_token_groups
 from eaglequant.numerics.rows import row_blocks
+from tests.kernels.under_triton import DEVICE, triton_kernel
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 E4M3 = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
 E4M3_GRID = torch.unique(E4M3[torch.isfinite(E4M3)])
 
@@ -113,8 +108,7 @@ def _stored(weight: torch.Tensor, activation: str | None) -> StoredLinear:
 @pytest.mark.parametrize("shape", [(3, 80, 256), (5, 200, 128), (16, 129, 384)], ids=str)
 @pytest.mark.parametrize("activation", ["fp8-group", None])
 def test_triton_kernel_matches_the_reference(shape: tuple[int, int, int], activation: str | None) -> None:
-    pytest.importorskip("triton")
-    from eaglequant.kernels.triton_gemm import triton_linear
+    triton_linear = triton_kernel()
 
     m, n, k = shape
     weight = _weight(n, k, m)
@@ -129,8 +123,7 @@ def test_triton_kernel_matches_the_reference(shape: tuple[int, int, int], activa
 
 
 def test_triton_kernel_dequantizes_bit_exactly() -> None:
-    pytest.importorskip("triton")
-    from eaglequant.kernels.triton_gemm import triton_linear
+    triton_linear = triton_kernel()
 
     stored = _stored(_weight(200, 256, 9), None)
     eye = torch.eye(256, dtype=torch.bfloat16)
