@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import textwrap
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
@@ -51,14 +51,6 @@ class EngineCell:
     note: str
     needs_target_layers: bool
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "loads": self.loads,
-            "conditional": self.conditional,
-            "note": self.note,
-            "needs_target_layers": self.needs_target_layers,
-        }
-
 
 @dataclass(frozen=True)
 class FormatRow:
@@ -67,10 +59,6 @@ class FormatRow:
     format: str
     algorithm: str | None
     engines: dict[str, EngineCell | None]
-
-    def to_json(self) -> dict[str, Any]:
-        engines = {name: None if cell is None else cell.to_json() for name, cell in self.engines.items()}
-        return {"format": self.format, "algorithm": self.algorithm, "engines": engines}
 
 
 @dataclass(frozen=True)
@@ -82,13 +70,7 @@ class SchemeRow:
     formats: tuple[FormatRow, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "label": self.label,
-            "summary": self.summary,
-            "file": self.file,
-            "formats": [fmt.to_json() for fmt in self.formats],
-        }
+        return {**asdict(self), "formats": [asdict(fmt) for fmt in self.formats]}
 
 
 # A cell whose engine matches this format's exclusions by exact name (vLLM reading a native fp8 config).
