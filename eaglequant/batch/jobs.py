@@ -13,13 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from eaglequant.batch.checks import check_name, check_repo_id, conversion_options
 from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
 from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, job_counts, succeeded, summary_json
 from eaglequant.batch.uploads import Upload, read_uploads, record_upload
 from eaglequant.checkpoint.hashing import file_sha256
+from eaglequant.common import toml
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
@@ -124,10 +123,10 @@ class BatchResult:
 def load_jobs(path: Path) -> list[Job]:
     """Parse and check the whole job file before anything runs (exit 2 on any mistake)."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = toml.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise InputError(f"{path}: job file not found") from exc
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, toml.TOMLDecodeError) as exc:
         raise InputError(f"{path}: not a readable TOML job file ({exc})") from exc
     unknown = set(data) - {"defaults", "job"}
     if unknown:

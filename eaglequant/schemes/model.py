@@ -16,8 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from eaglequant.common import toml
 from eaglequant.common.errors import SchemeError, placeholder, words
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, Kinds, TensorKind, kinds_label
 from eaglequant.kinds.base import BlockSize
@@ -128,10 +127,10 @@ def load_scheme(name_or_path: str) -> Scheme:
     """Load a built-in scheme by name, or a scheme file by path."""
     path = scheme_path(name_or_path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = toml.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise SchemeError(f"{path}: scheme file not found") from exc
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except (toml.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SchemeError(f"{path}: not valid TOML ({exc})") from exc
     return parse_scheme(data, str(path))
 

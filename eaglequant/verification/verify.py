@@ -199,16 +199,15 @@ def verify_checkpoint(
 def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, str | None]:
     """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
     (no report), the built-in scheme of the same kinds, with a note saying so."""
-    import tomllib
-
+    from eaglequant.common import toml
     from eaglequant.schemes.model import parse_scheme
 
     if recorded is None:
         fallback = builtin_scheme_for(kinds)
         return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
     try:
-        scheme = parse_scheme(tomllib.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
-    except tomllib.TOMLDecodeError as exc:
+        scheme = parse_scheme(toml.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
+    except toml.TOMLDecodeError as exc:
         raise InputError(f"{REPORT_NAME}: scheme_toml is not TOML ({exc})", hint="convert it again") from None
     return declared_as(scheme, kinds), None
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tomllib
 
+from eaglequant.common import toml as tomllib
 from eaglequant.common.errors import SchemeError
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme, parse_scheme, scheme_to_toml
 from tests.conftest import ROOT, run_cli
