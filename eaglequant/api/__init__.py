@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.api.written import open_written
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError
@@ -24,6 +25,7 @@ from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.pipeline import write_output
 from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.conversion.result import ConversionResult
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.hub.client import SourceRef, resolve_source
 from eaglequant.layouts.detect import describe_head
@@ -55,15 +57,22 @@ def _open(src: str | Path) -> tuple[Checkpoint, HeadDescription]:
         raise
 
 
-def inspect(src: str | Path, options: ConversionOptions | None = None, **settings: Any) -> InspectReport:
+def inspect(
+    src: str | Path,
+    options: ConversionOptions | None = None,
+    *,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+    **settings: Any,
+) -> InspectReport:
     """Describe a checkpoint (a directory or a Hub repo id) and what converting it with ``options`` (or
-    ``settings``: any :class:`ConversionOptions` field by name) would do. Reads headers only (a Hub source is
-    downloaded first); the options that do not change the plan are checked, and have no other effect."""
+    ``settings``: any :class:`ConversionOptions` field by name) would do, and what a speculative round of
+    ``draft_tokens`` tokens would read per engine. Reads headers only (a Hub source is downloaded first); the
+    options that do not change the plan are checked, and have no other effect."""
     chosen = ConversionOptions.build(options, **settings)
     source = resolve_source(src)
     with _planned(source, chosen) as (checkpoint, plan):
         files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
-        return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan)
+        return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan, draft_tokens)
 
 
 @contextmanager
@@ -209,17 +218,19 @@ def explain(
     engines: list[str] | tuple[str, ...] = (),
     target_layers: int | None = None,
     target_config: str | Path | None = None,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
 ) -> Explanation:
     """How each engine will read the quantized checkpoint in ``dst``: every runtime module, the rule that
-    excludes it, the scheme applied and the tensors expected. Reads headers only; ``Explanation.ok`` is False
+    excludes it, the scheme applied, the tensors expected, and the weight bytes a speculative round of
+    ``draft_tokens`` tokens reads. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: those that must load it (default: those its
     conversion targeted); ``["all"]`` (and no report): every engine, those that cannot load it not judged."""
     from eaglequant.readback.explanation import explain_checkpoint
     from eaglequant.record.report import read_report, recorded_engines
 
     names = None if "all" in engines else _engine_names(engines) or recorded_engines(read_report(Path(dst)))
-    with _open_written(dst, target_layers, target_config) as (checkpoint, head, target):
-        return explain_checkpoint(checkpoint, head, names, target)
+    with open_written(dst, target_layers, target_config) as (checkpoint, head, target):
+        return explain_checkpoint(checkpoint, head, names, target, draft_tokens)
 
 
 def verify(
@@ -292,7 +303,7 @@ def _verify_written(
     from ``target_layers``, ``target_config`` or DST's report."""
     from eaglequant.verification.verify import verify_checkpoint
 
-    with _open_written(dst, target_layers, target_config, target) as (checkpoint, head, target):
+    with open_written(dst, target_layers, target_config, target) as (checkpoint, head, target):
         return verify_checkpoint(
             dst,
             head,
@@ -328,7 +339,7 @@ def load_checks(
         raise InputError(f"{len(dsts)} checkpoints but {len(chosen)} sources", hint="give one source per checkpoint")
     expected, jobs = [], []
     for dst, source in zip(dsts, chosen, strict=True):
-        with _open_written(dst, None, None) as (checkpoint, head, target):
+        with open_written(dst, None, None) as (checkpoint, head, target):
             expected.append(expectation(checkpoint, head, target, engine))
         jobs.append(LoadJob(Path(dst), None if source is None else Path(source), expected[-1].target_layers))
     run = run_probe(engine, jobs, engine_python)
@@ -374,24 +385,3 @@ def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
     from eaglequant.engines import get_engine
 
     return [get_engine(name).name for name in dict.fromkeys(engines) if name != "all"] or None
-
-
-@contextmanager
-def _open_written(
-    dst: str | Path,
-    target_layers: int | None,
-    target_config: str | Path | None,
-    target: TargetLayers | None = None,
-) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
-    """A quantized checkpoint, the head it was made from, and the target's layer count (``target``; or given by
-    ``target_layers`` / ``target_config``; or else the one its conversion recorded in ``dst``'s report)."""
-    from eaglequant.readback.written import describe_written_head
-    from eaglequant.record.report import read_report
-
-    with Checkpoint.open(dst, "DST") as checkpoint:
-        head = describe_written_head(checkpoint)
-        if target is None and target_layers is None and target_config is None:
-            recorded = read_report(Path(dst))
-            if recorded is not None and recorded.target_layers.count is not None:
-                target = recorded.target_layers.recorded()
-        yield checkpoint, head, target or resolve_target_layers(target_layers, target_config, head.config)

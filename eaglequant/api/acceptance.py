@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,6 +59,11 @@ def accept(
     if served_as not in SERVED_AS:
         one_of = f": not one of {', '.join(SERVED_AS)}"
         raise InputError(words(given("served_as", served_as), one_of), hint="use dequantized")
+    if any(not math.isfinite(t) or t <= 0 for t in temperatures):
+        raise InputError(
+            words(given("temperatures", list(temperatures)), ": each must be a finite number above 0"),
+            hint="greedy always runs; give the sampled temperatures beside it, e.g. 1.0",
+        )
     if num_speculative_tokens < 1 or max_tokens < 1:
         raise InputError(
             words(Param("num_speculative_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
@@ -125,12 +131,12 @@ def _recorded_source(dsts: list[Path]) -> Path:
 
 
 def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -> QuantizedDraft:
-    from eaglequant.api import _open_written
+    from eaglequant.api.written import open_written
     from eaglequant.readback.explanation import read_written_config
     from eaglequant.record.report import read_report
     from eaglequant.verification.verify import recorded_scheme
 
-    with _open_written(dst, None, None) as (checkpoint, head, target):
+    with open_written(dst, None, None) as (checkpoint, head, target):
         _, written = read_written_config(checkpoint)
         scheme, _ = recorded_scheme(read_report(dst), written.kinds)
         dequantized: list[str] = []

@@ -207,3 +207,17 @@ def write_head(head: SyntheticHead, directory: Path) -> None:
             shard.write(name, start * cols * 2, block.view(torch.uint16).numpy().data)
     shard.close()
     (directory / "config.json").write_text(json.dumps(head.config, indent=2) + "\n", encoding="utf-8")
+
+
+def write_head_headers(head: SyntheticHead, directory: Path) -> None:
+    """``head`` with its headers and config only: the shard is sized but its data is a hole (zeros, no disk used), for
+    the commands that read headers alone (``inspect`` and its model of a round's cost)."""
+    from eaglequant.checkpoint.writer import safetensors_header
+
+    specs = [TensorSpec(name, "BF16", shape) for name, shape in head.tensors]
+    header = safetensors_header(specs, {"format": "pt"})
+    path = directory / "model.safetensors"
+    with path.open("wb") as file:
+        file.write(header)
+        file.truncate(len(header) + sum(spec.nbytes for spec in specs))
+    (directory / "config.json").write_text(json.dumps(head.config, indent=2) + "\n", encoding="utf-8")

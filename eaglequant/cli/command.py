@@ -185,7 +185,8 @@ def _flags() -> dict[str, str]:
 
     declared = {name: spec.flag for name, spec in OPTION_SPECS.items()}
     own = {"overwrite": "--overwrite", "overwrite_any": "--overwrite-any", "force": "--force"}
-    return {**declared, **own, "source": "--source", "inputs": "--inputs", "num_speculative_tokens": "--k"}
+    flags = {**declared, **own, "source": "--source", "inputs": "--inputs", "num_speculative_tokens": "--k"}
+    return {**flags, "draft_tokens": "--k"}
 
 
 _FLAGS = _flags()

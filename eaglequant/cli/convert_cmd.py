@@ -20,12 +20,13 @@ from eaglequant.cli.options import (
     SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
+    WorkersOpt,
     conversion_flag,
     conversion_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import progress_display, shown
-from eaglequant.cli.tables import name_column, show
+from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
 
@@ -57,7 +58,7 @@ def convert_command(
     calib: Annotated[Optional[Path], conversion_flag("calib")] = None,  # noqa: UP045 - Typer needs Optional on 3.10
     verify: Annotated[bool, conversion_flag("verify_output")] = False,
     repo_id: Annotated[Optional[str], conversion_flag("repo_id")] = None,  # noqa: UP045
-    workers: Annotated[Optional[int], conversion_flag("workers", min=1)] = None,  # noqa: UP045
+    workers: WorkersOpt = None,
     device: Annotated[str, conversion_flag("device")] = DEFAULT_DEVICE,
 ) -> None:
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
@@ -137,6 +138,7 @@ def render(converted: ConversionResult) -> None:
         markup=True,
         soft_wrap=True,
     )
+    show_round_costs(list(report.round_costs))
     if converted.verification is not None:
         from eaglequant.cli.verify_cmd import render as render_verification
 

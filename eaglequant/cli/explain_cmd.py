@@ -10,9 +10,9 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import QuantizedDstArg, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.options import DraftTokensOpt, QuantizedDstArg, TargetConfigOpt, TargetLayersOpt
 from eaglequant.cli.output import absolute, note, out, result
-from eaglequant.cli.tables import name_column, show
+from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
@@ -33,8 +33,10 @@ def explain_command(
     ] = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
+    k: DraftTokensOpt = 3,
 ) -> None:
-    """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors.
+    """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors, and the weight bytes it
+    reads per speculative round.
 
     Exits 3 when an engine would not load DST as its config says.
     """
@@ -42,7 +44,9 @@ def explain_command(
     def body() -> bool:
         from eaglequant.api import explain
 
-        explanation = explain(dst, engines=engine or [], target_layers=target_layers, target_config=target_config)
+        explanation = explain(
+            dst, engines=engine or [], target_layers=target_layers, target_config=target_config, draft_tokens=k
+        )
         destination = absolute(explanation.destination)
         data = explanation.to_json()
         data["destination"] = destination
@@ -63,6 +67,7 @@ def render(explanation: Explanation, destination: str) -> None:
             _render_engine(reading)
         else:
             out.print(f"[dim]{reading.title} does not load this checkpoint: {escape(reading.note)}[/]", soft_wrap=True)
+    show_round_costs([r.round_cost for r in explanation.engines if r.round_cost is not None])
     listed = [r.title for r in explanation.engines if not r.judged]
     if explanation.ok:
         if not listed:

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.options import (
+    DraftTokensOpt,
     EngineOpt,
     ExcludeOpt,
     FormatOpt,
@@ -21,7 +22,7 @@ from eaglequant.cli.options import (
     conversion_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, out, quiet_hub_progress, result
-from eaglequant.cli.tables import name_column, show
+from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.conversion.options import DEFAULT_FORMAT, DEFAULT_SCHEME
 
 if TYPE_CHECKING:
@@ -37,8 +38,10 @@ def inspect_command(
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
+    k: DraftTokensOpt = 3,
 ) -> None:
-    """Show the detected layout and why, every tensor, what SCHEME would quantize, and the output size."""
+    """Show the detected layout and why, every tensor, what SCHEME would quantize, the output size, and the weight
+    bytes each engine would read per speculative round."""
     from eaglequant.cli.guard import run_guarded
 
     def body() -> None:
@@ -58,6 +61,7 @@ def inspect_command(
                 target_layers=target_layers,
                 target_config=target_config,
             ),
+            draft_tokens=k,
         )
         source = absolute(report.source)
         data = report.to_json()
@@ -96,6 +100,7 @@ def render(report: InspectReport, source: str) -> None:
     out.print(f"exclude rules written: {escape(str(list(plan.exclude_patterns)))}")
     src_b, out_b = report.source_bytes, plan.output_bytes
     out.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
+    show_round_costs(report.round_costs())
 
 
 def _tensor_table(report: InspectReport) -> Table:

@@ -6,6 +6,8 @@ that is wider than the console, each row is printed as a name followed by its ot
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console, RenderableType
 from rich.markup import escape
 from rich.measure import Measurement
@@ -13,6 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from eaglequant.cli.output import out
+
+if TYPE_CHECKING:
+    from eaglequant.engines.round_cost import RoundCost
 
 
 def name_column(table: Table, header: str) -> None:
@@ -73,3 +78,39 @@ def _plain(cell: RenderableType) -> str:
     if isinstance(cell, str):
         return Text.from_markup(cell).plain
     return escape(str(cell))
+
+
+def show_round_costs(costs: list[RoundCost]) -> None:
+    """The weight bytes each engine reads per speculative round, part by part, against the source's."""
+    from eaglequant.engines.round_cost import MODEL_NOTE, PARTS, decimal_bytes
+
+    if not costs:
+        return
+    k = costs[0].draft_tokens
+    table = Table(title=f"weight bytes read per speculative round (k = {k})", title_justify="left")
+    table.add_column("engine", no_wrap=True)
+    shown = [part for part in PARTS if any(cost.part(part) for cost in costs)]
+    for part in shown:
+        table.add_column(part, justify="right")
+    for header in ("per round", "source", "fewer", "resident"):
+        table.add_column(header, justify="right", no_wrap=True)
+    for cost in costs:
+        cells = []
+        for name in shown:
+            found = cost.part(name)
+            cell = "" if found is None else decimal_bytes(found.bytes_per_round)
+            if found is not None and found.quantized:
+                cell = f"[green]{cell}[/]"
+            elif found is not None and found.shared:
+                cell += " [dim](target's)[/]"
+            cells.append(cell)
+        table.add_row(
+            f"{cost.engine} {cost.release}",
+            *cells,
+            decimal_bytes(cost.bytes_per_round),
+            decimal_bytes(cost.source_bytes_per_round),
+            f"{cost.reduction:.2f}×",
+            decimal_bytes(cost.resident_bytes),
+        )
+    show(table)
+    out.print(f"  [dim]{escape(MODEL_NOTE)}; green: run quantized[/]", soft_wrap=True)

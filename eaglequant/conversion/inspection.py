@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.conversion.plan import ConversionPlan
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, RoundCost, check_draft_tokens
 from eaglequant.layouts.head import HeadDescription, HeadTensor, Role
 
 
@@ -28,6 +29,14 @@ class InspectReport:
     files: list[str]
     head: HeadDescription
     plan: ConversionPlan
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS  # k in the cost of a round
+
+    def __post_init__(self) -> None:
+        check_draft_tokens(self.draft_tokens)
+
+    def round_costs(self) -> list[RoundCost]:
+        """Per targeted engine, the weight bytes a speculative round reads as converted, and as the source."""
+        return self.plan.round_costs(self.draft_tokens)
 
     @property
     def dims(self) -> dict[str, Any]:
@@ -90,4 +99,5 @@ class InspectReport:
             ],
             "source_bytes": self.source_bytes,
             "estimated_output_bytes": self.plan.output_bytes,
+            "round_costs": [cost.to_json() for cost in self.round_costs()],
         }

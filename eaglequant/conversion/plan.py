@@ -17,6 +17,7 @@ from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import plan_engines
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, RoundCost, round_cost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.kinds import kinds_title
@@ -70,6 +71,30 @@ class ConversionPlan:
     @property
     def output_bytes(self) -> int:
         return sum(t.spec.nbytes for t in self.outputs)
+
+    def stored_bytes(self) -> dict[str, int]:
+        """Canonical quantized linear -> the bytes of every tensor written for it (weight, scales, zero points)."""
+        stored: dict[str, int] = {}
+        for output in self.outputs:
+            if output.quantized_from is not None:
+                stored[output.quantized_from] = stored.get(output.quantized_from, 0) + output.spec.nbytes
+        return stored
+
+    def round_costs(self, draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> list[RoundCost]:
+        """Per targeted engine, the weight bytes a speculative round of ``draft_tokens`` reads, as that engine runs
+        each module (:mod:`eaglequant.engines.round_cost`)."""
+        stored = self.stored_bytes()
+        costs = []
+        for engine in self.engines:
+            runs_quantized = {
+                member
+                for verdict in self.verdicts
+                if verdict.engine == engine.name and verdict.quantized
+                for member in verdict.members
+            }
+            quantized = {module: stored[module] for module in runs_quantized if module in stored}
+            costs.append(round_cost(self.head, engine.name, engine.release, quantized, draft_tokens))
+        return costs
 
     def quantization_config(self) -> dict[str, object]:
         return self.format.quantization_config(self.scheme, self.exclude_patterns)

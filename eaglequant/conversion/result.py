@@ -116,6 +116,7 @@ class ConversionResult:
             manifest=self.manifest,
             card=self.card,
             verification=None if verification is None else verification.summary(),
+            round_costs=tuple(plan.round_costs()),
         )
 
     @property

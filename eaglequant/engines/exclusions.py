@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from eaglequant.common.errors import ExclusionProofError, InputError, Param, given, words
+from eaglequant.common.errors import ExclusionProofError, InputError, Param, Words, given, suggested, words
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format
@@ -54,7 +54,7 @@ def plan_exclusions(
     quantized, then the defaults and the user's rules, then what the format cannot store (with the rest of its
     fused group); then the rules that say it in each engine's dialect, proven for every engine. Refuses a plan
     that would quantize nothing."""
-    excluded = merged_exclusions(head, request, engine_requirements(views))
+    excluded = merged_exclusions(head, request, engine_requirements(views), _format_hint(views, scheme, request))
     check_fused_groups(head, set(excluded))
     chosen = set(excluded)
     notes = _exclude_unstorable(head, fmt, scheme, excluded, views)
@@ -75,10 +75,16 @@ def plan_exclusions(
     return ExclusionPlan(excluded, patterns, verdicts, notes)
 
 
-def merged_exclusions(head: HeadDescription, request: KeepRequest, required: Mapping[str, str]) -> dict[str, str]:
+def merged_exclusions(
+    head: HeadDescription,
+    request: KeepRequest,
+    required: Mapping[str, str],
+    formats_hint: Mapping[str, Words] | None = None,
+) -> dict[str, str]:
     """Canonical linear -> why it keeps its source dtype: what an engine requires first (``required``: module ->
     the engine's reason), then what ``request`` asks. A ``quantize`` rule may lift a default, never a
-    requirement."""
+    requirement; ``formats_hint``: module -> the formats in which every targeted engine would run it quantized,
+    said in the refusal."""
     excluded: dict[str, str] = {}
     for module, reason in required.items():
         if module in request.quantized:
@@ -88,13 +94,45 @@ def merged_exclusions(head: HeadDescription, request: KeepRequest, required: Map
                     f" asks to quantize {head.linear(module).checkpoint_module}, but {reason}",
                 ),
                 hint=words(
-                    "drop that ", Param("quantize"), " rule, or the ", Param("engines"), " that cannot run it quantized"
+                    *(formats_hint or {}).get(module, ()),
+                    "drop that ",
+                    Param("quantize"),
+                    " rule, or the ",
+                    Param("engines"),
+                    " that cannot run it quantized",
                 ),
             )
         excluded[module] = reason
     for module, reason in request.kept.items():
         excluded.setdefault(module, reason)
     return excluded
+
+
+def _format_hint(views: list[EngineView], scheme: Scheme, request: KeepRequest) -> dict[str, Words]:
+    """For each linear a ``quantize`` rule asks for that a targeted engine keeps unquantized in this format: the
+    formats storing the scheme in which every targeted engine loads it and runs that linear quantized."""
+    from eaglequant.engines.support import support
+    from eaglequant.formats import FORMATS
+
+    required = engine_requirements(views)
+    hints = {}
+    for module in request.quantized:
+        if module not in required:
+            continue
+        able: list[str | Param] = []
+        for fmt in FORMATS.values():
+            if not fmt.supports(scheme) or fmt.name == views[0].format_name:
+                continue
+            cells = [support(scheme.kinds, fmt.name, view.engine, view.head.attention) for view in views]
+            if not all(cell is not None and cell.loads for cell in cells):
+                continue
+            others = [EngineView.of(v.engine, v.head, fmt.name, v.kinds, v.target_layers) for v in views]
+            if module not in engine_requirements(others):
+                able += [" or "] * bool(able) + [suggested("format", fmt.name)]
+        engines = ", ".join(view.engine.title for view in views)
+        said = f"no format lets {engines} run it quantized with this scheme: "
+        hints[module] = words(*able, f" runs it quantized in {engines}; or ") if able else words(said)
+    return hints
 
 
 def engine_requirements(views: list[EngineView]) -> dict[str, str]:

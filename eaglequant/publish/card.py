@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.engines import ENGINES
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, MODEL_NOTE, PARTS, PartCost, decimal_bytes
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from eaglequant.verification.verify import VerifyReport
 
 CARD_NAME = "README.md"
-DRAFT_TOKENS = 3  # num_speculative_tokens / max_draft_len in the serving lines
+DRAFT_TOKENS = DEFAULT_DRAFT_TOKENS  # num_speculative_tokens / max_draft_len in the serving lines, and k in a round
 # Licence keys the Hub reads from a card's metadata; carried over from the source card unchanged.
 LICENSE_KEYS = ("license", "license_name", "license_link")
 
@@ -77,6 +78,7 @@ def render_card(
         _kept_table(report),
         _dtype_table(report),
         _size_table(report),
+        _round_cost_table(report),
         _verification(verification),
         _acceptance(acceptance),
         _serving(report, context),
@@ -168,6 +170,36 @@ def _size_table(report: ConversionReport) -> str:
         f"| source tensors | {before:,} | |\n"
         f"| quantized tensors | {after:,} | {after / max(before, 1):.2f}× |\n"
     )
+
+
+def _round_cost_table(report: ConversionReport) -> str:
+    if not report.round_costs:
+        return ""
+    k = report.round_costs[0].draft_tokens
+    lines = [
+        f"## Cost of a draft round (k = {k})",
+        "",
+        f"Weight bytes each engine reads per speculative round of {k} drafted tokens: {MODEL_NOTE}. A part run "
+        "quantized is marked *q*; one the draft reads from the target is marked *target*.",
+        "",
+        "| engine | " + " | ".join(PARTS) + " | per round | source | fewer | resident |",
+        "|---|" + "---:|" * (len(PARTS) + 4),
+    ]
+    for cost in report.round_costs:
+        cells = [_part_cell(cost.part(name)) for name in PARTS]
+        totals = (decimal_bytes(cost.bytes_per_round), decimal_bytes(cost.source_bytes_per_round))
+        lines.append(
+            f"| {cost.engine} {cost.release} | {' | '.join(cells)} | {totals[0]} | {totals[1]} | "
+            f"{cost.reduction:.2f}× | {decimal_bytes(cost.resident_bytes)} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _part_cell(part: PartCost | None) -> str:
+    if part is None:
+        return ""
+    marks = [mark for mark, on in (("q", part.quantized), ("target", part.shared)) if on]
+    return decimal_bytes(part.bytes_per_round) + (f" *{', '.join(marks)}*" if marks else "")
 
 
 def _verification(verification: VerificationRecord | None) -> str:

@@ -19,6 +19,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, RoundCost, check_draft_tokens, round_cost
 from eaglequant.engines.support import SCHEME_KINDS, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.engines.view import layer_counts
@@ -75,6 +76,7 @@ class EngineReading:
     # False for an engine listed but not required to load DST (every engine shown, for --engine all or a checkpoint
     # another tool wrote, and this one cannot load its scheme and format): its not loading is no problem.
     judged: bool = True
+    round_cost: RoundCost | None = None  # the weight bytes a speculative round reads (None: it does not load)
 
     @property
     def all_problems(self) -> list[str]:
@@ -96,6 +98,7 @@ class EngineReading:
             "notes": list(self.notes),
             "problems": list(self.problems),
             "modules": [m.to_json() for m in self.modules],
+            "round_cost": None if self.round_cost is None else self.round_cost.to_json(),
         }
 
 
@@ -175,12 +178,15 @@ def explain_checkpoint(
     head: HeadDescription,
     engines: list[str] | None,
     target: TargetLayers,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
 ) -> Explanation:
+    check_draft_tokens(draft_tokens)
     fmt, written = read_written_config(checkpoint)
     scheme = builtin_scheme_for(written.kinds)
     chosen = [ENGINES[name] for name in engines] if engines else list(ENGINES.values())
+    requested = bool(engines)
     readings = [
-        _read_engine(engine, head, checkpoint.tensors, fmt, scheme, written.patterns, target, bool(engines))
+        _read_engine(engine, head, checkpoint.tensors, fmt, scheme, written.patterns, target, requested, draft_tokens)
         for engine in chosen
     ]
     label = SCHEME_KINDS.get(written.kinds, kinds_title(written.kinds))
@@ -198,6 +204,7 @@ def _read_engine(
     patterns: list[str],
     target: TargetLayers,
     requested: bool,
+    draft_tokens: int,
 ) -> EngineReading:
     cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
     refusal = engine.head_refusal(head)
@@ -213,7 +220,27 @@ def _read_engine(
         readings.append(_read_module(engine, head, tensors, fmt, scheme, patterns, module, spellings, target))
     problems = tuple(engine.pattern_problems(head, fmt.name, patterns, scheme.kinds))
     notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name))
-    return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes)
+    stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
+    cost = round_cost(head, engine.name, engine.release, stored, draft_tokens)
+    return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
+
+
+def _stored_bytes(
+    head: HeadDescription, tensors: dict[str, TensorInfo], modules: list[RuntimeModule], readings: list[ModuleReading]
+) -> dict[str, int]:
+    """Canonical linear -> the bytes the checkpoint stores for it, for each linear the engine runs quantized."""
+    stored: dict[str, int] = {}
+    for module, reading in zip(modules, readings, strict=True):
+        if reading.scheme is None:
+            continue
+        for member in module.members:
+            prefix = head.linear(member).checkpoint_module + "."
+            stored[member] = sum(
+                tensors[t.name].nbytes if t.name in tensors else TensorSpec(t.name, t.dtype, t.shape).nbytes
+                for t in reading.expects
+                if t.name.startswith(prefix)
+            )
+    return stored
 
 
 def _read_module(

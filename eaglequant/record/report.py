@@ -19,10 +19,11 @@ from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.common.version import __version__
+from eaglequant.engines.round_cost import RoundCost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.kinds import Kinds
 
-REPORT_VERSION = 2  # 2 added report_version and verification
+REPORT_VERSION = 3  # 2 added report_version and verification; 3 the cost of a round per engine (round_costs)
 _REPAIR = "it was changed after conversion or is damaged: convert the checkpoint again"
 
 
@@ -147,6 +148,7 @@ class ConversionReport:
     manifest: ManifestRecord | None
     card: CardContext | None
     verification: VerificationSummary | None  # None: not verified when written (always None in version 1)
+    round_costs: tuple[RoundCost, ...] = ()  # per targeted engine (none before version 3)
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON, key for key as it is written (a version-1 report stays version 1)."""
@@ -182,6 +184,8 @@ class ConversionReport:
         )
         if versioned:
             data["verification"] = None if self.verification is None else self.verification.to_json()
+        if self.report_version >= 3:
+            data["round_costs"] = [cost.to_json() for cost in self.round_costs]
         return data
 
     def to_text(self) -> str:
@@ -194,7 +198,7 @@ class ConversionReport:
         missing or wrong-typed key, :class:`NewerReportError` for a version newer than this eaglequant's)."""
         top = JsonObject(data, where, ReportError, _REPAIR)
         version = _report_version(top)
-        top.refuse_unknown(_V1_KEYS + (("report_version", "verification") if version >= 2 else ()))
+        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3)])
         target = top.child("target_layers")
         return cls(
             eaglequant_version=top.text("eaglequant_version"),
@@ -228,9 +232,11 @@ class ConversionReport:
             manifest=_manifest(top.child("manifest")),
             card=_card(top.child("card")),
             verification=_verification(top) if version >= 2 else None,
+            round_costs=tuple(RoundCost.from_json(row) for row in top.children("round_costs")) if version >= 3 else (),
         )
 
 
+_VERSIONED_KEYS = ("report_version", "verification", "round_costs")  # version 2 added two, version 3 one
 _V1_KEYS = (
     *("eaglequant_version", "destination", "source", "layout", "scheme", "scheme_label", "scheme_kinds"),
     *("scheme_toml", "attention", "format", "algorithm", "notes", "calibrated_input_amax", "engines"),

@@ -52,7 +52,7 @@ def test_a_written_report_round_trips_byte_for_byte(verified: Path) -> None:
 
 def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path, tmp_path: Path) -> None:
     def unversioned(data: dict) -> None:
-        del data["report_version"], data["verification"]
+        del data["report_version"], data["verification"], data["round_costs"]
 
     dst = _copy_with(verified, tmp_path, unversioned)
     data = json.loads((dst / REPORT_NAME).read_text())
@@ -60,6 +60,26 @@ def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path,
     assert report is not None and report.report_version == 1 and report.verification is None
     assert report.to_json() == data  # a version-1 report stays version 1 when written back
     assert eaglequant.explain(dst).ok
+
+
+def test_a_version_2_report_is_read_without_round_costs(verified: Path, tmp_path: Path) -> None:
+    def version_2(data: dict) -> None:
+        del data["round_costs"]
+        data["report_version"] = 2
+
+    dst = _copy_with(verified, tmp_path, version_2)
+    report = read_report(dst)
+    assert report is not None and report.report_version == 2 and report.round_costs == ()
+    assert report.to_json() == json.loads((dst / REPORT_NAME).read_text())
+
+
+def test_the_report_records_the_cost_of_a_round_per_engine(verified: Path) -> None:
+    report = read_report(verified)
+    assert report is not None and [cost.engine for cost in report.round_costs] == list(report.engines)
+    cost = report.round_costs[0]
+    assert cost.draft_tokens == 3 and cost.bytes_per_round < cost.source_bytes_per_round
+    decoder = cost.part("decoder")
+    assert decoder is not None and decoder.quantized and decoder.reads == 3
 
 
 def test_a_report_from_a_newer_eaglequant_is_refused(verified: Path, tmp_path: Path) -> None:

@@ -1,0 +1,233 @@
+"""What one speculative round costs a draft head in weight bytes, as an engine runs it.
+
+A bandwidth model of small-batch decoding, not a measured time: at the batch sizes where speculative decoding pays,
+a draft step is bound by the weight bytes it reads. In one round with ``k`` drafted tokens, vLLM, SGLang and
+TensorRT-LLM run ``fc`` once (the first step applies it to the target's hidden states; later steps feed the draft's
+own hidden state), every decoder linear, every norm and the ``lm_head`` ``k`` times, and read ``k + 1`` rows of the
+embedding. A module counts in the precision the engine runs it in: as stored (weights, scales, zero points) when the
+engine quantizes it, else at :data:`SERVING_WEIGHT_BYTES` a weight, the BF16/FP16 the engines serve a draft in.
+A draft without its own ``lm_head`` or embedding reads the target's, counted as BF16 and marked shared.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.json_fields import JsonObject
+from eaglequant.layouts.head import HeadDescription, Role
+
+DEFAULT_DRAFT_TOKENS = 3  # k: num_speculative_tokens / max_draft_len, as the card's serving lines use
+MAX_DRAFT_TOKENS = 64
+SERVING_WEIGHT_BYTES = 2  # an unquantized module at run time: BF16 or FP16, whatever the source stored
+
+# The parts of a draft a round reads, in the order a report lists them.
+PARTS = ("fc", "decoder", "lm_head", "embedding", "norms")
+MODEL_NOTE = (
+    "a bandwidth model of small-batch decoding (weights read per speculative round: fc once, decoder linears, norms "
+    "and lm_head k times, k + 1 embedding rows), not a measured time"
+)
+
+
+@dataclass(frozen=True)
+class PartCost:
+    """One part of the draft: how many times a round reads it, and the bytes of one read (as run, and in the
+    source at the serving dtype)."""
+
+    part: str  # one of PARTS
+    reads: int
+    bytes_per_read: int
+    source_bytes_per_read: int
+    quantized: bool  # some of it runs quantized
+    shared: bool = False  # read from the target (the draft has none of its own)
+
+    @property
+    def bytes_per_round(self) -> int:
+        return self.reads * self.bytes_per_read
+
+    @property
+    def source_bytes_per_round(self) -> int:
+        return self.reads * self.source_bytes_per_read
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "part": self.part,
+            "reads_per_round": self.reads,
+            "bytes_per_read": self.bytes_per_read,
+            "source_bytes_per_read": self.source_bytes_per_read,
+            "bytes_per_round": self.bytes_per_round,
+            "source_bytes_per_round": self.source_bytes_per_round,
+            "quantized": self.quantized,
+            "shared_with_target": self.shared,
+        }
+
+    @classmethod
+    def from_json(cls, fields: JsonObject) -> PartCost:
+        return cls(
+            fields.text("part"),
+            fields.integer("reads_per_round"),
+            fields.integer("bytes_per_read"),
+            fields.integer("source_bytes_per_read"),
+            fields.boolean("quantized"),
+            fields.boolean("shared_with_target"),
+        )
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """The weight bytes one engine reads per speculative round of ``draft_tokens`` tokens, against the source's."""
+
+    engine: str
+    release: str
+    draft_tokens: int
+    parts: tuple[PartCost, ...]
+    resident_bytes: int  # the draft's own weights as the engine holds them (shared parts are the target's)
+    source_resident_bytes: int
+
+    @property
+    def bytes_per_round(self) -> int:
+        return sum(part.bytes_per_round for part in self.parts)
+
+    @property
+    def source_bytes_per_round(self) -> int:
+        return sum(part.source_bytes_per_round for part in self.parts)
+
+    @property
+    def reduction(self) -> float:
+        """How many times fewer bytes a round reads than the source's (1.22 for 1.22x fewer)."""
+        return self.source_bytes_per_round / max(self.bytes_per_round, 1)
+
+    @property
+    def shared_parts(self) -> tuple[str, ...]:
+        return tuple(part.part for part in self.parts if part.shared)
+
+    def part(self, name: str) -> PartCost | None:
+        return next((part for part in self.parts if part.part == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "engine": self.engine,
+            "release": self.release,
+            "draft_tokens": self.draft_tokens,
+            "bytes_per_round": self.bytes_per_round,
+            "source_bytes_per_round": self.source_bytes_per_round,
+            "reduction": round(self.reduction, 4),
+            "resident_bytes": self.resident_bytes,
+            "source_resident_bytes": self.source_resident_bytes,
+            "parts": [part.to_json() for part in self.parts],
+            "model": MODEL_NOTE,
+        }
+
+    @classmethod
+    def from_json(cls, fields: JsonObject) -> RoundCost:
+        return cls(
+            fields.text("engine"),
+            fields.text("release"),
+            fields.integer("draft_tokens"),
+            tuple(PartCost.from_json(part) for part in fields.children("parts")),
+            fields.integer("resident_bytes"),
+            fields.integer("source_resident_bytes"),
+        )
+
+
+def round_cost(
+    head: HeadDescription,
+    engine: str,
+    release: str,
+    run_quantized: Mapping[str, int],
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+) -> RoundCost:
+    """The round cost of ``head`` in engine ``engine`` (release ``release``). ``run_quantized``: canonical linear ->
+    the bytes of every tensor stored for it, for each linear the engine runs quantized; every other module runs at
+    :data:`SERVING_WEIGHT_BYTES` a weight."""
+    check_draft_tokens(draft_tokens)
+    k = draft_tokens
+    reads = {"fc": 1, "decoder": k, "lm_head": k, "embedding": k + 1, "norms": k}
+    tally = _Tally()
+    for linear in head.linears:
+        source = linear.out_features * linear.in_features * SERVING_WEIGHT_BYTES
+        as_run = run_quantized.get(linear.module, source)
+        tally.add(_part_of(linear.module), as_run, source, quantized=linear.module in run_quantized)
+    for tensor in head.tensors:
+        served = _elements(tensor.info.shape) * SERVING_WEIGHT_BYTES
+        if tensor.role is Role.EMBEDDING:  # a round reads one row a token
+            row = tensor.info.shape[-1] * SERVING_WEIGHT_BYTES
+            tally.add("embedding", row, row, resident=served)
+        elif tensor.role is Role.NORM:
+            tally.add("norms", served, served)
+        elif tensor.role is Role.BIAS:
+            tally.add(_part_of(tensor.module), served, served)
+        elif tensor.role is Role.VOCAB_MAP and tensor.name.endswith("d2t"):  # held, looked up once a token
+            tally.resident += tensor.info.nbytes
+            tally.source_resident += tensor.info.nbytes
+    shared = _read_from_target(head, tally)
+    parts = tuple(
+        PartCost(
+            part, reads[part], tally.per_read[part][0], tally.per_read[part][1], tally.quantized[part], part in shared
+        )
+        for part in PARTS
+        if tally.per_read[part][1]
+    )
+    return RoundCost(engine, release, k, parts, tally.resident, tally.source_resident)
+
+
+def check_draft_tokens(draft_tokens: object) -> None:
+    """Refuse a ``draft_tokens`` that is not a whole number of tokens from 1 to :data:`MAX_DRAFT_TOKENS`."""
+    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
+        raise InputError(
+            words(given("draft_tokens", draft_tokens), f": tokens drafted a round must be 1 to {MAX_DRAFT_TOKENS}"),
+            hint=words("engines draft a few (", suggested("draft_tokens", DEFAULT_DRAFT_TOKENS), " is common)"),
+        )
+
+
+class _Tally:
+    """Bytes per read of each part (as run, in the source) and the resident bytes, added up module by module."""
+
+    def __init__(self) -> None:
+        self.per_read = {part: [0, 0] for part in PARTS}
+        self.quantized = dict.fromkeys(PARTS, False)
+        self.resident = 0
+        self.source_resident = 0
+
+    def add(self, part: str, as_run: int, source: int, *, quantized: bool = False, resident: int | None = None) -> None:
+        self.per_read[part][0] += as_run
+        self.per_read[part][1] += source
+        self.quantized[part] |= quantized
+        self.resident += as_run if resident is None else resident
+        self.source_resident += source if resident is None else resident
+
+
+def _part_of(module: str) -> str:
+    return module if module in ("fc", "lm_head") else "decoder"
+
+
+def _read_from_target(head: HeadDescription, tally: _Tally) -> set[str]:
+    """The parts the draft has none of and reads from the target (as BF16, sized from the head's dims); not
+    resident in the draft."""
+    shared = set()
+    row = head.dims.hidden_size * SERVING_WEIGHT_BYTES
+    rows = head.dims.vocab_size or head.dims.draft_vocab_size
+    if not tally.per_read["lm_head"][1] and rows:
+        tally.per_read["lm_head"] = [rows * row, rows * row]
+        shared.add("lm_head")
+    if not tally.per_read["embedding"][1]:
+        tally.per_read["embedding"] = [row, row]
+        shared.add("embedding")
+    return shared
+
+
+def decimal_bytes(count: int) -> str:
+    """Bytes in decimal units, as bandwidth is quoted (11.41 GB)."""
+    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} B"
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
