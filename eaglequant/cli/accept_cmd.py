@@ -11,7 +11,15 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
+from eaglequant.cli.options import (
+    MAX_DRAFT_TOKENS,
+    MAX_GENERATED_TOKENS,
+    MAX_SEED,
+    MAX_TEMPERATURE,
+    MaxPromptsOpt,
+    PromptsOpt,
+    positive,
+)
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
@@ -38,12 +46,19 @@ def accept_command(
     ] = None,
     prompts: PromptsOpt = None,
     max_prompts: MaxPromptsOpt = None,
-    k: Annotated[int, typer.Option("--k", min=1, help="Speculative tokens per draft.")] = 3,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=1, help="Tokens generated per prompt.")] = 96,
+    k: Annotated[int, typer.Option("--k", min=1, max=MAX_DRAFT_TOKENS, help="Speculative tokens per draft.")] = 3,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=1, max=MAX_GENERATED_TOKENS, help="Tokens generated per prompt.")
+    ] = 96,
     temperature: Annotated[
         Optional[list[float]],  # noqa: UP045
         typer.Option(
-            "--temperature", help="Sampled modes beside greedy (repeatable; default 1.0).", show_default=False
+            "--temperature",
+            min=0,
+            max=MAX_TEMPERATURE,
+            callback=positive,
+            help="A sampled mode beside greedy, at this temperature (repeatable; default: greedy only).",
+            show_default=False,
         ),
     ] = None,
     served_as: Annotated[
@@ -63,7 +78,7 @@ def accept_command(
             show_default=False,
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the sampled modes.")] = 0,
+    seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the sampled modes.")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write eaglequant_accept.json and the card's figures into DST.")
     ] = False,

@@ -12,6 +12,7 @@ from rich.table import Table
 from eaglequant.cli.command import HELP_OPTION_NAMES, Command, Group
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import info, out, result
+from eaglequant.conversion.options import MAX_WORKERS
 
 if TYPE_CHECKING:
     from eaglequant.bench.convert import ConvertBench
@@ -27,7 +28,8 @@ bench_app = typer.Typer(
 @bench_app.command("kernels", cls=Command)
 def kernels_command(
     m: Annotated[
-        list[int] | None, typer.Option("--m", help="Token counts M (repeatable; default 1 4 16 64 256 2048).")
+        list[int] | None,
+        typer.Option("--m", min=1, max=65_536, help="Token counts M (repeatable; default 1 4 16 64 256 2048)."),
     ] = None,
     tiny: Annotated[bool, typer.Option("--tiny", help="One small shape instead of the Kimi-K2.5 head's.")] = False,
     device: Annotated[str, typer.Option("--device", help="cuda (default when present) or cpu (torch reference).")] = "",
@@ -58,7 +60,9 @@ def kernels_command(
 def convert_command(
     cache_dir: Annotated[
         Optional[Path],  # noqa: UP045
-        typer.Option("--cache-dir", help="Where the synthetic heads are kept (default ~/.cache/eaglequant/bench)."),
+        typer.Option(
+            "--cache-dir", help="Where the synthetic heads are kept (default: bench/ in ~/.cache/eaglequant)."
+        ),
     ] = None,
     work_dir: Annotated[
         Optional[Path],  # noqa: UP045
@@ -81,7 +85,7 @@ def convert_command(
     ] = None,
     workers: Annotated[
         Optional[int],  # noqa: UP045
-        typer.Option("--workers", min=1, help="Passed to convert (default: convert's own default)."),
+        typer.Option("--workers", min=1, max=MAX_WORKERS, help="Passed to convert (default: convert's own default)."),
     ] = None,
     device: Annotated[str, typer.Option("--device", help="Passed to convert: cpu (the default) or cuda.")] = "cpu",
     verify: Annotated[

@@ -10,7 +10,7 @@ from rich.markup import escape
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import MaxPromptsOpt, PromptsOpt
+from eaglequant.cli.options import MAX_GENERATED_TOKENS, MAX_TOP_K, MaxPromptsOpt, PromptsOpt
 from eaglequant.cli.output import out, result
 from eaglequant.common.errors import InputError
 
@@ -43,8 +43,12 @@ def capture_command(
     ] = None,
     prompts: PromptsOpt = None,
     max_prompts: MaxPromptsOpt = None,
-    max_tokens: Annotated[int, typer.Option("--max-tokens", min=4, help="Tokens the target generates a prompt.")] = 96,
-    top_k: Annotated[int, typer.Option("--top-k", min=1, help="Target probabilities kept per position.")] = 8,
+    max_tokens: Annotated[
+        int, typer.Option("--max-tokens", min=4, max=MAX_GENERATED_TOKENS, help="Tokens the target generates a prompt.")
+    ] = 96,
+    top_k: Annotated[
+        int, typer.Option("--top-k", min=1, max=MAX_TOP_K, help="Target probabilities kept per position.")
+    ] = 8,
 ) -> None:
     """Capture draft inputs with the target's choices, for verify --inputs and --calib.
 

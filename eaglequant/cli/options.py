@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
+
+from eaglequant.conversion.options import MAX_TARGET_LAYERS, MAX_WORKERS
+from eaglequant.engines.round_cost import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from eaglequant.conversion.options import ConversionOptions
@@ -33,7 +37,17 @@ FormatOpt = Annotated[str, conversion_flag("format")]
 ExcludeOpt = Annotated[Optional[list[str]], conversion_flag("exclude")]  # noqa: UP045 - Typer needs Optional on 3.10
 QuantizeOpt = Annotated[Optional[list[str]], conversion_flag("quantize")]  # noqa: UP045
 EngineOpt = Annotated[Optional[list[str]], conversion_flag("engines")]  # noqa: UP045
-TargetLayersOpt = Annotated[Optional[int], conversion_flag("target_layers", min=0)]  # noqa: UP045
+# Bounds of the numeric options: past them a value is a typo, and one clear usage line (exit 2) beats a crash.
+MAX_SEED = 2**32 - 1
+MAX_GENERATED_TOKENS = 32_768
+MAX_PROMPTS = 1_000_000
+MAX_TEMPERATURE = 10.0
+MAX_TOP_K = 1024
+TargetLayersOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    conversion_flag("target_layers", min=0, max=MAX_TARGET_LAYERS),
+]
+WorkersOpt = Annotated[Optional[int], conversion_flag("workers", min=1, max=MAX_WORKERS)]  # noqa: UP045
 TargetConfigOpt = Annotated[Optional[Path], conversion_flag("target_config", show_default=False)]  # noqa: UP045
 SrcArg = Annotated[
     str,
@@ -72,5 +86,23 @@ PromptsOpt = Annotated[
 ]
 MaxPromptsOpt = Annotated[
     Optional[int],  # noqa: UP045
-    typer.Option("--max-prompts", min=1, help="Use only the first N prompts.", show_default=False),
+    typer.Option("--max-prompts", min=1, max=MAX_PROMPTS, help="Use only the first N prompts.", show_default=False),
 ]
+
+DraftTokensOpt = Annotated[
+    int,
+    typer.Option(
+        "--k",
+        min=1,
+        max=MAX_DRAFT_TOKENS,
+        help="Tokens drafted per speculative round (num_speculative_tokens) in the cost of a round.",
+    ),
+]
+
+
+def positive(values: list[float] | None) -> list[float] | None:
+    """A float option's callback: each value above zero (Click's range includes its minimum, and NaN passes its
+    checks, every comparison with it being false)."""
+    if values is not None and any(math.isnan(value) or value <= 0 for value in values):
+        raise typer.BadParameter("must be a number above 0")
+    return values

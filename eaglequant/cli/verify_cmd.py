@@ -11,7 +11,14 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import QuantizedDstArg, SourceOpt, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.options import (
+    MAX_GENERATED_TOKENS,
+    MAX_SEED,
+    QuantizedDstArg,
+    SourceOpt,
+    TargetConfigOpt,
+    TargetLayersOpt,
+)
 from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
@@ -41,9 +48,11 @@ def verify_command(
     ] = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of the activations and draft inputs.")] = 0,
+    seed: Annotated[
+        int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the activations and draft inputs.")
+    ] = 0,
     tokens: Annotated[
-        int, typer.Option("--tokens", min=2, help="Draft positions in the fidelity run.")
+        int, typer.Option("--tokens", min=2, max=MAX_GENERATED_TOKENS, help="Draft positions in the fidelity run.")
     ] = DEFAULT_TOKENS,
     load_with: Annotated[
         Optional[list[str]],  # noqa: UP045

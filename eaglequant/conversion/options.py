@@ -10,6 +10,7 @@ Importing this module is cheap (no torch): the CLI declares its defaults from it
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,12 +41,18 @@ _SIZE_UNITS = {
 }
 
 
+MAX_SHARD_BYTES = 2**50  # 1 PiB: no shard is larger; a size past it is a typo (or inf)
+MAX_WORKERS = 256
+MAX_TARGET_LAYERS = 10_000
+
+
 def parse_size(text: str | int) -> int:
-    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes."""
+    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes: at least one, at most :data:`MAX_SHARD_BYTES`."""
     if isinstance(text, int) and not isinstance(text, bool):
-        if text <= 0:
+        if not 1 <= text <= MAX_SHARD_BYTES:
             raise InputError(
-                words(given("max_shard_size", text), " is not a size"), hint="give a positive number of bytes"
+                words(given("max_shard_size", text), " is not a size"),
+                hint=f"give a number of bytes from 1 to {MAX_SHARD_BYTES} (1 PiB)",
             )
         return text
     cleaned = str(text).strip().upper().replace(" ", "")
@@ -55,9 +62,14 @@ def parse_size(text: str | int) -> int:
         value = float(number)
     except ValueError:
         value = -1
-    if unit not in _SIZE_UNITS or value <= 0:
+    if unit not in _SIZE_UNITS or not math.isfinite(value) or value <= 0:
         raise InputError(words(given("max_shard_size", text), " is not a size"), hint="write e.g. 5GB, 500MB or 2GiB")
-    return int(value * _SIZE_UNITS[unit])
+    size = value * _SIZE_UNITS[unit]
+    if not 1 <= size <= MAX_SHARD_BYTES:
+        raise InputError(
+            words(given("max_shard_size", text), " is not a shard size"), hint="give one from 1 byte to 1 PiB, e.g. 5GB"
+        )
+    return int(size)
 
 
 @dataclass(frozen=True)
@@ -202,7 +214,7 @@ class ConversionOptions:
         _set(self, "engines", tuple(dict.fromkeys(_named("engines", name, get_engine).name for name in engines)))
         _set(self, "exclude", _patterns("exclude", self.exclude))
         _set(self, "quantize", _patterns("quantize", self.quantize))
-        _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=0))
+        _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=0, maximum=MAX_TARGET_LAYERS))
         _set(self, "target_config", _existing("target_config", self.target_config))
         _set(self, "max_shard_bytes", parse_size(self.max_shard_size))
         _set(self, "calib", _existing("calib", self.calib))
@@ -220,7 +232,7 @@ class ConversionOptions:
             raise InputError(words(Param("verify_output"), f" must be True or False, not {self.verify_output!r}"))
         if self.repo_id is not None:
             _named("repo_id", _text("repo_id", self.repo_id), check_repo_id)
-        _set(self, "workers", _count("workers", self.workers, minimum=1))
+        _set(self, "workers", _count("workers", self.workers, minimum=1, maximum=MAX_WORKERS))
         check_device_name(_text("device", self.device))
 
     @classmethod
@@ -294,13 +306,15 @@ def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:
     return checked
 
 
-def _count(parameter: str, value: Any, *, minimum: int) -> int | None:
+def _count(parameter: str, value: Any, *, minimum: int, maximum: int) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
         raise InputError(words(Param(parameter), f" must be an integer, not {value!r}"))
     if value < minimum:
         raise InputError(words(Param(parameter), f" must be >= {minimum}, not {value}"))
+    if value > maximum:
+        raise InputError(words(Param(parameter), f" must be <= {maximum}, not {value}"))
     return value
 
 

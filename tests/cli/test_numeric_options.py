@@ -1,0 +1,127 @@
+"""Every numeric option of every command refuses zero (where it must be positive), negative, non-finite and absurd
+values with one usage line naming the option and exit 2, never a crash."""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import dataclass
+
+import pytest
+import typer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.models import OptionInfo
+
+from tests.conftest import FIXTURES, run_cli
+
+
+@dataclass(frozen=True)
+class NumericOption:
+    command: tuple[str, ...]  # ("bench", "convert")
+    flag: str
+    kind: type  # int or float
+    info: OptionInfo
+
+    def __str__(self) -> str:
+        return f"{' '.join(self.command)} {self.flag}"
+
+
+def _number_type(annotation: object) -> type | None:
+    """int or float, inside Optional[...] or list[...]; None for any other type."""
+    if annotation in (int, float):
+        return annotation  # type: ignore[return-value]
+    for inner in typing.get_args(annotation):
+        found = _number_type(inner)
+        if found is not None:
+            return found
+    return None
+
+
+def numeric_options() -> list[NumericOption]:
+    """Each option of a numeric type in every command and sub-command, read from the command functions' declared
+    options (typer.Option in Annotated, its public form)."""
+    from eaglequant.cli import app
+
+    found: list[NumericOption] = []
+
+    def walk(group: typer.Typer, path: tuple[str, ...]) -> None:
+        for command in group.registered_commands:
+            hints = typing.get_type_hints(command.callback, include_extras=True)
+            for hint in hints.values():
+                infos = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, OptionInfo)]
+                kind = _number_type(typing.get_args(hint)[0]) if infos else None
+                if kind is not None:
+                    flag = (*infos[0].param_decls, infos[0].default)[0]  # typer.Option("--k"): the flag is the default
+                    found.append(NumericOption((*path, command.name or ""), flag, kind, infos[0]))
+        for sub in group.registered_groups:
+            assert sub.typer_instance is not None
+            walk(sub.typer_instance, (*path, sub.name or ""))
+
+    walk(app, ())
+    return found
+
+
+OPTIONS = numeric_options()
+
+
+def test_the_walk_finds_the_numeric_options() -> None:
+    flags = {str(option) for option in OPTIONS}
+    assert {"inspect --k", "convert --workers", "accept --temperature", "verify --seed", "capture --top-k"} <= flags
+    assert {"bench convert --workers", "explain --target-layers", "accept --max-prompts"} <= flags
+
+
+def bad_values(option: NumericOption) -> list[str]:
+    """Values outside the option's range: below its minimum, zero where it must be positive, non-finite, absurd."""
+    values = ["nan", "inf", "-inf", "1e400", str(10**30), "-1", str(option.info.min - 1)]
+    if option.info.min > 0 or option.kind is float:  # a float option's minimum is open (temperatures)
+        values.append("0")
+    return values
+
+
+@pytest.mark.parametrize("option", OPTIONS, ids=str)
+def test_each_numeric_option_has_bounds_and_refuses_what_is_outside(option: NumericOption) -> None:
+    assert option.info.min is not None and option.info.max is not None, f"{option} needs min= and max="
+    for value in bad_values(option):
+        result = run_cli(*option.command, option.flag, value, "x")
+        assert result.exit_code == 2, (str(option), value, result.stdout, result.stderr)
+        assert option.flag in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+SIZE_WORDS = st.sampled_from(["inf", "nan", "-inf", "1e400", "0", "-1", "0.1", "2e30", "1e16GB", "infGB", "nanMB"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.one_of(SIZE_WORDS, st.floats(allow_nan=True, allow_infinity=True).map(repr)))
+def test_max_shard_size_is_a_size_or_one_usage_line(text: str) -> None:
+    from eaglequant.common.errors import InputError
+    from eaglequant.conversion.options import MAX_SHARD_BYTES, parse_size
+
+    units = {"GB": 10**9, "MB": 10**6}
+    number, unit = (text[:-2], units[text[-2:]]) if text[-2:] in units else (text, 1)
+    try:
+        size = float(number) * unit
+    except ValueError:
+        size = math.nan
+    if math.isfinite(size) and 1 <= size <= MAX_SHARD_BYTES:
+        assert parse_size(text) == int(size)
+        return
+    with pytest.raises(InputError, match="max_shard_size"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize("text", ["inf", "nan", "1e400", "0", "-1", "2e30", "0.1"])
+def test_convert_refuses_a_max_shard_size_that_is_not_a_size(text: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = run_cli("convert", FIXTURES / "specforge-llama", tmp_path / "out", "--max-shard-size", text)
+    assert result.exit_code == 2 and "--max-shard-size" in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("temperature", [math.nan, math.inf, 0.0, -1.0])
+def test_the_library_refuses_a_temperature_that_is_not_above_zero(temperature: float) -> None:
+    from eaglequant.api.acceptance import accept
+    from eaglequant.common.errors import InputError
+
+    with pytest.raises(InputError, match="temperatures"):
+        accept(["x"], target="x", temperatures=[temperature])
