@@ -294,3 +294,24 @@ def test_load_with_an_engine_that_is_not_installed(tmp_path: Path, monkeypatch: 
     missing = run_cli("verify", dst, "--load-with", "sglang", "--engine-python", tmp_path / "nope")
     assert missing.exit_code == 2 and "not an executable Python interpreter" in missing.stderr
     assert run_cli("verify", dst, "--load-with", "trtllm").exit_code == 2  # no probe: it does not install on CPU
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    ("engine", "scheme"),
+    [("vllm", "fp8-per-channel"), ("vllm", "nvfp4"), pytest.param("sglang", "nvfp4", marks=pytest.mark.slow)],
+)
+def test_a_quantized_lm_head_runs_quantized_in_the_engine(engine: str, scheme: str, tmp_path: Path) -> None:
+    """ModelOpt configs give the ParallelLMHead a quantization method in vLLM and SGLang: ``--quantize lm_head``
+    there is the engine's own quantized lm_head, every value as stored, and fewer bytes a round."""
+    dst = tmp_path / "lm-head"
+    result = convert(
+        FIXTURES / "specforge-llama", dst, scheme=scheme, format="modelopt", quantize=["lm_head"], engines=[engine]
+    )
+    (check,) = load_checks([dst], engine=engine, engine_python=engine_python(engine))
+    assert check.ok and check.loaded, check.problems
+    lm_head = next(m for m in check.modules if m.name == "lm_head")
+    assert lm_head.quantized and lm_head.planned and lm_head.values_equal and "lm_head.weight_scale" in lm_head.tensors
+    (cost,) = result.report().round_costs
+    part = cost.part("lm_head")
+    assert part is not None and part.quantized and part.bytes_per_read < part.source_bytes_per_read

@@ -178,7 +178,7 @@ def describe_modules(
                 try:
                     expected = recorder.expected(calls, param, whole_per_shard(leaf, param))
                     target = param
-                    if isinstance(module, ParallelLMHead) and 0 < expected.shape[0] < param.shape[0]:
+                    if isinstance(module, ParallelLMHead) and expected.dim() and 0 < expected.shape[0] < param.shape[0]:
                         target = param[: expected.shape[0]]  # vocab padded to a multiple of 64; padding never loaded
                     entry["equal"], entry["detail"] = same_values(target, expected)
                     if entry["equal"] and len(calls) > 1 and whole_per_shard(leaf, param):
