@@ -1,7 +1,7 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
 The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, ``accept``,
-``capture``, the options type ``ConversionOptions``; ``eaglequant.batch.jobs.run_batch``)
+``capture``, ``prune``, the options type ``ConversionOptions``; ``eaglequant.batch.jobs.run_batch``)
 is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
 the work that needs it.
 """
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from eaglequant.acceptance.capture import capture
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
     from eaglequant.api.acceptance import accept
+    from eaglequant.api.pruning import prune
     from eaglequant.conversion.options import ConversionOptions
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "explain",
     "inspect",
     "load_checks",
+    "prune",
     "upload",
     "verify",
 ]
@@ -45,6 +47,10 @@ def __getattr__(name: str) -> Any:
         from eaglequant.api.acceptance import accept
 
         return accept
+    if name == "prune":
+        from eaglequant.api.pruning import prune
+
+        return prune
     if name == "capture":
         from eaglequant.acceptance.capture import capture
 

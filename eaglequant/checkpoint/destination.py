@@ -17,9 +17,12 @@ REPORT_NAME = "eaglequant_report.json"
 TMP_MARKER = ".eaglequant-tmp-"
 
 
-def check_destination(src: Path, dst: Path, overwrite: bool, overwrite_any: bool = False) -> None:
-    """Refuse a DST that overlaps SRC, or that exists: ``overwrite`` replaces only a directory an eaglequant
-    conversion wrote (it has the report), ``overwrite_any`` any directory."""
+def check_destination(
+    src: Path, dst: Path, overwrite: bool, overwrite_any: bool = False, marker: str = REPORT_NAME
+) -> None:
+    """Refuse a DST that overlaps SRC, or that exists: ``overwrite`` replaces only a directory the same eaglequant
+    command wrote (it has that command's record, ``marker``: a conversion's report), ``overwrite_any`` any
+    directory."""
     src_real, dst_real = src.resolve(), dst.resolve()
     if dst_real == src_real or src_real in dst_real.parents:
         raise OutputError(f"{dst}: the destination is inside the source checkpoint {src}", hint="choose another DST")
@@ -35,10 +38,10 @@ def check_destination(src: Path, dst: Path, overwrite: bool, overwrite_any: bool
         raise OutputError(
             f"{dst}: already exists", hint=words("pass ", switch("overwrite"), " to replace it, or choose another DST")
         )
-    if not (dst / REPORT_NAME).is_file():
+    if not (dst / marker).is_file():
         raise OutputError(
             words(
-                f"{dst}: exists and was not written by eaglequant (no {REPORT_NAME}), so ",
+                f"{dst}: exists and was not written by eaglequant (no {marker}), so ",
                 switch("overwrite"),
                 " leaves it alone",
             ),

@@ -62,6 +62,7 @@ def _register() -> None:
         convert_cmd,
         explain_cmd,
         inspect_cmd,
+        prune_cmd,
         schemes_cmd,
         upload_cmd,
         verify_cmd,
@@ -70,6 +71,7 @@ def _register() -> None:
     for module in (
         inspect_cmd,
         convert_cmd,
+        prune_cmd,
         explain_cmd,
         verify_cmd,
         accept_cmd,

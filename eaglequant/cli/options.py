@@ -43,6 +43,7 @@ MAX_GENERATED_TOKENS = 32_768
 MAX_PROMPTS = 1_000_000
 MAX_TEMPERATURE = 10.0
 MAX_TOP_K = 1024
+MAX_VOCABULARY = 2**31 - 1  # token ids and vocabulary sizes
 TargetLayersOpt = Annotated[
     Optional[int],  # noqa: UP045
     conversion_flag("target_layers", min=0, max=MAX_TARGET_LAYERS),

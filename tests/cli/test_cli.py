@@ -111,6 +111,15 @@ def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
             "--max-tokens",
             "4",
         ],
+        "prune": [
+            "prune",
+            PAIR / "draft",
+            tmp_path / "pruned",
+            "--size",
+            "8",
+            "--counts",
+            tmp_path / "captured.safetensors",
+        ],
         "bench kernels": ["bench", "kernels", "--device", "cpu", "--tiny", "--m", "1"],
         "bench convert": ["bench", "convert", "--head", "tiny", "--no-anchors", "--cache-dir", bench, *MXFP4],
     }

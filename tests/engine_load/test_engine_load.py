@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import eaglequant
 from eaglequant import convert, engine_load, explain, inspect, load_checks
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.engine_load import PROBES, LoadCheck
@@ -315,3 +316,23 @@ def test_a_quantized_lm_head_runs_quantized_in_the_engine(engine: str, scheme: s
     (cost,) = result.report().round_costs
     part = cost.part("lm_head")
     assert part is not None and part.quantized and part.bytes_per_read < part.source_bytes_per_read
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(
+    ("engine", "scheme", "fmt"),
+    [("vllm", "fp8-per-channel", "quark"), pytest.param("sglang", "nvfp4", "modelopt", marks=pytest.mark.slow)],
+)
+def test_a_pruned_vocabulary_loads_in_the_engine(engine: str, scheme: str, fmt: str, tmp_path: Path) -> None:
+    """The pruned head's d2t and its cut lm_head are what the engine loads (draft_vocab_size from config.json)."""
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([(t * 37) % 512 for t in range(512)]))
+    pruned = eaglequant.prune(FIXTURES / "specforge-llama", tmp_path / "pruned", size=64, counts=counts)
+    dst = tmp_path / "quantized"
+    quantize = ["lm_head"] if fmt == "modelopt" else []
+    convert(pruned.destination, dst, scheme=scheme, format=fmt, quantize=quantize, engines=[engine])
+    (check,) = load_checks([dst], engine=engine, engine_python=engine_python(engine))
+    assert check.ok and check.loaded, check.problems
+    lm_head = next(m for m in check.modules if m.name == "lm_head")
+    assert lm_head.values_equal and lm_head.quantized == bool(quantize)
+    assert not check.unconsumed or "t2d" in check.unconsumed

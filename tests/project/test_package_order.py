@@ -27,6 +27,7 @@ LAYERS = (
     "conversion",  # options, plan, pipeline, finisher, result
     "engine_load",  # the engines' own loaders in the loop
     "acceptance",  # acceptance length: measured with the engine, predicted from captured inputs
+    "vocabulary",  # a pruned draft vocabulary: token counts, the tokens kept, the pruned head written
     "verification",  # structure, copies, parity, fidelity, the verdict
     "publish",  # the model card and the upload
     "api",  # the library's entry points

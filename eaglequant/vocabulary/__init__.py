@@ -1,0 +1,1 @@
+"""A pruned draft vocabulary: the tokens the target emits most often, counted, chosen and written."""
