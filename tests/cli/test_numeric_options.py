@@ -38,6 +38,13 @@ def _number_type(annotation: object) -> type | None:
     return None
 
 
+def _annotated(hint: object) -> object:
+    """The Annotated form inside ``hint``: Python 3.10 wraps an option whose default is None in Optional[...]."""
+    if hasattr(hint, "__metadata__"):
+        return hint
+    return next((arg for arg in typing.get_args(hint) if hasattr(arg, "__metadata__")), hint)
+
+
 def numeric_options() -> list[NumericOption]:
     """Each option of a numeric type in every command and sub-command, read from the command functions' declared
     options (typer.Option in Annotated, its public form)."""
@@ -48,7 +55,7 @@ def numeric_options() -> list[NumericOption]:
     def walk(group: typer.Typer, path: tuple[str, ...]) -> None:
         for command in group.registered_commands:
             hints = typing.get_type_hints(command.callback, include_extras=True)
-            for hint in hints.values():
+            for hint in map(_annotated, hints.values()):
                 infos = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, OptionInfo)]
                 kind = _number_type(typing.get_args(hint)[0]) if infos else None
                 if kind is not None:

@@ -40,11 +40,14 @@ def _cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None 
 # An httpx2-style client: its ConnectError derives from its own HTTPError, not from httpx's nor from OSError.
 _HTTPX2_REFUSES = """
 import sys, types
-httpx2 = types.ModuleType("httpx2")
-class HTTPError(Exception): pass
-class ConnectError(HTTPError): pass
-httpx2.HTTPError, httpx2.ConnectError = HTTPError, ConnectError
-sys.modules["httpx2"] = httpx2
+try:  # huggingface_hub 2.x brings httpx2 (a plain install on Python 3.10 resolves it)
+    from httpx2 import ConnectError
+except ImportError:  # 1.x, on httpx: a stand-in httpx2 that only raises
+    httpx2 = types.ModuleType("httpx2")
+    class HTTPError(Exception): pass
+    class ConnectError(HTTPError): pass
+    httpx2.HTTPError, httpx2.ConnectError = HTTPError, ConnectError
+    sys.modules["httpx2"] = httpx2
 import huggingface_hub
 def refuse(*args, **kwargs):
     raise ConnectError("[Errno 111] Connection refused")
