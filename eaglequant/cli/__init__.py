@@ -64,6 +64,7 @@ def _register() -> None:
         inspect_cmd,
         prune_cmd,
         schemes_cmd,
+        search_cmd,
         upload_cmd,
         verify_cmd,
     )
@@ -72,6 +73,7 @@ def _register() -> None:
         inspect_cmd,
         convert_cmd,
         prune_cmd,
+        search_cmd,
         explain_cmd,
         verify_cmd,
         accept_cmd,

@@ -14,14 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.engines import ENGINES
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, MODEL_NOTE, PARTS, PartCost, decimal_bytes
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
+from eaglequant.publish.cost_sections import round_cost_section, search_section
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
 from eaglequant.record.verification import VerificationRecord
 
 if TYPE_CHECKING:
     from eaglequant.acceptance.record import AcceptanceRecord
+    from eaglequant.record.search import SearchRecord
     from eaglequant.verification.verify import VerifyReport
 
 CARD_NAME = "README.md"
@@ -63,7 +65,10 @@ def target_model(head_config: dict[str, Any], source_meta: dict[str, Any]) -> st
 
 
 def render_card(
-    report: ConversionReport, verification: VerificationRecord | None, acceptance: AcceptanceRecord | None = None
+    report: ConversionReport,
+    verification: VerificationRecord | None,
+    acceptance: AcceptanceRecord | None = None,
+    search: SearchRecord | None = None,
 ) -> str:
     """``report``: what ``eaglequant_report.json`` records (with its card context); ``verification``: what
     ``eaglequant_verify.json`` records, or None when the conversion was not verified; ``acceptance``: the dict in
@@ -78,7 +83,8 @@ def render_card(
         _kept_table(report),
         _dtype_table(report),
         _size_table(report),
-        _round_cost_table(report),
+        round_cost_section(report),
+        search_section(search),
         _verification(verification),
         _acceptance(acceptance),
         _serving(report, context),
@@ -170,36 +176,6 @@ def _size_table(report: ConversionReport) -> str:
         f"| source tensors | {before:,} | |\n"
         f"| quantized tensors | {after:,} | {after / max(before, 1):.2f}× |\n"
     )
-
-
-def _round_cost_table(report: ConversionReport) -> str:
-    if not report.round_costs:
-        return ""
-    k = report.round_costs[0].draft_tokens
-    lines = [
-        f"## Cost of a draft round (k = {k})",
-        "",
-        f"Weight bytes each engine reads per speculative round of {k} drafted tokens: {MODEL_NOTE}. A part run "
-        "quantized is marked *q*; one the draft reads from the target is marked *target*.",
-        "",
-        "| engine | " + " | ".join(PARTS) + " | per round | source | fewer | resident |",
-        "|---|" + "---:|" * (len(PARTS) + 4),
-    ]
-    for cost in report.round_costs:
-        cells = [_part_cell(cost.part(name)) for name in PARTS]
-        totals = (decimal_bytes(cost.bytes_per_round), decimal_bytes(cost.source_bytes_per_round))
-        lines.append(
-            f"| {cost.engine} {cost.release} | {' | '.join(cells)} | {totals[0]} | {totals[1]} | "
-            f"{cost.reduction:.2f}× | {decimal_bytes(cost.resident_bytes)} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def _part_cell(part: PartCost | None) -> str:
-    if part is None:
-        return ""
-    marks = [mark for mark, on in (("q", part.quantized), ("target", part.shared)) if on]
-    return decimal_bytes(part.bytes_per_round) + (f" *{', '.join(marks)}*" if marks else "")
 
 
 def _verification(verification: VerificationRecord | None) -> str:
@@ -342,9 +318,10 @@ def _rerender(dst: Path, report: ConversionReport) -> None:
 
     from eaglequant.acceptance.record import read_acceptance
     from eaglequant.checkpoint.hashing import file_sha256
+    from eaglequant.record.search import read_search
     from eaglequant.record.verification import read_verification
 
-    _replace(dst / CARD_NAME, render_card(report, read_verification(dst), read_acceptance(dst)))
+    _replace(dst / CARD_NAME, render_card(report, read_verification(dst), read_acceptance(dst), read_search(dst)))
     report = replace(report, files={**report.files, CARD_NAME: file_sha256(dst / CARD_NAME)})
     _replace(dst / REPORT_NAME, report.to_text())
 

@@ -235,3 +235,22 @@ class PruneResult:
             "lm_head_bytes": {"source": self.lm_head_bytes[0], "pruned": self.lm_head_bytes[1]},
             "prediction": None if self.prediction is None else self.prediction.to_json(),
         }
+
+
+def pruned_description(head: HeadDescription, size: int) -> HeadDescription:
+    """``head`` as it reads once pruned to ``size`` tokens (headers only: what a plan and a round's cost need)."""
+    from dataclasses import replace
+
+    lm_head = next(lin for lin in head.linears if lin.module == "lm_head")
+    d2t, _ = vocab_map_names(head)
+
+    def resized(tensor: Any) -> Any:
+        if tensor.name not in (lm_head.weight, d2t):
+            return tensor
+        shape = (size, *tensor.info.shape[1:])
+        per_row = tensor.info.nbytes // max(tensor.info.shape[0], 1)
+        return replace(tensor, info=replace(tensor.info, shape=shape, nbytes=per_row * size))
+
+    linears = tuple(replace(lin, out_features=size) if lin is lm_head else lin for lin in head.linears)
+    dims = replace(head.dims, draft_vocab_size=size)
+    return replace(head, tensors=tuple(resized(t) for t in head.tensors), linears=linears, dims=dims)

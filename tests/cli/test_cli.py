@@ -120,6 +120,10 @@ def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
             "--counts",
             tmp_path / "captured.safetensors",
         ],
+        "search": [
+            *("search", PAIR / "draft", tmp_path / "searched", "--inputs", tmp_path / "captured.safetensors"),
+            *("--max-acceptance-drop", "1", "--rule", "point", "--scheme", "fp8-per-channel"),
+        ],
         "bench kernels": ["bench", "kernels", "--device", "cpu", "--tiny", "--m", "1"],
         "bench convert": ["bench", "convert", "--head", "tiny", "--no-anchors", "--cache-dir", bench, *MXFP4],
     }

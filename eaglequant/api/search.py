@@ -1,0 +1,353 @@
+"""``search()``: the smallest draft within an acceptance budget.
+
+The candidates are whole-draft choices: each built-in scheme in each format every targeted engine loads it from,
+with ``lm_head`` kept or quantized (where every targeted engine runs it quantized), and the draft vocabulary as it
+is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from headers alone (the weight
+bytes a speculative round reads, the largest over the targeted engines: :mod:`eaglequant.engines.round_cost`),
+then they are tried from the smallest up: each is converted, and its greedy acceptance replayed on captured inputs
+against the source draft's (as ``verify --inputs``). The first within the budget is the smallest draft that meets
+it, so the search stops there; no candidate is chosen whose prediction has not run. Deterministic: ties in bytes
+go by name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.destination import check_destination
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
+from eaglequant.conversion.plan import build_plan
+from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, round_cost
+from eaglequant.formats import FORMATS
+from eaglequant.layouts.detect import describe_head
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.record.search import SEARCH_RECORD
+from eaglequant.schemes.model import builtin_scheme_names, load_scheme
+
+RULES = ("bound", "point")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The acceptance a draft may lose: tokens of greedy acceptance length, or a share of the source draft's
+    accepted tokens per round (``5%``), which transfers between drafts of different strength."""
+
+    value: float
+    relative: bool
+    bound: bool = True  # judge the drop's 95% upper bound (the winner's curse of many candidates); else its estimate
+
+    @classmethod
+    def parse(cls, text: str | float, rule: str = "bound") -> Budget:
+        raw = str(text).strip()
+        relative = raw.endswith("%")
+        try:
+            value = float(raw.removesuffix("%")) / (100 if relative else 1)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (relative and value > 1):
+            raise InputError(
+                words(given("max_acceptance_drop", text), ": not a budget"),
+                hint="tokens of acceptance length (0.05) or a share of the source's accepted tokens (5%)",
+            )
+        if rule not in RULES:
+            raise InputError(words(given("rule", rule), f": not one of {', '.join(RULES)}"), hint="use bound")
+        return cls(value, relative, rule == "bound")
+
+    def drop(self, prediction: Any) -> float:
+        """The drop this budget judges: the predicted difference's upper bound of loss, or its estimate."""
+        return -prediction.difference.low if self.bound else prediction.drop
+
+    def tokens(self, source_length: float) -> float:
+        """The budget in tokens, for a source draft of greedy acceptance length ``source_length``."""
+        return self.value * (source_length - 1) if self.relative else self.value
+
+    def text(self) -> str:
+        amount = f"{self.value:.1%} of the source's accepted tokens" if self.relative else f"{self.value:g} tokens"
+        return amount + (" (the drop's 95% bound)" if self.bound else " (the drop's estimate)")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    scheme: str
+    format: str
+    lm_head: bool  # quantized too
+    vocab: int | None  # the pruned draft vocabulary; None: as the source has it
+
+    @property
+    def label(self) -> str:
+        return (
+            f"{self.scheme} / {self.format}"
+            + (" + lm_head" if self.lm_head else "")
+            + ("" if self.vocab is None else f", vocab {self.vocab}")
+        )
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    candidate: Candidate
+    bytes_per_round: int  # the largest over the targeted engines
+    prediction: Any = None  # acceptance.predict.Prediction; None: not run (a smaller point met the budget first)
+    within: bool | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidate": self.candidate.label,
+            "scheme": self.candidate.scheme,
+            "format": self.candidate.format,
+            "lm_head_quantized": self.candidate.lm_head,
+            "draft_vocab_size": self.candidate.vocab,
+            "bytes_per_round": self.bytes_per_round,
+            "predicted": None if self.prediction is None else self.prediction.to_json(),
+            "within_budget": self.within,
+        }
+
+
+@dataclass
+class SearchResult:
+    source: Path
+    destination: Path | None
+    budget: Budget
+    budget_tokens: float
+    source_length: float
+    source_bytes_per_round: int
+    points: list[SearchPoint]
+    chosen: SearchPoint | None
+    stopped: str
+    seconds: float
+    pruned_source: Path | None = None
+    engines: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.chosen is not None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": str(self.source),
+            "destination": None if self.destination is None else str(self.destination),
+            "pruned_source": None if self.pruned_source is None else str(self.pruned_source),
+            "engines": list(self.engines),
+            "budget": {
+                "value": self.budget.value,
+                "relative": self.budget.relative,
+                "rule": "bound" if self.budget.bound else "point",
+                "tokens": self.budget_tokens,
+            },
+            "source_acceptance_length": self.source_length,
+            "source_bytes_per_round": self.source_bytes_per_round,
+            "chosen": None if self.chosen is None else self.chosen.to_json(),
+            "stopped": self.stopped,
+            "seconds": round(self.seconds, 1),
+            "frontier": [point.to_json() for point in self.points],
+        }
+
+
+def search(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    inputs: str | Path,
+    max_acceptance_drop: str | float,
+    rule: str = "bound",
+    counts: str | Path | None = None,
+    vocab_sizes: Sequence[int] = (),
+    schemes: Sequence[str] = (),
+    engines: Sequence[str] = ("vllm",),
+    target_layers: int | None = None,
+    overwrite: bool = False,
+) -> SearchResult:
+    """Write into ``dst`` the smallest draft (weight bytes a round reads) whose predicted greedy acceptance on the
+    captured ``inputs`` loses at most ``max_acceptance_drop`` against ``src``'s: tokens (``0.05``) or a share of
+    the source's accepted tokens (``"5%"``); ``rule``: "bound" judges the 95% upper bound of the drop (many
+    candidates are tried, and the luckiest estimate would win), "point" its estimate, as ``verify``'s gate does.
+    ``counts`` (captured inputs or a token-count file) lets the search
+    prune the vocabulary, to each of ``vocab_sizes`` (default: a half, a quarter and an eighth of the draft's).
+    ``schemes``: the built-in schemes to try (default: all). A pruned choice writes its BF16 head beside ``dst``
+    (``DST-vocabN-bf16``), the source of the conversion in ``dst``."""
+    from eaglequant.acceptance.predict import load_captured, open_draft, predict
+
+    started = time.monotonic()
+    budget = Budget.parse(max_acceptance_drop, rule)
+    source, destination = Path(src), Path(dst)
+    check_destination(source, destination, overwrite)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    sequences = load_captured(Path(inputs))
+    if budget.bound and len(sequences) < 2:
+        raise InputError(
+            words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
+            hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
+        )
+    with Checkpoint.open(source) as checkpoint:
+        head = describe_head(checkpoint)
+        source_length = predict(open_draft(checkpoint), sequences, DEFAULT_DRAFT_TOKENS).length().value
+    sizes = _vocab_sizes(head, counts, vocab_sizes)
+    names = list(schemes) or builtin_scheme_names()
+    priced = _priced(head, names, list(engines), sizes, target_layers)
+    if not priced:
+        raise InputError("no built-in scheme loads in the targeted engines", hint="target fewer engines")
+    tokens = budget.tokens(source_length)
+    points: list[SearchPoint] = []
+    chosen: SearchPoint | None = None
+    with tempfile.TemporaryDirectory(prefix="eaglequant-search-", dir=destination.parent.resolve()) as tmp:
+        for index, (candidate, nbytes) in enumerate(priced):
+            prediction = _predicted(source, Path(tmp), index, candidate, counts, sequences, engines, target_layers)
+            point = SearchPoint(candidate, nbytes, prediction, budget.drop(prediction) <= tokens)
+            points.append(point)
+            if point.within:
+                chosen = point
+                break
+    points += [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
+    source_bytes = round_cost(head, "source", "", {}).source_bytes_per_round
+    result = SearchResult(
+        source, None, budget, tokens, source_length, source_bytes, points, chosen, "", 0.0, engines=tuple(engines)
+    )
+    result.stopped = _why_stopped(result)
+    if chosen is not None:
+        _write_choice(result, chosen.candidate, destination, counts, engines, target_layers, overwrite)
+    result.seconds = time.monotonic() - started
+    if result.destination is not None:
+        from eaglequant.publish.card import refresh_card
+
+        (result.destination / SEARCH_RECORD).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        refresh_card(result.destination)
+    return result
+
+
+def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
+    rows = next((lin.out_features for lin in head.linears if lin.module == "lm_head"), None)
+    if counts is None:
+        if sizes:
+            raise InputError(words("vocab_sizes need ", given("counts", None)), hint="give token counts to prune by")
+        return [None]
+    if rows is None:
+        raise InputError("the draft has no lm_head of its own, so there is no vocabulary to prune")
+    chosen = list(sizes) or [rows // 2, rows // 4, rows // 8]
+    bad = [size for size in chosen if type(size) is not int or not 1 <= size < rows]
+    if bad:
+        raise InputError(
+            words(given("vocab_sizes", list(sizes)), f": the draft's vocabulary has {rows} tokens"),
+            hint=words("sizes from 1 to ", suggested("vocab_sizes", rows - 1)),
+        )
+    return [None, *sorted(set(chosen), reverse=True)]
+
+
+def _priced(
+    head: HeadDescription, schemes: list[str], engines: list[str], sizes: list[int | None], target_layers: int | None
+) -> list[tuple[Candidate, int]]:
+    """Every candidate the targeted engines load, with the bytes a round reads (largest over the engines), smallest
+    first (ties by name)."""
+    from eaglequant.vocabulary.prune import pruned_description
+
+    priced = []
+    for name in schemes:
+        scheme = load_scheme(name)
+        for fmt in FORMATS.values():
+            if not fmt.supports(scheme):
+                continue
+            for lm_head in (False, True):
+                for size in sizes:
+                    described = head if size is None else pruned_description(head, size)
+                    try:
+                        plan = build_plan(
+                            described,
+                            scheme,
+                            fmt.name,
+                            quantize=["lm_head"] if lm_head else [],
+                            engines=engines,
+                            target_layers=target_layers,
+                        )
+                    except EagleQuantError:
+                        continue  # an engine cannot load it, or runs lm_head unquantized there
+                    nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
+                    priced.append((Candidate(name, fmt.name, lm_head, size), nbytes))
+    return sorted(priced, key=lambda pair: (pair[1], pair[0].label))
+
+
+def _materialise(
+    source: Path,
+    out: Path,
+    candidate: Candidate,
+    counts: str | Path | None,
+    engines: Sequence[str],
+    target_layers: int | None,
+    pruned_at: Path | None = None,
+) -> Path:
+    """``candidate`` converted into ``out`` (its pruned head first, at ``pruned_at``); returns the converted dir."""
+    from eaglequant.api import convert
+    from eaglequant.api.pruning import prune
+
+    converted_from = source
+    if candidate.vocab is not None:
+        assert counts is not None
+        where = pruned_at or out.with_name(out.name + "-pruned")
+        converted_from = prune(source, where, size=candidate.vocab, counts=counts, overwrite=True).destination
+    convert(
+        converted_from,
+        out,
+        scheme=candidate.scheme,
+        format=candidate.format,
+        quantize=["lm_head"] if candidate.lm_head else [],
+        engines=list(engines),
+        target_layers=target_layers,
+        overwrite=True,
+    )
+    return out
+
+
+def _predicted(
+    source: Path,
+    tmp: Path,
+    index: int,
+    candidate: Candidate,
+    counts: str | Path | None,
+    sequences: list[Any],
+    engines: Sequence[str],
+    target_layers: int | None,
+) -> Any:
+    """The candidate's greedy acceptance against the source draft's, on the captured sequences."""
+    from eaglequant.acceptance.predict import predict_pair
+    from eaglequant.acceptance.served import quantized_modules, write_dequantized
+    from eaglequant.api.written import open_written
+
+    converted = _materialise(source, tmp / f"candidate-{index}", candidate, counts, engines, target_layers)
+    served = tmp / f"served-{index}"
+    with open_written(converted, None, None) as (checkpoint, head, target):
+        write_dequantized(checkpoint, head, quantized_modules(checkpoint, head, target, "vllm"), served, "float32")
+    with Checkpoint.open(source) as src, Checkpoint.open(served, "DST") as dst:
+        return predict_pair(src, dst, sequences, DEFAULT_DRAFT_TOKENS, None, f"{len(sequences)} sequences")
+
+
+def _why_stopped(result: SearchResult) -> str:
+    tried = sum(point.prediction is not None for point in result.points)
+    if result.chosen is None:
+        return f"no candidate is within {result.budget.text()} ({result.budget_tokens:.3f}): all {tried} predicted"
+    left = len(result.points) - tried
+    return (
+        f"the smallest within {result.budget.text()} ({result.budget_tokens:.3f}): {tried} predicted from the "
+        f"smallest up; the {left} larger need no prediction"
+    )
+
+
+def _write_choice(
+    result: SearchResult,
+    candidate: Candidate,
+    destination: Path,
+    counts: str | Path | None,
+    engines: Sequence[str],
+    target_layers: int | None,
+    overwrite: bool,
+) -> None:
+    check_destination(result.source, destination, overwrite)
+    pruned_at = None
+    if candidate.vocab is not None:
+        pruned_at = destination.with_name(f"{destination.name}-vocab{candidate.vocab}-bf16")
+    _materialise(result.source, destination, candidate, counts, engines, target_layers, pruned_at)
+    result.destination, result.pruned_source = destination, pruned_at

@@ -1,0 +1,144 @@
+"""``eaglequant search SRC DST --inputs CAPTURED --max-acceptance-drop D``: the smallest draft within a budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from eaglequant.cli.command import Command
+from eaglequant.cli.guard import run_guarded
+from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt, TargetLayersOpt
+from eaglequant.cli.output import out, result
+from eaglequant.cli.tables import name_column, show
+from eaglequant.common.errors import EXIT_CHECK_FAILED
+
+if TYPE_CHECKING:
+    from eaglequant.api.search import SearchResult
+
+
+def search_command(
+    src: Annotated[Path, typer.Argument(help="The BF16 draft head (a directory).", show_default=False)],
+    dst: Annotated[Path, typer.Argument(help="Where the chosen draft goes (a new directory).", show_default=False)],
+    inputs: Annotated[
+        Path,
+        typer.Option(
+            "--inputs",
+            help="Captured inputs with the target's choices (`eaglequant capture`), on which every candidate's "
+            "greedy acceptance is replayed against SRC's.",
+            show_default=False,
+        ),
+    ],
+    max_acceptance_drop: Annotated[
+        str,
+        typer.Option(
+            "--max-acceptance-drop",
+            help="The budget: tokens of greedy acceptance length (0.05), or a share of SRC's accepted tokens (5%).",
+            show_default=False,
+        ),
+    ],
+    rule: Annotated[
+        str,
+        typer.Option(
+            "--rule",
+            help="'bound': the drop's 95% upper bound must be within the budget (many candidates are tried, and "
+            "the luckiest estimate would win); 'point': its estimate, as verify's gate.",
+        ),
+    ] = "bound",
+    counts: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--counts",
+            help="Token counts (captured inputs or a token-count file, as for prune): the search then also prunes "
+            "the vocabulary. Best counted on other text than --inputs.",
+            show_default=False,
+        ),
+    ] = None,
+    vocab_size: Annotated[
+        Optional[list[int]],  # noqa: UP045
+        typer.Option(
+            "--vocab-size",
+            min=1,
+            max=MAX_VOCABULARY,
+            help="A pruned vocabulary size to try (repeatable; default with --counts: a half, a quarter and an "
+            "eighth of the draft's).",
+            show_default=False,
+        ),
+    ] = None,
+    scheme: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option("--scheme", help="A built-in scheme to try (repeatable; default: all).", show_default=False),
+    ] = None,
+    engine: EngineOpt = None,
+    target_layers: TargetLayersOpt = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if eaglequant wrote it.")] = False,
+) -> None:
+    """Write the smallest draft within an acceptance budget: the fewest weight bytes a speculative round reads.
+
+    Tries each built-in scheme in each format the engines load, with lm_head kept or quantized (where the engines
+    run it quantized) and, with --counts, the vocabulary pruned; from the smallest up, each is converted and its
+    acceptance predicted, and the first within the budget is written. Exits 3 when none is.
+    """
+
+    def body() -> bool:
+        from eaglequant.api.search import search
+
+        found = search(
+            src,
+            dst,
+            inputs=inputs,
+            max_acceptance_drop=max_acceptance_drop,
+            rule=rule,
+            counts=counts,
+            vocab_sizes=vocab_size or (),
+            schemes=scheme or (),
+            engines=engine or ("vllm",),
+            target_layers=target_layers,
+            overwrite=overwrite,
+        )
+        result(found.to_json(), lambda: render(found))
+        return found.ok
+
+    if not run_guarded(body):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def render(found: SearchResult) -> None:
+    from eaglequant.engines.round_cost import decimal_bytes
+
+    table = Table(title="candidates, smallest first (bytes a round reads, the largest over the engines)")
+    name_column(table, "candidate")
+    for header in ("bytes / round", "fewer", "predicted Δ", "within"):
+        table.add_column(header, justify="right" if header != "within" else "left", no_wrap=True)
+    for point in found.points:
+        if point.prediction is None:
+            continue
+        d = point.prediction.difference
+        table.add_row(
+            escape(point.candidate.label),
+            decimal_bytes(point.bytes_per_round),
+            f"{found.source_bytes_per_round / max(point.bytes_per_round, 1):.2f}×",
+            f"{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]",
+            "[green]yes[/]" if point.within else "no",
+        )
+    show(table)
+    out.print(
+        f"source: greedy acceptance length {found.source_length:.3f}, {decimal_bytes(found.source_bytes_per_round)} "
+        f"a round; budget {found.budget_tokens:.3f} tokens; {escape(found.stopped)} ({found.seconds:.0f} s)",
+        soft_wrap=True,
+    )
+    if found.chosen is None:
+        out.print("[bold red]none within the budget[/]: the BF16 source is the smallest draft that meets it")
+        return
+    where = f" (from the pruned head {found.pruned_source})" if found.pruned_source else ""
+    out.print(
+        f"[green]wrote[/] {escape(str(found.destination))}: {escape(found.chosen.candidate.label)}{escape(where)}",
+        soft_wrap=True,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("search", cls=Command)(search_command)

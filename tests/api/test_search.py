@@ -1,0 +1,106 @@
+"""The smallest draft within an acceptance budget: candidates priced from headers, predicted from the smallest up,
+the first within the budget written, the frontier recorded; deterministic; budgets in tokens or as a share."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import eaglequant
+from eaglequant.api.search import Budget, search
+from eaglequant.common.errors import EXIT_CHECK_FAILED, InputError
+from eaglequant.record.search import SEARCH_RECORD, read_search
+from tests.conftest import FIXTURES, run_cli
+
+PAIR = FIXTURES / "trained-pair"
+SCHEMES = ("fp8-per-channel", "nvfp4")
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Counts from three prompts; inputs from three others."""
+    tmp = tmp_path_factory.mktemp("captured")
+    lines = (PAIR / "prompts.jsonl").read_text().splitlines()
+    paths = []
+    for name, chosen in (("counts", lines[:3]), ("inputs", lines[3:6])):
+        prompts = tmp / f"{name}.jsonl"
+        prompts.write_text("\n".join(chosen) + "\n")
+        path = tmp / f"{name}.safetensors"
+        eaglequant.capture(PAIR / "target", PAIR / "draft", path, prompts=prompts, max_tokens=32)
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"), [("0.05", 0.05), (0.1, 0.1), ("5%", 0.05 * 1.5), ("0%", 0.0), (" 2.5% ", 0.025 * 1.5)]
+)
+def test_a_budget_is_tokens_or_a_share_of_the_accepted_tokens(text: str | float, tokens: float) -> None:
+    assert Budget.parse(text).tokens(2.5) == pytest.approx(tokens)
+
+
+@pytest.mark.parametrize("text", ["-0.1", "nan", "inf", "150%", "lots", ""])
+def test_a_budget_that_is_not_one_is_refused(text: str) -> None:
+    with pytest.raises(InputError, match="max_acceptance_drop"):
+        Budget.parse(text)
+
+
+def test_the_first_candidate_within_the_budget_from_the_smallest_up_is_written(
+    captured: tuple[Path, Path], tmp_path: Path
+) -> None:
+    counts, inputs = captured
+    dst = tmp_path / "chosen"
+    found = search(
+        PAIR / "draft", dst, inputs=inputs, max_acceptance_drop="0.05", counts=counts, vocab_sizes=[1024],
+        schemes=SCHEMES,
+    )  # fmt: skip
+    sizes = [point.bytes_per_round for point in found.points]
+    assert sizes == sorted(sizes) and found.chosen is not None
+    index = found.points.index(found.chosen)
+    assert all(p.prediction is not None and not p.within for p in found.points[:index])
+    assert all(p.prediction is None for p in found.points[index + 1 :])
+    assert -found.chosen.prediction.difference.low <= found.budget_tokens  # judged on the bound by default
+    labels = {p.candidate.label for p in found.points}
+    assert "fp8-per-channel / modelopt + lm_head" in labels and "nvfp4 / modelopt + lm_head, vocab 1024" in labels
+    assert not any("quark + lm_head" in label for label in labels)  # vLLM keeps lm_head BF16 under Quark
+    report = eaglequant.verify(dst)
+    assert report.ok
+    record = read_search(dst)
+    assert record is not None and record.chosen == found.chosen.candidate.label
+    assert "How this draft was chosen" in (dst / "README.md").read_text()
+    cost = eaglequant.explain(dst).engines[0].round_cost
+    assert cost is not None and cost.bytes_per_round <= found.chosen.bytes_per_round
+    again = search(
+        PAIR / "draft", tmp_path / "again", inputs=inputs, max_acceptance_drop="0.05", counts=counts,
+        vocab_sizes=[1024], schemes=SCHEMES,
+    )  # fmt: skip
+    first, second = (json.loads((d / SEARCH_RECORD).read_text()) for d in (dst, tmp_path / "again"))
+    for data in (first, second):
+        data.pop("seconds"), data.pop("destination"), data.pop("pruned_source")
+    assert first == second and again.chosen is not None
+
+
+def test_no_candidate_within_the_budget_is_exit_3_and_writes_nothing(
+    captured: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, inputs = captured
+    result = run_cli(
+        "search", PAIR / "draft", tmp_path / "none", "--inputs", inputs, "--max-acceptance-drop", "0",
+        "--scheme", "nvfp4",
+    )  # fmt: skip
+    assert result.exit_code == EXIT_CHECK_FAILED and "none within the budget" in result.stdout
+    assert not (tmp_path / "none").exists()
+
+
+def test_bad_search_input_is_one_line(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    counts, inputs = captured
+    for args, message in (
+        (["--max-acceptance-drop", "lots"], "--max-acceptance-drop 'lots': not a budget"),
+        (["--max-acceptance-drop", "0.05", "--rule", "maybe"], "--rule 'maybe'"),
+        (["--max-acceptance-drop", "0.05", "--vocab-size", "64"], "need --counts"),
+        (["--max-acceptance-drop", "0.05", "--counts", counts, "--vocab-size", "4096"], "vocabulary has 2048"),
+    ):
+        result = run_cli("search", PAIR / "draft", tmp_path / "x", "--inputs", inputs, *args)
+        assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1
