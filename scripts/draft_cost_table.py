@@ -9,7 +9,8 @@ replayed against the source draft, as ``verify --inputs`` does) and measured wit
 (``eaglequant accept``, k = 3, quantized drafts served dequantized). Drafts: FP8 of the decoder alone (the default),
 with ``lm_head`` quantized too (ModelOpt, which vLLM runs quantized), and pruned vocabularies under both. Bytes per
 round are vLLM's (the model of ``eaglequant inspect``), against the source draft's. Prints a Markdown table
-(docs/acceptance.md shows one) and writes the JSON of every run under --out.
+(docs/acceptance.md shows one) and what ``eaglequant search --max-acceptance-drop 0.05`` chooses on the same
+inputs, and writes the JSON of every run under --out.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     from eaglequant import convert, prune
     from eaglequant.acceptance.capture import capture
     from eaglequant.api.acceptance import accept
+    from eaglequant.api.search import search
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -83,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     (out / "accept.json").write_text(json.dumps(measured, indent=2))
     (out / "predicted.json").write_text(json.dumps(predicted, indent=2))
     print(table(drafts, predicted, measured))
+    found = search(
+        PAIR / "draft", out / "searched", inputs=inputs, counts=counts, max_acceptance_drop="0.05", overwrite=True
+    )
+    chosen = "none" if found.chosen is None else found.chosen.candidate.label
+    print(f"\n`eaglequant search --max-acceptance-drop 0.05`: {chosen}; {found.stopped} ({found.seconds:.0f} s)")
     said("done")
     return 0
 
