@@ -336,3 +336,28 @@ def test_a_pruned_vocabulary_loads_in_the_engine(engine: str, scheme: str, fmt: 
     lm_head = next(m for m in check.modules if m.name == "lm_head")
     assert lm_head.values_equal and lm_head.quantized == bool(quantize)
     assert not check.unconsumed or "t2d" in check.unconsumed
+
+
+@pytest.mark.engine
+def test_the_searched_draft_loads_in_vllm(tmp_path: Path) -> None:
+    """What ``search`` writes on the bundled pair (the smallest within 0.05 of FP8 and NVFP4, lm_head included)
+    loads with vLLM's own code, every module as planned."""
+    from eaglequant.api.search import search
+
+    pair = FIXTURES / "trained-pair"
+    lines = (pair / "prompts.jsonl").read_text().splitlines()[:3]
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("\n".join(lines) + "\n")
+    inputs = tmp_path / "inputs.safetensors"
+    eaglequant.capture(pair / "target", pair / "draft", inputs, prompts=prompts, max_tokens=32)
+    found = search(
+        pair / "draft",
+        tmp_path / "chosen",
+        inputs=inputs,
+        max_acceptance_drop="0.05",
+        schemes=("fp8-per-channel", "nvfp4"),
+    )
+    assert found.chosen is not None and found.destination is not None
+    (check,) = load_checks([found.destination], engine="vllm", engine_python=engine_python("vllm"))
+    assert check.ok and check.loaded, check.problems
+    assert all(m.planned is None or m.quantized == m.planned for m in check.modules)
