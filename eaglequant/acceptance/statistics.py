@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-CONFIDENCE = 0.95
 _Z = 1.959963984540054  # two-sided 95% normal quantile
 
 

@@ -15,7 +15,8 @@ from eaglequant.cli.output import MODE, error
 from eaglequant.common.errors import EXIT_BAD_INPUT, Param, Style
 
 HELP_OPTION_NAMES = ["-h", "--help"]
-UsageError: type[Exception] = typer.BadParameter.__mro__[1]  # click's (Typer may vendor its own click)
+# Click's usage error, the base of typer.BadParameter: named through it since Typer may vendor its own Click.
+UsageError: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 def _set_json(value: bool) -> bool:

@@ -184,13 +184,6 @@ class Engine(ABC):
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
         return self.dialect(format_name).match(runtime_name, patterns)
 
-    def write_patterns(self, format_name: str, runtime_name: str, any_layer: bool) -> tuple[str, ...]:
-        """Patterns with which this engine, reading ``format_name``'s config, excludes ``runtime_name``.
-
-        ``any_layer``: the layer index in ``model.layers.{i}.`` must be matched whatever it is.
-        """
-        return self.dialect(format_name).write(runtime_name, any_layer)
-
     def lm_head_unquantized_by_config(self, format_name: str) -> bool:
         from eaglequant.formats import get_format
 

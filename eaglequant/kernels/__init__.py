@@ -1,20 +1,15 @@
 """Fused dequant-GEMM kernels for the stored layouts, and the torch reference beside each.
 
 ``fused_linear`` runs the Triton kernel when the input is on a CUDA device and Triton is installed,
-and the torch reference otherwise; ``BACKEND_CALLS`` counts which ran, so tests can prove the Triton
-path really did.
+and the torch reference otherwise.
 """
 
 from __future__ import annotations
-
-from collections import Counter
 
 import torch
 
 from eaglequant.kernels.reference import reference_activations, reference_linear
 from eaglequant.kinds.base import StoredLinear
-
-BACKEND_CALLS: Counter[str] = Counter()
 
 
 def triton_available() -> bool:
@@ -43,7 +38,6 @@ def fused_linear(
     whatever it is given)."""
     if backend == "auto":
         backend = choose_backend(x)
-    BACKEND_CALLS[backend] += 1
     if backend == "triton":
         from eaglequant.kernels.triton_gemm import triton_linear
 
@@ -52,7 +46,6 @@ def fused_linear(
 
 
 __all__ = [
-    "BACKEND_CALLS",
     "StoredLinear",
     "choose_backend",
     "fused_linear",
