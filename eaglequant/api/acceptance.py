@@ -131,7 +131,15 @@ def _recorded_source(dsts: list[Path]) -> Path:
 
 
 def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -> QuantizedDraft:
+    """What the engine is given for ``dst``: a quantized draft dequantized (or as stored), a plain head (a pruned
+    vocabulary, say) as it is, with no scheme budget."""
     from eaglequant.api.written import open_written
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.formats import format_for_side_files
+
+    config = load_json_object(_model_dir(dst, "dst") / "config.json", "config.json")
+    if "quantization_config" not in config and format_for_side_files(dst) is None:
+        return QuantizedDraft(dst, dst, STORED, [], None, None)
     from eaglequant.readback.explanation import read_written_config
     from eaglequant.record.report import read_report
     from eaglequant.verification.verify import recorded_scheme

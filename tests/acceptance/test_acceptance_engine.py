@@ -75,3 +75,21 @@ def test_the_measurement_is_recorded_in_dst_and_its_card(measured: dict) -> None
     assert "## Acceptance" in card and "dequantized" in card
     # the card's new digest is recorded, so the checkpoint still verifies
     assert verify(measured["good"], source=PAIR / "draft").ok
+
+
+def test_a_pruned_bf16_head_is_measured_as_it_is(tmp_path: Path) -> None:
+    """A plain head, here the draft with its vocabulary pruned, is served as written, with no scheme budget."""
+    from eaglequant import capture, prune
+    from eaglequant.api.acceptance import accept
+
+    counts = tmp_path / "counts.safetensors"
+    capture(PAIR / "target", PAIR / "draft", counts, max_prompts=3, max_tokens=32)
+    pruned = prune(PAIR / "draft", tmp_path / "pruned", size=256, counts=counts).destination
+    report = accept(
+        [pruned], target=PAIR / "target", source=PAIR / "draft", max_prompts=4, max_tokens=32,
+        engine_python=engine_python("vllm"), record=True,
+    ).to_json()  # fmt: skip
+    (draft,) = report["quantized"]
+    assert draft["served_as"] == "stored" and draft["budget"] is None
+    assert draft["modes"]["greedy"]["acceptance_length"]["value"] >= 1.0
+    assert (pruned / "eaglequant_accept.json").is_file()
