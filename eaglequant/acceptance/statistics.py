@@ -90,18 +90,24 @@ def _reported(figure: float) -> float | None:
     return round(figure, 5) if math.isfinite(figure) else None
 
 
+def _clustered(estimate: float, residuals: Sequence[float], divisor: float = 1.0) -> Interval:
+    """``estimate`` with its 95% interval over prompts as clusters: the linearised estimator's residuals, one a
+    prompt (over ``divisor``), and Student's t on prompts - 1 degrees of freedom; unbounded for one prompt."""
+    m = len(residuals)
+    if m < 2:
+        return Interval(estimate, -math.inf, math.inf)
+    se = math.sqrt(m / (m - 1) * sum(e * e for e in residuals)) / divisor
+    half = t_quantile(m - 1) * se
+    return Interval(estimate, estimate - half, estimate + half)
+
+
 def _ratio(numerators: Sequence[float], denominators: Sequence[float], offset: float = 0.0) -> Interval:
     total_n, total_d = sum(numerators), sum(denominators)
     if total_d == 0:
         return Interval(math.nan, math.nan, math.nan)
     r = total_n / total_d
-    m = len(numerators)
-    if m < 2:
-        return Interval(r + offset, -math.inf, math.inf)
     residuals = [a - r * n for a, n in zip(numerators, denominators, strict=True)]
-    se = math.sqrt(m / (m - 1) * sum(e * e for e in residuals)) / total_d
-    half = t_quantile(m - 1) * se
-    return Interval(r + offset, r + offset - half, r + offset + half)
+    return _clustered(r + offset, residuals, total_d)
 
 
 def format_interval(value: float | None, low: float | None, high: float | None, signed: bool = False) -> str:
@@ -159,16 +165,11 @@ def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
         return Interval(math.nan, math.nan, math.nan)
     r_q = sum(p.accepted for p in quantized.prompts) / q_n
     r_s = sum(p.accepted for p in source.prompts) / s_n
-    m = len(quantized.prompts)
-    delta = r_q - r_s
-    if m < 2:
-        return Interval(delta, -math.inf, math.inf)
     residuals = [
         (q.accepted - r_q * q.drafts) / q_n - (s.accepted - r_s * s.drafts) / s_n
         for q, s in zip(quantized.prompts, source.prompts, strict=True)
     ]
-    half = t_quantile(m - 1) * math.sqrt(m / (m - 1) * sum(e * e for e in residuals))
-    return Interval(delta, delta - half, delta + half)
+    return _clustered(r_q - r_s, residuals)
 
 
 # How close two tokens' log-probabilities may be for the serving dtype's arithmetic to order them either way: a
