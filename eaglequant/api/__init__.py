@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.api.written import open_written
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.inspection import InspectReport
@@ -25,7 +26,6 @@ from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.pipeline import write_output
 from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.conversion.result import ConversionResult
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.hub.client import SourceRef, resolve_source
 from eaglequant.layouts.detect import describe_head

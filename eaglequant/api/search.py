@@ -23,9 +23,10 @@ from typing import Any
 
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
 from eaglequant.conversion.plan import build_plan
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, round_cost
+from eaglequant.engines.round_cost import round_cost
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription

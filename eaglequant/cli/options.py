@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
+from eaglequant.common.draft_tokens import MAX_DRAFT_TOKENS
 from eaglequant.conversion.options import MAX_TARGET_LAYERS, MAX_WORKERS
-from eaglequant.engines.round_cost import MAX_DRAFT_TOKENS
 
 if TYPE_CHECKING:
     from eaglequant.conversion.options import ConversionOptions

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.conversion.plan import ConversionPlan
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, RoundCost, check_draft_tokens
+from eaglequant.engines.round_cost import RoundCost
 from eaglequant.layouts.head import HeadDescription, HeadTensor, Role
 
 

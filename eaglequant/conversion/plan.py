@@ -11,13 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import plan_engines
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, RoundCost, round_cost
+from eaglequant.engines.round_cost import RoundCost, round_cost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.kinds import kinds_title

@@ -11,16 +11,15 @@ A draft without its own ``lm_head`` or embedding reads the target's, counted as 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.json_fields import JsonObject
 from eaglequant.layouts.head import HeadDescription, Role
 
-DEFAULT_DRAFT_TOKENS = 3  # k: num_speculative_tokens / max_draft_len, as the card's serving lines use
-MAX_DRAFT_TOKENS = 64
 SERVING_WEIGHT_BYTES = 2  # an unquantized module at run time: BF16 or FP16, whatever the source stored
 
 # The parts of a draft a round reads, in the order a report lists them.
@@ -151,7 +150,7 @@ def round_cost(
         as_run = run_quantized.get(linear.module, source)
         tally.add(_part_of(linear.module), as_run, source, quantized=linear.module in run_quantized)
     for tensor in head.tensors:
-        served = _elements(tensor.info.shape) * SERVING_WEIGHT_BYTES
+        served = math.prod(tensor.info.shape) * SERVING_WEIGHT_BYTES
         if tensor.role is Role.EMBEDDING:  # a round reads one row a token
             row = tensor.info.shape[-1] * SERVING_WEIGHT_BYTES
             tally.add("embedding", row, row, resident=served)
@@ -171,15 +170,6 @@ def round_cost(
         if tally.per_read[part][1]
     )
     return RoundCost(engine, release, k, parts, tally.resident, tally.source_resident)
-
-
-def check_draft_tokens(draft_tokens: object) -> None:
-    """Refuse a ``draft_tokens`` that is not a whole number of tokens from 1 to :data:`MAX_DRAFT_TOKENS`."""
-    if isinstance(draft_tokens, bool) or not isinstance(draft_tokens, int) or not 1 <= draft_tokens <= MAX_DRAFT_TOKENS:
-        raise InputError(
-            words(given("draft_tokens", draft_tokens), f": tokens drafted a round must be 1 to {MAX_DRAFT_TOKENS}"),
-            hint=words("engines draft a few (", suggested("draft_tokens", DEFAULT_DRAFT_TOKENS), " is common)"),
-        )
 
 
 class _Tally:
@@ -224,10 +214,3 @@ def decimal_bytes(count: int) -> str:
         if count >= size:
             return f"{count / size:.2f} {unit}"
     return f"{count} B"
-
-
-def _elements(shape: tuple[int, ...]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count

@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines import ENGINES
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
 from eaglequant.publish.cost_sections import round_cost_section, search_section

@@ -16,10 +16,11 @@ from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
 from eaglequant.checkpoint.reader import Checkpoint, load_json_object
 from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.errors import InputError
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.round_cost import DEFAULT_DRAFT_TOKENS, RoundCost, check_draft_tokens, round_cost
+from eaglequant.engines.round_cost import RoundCost, round_cost
 from eaglequant.engines.support import SCHEME_KINDS, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.engines.view import layer_counts
