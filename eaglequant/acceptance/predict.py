@@ -180,8 +180,45 @@ def predict_pair(
 ) -> Prediction:
     """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``."""
     src = predict(open_draft(source), sequences, steps)
+    return predict_against(src, quantized, sequences, steps, budget, inputs)
+
+
+def predict_against(
+    source: Acceptance,
+    quantized: Any,
+    sequences: list[CapturedSequence],
+    steps: int,
+    budget: float | None,
+    inputs: str,
+) -> Prediction:
+    """The ``quantized`` checkpoint (plain weights) predicted on ``sequences``, against the source draft's acceptance
+    already predicted there (a search compares many drafts with one source)."""
     dst = predict(open_draft(quantized), sequences, steps)
-    return Prediction(src, dst, paired_difference(dst, src), budget, inputs)
+    return Prediction(source, dst, paired_difference(dst, source), budget, inputs)
+
+
+def predict_as_served(
+    checkpoint: Any,
+    head: Any,
+    target: Any,
+    source: Acceptance,
+    sequences: list[CapturedSequence],
+    steps: int,
+    budget: float | None,
+    inputs: str,
+) -> Prediction:
+    """A quantized checkpoint as vLLM runs it (its quantized linears dequantized exactly, everything else its own),
+    predicted against the source draft's acceptance on ``sequences``."""
+    import tempfile
+
+    from eaglequant.acceptance.served import quantized_modules, write_dequantized
+    from eaglequant.checkpoint.reader import Checkpoint
+
+    with tempfile.TemporaryDirectory(prefix="eaglequant-predict-") as tmp:
+        modules = quantized_modules(checkpoint, head, target, "vllm")
+        write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
+        with Checkpoint.open(Path(tmp), "DST") as dst:
+            return predict_against(source, dst, sequences, steps, budget, inputs)
 
 
 def predict_written(
@@ -190,11 +227,6 @@ def predict_written(
     """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
     quantized linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when
     there are no inputs, when they hold no target choices, or when the head is not one the chained forward runs."""
-    import tempfile
-
-    from eaglequant.acceptance.served import quantized_modules, write_dequantized
-    from eaglequant.checkpoint.reader import Checkpoint
-
     if inputs is None:
         return None, (
             "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
@@ -212,12 +244,9 @@ def predict_written(
         return None, f"acceptance not predicted: {why}"
     sequences = load_captured(inputs)
     steps = 3
-    with tempfile.TemporaryDirectory(prefix="eaglequant-predict-") as tmp:
-        modules = quantized_modules(checkpoint, head, target, "vllm")
-        write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
-        with Checkpoint.open(Path(tmp), "DST") as dst:
-            described = f"{inputs.name} ({len(sequences)} sequences)"
-            return predict_pair(src, dst, sequences, steps, budget, described), None
+    described = f"{inputs.name} ({len(sequences)} sequences)"
+    source = predict(open_draft(src), sequences, steps)
+    return predict_as_served(checkpoint, head, target, source, sequences, steps, budget, described), None
 
 
 def tensor_names(path: Path) -> set[str]:

@@ -16,8 +16,9 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,6 @@ class SearchResult:
     source_bytes_per_round: int
     points: list[SearchPoint]
     chosen: SearchPoint | None
-    stopped: str
     seconds: float
     pruned_source: Path | None = None
     engines: tuple[str, ...] = field(default=())
@@ -129,6 +129,18 @@ class SearchResult:
     @property
     def ok(self) -> bool:
         return self.chosen is not None
+
+    @property
+    def stopped(self) -> str:
+        """Why the search stopped where it did, in words."""
+        tried = sum(point.prediction is not None for point in self.points)
+        within = f"{self.budget.text()} ({self.budget_tokens:.3f})"
+        if self.chosen is None:
+            return f"no candidate is within {within}: all {tried} predicted"
+        return (
+            f"the smallest within {within}: {tried} predicted from the smallest up; the {len(self.points) - tried} "
+            "larger need no prediction"
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -188,38 +200,53 @@ def search(
         )
     with Checkpoint.open(source) as checkpoint:
         head = describe_head(checkpoint)
-        source_length = predict(open_draft(checkpoint), sequences, DEFAULT_DRAFT_TOKENS).length().value
+        source_acceptance = predict(open_draft(checkpoint), sequences, DEFAULT_DRAFT_TOKENS)
+    source_length = source_acceptance.length().value
     sizes = _vocab_sizes(head, counts, vocab_sizes)
     names = list(schemes) or builtin_scheme_names()
     priced = _priced(head, names, list(engines), sizes, target_layers)
     if not priced:
         raise InputError("no built-in scheme loads in the targeted engines", hint="target fewer engines")
     tokens = budget.tokens(source_length)
-    points: list[SearchPoint] = []
-    chosen: SearchPoint | None = None
     with tempfile.TemporaryDirectory(prefix="eaglequant-search-", dir=destination.parent.resolve()) as tmp:
-        for index, (candidate, nbytes) in enumerate(priced):
-            prediction = _predicted(source, Path(tmp), index, candidate, counts, sequences, engines, target_layers)
-            point = SearchPoint(candidate, nbytes, prediction, budget.drop(prediction) <= tokens)
-            points.append(point)
-            if point.within:
-                chosen = point
-                break
-    points += [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
+
+        def judged(index: int, candidate: Candidate, nbytes: int) -> SearchPoint:
+            converted = _materialise(
+                source, Path(tmp) / f"candidate-{index}", candidate, counts, engines, target_layers
+            )
+            prediction = _predicted(converted, source_acceptance, sequences)
+            return SearchPoint(candidate, nbytes, prediction, budget.drop(prediction) <= tokens)
+
+        points = _smallest_up(priced, judged)
+    chosen = next((point for point in points if point.within), None)
+    written, pruned = None, None
+    if chosen is not None:
+        written, pruned = _write_choice(
+            source, chosen.candidate, destination, counts, engines, target_layers, overwrite
+        )
     source_bytes = round_cost(head, "source", "", {}).source_bytes_per_round
     result = SearchResult(
-        source, None, budget, tokens, source_length, source_bytes, points, chosen, "", 0.0, engines=tuple(engines)
-    )
-    result.stopped = _why_stopped(result)
-    if chosen is not None:
-        _write_choice(result, chosen.candidate, destination, counts, engines, target_layers, overwrite)
-    result.seconds = time.monotonic() - started
-    if result.destination is not None:
+        source, written, budget, tokens, source_length, source_bytes, points, chosen, time.monotonic() - started,
+        pruned, tuple(engines),
+    )  # fmt: skip
+    if written is not None:
         from eaglequant.publish.card import refresh_card
 
-        (result.destination / SEARCH_RECORD).write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        refresh_card(result.destination)
+        (written / SEARCH_RECORD).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        refresh_card(written)
     return result
+
+
+def _smallest_up(
+    priced: list[tuple[Candidate, int]], judged: Callable[[int, Candidate, int], SearchPoint]
+) -> list[SearchPoint]:
+    """Every candidate, the smallest judged first until one is within the budget; the rest priced only."""
+    points: list[SearchPoint] = []
+    for index, (candidate, nbytes) in enumerate(priced):
+        points.append(judged(index, candidate, nbytes))
+        if points[-1].within:
+            break
+    return points + [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
 
 
 def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
@@ -247,28 +274,21 @@ def _priced(
     first (ties by name)."""
     from eaglequant.vocabulary.prune import pruned_description
 
+    described = {size: head if size is None else pruned_description(head, size) for size in sizes}
+    loaded = [(name, load_scheme(name)) for name in schemes]
     priced = []
-    for name in schemes:
-        scheme = load_scheme(name)
-        for fmt in FORMATS.values():
-            if not fmt.supports(scheme):
-                continue
-            for lm_head in (False, True):
-                for size in sizes:
-                    described = head if size is None else pruned_description(head, size)
-                    try:
-                        plan = build_plan(
-                            described,
-                            scheme,
-                            fmt.name,
-                            quantize=["lm_head"] if lm_head else [],
-                            engines=engines,
-                            target_layers=target_layers,
-                        )
-                    except EagleQuantError:
-                        continue  # an engine cannot load it, or runs lm_head unquantized there
-                    nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
-                    priced.append((Candidate(name, fmt.name, lm_head, size), nbytes))
+    for (name, scheme), fmt, lm_head, size in product(loaded, FORMATS.values(), (False, True), sizes):
+        if not fmt.supports(scheme):
+            continue
+        quantize = ["lm_head"] if lm_head else []
+        try:
+            plan = build_plan(
+                described[size], scheme, fmt.name, quantize=quantize, engines=engines, target_layers=target_layers
+            )
+        except EagleQuantError:
+            continue  # an engine cannot load it, or runs lm_head unquantized there
+        nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
+        priced.append((Candidate(name, fmt.name, lm_head, size), nbytes))
     return sorted(priced, key=lambda pair: (pair[1], pair[0].label))
 
 
@@ -303,52 +323,30 @@ def _materialise(
     return out
 
 
-def _predicted(
-    source: Path,
-    tmp: Path,
-    index: int,
-    candidate: Candidate,
-    counts: str | Path | None,
-    sequences: list[Any],
-    engines: Sequence[str],
-    target_layers: int | None,
-) -> Any:
-    """The candidate's greedy acceptance against the source draft's, on the captured sequences."""
-    from eaglequant.acceptance.predict import predict_pair
-    from eaglequant.acceptance.served import quantized_modules, write_dequantized
+def _predicted(converted: Path, source: Any, sequences: list[Any]) -> Any:
+    """A converted candidate's greedy acceptance as vLLM runs it, against the source draft's (``source``, predicted
+    once for every candidate), on the captured sequences."""
+    from eaglequant.acceptance.predict import predict_as_served
     from eaglequant.api.written import open_written
 
-    converted = _materialise(source, tmp / f"candidate-{index}", candidate, counts, engines, target_layers)
-    served = tmp / f"served-{index}"
     with open_written(converted, None, None) as (checkpoint, head, target):
-        write_dequantized(checkpoint, head, quantized_modules(checkpoint, head, target, "vllm"), served, "float32")
-    with Checkpoint.open(source) as src, Checkpoint.open(served, "DST") as dst:
-        return predict_pair(src, dst, sequences, DEFAULT_DRAFT_TOKENS, None, f"{len(sequences)} sequences")
-
-
-def _why_stopped(result: SearchResult) -> str:
-    tried = sum(point.prediction is not None for point in result.points)
-    if result.chosen is None:
-        return f"no candidate is within {result.budget.text()} ({result.budget_tokens:.3f}): all {tried} predicted"
-    left = len(result.points) - tried
-    return (
-        f"the smallest within {result.budget.text()} ({result.budget_tokens:.3f}): {tried} predicted from the "
-        f"smallest up; the {left} larger need no prediction"
-    )
+        described = f"{len(sequences)} sequences"
+        return predict_as_served(checkpoint, head, target, source, sequences, DEFAULT_DRAFT_TOKENS, None, described)
 
 
 def _write_choice(
-    result: SearchResult,
+    source: Path,
     candidate: Candidate,
     destination: Path,
     counts: str | Path | None,
     engines: Sequence[str],
     target_layers: int | None,
     overwrite: bool,
-) -> None:
-    check_destination(result.source, destination, overwrite)
+) -> tuple[Path, Path | None]:
+    """The chosen candidate converted into ``destination``; returns it and the pruned BF16 head beside it (if any)."""
+    check_destination(source, destination, overwrite)
     pruned_at = None
     if candidate.vocab is not None:
         pruned_at = destination.with_name(f"{destination.name}-vocab{candidate.vocab}-bf16")
-    _materialise(result.source, destination, candidate, counts, engines, target_layers, pruned_at)
-    result.destination, result.pruned_source = destination, pruned_at
+    _materialise(source, destination, candidate, counts, engines, target_layers, pruned_at)
+    return destination, pruned_at
