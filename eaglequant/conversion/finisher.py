@@ -34,7 +34,7 @@ def write_metadata(
     ``replaced``) beside the shards, then the output re-read and held against the plan. Returns the files
     carried over from the source."""
     if len(names) > 1:
-        write_index(tmp, plan, shards, names)
+        write_index(tmp, shards, names)
     write_json(tmp / "config.json", {**checkpoint.config, "quantization_config": plan.quantization_config()})
     for file_name, content in plan.format.extra_files(plan.scheme, plan.exclude_patterns).items():
         write_json(tmp / file_name, content)
@@ -56,12 +56,11 @@ def record_output(stage: Path, result: ConversionResult) -> ConversionResult:
     return recorded
 
 
-def write_index(tmp: Path, plan: ConversionPlan, shards: list[list[TensorSpec]], names: list[str]) -> None:
+def write_index(tmp: Path, shards: list[list[TensorSpec]], names: list[str]) -> None:
+    """The sharded index (``model.safetensors.index.json``) of the shards ``names`` holding ``shards``' tensors."""
     weight_map = {spec.name: name for name, specs in zip(names, shards, strict=True) for spec in specs}
-    write_json(
-        tmp / INDEX_NAME,
-        {"metadata": {"total_size": plan.output_bytes}, "weight_map": dict(sorted(weight_map.items()))},
-    )
+    total = sum(spec.nbytes for specs in shards for spec in specs)
+    write_json(tmp / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:

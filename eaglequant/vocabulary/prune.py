@@ -16,7 +16,6 @@ acceptance of both drafts is replayed (:mod:`eaglequant.acceptance.predict`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.conversion.finisher import write_index
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.vocabulary.counts import TokenCounts
@@ -139,13 +139,13 @@ def choose_vocabulary(
 def pruned_specs(checkpoint: Checkpoint, head: HeadDescription, lm_head: HeadLinear, choice: VocabularyChoice,
                  vocab: int) -> list[TensorSpec]:  # fmt: skip
     """Every output tensor: the source's, with lm_head cut to the kept rows and the vocabulary maps for them."""
+    d2t, t2d = vocab_map_names(head)
     specs = []
     for name, info in checkpoint.tensors.items():
         if name == lm_head.weight:
             specs.append(TensorSpec(name, info.dtype, (choice.size, *info.shape[1:])))
-        elif name not in vocab_map_names(head):  # written anew below
+        elif name not in (d2t, t2d):  # written anew below
             specs.append(TensorSpec(name, info.dtype, info.shape))
-    d2t, t2d = vocab_map_names(head)
     specs += [TensorSpec(d2t, "I64", (choice.size,)), TensorSpec(t2d, "BOOL", (vocab,))]
     return sorted(specs, key=lambda spec: spec.name)
 
@@ -157,8 +157,8 @@ def vocab_map_names(head: HeadDescription) -> tuple[str, str]:
 
 
 def write_pruned(checkpoint: Checkpoint, head: HeadDescription, lm_head: HeadLinear, choice: VocabularyChoice,
-                 vocab: int, stage: Path) -> list[str]:  # fmt: skip
-    """The pruned head's weights into ``stage``; returns the weight files written."""
+                 vocab: int, stage: Path) -> None:  # fmt: skip
+    """The pruned head's weights into ``stage``: its shards, and their index when there are several."""
     specs = pruned_specs(checkpoint, head, lm_head, choice, vocab)
     shards = split_into_shards(specs, MAX_SHARD_BYTES)
     names = shard_names(len(shards))
@@ -181,10 +181,7 @@ def write_pruned(checkpoint: Checkpoint, head: HeadDescription, lm_head: HeadLin
         finally:
             shard.discard()
     if len(names) > 1:
-        weight_map = {spec.name: name for name, group in zip(names, shards, strict=True) for spec in group}
-        index = {"metadata": {"total_size": sum(s.nbytes for s in specs)}, "weight_map": weight_map}
-        (stage / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
-    return names
+        write_index(stage, shards, names)
 
 
 def _gather_rows(checkpoint: Checkpoint, spec: TensorSpec, rows: torch.Tensor, shard: SafetensorsShard) -> None:

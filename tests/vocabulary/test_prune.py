@@ -196,3 +196,19 @@ def test_the_prediction_replays_both_drafts_on_captured_inputs(captured: Path, t
     assert tiny.prediction is not None and tiny.coverage < 0.5
     assert tiny.prediction.quantized.length().value < tiny.prediction.source.length().value
     assert tiny.prediction.source.to_json() == roomy.prediction.source.to_json()
+
+
+def test_a_pruned_head_past_the_shard_size_is_sharded_with_its_index(
+    pruned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eaglequant.vocabulary import prune as pruning
+
+    monkeypatch.setattr(pruning, "MAX_SHARD_BYTES", 100_000)
+    sharded = eaglequant.prune(SOURCE, tmp_path / "sharded", size=64, counts=_skewed_counts(tmp_path / "c.json"))
+    index = json.loads((sharded.destination / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) > 1
+    with Checkpoint.open(pruned) as whole, Checkpoint.open(sharded.destination) as parts:
+        assert whole.tensors.keys() == parts.tensors.keys()
+        assert index["metadata"]["total_size"] == sum(info.nbytes for info in parts.tensors.values())
+        for name in whole.tensors:
+            assert torch.equal(whole.read(name).view(torch.uint8), parts.read(name).view(torch.uint8)), name
