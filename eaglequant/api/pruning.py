@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 from eaglequant.checkpoint.destination import check_destination, staged_directory
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.conversion.finisher import copy_side_files, write_json
 from eaglequant.layouts.detect import describe_head
@@ -65,7 +65,7 @@ def prune(
                 (row_bytes * lm_head.out_features, row_bytes * choice.size),
                 _predicted(checkpoint, stage.path, inputs),
             )
-            (stage.path / PRUNE_RECORD).write_text(json.dumps(result.to_json(), indent=2) + "\n", encoding="utf-8")
+            write_json(stage.path / PRUNE_RECORD, result.to_json())
             stage.commit(destination, overwrite)
     return result
 
@@ -79,4 +79,4 @@ def _predicted(source: Checkpoint, pruned: Path, inputs: str | Path | None) -> o
     sequences = load_captured(Path(inputs))
     with Checkpoint.open(pruned, "DST") as written:
         described = f"{Path(inputs).name} ({len(sequences)} sequences)"
-        return predict_pair(source, written, sequences, 3, None, described)
+        return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described)

@@ -12,7 +12,6 @@ go by name.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import time
@@ -26,6 +25,7 @@ from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
+from eaglequant.conversion.finisher import write_json
 from eaglequant.conversion.plan import build_plan
 from eaglequant.engines.round_cost import round_cost
 from eaglequant.formats import FORMATS
@@ -232,7 +232,7 @@ def search(
     if written is not None:
         from eaglequant.publish.card import refresh_card
 
-        (written / SEARCH_RECORD).write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        write_json(written / SEARCH_RECORD, result.to_json())
         refresh_card(written)
     return result
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from eaglequant.acceptance.statistics import format_interval
 from eaglequant.engines.round_cost import MODEL_NOTE, PARTS, PartCost, decimal_bytes
 from eaglequant.record.report import ConversionReport
 
@@ -59,8 +60,6 @@ def search_section(search: SearchRecord | None) -> str:
     for row in search.frontier:
         if row.difference is None:
             continue
-        from eaglequant.acceptance.statistics import format_interval
-
         fewer = search.source_bytes_per_round / max(row.bytes_per_round, 1)
         lines.append(
             f"| {row.candidate} | {decimal_bytes(row.bytes_per_round)} | {fewer:.2f}× | "
