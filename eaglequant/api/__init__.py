@@ -98,6 +98,7 @@ def _planned(
             target_layers=options.target_layers,
             target_config=options.target_config,
             input_amax=input_amax,
+            match_target_context=options.match_target_context,
         )
         yield checkpoint, plan
 
@@ -154,7 +155,7 @@ def convert(
             device=chosen.device,
         )
         progress.phase("hashing the source")  # what the background hashing has not read yet
-        manifest = conversion_manifest(source, chosen.manifest(plan.target.count), digests.result())
+        manifest = conversion_manifest(source, chosen.manifest(plan.target), digests.result())
         draft = chosen.repo_id or str(dst_path.resolve())
         card = card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft)
         result = ConversionResult.of(dst_path, plan, written, checkpoint, manifest, card)
@@ -181,10 +182,10 @@ def manifest_key(src: str | Path, options: ConversionOptions | None = None, **se
         # the target's layer count resolved from the Hub's config.json as build_plan resolves it
         files, config = remote_source_digests(str(src))
         target = resolve_target_layers(chosen.target_layers, chosen.target_config, config)
-        return manifest_key_of(files, chosen.manifest(target.count))
+        return manifest_key_of(files, chosen.manifest(target))
     source = resolve_source(src)
     with _planned(source, chosen) as (_, plan):
-        recorded = chosen.manifest(plan.target.count)
+        recorded = chosen.manifest(plan.target)
     return conversion_manifest(source, recorded).key
 
 

@@ -44,6 +44,7 @@ def convert_command(
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
+    match_target_context: Annotated[bool, conversion_flag("match_target_context")] = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace DST if an earlier eaglequant convert wrote it.")
     ] = False,
@@ -84,6 +85,7 @@ def convert_command(
                     engines=engine,
                     target_layers=target_layers,
                     target_config=target_config,
+                    match_target_context=match_target_context,
                     max_shard_size=max_shard_size,
                     calib=calib,
                     verify_output=verify,

@@ -21,7 +21,7 @@ from eaglequant.cli.options import (
     TargetLayersOpt,
     conversion_options,
 )
-from eaglequant.cli.output import absolute, human_bytes, out, quiet_hub_progress, result
+from eaglequant.cli.output import absolute, human_bytes, note, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.conversion.options import DEFAULT_FORMAT, DEFAULT_SCHEME
 
@@ -101,6 +101,8 @@ def render(report: InspectReport, source: str) -> None:
     src_b, out_b = report.source_bytes, plan.output_bytes
     out.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
     show_round_costs(report.round_costs())
+    for text in plan.notes:
+        note(text)
 
 
 def _tensor_table(report: InspectReport) -> Table:

@@ -103,9 +103,17 @@ def render(rows: list[SchemeRow]) -> None:
     else:
         _render_list(rows, ENGINE_NAMES)
     out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
+    out.print(escape("releases: " + ", ".join(_release(name) for name in ENGINE_NAMES)))
     if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
         for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40)):
             out.print(escape(line))
+
+
+def _release(name: str) -> str:
+    from eaglequant.engines import ENGINES
+
+    engine = ENGINES[name]
+    return name if name.endswith(f"=={engine.release}") else f"{name} {engine.release}"
 
 
 def _render_list(rows: list[SchemeRow], engines: tuple[str, ...]) -> None:

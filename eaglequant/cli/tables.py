@@ -105,7 +105,7 @@ def show_round_costs(costs: list[RoundCost]) -> None:
                 cell += " [dim](target's)[/]"
             cells.append(cell)
         table.add_row(
-            f"{cost.engine} {cost.release}",
+            f"{cost.engine_release}",
             *cells,
             decimal_bytes(cost.bytes_per_round),
             decimal_bytes(cost.source_bytes_per_round),

@@ -35,7 +35,7 @@ def write_metadata(
     carried over from the source."""
     if len(names) > 1:
         write_index(tmp, shards, names)
-    write_json(tmp / "config.json", {**checkpoint.config, "quantization_config": plan.quantization_config()})
+    write_json(tmp / "config.json", plan.written_config(checkpoint.config))
     for file_name, content in plan.format.extra_files(plan.scheme, plan.exclude_patterns).items():
         write_json(tmp / file_name, content)
     copied = copy_side_files(checkpoint, tmp, replaced)

@@ -19,6 +19,7 @@ from eaglequant.common.errors import EagleQuantError, InputError, Param, given, 
 from eaglequant.layouts.rules import compiled_rule
 
 if TYPE_CHECKING:
+    from eaglequant.engines.target import TargetLayers
     from eaglequant.schemes.model import Scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
@@ -126,8 +127,8 @@ class ConversionOptions:
         DEFAULT_ENGINES,
         ("--engine", "-e"),
         list,
-        "Engine that must load the result as intended (`eaglequant schemes` lists them; all: every engine). "
-        "Repeatable.",
+        "Engine that must load the result as intended (`eaglequant schemes` lists them; all: every engine); "
+        "NAME==RELEASE picks a release (vllm is vLLM 0.32.0; vllm==0.33.0). Repeatable.",
     )
     exclude: tuple[str, ...] = _option(
         (),
@@ -154,7 +155,14 @@ class ConversionOptions:
         None,
         ("--target-config",),
         str,
-        "The target model's config.json (or its directory), to read its layer count from.",
+        "The target model's config.json (or its directory), to read its layer count and context length from.",
+    )
+    match_target_context: bool = _option(
+        False,
+        ("--match-target-context",),
+        bool,
+        "Write the target's context length into the draft's max_position_embeddings where it is shorter (vLLM 0.33 "
+        "otherwise serves a yarn-scaled draft's target with the draft's length). Needs --target-config.",
     )
     max_shard_size: str | int = _option(
         DEFAULT_MAX_SHARD_SIZE, ("--max-shard-size",), str, "Largest output shard, e.g. 5GB."
@@ -245,11 +253,12 @@ class ConversionOptions:
             return cls(**settings)
         return replace(options, **settings) if settings else options
 
-    def manifest(self, target_count: int | None) -> dict[str, Any]:
-        """Everything besides the source that decides the bytes of the output; ``target_count``: the target's
-        layer count as the plan resolved it (``target_layers``, or read from ``target_config`` or the head)."""
+    def manifest(self, target: TargetLayers) -> dict[str, Any]:
+        """Everything besides the source that decides the bytes of the output; ``target``: the target as the plan
+        resolved it (its layer count from ``target_layers``, or read from ``target_config`` or the head)."""
         from eaglequant.checkpoint.hashing import file_sha256
 
+        matched = {"target_context": target.context} if self.match_target_context else {}
         return {
             "scheme": self.resolved_scheme.name,
             "scheme_sha256": file_sha256(Path(self.resolved_scheme.source)),
@@ -257,7 +266,8 @@ class ConversionOptions:
             "engines": sorted(self.engines),
             "exclude": list(self.exclude),
             "quantize": list(self.quantize),
-            "target_layers": target_count,
+            "target_layers": target.count,
+            **matched,
             "max_shard_bytes": self.max_shard_bytes,
             "calib_sha256": None if self.calib is None else file_sha256(self.calib),
             "verify": self.verify_output,

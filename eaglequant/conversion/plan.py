@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.engines import Engine
+from eaglequant.engines.context import ConfigChange, target_context_change
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import plan_engines
 from eaglequant.engines.round_cost import RoundCost, round_cost
@@ -54,6 +56,7 @@ class ConversionPlan:
     verdicts: list[ModuleVerdict] = field(default_factory=list)
     input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
     notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
+    config_changes: list[ConfigChange] = field(default_factory=list)  # config.json values written other than SRC's
 
     def scale_group(self, module: str) -> tuple[str, ...]:
         """The linears that share ``module``'s global and input scales: its fused group when quantized."""
@@ -100,6 +103,12 @@ class ConversionPlan:
     def quantization_config(self) -> dict[str, object]:
         return self.format.quantization_config(self.scheme, self.exclude_patterns)
 
+    def written_config(self, source_config: dict[str, Any]) -> dict[str, Any]:
+        """config.json as written: the source's, with the planned changes and the quantization config."""
+        for change in self.config_changes:
+            source_config = change.apply(source_config)
+        return {**source_config, "quantization_config": self.quantization_config()}
+
 
 def requested_exclusions(
     head: HeadDescription, exclude: list[str] | tuple[str, ...] = (), quantize: list[str] | tuple[str, ...] = ()
@@ -141,9 +150,11 @@ def build_plan(
     target_layers: int | None = None,
     target_config: str | Path | None = None,
     input_amax: dict[str, float] | None = None,
+    match_target_context: bool = False,
 ) -> ConversionPlan:
     """The plan for converting ``head`` with ``scheme`` into ``format_name`` for ``engines``; ``input_amax``: the
-    calibrated activation amax per linear (see :mod:`eaglequant.draft.calibrate`)."""
+    calibrated activation amax per linear (see :mod:`eaglequant.draft.calibrate`); ``match_target_context``: raise
+    the draft's max_position_embeddings to the target's length (:func:`target_context_change`)."""
     notes: list[str] = []
     scheme = _effective_scheme(scheme, input_amax, notes)
     request = requested_exclusions(head, exclude, quantize)
@@ -165,6 +176,10 @@ def build_plan(
         if t.name not in quantized_weights
     }
     amax = {m: v for m, v in (input_amax or {}).items() if m in {lin.module for lin in quantized}}
+    change = target_context_change(head.config, decided.target.context) if match_target_context else None
+    changes = [] if change is None else [change]
+    served = _changed(head, changes)
+    serving = [note for engine in decided.engines for note in engine.serving_problems(served, decided.target)]
     return ConversionPlan(
         head,
         scheme,
@@ -177,8 +192,19 @@ def build_plan(
         decided.patterns,
         decided.verdicts,
         amax,
-        notes + decided.notes,
+        notes + decided.notes + serving,
+        changes,
     )
+
+
+def _changed(head: HeadDescription, changes: list[ConfigChange]) -> HeadDescription:
+    """``head`` as the engines will see it once ``changes`` are written into its config.json."""
+    from dataclasses import replace
+
+    config = head.config
+    for change in changes:
+        config = change.apply(config)
+    return replace(head, config=config)
 
 
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:

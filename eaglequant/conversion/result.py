@@ -117,6 +117,7 @@ class ConversionResult:
             card=self.card,
             verification=None if verification is None else verification.summary(),
             round_costs=tuple(plan.round_costs()),
+            config_changes=tuple(plan.config_changes),
         )
 
     @property

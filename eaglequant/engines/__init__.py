@@ -1,4 +1,8 @@
-"""Serving engines, registered by name. Add an engine by adding one module and one entry here."""
+"""Serving engines, registered by name. Add an engine, or an engine release, by adding one module and one entry here.
+
+An engine's release is chosen as ``NAME==RELEASE`` (``vllm==0.33.0``); the bare name is the release eaglequant
+runs in its engine-load tests (``vllm``: 0.32.0, the newest CPU build).
+"""
 
 from __future__ import annotations
 
@@ -8,9 +12,11 @@ from eaglequant.engines.sglang import SglangEngine
 from eaglequant.engines.trtllm import TrtllmEngine
 from eaglequant.engines.trtllm_main import TrtllmMainEngine
 from eaglequant.engines.vllm import VllmEngine
+from eaglequant.engines.vllm_0_33 import Vllm033Engine
 
 ENGINES: dict[str, Engine] = {
-    engine.name: engine for engine in (VllmEngine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
+    engine.name: engine
+    for engine in (VllmEngine(), Vllm033Engine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
 }
 
 
@@ -19,11 +25,12 @@ ALL_ENGINES = "all"
 
 
 def get_engine(name: str) -> Engine:
-    try:
-        return ENGINES[name]
-    except KeyError:
+    """The engine registered as ``name``, or the default release's named ``NAME==RELEASE`` (``vllm==0.32.0``)."""
+    found = ENGINES.get(name) or next((e for e in ENGINES.values() if f"{e.name}=={e.release}" == name), None)
+    if found is None:
         known = ", ".join(ENGINES)
-        raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {known}, or {ALL_ENGINES}") from None
+        raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {known}, or {ALL_ENGINES}")
+    return found
 
 
 __all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "get_engine"]

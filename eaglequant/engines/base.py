@@ -6,12 +6,15 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.engines.cells import Cells
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
+
+if TYPE_CHECKING:
+    from eaglequant.engines.target import TargetLayers
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,11 @@ class Engine(ABC):
     def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         """What a user serving this head with the engine should know beyond what loads (deployment settings
         that change what runs)."""
+        return []
+
+    def serving_problems(self, head: HeadDescription, target: TargetLayers) -> list[str]:
+        """How this release would serve the draft other than its config.json says, without an error (a shorter
+        context, a refused verifier), each with its fix; [] when nothing."""
         return []
 
     def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:

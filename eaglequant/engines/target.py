@@ -7,6 +7,9 @@ multimodal targets such as Kimi-K2.5). Sources, strongest first: ``--target-laye
 and the head's own config when it names its verifier (speculators) and that verifier's config.json is
 on disk (a local directory, or the Hugging Face cache; never downloaded). Two sources that disagree
 are an error. When none is known, exclusion rules are written to hold for any L.
+
+A target config read on the way (``--target-config``, the verifier's) also gives the context length vLLM serves the
+target with (:func:`eaglequant.engines.context.served_length`), which a draft may lower (``vllm_0_33.py``).
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from eaglequant.common.errors import InputError, Param, words
 class TargetLayers:
     count: int | None
     source: str  # where the count came from, in words
+    context: int | None = None  # the target's max_model_len as vLLM derives it, when a target config was read
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "source": self.source}
+        return {"count": self.count, "source": self.source, "context": self.context}
 
     def recorded(self) -> TargetLayers:
         """The count as a written checkpoint's report states it (unchanged when unknown)."""
-        return self if self.count is None else TargetLayers(self.count, f"recorded in {REPORT_NAME}: {self.source}")
+        if self.count is None:
+            return self
+        return TargetLayers(self.count, f"recorded in {REPORT_NAME}: {self.source}", self.context)
 
 
 UNKNOWN = TargetLayers(None, "unknown: rules are written for any target layer count")
@@ -47,9 +53,13 @@ def layer_count(config: dict[str, Any], where: str) -> int:
     raise InputError(f"{where}: has no num_hidden_layers", hint="pass the target model's config.json")
 
 
-def read_target_config(path: Path) -> int:
+def read_target_config(path: Path) -> tuple[int, int | None]:
+    """The target's layer count and served context length, from its config.json (or the directory holding it)."""
+    from eaglequant.engines.context import served_length
+
     file = path / "config.json" if path.is_dir() else path
-    return layer_count(load_json_object(file, "target config"), str(file))
+    config = load_json_object(file, "target config")
+    return layer_count(config, str(file)), served_length(config)
 
 
 def verifier_config(head_config: dict[str, Any]) -> Path | None:
@@ -80,13 +90,17 @@ def resolve_target_layers(
             raise InputError(words(Param("target_layers"), f" must be >= 0, not {explicit}"))
         found.append(TargetLayers(explicit, "--target-layers"))
     if target_config is not None:
-        found.append(TargetLayers(read_target_config(Path(target_config)), f"--target-config {target_config}"))
+        count, context = read_target_config(Path(target_config))
+        found.append(TargetLayers(count, f"--target-config {target_config}", context))
     verifier = verifier_config(head_config)
     if verifier is not None:
-        config = load_json_object(verifier, "verifier config")
-        found.append(TargetLayers(layer_count(config, str(verifier)), f"the head's verifier ({verifier})"))
+        count, context = read_target_config(verifier)
+        found.append(TargetLayers(count, f"the head's verifier ({verifier})", context))
     counts = {t.count for t in found}
     if len(counts) > 1:
         said = ", ".join(f"{t.source} says {t.count}" for t in found)
         raise InputError(f"the target's layer count is ambiguous: {said}", hint="make them agree, or drop one")
-    return found[0] if found else UNKNOWN
+    if not found:
+        return UNKNOWN
+    context = next((t.context for t in found if t.context is not None), None)
+    return TargetLayers(found[0].count, found[0].source, context)

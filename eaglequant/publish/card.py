@@ -120,7 +120,7 @@ def _title(report: ConversionReport, context: CardContext) -> str:
         if source.repo_id:
             origin = f"[`{source.repo_id}`](https://huggingface.co/{source.repo_id})"
             origin += f" (commit `{source.commit[:12]}`)" if source.commit else ""
-    engines = ", ".join(ENGINES[e].title for e in report.engines)
+    engines = _engine_releases(report)
     target = f" for `{context.target}`" if context.target else ""
     return (
         f"# {name}\n\n"
@@ -130,17 +130,25 @@ def _title(report: ConversionReport, context: CardContext) -> str:
     )
 
 
+def _engine_releases(report: ConversionReport) -> str:
+    return ", ".join(f"{ENGINES[e].title} {ENGINES[e].release}" for e in report.engines)
+
+
 def _quantization_table(report: ConversionReport) -> str:
     count = report.target_layers.count
     rows = [
         ("Scheme", f"`{report.scheme}` ({report.scheme_label})"),
         ("Format", f"{FORMATS[report.format].title} (`{report.algorithm}`)"),
         ("Layout of the source", f"`{report.layout}`"),
-        ("Engines checked", ", ".join(ENGINES[e].title for e in report.engines)),
+        ("Engines checked", _engine_releases(report)),
         ("Target layer count", str(count) if count is not None else "any (rules hold for every L)"),
         ("Exclusion rules written", ", ".join(f"`{p}`" for p in report.exclude) or "none"),
     ]
     rows += [("Calibrated activation scales", "yes")] if report.calibrated_input_amax else []
+    rows += [
+        (f"config.json `{c.key}`", f"{c.source} in the source, {c.written} written: {c.reason}")
+        for c in report.config_changes
+    ]
     lines = ["## Quantization", "", "| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in rows)]
     lines += [f"\nNote: {note}" for note in report.notes]
     return "\n".join(lines) + "\n"
@@ -264,15 +272,16 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
     for name, engine in ENGINES.items():
         if name in report.engines:
             for snippet in engine.serving_snippets(target, context.draft, DRAFT_TOKENS):
-                lines += [f"{snippet.caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
+                caption = f"{snippet.caption} (release {engine.release})"
+                lines += [f"{caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
             lines += [f"Note: {note}.\n" for note in engine.notes(report.attention, kinds, report.format)]
             continue
         verdict = support(kinds, report.format, name, report.attention)
         if verdict is not None and not verdict.loads:
-            lines += [f"{engine.title}: does not load this checkpoint ({verdict.note}).", ""]
+            lines += [f"{engine.title} {engine.release}: does not load this checkpoint ({verdict.note}).", ""]
         else:
             lines += [
-                f"{engine.title}: not checked for this engine; convert with `--engine {name}` "
+                f"{engine.title} {engine.release}: not checked for this engine; convert with `--engine {name}` "
                 f"(or run `eaglequant explain <this directory> --engine {name}`) first.",
                 "",
             ]

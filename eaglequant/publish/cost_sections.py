@@ -30,7 +30,7 @@ def round_cost_section(report: ConversionReport) -> str:
         cells = [_part_cell(cost.part(name)) for name in PARTS]
         totals = (decimal_bytes(cost.bytes_per_round), decimal_bytes(cost.source_bytes_per_round))
         lines.append(
-            f"| {cost.engine} {cost.release} | {' | '.join(cells)} | {totals[0]} | {totals[1]} | "
+            f"| {cost.engine_release} | {' | '.join(cells)} | {totals[0]} | {totals[1]} | "
             f"{cost.reduction:.2f}× | {decimal_bytes(cost.resident_bytes)} |"
         )
     return "\n".join(lines) + "\n"

@@ -19,11 +19,14 @@ from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.common.version import __version__
+from eaglequant.engines.context import ConfigChange
 from eaglequant.engines.round_cost import RoundCost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.kinds import Kinds
 
-REPORT_VERSION = 3  # 2 added report_version and verification; 3 the cost of a round per engine (round_costs)
+# 2 added report_version and verification; 3 the cost of a round per engine (round_costs); 4 the config.json values
+# written other than the source's (config_changes) and the target's context length (target_layers.context)
+REPORT_VERSION = 4
 _REPAIR = "it was changed after conversion or is damaged: convert the checkpoint again"
 
 
@@ -149,6 +152,7 @@ class ConversionReport:
     card: CardContext | None
     verification: VerificationSummary | None  # None: not verified when written (always None in version 1)
     round_costs: tuple[RoundCost, ...] = ()  # per targeted engine (none before version 3)
+    config_changes: tuple[ConfigChange, ...] = ()  # none before version 4
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON, key for key as it is written (a version-1 report stays version 1)."""
@@ -186,6 +190,8 @@ class ConversionReport:
             data["verification"] = None if self.verification is None else self.verification.to_json()
         if self.report_version >= 3:
             data["round_costs"] = [cost.to_json() for cost in self.round_costs]
+        if self.report_version >= 4:
+            data["config_changes"] = [change.to_json() for change in self.config_changes]
         return data
 
     def to_text(self) -> str:
@@ -198,7 +204,7 @@ class ConversionReport:
         missing or wrong-typed key, :class:`NewerReportError` for a version newer than this eaglequant's)."""
         top = JsonObject(data, where, ReportError, _REPAIR)
         version = _report_version(top)
-        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3)])
+        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4)])
         target = top.child("target_layers")
         return cls(
             eaglequant_version=top.text("eaglequant_version"),
@@ -216,7 +222,11 @@ class ConversionReport:
             notes=top.texts("notes"),
             calibrated_input_amax=top.number_map("calibrated_input_amax"),
             engines=top.texts("engines"),
-            target_layers=TargetLayers(target.optional_integer("count"), target.text("source")),
+            target_layers=TargetLayers(
+                target.optional_integer("count"),
+                target.text("source"),
+                target.optional_integer("context") if version >= 4 else None,
+            ),
             quantized=tuple(_linear(row) for row in top.children("quantized")),
             kept=top.text_map("kept"),
             excluded_linears=top.text_map("excluded_linears"),
@@ -233,10 +243,11 @@ class ConversionReport:
             card=_card(top.child("card")),
             verification=_verification(top) if version >= 2 else None,
             round_costs=tuple(RoundCost.from_json(row) for row in top.children("round_costs")) if version >= 3 else (),
+            config_changes=tuple(_config_change(row) for row in top.children("config_changes")) if version >= 4 else (),
         )
 
 
-_VERSIONED_KEYS = ("report_version", "verification", "round_costs")  # version 2 added two, version 3 one
+_VERSIONED_KEYS = ("report_version", "verification", "round_costs", "config_changes")  # 2 added two, 3 and 4 one
 _V1_KEYS = (
     *("eaglequant_version", "destination", "source", "layout", "scheme", "scheme_label", "scheme_kinds"),
     *("scheme_toml", "attention", "format", "algorithm", "notes", "calibrated_input_amax", "engines"),
@@ -286,6 +297,10 @@ def _report_version(top: JsonObject) -> int:
     if version < 2:
         raise top.wrong("report_version", f"2 to {REPORT_VERSION} (version 1 reports have no report_version)")
     return version
+
+
+def _config_change(row: JsonObject) -> ConfigChange:
+    return ConfigChange(row.text("key"), row.get("source"), row.get("written"), row.text("reason"))
 
 
 def _kinds(top: JsonObject) -> Kinds:

@@ -4,7 +4,7 @@ quantized linear's parity through the dequant-GEMM kernel, and the whole draft's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +19,7 @@ from eaglequant.verification.fidelity import HeadFidelity, head_fidelity, synthe
 from eaglequant.verification.layer_parity import LayerParity, ParityRun, parity_input, run_alone
 
 if TYPE_CHECKING:
+    from eaglequant.engines.context import ConfigChange
     from eaglequant.formats import Format
     from eaglequant.kinds.base import StoredLinear
 
@@ -39,9 +40,11 @@ def compare_with_source(
     scheme: Scheme,
     quantized: set[str],
     draft_inputs: tuple[int, int, Path | None],  # seed, synthetic positions, captured inputs
+    config_changes: Sequence[ConfigChange] = (),
 ) -> SourceComparison:
     """``checkpoint`` (DST, ``head`` as written) against ``src``, the checkpoint it was made from; ``quantized``:
-    DST's quantized linears by checkpoint name. One linear in memory at a time."""
+    DST's quantized linears by checkpoint name; ``config_changes``: what its conversion recorded writing into
+    config.json other than the source's. One linear in memory at a time."""
     import torch
 
     from eaglequant.conversion.devices import available_device
@@ -59,7 +62,8 @@ def compare_with_source(
             hint="pass the checkpoint DST was made from",
         )
     copies = compare_copies(checkpoint, src, quantized)
-    compared = SourceComparison(copies.problems + compare_config(checkpoint.config, src.config), [copies.note])
+    config_problems = compare_config(checkpoint.config, src.config, config_changes)
+    compared = SourceComparison(copies.problems + config_problems, [copies.note])
     weights = CanonicalWeights(src, src_head)
     seed, tokens, inputs = draft_inputs
     generator = torch.Generator().manual_seed(seed)

@@ -24,9 +24,12 @@ from eaglequant.formats import all_scale_params, all_weight_params
 from eaglequant.layouts.names import parse_name
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
 
     from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.engines.context import ConfigChange
 
 COMPARE_BYTES = 16 << 20  # bytes of each tensor read per block (a differing block costs ~6x that)
 # config.json fields an engine builds the draft from (at the top level, and in speculators'
@@ -191,16 +194,33 @@ def _differences(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[int, float, 
     return count, math.nan if bool(delta.isnan().any()) else float(delta.max()), True
 
 
-def compare_config(dst: dict[str, Any], src: dict[str, Any]) -> list[str]:
+def compare_config(dst: dict[str, Any], src: dict[str, Any], changes: Sequence[ConfigChange] = ()) -> list[str]:
     """config.json fields an engine builds the draft from that DST holds differently from the source (a
-    conversion only adds ``quantization_config``): one line each, naming the key and both values."""
-    problems = _config_differences("", dst, src)
+    conversion adds ``quantization_config``, and makes only the ``changes`` its report records): one line each,
+    naming the key and both values."""
+    problems = []
+    for change in changes:
+        found = _at(src, change.key)
+        if found != change.source:
+            problems.append(
+                f"config.json: {change.key}: the report says the conversion changed the source's "
+                f"{_shown(change.source)}, but the source has {_shown(found)}"
+            )
+        src = change.apply(src)
+    problems += _config_differences("", dst, src)
     nested_dst, nested_src = dst.get(NESTED_CONFIG), src.get(NESTED_CONFIG)
     if isinstance(nested_dst, dict) and isinstance(nested_src, dict):
         problems += _config_differences(f"{NESTED_CONFIG}.", nested_dst, nested_src)
     elif nested_dst != nested_src:
         problems.append(_config_line(NESTED_CONFIG, dst.get(NESTED_CONFIG, _ABSENT), src.get(NESTED_CONFIG, _ABSENT)))
     return problems
+
+
+def _at(config: dict[str, Any], key: str) -> Any:
+    value: Any = config
+    for name in key.split("."):
+        value = value.get(name, _ABSENT) if isinstance(value, dict) else _ABSENT
+    return None if value is _ABSENT else value
 
 
 def _config_differences(prefix: str, dst: dict[str, Any], src: dict[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError
+from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import Kinds
@@ -156,6 +157,9 @@ def verify_checkpoint(
     else:
         scheme, scheme_note = declared_as(written[1], explanation.kinds), None
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
+    report.notes += [
+        problem for reading in explanation.engines for problem in ENGINES[reading.engine].serving_problems(head, target)
+    ]
     if scheme_note:
         report.notes.append(scheme_note)
     quantized = explanation.quantized_members
@@ -184,7 +188,10 @@ def verify_checkpoint(
         from eaglequant.acceptance.predict import predict_written
 
         with Checkpoint.open(source) as src:
-            compared = compare_with_source(checkpoint, src, head, fmt, scheme, quantized, (seed, tokens, inputs))
+            changes = () if recorded is None else recorded.config_changes
+            compared = compare_with_source(
+                checkpoint, src, head, fmt, scheme, quantized, (seed, tokens, inputs), changes
+            )
             report.structure += compared.problems
             report.notes += compared.notes
             report.layers, report.fidelity = compared.layers, compared.fidelity

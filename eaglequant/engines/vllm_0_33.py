@@ -1,0 +1,109 @@
+"""vLLM 0.33.0: the 0.32.0 release (``vllm.py``) with what changed since, for a draft that loads "fine".
+
+Read side by side with v0.32.0, everything that parses or loads an EAGLE-3 draft is the same file
+(``llama_eagle3.py``, ``deepseek_eagle3.py``, the Quark, compressed-tensors and fp8 configs,
+``get_draft_quant_config``, every exclusion matcher), so the support matrix's cells and the exclusion dialects
+are 0.32.0's. What changed serves a correct checkpoint differently, without an error (sources: vllm-project/vllm,
+v0.33.0):
+
+- ``config/speculative.py::_maybe_override_draft_max_position_embeddings`` raises a draft's
+  ``max_position_embeddings`` to the target's length only when its rope types all merely size the rotary cache
+  (``_CACHE_ONLY_ROPE_TYPES``: default, linear, llama3, ntk, proportional). A ``yarn`` / ``deepseek_yarn`` /
+  ``dynamic`` / ``longrope`` draft keeps its own, and under Model Runner V2 (0.33's default where Triton runs)
+  ``config/vllm.py::_limit_max_model_len_to_draft`` lowers the *served* max_model_len to the draft's.
+- ``transformers_utils/config.py::maybe_override_with_speculators``: ``vllm serve DRAFT`` of a speculators-format
+  head requires ``speculators_config.verifier.name_or_path`` to be a Hub repo id ("Speculators verifier must
+  name a remote model repository"); a local path is refused, even one that exists.
+- ``quantization/modelopt.py::ModelOptQuantConfigBase.from_config`` reads config.json's ``ignore``, falling
+  back to ``exclude_modules`` (0.32.0 silently ignored an inline ``exclude_modules``); eaglequant writes
+  ``ignore``, which both read.
+- ``envs.py``: ``VLLM_ROCM_USE_AITER_FP8BMM`` / ``FP4BMM`` default to false, so an MLA draft's kv_b_proj runs as
+  stored on ROCm (0.32.0's note does not apply).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from eaglequant.engines import context
+from eaglequant.engines.cells import Cells
+from eaglequant.engines.vllm import CELLS as RELEASE_0_32_CELLS
+from eaglequant.engines.vllm import VllmEngine
+from eaglequant.kinds import Kinds
+
+if TYPE_CHECKING:
+    from eaglequant.engines.target import TargetLayers
+    from eaglequant.layouts.head import HeadDescription
+
+_CONTEXT_SOURCES = (
+    "config/speculative.py::_maybe_override_draft_max_position_embeddings raises it only for rope types "
+    f"{', '.join(sorted(context.CACHE_ONLY_ROPE_TYPES))}, and config/vllm.py::_limit_max_model_len_to_draft lowers "
+    "the served max_model_len to the draft's under Model Runner V2"
+)
+
+
+def shorter_context(head_config: dict[str, Any], target: TargetLayers) -> str | None:
+    """Why vLLM 0.33 would serve the target with a shorter context than its own because of this draft, with the
+    fix; None when it would not (or cannot tell: no length in the draft's config)."""
+    config = context.draft_config(head_config)
+    if context.only_sizes_cache(config):
+        return None
+    length = context.served_length(config)
+    if length is None or (target.context is not None and length >= target.context):
+        return None
+    rope = "/".join(dict.fromkeys(context.rope_types(config)))
+    if target.context is None:
+        return (
+            f"vLLM 0.33 keeps this draft's max_position_embeddings ({length}) because its rope is {rope}, and lowers "
+            f"the served max_model_len to it when the target's is longer ({_CONTEXT_SOURCES}): pass --target-config "
+            "with the target's config.json to check"
+        )
+    return (
+        f"vLLM 0.33 serves the target with max_model_len {length}, not its {target.context}, because this draft's "
+        f"{rope} rope keeps its max_position_embeddings ({_CONTEXT_SOURCES}): convert with --match-target-context "
+        f"to write the target's {target.context} into the draft's config, or serve with VLLM_USE_V2_MODEL_RUNNER=0"
+    )
+
+
+def local_verifier(head_config: dict[str, Any]) -> str | None:
+    """Why ``vllm serve DRAFT`` fails on 0.33 for a speculators head whose verifier is not a Hub repo id."""
+    speculators = head_config.get("speculators_config")
+    verifier = speculators.get("verifier") if isinstance(speculators, dict) else None
+    if not isinstance(verifier, dict) or "name_or_path" not in verifier:
+        return None
+    name = verifier["name_or_path"]
+    if isinstance(name, str) and _hub_repo_id(name):
+        return None
+    return (
+        f"vLLM 0.33 refuses `vllm serve DRAFT` for this speculators head: its verifier {name!r} is not a Hub repo id "
+        "(transformers_utils/config.py::maybe_override_with_speculators: 'Speculators verifier must name a remote "
+        "model repository'); serve the target with --speculative-config naming the draft, or set "
+        "speculators_config.verifier.name_or_path to the target's Hub repo id"
+    )
+
+
+def _hub_repo_id(name: str) -> bool:
+    """vLLM's test: huggingface_hub's validate_repo_id passes and nothing exists at that path."""
+    from pathlib import Path
+
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    path = Path(name)
+    return not (path.exists() or path.is_symlink())
+
+
+class Vllm033Engine(VllmEngine):
+    name: ClassVar[str] = "vllm==0.33.0"
+    release: ClassVar[str] = "0.33.0"
+    cells: ClassVar[Cells] = RELEASE_0_32_CELLS
+
+    def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
+        return []
+
+    def serving_problems(self, head: HeadDescription, target: TargetLayers) -> list[str]:
+        found = (shorter_context(head.config, target), local_verifier(head.config))
+        return [problem for problem in found if problem is not None]
