@@ -4,7 +4,8 @@
 #   scripts/setup.sh --test   plus the test tools, the vendor references (amd-quark, ...) and, each in its own
 #                             virtual environment, the engines the engine-load tests run: .venv-vllm (vLLM
 #                             0.32.0, CPU build) and .venv-sglang (SGLang 0.5.23); their pins conflict with
-#                             llm-compressor's and with each other's.
+#                             llm-compressor's and with each other's. Plus .vllm-0.33: vLLM 0.33.0's Python
+#                             sources, whose configuration functions the engine tests run over .venv-vllm.
 # PYTHON=python3.12 scripts/setup.sh picks the interpreter (default: python3; it must be 3.10 or newer).
 # torch is pinned through constraints.txt. On a machine without a CUDA GPU, install the CPU build first
 # (see the README): an unpinned or plainly pinned torch resolves to the CUDA build and many nvidia-* wheels.
@@ -46,4 +47,5 @@ echo "setup: Python $wanted in .venv" >&2
 if [ -n "$extras" ]; then
     bash scripts/engines/vllm.sh .venv-vllm
     bash scripts/engines/sglang.sh .venv-sglang
+    PYTHON=.venv/bin/python bash scripts/engines/vllm-0.33-sources.sh .vllm-0.33
 fi

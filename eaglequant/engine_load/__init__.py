@@ -82,7 +82,8 @@ def get_probe(engine: str) -> EngineProbe:
     except KeyError:
         raise InputError(
             f"no engine-load check for {engine!r}",
-            hint=f"choose one of: {', '.join(PROBES)} (TensorRT-LLM does not install on CPU)",
+            hint=f"choose one of: {', '.join(PROBES)} (TensorRT-LLM does not install on CPU, and vLLM 0.33.0 has "
+            "no CPU build: vllm loads with 0.32.0, whose loading files 0.33.0 shares)",
         ) from None
 
 

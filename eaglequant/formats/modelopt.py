@@ -144,6 +144,12 @@ class ModelOptFormat(Format):
         if flat is None and isinstance(nested, dict):
             flat = {"quant_algo": nested.get("quant_algo"), "ignore": nested.get("exclude_modules") or []}
         written = super().read_config(flat or quantization_config, extra)
+        if flat is quantization_config and "exclude_modules" in flat and "ignore" not in flat:
+            written.problems.append(
+                "config.json's quantization_config lists exclude_modules but no ignore: vLLM 0.32.0 reads ignore only "
+                "and quantizes those modules, 0.33.0 falls back to exclude_modules "
+                "(quantization/modelopt.py::from_config); rename the key to ignore, which both read"
+            )
         if isinstance(nested, dict):
             for key, flat_key in (("quant_algo", "quant_algo"), ("exclude_modules", "ignore")):
                 if nested.get(key) != (flat or {}).get(flat_key):

@@ -17,6 +17,7 @@ from eaglequant.conversion.options import (
     OPTION_NAMES,
     ConversionOptions,
 )
+from eaglequant.engines.target import TargetLayers
 from tests.conftest import FIXTURES, run_cli
 
 
@@ -75,7 +76,8 @@ def test_calibration_data_for_a_scheme_without_a_calibrated_scale_is_refused(tmp
 
 def test_the_manifest_records_what_decides_the_bytes_not_how_fast() -> None:
     options = ConversionOptions(engines=["sglang", "vllm"], exclude=["midlayer.mlp.*"], max_shard_size="1GB")
-    recorded = options.manifest(61)
+    target = TargetLayers(61, "--target-layers", context=262144)
+    recorded = options.manifest(target)
     assert set(recorded) == {
         "scheme",
         "scheme_sha256",
@@ -92,8 +94,10 @@ def test_the_manifest_records_what_decides_the_bytes_not_how_fast() -> None:
     assert recorded["engines"] == ["sglang", "vllm"] and recorded["target_layers"] == 61
     assert recorded["max_shard_bytes"] == 10**9 and recorded["exclude"] == ["midlayer.mlp.*"]
     faster = ConversionOptions.build(options, workers=4, device="cuda")  # the device is not asked for here
-    assert faster.manifest(61) == recorded
-    assert ConversionOptions.build(options, verify_output=True).manifest(61) != recorded
+    assert faster.manifest(target) == recorded
+    assert ConversionOptions.build(options, verify_output=True).manifest(target) != recorded
+    matched = ConversionOptions.build(options, match_target_context=True).manifest(target)
+    assert matched == {**recorded, "target_context": 262144}  # the length written into the draft's config
 
 
 def test_every_option_is_a_convert_flag() -> None:
