@@ -103,7 +103,9 @@ def render(rows: list[SchemeRow]) -> None:
     else:
         _render_list(rows, ENGINE_NAMES)
     out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
-    out.print(escape("releases: " + ", ".join(_release(name) for name in ENGINE_NAMES)))
+    releases = "releases: " + ", ".join(_release(name) for name in ENGINE_NAMES)
+    for line in textwrap.wrap(releases, width=max(out.console.width, 40)):
+        out.print(escape(line))
     if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
         for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40)):
             out.print(escape(line))
@@ -123,8 +125,9 @@ def _render_list(rows: list[SchemeRow], engines: tuple[str, ...]) -> None:
         for line in textwrap.wrap(row.summary, width=max(out.console.width - 4, 20), break_on_hyphens=False):
             out.print(f"    {escape(line)}")
         for fmt in row.formats:
-            cells = ", ".join(f"{e} {_mark(fmt.engines[e])}" for e in engines if fmt.engines[e] is not None)
-            out.print(f"    {fmt.format}: {cells}", markup=True)
+            cells = [f"{e} {_mark(fmt.engines[e])}" for e in engines if fmt.engines[e] is not None]
+            for line in _wrapped_cells(f"    {fmt.format}: ", cells, max(out.console.width, 40)):
+                out.print(line, markup=True)
 
 
 def _row(scheme: Scheme) -> SchemeRow:
@@ -153,6 +156,23 @@ def _row(scheme: Scheme) -> SchemeRow:
         formats.append(FormatRow(fmt.name, fmt.algorithm(scheme), engines))
     label = scheme.label if written is scheme else f"{scheme.label} (calibrated) / {written.label}"
     return SchemeRow(scheme.name, label, scheme.summary, scheme.source, tuple(formats))
+
+
+def _wrapped_cells(first: str, cells: list[str], width: int) -> list[str]:
+    """``first`` then the marked-up cells, comma-separated, in lines of at most ``width`` visible characters."""
+    from rich.text import Text
+
+    lines, line, shown = [], first, len(first)
+    for i, cell in enumerate(cells):
+        piece = cell + ("," if i < len(cells) - 1 else "")
+        size = len(Text.from_markup(piece).plain)
+        if shown + 1 + size > width and shown > len(first):
+            lines.append(line)
+            line, shown = "      ", 6
+        elif shown > len(first) or not first.endswith(" "):
+            line, shown = line + " ", shown + 1
+        line, shown = line + piece, shown + size
+    return [*lines, line]
 
 
 def _mark(cell: EngineCell | None) -> str:

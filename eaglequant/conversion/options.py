@@ -127,8 +127,8 @@ class ConversionOptions:
         DEFAULT_ENGINES,
         ("--engine", "-e"),
         list,
-        "Engine that must load the result as intended (`eaglequant schemes` lists them; all: every engine); "
-        "NAME==RELEASE picks a release (vllm is vLLM 0.32.0; vllm==0.33.0). Repeatable.",
+        "Engine that must load the result as intended (`eaglequant schemes`; all: every engine; "
+        "vllm==0.33.0 picks a release). Repeatable.",
     )
     exclude: tuple[str, ...] = _option(
         (),
@@ -155,14 +155,13 @@ class ConversionOptions:
         None,
         ("--target-config",),
         str,
-        "The target model's config.json (or its directory), to read its layer count and context length from.",
+        "The target model's config.json (or its directory): its layer count and context length.",
     )
     match_target_context: bool = _option(
         False,
-        ("--match-target-context",),
+        ("--match-context",),
         bool,
-        "Write the target's context length into the draft's max_position_embeddings where it is shorter (vLLM 0.33 "
-        "otherwise serves a yarn-scaled draft's target with the draft's length). Needs --target-config.",
+        "Raise the draft's max_position_embeddings to the target's context (for vLLM 0.33; needs --target-config).",
     )
     max_shard_size: str | int = _option(
         DEFAULT_MAX_SHARD_SIZE, ("--max-shard-size",), str, "Largest output shard, e.g. 5GB."
@@ -185,8 +184,7 @@ class ConversionOptions:
         None,
         ("--repo-id",),
         None,  # a job's repo_id is its [job.upload]'s
-        "Hub repo the result will be uploaded to: the model card's serving lines name the draft by it (default: "
-        "DST's absolute path).",
+        "Hub repo the result will be uploaded to: the card's serving lines name the draft by it (default: DST).",
     )
     workers: int | None = _option(
         None,

@@ -60,7 +60,7 @@ def shorter_context(head_config: dict[str, Any], target: TargetLayers) -> str | 
         )
     return (
         f"vLLM 0.33 serves the target with max_model_len {length}, not its {target.context}, because this draft's "
-        f"{rope} rope keeps its max_position_embeddings ({_CONTEXT_SOURCES}): convert with --match-target-context "
+        f"{rope} rope keeps its max_position_embeddings ({_CONTEXT_SOURCES}): convert with --match-context "
         f"to write the target's {target.context} into the draft's config, or serve with VLLM_USE_V2_MODEL_RUNNER=0"
     )
 

@@ -173,7 +173,7 @@ class ConversionReport:
             notes=list(self.notes),
             calibrated_input_amax=self.calibrated_input_amax,
             engines=list(self.engines),
-            target_layers=self.target_layers.to_json(),
+            target_layers=self._target_json(),
             quantized=[linear.to_json() for linear in self.quantized],
             kept=self.kept,
             excluded_linears=self.excluded_linears,
@@ -193,6 +193,10 @@ class ConversionReport:
         if self.report_version >= 4:
             data["config_changes"] = [change.to_json() for change in self.config_changes]
         return data
+
+    def _target_json(self) -> dict[str, Any]:
+        target = self.target_layers.to_json()
+        return target if self.report_version >= 4 else {k: v for k, v in target.items() if k != "context"}
 
     def to_text(self) -> str:
         """The file's content."""

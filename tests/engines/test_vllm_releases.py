@@ -56,7 +56,7 @@ def test_only_a_draft_whose_rope_keeps_its_length_is_warned_about() -> None:
     assert shorter_context({"max_position_embeddings": 262144, "rope_scaling": YARN}, target) is None
     short = {"max_position_embeddings": 4096, "rope_scaling": YARN}
     said = shorter_context(short, target)
-    assert said is not None and "max_model_len 4096, not its 262144" in said and "--match-target-context" in said
+    assert said is not None and "max_model_len 4096, not its 262144" in said and "--match-context" in said
     unknown = shorter_context(short, UNKNOWN)
     assert unknown is not None and "pass --target-config" in unknown
 
@@ -135,7 +135,7 @@ def test_explain_warns_for_the_release_that_lowers_the_context(tmp_path: Path) -
 
 def test_matching_the_context_without_the_targets_config_is_a_usage_error(tmp_path: Path) -> None:
     draft, _ = _short_yarn(tmp_path)
-    result = run_cli("convert", draft, tmp_path / "out", "--match-target-context")
+    result = run_cli("convert", draft, tmp_path / "out", "--match-context")
     assert result.exit_code == EXIT_BAD_INPUT
-    assert "--match-target-context needs the target's context length" in result.stderr
+    assert "--match-context needs the target's context length" in result.stderr
     assert not (tmp_path / "out").exists()

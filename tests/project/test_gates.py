@@ -159,7 +159,7 @@ def test_explain_checks_the_engines_the_checkpoint_was_made_for(tmp_path: Path) 
     assert run_cli("explain", dst).exit_code == 0
     every = run_cli("explain", dst, "--engine", "all", "--json")
     engines = {e["engine"] for e in json.loads(every.stdout)["engines"]}
-    assert engines == {"vllm", "trtllm", "sglang", "trtllm-main"}
+    assert engines == {"vllm", "vllm==0.33.0", "trtllm", "sglang", "trtllm-main"}
     assert every.exit_code == EXIT_CHECK_FAILED  # TensorRT-LLM main keeps MLA kv_b_proj BF16
 
 

@@ -239,9 +239,10 @@ def test_schemes_keeps_every_name_whole(columns: str) -> None:
     assert all(line == line.rstrip() for line in lines if "│" not in line and "┃" not in line)
     for row in rows:
         assert row["name"] in shown.stdout and all(f["format"] in shown.stdout for f in row["formats"])
-    # at most 6 lines a scheme (name, summary, one per format): one line a word in a squeezed summary column made ~12
-    assert len(lines) < 6 * len(rows)
-    for engine in ("vllm", "trtllm", "sglang", "trtllm-main"):  # the names --engine takes
+    # under 7 lines a scheme (name, summary, two per format at 80 columns for five engine releases): one line a word
+    # in a squeezed summary column made ~12
+    assert len(lines) < 7 * len(rows)
+    for engine in ("vllm", "vllm==0.33.0", "trtllm", "sglang", "trtllm-main"):  # the names --engine takes
         assert engine in shown.stdout
 
 
@@ -412,7 +413,7 @@ def test_schemes_marks_the_pairs_that_need_the_layer_count() -> None:
         for engine, cell in fmt["engines"].items()
         if cell and cell["needs_target_layers"]
     ]
-    assert marked == [("fp8-block", "fp8", "vllm")]
+    assert marked == [("fp8-block", "fp8", "vllm"), ("fp8-block", "fp8", "vllm==0.33.0")]
     for columns in ("80", "200"):
         shown = _cli("schemes", env={"COLUMNS": columns}).stdout
         assert "yes* +L" in shown and "+L: keeping a decoder linear unquantized" in shown, shown

@@ -81,7 +81,7 @@ def test_serving_lines_match_the_output(mla_nvfp4: Path) -> None:
         b.startswith("trtllm-serve") and "--extra_llm_api_options extra-llm-api-config.yml" in b
         for b in _code_blocks(card, "bash")
     )
-    assert "SGLang: " in card and "sglang.launch_server" not in card  # not targeted: no line, and it says why
+    assert "SGLang 0.5.23: " in card and "sglang.launch_server" not in card  # not targeted: no line, and it says why
 
 
 def test_card_metadata(mla_nvfp4: Path) -> None:
@@ -96,7 +96,7 @@ def test_quark_card_says_tensorrt_llm_cannot_load_it(tmp_path: Path) -> None:
     dst = tmp_path / "quark"
     eaglequant.convert(FIXTURES / "speculators-llama", dst, scheme="fp8-per-channel", format="quark")
     card = (dst / "README.md").read_text()
-    assert "TensorRT-LLM: does not load this checkpoint" in card
+    assert "TensorRT-LLM 1.2.x: does not load this checkpoint" in card
     assert "Not verified when written" in card
     # speculators heads name their target (the verifier) in config.json
     verifier = json.loads((FIXTURES / "speculators-llama" / "config.json").read_text())["speculators_config"][

@@ -52,7 +52,8 @@ def test_a_written_report_round_trips_byte_for_byte(verified: Path) -> None:
 
 def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path, tmp_path: Path) -> None:
     def unversioned(data: dict) -> None:
-        del data["report_version"], data["verification"], data["round_costs"]
+        del data["report_version"], data["verification"], data["round_costs"], data["config_changes"]
+        del data["target_layers"]["context"]
 
     dst = _copy_with(verified, tmp_path, unversioned)
     data = json.loads((dst / REPORT_NAME).read_text())
@@ -64,12 +65,25 @@ def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path,
 
 def test_a_version_2_report_is_read_without_round_costs(verified: Path, tmp_path: Path) -> None:
     def version_2(data: dict) -> None:
-        del data["round_costs"]
+        del data["round_costs"], data["config_changes"], data["target_layers"]["context"]
         data["report_version"] = 2
 
     dst = _copy_with(verified, tmp_path, version_2)
     report = read_report(dst)
     assert report is not None and report.report_version == 2 and report.round_costs == ()
+    assert report.to_json() == json.loads((dst / REPORT_NAME).read_text())
+
+
+def test_a_version_3_report_is_read_without_config_changes_or_the_targets_context(
+    verified: Path, tmp_path: Path
+) -> None:
+    def version_3(data: dict) -> None:
+        del data["config_changes"], data["target_layers"]["context"]
+        data["report_version"] = 3
+
+    dst = _copy_with(verified, tmp_path, version_3)
+    report = read_report(dst)
+    assert report is not None and report.config_changes == () and report.target_layers.context is None
     assert report.to_json() == json.loads((dst / REPORT_NAME).read_text())
 
 

@@ -27,44 +27,26 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def _excluded(job: dict[str, Any]) -> dict[str, Any]:
-    config = job["quantization_config"]
-    method = config["quant_method"]
-    if method == "quark":
-        from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
-        from vllm.model_executor.layers.quantization.quark.utils import should_ignore_layer
+def _quark_excluded(config: dict[str, Any], names: list[str]) -> dict[str, bool]:
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+    from vllm.model_executor.layers.quantization.quark.utils import should_ignore_layer
 
-        quark = QuarkConfig.from_config(config)
-        excluded = {
-            name: bool(should_ignore_layer(name, quark.quant_config.get("exclude") or [], quark.packed_modules_mapping))
-            for name in job["names"]
-        }
-    elif method == "compressed-tensors":
-        from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
-            CompressedTensorsConfig,
-        )
-        from vllm.model_executor.layers.quantization.compressed_tensors.utils import should_ignore_layer
-
-        ct = CompressedTensorsConfig.from_config(config)
-        excluded = {
-            name: bool(should_ignore_layer(name, ct.ignore, ct.packed_modules_mapping)) for name in job["names"]
-        }
-    elif method == "modelopt":
-        modelopt = _modelopt_config(config)
-        excluded = {name: bool(modelopt.is_layer_excluded(name)) for name in job["names"]}
-    elif method == "fp8":
-        excluded = _fp8_excluded(config, job["names"])
-    else:
-        raise ValueError(f"no probe for quant_method {method!r}")
-    return {"excluded": excluded}
+    quark = QuarkConfig.from_config(config)
+    exclude = quark.quant_config.get("exclude") or []
+    return {name: bool(should_ignore_layer(name, exclude, quark.packed_modules_mapping)) for name in names}
 
 
-def _modelopt_config(config: dict[str, Any]) -> Any:
-    from vllm.model_executor.layers.quantization import modelopt
+def _compressed_tensors_excluded(config: dict[str, Any], names: list[str]) -> dict[str, bool]:
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import CompressedTensorsConfig
+    from vllm.model_executor.layers.quantization.compressed_tensors.utils import should_ignore_layer
 
-    algo = str(config.get("quant_algo", "")).upper()
-    cls = modelopt.ModelOptNvFp4Config if "NVFP4" in algo else modelopt.ModelOptFp8Config
-    return cls.from_config(config)
+    ct = CompressedTensorsConfig.from_config(config)
+    return {name: bool(should_ignore_layer(name, ct.ignore, ct.packed_modules_mapping)) for name in names}
+
+
+def _modelopt_excluded(config: dict[str, Any], names: list[str]) -> dict[str, bool]:
+    modelopt = _modelopt_config(config)
+    return {name: bool(modelopt.is_layer_excluded(name)) for name in names}
 
 
 def _fp8_excluded(config: dict[str, Any], names: list[str]) -> dict[str, bool]:
@@ -77,6 +59,28 @@ def _fp8_excluded(config: dict[str, Any], names: list[str]) -> dict[str, bool]:
         kwargs["match_mode"] = getattr(fp8, "ignored_layers_match_mode", "exact")
     ignored = fp8.ignored_layers or []
     return {name: bool(is_layer_skipped(name, ignored, fp8.packed_modules_mapping, **kwargs)) for name in names}
+
+
+# config.json's quant_method -> whether vLLM's config class for it excludes each runtime name, by its own matcher
+EXCLUDED_BY = {
+    "quark": _quark_excluded,
+    "compressed-tensors": _compressed_tensors_excluded,
+    "modelopt": _modelopt_excluded,
+    "fp8": _fp8_excluded,
+}
+
+
+def _excluded(job: dict[str, Any]) -> dict[str, Any]:
+    config = job["quantization_config"]
+    return {"excluded": EXCLUDED_BY[config["quant_method"]](config, job["names"])}
+
+
+def _modelopt_config(config: dict[str, Any]) -> Any:
+    from vllm.model_executor.layers.quantization import modelopt
+
+    algo = str(config.get("quant_algo", "")).upper()
+    cls = modelopt.ModelOptNvFp4Config if "NVFP4" in algo else modelopt.ModelOptFp8Config
+    return cls.from_config(config)
 
 
 def _modelopt_excludes(job: dict[str, Any]) -> dict[str, Any]:
