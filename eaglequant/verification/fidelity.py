@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.schemes.model import VerifyThresholds
+from eaglequant.verification.draft_pair import DraftPair
 
 if TYPE_CHECKING:
     import torch
@@ -116,13 +118,6 @@ def distribution_shift(
     )
 
 
-def _bf16(x: torch.Tensor) -> torch.Tensor:
-    """float32 ``x`` rounded to bf16 (to nearest, ties to even) and back."""
-    import torch
-
-    return x.to(torch.bfloat16).to(torch.float32)
-
-
 def target_ids(ids: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
     """The target vocabulary ids of draft ids ``ids``: i + d2t[i] (an id past the end of ``d2t`` maps to -1)."""
     if d2t is None:
@@ -143,7 +138,7 @@ def vocab_map(head: HeadDescription, weights: CanonicalWeights) -> torch.Tensor 
     return None if name is None else weights.checkpoint.read(name).reshape(-1).to(torch.int64)
 
 
-def judge_shift(shift: DistributionShift, tokens: int, limits: Any) -> list[str]:
+def judge_shift(shift: DistributionShift, tokens: int, limits: VerifyThresholds) -> list[str]:
     """What the head's distribution shift fails, deciding on confidence bounds rather than point estimates."""
     failed = []
     root = math.sqrt(max(tokens, 1))
@@ -180,7 +175,7 @@ def head_fidelity(
     head: HeadDescription,
     weights: CanonicalWeights,
     stored: Callable[[str], StoredLinear | None],
-    limits: Any,
+    limits: VerifyThresholds,
     sequences: list[tuple[Any, Any]],
     device: str,
     inputs: str,
@@ -195,148 +190,108 @@ def head_fidelity(
     ``identical``: canonical tensor names whose bytes are proven the same in both, so that one product serves
     both drafts. ``parity``: canonical module -> its parity, gathered as the quantized draft first runs the linear
     (and taken out of the dict then). Every linear is computed a block of output rows at a time, so memory holds one
-    block of one weight."""
+    block of one weight.
+
+    Steps: both drafts' last hidden states over every position (the floor's beneath the reference's), then their
+    logits through the lm_head, then the distribution shift and its judgement."""
     import torch
 
-    from eaglequant.draft.forward import DraftForward, LinearFn
-    from eaglequant.draft.weights import by_output_rows, unmapped_when_freed, widened
-    from eaglequant.kernels import choose_backend, fused_linear, reference_activations
+    from eaglequant.draft.weights import unmapped_when_freed
 
     unmapped_when_freed()
-    own_head, own_weights = own or (head, weights)
-
-    def shared(name: str) -> bool:
-        return own is None or name in identical
-
-    plain = DraftForward(head, weights).plain_linear
-    own_plain = DraftForward(own_head, own_weights).plain_linear
-    last_plain: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # module -> its last input and output
-
-    def plain_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        """An unquantized linear's output, computed once when both drafts give it the same input (as they give
-        fc: its input is the target's hidden states) and hold the same weight."""
-        last = last_plain.get(module)  # its rows may go on beneath x's (the floor's): each row is its own product
-        if last is not None and last[0].shape[1:] == x.shape[1:] and torch.equal(last[0][: len(x)], x):
-            return last[1][: len(x)]
-        out = plain(module, x)
-        last_plain[module] = (x, out)
-        return out
-
-    def kernel_linear(module: str, linear: StoredLinear, x: torch.Tensor) -> torch.Tensor:
-        x_device = x.to(torch.bfloat16).to(device)
-        backend = choose_backend(x_device)
-        blocks = weights.row_blocks(f"{module}.weight", linear.weight_kind.rows_per_scale)
-        run = parity.pop(module, None) if parity is not None else None
-        if run is not None:  # the linear's parity rows ride beneath the draft's: each block dequantized once
-            run.backend = backend
-            x_device = torch.cat((x_device, run.x))
-        prepared = reference_activations(x_device, linear) if backend == "reference" else None  # per token
-
-        def product(rows: slice) -> torch.Tensor:
-            block = linear.rows(rows)
-            if run is None:
-                return fused_linear(x_device, block, backend, activations=prepared)
-            dequantized = block.dequantize()
-            out = fused_linear(x_device, block, backend, dequantized, prepared)
-            run.add(rows, dequantized, out[len(x) :])
-            return out[: len(x)]
-
-        return by_output_rows(len(x), linear.out_features, blocks, product)
-
-    def kept_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        """A linear the quantized draft runs unquantized: its own weight."""
-        return plain_linear(module, x) if shared(f"{module}.weight") else own_plain(module, x)
-
-    def quantized_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        linear = stored(module)
-        return kept_linear(module, x) if linear is None else kernel_linear(module, linear, x)
-
-    floor_from = [0]  # rows of a reference pass from which on they are the floor's (0: none)
-
-    def with_floor(linear: LinearFn, module: str, x: torch.Tensor) -> torch.Tensor:
-        """``linear`` of the reference's rows and, from ``floor_from``, of the floor's: the source draft in bf16
-        arithmetic, as an engine runs it (bf16 inputs and weights, float32 sums, bf16 outputs). Products of two
-        bf16 values are exact in float32, so the float32 GEMM of the bf16 values is the engine's GEMM up to the
-        order of its float32 sums, and one pass over the weight serves both (torch's own bf16 matmul was 5-6x
-        slower than float32 on a CPU without bf16 instructions)."""
-        cut = floor_from[0]
-        if not cut:
-            return linear(module, x)
-        if weights.dtype(f"{module}.weight") != "BF16":  # the floor's weight is rounded: a pass of its own
-            return torch.cat((linear(module, x[:cut]), bf16_linear(module, x[cut:])))
-        out = linear(module, torch.cat((x[:cut], _bf16(x[cut:]))))
-        out[cut:] = _bf16(out[cut:])  # in place: a copy of the lm_head's logits would be 0.4 GB more
-        return out
-
-    def bf16_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        """The floor's rows of a linear whose source weight is not bf16: rounded to bf16, as an engine loads it."""
-        name = f"{module}.weight"
-        x16 = _bf16(x)
-
-        def product(rows: slice) -> torch.Tensor:
-            return _bf16(x16 @ widened(weights.rows(name, rows).to(torch.bfloat16)).T)
-
-        return by_output_rows(len(x), weights.shape(name)[0], weights.row_blocks(name), product)
-
-    def reference_linear(module: str, x: torch.Tensor) -> torch.Tensor:
-        return with_floor(plain_linear, module, x)
-
-    reference = DraftForward(head, weights, reference_linear)
-    quantized = DraftForward(own_head, own_weights, quantized_linear)
+    pair = DraftPair(head, weights, stored, device, own, identical, parity)
     has_logits = "lm_head" in {lin.module for lin in head.linears}
-    hidden: dict[str, list[torch.Tensor]] = {"ref": [], "got": [], "bf16": []}
-    floor_rows: list[int] = []  # the positions (prefixes of the sequences: attention is causal) of the floor
     with torch.no_grad():
-        for aux, tokens in sequences:
-            embeds = tokens if tokens.is_floating_point() else weights.gather("embed_tokens.weight", tokens)
-            embeds = embeds.to(torch.float32)
-            own_embeds = embeds
-            if not tokens.is_floating_point() and not shared("embed_tokens.weight"):
-                own_embeds = own_weights.gather("embed_tokens.weight", tokens).to(torch.float32)
-            start, count = sum(len(h) for h in hidden["ref"]), len(aux)
-            prefix = min(count, FLOOR_POSITIONS - len(floor_rows)) if has_logits else 0
-            floor_from[0] = count if prefix > 0 else 0  # the floor's prefix runs beneath, as a sequence of its own
-            both = (
-                reference(
+        hidden = _hidden_states(pair, sequences, FLOOR_POSITIONS if has_logits else 0)
+        pair.last_plain.clear()
+        cosine = torch.nn.functional.cosine_similarity(hidden.reference.double(), hidden.quantized.double(), dim=-1)
+        hidden_cosine = float(cosine.mean())
+        positions = len(hidden.reference)
+        if not has_logits:
+            return HeadFidelity(positions, hidden_cosine, (), inputs)
+        logits = _logits(pair, hidden)
+        maps = (vocab_map(head, weights), vocab_map(pair.own_head, pair.own_weights))
+        shift = distribution_shift(logits.reference, logits.quantized, vocab_maps=maps)
+        logits.quantized = logits.quantized[:0]  # its logits freed before the floor's shift
+        floor = distribution_shift(logits.reference[hidden.floor_rows], logits.floor)
+    failed = judge_shift(shift, positions, limits)
+    return HeadFidelity(positions, hidden_cosine, tuple(failed), inputs, shift, floor, len(hidden.floor_rows))
+
+
+@dataclass
+class _DraftOutputs:
+    """The source draft's (``reference``), the quantized draft's and the bf16 floor's outputs, row per position."""
+
+    reference: torch.Tensor
+    quantized: torch.Tensor
+    floor: torch.Tensor
+    floor_rows: list[int]  # the reference's positions the floor's rows are (prefixes of the sequences)
+
+
+def _hidden_states(pair: DraftPair, sequences: list[tuple[Any, Any]], floor_positions: int) -> _DraftOutputs:
+    """Both drafts' last hidden states, sequence by sequence; the reference pass carries the floor's first
+    ``floor_positions`` positions beneath it, as a sequence of its own (attention is causal, so a prefix of a
+    sequence is a sequence)."""
+    import torch
+
+    reference, quantized = pair.reference(), pair.quantized()
+    ref: list[torch.Tensor] = []
+    got: list[torch.Tensor] = []
+    floor: list[torch.Tensor] = []
+    floor_rows: list[int] = []
+    for aux, tokens in sequences:
+        embeds, own_embeds = _embeddings(pair, tokens)
+        start, count = sum(len(h) for h in ref), len(aux)
+        prefix = min(count, floor_positions - len(floor_rows))
+        if prefix > 0:
+            with pair.floor_beneath(count):
+                both = reference(
                     torch.cat((aux, aux[:prefix])),
                     torch.cat((embeds, embeds[:prefix])),
                     logits=False,
                     sequences=(count, prefix),
                 )
-                if prefix > 0
-                else reference(aux, embeds, logits=False)
-            )
-            floor_from[0] = 0
-            hidden["ref"].append(both[:count])
-            hidden["bf16"].append(both[count:])
-            floor_rows += range(start, start + prefix)
-            hidden["got"].append(quantized(aux, own_embeds, logits=False))
-        last_plain.clear()
-        ref_hidden, got_hidden = torch.cat(hidden["ref"]), torch.cat(hidden["got"])
-        positions = ref_hidden.shape[0]
-        hidden_cosine = float(
-            torch.nn.functional.cosine_similarity(ref_hidden.double(), got_hidden.double(), dim=-1).mean()
-        )
-        if not has_logits:
-            return HeadFidelity(positions, hidden_cosine, (), inputs)
-        lm_head = stored("lm_head")  # read once, if quantized
-        floor_hidden = torch.cat(hidden["bf16"])
-        if lm_head is None and shared("lm_head.weight"):  # one pass over the (large) lm_head for all three
-            floor_from[0] = 2 * positions
-            every = with_floor(plain, "lm_head", torch.cat((ref_hidden, got_hidden, floor_hidden)))
-            ref_logits, got_logits = every[:positions], every[positions : 2 * positions]
-            floor_logits = every[2 * positions :]
         else:
-            floor_from[0] = positions
-            both = with_floor(plain, "lm_head", torch.cat((ref_hidden, floor_hidden)))
-            ref_logits, floor_logits = both[:positions], both[positions:]
-            got_logits = (
-                own_plain("lm_head", got_hidden) if lm_head is None else kernel_linear("lm_head", lm_head, got_hidden)
+            both = reference(aux, embeds, logits=False)
+        ref.append(both[:count])
+        floor.append(both[count:])
+        floor_rows += range(start, start + prefix)
+        got.append(quantized(aux, own_embeds, logits=False))
+    return _DraftOutputs(torch.cat(ref), torch.cat(got), torch.cat(floor), floor_rows)
+
+
+def _embeddings(pair: DraftPair, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sequence's embeddings as the source draft and as the quantized draft read them."""
+    import torch
+
+    if tokens.is_floating_point():
+        embeds = tokens.to(torch.float32)
+        return embeds, embeds
+    embeds = pair.weights.gather("embed_tokens.weight", tokens).to(torch.float32)
+    if pair.shared("embed_tokens.weight"):
+        return embeds, embeds
+    return embeds, pair.own_weights.gather("embed_tokens.weight", tokens).to(torch.float32)
+
+
+def _logits(pair: DraftPair, hidden: _DraftOutputs) -> _DraftOutputs:
+    """The three drafts' logits; one pass over the (large) lm_head serves all three when both drafts hold the
+    source's, else one for the reference and the floor and one for the quantized draft."""
+    import torch
+
+    positions = len(hidden.reference)
+    lm_head = pair.stored("lm_head")  # read once, if quantized
+    if lm_head is None and pair.shared("lm_head.weight"):
+        with pair.floor_beneath(2 * positions):
+            every = pair.with_floor(
+                pair.plain, "lm_head", torch.cat((hidden.reference, hidden.quantized, hidden.floor))
             )
-        floor_from[0] = 0
-        maps = (vocab_map(head, weights), vocab_map(own_head, own_weights))
-        shift = distribution_shift(ref_logits, got_logits, vocab_maps=maps)
-        del got_logits
-        floor = distribution_shift(ref_logits[floor_rows], floor_logits)
-    failed = judge_shift(shift, positions, limits)
-    return HeadFidelity(positions, hidden_cosine, tuple(failed), inputs, shift, floor, len(floor_rows))
+        return _DraftOutputs(
+            every[:positions], every[positions : 2 * positions], every[2 * positions :], hidden.floor_rows
+        )
+    with pair.floor_beneath(positions):
+        both = pair.with_floor(pair.plain, "lm_head", torch.cat((hidden.reference, hidden.floor)))
+    if lm_head is None:
+        got = pair.own_plain("lm_head", hidden.quantized)
+    else:
+        got = pair.kernel_linear("lm_head", lm_head, hidden.quantized)
+    return _DraftOutputs(both[:positions], got, both[positions:], hidden.floor_rows)
