@@ -22,6 +22,7 @@ import logging
 import sys
 import traceback
 import warnings
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -48,104 +49,130 @@ class Engine:
         self.distributed = True
 
     def run(self, job: dict) -> dict:
-        from sglang.srt.configs.load_config import LoadConfig
-        from sglang.srt.configs.model_config import ModelConfig
-        from sglang.srt.model_loader import loader as sgl_loader
-        from sglang.srt.model_loader.utils import set_default_torch_dtype
-        from sglang.srt.runtime_context import SpawnRanks, override_platform, publish
-        from sglang.srt.server_args import ServerArgs
-
+        """Build the job's draft as SGLang's scheduler does, load it with SGLang's own loader, report every linear."""
         checkpoint = job["checkpoint"]
         cap = tuple(job.get("capability") or DEFAULT_CAPABILITY)
         _CAPABILITY[:] = cap
         result = new_result(job, capability=f"{cap[0]}.{cap[1]}", postprocess=None)
         capture = WarningCapture()
         logging.getLogger().addHandler(capture)
-        model = recorder = None
+        from sglang.srt.runtime_context import override_platform
+
+        loaded = Loaded()
         try:
             with override_platform(**platform_overrides(cap)), warnings.catch_warnings():
                 warnings.simplefilter("default")
-                # The draft is loaded by the scheduler process of a server serving a target; the draft's own
-                # directory stands in for the target here (only the draft is built).
-                server_args = ServerArgs(
-                    model_path=checkpoint,
-                    speculative_algorithm="EAGLE3",
-                    speculative_draft_model_path=checkpoint,
-                    dtype="bfloat16",
-                    device="cpu",
-                )
-                publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
-                if not self.distributed:
-                    self.init_distributed()
-                model_config = ModelConfig.from_server_args(server_args, model_path=checkpoint, is_draft_model=True)
-                load_config = LoadConfig(load_format=server_args.load_format)
-                quant_config = sgl_loader._get_quantization_config(model_config, load_config)
-                result["quant_config"] = type(quant_config).__name__ if quant_config is not None else None
-                prefixes: dict[int, str] = {}
-                if quant_config is not None:
-                    # the name SGLang matches exclusion rules against (not every layer class stores it)
-                    get_quant_method = quant_config.get_quant_method
-
-                    def recording_get_quant_method(
-                        layer: torch.nn.Module, prefix: str, *args: Any, **kwargs: Any
-                    ) -> Any:
-                        prefixes[id(layer)] = prefix
-                        return get_quant_method(layer, prefix, *args, **kwargs)
-
-                    quant_config.get_quant_method = recording_get_quant_method
-                with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
-                    model = sgl_loader._initialize_model(model_config, load_config, quant_config)
-                recorder = LoadRecorder(model)
-                default_loader = sgl_loader.DefaultModelLoader(load_config)
-                weights = default_loader._get_all_weights(model_config, model)
-                load_error = None
-                try:
-                    # MLA drafts run post_load_weights inside load_weights
-                    sgl_loader.DefaultModelLoader.load_weights_only(
-                        model, recorder.iterate(weights), torch.device("cpu")
-                    )
-                except Exception as exc:
-                    load_error = exc
-                    log.debug("load_weights failed", exc_info=True)
-                result["modules"], by_path = describe_modules(model, recorder, prefixes)
-                if getattr(model, "load_lm_head_from_target", False):
-                    # The EAGLE worker replaces the draft's lm_head with the target's (set_embed_and_head).
-                    for entry in result["modules"]:
-                        if entry["name"] == "lm_head":
-                            entry["shared_from_target"] = True
-                if load_error is not None:
-                    raise load_error
-                try:
-                    sgl_loader.DefaultModelLoader.postprocess_weights(model, torch.device("cpu"))
-                except Exception as exc:
-                    # Repacking for a CUDA kernel (Marlin, ...) needs CUDA: a limit of this machine, not of the
-                    # checkpoint. Anything else is a failure.
-                    if not any(s in str(exc) for s in CUDA_ONLY):
-                        raise
-                    result["postprocess"] = f"skipped, needs CUDA: {error_line(exc)}"
-                result["ok"] = True
+                self.load(checkpoint, result, loaded)
                 if job.get("source"):
                     source = Checkpoint(job["source"]).all()
                     for entry in result["modules"]:
-                        entry["gemm"] = run_gemm(entry, by_path[entry["path"]], source)
+                        entry["gemm"] = run_gemm(entry, loaded.by_path[entry["path"]], source)
         except Exception as exc:
             result["error"] = error_line(exc)
             log.warning("job %s failed:\n%s", checkpoint, traceback.format_exc())
         finally:
             logging.getLogger().removeHandler(capture)
             result["warnings"] = capture.lines
-            try:
-                used = {
-                    n for calls in (recorder.calls.values() if recorder else []) for names, _ in calls for n in names
-                }
-                tensors = Checkpoint(checkpoint)
-                used |= d2t_taken(model, tensors)
-                result["unconsumed"] = [n for n in tensors.names() if n not in used]
-            except Exception as exc:
-                result["unconsumed"] = [f"<cannot list: {error_line(exc)}>"]
-            del model, recorder
+            result["unconsumed"] = unconsumed(checkpoint, loaded.model, loaded.recorder)
+            del loaded
             gc.collect()
         return result
+
+    def load(self, checkpoint: str, result: dict, loaded: Loaded) -> None:
+        """Build and load the draft into ``loaded``, its report into ``result``."""
+        from sglang.srt.configs.load_config import LoadConfig
+        from sglang.srt.model_loader import loader as sgl_loader
+        from sglang.srt.model_loader.utils import set_default_torch_dtype
+
+        model_config, load_format = self.draft_model_config(checkpoint)
+        load_config = LoadConfig(load_format=load_format)
+        quant_config = sgl_loader._get_quantization_config(model_config, load_config)
+        result["quant_config"] = type(quant_config).__name__ if quant_config is not None else None
+        prefixes = record_prefixes(quant_config)
+        with set_default_torch_dtype(model_config.dtype), torch.device("cpu"):
+            model = sgl_loader._initialize_model(model_config, load_config, quant_config)
+        recorder = LoadRecorder(model)
+        loaded.model, loaded.recorder = model, recorder
+        weights = sgl_loader.DefaultModelLoader(load_config)._get_all_weights(model_config, model)
+        load_error = None
+        try:
+            # MLA drafts run post_load_weights inside load_weights
+            sgl_loader.DefaultModelLoader.load_weights_only(model, recorder.iterate(weights), torch.device("cpu"))
+        except Exception as exc:
+            load_error = exc
+            log.debug("load_weights failed", exc_info=True)
+        result["modules"], loaded.by_path = describe_modules(model, recorder, prefixes)
+        if getattr(model, "load_lm_head_from_target", False):
+            # The EAGLE worker replaces the draft's lm_head with the target's (set_embed_and_head).
+            for entry in result["modules"]:
+                if entry["name"] == "lm_head":
+                    entry["shared_from_target"] = True
+        if load_error is not None:
+            raise load_error
+        try:
+            sgl_loader.DefaultModelLoader.postprocess_weights(model, torch.device("cpu"))
+        except Exception as exc:
+            # Repacking for a CUDA kernel (Marlin, ...) needs CUDA: a limit of this machine, not of the
+            # checkpoint. Anything else is a failure.
+            if not any(s in str(exc) for s in CUDA_ONLY):
+                raise
+            result["postprocess"] = f"skipped, needs CUDA: {error_line(exc)}"
+        result["ok"] = True
+
+    def draft_model_config(self, checkpoint: str) -> tuple[Any, str]:
+        """SGLang's model config for the draft, as the scheduler process of a server serving a target makes it (the
+        draft's own directory stands in for the target: only the draft is built), and the server's load format."""
+        from sglang.srt.configs.model_config import ModelConfig
+        from sglang.srt.runtime_context import SpawnRanks, publish
+        from sglang.srt.server_args import ServerArgs
+
+        server_args = ServerArgs(
+            model_path=checkpoint,
+            speculative_algorithm="EAGLE3",
+            speculative_draft_model_path=checkpoint,
+            dtype="bfloat16",
+            device="cpu",
+        )
+        publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
+        if not self.distributed:
+            self.init_distributed()
+        model_config = ModelConfig.from_server_args(server_args, model_path=checkpoint, is_draft_model=True)
+        return model_config, server_args.load_format
+
+
+@dataclass
+class Loaded:
+    """What a job has built so far: the model, the recorder of its loading, its modules by path."""
+
+    model: Any = None
+    recorder: Any = None
+    by_path: dict[str, Any] = field(default_factory=dict)
+
+
+def record_prefixes(quant_config: Any) -> dict[int, str]:
+    """id(layer) -> the name SGLang matches exclusion rules against (not every layer class stores it), filled as
+    the model is built."""
+    prefixes: dict[int, str] = {}
+    if quant_config is not None:
+        get_quant_method = quant_config.get_quant_method
+
+        def recording_get_quant_method(layer: torch.nn.Module, prefix: str, *args: Any, **kwargs: Any) -> Any:
+            prefixes[id(layer)] = prefix
+            return get_quant_method(layer, prefix, *args, **kwargs)
+
+        quant_config.get_quant_method = recording_get_quant_method
+    return prefixes
+
+
+def unconsumed(checkpoint: str, model: Any, recorder: Any) -> list[str]:
+    """The checkpoint's tensors the load never took."""
+    try:
+        used = {n for calls in (recorder.calls.values() if recorder else []) for names, _ in calls for n in names}
+        tensors = Checkpoint(checkpoint)
+        used |= d2t_taken(model, tensors)
+        return [n for n in tensors.names() if n not in used]
+    except Exception as exc:
+        return [f"<cannot list: {error_line(exc)}>"]
 
 
 def start() -> tuple[str, list[str]]:

@@ -70,13 +70,11 @@ def method_name(module: torch.nn.Module) -> str | None:
 
 
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Build the job's draft with vLLM's own recipe, load it with vLLM's own loader, and report every linear."""
     from vllm.config import set_current_vllm_config
-    from vllm.engine.arg_utils import EngineArgs
-    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.model_executor.model_loader.utils import get_draft_load_config
     from vllm.utils.torch_utils import set_default_torch_dtype
-    from vllm.v1.spec_decode.eagle import EagleProposer
 
     result = new_result(job)
     capture = WarningCapture()
@@ -85,26 +83,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     try:
         checkpoint = Checkpoint(job["checkpoint"])
         source = Checkpoint(job["source"]) if job.get("source") else None
-        draft_config = checkpoint.config()
-        target_layers = int(job.get("target_layers") or 61)
-        with tempfile.TemporaryDirectory(prefix="vllm-probe-target-") as target_dir:
-            write_target(Path(target_dir), draft_config, target_layers)
-            engine_args = EngineArgs(
-                model=target_dir,
-                speculative_config={"method": "eagle3", "model": job["checkpoint"], "num_speculative_tokens": 3},
-                skip_tokenizer_init=True,
-                dtype="bfloat16",
-                max_model_len=256,
-                enforce_eager=True,
-            )
-            vllm_config = engine_args.create_engine_config()
-        ensure_distributed(vllm_config)
-        spec = vllm_config.speculative_config
-        # The proposer's own recipe for the draft's config (only self.vllm_config / speculative_config are read).
-        draft_vllm_config = EagleProposer._create_draft_vllm_config(
-            SimpleNamespace(vllm_config=vllm_config, speculative_config=spec)
-        )
-        model_config = spec.draft_model_config
+        draft_vllm_config, model_config = draft_configs(job, checkpoint.config())
         loader = get_model_loader(get_draft_load_config(draft_vllm_config))
         recorder = Recorder()
         original_get_all_weights = loader.get_all_weights
@@ -118,73 +97,10 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 quant_config = quant_config or getattr(module, "quant_config", None)
             instrument_params(model, recorder)
             loader.load_weights(model, model_config)
-
-            shared_lm_head = hasattr(model, "has_own_lm_head") and not model.has_own_lm_head
-            modules: list[tuple[str, torch.nn.Module, dict[str, Any]]] = []
-            for path, module in model.named_modules():
-                if not linear_like(module):
-                    continue
-                method = getattr(module, "quant_method", None)
-                entry: dict[str, Any] = {
-                    "name": getattr(module, "prefix", None) or path,
-                    "type": type(module).__name__,
-                    "quant_method": method_name(module),
-                    "quantized": method is not None and "Unquantized" not in type(method).__name__,
-                    "params": [],
-                    "gemm": None,
-                }
-                if shared_lm_head and entry["name"] == "lm_head":
-                    entry["shared_from_target"] = True
-                for pname, param in module.named_parameters(recurse=False):
-                    full = f"{path}.{pname}"
-                    loaded = recorder.calls.get(full, [])
-                    calls = sorted(loaded, key=lambda c: shard_key(c.shard_id))
-                    equal, detail = compare_param(
-                        param,
-                        calls,
-                        checkpoint,
-                        int(getattr(param, "output_dim", 0) or 0),
-                        padded_rows=isinstance(module, VocabParallelEmbedding),
-                        last=loaded[-1] if loaded and whole_per_shard(pname, param) else None,
-                    )
-                    if not calls and shared_lm_head and entry["name"] == "lm_head":
-                        detail = (
-                            "never loaded: the checkpoint has no lm_head, so vLLM's proposer replaces this module"
-                            " with the target's lm_head (llm_base_proposer.py::_maybe_share_lm_head)"
-                        )
-                    entry["params"].append(
-                        {
-                            "name": pname,
-                            "dtype": str(param.dtype).removeprefix("torch."),
-                            "shape": list(param.shape),
-                            "sources": [
-                                c.checkpoint_name if c.shard_id is None else f"{c.checkpoint_name} [shard {c.shard_id}]"
-                                for c in calls
-                            ],
-                            "equal": equal,
-                            "detail": detail,
-                        }
-                    )
-                modules.append((path, module, entry))
-
-            try:
-                processing_failed = postprocess(model, model_config)
-                capture.lines += [f"probe: {path}: {why}" for path, why in processing_failed.items()]
-            except Exception as exc:
-                why = f"process_weights_after_loading failed on CPU: {error_line(exc)}"
-                processing_failed = {path: why for path, _, _ in modules}
-                capture.lines.append(f"probe: {why}")
-            for _, module, entry in modules:  # whatever failed later, a parameter the method deleted is gone
-                discarded_unloaded(entry, module)
+            modules = linear_entries(model, recorder, checkpoint)
+            processing_failed = process_after_loading(model, model_config, modules, capture)
             if source is not None:
-                for path, module, entry in modules:
-                    if path in processing_failed:
-                        entry["gemm"] = {"max_abs_err": None, "rel_err": None, "note": processing_failed[path]}
-                        continue
-                    try:
-                        entry["gemm"] = run_gemm(module, path, source, calibrated_amax(entry, checkpoint))
-                    except Exception as exc:
-                        entry["gemm"] = {"max_abs_err": None, "rel_err": None, "note": error_line(exc)}
+                add_gemms(modules, processing_failed, source, checkpoint)
 
         result["quant_config"] = type(quant_config).__name__ if quant_config is not None else None
         result["modules"] = [entry for _, _, entry in modules]
@@ -199,6 +115,130 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         result["warnings"] = capture.lines
         gc.collect()
     return result
+
+
+def draft_configs(job: dict[str, Any], draft_config: dict[str, Any]) -> tuple[Any, Any]:
+    """vLLM's config for the draft and its model config, made as vLLM makes them for a target (synthesized,
+    ``write_target``) speculating with the job's checkpoint as its EAGLE-3 draft."""
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.spec_decode.eagle import EagleProposer
+
+    target_layers = int(job.get("target_layers") or 61)
+    with tempfile.TemporaryDirectory(prefix="vllm-probe-target-") as target_dir:
+        write_target(Path(target_dir), draft_config, target_layers)
+        engine_args = EngineArgs(
+            model=target_dir,
+            speculative_config={"method": "eagle3", "model": job["checkpoint"], "num_speculative_tokens": 3},
+            skip_tokenizer_init=True,
+            dtype="bfloat16",
+            max_model_len=256,
+            enforce_eager=True,
+        )
+        vllm_config = engine_args.create_engine_config()
+    ensure_distributed(vllm_config)
+    spec = vllm_config.speculative_config
+    # The proposer's own recipe for the draft's config (only self.vllm_config / speculative_config are read).
+    draft_vllm_config = EagleProposer._create_draft_vllm_config(
+        SimpleNamespace(vllm_config=vllm_config, speculative_config=spec)
+    )
+    return draft_vllm_config, spec.draft_model_config
+
+
+ModuleEntries = list[tuple[str, torch.nn.Module, dict[str, Any]]]  # (path in the model, module, its report)
+
+
+def linear_entries(model: torch.nn.Module, recorder: Recorder, checkpoint: Checkpoint) -> ModuleEntries:
+    """Every linear-like module: its quantization method and, per parameter, which checkpoint tensors it took
+    and whether the loaded values equal them."""
+    shared_lm_head = hasattr(model, "has_own_lm_head") and not model.has_own_lm_head
+    modules: ModuleEntries = []
+    for path, module in model.named_modules():
+        if not linear_like(module):
+            continue
+        method = getattr(module, "quant_method", None)
+        entry: dict[str, Any] = {
+            "name": getattr(module, "prefix", None) or path,
+            "type": type(module).__name__,
+            "quant_method": method_name(module),
+            "quantized": method is not None and "Unquantized" not in type(method).__name__,
+            "params": [],
+            "gemm": None,
+        }
+        shared = shared_lm_head and entry["name"] == "lm_head"
+        if shared:
+            entry["shared_from_target"] = True
+        for pname, param in module.named_parameters(recurse=False):
+            entry["params"].append(param_entry(module, f"{path}.{pname}", pname, param, recorder, checkpoint, shared))
+        modules.append((path, module, entry))
+    return modules
+
+
+def param_entry(
+    module: torch.nn.Module,
+    full: str,
+    pname: str,
+    param: torch.nn.Parameter,
+    recorder: Recorder,
+    checkpoint: Checkpoint,
+    shared_lm_head: bool,
+) -> dict[str, Any]:
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    loaded = recorder.calls.get(full, [])
+    calls = sorted(loaded, key=lambda c: shard_key(c.shard_id))
+    equal, detail = compare_param(
+        param,
+        calls,
+        checkpoint,
+        int(getattr(param, "output_dim", 0) or 0),
+        padded_rows=isinstance(module, VocabParallelEmbedding),
+        last=loaded[-1] if loaded and whole_per_shard(pname, param) else None,
+    )
+    if not calls and shared_lm_head:
+        detail = (
+            "never loaded: the checkpoint has no lm_head, so vLLM's proposer replaces this module"
+            " with the target's lm_head (llm_base_proposer.py::_maybe_share_lm_head)"
+        )
+    return {
+        "name": pname,
+        "dtype": str(param.dtype).removeprefix("torch."),
+        "shape": list(param.shape),
+        "sources": [
+            c.checkpoint_name if c.shard_id is None else f"{c.checkpoint_name} [shard {c.shard_id}]" for c in calls
+        ],
+        "equal": equal,
+        "detail": detail,
+    }
+
+
+def process_after_loading(
+    model: torch.nn.Module, model_config: Any, modules: ModuleEntries, capture: WarningCapture
+) -> dict[str, str]:
+    """vLLM's process_weights_after_loading, as after a load; module path -> why it failed on CPU."""
+    try:
+        processing_failed = postprocess(model, model_config)
+        capture.lines += [f"probe: {path}: {why}" for path, why in processing_failed.items()]
+    except Exception as exc:
+        why = f"process_weights_after_loading failed on CPU: {error_line(exc)}"
+        processing_failed = {path: why for path, _, _ in modules}
+        capture.lines.append(f"probe: {why}")
+    for _, module, entry in modules:  # whatever failed later, a parameter the method deleted is gone
+        discarded_unloaded(entry, module)
+    return processing_failed
+
+
+def add_gemms(
+    modules: ModuleEntries, processing_failed: dict[str, str], source: Checkpoint, checkpoint: Checkpoint
+) -> None:
+    """Each module's output against the source's GEMM, where its processing ran."""
+    for path, module, entry in modules:
+        if path in processing_failed:
+            entry["gemm"] = {"max_abs_err": None, "rel_err": None, "note": processing_failed[path]}
+            continue
+        try:
+            entry["gemm"] = run_gemm(module, path, source, calibrated_amax(entry, checkpoint))
+        except Exception as exc:
+            entry["gemm"] = {"max_abs_err": None, "rel_err": None, "note": error_line(exc)}
 
 
 def start() -> tuple[str, list[str]]:
