@@ -53,22 +53,7 @@ def accept(
     figures to its card."""
     from eaglequant.engine_load import engine_python as find_engine_python
 
-    if engine not in ENGINES:
-        runs = f": accept runs {', '.join(ENGINES)}"
-        raise InputError(words(given("engine", engine), runs), hint=words("use ", suggested("engine", ENGINES[0])))
-    if served_as not in SERVED_AS:
-        one_of = f": not one of {', '.join(SERVED_AS)}"
-        raise InputError(words(given("served_as", served_as), one_of), hint="use dequantized")
-    if any(not math.isfinite(t) or t <= 0 for t in temperatures):
-        raise InputError(
-            words(given("temperatures", list(temperatures)), ": each must be a finite number above 0"),
-            hint="greedy always runs; give the sampled temperatures beside it, e.g. 1.0",
-        )
-    if num_speculative_tokens < 1 or max_tokens < 1:
-        raise InputError(
-            words(Param("num_speculative_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
-            hint=words("e.g. ", suggested("num_speculative_tokens", 3), " ", suggested("max_tokens", 96)),
-        )
+    _check_settings(engine, served_as, temperatures, num_speculative_tokens, max_tokens)
     target_path = _model_dir(target, "target")
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
     if len(prompt_list) < 2:
@@ -92,6 +77,37 @@ def accept(
     with tempfile.TemporaryDirectory(prefix="eaglequant-served-") as tmp:
         drafts = [_served(dst, served_as, dtype, Path(tmp) / str(i), engine) for i, dst in enumerate(destinations)]
         report = measure(interpreter, settings, source_path, drafts, progress)
+    _add_notes(report, dtype)
+    if record:
+        for draft in report.quantized:
+            write_acceptance(draft.path, report, draft.label)
+    return report
+
+
+def _check_settings(
+    engine: str, served_as: str, temperatures: Sequence[float], num_speculative_tokens: int, max_tokens: int
+) -> None:
+    """One clear line for a setting accept cannot run with."""
+    if engine not in ENGINES:
+        runs = f": accept runs {', '.join(ENGINES)}"
+        raise InputError(words(given("engine", engine), runs), hint=words("use ", suggested("engine", ENGINES[0])))
+    if served_as not in SERVED_AS:
+        one_of = f": not one of {', '.join(SERVED_AS)}"
+        raise InputError(words(given("served_as", served_as), one_of), hint="use dequantized")
+    if any(not math.isfinite(t) or t <= 0 for t in temperatures):
+        raise InputError(
+            words(given("temperatures", list(temperatures)), ": each must be a finite number above 0"),
+            hint="greedy always runs; give the sampled temperatures beside it, e.g. 1.0",
+        )
+    if num_speculative_tokens < 1 or max_tokens < 1:
+        raise InputError(
+            words(Param("num_speculative_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
+            hint=words("e.g. ", suggested("num_speculative_tokens", 3), " ", suggested("max_tokens", 96)),
+        )
+
+
+def _add_notes(report: AcceptanceReport, dtype: str) -> None:
+    """What a reader of the figures should know: how the drafts were served, how the engine drafts."""
     if any(d.served_as == DEQUANTIZED for d in report.quantized):
         report.notes.append(
             f"quantized drafts were served as their weights dequantized to {dtype} (exactly what the fused kernels "
@@ -104,10 +120,6 @@ def accept(
             f"{report.engine} {report.version} drafts with draft_sample_method={sample_method}: a drafted token "
             "is accepted when the target's own sampling agrees with the draft's choice"
         )
-    if record:
-        for draft in report.quantized:
-            write_acceptance(draft.path, report, draft.label)
-    return report
 
 
 def _model_dir(path: str | Path, parameter: str, recorded: bool = False) -> Path:

@@ -12,14 +12,14 @@ One kernel, specialised at compile time by the weight layout:
   output rows) multiplies the tile's partial product. With per-token-group activations (``ACT_GROUP``), each
   tile's activations are quantized with their group's scale, applied to the same partial product.
 - INT8 per-channel: int8 codes (exact in bf16), the per-channel scale applied to the output; with
-  ``ACT_CODES == 2`` the activations are rounded to INT8 per token in the kernel (scale amax / 127), as the
+  ``ACT_CODES == INT8_CODES`` the activations are rounded to INT8 per token in the kernel (scale amax / 127), as the
   engines' W8A8 INT8 kernels do.
 - INT4 groups: eight 4-bit codes per int32, unpacked in registers (code = nibble - 8), less the group's zero
   point when there is one (``ZERO_POINT``); each K tile lies in one group of 128, whose float32 scale multiplies the
   tile's partial product (code - zero point is exact in bf16, its product with the scale would not be).
 
-Which specialisation reads a stored linear is its weight kind's ``kernel_layout``; how activations are
-quantized is its activation kind's (per token, or per token per group).
+Which specialisation reads a stored linear is its weight kind's ``kernel_layout`` (a :class:`KernelLayout`); how
+activations are quantized is its activation kind's (per token, or per token per group; ``kernel_codes``).
 
 Products are accumulated in float32. Under ``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
 """
@@ -32,13 +32,19 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglequant.kinds.base import StoredLinear
+from eaglequant.kinds.base import ActivationCodes, KernelLayout, StoredLinear
 from eaglequant.numerics.limits import E4M3_MAX
 
 # Globals a kernel reads must be constexpr (Triton 3.6 refuses anything else when compiling for a GPU; its
 # interpreter does not check).
 FP8_MAX = tl.constexpr(E4M3_MAX)
 INT8_MAX = tl.constexpr(127.0)
+FP8_ROWS = tl.constexpr(int(KernelLayout.FP8_ROWS))
+NVFP4 = tl.constexpr(int(KernelLayout.NVFP4))
+FP8_BLOCKS = tl.constexpr(int(KernelLayout.FP8_BLOCKS))
+INT8_ROWS = tl.constexpr(int(KernelLayout.INT8_ROWS))
+INT4_GROUPS = tl.constexpr(int(KernelLayout.INT4_GROUPS))
+INT8_CODES = tl.constexpr(int(ActivationCodes.INT8))
 
 
 @triton.jit
@@ -83,33 +89,65 @@ def _round_to_e4m3(v):
 
 
 @triton.jit
+def _row_amax(x_ptr, rows, row_ok, K, stride_xm, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Each row's max |x| over all K: a first pass for per-token activation scales."""
+    amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
+        amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
+    return amax
+
+
+@triton.jit
+def _weight_tile(
+    w_ptr, block_scale_ptr, zero_point_ptr, cols, col_ok, ks, k0, K, stride_wn, stride_bn,
+    KIND: tl.constexpr, ZERO_POINT: tl.constexpr, GROUP: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    """The weight tile [BLOCK_N, BLOCK_K] as float32 values, before the scales a partial product or the output
+    takes (an FP4 tile has its block scales applied here: exact in bf16)."""
+    if KIND == FP8_ROWS or KIND == FP8_BLOCKS:  # noqa: SIM109 - jit code compares constexprs, no tuple `in`
+        w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
+        w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    elif KIND == INT8_ROWS:
+        w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
+        w = w.to(tl.int8, bitcast=True).to(tl.float32)
+    elif KIND == INT4_GROUPS:
+        words = tl.load(
+            w_ptr + cols[:, None] * stride_wn + (ks // 8)[None, :], col_ok[:, None] & (ks[None, :] < K), other=0
+        )
+        w = (((words >> ((ks % 8) * 4)[None, :]) & 15) - 8).to(tl.float32)
+        if ZERO_POINT:
+            zero = tl.load(zero_point_ptr + cols * stride_bn + k0 // GROUP, col_ok, other=0)
+            w = w - zero.to(tl.float32)[:, None]
+    else:  # NVFP4, MXFP4
+        half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+        packed = tl.load(
+            w_ptr + cols[:, None] * stride_wn + half[None, :], col_ok[:, None] & (half[None, :] < K // 2), other=0
+        )
+        w = tl.reshape(tl.join(_e2m1(packed & 15), _e2m1(packed >> 4)), (BLOCK_N, BLOCK_K))
+        groups = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
+        scale = tl.load(
+            block_scale_ptr + cols[:, None] * stride_bn + groups[None, :],
+            col_ok[:, None] & (groups[None, :] < K // GROUP),
+            other=0,
+        )
+        if KIND == NVFP4:
+            scale = scale.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        else:
+            scale = _power_of_two(scale.to(tl.int32) - 127)
+        w = tl.reshape(tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
+    return w
+
+
+@triton.jit
 def _dequant_gemm(
-    x_ptr,
-    w_ptr,
-    block_scale_ptr,
-    channel_scale_ptr,
-    zero_point_ptr,
-    y_ptr,
-    M,
-    N,
-    K,
-    stride_xm,
-    stride_wn,
-    stride_bn,
-    stride_ym,
-    global_scale,
-    min_act_scale,
-    KIND: tl.constexpr,
-    ACT_FP8: tl.constexpr,
-    ACT_CODES: tl.constexpr,
-    ACT_GROUP: tl.constexpr,
-    ZERO_POINT: tl.constexpr,
-    GROUP: tl.constexpr,
-    DOT_BF16: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
+    x_ptr, w_ptr, block_scale_ptr, channel_scale_ptr, zero_point_ptr, y_ptr, M, N, K,
+    stride_xm, stride_wn, stride_bn, stride_ym, global_scale, min_act_scale,
+    KIND: tl.constexpr, ACT_FP8: tl.constexpr, ACT_CODES: tl.constexpr, ACT_GROUP: tl.constexpr,
+    ZERO_POINT: tl.constexpr, GROUP: tl.constexpr, DOT_BF16: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -117,12 +155,8 @@ def _dequant_gemm(
     row_ok = rows < M
     col_ok = cols < N
     if ACT_FP8 and ACT_GROUP == 0:
-        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :], row_ok[:, None] & (ks[None, :] < K), other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), axis=1))
-        if ACT_CODES == 2:
+        amax = _row_amax(x_ptr, rows, row_ok, K, stride_xm, BLOCK_M, BLOCK_K)
+        if ACT_CODES == INT8_CODES:
             token_amax = tl.maximum(amax, min_act_scale * INT8_MAX)
             token_scale = token_amax / INT8_MAX
         else:
@@ -140,57 +174,30 @@ def _dequant_gemm(
                 other=0.0,
             )
             token_scale = tl.maximum(tl.max(tl.abs(group_x.to(tl.float32)), axis=1) / FP8_MAX, min_act_scale)
-        if ACT_FP8 and ACT_CODES == 2:
+        if ACT_FP8 and ACT_CODES == INT8_CODES:
             inverse = tl.full((BLOCK_M,), INT8_MAX, tl.float32) / token_amax  # 127 / amax, as the engines multiply
             x = tl.clamp(_round_to_integer(x.to(tl.float32) * inverse[:, None]), -INT8_MAX - 1.0, INT8_MAX)
         elif ACT_FP8:
             x = _round_to_e4m3(tl.clamp(x.to(tl.float32) / token_scale[:, None], -FP8_MAX, FP8_MAX))
-        if KIND == 0 or KIND == 3:
-            w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
-            w = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        elif KIND == 4:
-            w = tl.load(w_ptr + cols[:, None] * stride_wn + ks[None, :], col_ok[:, None] & (ks[None, :] < K), other=0)
-            w = w.to(tl.int8, bitcast=True).to(tl.float32)
-        elif KIND == 5:
-            words = tl.load(
-                w_ptr + cols[:, None] * stride_wn + (ks // 8)[None, :], col_ok[:, None] & (ks[None, :] < K), other=0
-            )
-            w = (((words >> ((ks % 8) * 4)[None, :]) & 15) - 8).to(tl.float32)
-            if ZERO_POINT:
-                zero = tl.load(zero_point_ptr + cols * stride_bn + k0 // GROUP, col_ok, other=0)
-                w = w - zero.to(tl.float32)[:, None]
-        else:
-            half = k0 // 2 + tl.arange(0, BLOCK_K // 2)
-            packed = tl.load(
-                w_ptr + cols[:, None] * stride_wn + half[None, :], col_ok[:, None] & (half[None, :] < K // 2), other=0
-            )
-            w = tl.reshape(tl.join(_e2m1(packed & 15), _e2m1(packed >> 4)), (BLOCK_N, BLOCK_K))
-            groups = k0 // GROUP + tl.arange(0, BLOCK_K // GROUP)
-            scale = tl.load(
-                block_scale_ptr + cols[:, None] * stride_bn + groups[None, :],
-                col_ok[:, None] & (groups[None, :] < K // GROUP),
-                other=0,
-            )
-            if KIND == 1:
-                scale = scale.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-            else:
-                scale = _power_of_two(scale.to(tl.int32) - 127)
-            w = tl.reshape(tl.reshape(w, (BLOCK_N, BLOCK_K // GROUP, GROUP)) * scale[:, :, None], (BLOCK_N, BLOCK_K))
+        w = _weight_tile(
+            w_ptr, block_scale_ptr, zero_point_ptr, cols, col_ok, ks, k0, K, stride_wn, stride_bn,
+            KIND, ZERO_POINT, GROUP, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
         if DOT_BF16:
             partial = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)))
         else:  # the interpreter has no bf16 arithmetic; the operands are exact in bf16 either way
             partial = tl.dot(x.to(tl.float32), tl.trans(w), input_precision="ieee")
-        if KIND == 3:
+        if KIND == FP8_BLOCKS:
             block_scale = tl.load(block_scale_ptr + (cols // GROUP) * stride_bn + k0 // GROUP, col_ok, other=0.0)
             partial = partial * block_scale[None, :]
-        if KIND == 5:
+        if KIND == INT4_GROUPS:
             partial = partial * tl.load(block_scale_ptr + cols * stride_bn + k0 // GROUP, col_ok, other=0.0)[None, :]
         if ACT_FP8 and ACT_GROUP > 0:
             partial = partial * token_scale[:, None]
         acc += partial
-    if KIND == 0 or KIND == 4:
+    if KIND == FP8_ROWS or KIND == INT8_ROWS:  # noqa: SIM109 - as above
         acc = acc * tl.load(channel_scale_ptr + cols, col_ok, other=0.0)[None, :]
-    if KIND == 1:
+    if KIND == NVFP4:
         acc = acc * global_scale
     if ACT_FP8 and ACT_GROUP == 0:
         acc = acc * token_scale[:, None]
@@ -237,9 +244,9 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         y.stride(0),
         global_scale,
         0.0 if activation is None else activation.min_scale,
-        KIND=kind.kernel_layout,
+        KIND=int(kind.kernel_layout),
         ACT_FP8=act_fp8,
-        ACT_CODES=activation.kernel_codes if act_fp8 and activation is not None else 0,
+        ACT_CODES=int(activation.kernel_codes if act_fp8 and activation is not None else ActivationCodes.NONE),
         ACT_GROUP=act_group,
         ZERO_POINT=stored.zero_point is not None,
         GROUP=group,

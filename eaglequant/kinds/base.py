@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
+from enum import IntEnum
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from eaglequant.common.errors import SchemeError
@@ -48,13 +49,32 @@ def _block_text(block_size: BlockSize) -> str:
     return "x".join(map(str, block_size)) if isinstance(block_size, tuple) else str(block_size)
 
 
+class KernelLayout(IntEnum):
+    """How the Triton kernel reads a weight kind's stored tensors (its compile-time specialisation)."""
+
+    FP8_ROWS = 0  # E4M3 codes, a scale per output channel
+    NVFP4 = 1  # packed E2M1 codes, an E4M3 scale per 16, a float32 global scale
+    MXFP4 = 2  # packed E2M1 codes, an E8M0 scale per 32
+    FP8_BLOCKS = 3  # E4M3 codes, a float32 scale per 128x128 block
+    INT8_ROWS = 4  # int8 codes, a scale per output channel
+    INT4_GROUPS = 5  # eight 4-bit codes per int32, a scale (and zero point) per group
+
+
+class ActivationCodes(IntEnum):
+    """The codes the Triton kernel rounds simulated activations to."""
+
+    NONE = 0  # not simulated: the weight-only kernel
+    FP8 = 1
+    INT8 = 2
+
+
 @dataclass(frozen=True)
 class ActivationKind(TensorKind):
     """How activations are quantized at run time. ``simulated``: the kernels quantize inputs as the engine
     does (:meth:`simulate`); otherwise parity runs the weight-only kernel."""
 
     simulated: ClassVar[bool] = False
-    kernel_codes: ClassVar[int] = 1  # the codes the Triton kernel rounds simulated inputs to: 1 FP8 E4M3, 2 INT8
+    kernel_codes: ClassVar[ActivationCodes] = ActivationCodes.FP8  # what the Triton kernel rounds simulated inputs to
     min_scale: float = 0.0  # the engine's floor on a dynamic scale
 
     def simulate(self, x: torch.Tensor) -> torch.Tensor | None:
@@ -80,7 +100,7 @@ class WeightKind(TensorKind, ABC):
     rows_per_scale: int = 1
     columns_per_scale: int | None = None
     tag: str = ""
-    kernel_layout: ClassVar[int]  # which specialisation of the Triton kernel reads it
+    kernel_layout: ClassVar[KernelLayout]  # which specialisation of the Triton kernel reads it
 
     def shape_problem(self, out_features: int, in_features: int, fused_before_last: bool) -> str | None:
         """Why a linear of this shape cannot be stored in this kind (None: it can), before any format's own

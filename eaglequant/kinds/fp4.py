@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.kinds.base import WeightKind
+from eaglequant.kinds.base import KernelLayout, WeightKind
 
 if TYPE_CHECKING:
     import torch
@@ -19,7 +19,7 @@ class Nvfp4Kind(WeightKind):
     """``weight`` uint8 [N, K/2]; ``block_scale`` float8_e4m3fn [N, K/16]; ``global_scale`` float32 0-dim,
     multiplied into the output."""
 
-    kernel_layout: ClassVar[int] = 1
+    kernel_layout: ClassVar[KernelLayout] = KernelLayout.NVFP4
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
         from eaglequant.numerics.nvfp4 import dequantize
@@ -32,7 +32,7 @@ class Nvfp4Kind(WeightKind):
 class Mxfp4Kind(WeightKind):
     """``weight`` uint8 [N, K/2]; ``block_scale`` uint8 E8M0 [N, K/32]."""
 
-    kernel_layout: ClassVar[int] = 2
+    kernel_layout: ClassVar[KernelLayout] = KernelLayout.MXFP4
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
         from eaglequant.numerics.mxfp4 import dequantize

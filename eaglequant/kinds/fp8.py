@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.kinds.base import WeightKind
+from eaglequant.kinds.base import KernelLayout, WeightKind
 
 if TYPE_CHECKING:
     import torch
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 class Fp8ChannelKind(WeightKind):
     """``weight`` float8_e4m3fn [N, K]; ``channel_scale`` float32 [N]."""
 
-    kernel_layout: ClassVar[int] = 0
+    kernel_layout: ClassVar[KernelLayout] = KernelLayout.FP8_ROWS
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:
         from eaglequant.numerics.fp8 import dequantize_per_channel
@@ -31,7 +31,7 @@ class Fp8BlockKind(WeightKind):
     """``weight`` float8_e4m3fn [N, K]; ``block_scale`` float32 [ceil(N/128), K/128] (a last block of rows may be
     partial)."""
 
-    kernel_layout: ClassVar[int] = 3
+    kernel_layout: ClassVar[KernelLayout] = KernelLayout.FP8_BLOCKS
 
     @property
     def block(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.kinds.base import WeightKind
+from eaglequant.kinds.base import KernelLayout, WeightKind
 
 if TYPE_CHECKING:
     import torch
@@ -28,7 +28,7 @@ class Int4GroupKind(WeightKind):
     for the asymmetric kind (codes and zero points as stored, less the packing's offset of 8)."""
 
     zero_points: bool = False  # asymmetric: one zero point per group, stored beside the scale
-    kernel_layout: ClassVar[int] = 5
+    kernel_layout: ClassVar[KernelLayout] = KernelLayout.INT4_GROUPS
 
     @property
     def bits(self) -> int:

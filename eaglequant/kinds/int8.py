@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from eaglequant.kinds.base import ActivationKind, WeightKind
+from eaglequant.kinds.base import ActivationCodes, ActivationKind, KernelLayout, WeightKind
 
 if TYPE_CHECKING:
     import torch
@@ -20,7 +20,7 @@ INT8_BITS = 8
 class Int8ChannelKind(WeightKind):
     """``weight`` int8 [N, K]; ``channel_scale`` float32 [N]."""
 
-    kernel_layout: ClassVar[int] = 4
+    kernel_layout: ClassVar[KernelLayout] = KernelLayout.INT8_ROWS
 
     @property
     def bits(self) -> int:
@@ -39,7 +39,7 @@ class Int8TokenKind(ActivationKind):
     ``min_scale`` * 127."""
 
     simulated: ClassVar[bool] = True
-    kernel_codes: ClassVar[int] = 2
+    kernel_codes: ClassVar[ActivationCodes] = ActivationCodes.INT8
 
     @property
     def bits(self) -> int:

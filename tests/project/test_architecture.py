@@ -73,3 +73,43 @@ def test_no_branch_on_a_kind_or_format_name(path: Path) -> None:
 def test_no_module_over_400_lines(path: Path) -> None:
     lines = len(path.read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: split it by job"
+
+
+MAX_FUNCTION_LINES = 80
+
+
+def _function_lengths(path: Path) -> list[tuple[str, int]]:
+    """Each function's lines; a Typer command's (``*_command``) from its body, its signature being its options."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            start = node.body[0].lineno if node.name.endswith("_command") else node.lineno
+            found.append((node.name, (node.end_lineno or start) - start + 1))
+    return found
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_function_over_80_lines(path: Path) -> None:
+    """A function a reader holds in view: past 80 lines it is steps to be named."""
+    assert [(name, lines) for name, lines in _function_lengths(path) if lines >= MAX_FUNCTION_LINES] == []
+
+
+def _kernel_magic_numbers(path: Path) -> list[str]:
+    """Comparisons of the Triton kernel's specialisation parameters with an integer literal."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Name) and node.left.id in ("KIND", "ACT_CODES"):
+            literals = [c.value for c in node.comparators if isinstance(c, ast.Constant) and isinstance(c.value, int)]
+            found += [f"line {node.lineno}: {node.left.id} == {value}" for value in literals]
+    return found
+
+
+def test_the_kernel_names_its_layouts() -> None:
+    """The kernel's specialisations are the kinds' KernelLayout and ActivationCodes, never bare integers."""
+    assert _kernel_magic_numbers(PACKAGE / "kernels" / "triton_gemm.py") == []
+
+
+def test_the_magic_number_check_finds_one(tmp_path: Path) -> None:
+    kernel = tmp_path / "kernel.py"
+    kernel.write_text("def k(KIND):\n    if KIND == 3:\n        return 1\n")
+    assert _kernel_magic_numbers(kernel) == ["line 2: KIND == 3"]
