@@ -63,11 +63,10 @@ def write_dequantized(
     import torch
     from safetensors.torch import save_file
 
-    from eaglequant.readback.explanation import read_written_config
-    from eaglequant.schemes.model import builtin_scheme_for
+    from eaglequant.readback.explanation import read_written_config, written_schemes
 
     fmt, written = read_written_config(checkpoint)
-    scheme = builtin_scheme_for(written.kinds)
+    schemes = written_schemes(written)
     if dtype not in _DTYPES:
         raise InputError(words(given("dtype", dtype), f": not one of {', '.join(_DTYPES)}"), hint="use bfloat16")
     torch_dtype = getattr(torch, dtype)
@@ -78,6 +77,7 @@ def write_dequantized(
     for linear in head.linears:
         if linear.checkpoint_module not in modules:
             continue
+        scheme = schemes.of(linear.module)
         names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
         read = {name: shared.get(name, checkpoint.read(name)) for name in names}
         stored = fmt.stored_linear(linear, scheme, read)

@@ -99,6 +99,7 @@ def _planned(
             target_config=options.target_config,
             input_amax=input_amax,
             match_target_context=options.match_target_context,
+            own_schemes=options.own_schemes,
         )
         yield checkpoint, plan
 

@@ -152,20 +152,19 @@ def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -
     config = load_json_object(_model_dir(dst, "dst") / "config.json", "config.json")
     if "quantization_config" not in config and format_for_side_files(dst) is None:
         return QuantizedDraft(dst, dst, STORED, [], None, None)
-    from eaglequant.readback.explanation import read_written_config
     from eaglequant.record.report import read_report
-    from eaglequant.verification.verify import recorded_scheme
+    from eaglequant.verification.verify import checkpoint_schemes
 
     with open_written(dst, None, None) as (checkpoint, head, target):
-        _, written = read_written_config(checkpoint)
-        scheme, _ = recorded_scheme(read_report(dst), written.kinds)
+        schemes, _ = checkpoint_schemes(checkpoint, read_report(dst))
         dequantized: list[str] = []
         served = dst
         if served_as != STORED:
             modules = quantized_modules(checkpoint, head, target, engine)
             dequantized = write_dequantized(checkpoint, head, modules, workdir, dtype)
             served = workdir
-    return QuantizedDraft(dst, served, served_as, dequantized, scheme.name, scheme.verify.max_acceptance_drop)
+    budget = schemes.head_thresholds().max_acceptance_drop
+    return QuantizedDraft(dst, served, served_as, dequantized, schemes.describe(), budget)
 
 
 def write_acceptance(dst: Path, report: AcceptanceReport, label: str) -> Path:

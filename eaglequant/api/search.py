@@ -1,13 +1,14 @@
 """``search()``: the smallest draft within an acceptance budget.
 
 The candidates are whole-draft choices: each built-in scheme in each format every targeted engine loads it from,
-with ``lm_head`` kept or quantized (where every targeted engine runs it quantized), and the draft vocabulary as it
-is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from headers alone (the weight
-bytes a speculative round reads, the largest over the targeted engines: :mod:`eaglequant.engines.round_cost`),
-then they are tried from the smallest up: each is converted, and its greedy acceptance replayed on captured inputs
-against the source draft's (as ``verify --inputs``). The first within the budget is the smallest draft that meets
-it, so the search stops there; no candidate is chosen whose prediction has not run. Deterministic: ties in bytes
-go by name.
+with ``lm_head`` kept or quantized (where every targeted engine runs it quantized) in that scheme or, where the
+format stores per-module kinds and the target's layer count is known, in another built-in scheme of its own, and the
+draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from
+headers alone (the weight bytes a speculative round reads, the largest over the targeted engines:
+:mod:`eaglequant.engines.round_cost`), then they are tried from the smallest up: each is converted, and its greedy
+acceptance replayed on captured inputs against the source draft's (as ``verify --inputs``). The first within the
+budget is the smallest draft that meets it, so the search stops there; no candidate is chosen whose prediction has
+not run. Deterministic: ties in bytes go by name.
 """
 
 from __future__ import annotations
@@ -82,14 +83,22 @@ class Candidate:
     format: str
     lm_head: bool  # quantized too
     vocab: int | None  # the pruned draft vocabulary; None: as the source has it
+    lm_head_scheme: str | None = None  # lm_head's own scheme (ModelOpt MIXED_PRECISION); None: the decoder's
 
     @property
     def label(self) -> str:
+        own = f" {self.lm_head_scheme}" if self.lm_head_scheme else ""
         return (
             f"{self.scheme} / {self.format}"
-            + (" + lm_head" if self.lm_head else "")
+            + (f" + lm_head{own}" if self.lm_head else "")
             + ("" if self.vocab is None else f", vocab {self.vocab}")
         )
+
+    def settings(self) -> dict[str, Any]:
+        """How ``convert`` writes it (the vocabulary aside)."""
+        if self.lm_head_scheme:
+            return {"scheme_for": [f"lm_head={self.lm_head_scheme}"]}
+        return {"quantize": ["lm_head"] if self.lm_head else []}
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,8 @@ class SearchPoint:
             "scheme": self.candidate.scheme,
             "format": self.candidate.format,
             "lm_head_quantized": self.candidate.lm_head,
+            "lm_head_scheme": self.candidate.lm_head_scheme
+            or (self.candidate.scheme if self.candidate.lm_head else None),
             "draft_vocab_size": self.candidate.vocab,
             "bytes_per_round": self.bytes_per_round,
             "predicted": None if self.prediction is None else self.prediction.to_json(),
@@ -275,20 +286,26 @@ def _priced(
     from eaglequant.vocabulary.prune import pruned_description
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
-    loaded = [(name, load_scheme(name)) for name in schemes]
+    loaded = {name: load_scheme(name) for name in schemes}
     priced = []
-    for (name, scheme), fmt, lm_head, size in product(loaded, FORMATS.values(), (False, True), sizes):
-        if not fmt.supports(scheme):
+    for name, fmt, size in product(loaded, FORMATS.values(), sizes):
+        if not fmt.supports(loaded[name]):
             continue
-        quantize = ["lm_head"] if lm_head else []
-        try:
-            plan = build_plan(
-                described[size], scheme, fmt.name, quantize=quantize, engines=engines, target_layers=target_layers
-            )
-        except EagleQuantError:
-            continue  # an engine cannot load it, or runs lm_head unquantized there
-        nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
-        priced.append((Candidate(name, fmt.name, lm_head, size), nbytes))
+        own_schemes = [other for other in loaded if other != name and fmt.stores_mixed and fmt.supports(loaded[other])]
+        options = [Candidate(name, fmt.name, False, size), Candidate(name, fmt.name, True, size)]
+        options += [Candidate(name, fmt.name, True, size, other) for other in own_schemes]
+        for candidate in options:
+            own = {"lm_head": loaded[candidate.lm_head_scheme]} if candidate.lm_head_scheme else {}
+            quantize = candidate.settings().get("quantize", [])
+            try:
+                plan = build_plan(
+                    described[size], loaded[name], fmt.name, quantize=quantize, engines=engines,
+                    target_layers=target_layers, own_schemes=own,
+                )  # fmt: skip
+            except EagleQuantError:
+                continue  # an engine cannot load it, runs lm_head unquantized there, or needs the layer count
+            nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
+            priced.append((candidate, nbytes))
     return sorted(priced, key=lambda pair: (pair[1], pair[0].label))
 
 
@@ -315,7 +332,7 @@ def _materialise(
         out,
         scheme=candidate.scheme,
         format=candidate.format,
-        quantize=["lm_head"] if candidate.lm_head else [],
+        **candidate.settings(),
         engines=list(engines),
         target_layers=target_layers,
         overwrite=True,

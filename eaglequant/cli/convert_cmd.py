@@ -38,6 +38,7 @@ def convert_command(
     src: SrcArg,
     dst: DstArg,
     scheme: SchemeOpt = DEFAULT_SCHEME,
+    scheme_for: Annotated[Optional[list[str]], conversion_flag("scheme_for")] = None,  # noqa: UP045
     format: FormatOpt = DEFAULT_FORMAT,
     exclude: ExcludeOpt = None,
     quantize: QuantizeOpt = None,
@@ -79,6 +80,7 @@ def convert_command(
                 dst,
                 conversion_options(
                     scheme=scheme,
+                    scheme_for=scheme_for,
                     format=format,
                     exclude=exclude,
                     quantize=quantize,

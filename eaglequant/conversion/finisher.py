@@ -36,7 +36,7 @@ def write_metadata(
     if len(names) > 1:
         write_index(tmp, shards, names)
     write_json(tmp / "config.json", plan.written_config(checkpoint.config))
-    for file_name, content in plan.format.extra_files(plan.scheme, plan.exclude_patterns).items():
+    for file_name, content in plan.format_files().items():
         write_json(tmp / file_name, content)
     copied = copy_side_files(checkpoint, tmp, replaced)
     check_written(tmp, plan)

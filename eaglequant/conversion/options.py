@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eaglequant.common.errors import EagleQuantError, InputError, Param, given, words
+from eaglequant.common.errors import EagleQuantError, InputError, Param, given, suggested, words
 from eaglequant.layouts.rules import compiled_rule
 
 if TYPE_CHECKING:
@@ -130,6 +130,12 @@ class ConversionOptions:
         "Engine that must load the result as intended (`eaglequant schemes`; all: every engine; "
         "vllm==0.33.0 picks a release). Repeatable.",
     )
+    scheme_for: tuple[str, ...] = _option(
+        (),
+        ("--scheme-for",),
+        list,
+        "fc or lm_head in a scheme of its own: MODULE=SCHEME, e.g. lm_head=nvfp4. Repeatable.",
+    )
     exclude: tuple[str, ...] = _option(
         (),
         ("--exclude", "-x"),
@@ -141,8 +147,8 @@ class ConversionOptions:
         (),
         ("--quantize",),
         list,
-        "Quantize matching linears that are kept by default (fc, lm_head), same syntax as --exclude. Refused "
-        "where a targeted engine runs that module unquantized. Repeatable.",
+        "Quantize matching linears kept by default (fc, lm_head); syntax as --exclude. Refused where an engine "
+        "runs them unquantized. Repeatable.",
     )
     target_layers: int | None = _option(
         None,
@@ -170,8 +176,8 @@ class ConversionOptions:
         None,
         ("--calib",),
         str,
-        "Captured draft inputs (.safetensors: hidden_states [S,T,3H], input_ids [S,T]) to calibrate static "
-        "activation scales (nvfp4 W4A4). Without it nvfp4 is written W4A16.",
+        "Captured draft inputs (.safetensors) to calibrate nvfp4's static activation scales (W4A4); without it "
+        "nvfp4 is written W4A16.",
     )
     verify_output: bool = _option(
         False,
@@ -197,12 +203,12 @@ class ConversionOptions:
         DEFAULT_DEVICE,
         ("--device",),
         None,  # the runner's, not the job's
-        "Where the quantization math runs: cpu, or cuda (a GPU with a CUDA build of torch). The tensors written "
-        "are the same byte for byte.",
+        "Where the quantization math runs: cpu, or cuda (a CUDA build of torch). The output is the same bytes.",
     )
     # Derived once, on construction:
     max_shard_bytes: int = field(init=False, repr=False)
     resolved_scheme: Scheme = field(init=False, repr=False, compare=False)
+    own_schemes: dict[str, Scheme] = field(init=False, repr=False, compare=False)  # module -> its --scheme-for
 
     def __post_init__(self) -> None:
         from eaglequant.conversion.devices import check_device_name
@@ -214,6 +220,8 @@ class ConversionOptions:
         scheme = str(self.scheme) if isinstance(self.scheme, Path) else _text("scheme", self.scheme)
         _set(self, "scheme", scheme)
         _set(self, "resolved_scheme", _named("scheme", scheme, load_scheme))
+        _set(self, "scheme_for", _rules("scheme_for", self.scheme_for))
+        _set(self, "own_schemes", _own_schemes(self.scheme_for))
         _set(self, "format", _named("format", _text("format", self.format), get_format).name)
         engines = _rules("engines", self.engines)
         engines = tuple(ENGINES) if ALL_ENGINES in engines else engines  # "all": every engine
@@ -257,9 +265,14 @@ class ConversionOptions:
         from eaglequant.checkpoint.hashing import file_sha256
 
         matched = {"target_context": target.context} if self.match_target_context else {}
+        own = {
+            module: {"scheme": scheme.name, "scheme_sha256": file_sha256(Path(scheme.source))}
+            for module, scheme in sorted(self.own_schemes.items())
+        }
         return {
             "scheme": self.resolved_scheme.name,
             "scheme_sha256": file_sha256(Path(self.resolved_scheme.source)),
+            **({"scheme_for": own} if own else {}),
             "format": self.format,
             "engines": sorted(self.engines),
             "exclude": list(self.exclude),
@@ -304,6 +317,27 @@ def _rules(parameter: str, values: Any) -> tuple[str, ...]:
     if isinstance(values, str) or not all(isinstance(v, str) and v for v in values):
         raise InputError(words(Param(parameter), f" must be a list of non-empty strings, not {values!r}"))
     return tuple(values)
+
+
+def _own_schemes(entries: tuple[str, ...]) -> dict[str, Scheme]:
+    """``lm_head=nvfp4`` entries -> {"lm_head": that scheme}; each module once, fc and lm_head only."""
+    from eaglequant.schemes.assignment import OWN_SCHEME_MODULES
+    from eaglequant.schemes.model import load_scheme
+
+    own: dict[str, Scheme] = {}
+    for entry in entries:
+        module, _, name = entry.partition("=")
+        if module not in OWN_SCHEME_MODULES or not name:
+            raise InputError(
+                words(given("scheme_for", entry), ": not MODULE=SCHEME with MODULE fc or lm_head"),
+                hint=words(
+                    "e.g. ", suggested("scheme_for", "lm_head=nvfp4"), "; the decoder's linears take ", Param("scheme")
+                ),
+            )
+        if module in own:
+            raise InputError(words(given("scheme_for", entry), f": {module} is given a scheme twice"))
+        own[module] = _named("scheme_for", name, load_scheme)
+    return own
 
 
 def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError
 from eaglequant.formats.base import Format
 from eaglequant.layouts.head import HeadDescription, HeadLinear
-from eaglequant.schemes.model import Scheme
+from eaglequant.schemes.assignment import SchemeAssignment
 
 
 @dataclass(frozen=True)
@@ -20,7 +20,7 @@ class OutputTensor:
 
 
 def planned_outputs(
-    head: HeadDescription, fmt: Format, scheme: Scheme, quantized: list[HeadLinear]
+    head: HeadDescription, fmt: Format, schemes: SchemeAssignment, quantized: list[HeadLinear]
 ) -> list[OutputTensor]:
     """Refuses a source whose tensor names collide with the names the quantized output needs."""
     outputs: list[OutputTensor] = []
@@ -31,7 +31,7 @@ def planned_outputs(
             info = tensor.info
             outputs.append(OutputTensor(TensorSpec(tensor.name, info.dtype, info.shape), tensor.name))
             continue
-        for spec in fmt.tensor_specs(linear, scheme):
+        for spec in fmt.tensor_specs(linear, schemes.of(linear.module)):
             outputs.append(OutputTensor(spec, tensor.name, linear.module))
     names = [o.spec.name for o in outputs]
     clash = next((n for n in names if names.count(n) > 1), None)

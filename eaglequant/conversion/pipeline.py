@@ -240,10 +240,10 @@ class _ShardFiller:
             yield _Task(copy, nbytes, spec.name, read=nbytes, last=start + nbytes == spec.nbytes)
 
     def _quantize_tasks(self, module: str) -> Iterator[_Task]:
-        linear = self.plan.head.linear(module)
-        specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, self.plan.scheme)}
+        linear, scheme = self.plan.head.linear(module), self.plan.scheme_of(module)
+        specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, scheme)}
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
-        align = self.plan.scheme.kinds.weight_kind.rows_per_scale
+        align = scheme.kinds.weight_kind.rows_per_scale
         blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS, align)
         self.blocks[module], self.block_counts[module] = [], len(blocks)
         row_read = self.checkpoint.tensors[linear.weight].nbytes // linear.out_features
@@ -262,8 +262,9 @@ class _ShardFiller:
         weight = self.checkpoint.read_rows(linear.weight, rows)
         if self.device is not None:
             weight, shared = weight.to(self.device), shared_on(shared, self.device)
-        block = self.plan.format.quantize_rows(linear, weight, self.plan.scheme, shared)
-        align = self.plan.scheme.kinds.weight_kind.rows_per_scale
+        scheme = self.plan.scheme_of(linear.module)
+        block = self.plan.format.quantize_rows(linear, weight, scheme, shared)
+        align = scheme.kinds.weight_kind.rows_per_scale
         for name, tensor in block.tensors.items():
             data = tensor_bytes(tensor.cpu())
             offset, nbytes = _block_placement(specs[name], linear, align, rows)

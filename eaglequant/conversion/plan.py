@@ -8,6 +8,7 @@ engines' part is decided in one call (:func:`eaglequant.engines.planning.plan_en
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
+from eaglequant.conversion.own_schemes import check_own_schemes, own_rules
 from eaglequant.engines import Engine
 from eaglequant.engines.context import ConfigChange, target_context_change
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
@@ -23,10 +25,10 @@ from eaglequant.engines.planning import plan_engines
 from eaglequant.engines.round_cost import RoundCost, round_cost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS, Format, get_format
-from eaglequant.kinds import kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.layouts.rules import linears_matching
 from eaglequant.schemes import Scheme
+from eaglequant.schemes.assignment import SchemeAssignment
 
 # Linears kept in the source dtype unless the user asks otherwise, and why.
 DEFAULT_EXCLUSIONS: dict[str, str] = {
@@ -57,6 +59,15 @@ class ConversionPlan:
     input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
     notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
     config_changes: list[ConfigChange] = field(default_factory=list)  # config.json values written other than SRC's
+    own_schemes: dict[str, Scheme] = field(default_factory=dict)  # fc / lm_head -> a scheme of its own
+
+    @property
+    def assignment(self) -> SchemeAssignment:
+        return SchemeAssignment(self.scheme, self.own_schemes)
+
+    def scheme_of(self, module: str) -> Scheme:
+        """The scheme the canonical ``module`` is stored in."""
+        return self.own_schemes.get(module, self.scheme)
 
     def scale_group(self, module: str) -> tuple[str, ...]:
         """The linears that share ``module``'s global and input scales: its fused group when quantized."""
@@ -101,7 +112,23 @@ class ConversionPlan:
         return costs
 
     def quantization_config(self) -> dict[str, object]:
+        if self.assignment.mixed:
+            return self.format.mixed_quantization_config(self.mixed_layers(), self.exclude_patterns)
         return self.format.quantization_config(self.scheme, self.exclude_patterns)
+
+    def format_files(self) -> dict[str, dict[str, Any]]:
+        """The format's JSON files beside config.json."""
+        if self.assignment.mixed:
+            return self.format.mixed_extra_files(self.mixed_layers(), self.exclude_patterns)
+        return self.format.extra_files(self.scheme, self.exclude_patterns)
+
+    def mixed_layers(self) -> dict[str, Scheme]:
+        """Each runtime module the engines run quantized -> its scheme, by the targeted engines' runtime names (one
+        set of names: only engines that name the modules alike read per-module kinds, own_schemes.py)."""
+        first = self.engines[0].name
+        return {
+            v.runtime_name: self.scheme_of(v.members[0]) for v in self.verdicts if v.engine == first and v.quantized
+        }
 
     def written_config(self, source_config: dict[str, Any]) -> dict[str, Any]:
         """config.json as written: the source's, with the planned changes and the quantization config."""
@@ -111,13 +138,17 @@ class ConversionPlan:
 
 
 def requested_exclusions(
-    head: HeadDescription, exclude: list[str] | tuple[str, ...] = (), quantize: list[str] | tuple[str, ...] = ()
+    head: HeadDescription,
+    exclude: list[str] | tuple[str, ...] = (),
+    quantize: list[str] | tuple[str, ...] = (),
+    own_scheme: list[str] | tuple[str, ...] = (),
 ) -> KeepRequest:
     """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize. ``quantize`` rules lift the
     defaults; ``exclude`` rules add to them. Each rule must match at least one linear, and no linear may be both
     quantized and excluded by the user."""
-    matched = linears_matching(head, {"quantize": quantize, "exclude": exclude})
+    matched = linears_matching(head, {"quantize": [*quantize, *own_scheme], "exclude": exclude})
     opted_in = {lin.module: rule for rule, hits in matched["quantize"] for lin in hits}
+    own = frozenset(lin.module for rule, hits in matched["quantize"] if rule in own_scheme for lin in hits)
     kept = {
         module: reason
         for module, reason in DEFAULT_EXCLUSIONS.items()
@@ -136,7 +167,7 @@ def requested_exclusions(
                     hint="keep one of the two rules",
                 )
             kept.setdefault(lin.module, f"--exclude {rule}")
-    return KeepRequest(kept, opted_in)
+    return KeepRequest(kept, opted_in, own)
 
 
 def build_plan(
@@ -151,23 +182,23 @@ def build_plan(
     target_config: str | Path | None = None,
     input_amax: dict[str, float] | None = None,
     match_target_context: bool = False,
+    own_schemes: Mapping[str, Scheme] | None = None,
 ) -> ConversionPlan:
     """The plan for converting ``head`` with ``scheme`` into ``format_name`` for ``engines``; ``input_amax``: the
     calibrated activation amax per linear (see :mod:`eaglequant.draft.calibrate`); ``match_target_context``: raise
-    the draft's max_position_embeddings to the target's length (:func:`target_context_change`)."""
+    the draft's max_position_embeddings to the target's length (:func:`target_context_change`); ``own_schemes``:
+    fc / lm_head -> a scheme of its own (:mod:`eaglequant.conversion.own_schemes`)."""
     notes: list[str] = []
     scheme = _effective_scheme(scheme, input_amax, notes)
-    request = requested_exclusions(head, exclude, quantize)
+    own = {module: _effective_scheme(s, input_amax, notes) for module, s in (own_schemes or {}).items()}
+    request = requested_exclusions(head, exclude, quantize, own_rules(head, own))
     fmt = get_format(format_name)
-    if not fmt.supports(scheme):
-        able = [f.name for f in FORMATS.values() if f.supports(scheme)]
-        raise InputError(
-            f"format {fmt.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
-            hint=f"formats that can: {', '.join(able)}" if able else "no format stores this scheme",
-        )
+    for used in SchemeAssignment(scheme, own).schemes:
+        fmt.check_stores(used, FORMATS.values())
     decided = plan_engines(
         head, fmt, scheme, engines, request, target_layers=target_layers, target_config=target_config
     )
+    check_own_schemes(head, fmt, SchemeAssignment(scheme, own), decided)
     quantized = [lin for lin in head.linears if lin.module not in decided.excluded]
     quantized_weights = {lin.weight for lin in quantized}
     kept = {
@@ -188,12 +219,13 @@ def build_plan(
         decided.target,
         quantized,
         kept,
-        planned_outputs(head, fmt, scheme, quantized),
+        planned_outputs(head, fmt, SchemeAssignment(scheme, own), quantized),
         decided.patterns,
         decided.verdicts,
         amax,
         notes + decided.notes + serving,
         changes,
+        own,
     )
 
 

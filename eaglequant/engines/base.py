@@ -166,6 +166,8 @@ class Engine(ABC):
     # config.json quant_methods whose engine config gives the ParallelLMHead a quantization method, so that an
     # unmatched lm_head is quantized (for the others it is never quantized, whatever the rules say).
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset()
+    # Formats whose per-module kinds (Format.mixed_quantization_config) this release reads, by its runtime names.
+    mixed_formats: ClassVar[frozenset[str]] = frozenset()
 
     @abstractmethod
     def dialects(self) -> dict[str, Dialect]:

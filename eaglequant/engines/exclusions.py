@@ -37,6 +37,11 @@ class KeepRequest:
 
     kept: Mapping[str, str]
     quantized: Mapping[str, str]
+    own_scheme: frozenset[str] = frozenset()  # modules quantized because --scheme-for gives them a scheme
+
+    def asked_by(self, module: str) -> str:
+        """The parameter that asks to quantize ``module``."""
+        return "scheme_for" if module in self.own_scheme else "quantize"
 
 
 @dataclass(frozen=True)
@@ -90,13 +95,13 @@ def merged_exclusions(
         if module in request.quantized:
             raise InputError(
                 words(
-                    given("quantize", request.quantized[module]),
+                    given(request.asked_by(module), request.quantized[module]),
                     f" asks to quantize {head.linear(module).checkpoint_module}, but {reason}",
                 ),
                 hint=words(
                     *(formats_hint or {}).get(module, ()),
                     "drop that ",
-                    Param("quantize"),
+                    Param(request.asked_by(module)),
                     " rule, or the ",
                     Param("engines"),
                     " that cannot run it quantized",

@@ -29,6 +29,11 @@ Sources (vllm-project/vllm, v0.32.0):
   exact (``is_layer_skipped``), then *substring* (``pattern in prefix``), then ``fnmatch``; no ``re:``.
   ``get_quant_method`` quantizes ``ParallelLMHead`` too, so ``lm_head`` must be listed to stay BF16.
   ``apply_vllm_mapper`` splits a pattern ending in ``name*`` into ``name`` and ``name.*``.
+- ``modelopt.py::ModelOptMixedPrecisionConfig`` (``quant_algo: MIXED_PRECISION``): ``quantized_layers`` read from
+  config.json's ``quantization_config`` (else hf_quant_config.json); excluded modules first, then each module's
+  algorithm looked up by its exact runtime prefix (``lm_head`` as itself), one of FP8_PER_CHANNEL_PER_TOKEN, NVFP4,
+  W4A16_NVFP4 per module (``LINEAR_ALGOS``); a module it does not list runs unquantized. It builds the
+  ParallelLMHead's method too, so ``lm_head`` may take its own kind.
 """
 
 from __future__ import annotations
@@ -183,6 +188,7 @@ class VllmEngine(Engine):
     hub_library: ClassVar[str] = "vllm"
     cells: ClassVar[Cells] = CELLS
     lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
+    mixed_formats: ClassVar[frozenset[str]] = frozenset({"modelopt"})
 
     def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []

@@ -4,7 +4,7 @@ quantization math, and the ``quantization_config`` written into config.json."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
@@ -16,7 +16,7 @@ from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     import torch
 
@@ -38,12 +38,21 @@ class GroupScales:
 
 @dataclass(frozen=True)
 class WrittenConfig:
-    """A checkpoint's quantization config read back: the scheme it declares and its exclusion rules."""
+    """A checkpoint's quantization config read back: the scheme it declares and its exclusion rules.
+
+    A config with per-module kinds also gives ``own_kinds`` (fc / lm_head -> the kinds it is stored in, where not the
+    decoder's ``kinds``) and ``listed``: the runtime modules it names as quantized (any other runs unquantized)."""
 
     format_name: str
     kinds: Kinds
     patterns: list[str]  # exclusion rules, as the engines read them
     problems: list[str]  # contradictions inside the config files themselves
+    own_kinds: dict[str, Kinds] = field(default_factory=dict)
+    listed: frozenset[str] | None = None  # None: not a per-module config
+
+    def kinds_of(self, module: str) -> Kinds:
+        """The kinds the canonical ``module`` is stored in."""
+        return self.own_kinds.get(module, self.kinds)
 
 
 @dataclass
@@ -155,15 +164,22 @@ class Format(ABC):
     def supports(self, scheme: Scheme) -> bool:
         return self.algorithm(scheme) is not None
 
+    def check_stores(self, scheme: Scheme, others: Iterable[Format] = ()) -> None:
+        """Refuse a scheme this format cannot store, naming those of ``others`` that can (else what this one
+        stores)."""
+        if self.supports(scheme):
+            return
+        able = [f.name for f in others if f.supports(scheme)]
+        stores = ", ".join(sorted(set(self.algorithms.values())))
+        raise SchemeError(
+            f"format {self.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
+            hint=f"formats that can: {', '.join(able)}" if able else f"{self.title} stores: {stores}",
+        )
+
     def recipe(self, scheme: Scheme) -> Recipe:
         """This format's recipe for ``scheme``; a scheme it cannot store is refused, never stored as another."""
-        recipe = next((r for r in self.recipes if r.kind is scheme.kinds.weight_kind), None)
-        if recipe is None or scheme.kinds.activation not in recipe.algorithms:
-            raise SchemeError(
-                f"format {self.name!r} cannot store scheme {scheme.name!r} ({kinds_title(scheme.kinds)})",
-                hint=f"{self.title} stores: {', '.join(sorted(set(self.algorithms.values())))}",
-            )
-        return recipe
+        self.check_stores(scheme)
+        return next(r for r in self.recipes if r.kind is scheme.kinds.weight_kind)
 
     def shape_problem(self, linear: HeadLinear, scheme: Scheme, fused_before_last: bool = False) -> str | None:
         """Why ``linear`` cannot be stored quantized in this format, or None (``fused_before_last``: see
@@ -212,6 +228,17 @@ class Format(ABC):
 
     def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
         """Further JSON files the format writes beside config.json (none by default)."""
+        return {}
+
+    # Whether the format stores linears of different kinds in one checkpoint (mixed_quantization_config).
+    stores_mixed: ClassVar[bool] = False
+
+    def mixed_quantization_config(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, Any]:
+        """The ``quantization_config`` of a checkpoint whose linears have different kinds; ``layers``: each runtime
+        module the engines run quantized -> its scheme."""
+        raise SchemeError(f"{self.title} cannot store linears of different kinds in one checkpoint")
+
+    def mixed_extra_files(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, dict[str, Any]]:
         return {}
 
     @abstractmethod

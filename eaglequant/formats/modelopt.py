@@ -19,16 +19,19 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
-from eaglequant.kinds import FP8_CHANNEL, NVFP4, WeightKind
+from eaglequant.kinds import FP8_CHANNEL, NVFP4, Kinds, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
 
 MODELOPT_VERSION = "0.47.0"
 PRODUCER = {"name": "modelopt", "version": MODELOPT_VERSION}
 HF_QUANT_CONFIG = "hf_quant_config.json"
+MIXED = "MIXED_PRECISION"  # per-module kinds: quantized_layers names each quantized module's algorithm
 _FP4_ARGS = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": NVFP4.columns_per_scale}
 
 
@@ -133,6 +136,35 @@ class ModelOptFormat(Format):
         quantization["exclude_modules"] = list(exclude)
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
 
+    stores_mixed: ClassVar[bool] = True
+
+    def _layer_entries(self, layers: Mapping[str, Scheme]) -> dict[str, dict[str, Any]]:
+        entries = {}
+        for name, scheme in sorted(layers.items()):
+            group_size = self._recipe(scheme).group_size
+            entries[name] = {"quant_algo": self.algorithm(scheme), **({"group_size": group_size} if group_size else {})}
+        return entries
+
+    def mixed_quantization_config(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, Any]:
+        """ModelOpt's MIXED_PRECISION: each quantized module's algorithm in ``quantized_layers``, keyed by the
+        engine's runtime name (vLLM looks a module up by its exact prefix), the others excluded."""
+        return {
+            "ignore": list(exclude),
+            "quant_algo": MIXED,
+            "quantized_layers": self._layer_entries(layers),
+            "producer": dict(PRODUCER),
+            "quant_method": "modelopt",
+        }
+
+    def mixed_extra_files(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, dict[str, Any]]:
+        quantization: dict[str, Any] = {
+            "quant_algo": MIXED,
+            "kv_cache_quant_algo": None,
+            "exclude_modules": list(exclude),
+            "quantized_layers": self._layer_entries(layers),
+        }
+        return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
+
     def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
         return quantization_config.get("quant_algo")
 
@@ -140,6 +172,8 @@ class ModelOptFormat(Format):
         """config.json's flat form is what vLLM reads; TensorRT-LLM prefers hf_quant_config.json. Both
         must say the same, or the engines disagree about the checkpoint."""
         nested = extra.get(HF_QUANT_CONFIG, {}).get("quantization")
+        if MIXED in (quantization_config.get("quant_algo"), (nested or {}).get("quant_algo")):
+            return self._read_mixed(quantization_config, nested)
         flat = quantization_config if "quant_algo" in quantization_config else None
         if flat is None and isinstance(nested, dict):
             flat = {"quant_algo": nested.get("quant_algo"), "ignore": nested.get("exclude_modules") or []}
@@ -158,3 +192,40 @@ class ModelOptFormat(Format):
                         f"{(flat or {}).get(flat_key)!r}: TensorRT-LLM reads the first, vLLM the second"
                     )
         return written
+
+    def _read_mixed(self, flat: dict[str, Any], nested: dict[str, Any] | None) -> WrittenConfig:
+        """A MIXED_PRECISION config: the decoder's kinds, fc's and lm_head's where they differ, the listed modules."""
+        listed = flat.get("quantized_layers") if "quant_algo" in flat else (nested or {}).get("quantized_layers")
+        if not isinstance(listed, dict) or not listed:
+            raise CheckpointError(
+                "config.json: a MIXED_PRECISION quantization_config needs a non-empty quantized_layers map"
+            )
+        by_algo = {algo: kinds for kinds, algo in self.algorithms.items()}
+        kinds_of: dict[str, Kinds] = {}
+        for name, entry in listed.items():
+            algo = entry.get("quant_algo") if isinstance(entry, dict) else None
+            if algo not in by_algo:
+                raise CheckpointError(
+                    f"config.json: quantized_layers[{name!r}] declares {algo!r}, which eaglequant does not model",
+                    hint=f"eaglequant reads {', '.join(sorted(by_algo))}",
+                )
+            kinds_of[name] = by_algo[algo]
+        own = {
+            module: kinds_of[name] for module, name in (("lm_head", "lm_head"), ("fc", "model.fc")) if name in kinds_of
+        }
+        decoder = {kinds for name, kinds in kinds_of.items() if name not in ("lm_head", "model.fc")}
+        if len(decoder) > 1:
+            raise CheckpointError(
+                "config.json: quantized_layers gives the decoder's linears different kinds, which "
+                "eaglequant does not model (fc and lm_head may have their own)"
+            )
+        main = next(iter(decoder), next(iter(own.values())))
+        problems = []
+        if isinstance(nested, dict) and nested.get("quantized_layers") != listed:
+            problems.append(
+                f"{HF_QUANT_CONFIG} and config.json list different quantized_layers: TensorRT-LLM reads "
+                "the first, vLLM the second"
+            )
+        patterns = self._patterns(flat if "quant_algo" in flat else {"ignore": (nested or {}).get("exclude_modules")})
+        own = {module: kinds for module, kinds in own.items() if kinds != main}
+        return WrittenConfig(self.name, main, patterns, problems, own, frozenset(listed))

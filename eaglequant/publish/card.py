@@ -130,6 +130,12 @@ def _title(report: ConversionReport, context: CardContext) -> str:
     )
 
 
+def _scheme_name(scheme_toml: str) -> str:
+    from eaglequant.common import toml
+
+    return str(toml.loads(scheme_toml).get("name", "?"))
+
+
 def _engine_releases(report: ConversionReport) -> str:
     return ", ".join(f"{ENGINES[e].title} {ENGINES[e].release}" for e in report.engines)
 
@@ -138,6 +144,7 @@ def _quantization_table(report: ConversionReport) -> str:
     count = report.target_layers.count
     rows = [
         ("Scheme", f"`{report.scheme}` ({report.scheme_label})"),
+        *((f"Scheme of `{module}`", f"`{_scheme_name(text)}`") for module, text in sorted(report.own_schemes.items())),
         ("Format", f"{FORMATS[report.format].title} (`{report.algorithm}`)"),
         ("Layout of the source", f"`{report.layout}`"),
         ("Engines checked", _engine_releases(report)),

@@ -27,6 +27,7 @@ from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import Kinds, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
+from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme, builtin_scheme_for
 
 
@@ -174,6 +175,12 @@ def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
     return fmt, fmt.read_config(config, extra)
 
 
+def written_schemes(written: WrittenConfig) -> SchemeAssignment:
+    """The built-in schemes of the kinds a config declares, per module."""
+    own = {module: builtin_scheme_for(kinds) for module, kinds in written.own_kinds.items()}
+    return SchemeAssignment(builtin_scheme_for(written.kinds), own)
+
+
 def explain_checkpoint(
     checkpoint: Checkpoint,
     head: HeadDescription,
@@ -183,14 +190,15 @@ def explain_checkpoint(
 ) -> Explanation:
     check_draft_tokens(draft_tokens)
     fmt, written = read_written_config(checkpoint)
-    scheme = builtin_scheme_for(written.kinds)
+    schemes = written_schemes(written)
     chosen = [ENGINES[name] for name in engines] if engines else list(ENGINES.values())
     requested = bool(engines)
     readings = [
-        _read_engine(engine, head, checkpoint.tensors, fmt, scheme, written.patterns, target, requested, draft_tokens)
+        _read_engine(engine, head, checkpoint.tensors, fmt, schemes, written, target, requested, draft_tokens)
         for engine in chosen
     ]
     label = SCHEME_KINDS.get(written.kinds, kinds_title(written.kinds))
+    label += "".join(f", {module} {kinds_title(kinds)}" for module, kinds in sorted(written.own_kinds.items()))
     return Explanation(
         checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, list(written.problems)
     )
@@ -201,14 +209,15 @@ def _read_engine(
     head: HeadDescription,
     tensors: dict[str, TensorInfo],
     fmt: Format,
-    scheme: Scheme,
-    patterns: list[str],
+    schemes: SchemeAssignment,
+    written: WrittenConfig,
     target: TargetLayers,
     requested: bool,
     draft_tokens: int,
 ) -> EngineReading:
+    scheme, patterns = schemes.main, written.patterns
+    refusal = engine.head_refusal(head) or _mixed_refusal(engine, fmt, schemes, written, head.attention)
     cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
-    refusal = engine.head_refusal(head)
     if cell is None or not cell.loads or refusal is not None:
         note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
         problems: tuple[str, ...] = (f"cannot load this checkpoint: {note}",) if requested else ()
@@ -218,12 +227,42 @@ def _read_engine(
     readings = []
     for index, module in enumerate(modules_by_count[-1]):
         spellings = [(count, m.names) for count, m in zip(counts, (ms[index] for ms in modules_by_count), strict=True)]
-        readings.append(_read_module(engine, head, tensors, fmt, scheme, patterns, module, spellings, target))
+        module_scheme = schemes.of(module.members[0])  # fused members share theirs
+        listed = _listed(written, module, spellings)
+        readings.append(
+            _read_module(engine, head, tensors, fmt, module_scheme, patterns, module, spellings, target, listed)
+        )
     problems = tuple(engine.pattern_problems(head, fmt.name, patterns, scheme.kinds))
     notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name) + engine.serving_problems(head, target))
     stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
     cost = round_cost(head, engine.name, engine.release, stored, draft_tokens)
     return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
+
+
+def _mixed_refusal(
+    engine: Engine, fmt: Format, schemes: SchemeAssignment, written: WrittenConfig, attention: str
+) -> str | None:
+    """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
+    if written.listed is None:
+        return None
+    if fmt.name not in engine.mixed_formats:
+        return f"{engine.title} {engine.release} does not read per-module kinds from a {fmt.title} config"
+    for scheme in schemes.schemes:
+        cell = support(scheme.kinds, fmt.name, engine.name, attention)
+        if cell is None or not cell.loads:
+            return f"{engine.title} {engine.release} does not load {kinds_title(scheme.kinds)} in {fmt.title}"
+    return None
+
+
+def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:
+    """Why a per-module config leaves ``module`` unquantized: none of its spellings, at every layer count the
+    reading holds for, is a listed name (the engine looks its exact runtime name up); None when listed, or when the
+    config lists none."""
+    if written.listed is None:
+        return None
+    if all(names[0] in written.listed for _, names in spellings):
+        return None
+    return "not listed in quantized_layers under its runtime name (for this target layer count)"
 
 
 def _stored_bytes(
@@ -254,7 +293,9 @@ def _read_module(
     module: RuntimeModule,
     spellings: list[tuple[int, tuple[str, ...]]],
     target: TargetLayers,
+    listed: str | None = None,
 ) -> ModuleReading:
+    """``listed``: why a per-module config leaves the module unquantized (it does not list it), or None."""
     count, names = spellings[-1]
     shown = names[0] if target.count is not None else symbolic_name(names[0], count)
     rules = {(c, n): engine.matching_rule(fmt.name, n, patterns) for c, ns in spellings for n in ns}
@@ -265,7 +306,7 @@ def _read_module(
         problems.append(
             f"{shown}: the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
         )
-    reason = engine.unquantized_reason(module, scheme.kinds, fmt.name)
+    reason = engine.unquantized_reason(module, scheme.kinds, fmt.name) or (listed if rule is None else None)
     applies = reason is None and rule is None
     why = None if applies else (reason or f"excluded by {rule!r}")
     expects: list[ExpectedTensor] = []

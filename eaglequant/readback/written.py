@@ -22,6 +22,7 @@ from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.formats import all_scale_params
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.names import parse_name
 
 _CONFIG_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
@@ -41,7 +42,6 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
     from eaglequant.schemes.model import default_scheme_for
 
     fmt, written = read_written_config(checkpoint)
-    kind, weight = written.kinds.weight_kind, fmt.recipe(default_scheme_for(written.kinds)).weight
     dtype = source_dtype(checkpoint)
     scale_params = all_scale_params()
     logical: dict[str, TensorInfo] = {}
@@ -49,6 +49,8 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
         module, _, param = name.rpartition(".")
         if param in scale_params:
             continue
+        kinds = written.kinds_of(parse_name(name).module) if module else written.kinds
+        kind, weight = kinds.weight_kind, fmt.recipe(default_scheme_for(kinds)).weight
         if param == weight.suffix and info.dtype == kind.stored_dtype and len(info.shape) == 2:
             rows, cols = info.shape
             shape = (rows, kind.in_features(cols))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,7 @@ class ConversionReport:
     verification: VerificationSummary | None  # None: not verified when written (always None in version 1)
     round_costs: tuple[RoundCost, ...] = ()  # per targeted engine (none before version 3)
     config_changes: tuple[ConfigChange, ...] = ()  # none before version 4
+    own_schemes: dict[str, str] = field(default_factory=dict)  # fc / lm_head -> its own scheme's TOML (version 4)
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON, key for key as it is written (a version-1 report stays version 1)."""
@@ -192,6 +193,7 @@ class ConversionReport:
             data["round_costs"] = [cost.to_json() for cost in self.round_costs]
         if self.report_version >= 4:
             data["config_changes"] = [change.to_json() for change in self.config_changes]
+            data["own_schemes"] = self.own_schemes
         return data
 
     def _target_json(self) -> dict[str, Any]:
@@ -208,7 +210,7 @@ class ConversionReport:
         missing or wrong-typed key, :class:`NewerReportError` for a version newer than this eaglequant's)."""
         top = JsonObject(data, where, ReportError, _REPAIR)
         version = _report_version(top)
-        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4)])
+        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4) * 2])
         target = top.child("target_layers")
         return cls(
             eaglequant_version=top.text("eaglequant_version"),
@@ -248,10 +250,12 @@ class ConversionReport:
             verification=_verification(top) if version >= 2 else None,
             round_costs=tuple(RoundCost.from_json(row) for row in top.children("round_costs")) if version >= 3 else (),
             config_changes=tuple(_config_change(row) for row in top.children("config_changes")) if version >= 4 else (),
+            own_schemes=top.text_map("own_schemes") if version >= 4 else {},
         )
 
 
-_VERSIONED_KEYS = ("report_version", "verification", "round_costs", "config_changes")  # 2 added two, 3 and 4 one
+# version 2 added two, 3 one, 4 two
+_VERSIONED_KEYS = ("report_version", "verification", "round_costs", "config_changes", "own_schemes")
 _V1_KEYS = (
     *("eaglequant_version", "destination", "source", "layout", "scheme", "scheme_label", "scheme_kinds"),
     *("scheme_toml", "attention", "format", "algorithm", "notes", "calibrated_input_amax", "engines"),

@@ -7,18 +7,19 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.memory import return_freed_memory
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.schemes.model import Scheme
+from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.verification.copies import compare_config, compare_copies
 from eaglequant.verification.fidelity import HeadFidelity, head_fidelity, synthetic_inputs
 from eaglequant.verification.layer_parity import LayerParity, ParityRun, parity_input, run_alone
 
 if TYPE_CHECKING:
+    from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.engines.context import ConfigChange
     from eaglequant.formats import Format
     from eaglequant.kinds.base import StoredLinear
@@ -37,7 +38,7 @@ def compare_with_source(
     src: Checkpoint,
     head: HeadDescription,
     fmt: Format,
-    scheme: Scheme,
+    schemes: SchemeAssignment,
     quantized: set[str],
     draft_inputs: tuple[int, int, Path | None],  # seed, synthetic positions, captured inputs
     config_changes: Sequence[ConfigChange] = (),
@@ -48,7 +49,6 @@ def compare_with_source(
     import torch
 
     from eaglequant.conversion.devices import available_device
-    from eaglequant.draft.calibrate import load_calibration
     from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.layouts.detect import describe_head
 
@@ -65,11 +65,11 @@ def compare_with_source(
     config_problems = compare_config(checkpoint.config, src.config, config_changes)
     compared = SourceComparison(copies.problems + config_problems, [copies.note])
     weights = CanonicalWeights(src, src_head)
-    seed, tokens, inputs = draft_inputs
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator().manual_seed(draft_inputs[0])
 
     def stored(module: str) -> StoredLinear:
         linear = next(lin for lin in head.linears if lin.checkpoint_module == module)
+        scheme = schemes.of(linear.module)
         names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
         return fmt.stored_linear(linear, scheme, {name: checkpoint.read(name) for name in names}).to(device)
 
@@ -84,7 +84,7 @@ def compare_with_source(
         runs[module] = ParityRun(module, by_module[module].module, weights, linear, x)
         del linear
     if len(runs) < len(quantized):
-        compared.layers = _parity_alone(runs, stored, scheme)
+        compared.layers = _parity_alone(runs, stored, schemes)
         compared.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
         return compared
     by_canonical = {by_module[m].module: m for m in quantized}
@@ -93,29 +93,41 @@ def compare_with_source(
         module = by_canonical.get(canonical)
         return None if module is None else stored(module)
 
-    if inputs is not None:
-        sequences = load_calibration(inputs, src_head, "inputs")
-        positions = sum(len(aux) for aux, _ in sequences)
-        described = f"captured: {inputs.name} ({len(sequences)} sequences, {positions} positions)"
-    else:
-        sequences = synthetic_inputs(src_head, weights, seed, tokens)
-        described = f"synthetic: seed {seed}, {tokens} positions"
+    sequences, described = _draft_inputs(src_head, weights, draft_inputs)
     own = (head, CanonicalWeights(checkpoint, head))  # the quantized draft reads DST's kept tensors and config
     riding = {run.name.removesuffix(".weight"): run for run in runs.values()}  # by canonical module
+    limits = schemes.head_thresholds()
     compared.fidelity = head_fidelity(
-        src_head, weights, stored_linear, scheme.verify, sequences, device, described, own, copies.identical, riding
+        src_head, weights, stored_linear, limits, sequences, device, described, own, copies.identical, riding
     )
     alone = {run.module for run in riding.values()}  # linears the quantized draft never ran (none, usually)
-    compared.layers = _parity_alone(runs, stored, scheme, alone)
+    compared.layers = _parity_alone(runs, stored, schemes, alone)
     return compared
 
 
+def _draft_inputs(
+    head: HeadDescription, weights: CanonicalWeights, draft_inputs: tuple[int, int, Path | None]
+) -> tuple[list[tuple[Any, Any]], str]:
+    """The fidelity run's sequences (captured, else seeded synthetic ones) and their description."""
+    from eaglequant.draft.calibrate import load_calibration
+
+    seed, tokens, inputs = draft_inputs
+    if inputs is not None:
+        sequences = load_calibration(inputs, head, "inputs")
+        positions = sum(len(aux) for aux, _ in sequences)
+        return sequences, f"captured: {inputs.name} ({len(sequences)} sequences, {positions} positions)"
+    return synthetic_inputs(head, weights, seed, tokens), f"synthetic: seed {seed}, {tokens} positions"
+
+
 def _parity_alone(
-    runs: dict[str, ParityRun], stored: Callable[[str], StoredLinear], scheme: Scheme, alone: set[str] | None = None
+    runs: dict[str, ParityRun],
+    stored: Callable[[str], StoredLinear],
+    schemes: SchemeAssignment,
+    alone: set[str] | None = None,
 ) -> list[LayerParity]:
     """Every run's result, in module order, gathering those in ``alone`` (default: all) on their own first, one
     linear in memory at a time."""
     for module in sorted(runs if alone is None else alone):
         run_alone(runs[module], stored(module))
         return_freed_memory()
-    return [runs[module].result(scheme) for module in sorted(runs)]
+    return [runs[module].result(schemes.of(runs[module].name.removesuffix(".weight"))) for module in sorted(runs)]

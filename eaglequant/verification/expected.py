@@ -21,7 +21,7 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLay
     unknown), as the plan the engine's own load is held against."""
     from eaglequant.readback.explanation import explain_checkpoint
     from eaglequant.record.report import read_report
-    from eaglequant.verification.verify import recorded_scheme
+    from eaglequant.verification.verify import checkpoint_schemes
 
     get_probe(engine)
     if target.count is None:
@@ -29,8 +29,8 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLay
     explanation = explain_checkpoint(checkpoint, head, [engine], target)
     reading = explanation.engines[0]
     planned = {module.runtime_name: module.scheme is not None for module in reading.modules}
-    scheme, _ = recorded_scheme(read_report(checkpoint.root), explanation.kinds)  # as verify judges it
-    limit = scheme.verify.max_relative_error
+    schemes, _ = checkpoint_schemes(checkpoint, read_report(checkpoint.root))  # as verify judges it
+    limit = max(scheme.verify.max_relative_error for scheme in schemes.schemes)
     assert target.count is not None
     weight_only = explanation.kinds.activation is None
     return Expectation(engine, target.count, planned, limit, reading.loads, reading.note, weight_only)

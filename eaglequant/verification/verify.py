@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
 from eaglequant.record.verification import VERIFY_NAME, Verdict
+from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme, builtin_scheme_for
 from eaglequant.verification.against_source import compare_with_source
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
@@ -43,7 +44,6 @@ from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 if TYPE_CHECKING:
     from eaglequant.acceptance.predict import Prediction
     from eaglequant.engine_load import LoadCheck
-    from eaglequant.formats import Format
 
 PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -152,11 +152,14 @@ def verify_checkpoint(
         engines = recorded_engines(recorded)
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
-    if written is None:
-        scheme, scheme_note = recorded_scheme(recorded, explanation.kinds)
-    else:
-        scheme, scheme_note = declared_as(written[1], explanation.kinds), None
+    schemes, scheme_note = checkpoint_schemes(checkpoint, recorded, written)
+    scheme = schemes.main if not schemes.own else replace(schemes.main, verify=schemes.head_thresholds())
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
+    if schemes.own:
+        report.notes.append(
+            f"{schemes.describe()}: each quantized linear is held to its own scheme's thresholds, the whole head to "
+            "the loosest of them (those shown)"
+        )
     report.notes += [
         problem for reading in explanation.engines for problem in ENGINES[reading.engine].serving_problems(head, target)
     ]
@@ -171,7 +174,7 @@ def verify_checkpoint(
         )
     else:  # one core reads the files while the others check them
         hashes = in_background(_check_hashes, dst, recorded, name="verify-sha256")
-    scale_problems = _check_scales(checkpoint, head, fmt, scheme, quantized)
+    scale_problems = _check_scales(checkpoint, head, schemes, quantized)
     activation = scheme.kinds.activation_kind
     if activation is not None and not activation.simulated:
         report.notes.append(
@@ -190,12 +193,12 @@ def verify_checkpoint(
         with Checkpoint.open(source) as src:
             changes = () if recorded is None else recorded.config_changes
             compared = compare_with_source(
-                checkpoint, src, head, fmt, scheme, quantized, (seed, tokens, inputs), changes
+                checkpoint, src, head, fmt, schemes, quantized, (seed, tokens, inputs), changes
             )
             report.structure += compared.problems
             report.notes += compared.notes
             report.layers, report.fidelity = compared.layers, compared.fidelity
-            budget = scheme.verify.max_acceptance_drop
+            budget = schemes.head_thresholds().max_acceptance_drop
             report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget)
         if why:
             report.notes.append(why)
@@ -203,20 +206,45 @@ def verify_checkpoint(
     return report
 
 
+def checkpoint_schemes(
+    checkpoint: Checkpoint,
+    recorded: ConversionReport | None,
+    written: tuple[ConversionReport, Scheme] | None = None,
+) -> tuple[SchemeAssignment, str | None]:
+    """Each linear's scheme, thresholds included: as the conversion recorded them (``written``: as it has just
+    written them), else the built-in schemes of the kinds config.json declares."""
+    from eaglequant.readback.explanation import read_written_config
+
+    _, config = read_written_config(checkpoint)
+    if written is None:
+        main, note = recorded_scheme(recorded, config.kinds)
+    else:
+        recorded, main, note = written[0], declared_as(written[1], config.kinds), None
+    own = {}
+    for module, kinds in config.own_kinds.items():
+        text = None if recorded is None else recorded.own_schemes.get(module)
+        own[module] = builtin_scheme_for(kinds) if text is None else declared_as(_parsed(text, module), kinds)
+    return SchemeAssignment(main, own), note
+
+
 def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, str | None]:
     """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
     (no report), the built-in scheme of the same kinds, with a note saying so."""
-    from eaglequant.common import toml
-    from eaglequant.schemes.model import parse_scheme
-
     if recorded is None:
         fallback = builtin_scheme_for(kinds)
         return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
+    return declared_as(_parsed(recorded.scheme_toml, None), kinds), None
+
+
+def _parsed(text: str, module: str | None) -> Scheme:
+    from eaglequant.common import toml
+    from eaglequant.schemes.model import parse_scheme
+
+    where = f"{REPORT_NAME} " + ("scheme_toml" if module is None else f"own_schemes.{module}")
     try:
-        scheme = parse_scheme(toml.loads(recorded.scheme_toml), f"{REPORT_NAME} scheme_toml")
+        return parse_scheme(toml.loads(text), where)
     except toml.TOMLDecodeError as exc:
-        raise InputError(f"{REPORT_NAME}: scheme_toml is not TOML ({exc})", hint="convert it again") from None
-    return declared_as(scheme, kinds), None
+        raise InputError(f"{where} is not TOML ({exc})", hint="convert it again") from None
 
 
 def declared_as(scheme: Scheme, kinds: Kinds) -> Scheme:
@@ -235,13 +263,15 @@ def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:
 
 
 def _check_scales(
-    checkpoint: Checkpoint, head: HeadDescription, fmt: Format, scheme: Scheme, quantized: set[str]
+    checkpoint: Checkpoint, head: HeadDescription, schemes: SchemeAssignment, quantized: set[str]
 ) -> list[str]:
     import torch
 
     problems = []
-    e8m0 = scheme.kinds.weight_kind.scale_dtype == "e8m0"  # power-of-two scales stored as exponent bytes
+    canonical = {linear.checkpoint_module: linear.module for linear in head.linears}
     for module in sorted(quantized):
+        scheme = schemes.of(canonical.get(module, module))
+        e8m0 = scheme.kinds.weight_kind.scale_dtype == "e8m0"  # power-of-two scales stored as exponent bytes
         for name in sorted(n for n in checkpoint.tensors if n.startswith(module + ".") and "scale" in n):
             values = checkpoint.read(name)
             if e8m0 and values.dtype == torch.uint8:  # an exponent byte: 255 is NaN

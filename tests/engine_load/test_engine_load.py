@@ -361,3 +361,25 @@ def test_the_searched_draft_loads_in_vllm(tmp_path: Path) -> None:
     (check,) = load_checks([found.destination], engine="vllm", engine_python=engine_python("vllm"))
     assert check.ok and check.loaded, check.problems
     assert all(m.planned is None or m.quantized == m.planned for m in check.modules)
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("decoder", "lm_head"), [("fp8-per-channel", "nvfp4"), ("nvfp4", "fp8-per-channel")])
+def test_vllm_loads_lm_head_in_a_scheme_of_its_own(decoder: str, lm_head: str, tmp_path: Path) -> None:
+    """ModelOpt's MIXED_PRECISION: vLLM's ModelOptMixedPrecisionConfig gives each module the algorithm listed under
+    its runtime name, lm_head's its own; every module as planned, every value as stored."""
+    dst = tmp_path / "mixed"
+    convert(
+        FIXTURES / "specforge-llama",
+        dst,
+        scheme=decoder,
+        scheme_for=[f"lm_head={lm_head}"],
+        format="modelopt",
+        target_layers=TARGET_LAYERS,
+    )
+    (check,) = load_checks([dst], engine="vllm", engine_python=engine_python("vllm"))
+    assert check.ok and check.loaded, check.problems
+    by_name = {m.name: m for m in check.modules}
+    assert by_name["lm_head"].quantized and by_name["lm_head"].values_equal
+    assert all(m.quantized == m.planned for m in check.modules if m.planned is not None)
+    assert "lm_head.weight_scale_2" in by_name["lm_head"].tensors if lm_head == "nvfp4" else True

@@ -193,3 +193,33 @@ def _no_target() -> Any:
     from eaglequant.engines.target import UNKNOWN
 
     return UNKNOWN
+
+
+@pytest.mark.engine
+def test_each_release_gives_each_module_the_kind_eaglequant_wrote(tmp_path: Path) -> None:
+    """lm_head in a scheme of its own (ModelOpt MIXED_PRECISION): both releases' own lookup gives every runtime
+    module the algorithm eaglequant planned, and leaves the excluded ones unquantized."""
+    dst = tmp_path / "mixed"
+    result = convert(
+        FIXTURES / "specforge-llama",
+        dst,
+        scheme="nvfp4",
+        scheme_for=["lm_head=fp8-per-channel"],
+        format="modelopt",
+        engines=list(RELEASES.values()),
+        target_layers=TARGET_LAYERS,
+    )
+    config = json.loads((dst / "config.json").read_text())["quantization_config"]
+    fmt = get_format("modelopt")
+    planned = {v.runtime_name: v for v in result.plan.verdicts if v.engine == "vllm"}
+    expected = {
+        name: fmt.algorithm(result.plan.scheme_of(verdict.members[0])) if verdict.quantized else None
+        for name, verdict in planned.items()
+    }
+    assert expected["lm_head"] == "FP8_PER_CHANNEL_PER_TOKEN" and expected["model.fc"] is None
+    for release in RELEASES:
+        (answer,) = run_config_probe(
+            release, [{"check": "layer_algos", "quantization_config": config, "names": list(planned)}]
+        )
+        assert answer["ok"], answer
+        assert answer["config"] == "ModelOptMixedPrecisionConfig" and answer["algos"] == expected, release

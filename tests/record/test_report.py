@@ -52,7 +52,13 @@ def test_a_written_report_round_trips_byte_for_byte(verified: Path) -> None:
 
 def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path, tmp_path: Path) -> None:
     def unversioned(data: dict) -> None:
-        del data["report_version"], data["verification"], data["round_costs"], data["config_changes"]
+        del (
+            data["report_version"],
+            data["verification"],
+            data["round_costs"],
+            data["config_changes"],
+            data["own_schemes"],
+        )
         del data["target_layers"]["context"]
 
     dst = _copy_with(verified, tmp_path, unversioned)
@@ -65,7 +71,7 @@ def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path,
 
 def test_a_version_2_report_is_read_without_round_costs(verified: Path, tmp_path: Path) -> None:
     def version_2(data: dict) -> None:
-        del data["round_costs"], data["config_changes"], data["target_layers"]["context"]
+        del data["round_costs"], data["config_changes"], data["own_schemes"], data["target_layers"]["context"]
         data["report_version"] = 2
 
     dst = _copy_with(verified, tmp_path, version_2)
@@ -78,7 +84,7 @@ def test_a_version_3_report_is_read_without_config_changes_or_the_targets_contex
     verified: Path, tmp_path: Path
 ) -> None:
     def version_3(data: dict) -> None:
-        del data["config_changes"], data["target_layers"]["context"]
+        del data["config_changes"], data["own_schemes"], data["target_layers"]["context"]
         data["report_version"] = 3
 
     dst = _copy_with(verified, tmp_path, version_3)

@@ -7,6 +7,7 @@ JSON object: vLLM's version and one result per job. Jobs, each a dict with ``che
 - ``excluded``: ``quantization_config`` (config.json's), ``names`` (runtime module prefixes): whether vLLM's own
   config class for that quant_method excludes each name, by its own matcher.
 - ``modelopt_excludes``: ``quantization_config``: the exclusion list vLLM's ModelOpt config parses from it.
+- ``layer_algos``: a MIXED_PRECISION ``quantization_config``, ``names``: the algorithm vLLM's own lookup gives each.
 - ``draft_length``: ``directory`` (holding a draft's config.json), ``target_length``: the draft's max_model_len as
   vLLM derives it, whether ``SpeculativeConfig._maybe_override_draft_max_position_embeddings`` raises its
   max_position_embeddings, and the served max_model_len after ``VllmConfig._limit_max_model_len_to_draft``
@@ -76,11 +77,23 @@ def _excluded(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _modelopt_config(config: dict[str, Any]) -> Any:
+    """vLLM's ModelOpt config class for the config's quant_algo (modelopt_mixed, modelopt_fp4, else modelopt)."""
     from vllm.model_executor.layers.quantization import modelopt
 
     algo = str(config.get("quant_algo", "")).upper()
+    if algo == "MIXED_PRECISION":
+        return modelopt.ModelOptMixedPrecisionConfig.from_config(config)
     cls = modelopt.ModelOptNvFp4Config if "NVFP4" in algo else modelopt.ModelOptFp8Config
     return cls.from_config(config)
+
+
+def _layer_algos(job: dict[str, Any]) -> dict[str, Any]:
+    """A MIXED_PRECISION config: the algorithm vLLM gives each runtime name (None: excluded or not listed)."""
+    mixed = _modelopt_config(job["quantization_config"])
+    algos = {}
+    for name in job["names"]:
+        algos[name] = None if mixed.is_layer_excluded(name) else mixed._resolve_quant_algo(name)
+    return {"algos": algos, "config": type(mixed).__name__}
 
 
 def _modelopt_excludes(job: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +149,7 @@ def _speculators_verifier(job: dict[str, Any]) -> dict[str, Any]:
 CHECKS = {
     "excluded": _excluded,
     "modelopt_excludes": _modelopt_excludes,
+    "layer_algos": _layer_algos,
     "draft_length": _draft_length,
     "speculators_verifier": _speculators_verifier,
 }

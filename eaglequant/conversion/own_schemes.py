@@ -1,0 +1,71 @@
+"""``fc`` and ``lm_head`` in schemes of their own: what a conversion checks before writing linears of different
+kinds into one checkpoint.
+
+Only some formats store per-module kinds (ModelOpt's MIXED_PRECISION) and only some engines read them
+(``Engine.mixed_formats``); each engine must load every scheme used in that format, and the format's per-module
+entries name the engines' runtime modules exactly, layer index included, so the target's layer count must be known.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from eaglequant.common.errors import InputError, suggested, words
+from eaglequant.engines.base import TARGET_LAYERS_HINT
+from eaglequant.engines.planning import EnginePlan
+from eaglequant.engines.support import support
+from eaglequant.formats import FORMATS, Format
+from eaglequant.kinds import kinds_title
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.schemes.assignment import SchemeAssignment
+from eaglequant.schemes.model import Scheme
+
+
+def own_rules(head: HeadDescription, own: Mapping[str, Scheme]) -> list[str]:
+    """The checkpoint names of the linears given a scheme of their own: they are quantized, as ``--quantize`` asks."""
+    present = {linear.module: linear for linear in head.linears}
+    for module in own:
+        if module not in present:
+            raise InputError(
+                words(
+                    suggested("scheme_for", f"{module}={own[module].name}"), f": this head has no {module} of its own"
+                ),
+                hint="a draft without it reads the target's, which the engine keeps as the target stores it",
+            )
+    return [present[module].checkpoint_module for module in own]
+
+
+def check_own_schemes(head: HeadDescription, fmt: Format, assignment: SchemeAssignment, decided: EnginePlan) -> None:
+    """Refuse what cannot be written or served as asked: a shape the module's own scheme cannot store, a format or
+    engine that does not hold per-module kinds, a scheme an engine does not load, an unknown target layer count."""
+    for module, scheme in assignment.own.items():
+        problem = fmt.shape_problem(head.linear(module), scheme)
+        if problem is not None:
+            raise InputError(words(suggested("scheme_for", f"{module}={scheme.name}"), f": {problem}"))
+    if not assignment.mixed:
+        return
+    if not fmt.stores_mixed:
+        able = ", ".join(f.name for f in FORMATS.values() if f.stores_mixed)
+        raise InputError(
+            f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
+            hint=f"formats that can: {able}" if able else "give fc and lm_head the decoder's scheme",
+        )
+    for engine in decided.engines:
+        if fmt.name not in engine.mixed_formats:
+            raise InputError(
+                f"{engine.title} {engine.release} does not read per-module kinds from a {fmt.title} config "
+                f"({assignment.describe()})",
+                hint="target only engines that do (docs/formats.md#per-module-schemes), or one scheme for all",
+            )
+        for scheme in assignment.schemes:
+            cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
+            if cell is None or not cell.loads:
+                raise InputError(
+                    f"{engine.title} {engine.release} does not load {kinds_title(scheme.kinds)} in {fmt.title}"
+                )
+    if decided.target.count is None:
+        raise InputError(
+            f"{fmt.title}'s per-module entries name each module as the engine does, after the target's layers, so "
+            "writing them needs the target's layer count",
+            hint=TARGET_LAYERS_HINT,
+        )
