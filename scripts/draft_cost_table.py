@@ -7,7 +7,8 @@ The 24 held-out prompts are split in two: the target's choices on the first half
 token counts a pruned vocabulary keeps; the second half is where every draft is predicted (greedy acceptance
 replayed against the source draft, as ``verify --inputs`` does) and measured with vLLM's own speculative decoding
 (``eaglequant accept``, k = 3, quantized drafts served dequantized). Drafts: FP8 of the decoder alone (the default),
-with ``lm_head`` quantized too (ModelOpt, which vLLM runs quantized), and pruned vocabularies under both. Bytes per
+with ``lm_head`` quantized too (ModelOpt, which vLLM runs quantized), ``lm_head`` in a scheme of its own (ModelOpt
+MIXED_PRECISION), and pruned vocabularies under each. Bytes per
 round are vLLM's (the model of ``eaglequant inspect``), against the source draft's. Prints a Markdown table
 (docs/acceptance.md shows one) and what ``eaglequant search --max-acceptance-drop 0.05`` chooses on the same
 inputs, and writes the JSON of every run under --out.
@@ -57,17 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     said("captured")
 
     drafts: list[tuple[str, Path]] = []
-    variants = [("fp8-per-channel", "quark", ()), ("fp8-per-channel", "modelopt", ("lm_head",))]
-    variants.append(("nvfp4", "modelopt", ("lm_head",)))
+    # (scheme, format, lm_head: None kept, "" quantized in the scheme, or its own scheme)
+    variants = [("fp8-per-channel", "quark", None), ("fp8-per-channel", "modelopt", "")]
+    variants += [("nvfp4", "modelopt", ""), ("fp8-per-channel", "modelopt", "nvfp4")]
+    variants += [("nvfp4", "modelopt", "fp8-per-channel")]
     sources = [("", PAIR / "draft")]
     for size in args.size or [1024, 512, 256]:
         pruned = prune(PAIR / "draft", out / f"pruned-{size}", size=size, counts=counts, overwrite=True)
         sources.append((f"vocab {size}, ", pruned.destination))
     for prefix, source in sources:
-        for scheme, fmt, quantize in variants:
-            name = f"{prefix}{scheme} / {fmt}" + (" + lm_head" if quantize else "")
+        for scheme, fmt, lm_head in variants:
+            name = f"{prefix}{scheme} / {fmt}" + ("" if lm_head is None else f" + lm_head {lm_head}".rstrip())
             dst = out / name.replace(" / ", "-").replace(", ", "-").replace(" + ", "-").replace(" ", "")
-            convert(source, dst, scheme=scheme, format=fmt, quantize=list(quantize), overwrite=True)
+            settings = (
+                {"scheme_for": [f"lm_head={lm_head}"]} if lm_head else {"quantize": ["lm_head"] * (lm_head == "")}
+            )
+            convert(source, dst, scheme=scheme, format=fmt, target_config=PAIR / "target", overwrite=True, **settings)
             drafts.append((name, dst))
     said(f"converted {len(drafts)} drafts")
     predicted = {label: predicted_against_source(dst, inputs) for label, dst in drafts}
@@ -85,9 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     (out / "accept.json").write_text(json.dumps(measured, indent=2))
     (out / "predicted.json").write_text(json.dumps(predicted, indent=2))
     print(table(drafts, predicted, measured))
+    from eaglequant.engines.target import read_target_config
+
+    target_layers, _ = read_target_config(PAIR / "target")
     found = search(
-        PAIR / "draft", out / "searched", inputs=inputs, counts=counts, max_acceptance_drop="0.05", overwrite=True
-    )
+        PAIR / "draft", out / "searched", inputs=inputs, counts=counts, max_acceptance_drop="0.05", overwrite=True,
+        target_layers=target_layers,
+    )  # fmt: skip
     chosen = "none" if found.chosen is None else found.chosen.candidate.label
     print(f"\n`eaglequant search --max-acceptance-drop 0.05`: {chosen}; {found.stopped} ({found.seconds:.0f} s)")
     said("done")

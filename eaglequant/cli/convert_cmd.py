@@ -16,6 +16,7 @@ from eaglequant.cli.options import (
     ExcludeOpt,
     FormatOpt,
     QuantizeOpt,
+    SchemeForOpt,
     SchemeOpt,
     SrcArg,
     TargetConfigOpt,
@@ -38,7 +39,7 @@ def convert_command(
     src: SrcArg,
     dst: DstArg,
     scheme: SchemeOpt = DEFAULT_SCHEME,
-    scheme_for: Annotated[Optional[list[str]], conversion_flag("scheme_for")] = None,  # noqa: UP045
+    scheme_for: SchemeForOpt = None,
     format: FormatOpt = DEFAULT_FORMAT,
     exclude: ExcludeOpt = None,
     quantize: QuantizeOpt = None,

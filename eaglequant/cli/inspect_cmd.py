@@ -15,6 +15,7 @@ from eaglequant.cli.options import (
     ExcludeOpt,
     FormatOpt,
     QuantizeOpt,
+    SchemeForOpt,
     SchemeOpt,
     SrcArg,
     TargetConfigOpt,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 def inspect_command(
     src: SrcArg,
     scheme: SchemeOpt = DEFAULT_SCHEME,
+    scheme_for: SchemeForOpt = None,
     format: FormatOpt = DEFAULT_FORMAT,
     exclude: ExcludeOpt = None,
     quantize: QuantizeOpt = None,
@@ -54,6 +56,7 @@ def inspect_command(
             src,
             conversion_options(
                 scheme=scheme,
+                scheme_for=scheme_for,
                 format=format,
                 exclude=exclude,
                 quantize=quantize,

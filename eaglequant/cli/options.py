@@ -33,6 +33,7 @@ def conversion_flag(name: str, **settings: Any) -> Any:
 
 
 SchemeOpt = Annotated[str, conversion_flag("scheme")]
+SchemeForOpt = Annotated[Optional[list[str]], conversion_flag("scheme_for")]  # noqa: UP045
 FormatOpt = Annotated[str, conversion_flag("format")]
 ExcludeOpt = Annotated[Optional[list[str]], conversion_flag("exclude")]  # noqa: UP045 - Typer needs Optional on 3.10
 QuantizeOpt = Annotated[Optional[list[str]], conversion_flag("quantize")]  # noqa: UP045

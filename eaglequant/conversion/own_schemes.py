@@ -55,7 +55,7 @@ def check_own_schemes(head: HeadDescription, fmt: Format, assignment: SchemeAssi
             raise InputError(
                 f"{engine.title} {engine.release} does not read per-module kinds from a {fmt.title} config "
                 f"({assignment.describe()})",
-                hint="target only engines that do (docs/formats.md#per-module-schemes), or one scheme for all",
+                hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
             )
         for scheme in assignment.schemes:
             cell = support(scheme.kinds, fmt.name, engine.name, head.attention)

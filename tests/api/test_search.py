@@ -104,3 +104,27 @@ def test_bad_search_input_is_one_line(captured: tuple[Path, Path], tmp_path: Pat
         result = run_cli("search", PAIR / "draft", tmp_path / "x", "--inputs", inputs, *args)
         assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_lm_head_in_a_scheme_of_its_own_is_priced_where_the_layer_count_is_known(tmp_path: Path) -> None:
+    """With the target's layer count, lm_head is also tried in the other scheme (ModelOpt MIXED_PRECISION, which
+    vLLM reads); each such draft reads bytes between its two single-scheme neighbours."""
+    from eaglequant.api.search import _priced
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.layouts.detect import describe_head
+
+    with Checkpoint.open(PAIR / "draft") as checkpoint:
+        head = describe_head(checkpoint)
+    without = {c.label for c, _ in _priced(head, list(SCHEMES), ["vllm"], [None], None)}
+    priced = {c.label: nbytes for c, nbytes in _priced(head, list(SCHEMES), ["vllm"], [None], 4)}
+    mixed = {"fp8-per-channel / modelopt + lm_head nvfp4", "nvfp4 / modelopt + lm_head fp8-per-channel"}
+    assert mixed <= set(priced) and not mixed & without
+    fp8, nvfp4 = priced["fp8-per-channel / modelopt + lm_head"], priced["nvfp4 / modelopt + lm_head"]
+    assert nvfp4 < priced["fp8-per-channel / modelopt + lm_head nvfp4"] < fp8
+    assert nvfp4 < priced["nvfp4 / modelopt + lm_head fp8-per-channel"] < fp8
+    assert not any("sglang" in label for label in priced)
+    with pytest.raises(InputError, match=r"SGLang 0\.5\.23 does not read per-module kinds"):
+        eaglequant.convert(
+            PAIR / "draft", tmp_path / "out", scheme="nvfp4", scheme_for=["lm_head=fp8-per-channel"],
+            format="modelopt", engines=["vllm", "sglang"], target_layers=4,
+        )  # fmt: skip

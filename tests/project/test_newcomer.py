@@ -1,4 +1,6 @@
-"""Issue 31, "a newcomer's hour": what tripped a first-time user, each held by a test that failed before.
+"""The command line as a first-time user meets it: Hub errors, mistyped paths, where the engine venvs are found,
+``--engine all``, the recorded source, names kept whole, one error line, help at 80 columns, messages worded once,
+the target's layer count, checkpoint names, what README command (a) shows, the documented fast subset.
 
 Most cases run the CLI in a subprocess, as a user meets it (exit codes, stderr, imports); layout cases render at
 ``COLUMNS=80``.
@@ -35,7 +37,7 @@ def _cli(*args: str | Path, env: dict[str, str] | None = None, cwd: Path | None 
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-# -- item 0: huggingface_hub 2.x raises httpx2's errors, which are not httpx.HTTPError ---------------------------
+# -- huggingface_hub 2.x raises httpx2's errors, which are not httpx.HTTPError ---------------------------
 
 # An httpx2-style client: its ConnectError derives from its own HTTPError, not from httpx's nor from OSError.
 _HTTPX2_REFUSES = """
@@ -85,7 +87,7 @@ def test_hub_errors_under_the_huggingface_hub_2_that_the_vllm_venv_holds(tmp_pat
     assert proc.stdout.startswith("org/somewhere: ") and "cannot reach the Hub (http://127.0.0.1:9)" in proc.stdout
 
 
-# -- item 2: a mistyped local path is not a Hub request --------------------------------------------------------
+# -- a mistyped local path is not a Hub request --------------------------------------------------------
 
 UNREACHABLE_HUB = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}  # port 9: nothing listens
 
@@ -128,7 +130,7 @@ def test_verify_names_source_not_src_for_a_missing_source(converted: Path) -> No
     assert "SRC" not in line
 
 
-# -- item 4: --load-with finds the engine venvs scripts/setup.sh --test makes ------------------------------------
+# -- --load-with finds the engine venvs scripts/setup.sh --test makes ------------------------------------
 
 
 def test_load_with_uses_the_engine_venv_in_the_working_directory(converted: Path, tmp_path: Path) -> None:
@@ -163,7 +165,7 @@ def test_load_with_names_where_it_looked(converted: Path, tmp_path: Path) -> Non
     assert str(tmp_path / ".venv-sglang") in line and str(tmp_path / "env" / ".venv-sglang") in line
 
 
-# -- item 5: --engine all means every engine in convert and inspect too ----------------------------------------
+# -- --engine all means every engine in convert and inspect too ----------------------------------------
 
 
 @pytest.mark.slow
@@ -190,7 +192,7 @@ def test_engine_all_in_convert_and_inspect_is_every_engine(tmp_path: Path) -> No
     assert "or all" in unknown
 
 
-# -- item 1: explain --engine all says what it judged -------------------------------------------------------------
+# -- explain --engine all says what it judged -------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -211,7 +213,7 @@ def test_engine_all_lists_every_engine_and_judges_those_that_load_it(converted: 
     assert _cli("verify", converted, "--engine", "trtllm", "--tokens", "16").exit_code == 3
 
 
-# -- item 11: the recorded source is gone: verify names the path it looked for ----------------------------------
+# -- the recorded source is gone: verify names the path it looked for ----------------------------------
 
 
 @pytest.mark.slow
@@ -226,7 +228,7 @@ def test_verify_names_the_recorded_source_that_is_gone(tmp_path: Path) -> None:
     assert data["verdict"] == "not verified numerically" and data["recorded_source"] == str(tmp_path / "src")
 
 
-# -- item 7: schemes keeps the names a user types whole at any width ----------------------------------------------
+# -- schemes keeps the names a user types whole at any width ----------------------------------------------
 
 
 @pytest.mark.parametrize("columns", ["80", "120", "200"])
@@ -246,7 +248,7 @@ def test_schemes_keeps_every_name_whole(columns: str) -> None:
         assert engine in shown.stdout
 
 
-# -- item 8: a usage error is one error: line; the bare command is its help ---------------------------------------
+# -- a usage error is one error: line; the bare command is its help ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -280,7 +282,7 @@ def test_the_bare_command_prints_its_help_and_exits_0() -> None:
         assert shown.exit_code == 0 and "Usage: eaglequant" in shown.stdout and shown.stderr == "", args
 
 
-# -- item 9: help at 80 columns ------------------------------------------------------------------------------------
+# -- help at 80 columns ------------------------------------------------------------------------------------
 
 HELP_COMMANDS = [
     ["inspect"],
@@ -314,7 +316,7 @@ def test_help_at_80_columns_reads_as_a_user_types(command: list[str]) -> None:
         assert usage.split("[OPTIONS]")[1].strip() == "SUMMARY..."
 
 
-# -- item 12: noise and polish ---------------------------------------------------------------------------------------
+# -- noise and polish ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -373,7 +375,7 @@ def test_a_scheme_file_missing_a_key_says_what_to_do(tmp_path: Path) -> None:
     )
 
 
-# -- item 3: a listed pair on the bundled fixture says why it needs the layer count and what N is -------------------
+# -- a listed pair on the bundled fixture says why it needs the layer count and what N is -------------------
 
 
 def test_native_fp8_on_the_fixture_says_what_is_kept_why_and_what_n_is(tmp_path: Path) -> None:
@@ -419,7 +421,7 @@ def test_schemes_marks_the_pairs_that_need_the_layer_count() -> None:
         assert "yes* +L" in shown and "+L: keeping a decoder linear unquantized" in shown, shown
 
 
-# -- item 10: one naming scheme, the checkpoint's, with the engines' runtime name beside it -------------------------
+# -- one naming scheme, the checkpoint's, with the engines' runtime name beside it -------------------------
 
 
 def test_kept_linears_are_named_as_the_checkpoint_names_them(tmp_path: Path) -> None:
@@ -447,7 +449,7 @@ def test_kept_linears_are_named_as_the_checkpoint_names_them(tmp_path: Path) -> 
     )
 
 
-# -- item 6: README command (a) shows what the README says it shows ------------------------------------------------
+# -- README command (a) shows what the README says it shows ------------------------------------------------
 
 
 @pytest.mark.slow
@@ -475,7 +477,7 @@ def test_readme_command_a_shows_vllm_and_sglang_as_its_words_say(tmp_path: Path)
     assert "TensorRT-LLM does not load this checkpoint" in shown.stdout
 
 
-# -- item 13: a documented fast subset, selected by the markers pyproject.toml registers ----------------------------
+# -- a documented fast subset, selected by the markers pyproject.toml registers ----------------------------
 
 
 def test_the_fast_subset_is_documented_with_registered_markers() -> None:
