@@ -14,7 +14,7 @@ from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.memory import return_freed_memory
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
-from eaglequant.verification.copies import compare_config, compare_copies
+from eaglequant.verification.copies import CopyCheck, compare_config, compare_copies
 from eaglequant.verification.fidelity import HeadFidelity, head_fidelity, synthetic_inputs
 from eaglequant.verification.layer_parity import LayerParity, ParityRun, parity_input, run_alone
 
@@ -31,6 +31,7 @@ class SourceComparison:
     notes: list[str] = field(default_factory=list)
     layers: list[LayerParity] = field(default_factory=list)  # in module order
     fidelity: HeadFidelity | None = None
+    copies: CopyCheck | None = None
 
 
 def compare_with_source(
@@ -63,7 +64,7 @@ def compare_with_source(
         )
     copies = compare_copies(checkpoint, src, quantized)
     config_problems = compare_config(checkpoint.config, src.config, config_changes)
-    compared = SourceComparison(copies.problems + config_problems, [copies.note])
+    compared = SourceComparison(copies.problems + config_problems, [copies.note], copies=copies)
     weights = CanonicalWeights(src, src_head)
     generator = torch.Generator().manual_seed(draft_inputs[0])
 

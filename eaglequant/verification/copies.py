@@ -78,6 +78,11 @@ class CopyCheck:
     problems: list[str]
     note: str  # what was compared, and what was not and why
     identical: frozenset[str]  # canonical names (``fc.weight``, ``d2t``) whose DST bytes are the source's
+    compared: frozenset[str] = frozenset()  # canonical names of every tensor the source has that DST copies
+    parity_checked: int = 0  # quantized linears, whose weights parity checks instead
+
+    def to_json(self) -> dict[str, Any]:
+        return {"compared": len(self.compared), "identical": len(self.identical), "parity_checked": self.parity_checked}
 
 
 def canonical_name(name: str) -> str:
@@ -138,7 +143,7 @@ def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> Cop
         f"copied tensors: {len(identical)} of {len(theirs)} identical to the source's, byte for byte; the weights "
         f"of the {len(skipped)} quantized linears are checked by parity instead"
     )
-    return CopyCheck(problems, note, frozenset(identical))
+    return CopyCheck(problems, note, frozenset(identical), frozenset(theirs), len(skipped))
 
 
 def compare_tensor(dst: Checkpoint, dst_name: str, src: Checkpoint, src_name: str) -> str | None:

@@ -38,6 +38,7 @@ from eaglequant.record.verification import VERIFY_NAME, Verdict
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme, builtin_scheme_for
 from eaglequant.verification.against_source import compare_with_source
+from eaglequant.verification.copies import CopyCheck
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
 from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 
@@ -64,6 +65,7 @@ class VerifyReport:
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
     acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
     hashes_read: bool = True  # the files were read again against the report's SHA-256s
+    copies: CopyCheck | None = None  # the copied tensors against the source's (None: no source)
 
     @property
     def problems(self) -> list[str]:
@@ -124,6 +126,7 @@ class VerifyReport:
             "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
             "notes": self.notes,
             "engine_loads": [check.to_json() for check in self.engine_loads],
+            "copies": None if self.copies is None else self.copies.to_json(),
         }
 
 
@@ -197,7 +200,7 @@ def verify_checkpoint(
             )
             report.structure += compared.problems
             report.notes += compared.notes
-            report.layers, report.fidelity = compared.layers, compared.fidelity
+            report.layers, report.fidelity, report.copies = compared.layers, compared.fidelity, compared.copies
             budget = schemes.head_thresholds().max_acceptance_drop
             report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget)
         if why:

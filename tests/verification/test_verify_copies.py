@@ -124,10 +124,8 @@ def test_untouched_conversions_pass_with_every_copy_identical(converted, capture
     for inputs in (None, captured[key[0]]):
         report = verify(converted[key], source=FIXTURES / key[0], inputs=inputs)
         assert report.verdict == "passed" and not _copy_problems(report), report.problems
-        note = next(n for n in report.notes if n.startswith("copied tensors: "))
-        compared = note.removeprefix("copied tensors: ").split(" identical")[0]
-        left, right = compared.split(" of ")
-        assert left == right and int(left) > 0, note
+        assert report.copies is not None and report.copies.compared
+        assert report.copies.identical == report.copies.compared
 
 
 def test_a_quantized_lm_head_is_not_compared(tmp_path: Path) -> None:
@@ -135,7 +133,8 @@ def test_a_quantized_lm_head_is_not_compared(tmp_path: Path) -> None:
     report = verify(result.destination, source=FIXTURES / "specforge-llama")
     assert report.verdict == "passed", report.problems
     assert any(layer.module == "lm_head" for layer in report.layers)
-    assert any("8 of 8 identical" in n and "the 8 quantized linears are checked by parity" in n for n in report.notes)
+    assert report.copies is not None and "lm_head.weight" not in report.copies.compared
+    assert len(report.copies.identical) == len(report.copies.compared) == 8 and report.copies.parity_checked == 8
 
 
 def test_shifted_d2t_fails(converted, captured, tmp_path: Path) -> None:
