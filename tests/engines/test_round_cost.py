@@ -56,6 +56,23 @@ def test_the_full_size_kimi_llama_head_costs_what_its_shapes_say(kimi_llama: Pat
     nvfp4 = _vllm(eaglequant.inspect(kimi_llama, engines=["vllm"], scheme="nvfp4", format="modelopt"))
     assert round(nvfp4.reduction, 2) == 1.34
 
+    # lm_head in NVFP4 of its own beside the FP8 decoder (ModelOpt MIXED_PRECISION): codes, an E4M3 scale per 16
+    # and a float32 global scale
+    own = eaglequant.inspect(
+        kimi_llama, engines=["vllm"], format="modelopt", scheme_for=["lm_head=nvfp4"], target_layers=61
+    )
+    mixed = _vllm(own)
+    mixed_lm_head = mixed.part("lm_head")
+    assert mixed_lm_head is not None and mixed_lm_head.bytes_per_read == vocab * hidden // 2 + vocab * hidden // 16 + 4
+    assert mixed.bytes_per_round == bf16 - k * (2 * decoder - fp8_decoder) - k * (
+        2 * vocab * hidden - lm_head_nvfp4(vocab, hidden)
+    )
+    assert round(mixed.reduction, 2) == 2.64 and decimal_bytes(mixed.bytes_per_round) == "4.32 GB"
+
+
+def lm_head_nvfp4(vocab: int, hidden: int) -> int:
+    return vocab * hidden // 2 + vocab * hidden // 16 + 4
+
 
 def test_the_full_size_mla_head_keeps_its_lm_head_for_vllm(tmp_path: Path) -> None:
     write_head_headers(kimi_mla(), tmp_path)
