@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.json_fields import record_json
 
 DEFAULT_TOP_K = 8
 
@@ -38,14 +39,7 @@ class CaptureSummary:
     prompts_from: str
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "path": str(self.path),
-            "sequences": self.sequences,
-            "positions": self.positions,
-            "continuation_positions": self.continuation_positions,
-            "aux_layer_ids": list(self.aux_layer_ids),
-            "prompts_from": self.prompts_from,
-        }
+        return record_json(self)
 
 
 def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:

@@ -25,6 +25,7 @@ from eaglequant.acceptance.statistics import (
     paired_difference,
 )
 from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.json_fields import record_json
 
 RUN_TIMEOUT_S = 3600
 ENGINES = ("vllm",)  # engines whose speculative decoding `accept` drives
@@ -37,7 +38,7 @@ class Mode:
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "temperature": self.temperature, "seed": self.seed}
+        return record_json(self)
 
 
 GREEDY = Mode("greedy", 0.0)
@@ -61,16 +62,7 @@ class Settings:
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "target": str(self.target),
-            "prompts": len(self.prompts),
-            "prompts_from": self.prompts_from,
-            "num_speculative_tokens": self.num_speculative_tokens,
-            "max_tokens": self.max_tokens,
-            "modes": [m.to_json() for m in self.modes],
-            "dtype": self.dtype,
-            "seed": self.seed,
-        }
+        return record_json(self, prompts=len(self.prompts))
 
 
 class AcceptanceRunError(EagleQuantError):

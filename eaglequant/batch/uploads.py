@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglequant.common.json_fields import record_json
+
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"
 
 
@@ -19,7 +21,7 @@ class Upload:
     commit_oid: str | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"manifest_key": self.manifest_key, "commit_url": self.commit_url, "commit_oid": self.commit_oid}
+        return record_json(self)
 
     @classmethod
     def from_json(cls, value: object) -> Upload | None:

@@ -141,3 +141,26 @@ def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "true/false"
     return _JSON_TYPES.get(type(value), type(value).__name__)
+
+
+def record_json(record: Any, **computed: Any) -> dict[str, Any]:
+    """Every field of the dataclass ``record``, in declaration order, as JSON: a nested record by its own
+    ``to_json``, a path as its string, a tuple or list as a list, a mapping value by value; ``computed``: the
+    fields written as another value (``prompts=len(self.prompts)``). The one rule for records that are their fields."""
+    from dataclasses import fields
+
+    return {
+        f.name: computed[f.name] if f.name in computed else json_value(getattr(record, f.name)) for f in fields(record)
+    }
+
+
+def json_value(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return [json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_value(v) for k, v in value.items()}
+    return value

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.errors import InputError, Param, words
+from eaglequant.common.json_fields import record_json
 
 CACHE_ONLY_ROPE_TYPES = frozenset({"default", "linear", "llama3", "ntk", "proportional"})
 # Rope types whose rotary embedding vLLM builds from original_max_position_embeddings and the factor, never from
@@ -99,7 +100,7 @@ class ConfigChange:
     reason: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "source": self.source, "written": self.written, "reason": self.reason}
+        return record_json(self)
 
     def apply(self, config: dict[str, Any]) -> dict[str, Any]:
         """A copy of ``config`` with this change made."""

@@ -21,6 +21,7 @@ from typing import Any
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.reader import load_json_object
 from eaglequant.common.errors import InputError, Param, words
+from eaglequant.common.json_fields import record_json
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class TargetLayers:
     context: int | None = None  # the target's max_model_len as vLLM derives it, when a target config was read
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "source": self.source, "context": self.context}
+        return record_json(self)
 
     def recorded(self) -> TargetLayers:
         """The count as a written checkpoint's report states it (unchanged when unknown)."""

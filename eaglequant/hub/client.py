@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, Param, Words, given, words
+from eaglequant.common.json_fields import record_json
 
 # ``org/name`` as the Hub spells repo ids (96 characters at most), optionally ``@revision``.
 _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<revision>[\w./-]+))?$")
@@ -53,7 +54,7 @@ class SourceRef:
         return self.repo_id if self.revision in (None, "main") else f"{self.repo_id}@{self.revision}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"path": str(self.path), "repo_id": self.repo_id, "revision": self.revision, "commit": self.commit}
+        return record_json(self)
 
 
 def parse_repo_ref(text: str) -> tuple[str, str | None] | None:

@@ -18,6 +18,7 @@ from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.errors import InputError
+from eaglequant.common.json_fields import record_json
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
 from eaglequant.engines.round_cost import RoundCost, round_cost
@@ -39,7 +40,7 @@ class ExpectedTensor:
     found: str  # "ok", or what the checkpoint holds instead
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "found": self.found}
+        return record_json(self)
 
 
 @dataclass(frozen=True)

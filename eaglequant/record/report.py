@@ -17,7 +17,7 @@ from typing import Any
 
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.errors import CheckpointError, InputError
-from eaglequant.common.json_fields import JsonObject, read_json_file
+from eaglequant.common.json_fields import JsonObject, read_json_file, record_json
 from eaglequant.common.version import __version__
 from eaglequant.engines.context import ConfigChange
 from eaglequant.engines.round_cost import RoundCost
@@ -48,12 +48,7 @@ class RecordedLinear:
     sqnr_db: float
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "shape": list(self.shape),
-            "relative_error": self.relative_error,
-            "sqnr_db": self.sqnr_db,
-        }
+        return record_json(self)
 
 
 @dataclass(frozen=True)
@@ -76,13 +71,7 @@ class RecordedSource:
     files: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "repo_id": self.repo_id,
-            "revision": self.revision,
-            "commit": self.commit,
-            "files": self.files,
-        }
+        return record_json(self)
 
 
 @dataclass(frozen=True)
@@ -94,7 +83,7 @@ class ManifestRecord:
     options: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "source": self.source.to_json(), "options": self.options}
+        return record_json(self)
 
 
 @dataclass(frozen=True)
@@ -107,7 +96,7 @@ class CardContext:
     license: dict[str, str]
 
     def to_json(self) -> dict[str, Any]:
-        return {"base_model": self.base_model, "draft": self.draft, "target": self.target, "license": self.license}
+        return record_json(self)
 
 
 @dataclass(frozen=True)
@@ -118,7 +107,7 @@ class VerificationSummary:
     verdict: str
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "verdict": self.verdict}
+        return record_json(self)
 
 
 @dataclass(frozen=True)
