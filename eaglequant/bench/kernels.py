@@ -130,7 +130,7 @@ def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Gen
             "block_scale": torch.randint(118, 128, (n, k // 32), dtype=torch.uint8, generator=generator).to(device),
         },
     }
-    return StoredLinear(kinds.weight_kind, activation=kinds.activation_kind, **builders[kinds.weight]())
+    return StoredLinear(kinds.weight_kind, activation_kind=kinds.activation_kind, **builders[kinds.weight]())
 
 
 def _stored_bytes(stored: StoredLinear) -> int:

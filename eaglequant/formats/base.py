@@ -132,7 +132,7 @@ class Recipe(ABC):
             channel_scale=read("channel_scale"),
             block_scale=read("block_scale"),
             global_scale=read("global_scale"),
-            activation=activation if activation is not None and activation.simulated else None,
+            activation_kind=activation if activation is not None and activation.simulated else None,
             zero_point=read("zero_point"),
         )
 

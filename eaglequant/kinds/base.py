@@ -175,6 +175,10 @@ class Kinds(NamedTuple):
         return str(tuple(self))  # messages name the pair as configs declare it
 
 
+# StoredLinear's tensor fields, each a tensor or None (a kind stores the ones it uses).
+STORED_TENSOR_FIELDS = ("weight", "channel_scale", "block_scale", "global_scale", "zero_point")
+
+
 @dataclass(frozen=True)
 class StoredLinear:
     """``kind``: the weight kind (see its class for the tensors it uses): ``weight`` as stored;
@@ -186,21 +190,18 @@ class StoredLinear:
     in their dtype, or the kind is not simulated).
     """
 
-    kind: WeightKind
+    weight_kind: WeightKind
     weight: torch.Tensor
     channel_scale: torch.Tensor | None = None
     block_scale: torch.Tensor | None = None
     global_scale: torch.Tensor | None = None
-    activation: ActivationKind | None = None
+    activation_kind: ActivationKind | None = None
     zero_point: torch.Tensor | None = None
 
     @property
-    def weight_kind(self) -> WeightKind:
-        return self.kind
-
-    @property
-    def activation_kind(self) -> ActivationKind | None:
-        return self.activation
+    def tensors(self) -> dict[str, torch.Tensor | None]:
+        """The stored tensors by field name (:data:`STORED_TENSOR_FIELDS`)."""
+        return {name: getattr(self, name) for name in STORED_TENSOR_FIELDS}
 
     @property
     def out_features(self) -> int:
@@ -224,14 +225,5 @@ class StoredLinear:
         return self.weight_kind.select_rows(self, rows)
 
     def to(self, device: torch.device | str) -> StoredLinear:
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device)
-
-        return replace(
-            self,
-            weight=self.weight.to(device),
-            channel_scale=move(self.channel_scale),
-            block_scale=move(self.block_scale),
-            global_scale=move(self.global_scale),
-            zero_point=move(self.zero_point),
-        )
+        moved = {name: None if t is None else t.to(device) for name, t in self.tensors.items()}
+        return replace(self, **moved)  # type: ignore[arg-type]

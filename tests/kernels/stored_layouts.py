@@ -20,9 +20,9 @@ def stored_layouts(weight: torch.Tensor) -> dict[str, StoredLinear]:
     mx_packed, mx_scale = mxfp4.quark_quantize(weight)
     return {
         "fp8-w8a16": StoredLinear(FP8_CHANNEL, q, channel_scale=scale),
-        "fp8-w8a8": StoredLinear(FP8_CHANNEL, q, channel_scale=scale, activation=FP8_TOKEN),
+        "fp8-w8a8": StoredLinear(FP8_CHANNEL, q, channel_scale=scale, activation_kind=FP8_TOKEN),
         "fp8-w8a8-ct": StoredLinear(
-            FP8_CHANNEL, ct_q, channel_scale=ct_scale.float().reshape(-1), activation=FP8_TOKEN
+            FP8_CHANNEL, ct_q, channel_scale=ct_scale.float().reshape(-1), activation_kind=FP8_TOKEN
         ),
         "nvfp4-modelopt": StoredLinear(NVFP4, packed, block_scale=block, global_scale=global_scale),
         "nvfp4-ct": StoredLinear(NVFP4, ct_packed, block_scale=ct_block, global_scale=1 / ct_global.reshape(())),

@@ -70,7 +70,7 @@ def test_in_kernel_token_quantization_rounds_like_torch() -> None:
     x[2, :] = 1e-6  # below the minimum token scale
     codes, scale = quantize_tokens_fp8(x)
     eye = torch.eye(k).to(torch.float8_e4m3fn)
-    stored = StoredLinear(FP8_CHANNEL, eye, channel_scale=torch.ones(k), activation=FP8_TOKEN)
+    stored = StoredLinear(FP8_CHANNEL, eye, channel_scale=torch.ones(k), activation_kind=FP8_TOKEN)
     got = triton_linear(x.to(torch.bfloat16).to(torch.float32), stored)
     assert torch.equal(got, codes.to(torch.float32) * scale[:, None])
 

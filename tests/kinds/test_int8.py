@@ -202,7 +202,7 @@ def test_kernel_matches_the_reference(shape: tuple[int, int, int], activation: s
     k = shape[2]
     q, scale = int8.compressed_tensors_per_channel(weight)
     stored = StoredLinear(
-        INT8_CHANNEL, q, channel_scale=scale.float().reshape(-1), activation=activation_kind(activation)
+        INT8_CHANNEL, q, channel_scale=scale.float().reshape(-1), activation_kind=activation_kind(activation)
     )
     expected = reference_linear(x, stored)
     got = triton_linear(x.to(DEVICE), stored.to(DEVICE)).cpu()
@@ -222,7 +222,7 @@ def test_kernel_rounds_tokens_like_the_reference() -> None:
     x[1] = 0
     x = x.to(torch.bfloat16)
     identity = StoredLinear(
-        INT8_CHANNEL, torch.eye(k, dtype=torch.int8), channel_scale=torch.ones(k), activation=INT8_TOKEN
+        INT8_CHANNEL, torch.eye(k, dtype=torch.int8), channel_scale=torch.ones(k), activation_kind=INT8_TOKEN
     )
     assert torch.equal(triton_linear(x, identity), int8.simulate_tokens(x))
 

@@ -102,7 +102,7 @@ def test_group_activations_match_a_float64_reference(k: int) -> None:
 
 def _stored(weight: torch.Tensor, activation: str | None) -> StoredLinear:
     codes, scale = fp8_block.native_quantize(weight)
-    return StoredLinear(FP8_BLOCK, codes, block_scale=scale, activation=activation_kind(activation))
+    return StoredLinear(FP8_BLOCK, codes, block_scale=scale, activation_kind=activation_kind(activation))
 
 
 @pytest.mark.parametrize("shape", [(3, 80, 256), (5, 200, 128), (16, 129, 384)], ids=str)
