@@ -55,12 +55,14 @@ class Dialect:
     ``match(runtime_name, patterns)``: the first pattern that excludes the module, or None. ``write(runtime_name,
     any_layer)``: the patterns that together make this rule exclude ``runtime_name`` (with ``any_layer``, whatever
     the layer index in ``model.layers.{i}.``); more than one where the engine asks under each fused member's name.
+    ``layer_count_needed(runtime_name)``: why no pattern excludes ``runtime_name`` whatever the layer index (the
+    engine matches exact names, which carry the target's layer count), or None when ``write`` can.
     """
 
     match: Callable[[str, list[str]], str | None]
     write: Callable[[str, bool], tuple[str, ...]]
-    # False where ``write`` cannot honour ``any_layer`` for a decoder module (the engine matches exact names, which
-    # carry the target's layer count): it raises :class:`LayerCountNeeded` instead.
+    layer_count_needed: Callable[[str], LayerCountNeeded | None] = lambda runtime_name: None
+    # False where some decoder module's rule needs the target's layer count (``layer_count_needed`` says which).
     any_layer: bool = True
 
 

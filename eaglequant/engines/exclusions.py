@@ -250,11 +250,9 @@ def _refuse_unwritable(view: EngineView, modules: list[RuntimeModule], excluded:
     blocked: list[tuple[RuntimeModule, LayerCountNeeded]] = []
     for module in modules:
         if set(module.members) <= set(excluded):
-            try:
-                for name in module.names:
-                    view.dialect.write(name, True)
-            except LayerCountNeeded as exc:
-                blocked.append((module, exc))
+            needed = next(filter(None, map(view.dialect.layer_count_needed, module.names)), None)
+            if needed is not None:
+                blocked.append((module, needed))
     if not blocked:
         return
     kept = "; ".join(f"{checkpoint_names(head, m.members)} ({why_kept(head, m.members, excluded)})" for m, _ in blocked)

@@ -115,13 +115,21 @@ def _exact_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return next((pattern for pattern in patterns if pattern == runtime_name), None)
 
 
+def _exact_layer_count(runtime_name: str) -> LayerCountNeeded | None:
+    """A decoder module's exact name carries the target's layer count: no one rule names it for every count."""
+    if not _LAYER_NUMBER.search(runtime_name):
+        return None
+    return LayerCountNeeded(
+        "vLLM matches a native fp8 config's exclusions by exact name only, and numbers the draft's layers after "
+        "the target's",
+        _LAYER_NUMBER.sub("{L}", runtime_name),
+    )
+
+
 def _write_exact(runtime_name: str, any_layer: bool) -> tuple[str, ...]:
-    if any_layer and _LAYER_NUMBER.search(runtime_name):
-        raise LayerCountNeeded(
-            "vLLM matches a native fp8 config's exclusions by exact name only, and numbers the draft's layers after "
-            "the target's",
-            _LAYER_NUMBER.sub("{L}", runtime_name),
-        )
+    needed = _exact_layer_count(runtime_name) if any_layer else None
+    if needed is not None:
+        raise needed
     return (runtime_name,)
 
 
@@ -250,7 +258,7 @@ class VllmEngine(Engine):
             "exact-or-regex": Dialect(exact_or_regex_rule, _write_regex),
             "wildcard": Dialect(_modelopt_rule, _write_wildcard),
             # Fp8Config: quant_utils.is_layer_skipped, match_mode "exact", an empty fused mapping for drafts.
-            "fp8-native": Dialect(_exact_rule, _write_exact, any_layer=False),
+            "fp8-native": Dialect(_exact_rule, _write_exact, _exact_layer_count, any_layer=False),
         }
 
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
