@@ -28,6 +28,7 @@ from eaglequant.conversion.group_scales import GroupScaleTasks, nonfinite_error
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import LinearResult, WrittenOutput
 from eaglequant.formats import GroupScales
+from eaglequant.formats.stored_tensors import Placement
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_figures
 from eaglequant.numerics.rows import row_blocks
@@ -242,22 +243,28 @@ class _ShardFiller:
     def _quantize_tasks(self, module: str) -> Iterator[_Task]:
         linear, scheme = self.plan.head.linear(module), self.plan.scheme_of(module)
         specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, scheme)}
+        placed = self.plan.format.placements(linear, scheme)
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
         align = scheme.kinds.weight_kind.rows_per_scale
         blocks = row_blocks(linear.out_features, linear.in_features, QUANTIZE_TASK_ELEMENTS, align)
         self.blocks[module], self.block_counts[module] = [], len(blocks)
         row_read = self.checkpoint.tensors[linear.weight].nbytes // linear.out_features
         for rows in blocks:
-            nbytes = sum(_block_placement(spec, linear, align, rows)[1] for spec in specs.values())
+            nbytes = sum(_block_placement(spec, placed[name], align, rows)[1] for name, spec in specs.items())
 
             def quantize(rows: slice = rows) -> ErrorSums:
-                return self._quantize_block(linear, specs, shared, rows)
+                return self._quantize_block(linear, specs, placed, shared, rows)
 
             read, last = row_read * (rows.stop - rows.start), rows.stop == linear.out_features
             yield _Task(quantize, nbytes, linear.weight, module, read, last)
 
     def _quantize_block(
-        self, linear: HeadLinear, specs: dict[str, TensorSpec], shared: GroupScales, rows: slice
+        self,
+        linear: HeadLinear,
+        specs: dict[str, TensorSpec],
+        placed: dict[str, Placement],
+        shared: GroupScales,
+        rows: slice,
     ) -> ErrorSums:
         weight = self.checkpoint.read_rows(linear.weight, rows)
         if self.device is not None:
@@ -267,7 +274,7 @@ class _ShardFiller:
         align = scheme.kinds.weight_kind.rows_per_scale
         for name, tensor in block.tensors.items():
             data = tensor_bytes(tensor.cpu())
-            offset, nbytes = _block_placement(specs[name], linear, align, rows)
+            offset, nbytes = _block_placement(specs[name], placed[name], align, rows)
             if nbytes and len(data) != nbytes:
                 raise RuntimeError(f"{name!r}: rows {rows.start}:{rows.stop} gave {len(data)} bytes, not {nbytes}")
             if nbytes:  # a per-tensor value is the same for every block: the first writes it
@@ -301,19 +308,13 @@ class _ShardFiller:
         return LinearResult(linear.module, linear.weight, (linear.out_features, linear.in_features), rel, sqnr)
 
 
-def _block_placement(spec: TensorSpec, linear: HeadLinear, rows_per_scale: int, rows: slice) -> tuple[int, int]:
-    """Where a block of weight ``rows`` (starting on a scale block) goes in an output: (byte offset, bytes).
-
-    An output's first dimension runs over weight rows (weights, per-row scales and per-row blocks), over scale
-    blocks of ``rows_per_scale`` rows (2-D block scales), or it is a per-tensor value, written by the first
-    block only (0 bytes for the others).
-    """
+def _block_placement(spec: TensorSpec, placement: Placement, rows_per_scale: int, rows: slice) -> tuple[int, int]:
+    """Where a block of weight ``rows`` (starting on a scale block) goes in an output: (byte offset, bytes), by what
+    its first dimension runs over (a per-tensor value is written by the first block only: 0 bytes for the others)."""
     count = rows.stop - rows.start
-    leading = spec.shape[0] if spec.shape else 0
-    if leading == linear.out_features and spec.nbytes:
-        entry = spec.nbytes // leading
+    if placement is Placement.WHOLE or not spec.nbytes:
+        return 0, spec.nbytes if rows.start == 0 else 0
+    entry = spec.nbytes // spec.shape[0]
+    if placement is Placement.ROWS:
         return rows.start * entry, count * entry
-    if rows_per_scale > 1 and leading == -(-linear.out_features // rows_per_scale) and spec.nbytes:
-        entry = spec.nbytes // leading
-        return rows.start // rows_per_scale * entry, -(-count // rows_per_scale) * entry
-    return 0, spec.nbytes if rows.start == 0 else 0
+    return rows.start // rows_per_scale * entry, -(-count // rows_per_scale) * entry

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
-from eaglequant.formats.stored_tensors import StoredTensor
+from eaglequant.formats.stored_tensors import Placement, StoredTensor
 from eaglequant.kinds import Kinds, WeightKind, kinds_title
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
@@ -199,6 +199,11 @@ class Format(ABC):
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
         return self.recipe(scheme).tensor_specs(linear, scheme)
+
+    def placements(self, linear: HeadLinear, scheme: Scheme) -> dict[str, Placement]:
+        """Each of :meth:`tensor_specs`' names -> what its first dimension runs over, as its recipe declares it."""
+        base = linear.checkpoint_module
+        return {f"{base}.{t.suffix}": t.placement for t in self.recipe(scheme).stored_tensors(scheme)}
 
     def quantize_rows(
         self, linear: HeadLinear, weight_rows: torch.Tensor, scheme: Scheme, shared: GroupScales

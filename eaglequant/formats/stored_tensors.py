@@ -72,6 +72,27 @@ def dimensions(n: int, k: int, kind: WeightKind) -> tuple[int, ...]:
     return (2,)
 
 
+class Placement(Enum):
+    """What a stored tensor's first dimension runs over, so a block of weight rows is written into its part of it."""
+
+    ROWS = "one entry per weight row"
+    ROW_BLOCKS = "one entry per block of rows_per_scale weight rows"
+    WHOLE = "a per-tensor value, written whole by the first block of rows"
+
+
+PLACEMENTS: dict[Shape, Placement] = {
+    codes: Placement.ROWS,
+    per_row: Placement.ROWS,
+    per_row_as_column: Placement.ROWS,
+    per_group: Placement.ROWS,
+    per_row_block_group: Placement.ROW_BLOCKS,
+    per_block: Placement.ROW_BLOCKS,
+    scalar: Placement.WHOLE,
+    single: Placement.WHOLE,
+    dimensions: Placement.WHOLE,
+}
+
+
 def as_stored(tensor: torch.Tensor, rows: int) -> torch.Tensor:
     return tensor
 
@@ -119,6 +140,10 @@ class StoredTensor:
     read: Read = as_stored
     with_activations: bool = False
     metadata: bool = False
+
+    @property
+    def placement(self) -> Placement:
+        return PLACEMENTS[self.shape]
 
     def dtype_for(self, linear: HeadLinear, kind: WeightKind) -> str:
         if self.dtype is DtypeOf.KIND:
