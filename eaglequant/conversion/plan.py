@@ -210,7 +210,7 @@ def build_plan(
     change = target_context_change(head.config, decided.target.context) if match_target_context else None
     changes = [] if change is None else [change]
     served = _changed(head, changes)
-    serving = [note for engine in decided.engines for note in engine.serving_problems(served, decided.target)]
+    serving = [note for engine in decided.engines for note in engine.serving_notes(served, decided.target)]
     return ConversionPlan(
         head,
         scheme,

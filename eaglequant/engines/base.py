@@ -205,9 +205,10 @@ class Engine(ABC):
         that change what runs)."""
         return []
 
-    def serving_problems(self, head: HeadDescription, target: TargetLayers) -> list[str]:
-        """How this release would serve the draft other than its config.json says, without an error (a shorter
-        context, a refused verifier), each with its fix; [] when nothing."""
+    def serving_notes(self, head: HeadDescription, target: TargetLayers) -> list[str]:
+        """What this release does with the draft that its config.json does not say: what it would serve otherwise
+        without an error (a shorter context, a refused verifier), each with its fix, and settings that change what
+        a round reads; [] when nothing."""
         return []
 
     def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:

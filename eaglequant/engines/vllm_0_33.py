@@ -19,6 +19,10 @@ v0.33.0):
   ``ignore``, which both read.
 - ``envs.py``: ``VLLM_ROCM_USE_AITER_FP8BMM`` / ``FP4BMM`` default to false, so an MLA draft's kv_b_proj runs as
   stored on ROCm (0.32.0's note does not apply).
+- ``config/speculative.py::draft_lm_head_quantization`` (``fp8`` | ``nvfp4``, Model Runner V2 only): the drafter's
+  copy of a target lm_head it shares is quantized online (``v1/worker/gpu/spec_decode/eagle/utils.py``); a draft
+  with its own lm_head is refused there ("needs a drafter that shares the target lm_head"). And
+  ``use_aux_hidden_state: false`` is honoured on Model Runner V2 too.
 """
 
 from __future__ import annotations
@@ -82,6 +86,18 @@ def local_verifier(head_config: dict[str, Any]) -> str | None:
     )
 
 
+def shared_lm_head(head: HeadDescription) -> str | None:
+    """How a draft that reads the target's lm_head can read fewer bytes a round on 0.33 (None: it has its own)."""
+    if any(linear.module == "lm_head" for linear in head.linears):
+        return None
+    return (
+        "this draft reads the target's lm_head: vLLM 0.33 can quantize the drafter's copy of it online with "
+        '--speculative-config \'{..., "draft_lm_head_quantization": "fp8"}\' (or "nvfp4", weight-only; Model '
+        "Runner V2 only; config/speculative.py), which cuts the lm_head's share of a round's bytes; the target "
+        "verifies with its own, so only acceptance can change: measure it"
+    )
+
+
 def _hub_repo_id(name: str) -> bool:
     """vLLM's test: huggingface_hub's validate_repo_id passes and nothing exists at that path."""
     from pathlib import Path
@@ -104,6 +120,6 @@ class Vllm033Engine(VllmEngine):
     def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return []
 
-    def serving_problems(self, head: HeadDescription, target: TargetLayers) -> list[str]:
-        found = (shorter_context(head.config, target), local_verifier(head.config))
-        return [problem for problem in found if problem is not None]
+    def serving_notes(self, head: HeadDescription, target: TargetLayers) -> list[str]:
+        found = (shorter_context(head.config, target), local_verifier(head.config), shared_lm_head(head))
+        return [note for note in found if note is not None]

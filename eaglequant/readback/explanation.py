@@ -234,7 +234,7 @@ def _read_engine(
             _read_module(engine, head, tensors, fmt, module_scheme, patterns, module, spellings, target, listed)
         )
     problems = tuple(engine.pattern_problems(head, fmt.name, patterns, scheme.kinds))
-    notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name) + engine.serving_problems(head, target))
+    notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name) + engine.serving_notes(head, target))
     stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
     cost = round_cost(head, engine.name, engine.release, stored, draft_tokens)
     return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)

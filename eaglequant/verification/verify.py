@@ -164,7 +164,7 @@ def verify_checkpoint(
             "the loosest of them (those shown)"
         )
     report.notes += [
-        problem for reading in explanation.engines for problem in ENGINES[reading.engine].serving_problems(head, target)
+        problem for reading in explanation.engines for problem in ENGINES[reading.engine].serving_notes(head, target)
     ]
     if scheme_note:
         report.notes.append(scheme_note)

@@ -139,3 +139,10 @@ def test_matching_the_context_without_the_targets_config_is_a_usage_error(tmp_pa
     assert result.exit_code == EXIT_BAD_INPUT
     assert "--match-context needs the target's context length" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_draft_reading_the_targets_lm_head_is_told_how_0_33_quantizes_its_copy() -> None:
+    shared = inspect(FIXTURES / "modelopt-llama", engines=["vllm", "vllm==0.33.0"]).plan.notes
+    assert sum("draft_lm_head_quantization" in note for note in shared) == 1  # 0.33's, not 0.32's
+    own = inspect(FIXTURES / "specforge-llama", engines=["vllm==0.33.0"]).plan.notes
+    assert not any("draft_lm_head_quantization" in note for note in own)  # 0.33 refuses it for a draft's own lm_head
