@@ -192,7 +192,7 @@ class Format(ABC):
         if block and linear.in_features % block and not self.recipe(scheme).pads_blocks:
             return (
                 f"in-features {linear.in_features} is not a multiple of {block}, which {self.title} "
-                f"{scheme.weight.kind} requires"
+                f"{scheme.weight.kind.name} requires"
             )
         return None
 

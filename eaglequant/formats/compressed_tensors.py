@@ -169,7 +169,7 @@ class CompressedTensorsFormat(Format):
         assert isinstance(recipe, CtRecipe)
         algorithm = recipe.algorithms[scheme.kinds.activation]
         fmt = recipe.compression_format
-        activation = None if scheme.activation is None else dict(recipe.input_args[scheme.activation.kind])
+        activation = None if scheme.activation is None else dict(recipe.input_args[scheme.activation.kind.name])
         return {
             "config_groups": {
                 algorithm: {

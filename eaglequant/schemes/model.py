@@ -30,13 +30,32 @@ _ACTIVATION_KEYS = _WEIGHT_KEYS | {"dynamic", "if_uncalibrated"}
 
 @dataclass(frozen=True)
 class TensorQuant:
-    kind: str  # a registered weight or activation kind
-    dtype: str
-    granularity: str
-    block_size: BlockSize = None
-    scale_dtype: str = "float32"
-    global_scale: bool = False  # a float32 per-tensor scale above the block scales
+    """A scheme's weights or activations: the registered kind they are stored (or quantized at run time) in, whose
+    attributes it reads through, and for activations whether their scales are computed at run time."""
+
+    kind: TensorKind
     dynamic: bool = True  # activations only: scales computed at run time
+
+    @property
+    def dtype(self) -> str:
+        return self.kind.dtype
+
+    @property
+    def granularity(self) -> str:
+        return self.kind.granularity
+
+    @property
+    def block_size(self) -> BlockSize:
+        return self.kind.block_size
+
+    @property
+    def scale_dtype(self) -> str:
+        return self.kind.scale_dtype
+
+    @property
+    def global_scale(self) -> bool:
+        """A float32 per-tensor scale above the block scales."""
+        return self.kind.global_scale
 
 
 @dataclass(frozen=True)
@@ -81,7 +100,7 @@ class Scheme:
 
     @property
     def kinds(self) -> Kinds:
-        return Kinds(self.weight.kind, None if self.activation is None else self.activation.kind)
+        return Kinds(self.weight.kind.name, None if self.activation is None else self.activation.kind.name)
 
     @property
     def label(self) -> str:
@@ -217,9 +236,7 @@ def _match_kind(where: str, table: dict[str, Any], kinds: list[TensorKind]) -> T
 
 
 def _tensor_quant(kind: TensorKind, dynamic: bool = True) -> TensorQuant:
-    return TensorQuant(
-        kind.name, kind.dtype, kind.granularity, kind.block_size, kind.scale_dtype, kind.global_scale, dynamic
-    )
+    return TensorQuant(kind, dynamic)
 
 
 def parse_scheme(data: dict[str, Any], source: str) -> Scheme:
@@ -243,10 +260,10 @@ def parse_scheme(data: dict[str, Any], source: str) -> Scheme:
                 f"{where}: static activation scales are only supported as the NVFP4 global scale",
                 hint="set dynamic = true (NVFP4's calibrated global scale is `global_scale = true`)",
             )
-        pairings = WEIGHT_KINDS[weight.kind].activations
+        pairings = WEIGHT_KINDS[weight.kind.name].activations
         if kind.name not in pairings:
             raise SchemeError(
-                f"{source}: {weight.kind} weights do not pair with {kind.name} activations in any engine kernel",
+                f"{source}: {weight.kind.name} weights do not pair with {kind.name} activations in any engine kernel",
                 hint=f"use {', '.join(sorted(pairings))} activations, or drop [activation]",
             )
         if "if_uncalibrated" in a:

@@ -44,7 +44,7 @@ def test_specs_outputs_and_stored_linear_agree(scheme_name: str, format_name: st
     for spec in specs:
         assert (from_torch(tensors[spec.name].dtype), tuple(tensors[spec.name].shape)) == (spec.dtype, spec.shape)
     stored = fmt.stored_linear(LINEAR, scheme, tensors)
-    assert stored.weight_kind.name == scheme.weight.kind
+    assert stored.weight_kind is scheme.weight.kind
     activation = scheme.kinds.activation_kind
     assert stored.activation_kind is (activation if activation is not None and activation.simulated else None)
     assert stored.dequantize().shape == (LINEAR.out_features, LINEAR.in_features)

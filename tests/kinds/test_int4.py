@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, StoredLinear, weight_kind
+from eaglequant.kinds import INT4_GROUP, INT4_GROUP_ASYM, StoredLinear
 from eaglequant.numerics import int4
 from tests.kernels.under_triton import DEVICE, gemm_case, triton_kernel
 
@@ -168,7 +168,7 @@ def test_the_kinds_and_their_recipes() -> None:
     fmt = get_format("compressed-tensors")
     for name, preset, zero_points in (("int4-w4a16", "W4A16", False), ("int4-w4a16-asym", "W4A16_ASYM", True)):
         scheme = load_scheme(name)
-        kind = weight_kind(scheme.weight.kind)
+        kind = scheme.weight.kind
         assert scheme.activation is None and scheme.label == "W4A16" and fmt.algorithm(scheme) == preset
         recipe = fmt.recipe(scheme)
         assert recipe.zero_points == kind.zero_points == zero_points  # type: ignore[attr-defined]
