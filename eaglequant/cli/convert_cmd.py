@@ -23,7 +23,7 @@ from eaglequant.cli.options import (
     TargetLayersOpt,
     WorkersOpt,
     conversion_flag,
-    conversion_options,
+    given_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import progress_display, shown
@@ -46,7 +46,7 @@ def convert_command(
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    match_target_context: Annotated[bool, conversion_flag("match_target_context")] = False,
+    match_context: Annotated[bool, conversion_flag("match_target_context")] = False,
     overwrite: Annotated[
         bool, typer.Option("--overwrite", help="Replace DST if an earlier eaglequant convert wrote it.")
     ] = False,
@@ -67,6 +67,8 @@ def convert_command(
     """Quantize the head in SRC with SCHEME and write it to DST in FORMAT, with a model card (README.md)."""
     from eaglequant.cli.guard import run_guarded
 
+    parameters = dict(locals())
+
     def body() -> bool:
         from eaglequant.api import convert
         from eaglequant.hub.client import is_hub_reference
@@ -79,23 +81,7 @@ def convert_command(
             converted = convert(
                 src,
                 dst,
-                conversion_options(
-                    scheme=scheme,
-                    scheme_for=scheme_for,
-                    format=format,
-                    exclude=exclude,
-                    quantize=quantize,
-                    engines=engine,
-                    target_layers=target_layers,
-                    target_config=target_config,
-                    match_target_context=match_target_context,
-                    max_shard_size=max_shard_size,
-                    calib=calib,
-                    verify_output=verify,
-                    repo_id=repo_id,
-                    workers=workers,
-                    device=device,
-                ),
+                given_options(parameters),
                 overwrite=overwrite,
                 overwrite_any=overwrite_any,
                 progress=display,

@@ -20,7 +20,7 @@ from eaglequant.cli.options import (
     SrcArg,
     TargetConfigOpt,
     TargetLayersOpt,
-    conversion_options,
+    given_options,
 )
 from eaglequant.cli.output import absolute, human_bytes, note, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show, show_round_costs
@@ -46,6 +46,8 @@ def inspect_command(
     bytes each engine would read per speculative round."""
     from eaglequant.cli.guard import run_guarded
 
+    parameters = dict(locals())
+
     def body() -> None:
         from eaglequant.api import inspect
         from eaglequant.hub.client import is_hub_reference
@@ -54,16 +56,7 @@ def inspect_command(
             quiet_hub_progress()
         report = inspect(
             src,
-            conversion_options(
-                scheme=scheme,
-                scheme_for=scheme_for,
-                format=format,
-                exclude=exclude,
-                quantize=quantize,
-                engines=engine,
-                target_layers=target_layers,
-                target_config=target_config,
-            ),
+            given_options(parameters),
             draft_tokens=k,
         )
         source = absolute(report.source)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
 
@@ -22,6 +23,16 @@ def conversion_options(**flags: Any) -> ConversionOptions:
     from eaglequant.conversion.options import ConversionOptions
 
     return ConversionOptions(**{name: value for name, value in flags.items() if value is not None})
+
+
+def given_options(parameters: Mapping[str, Any]) -> ConversionOptions:
+    """The options a command was given, from its parameters (``locals()`` as it starts): each option's parameter is
+    named as its flag (``--engine`` -> ``engine``), so every option a command declares is passed on without being
+    listed again; those it does not declare keep the library's default."""
+    from eaglequant.conversion.options import OPTION_SPECS
+
+    by_flag = {name: spec.flag.removeprefix("--").replace("-", "_") for name, spec in OPTION_SPECS.items()}
+    return conversion_options(**{name: parameters[flag] for name, flag in by_flag.items() if flag in parameters})
 
 
 def conversion_flag(name: str, **settings: Any) -> Any:

@@ -108,6 +108,20 @@ def test_every_option_is_a_convert_flag() -> None:
         assert flag in usage, name
 
 
+def test_convert_passes_on_every_option_under_its_flags_name() -> None:
+    """convert's parameters are named as their flags, which is how its options reach the library unlisted."""
+    import inspect
+
+    from eaglequant.cli.convert_cmd import convert_command
+    from eaglequant.cli.options import given_options
+    from eaglequant.conversion.options import OPTION_SPECS
+
+    parameters = set(inspect.signature(convert_command).parameters)
+    assert {spec.flag.removeprefix("--").replace("-", "_") for spec in OPTION_SPECS.values()} <= parameters
+    chosen = given_options({"engine": ["sglang"], "verify": True, "match_context": False, "scheme": "nvfp4"})
+    assert chosen.engines == ("sglang",) and chosen.verify_output and chosen.resolved_scheme.name == "nvfp4"
+
+
 def test_the_cli_and_the_library_refuse_alike() -> None:
     result = run_cli("inspect", FIXTURES / "specforge-llama", "--quantize", "re:(fc")
     assert result.exit_code == 2 and "--quantize 're:(fc' is not a valid regular expression" in result.stderr
