@@ -31,7 +31,7 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
     """A job's :class:`ConversionOptions` (``settings``: its fields by name, paths already resolved), every error
     in the job file's words; then whether the format stores the scheme and the engines load it."""
     from eaglequant.engines.support import check_engines
-    from eaglequant.formats import get_format
+    from eaglequant.formats import FORMATS, get_format
     from eaglequant.schemes.model import builtin_names_by_kinds
 
     try:
@@ -40,12 +40,8 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
         hint = "paths are relative to the job file" if exc.message.endswith("no such file") else exc.hint_words
         raise InputError(f"{where}: {worded(exc.words, job_wording)}", hint=worded(hint, job_wording)) from exc
     scheme, fmt = options.resolved_scheme, get_format(options.format)
-    if not fmt.supports(scheme):
-        raise InputError(
-            f"{where}: format = {fmt.name!r} cannot store scheme = {options.scheme!r}",
-            hint=f"formats that can: {', '.join(_formats_storing(scheme)) or 'none'}",
-        )
     try:  # "mha": what a targeted engine refuses for every head (an MLA head may be refused more at its turn)
+        fmt.check_stores(scheme, FORMATS.values())
         check_engines(scheme.kinds, scheme.name, fmt.name, list(options.engines), "mha", builtin_names_by_kinds())
     except InputError as exc:
         raise InputError(f"{where}: {exc.message}", hint=worded(exc.hint_words, job_wording)) from exc
@@ -76,8 +72,3 @@ def job_wording(param: Param) -> str:
         return f"{key} = true"
     return f"{key} = {param.value!r}" if param.style is Style.GIVEN else f'{key} = "{param.value}"'
 
-
-def _formats_storing(scheme: Any) -> list[str]:
-    from eaglequant.formats import FORMATS
-
-    return [f.name for f in FORMATS.values() if f.supports(scheme)]

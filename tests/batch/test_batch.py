@@ -144,7 +144,7 @@ VALID_JOB = '[[job]]\nname = "fine"\nsource = "{src}"\ndestination = "out/fine"\
         ('format = "modelop"', "format = 'modelop': unknown format 'modelop'"),
         ('engines = ["vllm", "tensorrt"]', "engines = 'tensorrt': unknown engine 'tensorrt'"),
         ('scheme = "fp8-per-channel"\nformat = "quark"\nengines = ["trtllm"]', 'use format = "modelopt"'),
-        ('scheme = "mxfp4"\nformat = "modelopt"', "format = 'modelopt' cannot store scheme = 'mxfp4'"),
+        ('scheme = "mxfp4"\nformat = "modelopt"', "format 'modelopt' cannot store scheme 'mxfp4'"),
         ('max_shard_size = "5 gigs"', "max_shard_size = '5 gigs'"),
         ("target_layers = -1", "target_layers must be >= 0"),
         ('calib = "nope.safetensors"', "calib = "),
