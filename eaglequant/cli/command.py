@@ -149,7 +149,7 @@ def _tidy_param(param: Any) -> None:
         if param.metavar is None:
             param.metavar = (param.name or "").upper()  # SRC, DST, as the help text names them
         # usage as users write it (SRC DST, [SRC], SUMMARY...), and no Python type beside the name (Typer's
-        # methods, shadowed on this instance; tests/project/test_newcomer.py holds the help to it)
+        # methods, shadowed on this instance; tests/cli/test_cli_layout.py holds the help to it)
         vars(param).update(_usage_display_name=lambda: _usage_name(param), display_type_rich=lambda ctx: None)
     elif getattr(param, "is_flag", False) and param.metavar is None:
         param.metavar = ""  # a flag takes no value: no <bool> beside it
