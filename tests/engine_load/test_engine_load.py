@@ -364,16 +364,20 @@ def test_the_searched_draft_loads_in_vllm(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
-@pytest.mark.parametrize(("decoder", "lm_head"), [("fp8-per-channel", "nvfp4"), ("nvfp4", "fp8-per-channel")])
-def test_vllm_loads_lm_head_in_a_scheme_of_its_own(decoder: str, lm_head: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("decoder", "lm_head", "fc"),
+    [("fp8-per-channel", "nvfp4", None), ("nvfp4", "fp8-per-channel", None), ("fp8-per-channel", "nvfp4", "nvfp4")],
+)
+def test_vllm_loads_lm_head_in_a_scheme_of_its_own(decoder: str, lm_head: str, fc: str | None, tmp_path: Path) -> None:
     """ModelOpt's MIXED_PRECISION: vLLM's ModelOptMixedPrecisionConfig gives each module the algorithm listed under
-    its runtime name, lm_head's its own; every module as planned, every value as stored."""
+    its runtime name, lm_head's (and fc's) its own; every module as planned, every value as stored."""
     dst = tmp_path / "mixed"
+    own = [f"lm_head={lm_head}"] + ([f"fc={fc}"] if fc else [])
     convert(
         FIXTURES / "specforge-llama",
         dst,
         scheme=decoder,
-        scheme_for=[f"lm_head={lm_head}"],
+        scheme_for=own,
         format="modelopt",
         target_layers=TARGET_LAYERS,
     )
@@ -383,3 +387,4 @@ def test_vllm_loads_lm_head_in_a_scheme_of_its_own(decoder: str, lm_head: str, t
     assert by_name["lm_head"].quantized and by_name["lm_head"].values_equal
     assert all(m.quantized == m.planned for m in check.modules if m.planned is not None)
     assert "lm_head.weight_scale_2" in by_name["lm_head"].tensors if lm_head == "nvfp4" else True
+    assert by_name["model.fc"].quantized == bool(fc)
