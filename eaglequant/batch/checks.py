@@ -71,4 +71,3 @@ def job_wording(param: Param) -> str:
     if param.style is Style.SWITCH:
         return f"{key} = true"
     return f"{key} = {param.value!r}" if param.style is Style.GIVEN else f'{key} = "{param.value}"'
-
