@@ -278,3 +278,20 @@ def test_batch_uploads_once(tmp_path: Path) -> None:
         assert "hf_batchtoken" not in first.stdout + first.stderr + second.stdout + second.stderr
     finally:
         hub.stop()
+
+
+def test_a_job_gives_lm_head_a_scheme_of_its_own_and_the_manifest_keeps_it(tmp_path: Path) -> None:
+    """``scheme_for`` is a job key like convert's flag; the manifest records the module's scheme, so changing it
+    reconverts."""
+    job = tmp_path / "jobs.toml"
+    settings = f'source = "{FIXTURES / "specforge-llama"}"\ndestination = "out/mixed"\nformat = "modelopt"\n'
+    settings += "target_layers = 61\n"
+    job.write_text(f'[[job]]\nname = "mixed"\n{settings}scheme_for = ["lm_head=nvfp4"]\n')
+    first = run_batch(job).outcomes[0]
+    assert first.status == "converted", first.reason
+    config = json.loads((tmp_path / "out" / "mixed" / "config.json").read_text())["quantization_config"]
+    assert config["quantized_layers"]["lm_head"]["quant_algo"] == "W4A16_NVFP4"
+    assert run_batch(job).outcomes[0].status == "skipped"  # same options: nothing to do
+    job.write_text(f'[[job]]\nname = "mixed"\n{settings}scheme_for = ["lm_head=fp8-per-channel"]\n')
+    again = run_batch(job).outcomes[0]
+    assert again.status == "converted", again.reason
