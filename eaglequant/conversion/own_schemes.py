@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from eaglequant.common.errors import InputError, suggested, words
 from eaglequant.engines.base import TARGET_LAYERS_HINT
 from eaglequant.engines.planning import EnginePlan
-from eaglequant.engines.support import support
+from eaglequant.engines.support import mixed_refusal
 from eaglequant.formats import FORMATS, Format
-from eaglequant.kinds import kinds_title
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme
@@ -50,19 +49,14 @@ def check_own_schemes(head: HeadDescription, fmt: Format, assignment: SchemeAssi
             f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
             hint=f"formats that can: {able}" if able else "give fc and lm_head the decoder's scheme",
         )
+    kinds = [scheme.kinds for scheme in assignment.schemes]
     for engine in decided.engines:
-        if fmt.name not in engine.mixed_formats:
+        refusal = mixed_refusal(engine, fmt.name, kinds, head.attention)
+        if refusal is not None:
             raise InputError(
-                f"{engine.title} {engine.release} does not read per-module kinds from a {fmt.title} config "
-                f"({assignment.describe()})",
+                f"{refusal} ({assignment.describe()})",
                 hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
             )
-        for scheme in assignment.schemes:
-            cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
-            if cell is None or not cell.loads:
-                raise InputError(
-                    f"{engine.title} {engine.release} does not load {kinds_title(scheme.kinds)} in {fmt.title}"
-                )
     if decided.target.count is None:
         raise InputError(
             f"{fmt.title}'s per-module entries name each module as the engine does, after the target's layers, so "

@@ -9,7 +9,7 @@ engines' part is decided in one call (:func:`eaglequant.engines.planning.plan_en
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.conversion.own_schemes import check_own_schemes, own_rules
 from eaglequant.engines import Engine
-from eaglequant.engines.context import ConfigChange, target_context_change
+from eaglequant.engines.context import ConfigChange, changed_config, target_context_change
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import plan_engines
 from eaglequant.engines.round_cost import RoundCost, round_cost
@@ -132,9 +132,7 @@ class ConversionPlan:
 
     def written_config(self, source_config: dict[str, Any]) -> dict[str, Any]:
         """config.json as written: the source's, with the planned changes and the quantization config."""
-        for change in self.config_changes:
-            source_config = change.apply(source_config)
-        return {**source_config, "quantization_config": self.quantization_config()}
+        return {**changed_config(source_config, self.config_changes), "quantization_config": self.quantization_config()}
 
 
 def requested_exclusions(
@@ -193,12 +191,13 @@ def build_plan(
     own = {module: _effective_scheme(s, input_amax, notes) for module, s in (own_schemes or {}).items()}
     request = requested_exclusions(head, exclude, quantize, own_rules(head, own))
     fmt = get_format(format_name)
-    for used in SchemeAssignment(scheme, own).schemes:
+    assignment = SchemeAssignment(scheme, own)
+    for used in assignment.schemes:
         fmt.check_stores(used, FORMATS.values())
     decided = plan_engines(
         head, fmt, scheme, engines, request, target_layers=target_layers, target_config=target_config
     )
-    check_own_schemes(head, fmt, SchemeAssignment(scheme, own), decided)
+    check_own_schemes(head, fmt, assignment, decided)
     quantized = [lin for lin in head.linears if lin.module not in decided.excluded]
     quantized_weights = {lin.weight for lin in quantized}
     kept = {
@@ -209,7 +208,7 @@ def build_plan(
     amax = {m: v for m, v in (input_amax or {}).items() if m in {lin.module for lin in quantized}}
     change = target_context_change(head.config, decided.target.context) if match_target_context else None
     changes = [] if change is None else [change]
-    served = _changed(head, changes)
+    served = replace(head, config=changed_config(head.config, changes))  # the head as the engines will read it
     serving = [note for engine in decided.engines for note in engine.serving_notes(served, decided.target)]
     return ConversionPlan(
         head,
@@ -219,7 +218,7 @@ def build_plan(
         decided.target,
         quantized,
         kept,
-        planned_outputs(head, fmt, SchemeAssignment(scheme, own), quantized),
+        planned_outputs(head, fmt, assignment, quantized),
         decided.patterns,
         decided.verdicts,
         amax,
@@ -227,16 +226,6 @@ def build_plan(
         changes,
         own,
     )
-
-
-def _changed(head: HeadDescription, changes: list[ConfigChange]) -> HeadDescription:
-    """``head`` as the engines will see it once ``changes`` are written into its config.json."""
-    from dataclasses import replace
-
-    config = head.config
-    for change in changes:
-        config = change.apply(config)
-    return replace(head, config=config)
 
 
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:

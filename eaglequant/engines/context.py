@@ -114,6 +114,13 @@ class ConfigChange:
         return changed
 
 
+def changed_config(config: dict[str, Any], changes: list[ConfigChange]) -> dict[str, Any]:
+    """A copy of ``config`` with every change made, in order."""
+    for change in changes:
+        config = change.apply(config)
+    return config
+
+
 def target_context_change(head_config: dict[str, Any], target_context: int | None) -> ConfigChange | None:
     """The draft's ``max_position_embeddings`` raised to the target's served length (None: already as long). Refused
     where the target's length is unknown, or where the draft's rope is built from max_position_embeddings (raising it

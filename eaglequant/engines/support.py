@@ -26,6 +26,7 @@ from eaglequant.engines.cells import (
     Support,
 )
 from eaglequant.formats import FORMATS
+from eaglequant.kinds import kinds_title
 
 ENGINE_NAMES = tuple(ENGINES)
 ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
@@ -70,6 +71,19 @@ def support(kinds: Kinds, format_name: str, engine: Engine | str, attention: str
             False, f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
         )
     return entry
+
+
+def mixed_refusal(engine: Engine, format_name: str, kinds: list[Kinds], attention: str) -> str | None:
+    """Why ``engine`` cannot load a ``format_name`` checkpoint whose linears are stored in the different ``kinds``
+    (None: it reads per-module kinds in that format and loads each of them)."""
+    title = FORMATS[format_name].title
+    if format_name not in engine.mixed_formats:
+        return f"{engine.title} {engine.release} does not read per-module kinds from a {title} config"
+    for each in kinds:
+        cell = support(each, format_name, engine, attention)
+        if cell is None or not cell.loads:
+            return f"{engine.title} {engine.release} does not load {kinds_title(each)} in {title}"
+    return None
 
 
 def _loads_everywhere(kinds: Kinds, fmt: str, engines: list[str], attention: str) -> bool:

@@ -22,7 +22,7 @@ from eaglequant.common.json_fields import record_json
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
 from eaglequant.engines.round_cost import RoundCost, round_cost
-from eaglequant.engines.support import SCHEME_KINDS, support
+from eaglequant.engines.support import SCHEME_KINDS, mixed_refusal, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
@@ -246,13 +246,7 @@ def _mixed_refusal(
     """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
     if written.listed is None:
         return None
-    if fmt.name not in engine.mixed_formats:
-        return f"{engine.title} {engine.release} does not read per-module kinds from a {fmt.title} config"
-    for scheme in schemes.schemes:
-        cell = support(scheme.kinds, fmt.name, engine.name, attention)
-        if cell is None or not cell.loads:
-            return f"{engine.title} {engine.release} does not load {kinds_title(scheme.kinds)} in {fmt.title}"
-    return None
+    return mixed_refusal(engine, fmt.name, [scheme.kinds for scheme in schemes.schemes], attention)
 
 
 def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:
