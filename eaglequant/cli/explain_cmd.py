@@ -66,14 +66,17 @@ def render(explanation: Explanation, destination: str) -> None:
         if reading.loads:
             _render_engine(reading)
         else:
-            out.print(f"[dim]{reading.title} does not load this checkpoint: {escape(reading.note)}[/]", soft_wrap=True)
+            out.print(
+                f"[dim]{reading.title} {reading.release} does not load this checkpoint: {escape(reading.note)}[/]",
+                soft_wrap=True,
+            )
     show_round_costs([r.round_cost for r in explanation.engines if r.round_cost is not None])
-    listed = [r.title for r in explanation.engines if not r.judged]
+    listed = [f"{r.title} {r.release}" for r in explanation.engines if not r.judged]
     if explanation.ok:
         if not listed:
             out.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
             return
-        loading = ", ".join(r.title for r in explanation.engines if r.loads) or "none"
+        loading = ", ".join(f"{r.title} {r.release}" for r in explanation.engines if r.loads) or "none"
         out.print(
             f"[green]ok[/] for the engines that load it ({escape(loading)}): each applies exactly what this "
             f"checkpoint stores; {escape(', '.join(listed))} cannot load it (listed only: name an engine with "

@@ -36,7 +36,7 @@ def test_readme_command_a_shows_vllm_and_sglang_as_its_words_say(tmp_path: Path)
     assert shown is not None and shlex.split(steps[-1])[1] == "explain"
     for title in ("vLLM 0.32.0", "SGLang 0.5.23"):  # each engine's table, as the README promises
         assert f"{title}\n" in shown.stdout, shown.stdout
-    assert "TensorRT-LLM does not load this checkpoint" in shown.stdout
+    assert "TensorRT-LLM 1.2.x does not load this checkpoint" in shown.stdout
 
 
 # -- a documented fast subset, selected by the markers pyproject.toml registers ----------------------------

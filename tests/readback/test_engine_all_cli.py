@@ -56,7 +56,7 @@ def test_engine_all_lists_every_engine_and_judges_those_that_load_it(converted: 
     every = as_user("explain", converted, "--engine", "all", env={"COLUMNS": "200"})
     assert every.exit_code == 0, every.stdout + every.stderr
     verdict = every.stdout.strip().splitlines()[-1]
-    assert "TensorRT-LLM, TensorRT-LLM main cannot load it" in verdict and "--engine" in verdict
+    assert "TensorRT-LLM 1.2.x, TensorRT-LLM main (2026) cannot load it" in verdict and "--engine" in verdict
     assert "each engine above applies" not in every.stdout
     data = json.loads(as_user("explain", converted, "--engine", "all", "--json").stdout)
     judged = {e["engine"]: (e["loads"], e["judged"]) for e in data["engines"]}
