@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError
-from eaglequant.formats.base import Format
+from eaglequant.formats.base import HeadStorage
 from eaglequant.layouts.head import HeadDescription, HeadLinear
-from eaglequant.schemes.assignment import SchemeAssignment
 
 
 @dataclass(frozen=True)
@@ -19,10 +18,9 @@ class OutputTensor:
     quantized_from: str | None = None  # canonical module when quantized
 
 
-def planned_outputs(
-    head: HeadDescription, fmt: Format, schemes: SchemeAssignment, quantized: list[HeadLinear]
-) -> list[OutputTensor]:
-    """Refuses a source whose tensor names collide with the names the quantized output needs."""
+def planned_outputs(head: HeadDescription, storage: HeadStorage, quantized: list[HeadLinear]) -> list[OutputTensor]:
+    """Every tensor of ``head`` copied, but the ``quantized`` linears' weights, written as ``storage`` says. Refuses a
+    source whose tensor names collide with the names the quantized output needs."""
     outputs: list[OutputTensor] = []
     by_weight = {lin.weight: lin for lin in quantized}
     for tensor in head.tensors:
@@ -31,7 +29,7 @@ def planned_outputs(
             info = tensor.info
             outputs.append(OutputTensor(TensorSpec(tensor.name, info.dtype, info.shape), tensor.name))
             continue
-        for spec in fmt.tensor_specs(linear, schemes.of(linear.module)):
+        for spec in storage.specs[linear.module]:
             outputs.append(OutputTensor(spec, tensor.name, linear.module))
     names = [o.spec.name for o in outputs]
     clash = next((n for n in names if names.count(n) > 1), None)

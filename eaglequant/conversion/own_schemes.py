@@ -4,6 +4,7 @@ kinds into one checkpoint.
 Only some formats store per-module kinds (ModelOpt's MIXED_PRECISION) and only some engines read them
 (``Engine.mixed_formats``); each engine must load every scheme used in that format, and the format's per-module
 entries name the engines' runtime modules exactly, layer index included, so the target's layer count must be known.
+The format's and the engines' parts of the plan have decided each of these; this module refuses, in that order.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Mapping
 from eaglequant.common.errors import InputError, suggested, words
 from eaglequant.engines.base import TARGET_LAYERS_HINT
 from eaglequant.engines.planning import EnginePlan
-from eaglequant.engines.support import mixed_refusal
 from eaglequant.formats import FORMATS, Format
+from eaglequant.formats.base import HeadStorage
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme
@@ -34,11 +35,12 @@ def own_rules(head: HeadDescription, own: Mapping[str, Scheme]) -> list[str]:
     return [present[module].checkpoint_module for module in own]
 
 
-def check_own_schemes(head: HeadDescription, fmt: Format, assignment: SchemeAssignment, decided: EnginePlan) -> None:
-    """Refuse what cannot be written or served as asked: a shape the module's own scheme cannot store, a format or
-    engine that does not hold per-module kinds, a scheme an engine does not load, an unknown target layer count."""
+def check_own_schemes(fmt: Format, assignment: SchemeAssignment, storage: HeadStorage, decided: EnginePlan) -> None:
+    """Refuse what cannot be written or served as asked: a shape the module's own scheme cannot store (``storage``:
+    how ``fmt`` stores each linear), a format or engine that does not hold per-module kinds, a scheme an engine does
+    not load, an unknown target layer count (``decided``: the engines' part of the plan)."""
     for module, scheme in assignment.own.items():
-        problem = fmt.shape_problem(head.linear(module), scheme)
+        problem = storage.problems.get(module)
         if problem is not None:
             raise InputError(words(suggested("scheme_for", f"{module}={scheme.name}"), f": {problem}"))
     if not assignment.mixed:
@@ -49,14 +51,11 @@ def check_own_schemes(head: HeadDescription, fmt: Format, assignment: SchemeAssi
             f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
             hint=f"formats that can: {able}" if able else "give fc and lm_head the decoder's scheme",
         )
-    kinds = [scheme.kinds for scheme in assignment.schemes]
-    for engine in decided.engines:
-        refusal = mixed_refusal(engine, fmt.name, kinds, head.attention)
-        if refusal is not None:
-            raise InputError(
-                f"{refusal} ({assignment.describe()})",
-                hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
-            )
+    if decided.mixed_refusals:
+        raise InputError(
+            f"{decided.mixed_refusals[0]} ({assignment.describe()})",
+            hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
+        )
     if decided.target.count is None:
         raise InputError(
             f"{fmt.title}'s per-module entries name each module as the engine does, after the target's layers, so "

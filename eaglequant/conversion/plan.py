@@ -192,12 +192,11 @@ def build_plan(
     request = requested_exclusions(head, exclude, quantize, own_rules(head, own))
     fmt = get_format(format_name)
     assignment = SchemeAssignment(scheme, own)
-    for used in assignment.schemes:
-        fmt.check_stores(used, FORMATS.values())
+    storage = fmt.storage(head, assignment, FORMATS.values())
     decided = plan_engines(
-        head, fmt, scheme, engines, request, target_layers=target_layers, target_config=target_config
+        head, fmt, assignment, engines, request, storage, target_layers=target_layers, target_config=target_config
     )
-    check_own_schemes(head, fmt, assignment, decided)
+    check_own_schemes(fmt, assignment, storage, decided)
     quantized = [lin for lin in head.linears if lin.module not in decided.excluded]
     quantized_weights = {lin.weight for lin in quantized}
     kept = {
@@ -218,7 +217,7 @@ def build_plan(
         decided.target,
         quantized,
         kept,
-        planned_outputs(head, fmt, assignment, quantized),
+        planned_outputs(head, storage, quantized),
         decided.patterns,
         decided.verdicts,
         amax,

@@ -8,7 +8,7 @@ the proof is run for several layer counts, so the rules hold whatever the target
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from eaglequant.common.errors import ExclusionProofError, InputError, Param, Words, given, suggested, words
@@ -53,16 +53,26 @@ class ExclusionPlan:
 
 
 def plan_exclusions(
-    head: HeadDescription, views: list[EngineView], fmt: Format, scheme: Scheme, request: KeepRequest
+    head: HeadDescription,
+    views: list[EngineView],
+    fmt: Format,
+    scheme: Scheme,
+    request: KeepRequest,
+    unstorable: Mapping[str, str],
+    loading_formats: Sequence[str] = (),
 ) -> ExclusionPlan:
     """The one decision of which linears stay in the source dtype, and why: what a targeted engine cannot run
     quantized, then the defaults and the user's rules, then what the format cannot store (with the rest of its
     fused group); then the rules that say it in each engine's dialect, proven for every engine. Refuses a plan
-    that would quantize nothing."""
-    excluded = merged_exclusions(head, request, engine_requirements(views), _format_hint(views, scheme, request))
+    that would quantize nothing. ``unstorable``: canonical linear -> why ``fmt`` cannot store it quantized;
+    ``loading_formats``: the formats in which every targeted engine loads ``scheme``,
+    offered when a ``quantize`` rule asks for a linear an engine keeps unquantized in ``fmt``."""
+    required = engine_requirements(views)
+    hint = _format_hint(views, request, required, loading_formats)
+    excluded = merged_exclusions(head, request, required, hint)
     check_fused_groups(head, set(excluded))
     chosen = set(excluded)
-    notes = _exclude_unstorable(head, fmt, scheme, excluded, views)
+    notes = _exclude_unstorable(head, unstorable, excluded, views)
     if all(lin.module in excluded for lin in head.linears):
         if any(lin.module not in chosen for lin in head.linears):
             raise InputError(
@@ -113,27 +123,26 @@ def merged_exclusions(
     return excluded
 
 
-def _format_hint(views: list[EngineView], scheme: Scheme, request: KeepRequest) -> dict[str, Words]:
-    """For each linear a ``quantize`` rule asks for that a targeted engine keeps unquantized in this format: the
-    formats storing the scheme in which every targeted engine loads it and runs that linear quantized."""
-    from eaglequant.engines.support import support
-    from eaglequant.formats import FORMATS
-
-    required = engine_requirements(views)
+def _format_hint(
+    views: list[EngineView],
+    request: KeepRequest,
+    required: Mapping[str, str],
+    loading_formats: Sequence[str],
+) -> dict[str, Words]:
+    """For each linear a ``quantize`` rule asks for that a targeted engine keeps unquantized in this format
+    (``required``): the formats, among ``loading_formats`` (those in which every targeted engine loads the scheme),
+    in which every targeted engine runs that linear quantized."""
     hints = {}
     for module in request.quantized:
         if module not in required:
             continue
         able: list[str | Param] = []
-        for fmt in FORMATS.values():
-            if not fmt.supports(scheme) or fmt.name == views[0].format_name:
+        for name in loading_formats:
+            if name == views[0].format_name:
                 continue
-            cells = [support(scheme.kinds, fmt.name, view.engine, view.head.attention) for view in views]
-            if not all(cell is not None and cell.loads for cell in cells):
-                continue
-            others = [EngineView.of(v.engine, v.head, fmt.name, v.kinds, v.target_layers) for v in views]
+            others = [EngineView.of(v.engine, v.head, name, v.kinds, v.target_layers) for v in views]
             if module not in engine_requirements(others):
-                able += [" or "] * bool(able) + [suggested("format", fmt.name)]
+                able += [" or "] * bool(able) + [suggested("format", name)]
         engines = ", ".join(view.engine.title for view in views)
         said = f"no format lets {engines} run it quantized with this scheme: "
         hints[module] = words(*able, f" runs it quantized in {engines}; or ") if able else words(said)
@@ -152,18 +161,17 @@ def engine_requirements(views: list[EngineView]) -> dict[str, str]:
 
 
 def _exclude_unstorable(
-    head: HeadDescription, fmt: Format, scheme: Scheme, excluded: dict[str, str], views: list[EngineView]
+    head: HeadDescription, unstorable: Mapping[str, str], excluded: dict[str, str], views: list[EngineView]
 ) -> list[str]:
-    """Keep in the source dtype every linear the format cannot store (and the rest of its fused group); one note
-    for each, said in the checkpoint's names with the engines' name for a fused module beside them."""
+    """Keep in the source dtype every linear the format cannot store (``unstorable``: module -> why) and the rest
+    of its fused group; one note for each, said in the checkpoint's names with the engines' name for a fused module
+    beside them."""
     notes = []
     for linear in head.linears:
-        if linear.module in excluded:
+        problem = unstorable.get(linear.module)
+        if linear.module in excluded or problem is None:
             continue
         group = head.group_of(linear.module)
-        problem = fmt.shape_problem(linear, scheme, group is not None and group.members[-1] != linear.module)
-        if problem is None:
-            continue
         members = group.members if group else (linear.module,)
         for member in members:
             excluded.setdefault(

@@ -11,12 +11,12 @@ from pathlib import Path
 from eaglequant.common.errors import InputError
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict, plan_exclusions
-from eaglequant.engines.support import check_engines
+from eaglequant.engines.support import engine_support
 from eaglequant.engines.target import TargetLayers, resolve_target_layers
 from eaglequant.engines.view import EngineView
-from eaglequant.formats.base import Format
+from eaglequant.formats.base import Format, HeadStorage
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.schemes.model import Scheme, builtin_names_by_kinds
+from eaglequant.schemes.assignment import SchemeAssignment
 
 
 @dataclass(frozen=True)
@@ -27,28 +27,34 @@ class EnginePlan:
     patterns: list[str]  # the exclusion rules written into config.json
     verdicts: list[ModuleVerdict]
     notes: list[str]  # the conditions under which the engines load it, the linears the format cannot store
+    mixed_refusals: list[str]  # why an engine cannot load linears of different kinds from one checkpoint
 
 
 def plan_engines(
     head: HeadDescription,
     fmt: Format,
-    scheme: Scheme,
+    assignment: SchemeAssignment,
     engine_names: Sequence[str],
     request: KeepRequest,
+    storage: HeadStorage,
     *,
     target_layers: int | None = None,
     target_config: str | Path | None = None,
 ) -> EnginePlan:
-    """Refuse what a targeted engine cannot load (the head, or the scheme in ``fmt``), then decide and prove the
-    exclusions for every engine. ``request``: what the user's rules and the defaults ask to keep and quantize."""
+    """Refuse what a targeted engine cannot load (the head, or the schemes in ``fmt``), then decide and prove the
+    exclusions for every engine. ``request``: what the user's rules and the defaults ask to keep and quantize;
+    ``storage``: how ``fmt`` stores each linear, or why it cannot."""
     engines = [get_engine(name) for name in dict.fromkeys(engine_names)]
     for engine in engines:
         refusal = engine.head_refusal(head)
         if refusal is not None:
             raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
-    names = [engine.name for engine in engines]
-    notes = check_engines(scheme.kinds, scheme.name, fmt.name, names, head.attention, builtin_names_by_kinds())
+    supported = engine_support(engines, fmt.name, assignment, head.attention)
     target = resolve_target_layers(target_layers, target_config, head.config)
+    scheme = assignment.main
     views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count) for engine in engines]
-    decided = plan_exclusions(head, views, fmt, scheme, request)
-    return EnginePlan(engines, target, decided.excluded, decided.patterns, decided.verdicts, notes + decided.notes)
+    decided = plan_exclusions(head, views, fmt, scheme, request, storage.problems, supported.loading_formats)
+    notes = supported.notes + decided.notes
+    return EnginePlan(
+        engines, target, decided.excluded, decided.patterns, decided.verdicts, notes, supported.mixed_refusals
+    )

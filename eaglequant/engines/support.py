@@ -10,6 +10,8 @@ says no must fail there. The others (TensorRT-LLM) are *read* from source.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
 from eaglequant.engines import ENGINES, Engine, get_engine
 from eaglequant.engines.cells import (
@@ -27,6 +29,8 @@ from eaglequant.engines.cells import (
 )
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import kinds_title
+from eaglequant.schemes.assignment import SchemeAssignment
+from eaglequant.schemes.model import builtin_names_by_kinds
 
 ENGINE_NAMES = tuple(ENGINES)
 ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
@@ -84,6 +88,30 @@ def mixed_refusal(engine: Engine, format_name: str, kinds: list[Kinds], attentio
         if cell is None or not cell.loads:
             return f"{engine.title} {engine.release} does not load {kinds_title(each)} in {title}"
     return None
+
+
+@dataclass(frozen=True)
+class EngineSupport:
+    """What the targeted engines say of a conversion's schemes in its format, decided once for the plan."""
+
+    notes: list[str]  # the conditions under which they load the main scheme (shown as warnings)
+    loading_formats: tuple[str, ...]  # every format in which each targeted engine loads the main scheme
+    mixed_refusals: list[str]  # why an engine cannot load the linears' different kinds from one checkpoint
+
+
+def engine_support(
+    engines: list[Engine], format_name: str, assignment: SchemeAssignment, attention: str
+) -> EngineSupport:
+    """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``format_name``
+    checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
+    (refused later, after what the format cannot store: :mod:`eaglequant.conversion.own_schemes`)."""
+    main = assignment.main
+    names = [engine.name for engine in engines]
+    notes = check_engines(main.kinds, main.name, format_name, names, attention, builtin_names_by_kinds())
+    loading = tuple(name for name in FORMAT_NAMES if _loads_everywhere(main.kinds, name, names, attention))
+    kinds = [scheme.kinds for scheme in assignment.schemes]
+    refusals = [mixed_refusal(engine, format_name, kinds, attention) for engine in engines] if assignment.mixed else []
+    return EngineSupport(notes, loading, [refusal for refusal in refusals if refusal is not None])
 
 
 def _loads_everywhere(kinds: Kinds, fmt: str, engines: list[str], attention: str) -> bool:

@@ -11,7 +11,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
 from eaglequant.formats.stored_tensors import Placement, StoredTensor
 from eaglequant.kinds import Kinds, WeightKind, kinds_title
-from eaglequant.layouts.head import HeadLinear
+from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
 
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     import torch
 
     from eaglequant.kinds.base import StoredLinear
+    from eaglequant.schemes.assignment import SchemeAssignment
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class WrittenConfig:
     def kinds_of(self, module: str) -> Kinds:
         """The kinds the canonical ``module`` is stored in."""
         return self.own_kinds.get(module, self.kinds)
+
+
+@dataclass(frozen=True)
+class HeadStorage:
+    """How a format stores each linear of a head, decided once before the engines' part of a plan: the tensors a
+    linear is written as when quantized, or why the format cannot store it quantized."""
+
+    specs: dict[str, list[TensorSpec]]  # canonical linear -> the tensors it is written as, quantized
+    problems: dict[str, str]  # canonical linear -> why this format cannot store it quantized
 
 
 @dataclass
@@ -199,6 +209,26 @@ class Format(ABC):
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
         return self.recipe(scheme).tensor_specs(linear, scheme)
+
+    def storage(
+        self, head: HeadDescription, assignment: SchemeAssignment, others: Iterable[Format] = ()
+    ) -> HeadStorage:
+        """Refuse a scheme of ``assignment`` this format cannot store (naming those of ``others`` that can); then
+        each linear of ``head`` in its own scheme: its tensors, or why it cannot be stored quantized."""
+        candidates = list(others)
+        for scheme in assignment.schemes:
+            self.check_stores(scheme, candidates)
+        specs: dict[str, list[TensorSpec]] = {}
+        problems: dict[str, str] = {}
+        for linear in head.linears:
+            scheme = assignment.of(linear.module)
+            group = head.group_of(linear.module)
+            problem = self.shape_problem(linear, scheme, group is not None and group.members[-1] != linear.module)
+            if problem is None:
+                specs[linear.module] = self.tensor_specs(linear, scheme)
+            else:
+                problems[linear.module] = problem
+        return HeadStorage(specs, problems)
 
     def placements(self, linear: HeadLinear, scheme: Scheme) -> dict[str, Placement]:
         """Each of :meth:`tensor_specs`' names -> what its first dimension runs over, as its recipe declares it."""
