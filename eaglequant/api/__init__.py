@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.api.manifest_options import manifest_options
 from eaglequant.api.written import open_written
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
@@ -156,7 +157,7 @@ def convert(
             device=chosen.device,
         )
         progress.phase("hashing the source")  # what the background hashing has not read yet
-        manifest = conversion_manifest(source, chosen.manifest(plan.target), digests.result())
+        manifest = conversion_manifest(source, manifest_options(chosen, plan.target), digests.result())
         draft = chosen.repo_id or str(dst_path.resolve())
         card = card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft)
         result = ConversionResult.of(dst_path, plan, written, checkpoint, manifest, card)
@@ -183,10 +184,10 @@ def manifest_key(src: str | Path, options: ConversionOptions | None = None, **se
         # the target's layer count resolved from the Hub's config.json as build_plan resolves it
         files, config = remote_source_digests(str(src))
         target = resolve_target_layers(chosen.target_layers, chosen.target_config, config)
-        return manifest_key_of(files, chosen.manifest(target))
+        return manifest_key_of(files, manifest_options(chosen, target))
     source = resolve_source(src)
     with _planned(source, chosen) as (_, plan):
-        recorded = chosen.manifest(plan.target)
+        recorded = manifest_options(chosen, plan.target)
     return conversion_manifest(source, recorded).key
 
 

@@ -19,7 +19,6 @@ from eaglequant.common.errors import EagleQuantError, InputError, Param, given, 
 from eaglequant.layouts.rules import compiled_rule
 
 if TYPE_CHECKING:
-    from eaglequant.engines.target import TargetLayers
     from eaglequant.schemes.model import Scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
@@ -258,32 +257,6 @@ class ConversionOptions:
         if options is None:
             return cls(**settings)
         return replace(options, **settings) if settings else options
-
-    def manifest(self, target: TargetLayers) -> dict[str, Any]:
-        """Everything besides the source that decides the bytes of the output; ``target``: the target as the plan
-        resolved it (its layer count from ``target_layers``, or read from ``target_config`` or the head)."""
-        from eaglequant.checkpoint.hashing import file_sha256
-
-        matched = {"target_context": target.context} if self.match_target_context else {}
-        own = {
-            module: {"scheme": scheme.name, "scheme_sha256": file_sha256(Path(scheme.source))}
-            for module, scheme in sorted(self.own_schemes.items())
-        }
-        return {
-            "scheme": self.resolved_scheme.name,
-            "scheme_sha256": file_sha256(Path(self.resolved_scheme.source)),
-            **({"scheme_for": own} if own else {}),
-            "format": self.format,
-            "engines": sorted(self.engines),
-            "exclude": list(self.exclude),
-            "quantize": list(self.quantize),
-            "target_layers": target.count,
-            **matched,
-            "max_shard_bytes": self.max_shard_bytes,
-            "calib_sha256": None if self.calib is None else file_sha256(self.calib),
-            "verify": self.verify_output,
-            "repo_id": self.repo_id,
-        }
 
 
 OPTION_NAMES = tuple(f.name for f in fields(ConversionOptions) if f.init)

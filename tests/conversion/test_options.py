@@ -17,7 +17,6 @@ from eaglequant.conversion.options import (
     OPTION_NAMES,
     ConversionOptions,
 )
-from eaglequant.engines.target import TargetLayers
 from tests.conftest import FIXTURES, run_cli
 
 
@@ -72,32 +71,6 @@ def test_calibration_data_for_a_scheme_without_a_calibrated_scale_is_refused(tmp
     assert ConversionOptions(scheme="nvfp4", calib=calib).calib == calib
     with pytest.raises(InputError, match="scheme 'fp8-per-channel' has no calibrated activation scale"):
         ConversionOptions(calib=calib)
-
-
-def test_the_manifest_records_what_decides_the_bytes_not_how_fast() -> None:
-    options = ConversionOptions(engines=["sglang", "vllm"], exclude=["midlayer.mlp.*"], max_shard_size="1GB")
-    target = TargetLayers(61, "--target-layers", context=262144)
-    recorded = options.manifest(target)
-    assert set(recorded) == {
-        "scheme",
-        "scheme_sha256",
-        "format",
-        "engines",
-        "exclude",
-        "quantize",
-        "target_layers",
-        "max_shard_bytes",
-        "calib_sha256",
-        "verify",
-        "repo_id",
-    }
-    assert recorded["engines"] == ["sglang", "vllm"] and recorded["target_layers"] == 61
-    assert recorded["max_shard_bytes"] == 10**9 and recorded["exclude"] == ["midlayer.mlp.*"]
-    faster = ConversionOptions.build(options, workers=4, device="cuda")  # the device is not asked for here
-    assert faster.manifest(target) == recorded
-    assert ConversionOptions.build(options, verify_output=True).manifest(target) != recorded
-    matched = ConversionOptions.build(options, match_target_context=True).manifest(target)
-    assert matched == {**recorded, "target_context": 262144}  # the length written into the draft's config
 
 
 def test_every_option_is_a_convert_flag() -> None:

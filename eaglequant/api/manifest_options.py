@@ -1,0 +1,38 @@
+"""The options a conversion records in its manifest: everything besides the source that decides the bytes of the
+output (not how fast it was made), with the target as the plan resolved it. The API joins them here, once the plan
+holds, so the options are read once and the plan's results are not sent back to them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.hashing import file_sha256
+from eaglequant.conversion.options import ConversionOptions
+from eaglequant.engines.target import TargetLayers
+
+
+def manifest_options(options: ConversionOptions, target: TargetLayers) -> dict[str, Any]:
+    """``options`` as the manifest records them; ``target``: the target as the plan resolved it (its layer count
+    from ``target_layers``, or read from ``target_config`` or the head)."""
+    scheme = options.resolved_scheme
+    matched = {"target_context": target.context} if options.match_target_context else {}
+    own = {
+        module: {"scheme": own.name, "scheme_sha256": file_sha256(Path(own.source))}
+        for module, own in sorted(options.own_schemes.items())
+    }
+    return {
+        "scheme": scheme.name,
+        "scheme_sha256": file_sha256(Path(scheme.source)),
+        **({"scheme_for": own} if own else {}),
+        "format": options.format,
+        "engines": sorted(options.engines),
+        "exclude": list(options.exclude),
+        "quantize": list(options.quantize),
+        "target_layers": target.count,
+        **matched,
+        "max_shard_bytes": options.max_shard_bytes,
+        "calib_sha256": None if options.calib is None else file_sha256(options.calib),
+        "verify": options.verify_output,
+        "repo_id": options.repo_id,
+    }
