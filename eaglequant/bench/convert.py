@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.bench.heads import FULL_SIZE_HEADS, cached_head
+from eaglequant.common.json_fields import record_json
 
 # Our scheme -> (vendor, the vendor's nearest scheme). Quark's names are its LLMTemplate schemes;
 # llm-compressor's are its preset schemes.
@@ -117,12 +118,7 @@ class ConvertBench:
     runs: tuple[Run, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "machine": self.machine.to_json(),
-            "workers": self.workers,
-            "device": self.device,
-            "runs": [_figures(r) for r in self.runs],
-        }
+        return record_json(self, runs=[_figures(r) for r in self.runs])
 
 
 def bench_convert(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from eaglequant.common.json_fields import record_json
 from eaglequant.kernels import StoredLinear, fused_linear
 from eaglequant.kinds import Kinds
 
@@ -97,11 +98,9 @@ class KernelBench:
     timings: tuple[Timing, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "copy_gbps": self.copy_gbps,
-            "rows": [timing.to_json(self.copy_gbps) for timing in self.timings],
-        }
+        return record_json(
+            self, {"timings": "rows"}, timings=[timing.to_json(self.copy_gbps) for timing in self.timings]
+        )
 
 
 def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:

@@ -55,16 +55,7 @@ class ModuleReading:
     problems: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "runtime_module": self.runtime_name,
-            "members": list(self.members),
-            "rule": self.rule,
-            "scheme": self.scheme,
-            "unquantized_because": self.unquantized_because,
-            "engine_reason": self.engine_reason,
-            "expects": [t.to_json() for t in self.expects],
-            "problems": list(self.problems),
-        }
+        return record_json(self, {"runtime_name": "runtime_module"})
 
 
 @dataclass(frozen=True)

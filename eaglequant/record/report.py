@@ -57,7 +57,7 @@ class DtypeTotal:
     nbytes: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "bytes": self.nbytes}
+        return record_json(self, {"nbytes": "bytes"})
 
 
 @dataclass(frozen=True)

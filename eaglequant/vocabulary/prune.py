@@ -27,6 +27,7 @@ from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.json_fields import record_json
 from eaglequant.conversion.finisher import write_index
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
@@ -220,18 +221,13 @@ class PruneResult:
     prediction: Any = None  # an acceptance.predict.Prediction with captured inputs
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "destination": str(self.destination),
-            "source": str(self.source),
-            "source_draft_vocab_size": self.source_size,
-            "draft_vocab_size": self.size,
-            "counts_from": self.counts_from,
-            "special_tokens_kept": list(self.special),
-            "coverage": round(self.coverage, 6),
-            "source_coverage": round(self.source_coverage, 6),
-            "lm_head_bytes": {"source": self.lm_head_bytes[0], "pruned": self.lm_head_bytes[1]},
-            "prediction": None if self.prediction is None else self.prediction.to_json(),
-        }
+        return record_json(
+            self,
+            {"source_size": "source_draft_vocab_size", "size": "draft_vocab_size", "special": "special_tokens_kept"},
+            coverage=round(self.coverage, 6),
+            source_coverage=round(self.source_coverage, 6),
+            lm_head_bytes={"source": self.lm_head_bytes[0], "pruned": self.lm_head_bytes[1]},
+        )
 
 
 def pruned_description(head: HeadDescription, size: int) -> HeadDescription:

@@ -89,3 +89,6 @@ def test_a_record_is_its_fields_in_order_as_json() -> None:
     assert record_json(record, prompts=2) == {
         "path": "/a/b", "shape": [2, 3], "inner": {"value": 1}, "by_name": {"x": {"value": 2}}, "prompts": 2
     }  # fmt: skip
+    renamed = record_json(record, {"shape": "dims", "prompts": "prompt_count"}, prompts=2)
+    assert list(renamed) == ["path", "dims", "inner", "by_name", "prompt_count"]  # each key where its field stands
+    assert renamed["dims"] == [2, 3] and renamed["prompt_count"] == 2
