@@ -109,7 +109,8 @@ class ConversionOptions:
     lines name; ``workers``: threads that copy and quantize (default: one per core, at most 4); ``device``: where the
     quantization math runs (``cpu``, ``cuda``, ``cuda:N``).
 
-    The last two change how fast, never what is written: they are not part of :meth:`manifest`.
+    The last two change how fast, never what is written: they are not part of the manifest
+    (:func:`eaglequant.api.manifest_options.manifest_options`).
     Values are normalised on construction (names to the registries' spelling, lists to tuples, sizes to bytes).
     """
 
