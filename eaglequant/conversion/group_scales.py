@@ -71,7 +71,7 @@ class _PendingGroup:
         if self.handed_out:
             return
         self.handed_out = True
-        if not self.owner.plan.scheme_of(self.members[0]).weight.global_scale:  # a fused group shares its scheme
+        if not self.owner.plan.scheme_of(self.members[0]).weight.kind.global_scale:  # a fused group shares its scheme
             self._finish()
             return
         work = []

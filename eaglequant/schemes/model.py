@@ -30,32 +30,12 @@ _ACTIVATION_KEYS = _WEIGHT_KEYS | {"dynamic", "if_uncalibrated"}
 
 @dataclass(frozen=True)
 class TensorQuant:
-    """A scheme's weights or activations: the registered kind they are stored (or quantized at run time) in, whose
-    attributes it reads through, and for activations whether their scales are computed at run time."""
+    """A scheme's weights or activations: the registered kind they are stored (or quantized at run time) in, which
+    says their dtype, granularity, blocks and scales, and for activations whether their scales are computed at run
+    time."""
 
     kind: TensorKind
     dynamic: bool = True  # activations only: scales computed at run time
-
-    @property
-    def dtype(self) -> str:
-        return self.kind.dtype
-
-    @property
-    def granularity(self) -> str:
-        return self.kind.granularity
-
-    @property
-    def block_size(self) -> BlockSize:
-        return self.kind.block_size
-
-    @property
-    def scale_dtype(self) -> str:
-        return self.kind.scale_dtype
-
-    @property
-    def global_scale(self) -> bool:
-        """A float32 per-tensor scale above the block scales."""
-        return self.kind.global_scale
 
 
 @dataclass(frozen=True)
@@ -109,7 +89,7 @@ class Scheme:
 
     @property
     def needs_calibration(self) -> bool:
-        return self.activation is not None and self.activation.global_scale
+        return self.activation is not None and self.activation.kind.global_scale
 
     def without_calibration(self) -> Scheme:
         """The scheme actually written when no calibration data is given."""
@@ -297,15 +277,15 @@ def scheme_to_toml(scheme: Scheme) -> str:
         tables.append(("activation", scheme.activation))
     for title, quant in tables:
         lines += ["", f"[{title}]"]
-        lines.append(f"dtype = {_toml_value(quant.dtype)}")
-        lines.append(f"granularity = {_toml_value(quant.granularity)}")
-        if quant.block_size is not None:
-            lines.append(f"block_size = {_toml_value(quant.block_size)}")
-        lines.append(f"scale_dtype = {_toml_value(quant.scale_dtype)}")
-        lines.append(f"global_scale = {_toml_value(quant.global_scale)}")
+        lines.append(f"dtype = {_toml_value(quant.kind.dtype)}")
+        lines.append(f"granularity = {_toml_value(quant.kind.granularity)}")
+        if quant.kind.block_size is not None:
+            lines.append(f"block_size = {_toml_value(quant.kind.block_size)}")
+        lines.append(f"scale_dtype = {_toml_value(quant.kind.scale_dtype)}")
+        lines.append(f"global_scale = {_toml_value(quant.kind.global_scale)}")
         if title == "activation":
             lines.append(f"dynamic = {_toml_value(quant.dynamic)}")
-            if quant.global_scale:
+            if quant.kind.global_scale:
                 lines.append(f"if_uncalibrated = {_toml_value(scheme.if_uncalibrated)}")
     lines += ["", "[verify]"]
     lines += [f"{key} = {value!r}" for key, value in scheme.verify.__dict__.items()]
