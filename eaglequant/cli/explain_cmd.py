@@ -67,16 +67,16 @@ def render(explanation: Explanation, destination: str) -> None:
             _render_engine(reading)
         else:
             out.print(
-                f"[dim]{reading.title} {reading.release} does not load this checkpoint: {escape(reading.note)}[/]",
+                f"[dim]{reading.titled} does not load this checkpoint: {escape(reading.note)}[/]",
                 soft_wrap=True,
             )
     show_round_costs([r.round_cost for r in explanation.engines if r.round_cost is not None])
-    listed = [f"{r.title} {r.release}" for r in explanation.engines if not r.judged]
+    listed = [r.titled for r in explanation.engines if not r.judged]
     if explanation.ok:
         if not listed:
             out.print("[green]ok[/]: each engine above applies exactly what this checkpoint stores", markup=True)
             return
-        loading = ", ".join(f"{r.title} {r.release}" for r in explanation.engines if r.loads) or "none"
+        loading = ", ".join(r.titled for r in explanation.engines if r.loads) or "none"
         out.print(
             f"[green]ok[/] for the engines that load it ({escape(loading)}): each applies exactly what this "
             f"checkpoint stores; {escape(', '.join(listed))} cannot load it (listed only: name an engine with "
@@ -90,7 +90,7 @@ def render(explanation: Explanation, destination: str) -> None:
 
 
 def _render_engine(reading: EngineReading) -> None:
-    table = Table(title=f"{reading.title} {reading.release}", title_justify="left")
+    table = Table(title=reading.titled, title_justify="left")
     name_column(table, "runtime module")
     table.add_column("rule", overflow="fold")
     table.add_column("scheme")

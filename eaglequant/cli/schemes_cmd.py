@@ -113,9 +113,9 @@ def render(rows: list[SchemeRow]) -> None:
 
 def _release(name: str) -> str:
     from eaglequant.engines import ENGINES
+    from eaglequant.engines.base import release_label
 
-    engine = ENGINES[name]
-    return name if name.endswith(f"=={engine.release}") else f"{name} {engine.release}"
+    return release_label(name, ENGINES[name].release)
 
 
 def _render_list(rows: list[SchemeRow], engines: tuple[str, ...]) -> None:

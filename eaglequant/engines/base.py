@@ -17,6 +17,11 @@ if TYPE_CHECKING:
     from eaglequant.engines.target import TargetLayers
 
 
+def release_label(name: str, release: str) -> str:
+    """An engine's registered name with its release: ``vllm 0.32.0``, or ``vllm==0.33.0`` where the name says it."""
+    return name if name.endswith(f"=={release}") else f"{name} {release}"
+
+
 @dataclass(frozen=True)
 class RuntimeModule:
     """One module the engine builds for the draft.
@@ -119,6 +124,11 @@ class Engine(ABC):
     release: ClassVar[str]  # the engine release this model describes; its rules cite that release's files
     hub_library: ClassVar[str]  # the Hub's library_name for a checkpoint this engine loads (the card's tag)
     cells: ClassVar[Cells]  # what this release loads: its column of the support matrix (engines/support.py)
+
+    @property
+    def titled(self) -> str:
+        """The engine with its release, as messages, tables and the card name it: ``vLLM 0.32.0``."""
+        return f"{self.title} {self.release}"
 
     def runtime_modules(self, head: HeadDescription, target_layers: int) -> list[RuntimeModule]:
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,

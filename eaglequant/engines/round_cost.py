@@ -92,7 +92,9 @@ class RoundCost:
     @property
     def engine_release(self) -> str:
         """``vllm 0.32.0``, or ``vllm==0.33.0`` where the engine's name already says its release."""
-        return self.engine if self.engine.endswith(f"=={self.release}") else f"{self.engine} {self.release}"
+        from eaglequant.engines.base import release_label
+
+        return release_label(self.engine, self.release)
 
     @property
     def source_bytes_per_round(self) -> int:

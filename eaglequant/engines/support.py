@@ -82,11 +82,11 @@ def mixed_refusal(engine: Engine, format_name: str, kinds: list[Kinds], attentio
     (None: it reads per-module kinds in that format and loads each of them)."""
     title = FORMATS[format_name].title
     if format_name not in engine.mixed_formats:
-        return f"{engine.title} {engine.release} does not read per-module kinds from a {title} config"
+        return f"{engine.titled} does not read per-module kinds from a {title} config"
     for each in kinds:
         cell = support(each, format_name, engine, attention)
         if cell is None or not cell.loads:
-            return f"{engine.title} {engine.release} does not load {kinds_title(each)} in {title}"
+            return f"{engine.titled} does not load {kinds_title(each)} in {title}"
     return None
 
 
@@ -190,9 +190,7 @@ def _cell_text(cell: Support, engine: str) -> str:
 
 def render_markdown() -> str:
     """The matrix as a Markdown table (rows: scheme × format; columns: engines)."""
-    header = (
-        "| scheme | format | " + " | ".join(f"{ENGINE_TITLES[e]} {ENGINES[e].release}" for e in ENGINE_NAMES) + " |"
-    )
+    header = "| scheme | format | " + " | ".join(ENGINES[e].titled for e in ENGINE_NAMES) + " |"
     lines = [header, "|" + "---|" * (2 + len(ENGINE_NAMES))]
     for kinds, title in SCHEME_KINDS.items():
         for fmt in FORMAT_NAMES:

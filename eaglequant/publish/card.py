@@ -137,7 +137,7 @@ def _scheme_name(scheme_toml: str) -> str:
 
 
 def _engine_releases(report: ConversionReport) -> str:
-    return ", ".join(f"{ENGINES[e].title} {ENGINES[e].release}" for e in report.engines)
+    return ", ".join(ENGINES[e].titled for e in report.engines)
 
 
 def _quantization_table(report: ConversionReport) -> str:
@@ -285,10 +285,10 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
             continue
         verdict = support(kinds, report.format, name, report.attention)
         if verdict is not None and not verdict.loads:
-            lines += [f"{engine.title} {engine.release}: does not load this checkpoint ({verdict.note}).", ""]
+            lines += [f"{engine.titled}: does not load this checkpoint ({verdict.note}).", ""]
         else:
             lines += [
-                f"{engine.title} {engine.release}: not checked for this engine; convert with `--engine {name}` "
+                f"{engine.titled}: not checked for this engine; convert with `--engine {name}` "
                 f"(or run `eaglequant explain <this directory> --engine {name}`) first.",
                 "",
             ]

@@ -81,6 +81,11 @@ class EngineReading:
         """The engine release this reading describes."""
         return ENGINES[self.engine].release
 
+    @property
+    def titled(self) -> str:
+        """The engine with its release: ``vLLM 0.32.0``."""
+        return ENGINES[self.engine].titled
+
     def to_json(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
