@@ -242,7 +242,7 @@ class _ShardFiller:
 
     def _quantize_tasks(self, module: str) -> Iterator[_Task]:
         linear, scheme = self.plan.head.linear(module), self.plan.scheme_of(module)
-        specs = {spec.name: spec for spec in self.plan.format.tensor_specs(linear, scheme)}
+        specs = self.plan.quantized_specs(module)
         placed = self.plan.format.placements(linear, scheme)
         shared = self.scales.get(module)  # group-wide values are known before the first block is quantized
         align = scheme.kinds.weight_kind.rows_per_scale

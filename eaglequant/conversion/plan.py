@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
@@ -67,7 +68,11 @@ class ConversionPlan:
 
     def scheme_of(self, module: str) -> Scheme:
         """The scheme the canonical ``module`` is stored in."""
-        return self.own_schemes.get(module, self.scheme)
+        return self.assignment.of(module)
+
+    def quantized_specs(self, module: str) -> dict[str, TensorSpec]:
+        """The tensors the quantized canonical ``module`` is written as, by name, as the format planned them."""
+        return {o.spec.name: o.spec for o in self.outputs if o.quantized_from == module}
 
     def scale_group(self, module: str) -> tuple[str, ...]:
         """The linears that share ``module``'s global and input scales: its fused group when quantized."""
