@@ -108,6 +108,7 @@ class ModelOptFormat(Format):
     exclude_dialect: ClassVar[str] = "wildcard"
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Nvfp4())
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale")
+    stores_mixed: ClassVar[bool] = True
 
     def _recipe(self, scheme: Scheme) -> _ModelOptRecipe:
         recipe = self.recipe(scheme)
@@ -135,8 +136,6 @@ class ModelOptFormat(Format):
             quantization["group_size"] = group_size
         quantization["exclude_modules"] = list(exclude)
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
-
-    stores_mixed: ClassVar[bool] = True
 
     def _layer_entries(self, layers: Mapping[str, Scheme]) -> dict[str, dict[str, Any]]:
         entries = {}
