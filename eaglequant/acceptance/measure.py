@@ -29,6 +29,7 @@ from eaglequant.common.json_fields import record_json
 
 RUN_TIMEOUT_S = 3600
 ENGINES = ("vllm",)  # engines whose speculative decoding `accept` drives
+SERVER = "server"  # how a draft on a running server was served: as that server serves it
 
 
 @dataclass(frozen=True)
@@ -60,9 +61,23 @@ class Settings:
     modes: tuple[Mode, ...] = (GREEDY,)
     dtype: str = "bfloat16"
     seed: int = 0
+    engine_args: dict[str, Any] = field(default_factory=dict)  # the user's, over eaglequant's defaults
 
     def to_json(self) -> dict[str, Any]:
         return record_json(self, prompts=len(self.prompts))
+
+    def max_model_len(self) -> int:
+        """Room for the longest prompt (in characters: a bound on tokens for any tokenizer), the generation and
+        a draft, within the target's own context."""
+        needed = max(len(p) for p in self.prompts) + self.max_tokens + self.num_speculative_tokens + 16
+        limit = _max_positions(self.target)
+        return needed if limit is None else min(needed, limit)
+
+    def served_arguments(self) -> dict[str, Any]:
+        """The engine arguments every run is served with (offline or a launched server)."""
+        from eaglequant.acceptance.engine_args import serving_arguments
+
+        return serving_arguments(self.engine_args, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len())
 
 
 class AcceptanceRunError(EagleQuantError):
@@ -93,19 +108,14 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
     from eaglequant.engine_load import probe_workdir, run_probe_module
 
     modes = settings.modes if draft is not None else (GREEDY,)
-    longest = max(len(p) for p in settings.prompts)  # characters: a bound on tokens for any tokenizer
-    needed = longest + settings.max_tokens + settings.num_speculative_tokens + 16
-    limit = _max_positions(settings.target)
     job = {
         "target": str(settings.target.resolve()),
         "draft": None if draft is None else str(draft.resolve()),
         "num_speculative_tokens": settings.num_speculative_tokens,
         "max_tokens": settings.max_tokens,
-        "max_model_len": needed if limit is None else min(needed, limit),
         "prompts": list(settings.prompts),
         "modes": [m.to_json() for m in modes],
-        "dtype": settings.dtype,
-        "seed": settings.seed,
+        "engine_args": settings.served_arguments(),
     }
     with probe_workdir() as tmp:
         job_file, out_file = tmp / "job.json", tmp / "out.json"
@@ -134,7 +144,7 @@ class DraftResult:
 
     label: str
     path: Path
-    served_as: str  # "source", "stored" or "dequantized"
+    served_as: str  # "source", "stored", "dequantized" or "server"
     run: EngineRun
     lossless: Lossless
     dequantized: list[str] = field(default_factory=list)  # linears served dequantized
@@ -249,49 +259,60 @@ def served_digest(directory: Path) -> str:
     return hashlib.sha256("".join(f"{p.name}:{file_sha256(p)}" for p in files).encode()).hexdigest()
 
 
+# Serves the target with a draft and measures it: (the run's place: 0 the target alone, 1 the source draft, then
+# each quantized draft in order; the draft, None alone; its label) -> the run.
+Runner = Callable[[int, Path | None, str], EngineRun]
+
+
+def offline_runner(interpreter: Path, settings: Settings) -> Runner:
+    """One process of the engine's interpreter per run (``LLM(...)``, the ``vllm_accept`` probe)."""
+    return lambda _place, draft, label: run_engine(interpreter, settings, draft, label)
+
+
 def measure(
-    interpreter: Path,
     settings: Settings,
     source: Path,
     drafts: Sequence[QuantizedDraft],
+    run: Runner,
     progress: Callable[[str], None] = lambda _: None,
+    measure_same_bytes_once: bool = True,
 ) -> AcceptanceReport:
+    """The target alone (the greedy reference), the source draft, then each quantized draft, each served by
+    ``run``; each draft's difference from the source, paired by prompt."""
     if not drafts:
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
-    alone = run_engine(interpreter, settings, None, "no draft").modes[GREEDY.name]
+    alone = run(0, None, "no draft").modes[GREEDY.name]
+    tolerance = NEAR_TIE_NATS.get(settings.dtype, 0.0)
     progress(f"the source draft {source}")
-    source_run = run_engine(interpreter, settings, source, f"draft {source}")
+    source_run = run(1, source, f"draft {source}")
     source_result = DraftResult(
-        "source",
-        source,
-        "source",
-        source_run,
-        lossless(source_run.modes[GREEDY.name], alone, NEAR_TIE_NATS.get(settings.dtype, 0.0)),
+        "source", source, "source", source_run, lossless(source_run.modes[GREEDY.name], alone, tolerance)
     )
     results = []
     served: dict[str, tuple[EngineRun, Path]] = {}  # the served files' digest -> the run that served them
-    for draft in drafts:
-        digest = served_digest(draft.served)
+    for place, draft in enumerate(drafts, start=2):
+        digest = served_digest(draft.served) if measure_same_bytes_once else str(len(served))
         if digest in served:
-            run, first = served[digest]
+            engine_run, first = served[digest]
             progress(f"{draft.path}: serves the same bytes as {first}, measured once")
         else:
             progress(f"{draft.path} ({draft.served_as})")
-            run = run_engine(interpreter, settings, draft.served, f"draft {draft.path}")
-            served[digest] = (run, draft.path)
+            engine_run = run(place, draft.served, f"draft {draft.path}")
+            served[digest] = (engine_run, draft.path)
         result = DraftResult(
             str(draft.path),
             draft.path,
             draft.served_as,
-            run,
-            lossless(run.modes[GREEDY.name], alone, NEAR_TIE_NATS.get(settings.dtype, 0.0)),
+            engine_run,
+            lossless(engine_run.modes[GREEDY.name], alone, tolerance),
             draft.dequantized,
             draft.scheme,
             draft.budget,
         )
         result.difference = {
-            m.name: paired_difference(run.acceptance(m.name), source_run.acceptance(m.name)) for m in settings.modes
+            m.name: paired_difference(engine_run.acceptance(m.name), source_run.acceptance(m.name))
+            for m in settings.modes
         }
         results.append(result)
     return AcceptanceReport("vllm", source_run.version, source_run.speculative_config, settings, source_result, results)

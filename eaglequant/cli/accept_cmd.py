@@ -14,6 +14,7 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
     MAX_DRAFT_TOKENS,
     MAX_GENERATED_TOKENS,
+    MAX_PARALLEL,
     MAX_SEED,
     MAX_TEMPERATURE,
     MaxPromptsOpt,
@@ -33,9 +34,13 @@ def accept_command(
         list[Path], typer.Argument(help="Quantized drafts (directories `convert` wrote).", show_default=False)
     ],
     target: Annotated[
-        Path,
-        typer.Option("--target", help="The target model's directory (what the engine serves).", show_default=False),
-    ],
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--target",
+            help="The target model's directory (what the engine serves); with --server, read from the servers.",
+            show_default=False,
+        ),
+    ] = None,
     source: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(
@@ -78,6 +83,48 @@ def accept_command(
             show_default=False,
         ),
     ] = None,
+    tensor_parallel_size: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--tensor-parallel-size",
+            min=1,
+            max=MAX_PARALLEL,
+            help="GPUs the engine splits the target over (vLLM's --tensor-parallel-size).",
+            show_default=False,
+        ),
+    ] = None,
+    engine_arg: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--engine-arg",
+            help="KEY=VALUE: a vLLM engine argument (LLM(...) keyword, server flag), VALUE as JSON where it parses "
+            "(repeatable; e.g. max_model_len=8192, gpu_memory_utilization=0.9, enforce_eager=false).",
+            show_default=False,
+        ),
+    ] = None,
+    server: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--server",
+            help="A running vLLM server's URL: the source draft's first, then one per DST in order (repeatable); "
+            "needs --reference-server.",
+            show_default=False,
+        ),
+    ] = None,
+    reference_server: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--reference-server",
+            help="With --server: a server of the same target without a draft (the greedy reference).",
+            show_default=False,
+        ),
+    ] = None,
+    launch: Annotated[
+        bool,
+        typer.Option(
+            "--launch", help="Start vLLM's OpenAI-compatible server for each run (127.0.0.1) and measure it there."
+        ),
+    ] = False,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the sampled modes.")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write eaglequant_accept.json and the card's figures into DST.")
@@ -86,8 +133,9 @@ def accept_command(
     """Measure acceptance length with vLLM's own EAGLE-3 speculative decoding: the source draft and each DST.
 
     Runs the target alone (the greedy reference), then with the source draft and with each DST, greedy and
-    sampled; reports acceptance length and per-position rates with 95% intervals over prompts, the difference
-    from the source, and whether greedy output equals the target's alone. Exits 3 when a draft's greedy output
+    sampled: offline by default, on vLLM servers it starts (--launch), or on running ones (--server). Reports
+    acceptance length and per-position rates with 95% intervals over prompts, the difference from the source,
+    and whether greedy output equals the target's alone. Exits 3 when a draft's greedy output
     differs from the target's or a DST loses more than its scheme's acceptance budget.
     """
 
@@ -106,6 +154,11 @@ def accept_command(
             served_as=served_as,
             dtype=dtype,
             engine_python=engine_python,
+            tensor_parallel_size=tensor_parallel_size,
+            engine_args=engine_arg or [],
+            server=server or [],
+            reference_server=reference_server,
+            launch=launch,
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),

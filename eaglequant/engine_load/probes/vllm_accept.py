@@ -70,19 +70,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if job.get("draft"):
         speculative = {"method": "eagle3", "model": job["draft"], "num_speculative_tokens": k}
     started = time.monotonic()
-    llm = LLM(
-        model=job["target"],
-        speculative_config=speculative,
-        dtype=job.get("dtype", "bfloat16"),
-        max_model_len=int(job["max_model_len"]),
-        enforce_eager=True,
-        disable_log_stats=False,
-        seed=int(job.get("seed", 0)),
-        max_num_seqs=1,
-        # On CPU this is the share of the node's memory vLLM reserves (weights and KV cache), checked against
-        # what is free at start; a draft head and its target need little.
-        gpu_memory_utilization=float(job.get("memory_utilization", 0.1)),
-    )
+    # engine_args: eaglequant's settings (dtype, seed, max_model_len, ...) with the user's --engine-arg over its
+    # defaults; the counters need the stats logged
+    llm = LLM(model=job["target"], speculative_config=speculative, disable_log_stats=False, **job["engine_args"])
     loaded_s = time.monotonic() - started
     config = llm.llm_engine.vllm_config.speculative_config
     resolved = None

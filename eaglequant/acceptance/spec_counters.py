@@ -1,0 +1,125 @@
+"""vLLM's spec-decode counters as a server exposes them on ``/metrics``, and what one request may move them by.
+
+vLLM (``v1/spec_decode/metrics.py``, ``SpecDecodingProm``) registers four Prometheus counters when it serves a
+draft: ``vllm:spec_decode_num_drafts``, ``..._num_draft_tokens``, ``..._num_accepted_tokens`` and
+``..._num_accepted_tokens_per_pos`` (with a ``position`` label, 0 to k - 1), each labelled by ``model_name``
+and ``engine``; the text exposition adds ``_total`` to a counter's name (and a ``_created`` series, ignored
+here). A server that serves no draft has none of them. Series of several engines (data parallel) are summed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+PREFIX = "vllm:spec_decode_"
+_TOTALS = {
+    f"{PREFIX}num_drafts_total": "drafts",
+    f"{PREFIX}num_draft_tokens_total": "draft_tokens",
+    f"{PREFIX}num_accepted_tokens_total": "accepted",
+}
+PER_POSITION = f"{PREFIX}num_accepted_tokens_per_pos_total"
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+class MetricsFormatError(ValueError):
+    """A /metrics line that is not Prometheus text where a spec-decode counter was expected."""
+
+
+@dataclass(frozen=True)
+class SpecCounters:
+    """The server's spec-decode counters at one moment (or their change between two)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    accepted_per_position: tuple[int, ...]
+
+    def minus(self, before: SpecCounters) -> SpecCounters:
+        positions = max(len(self.accepted_per_position), len(before.accepted_per_position))
+        mine, theirs = _padded(self.accepted_per_position, positions), _padded(before.accepted_per_position, positions)
+        return SpecCounters(
+            self.drafts - before.drafts,
+            self.draft_tokens - before.draft_tokens,
+            self.accepted - before.accepted,
+            tuple(a - b for a, b in zip(mine, theirs, strict=True)),
+        )
+
+    @property
+    def moved(self) -> bool:
+        return bool(self.drafts or self.draft_tokens or self.accepted or any(self.accepted_per_position))
+
+
+def _padded(values: tuple[int, ...], length: int) -> tuple[int, ...]:
+    return values + (0,) * (length - len(values))
+
+
+def _labels(text: str) -> dict[str, str]:
+    found: dict[str, str] = {}
+    position = 0
+    while position < len(text):
+        match = _LABEL.match(text, position)
+        if match is None:
+            raise MetricsFormatError(f"labels {{{text}}}")
+        found[match.group(1)] = match.group(2)
+        position = match.end()
+    return found
+
+
+def _count(value: str, line: str) -> int:
+    try:
+        number = float(value)
+    except ValueError:
+        raise MetricsFormatError(line) from None
+    if not number >= 0 or number != int(number):
+        raise MetricsFormatError(line)
+    return int(number)
+
+
+def parse_spec_counters(text: str) -> SpecCounters | None:
+    """The spec-decode counters in a /metrics page (Prometheus text), summed over engines; None when the page has
+    none (the server serves no draft)."""
+    totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
+    per_position: dict[int, int] = {}
+    seen = False
+    for line in text.splitlines():
+        if not line.startswith(PREFIX):
+            continue
+        match = _SAMPLE.match(line.strip())
+        if match is None:
+            raise MetricsFormatError(line)
+        name, labels = match.group("name"), _labels(match.group("labels") or "")
+        if name in _TOTALS:
+            totals[_TOTALS[name]] += _count(match.group("value"), line)
+            seen = True
+        elif name == PER_POSITION:
+            position = labels.get("position")
+            if position is None or not position.isdigit():
+                raise MetricsFormatError(line)
+            per_position[int(position)] = per_position.get(int(position), 0) + _count(match.group("value"), line)
+            seen = True
+    if not seen:
+        return None
+    positions = tuple(per_position.get(j, 0) for j in range(max(per_position, default=-1) + 1))
+    return SpecCounters(totals["drafts"], totals["draft_tokens"], totals["accepted"], positions)
+
+
+def one_request_problem(delta: SpecCounters, k: int, generated: int) -> str | None:
+    """Why ``delta`` cannot be the counters of one request that generated ``generated`` tokens drafting ``k``
+    at a time (None: it can). One request's verification steps each score k drafted tokens and emit the
+    accepted ones and one more; so its drafts and accepted tokens emit at most the tokens it generated after the
+    first (the prefill's), plus the at most k accepted past ``max_tokens`` in its last step."""
+    per_position = delta.accepted_per_position
+    if min(delta.drafts, delta.draft_tokens, delta.accepted, *per_position, 0) < 0:
+        return "a counter went down (the server restarted?)"
+    if delta.draft_tokens != delta.drafts * k:
+        return f"{delta.draft_tokens} draft tokens in {delta.drafts} drafts, not {k} each"
+    if len(per_position) != k or sum(per_position) != delta.accepted:
+        return f"accepted per position {list(per_position)} does not add up to {delta.accepted} over {k} positions"
+    if any(later > earlier for earlier, later in zip((delta.drafts, *per_position), per_position, strict=False)):
+        return f"accepted per position {list(per_position)} rises along the draft, or passes {delta.drafts} drafts"
+    emitted = delta.drafts + delta.accepted
+    if emitted > max(generated - 1, 0) + k:
+        return f"{delta.drafts} drafts and {delta.accepted} accepted tokens emit {emitted}, for {generated} generated"
+    return None
