@@ -68,11 +68,11 @@ def engine_arguments(
 def _conflict(key: str) -> InputError:
     option = OWNED_KEYS[key]
     message = f"engine argument {key!r}: eaglequant sets {key} itself"
+    if option is None:
+        return InputError(message, hint="leave it out: accept needs it as it sets it")
     if key == "speculative_config":
         hint = words("the drafts are ", placeholder("source", "SRC"), " and each DST, ", placeholder(*option))
         return InputError(message, hint=hint)
-    if option is None:
-        return InputError(message, hint="leave it out: accept needs it as it sets it")
     return InputError(message, hint=words("use ", placeholder(*option), " instead"))
 
 

@@ -6,9 +6,11 @@ figures agree with the offline run's is shown with vLLM itself (``test_accept_se
 from __future__ import annotations
 
 import json
+import operator
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -232,9 +234,11 @@ def serve() -> Iterator[Callable[[StandIn], str]]:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                answers = {"/metrics": state.metrics, "/v1/models": lambda: {"data": [{"id": state.model}]}}
-                answer = answers.get(self.path, lambda: {"version": "0.32.0"})
-                self._send(answer())
+                answers: dict[str, Callable[[], str | dict[str, Any]]] = {
+                    "/metrics": state.metrics,
+                    "/v1/models": lambda: {"data": [{"id": state.model}]},
+                }
+                self._send(answers.get(self.path, lambda: {"version": "0.32.0"})())
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -262,7 +266,7 @@ def test_each_prompts_figures_are_its_counters_change(serve: Callable[[StandIn],
     prompts = run.modes["greedy"]
     assert state.completions == 3 and len(prompts) == 3
     for prompt, text in zip(prompts, settings().prompts, strict=True):
-        expected = walk(12, 3, lambda i, text=text: i + len(text))
+        expected = walk(12, 3, partial(operator.add, len(text)))
         assert (prompt.drafts, prompt.accepted, prompt.accepted_per_position) == (
             expected.drafts,
             expected.accepted,
@@ -319,8 +323,8 @@ def test_accept_pairs_the_drafts_on_running_servers(serve: Callable[[StandIn], s
 def test_the_command_line_refuses_in_one_line(serve: Callable[[StandIn], str]) -> None:
     reference, source, busy = serve(StandIn(draft=False)), serve(StandIn()), serve(StandIn(traffic=True))
     draft = PAIR / "draft"
-    common = [draft, "--source", draft, "--max-prompts", "2", "--max-tokens", "8", "--no-record"]
-    cases = {
+    common: list[str | Path] = [draft, "--source", draft, "--max-prompts", "2", "--max-tokens", "8", "--no-record"]
+    cases: dict[str, list[str | Path]] = {
         "would not be eaglequant's": ["--server", source, "--server", busy, "--reference-server", reference],
         "serve different models": [
             "--server",
