@@ -60,7 +60,7 @@ def launch_runner(
         with tempfile.TemporaryDirectory(prefix="eaglequant-server-") as tmp:
             server_log = Path(tmp) / "server.log"
             command = server_command(interpreter, settings, draft, port)
-            log(f"vLLM server for {label} at {url}")
+            log(f"{label} on vLLM's server at {url}")
             try:
                 with local_server(
                     command, f"{url}/health", server_log, start_timeout_s=start_timeout_s, env=_server_environment()

@@ -291,6 +291,8 @@ def measure(
     )
     results = []
     served: dict[str, tuple[EngineRun, Path]] = {}  # the served files' digest -> the run that served them
+    if measure_same_bytes_once:
+        served[served_digest(source)] = (source_run, source)
     for place, draft in enumerate(drafts, start=2):
         digest = served_digest(draft.served) if measure_same_bytes_once else str(len(served))
         if digest in served:

@@ -8,6 +8,7 @@ and any other command that needs a served engine can do the same.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -46,8 +47,11 @@ def answers(url: str, timeout: float = 5.0) -> bool:
 
 
 def log_tail(log: Path, lines: int = 3) -> str:
+    """The log's last error line (``...Error: ...``) if it has one, else its last ``lines`` lines, as one line."""
     text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-    return " | ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+    every = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    errors = [line for line in every if re.match(r"^[\w.]*(Error|Exception)\b.*:", line)]
+    return errors[-1] if errors else " | ".join(every[-lines:])
 
 
 @contextmanager

@@ -351,3 +351,21 @@ def test_the_command_line_refuses_in_one_line(serve: Callable[[StandIn], str]) -
         last = done.stderr.strip().splitlines()[-1]  # after the progress lines, the error in one line
         assert last.startswith("error: ") and said in last, done.stderr
         assert "Traceback" not in done.stderr and done.stderr.count("error") == 1, done.stderr
+
+
+def test_a_launched_server_serves_the_target_with_the_draft_and_the_users_arguments() -> None:
+    from eaglequant.acceptance.launch import server_command
+
+    chosen = Settings(PAIR / "target", ("a", "b"), "test", 2, 16, engine_args={"tensor_parallel_size": 8})
+    command = server_command(Path("/engine/python"), chosen, PAIR / "draft", 8123)
+    assert command[:3] == ["/engine/python", "-m", "vllm.entrypoints.openai.api_server"]
+    flags = {flag: command[command.index(flag) + 1] for flag in command if flag.startswith("--")}
+    assert (
+        "--enforce-eager" in command
+        and flags["--model"] == str((PAIR / "target").resolve())
+        and flags["--host"] == "127.0.0.1"
+    )
+    assert flags["--port"] == "8123" and flags["--tensor-parallel-size"] == "8" and flags["--dtype"] == "bfloat16"
+    speculative = json.loads(command[command.index("--speculative-config") + 1])
+    assert speculative == {"method": "eagle3", "model": str((PAIR / "draft").resolve()), "num_speculative_tokens": 2}
+    assert "--speculative-config" not in server_command(Path("/engine/python"), chosen, None, 8123)
