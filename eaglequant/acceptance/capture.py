@@ -1,45 +1,32 @@
-"""Captured draft inputs, from a transformers-loadable target: what ``--calib`` and ``verify --inputs`` read.
+"""Captured draft inputs with the target's choices: what ``--calib``, ``verify --inputs`` and ``--counts`` read.
 
 The target continues each prompt greedily (what an engine's greedy speculative decoding reproduces), then one
 forward over prompt + continuation gives, at every position, the hidden states at the draft's aux layer ids
 (vLLM's numbering: layer id i is the input of decoder layer i, transformers' ``hidden_states[i]``) and the
-target's next-token distribution. Written as one safetensors file, the ``--calib`` format extended:
-
-- ``hidden_states`` [S, T, n_aux * H] and ``input_ids`` [S, T]: draft position t reads the aux states at target
-  position t and the token at t + 1 (the ``--calib`` format; the draft predicts the token after it);
-- ``lengths`` [S]: valid positions of each sequence (the rest is padding);
-- ``continuation_start`` [S]: the first draft position whose token the target generated (the prompt's length
-  minus one): where the engine starts drafting;
-- ``max_new_tokens`` [S]: the tokens the engine generates a prompt (the capture holds k - 1 more, so that its
-  last draft can be judged); -1 for trainer files;
-- ``target_top_ids`` / ``target_top_probs`` [S, T, K]: the target's K most likely next tokens after draft
-  position t's token and their probabilities (temperature 1), the reference a draft's choice is judged by.
+target's next-token distribution. Three producers write the same file (:mod:`.capture_file`): a transformers
+target run here (:func:`capture`), the engine serving the target (:func:`capture_with_engine`, at any
+tensor-parallel size) and the hidden-state files trainers and vLLM's connector already wrote
+(:func:`capture_from_specforge`, :func:`capture_from_hidden_states`).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
-from eaglequant.common.json_fields import record_json
+from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, output_path
 
 DEFAULT_TOP_K = 8
+DEFAULT_AUX_LAYERS = 3  # vLLM's default aux layers, where a draft names none
 
-
-@dataclass(frozen=True)
-class CaptureSummary:
-    path: Path
-    sequences: int
-    positions: int
-    continuation_positions: int
-    aux_layer_ids: tuple[int, ...]
-    prompts_from: str
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
+__all__ = [
+    "CaptureSummary",
+    "aux_layer_ids",
+    "capture",
+    "capture_from_hidden_states",
+    "capture_from_specforge",
+]
 
 
 def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
@@ -51,17 +38,26 @@ def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
     return None
 
 
-def _layer_ids(draft: Path, given: tuple[int, ...] | None, target_layers: int) -> tuple[int, ...]:
-    if given:
-        return given
-    config = (
-        json.loads((draft / "config.json").read_text(encoding="utf-8")) if (draft / "config.json").is_file() else {}
-    )
-    found = aux_layer_ids(config)
-    if found:
-        return found
-    # vLLM's default for Llama-family targets when the draft names none
-    return (2, target_layers // 2, target_layers - 3)
+def draft_layer_ids(draft: Path, given_ids: tuple[int, ...] | None, target_layers: int) -> tuple[int, ...]:
+    """The aux layer ids to capture: given, else the draft's config's, else vLLM's default for Llama-family
+    targets; each must name a layer of the target (0 .. its depth; the depth itself is its last layer's output)."""
+    ids = given_ids or _configured_ids(draft) or (2, target_layers // 2, target_layers - 3)
+    beyond = [i for i in ids if not 0 <= i <= target_layers]
+    if beyond:
+        raise InputError(
+            words(
+                given("draft", str(draft)), f": aux layer id {beyond[0]} is beyond the target's {target_layers} layers"
+            ),
+            hint="capture with the target this draft was trained for (its config's eagle_aux_hidden_state_layer_ids)",
+        )
+    return tuple(ids)
+
+
+def _configured_ids(draft: Path) -> tuple[int, ...] | None:
+    from eaglequant.checkpoint.reader import load_json_object
+
+    config_file = draft / "config.json"
+    return aux_layer_ids(load_json_object(config_file, "config.json")) if config_file.is_file() else None
 
 
 def capture(
@@ -89,7 +85,7 @@ def capture(
 
     from eaglequant.acceptance.prompts import read_prompts
 
-    target_path, draft_path, out_path = Path(target), Path(draft), _output(out)
+    target_path, draft_path = Path(target), Path(draft)
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(target_path))
@@ -98,18 +94,16 @@ def capture(
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(words(given("target", str(target_path)), f": transformers cannot load it ({why})")) from None
     model.eval()
-    ids = _layer_ids(draft_path, layer_ids, int(model.config.num_hidden_layers))
-    records = []
-    with torch.no_grad():
+    ids = draft_layer_ids(draft_path, layer_ids, int(model.config.num_hidden_layers))
+    with CaptureWriter(out) as writer, torch.no_grad():
         for prompt in prompt_list:
             tokens = tokenizer(prompt, return_tensors="pt").input_ids[0]
             # k - 1 tokens past the engine's budget: its last draft, with fewer than max_tokens emitted, still
             # proposes k tokens and the target judges each
             sequence = _greedy(model, tokens, max_tokens + num_speculative_tokens - 1)
             record = _record(model, sequence, ids, top_k, len(tokens))
-            records.append({**record, "max_new_tokens": max_tokens})
-    metadata = {"target": str(target_path), "decoding": "greedy"}
-    return write_capture(records, out_path, ids, prompts_from, metadata)
+            writer.add({**record, "max_new_tokens": max_tokens})
+        return writer.finish(ids, prompts_from, {"target": str(target_path), "decoding": "greedy"})
 
 
 def _greedy(model: Any, tokens: Any, count: int) -> Any:
@@ -126,53 +120,11 @@ def _greedy(model: Any, tokens: Any, count: int) -> Any:
     return torch.cat((tokens, torch.tensor(generated, dtype=tokens.dtype)))
 
 
-def capture_from_specforge(
-    directory: str | Path,
-    out: str | Path,
-    *,
-    target: str | Path | None = None,
-    top_k: int = DEFAULT_TOP_K,
-    layer_ids: tuple[int, ...] = (),
-) -> CaptureSummary:
-    """Read SpecForge's offline hidden-state files into a capture file (see :mod:`.trainer_files`)."""
-    from eaglequant.acceptance.trainer_files import read_specforge, target_lm_head
-
-    out_path = _output(out)
-    lm_head = None if target is None else target_lm_head(Path(target))
-    records = read_specforge(Path(directory), lm_head, top_k)
-    reference = "the target's lm_head" if lm_head is not None else "the dataset's next token"
-    metadata = {"trainer": "specforge", "text": "dataset (teacher-forced)", "reference": reference}
-    return write_capture(records, out_path, layer_ids, str(directory), metadata)
-
-
-def _output(out: str | Path) -> Path:
-    out_path = Path(out)
-    if out_path.suffix != ".safetensors":
-        raise InputError(f"{out_path}: the output must be a .safetensors file", hint="e.g. captured.safetensors")
-    return out_path
-
-
-def write_capture(
-    records: list[dict[str, Any]], out_path: Path, ids: tuple[int, ...], origin: str, metadata: dict[str, str]
-) -> CaptureSummary:
-    from safetensors.torch import save_file
-
-    tensors = _stack(records)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    partial = out_path.with_name(f".{out_path.name}.partial")
-    save_file(tensors, str(partial), metadata={**metadata, "aux_layer_ids": json.dumps(list(ids))})
-    partial.replace(out_path)
-    lengths, starts = tensors["lengths"], tensors["continuation_start"]
-    return CaptureSummary(out_path, len(records), int(lengths.sum()), int((lengths - starts).sum()), ids, origin)
-
-
 def _record(model: Any, sequence: Any, ids: tuple[int, ...], top_k: int, prompt_length: int) -> dict[str, Any]:
     import torch
 
     output = model(sequence[None], output_hidden_states=True)
     states = output.hidden_states
-    if max(ids) >= len(states):
-        raise InputError(f"aux layer id {max(ids)} is past the target's {len(states) - 1} layers")
     aux = torch.cat([states[i][0] for i in ids], -1)  # [L, n * H]
     probs = torch.softmax(output.logits[0].to(torch.float32), -1)  # [L, V]: after token l
     top = probs.topk(top_k, -1)
@@ -185,26 +137,47 @@ def _record(model: Any, sequence: Any, ids: tuple[int, ...], top_k: int, prompt_
     }
 
 
-def _stack(records: list[dict[str, Any]]) -> dict[str, Any]:
-    import torch
+def capture_from_specforge(
+    directory: str | Path,
+    out: str | Path,
+    *,
+    target: str | Path | None = None,
+    top_k: int = DEFAULT_TOP_K,
+    layer_ids: tuple[int, ...] = (),
+) -> CaptureSummary:
+    """Read SpecForge's offline hidden-state files into a capture file (see :mod:`.trainer_files`)."""
+    from eaglequant.acceptance.trainer_files import read_specforge
+    from eaglequant.draft.connector_files import target_lm_head
 
-    longest = max(len(r["input_ids"]) for r in records)
+    output_path(out)
+    lm_head = None if target is None else target_lm_head(Path(target))
+    reference = "the target's lm_head" if lm_head is not None else "the dataset's next token"
+    metadata = {"trainer": "specforge", "text": "dataset (teacher-forced)", "reference": reference}
+    with CaptureWriter(out) as writer:
+        writer.add_all(read_specforge(Path(directory), lm_head, top_k))
+        return writer.finish(layer_ids, str(directory), metadata)
 
-    def padded(key: str, dtype: torch.dtype) -> torch.Tensor:
-        rows = []
-        for r in records:
-            value = r[key].to(dtype)
-            pad = [0, 0] * (value.dim() - 1) + [0, longest - len(value)]
-            rows.append(torch.nn.functional.pad(value, pad))
-        return torch.stack(rows).contiguous()
 
-    return {
-        "hidden_states": padded("hidden_states", torch.float32),
-        "input_ids": padded("input_ids", torch.int64),
-        "target_top_ids": padded("target_top_ids", torch.int64),
-        "target_top_probs": padded("target_top_probs", torch.float32),
-        "lengths": torch.tensor([len(r["input_ids"]) for r in records], dtype=torch.int64),
-        "continuation_start": torch.tensor([r["continuation_start"] for r in records], dtype=torch.int64),
-        # the tokens an engine generates a prompt (past them it stops drafting); -1: not limited (trainer files)
-        "max_new_tokens": torch.tensor([r.get("max_new_tokens", -1) for r in records], dtype=torch.int64),
-    }
+def capture_from_hidden_states(
+    directory: str | Path,
+    out: str | Path,
+    *,
+    draft: str | Path | None = None,
+    target: str | Path | None = None,
+    top_k: int = DEFAULT_TOP_K,
+) -> CaptureSummary:
+    """Read the files vLLM's hidden-states connector wrote into a capture file (see
+    :mod:`eaglequant.draft.connector_files`). ``draft`` says how many aux layers it reads (default: its config's
+    layer ids; without a draft, 3, vLLM's default); ``target``: its final norm and ``lm_head`` give the target's
+    choices from a last layer the files carry."""
+    from eaglequant.draft.connector_files import read_hidden_states, target_output_head
+
+    output_path(out)
+    ids = _configured_ids(Path(draft)) if draft is not None else None
+    aux_count = len(ids) if ids else DEFAULT_AUX_LAYERS
+    head = None if target is None else target_output_head(Path(target))
+    reference = "the target's final norm and lm_head" if head is not None else "the files' next token"
+    metadata = {"hidden_states_from": "vllm connector", "text": "the files' (teacher-forced)", "reference": reference}
+    with CaptureWriter(out) as writer:
+        writer.add_all(read_hidden_states(Path(directory), aux_count, head, top_k))
+        return writer.finish(ids or (), str(directory), metadata)

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import gzip
 import io
-import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.errors import InputError
 
 SPECFORGE_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
 
@@ -51,24 +51,10 @@ def _load(path: Path) -> dict[str, Any]:
     return record
 
 
-def target_lm_head(target: Path) -> torch.Tensor:
-    """The target's output embedding (``lm_head.weight``, or the input embedding when tied), one tensor read."""
-    from eaglequant.checkpoint.reader import Checkpoint
-
-    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-    with Checkpoint.open(target, "TARGET") as checkpoint:
-        names = [n for n in checkpoint.tensors if n.endswith("lm_head.weight")]
-        if not names or config.get("tie_word_embeddings"):
-            names = [n for n in checkpoint.tensors if n.endswith("embed_tokens.weight")]
-        if not names:
-            raise InputError(words(given("target", str(target)), ": no lm_head.weight or embed_tokens.weight"))
-        return checkpoint.read(names[0]).to(torch.float32)
-
-
-def read_specforge(directory: Path, lm_head: torch.Tensor | None, top_k: int) -> list[dict[str, Any]]:
-    """One capture record per SpecForge sample (trailing padding and positions outside the loss mask dropped
-    from the end; the first trained position is where drafting starts)."""
-    records = []
+def read_specforge(directory: Path, lm_head: torch.Tensor | None, top_k: int) -> Iterator[dict[str, Any]]:
+    """One capture record per SpecForge sample, one sample in memory at a time (trailing padding and positions
+    outside the loss mask dropped from the end; the first trained position is where drafting starts)."""
+    records = 0
     for path in specforge_files(directory):
         data = _load(path)
         ids = data["input_ids"].reshape(-1).to(torch.int64)
@@ -92,7 +78,7 @@ def read_specforge(directory: Path, lm_head: torch.Tensor | None, top_k: int) ->
             probs = torch.nn.functional.one_hot(ids[2 : last + 1], int(ids.max()) + 1).to(torch.float32)
         top = probs.topk(min(top_k, probs.shape[-1]), -1)
         record["target_top_ids"], record["target_top_probs"] = top.indices, top.values
-        records.append(record)
+        records += 1
+        yield record
     if not records:
         raise InputError(f"{directory}: no SpecForge sample has two or more trained positions")
-    return records

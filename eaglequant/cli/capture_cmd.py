@@ -10,7 +10,14 @@ from rich.markup import escape
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import MAX_GENERATED_TOKENS, MAX_TOP_K, MaxPromptsOpt, PromptsOpt
+from eaglequant.cli.options import (
+    MAX_GENERATED_TOKENS,
+    MAX_PARALLEL,
+    MAX_TOP_K,
+    EngineArgOpt,
+    MaxPromptsOpt,
+    PromptsOpt,
+)
 from eaglequant.cli.output import out, result
 from eaglequant.common.errors import InputError
 
@@ -46,30 +53,101 @@ def capture_command(
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", min=4, max=MAX_GENERATED_TOKENS, help="Tokens the target generates a prompt.")
     ] = 96,
+    hidden_states: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--hidden-states",
+            help="Read the files vLLM's hidden-states connector wrote (as speculators' data generation stores "
+            "them) instead of running the target; with --target, only its final norm and lm_head are read.",
+            show_default=False,
+        ),
+    ] = None,
     top_k: Annotated[
         int, typer.Option("--top-k", min=1, max=MAX_TOP_K, help="Target probabilities kept per position.")
     ] = 8,
+    engine: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--engine",
+            help="Serve the target with this engine (vllm: its own hidden-state extraction, for any model it "
+            "serves) instead of transformers in this process.",
+            show_default=False,
+        ),
+    ] = None,
+    tensor_parallel_size: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--tensor-parallel-size",
+            min=1,
+            max=MAX_PARALLEL,
+            help="With --engine: devices the target is split over.",
+            show_default=False,
+        ),
+    ] = None,
+    engine_arg: EngineArgOpt = None,
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="With --engine: the dtype the target is served in.")
+    ] = "bfloat16",
+    engine_python: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--engine-python", help="With --engine: the interpreter that has the engine installed.", show_default=False
+        ),
+    ] = None,
 ) -> None:
-    """Capture draft inputs with the target's choices, for verify --inputs and --calib.
+    """Capture draft inputs with the target's choices, for verify --inputs, --calib and --counts.
 
     The target continues each prompt greedily; its aux hidden states, the tokens and its next-token choices are
-    written (the --calib format, extended). With --specforge, a trainer's hidden-state files are read instead.
+    written (the --calib format, extended). With --engine vllm, the engine serving the target does it, at any
+    --tensor-parallel-size. With --specforge or --hidden-states, files a trainer or vLLM's connector already wrote
+    are read instead of running the target.
     """
 
     def body() -> None:
-        from eaglequant.acceptance.capture import capture, capture_from_specforge
+        from eaglequant.acceptance.capture import capture, capture_from_hidden_states, capture_from_specforge
 
+        if engine is None:
+            _no_engine_options(
+                tensor_parallel_size=tensor_parallel_size, engine_arg=engine_arg, engine_python=engine_python
+            )
         if specforge is not None:
             summary = capture_from_specforge(specforge, output, target=target, top_k=top_k)
+        elif hidden_states is not None:
+            summary = capture_from_hidden_states(hidden_states, output, draft=draft, target=target, top_k=top_k)
+        elif target is None or draft is None:
+            raise InputError("capture needs --target and --draft", hint="or --specforge DIR / --hidden-states DIR")
+        elif engine is not None:
+            from eaglequant.acceptance.engine_capture import capture_through
+
+            summary = capture_through(
+                engine,
+                target,
+                draft,
+                output,
+                prompts=prompts,
+                max_prompts=max_prompts,
+                max_tokens=max_tokens,
+                top_k=top_k,
+                dtype=dtype,
+                tensor_parallel_size=tensor_parallel_size or 1,
+                engine_args=engine_arg or [],
+                engine_python=engine_python,
+            )
         else:
-            if target is None or draft is None:
-                raise InputError("capture needs --target and --draft", hint="or --specforge DIR to read trainer files")
             summary = capture(
                 target, draft, output, prompts=prompts, max_prompts=max_prompts, max_tokens=max_tokens, top_k=top_k
             )
         result(summary.to_json(), lambda: render(summary))
 
     run_guarded(body)
+
+
+def _no_engine_options(**given: object) -> None:
+    """Options that only mean something with --engine, refused without it."""
+    named = [name for name, value in given.items() if value]
+    if named:
+        flag = "--" + named[0].replace("_", "-")
+        raise InputError(f"{flag} only applies with --engine", hint="add --engine vllm, or leave it out")
 
 
 def render(summary: CaptureSummary) -> None:

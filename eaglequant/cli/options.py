@@ -56,6 +56,16 @@ MAX_PROMPTS = 1_000_000
 MAX_TEMPERATURE = 10.0
 MAX_TOP_K = 1024
 MAX_VOCABULARY = 2**31 - 1  # token ids and vocabulary sizes
+MAX_PARALLEL = 1024  # devices an engine splits a model over
+EngineArgOpt = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option(
+        "--engine-arg",
+        help="KEY=VALUE passed to the engine as it is (repeatable; VALUE read as JSON where it parses), e.g. "
+        "max_num_seqs=8.",
+        show_default=False,
+    ),
+]
 TargetLayersOpt = Annotated[
     Optional[int],  # noqa: UP045
     conversion_flag("target_layers", min=0, max=MAX_TARGET_LAYERS),

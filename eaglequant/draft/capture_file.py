@@ -1,0 +1,174 @@
+"""The capture file, written one sequence at a time: what ``--calib``, ``--inputs`` and ``--counts`` read.
+
+One safetensors file holds S sequences padded to the longest, T positions:
+
+- ``hidden_states`` [S, T, n_aux * H] and ``input_ids`` [S, T]: draft position t reads the aux states at target
+  position t and the token at t + 1 (the ``--calib`` format; the draft predicts the token after it);
+- ``lengths`` [S]: valid positions of each sequence (the rest is padding);
+- ``continuation_start`` [S]: the first draft position whose token the target generated (the prompt's length
+  minus one): where the engine starts drafting;
+- ``max_new_tokens`` [S]: the tokens the engine generates a prompt (the capture holds k - 1 more, so that its
+  last draft can be judged); -1 where not limited (trainer files);
+- ``target_top_ids`` / ``target_top_probs`` [S, T, K]: the target's K most likely next tokens after draft
+  position t's token and their probabilities (temperature 1), the reference a draft's choice is judged by.
+
+:class:`CaptureWriter` keeps each sequence in a file of its own beside OUT as it arrives (from any producer: the
+transformers target, an engine's probe, a trainer's files), then writes OUT tensor by tensor, one sequence row
+at a time, and renames it into place: memory holds one sequence, whatever the number of prompts.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eaglequant.common.errors import InputError
+from eaglequant.common.json_fields import record_json
+
+# Each sequence's tensors, by name: (dtype, whether the tensor has a position axis to pad)
+SEQUENCE_TENSORS = {
+    "hidden_states": (torch.float32, True),
+    "input_ids": (torch.int64, True),
+    "target_top_ids": (torch.int64, True),
+    "target_top_probs": (torch.float32, True),
+    "continuation_start": (torch.int64, False),
+    "max_new_tokens": (torch.int64, False),
+}
+_SAFETENSORS_DTYPE = {torch.float32: "F32", torch.int64: "I64"}
+
+
+@dataclass(frozen=True)
+class CaptureSummary:
+    path: Path
+    sequences: int
+    positions: int
+    continuation_positions: int
+    aux_layer_ids: tuple[int, ...]
+    prompts_from: str
+
+    def to_json(self) -> dict[str, Any]:
+        return record_json(self)
+
+
+def output_path(out: str | Path) -> Path:
+    out_path = Path(out)
+    if out_path.suffix != ".safetensors":
+        raise InputError(f"{out_path}: the output must be a .safetensors file", hint="e.g. captured.safetensors")
+    return out_path
+
+
+class CaptureWriter:
+    """``add`` sequences (records of :data:`SEQUENCE_TENSORS`, or files a probe wrote into :attr:`parts`), then
+    ``finish``: OUT appears complete or not at all. Use as a context manager so the parts go in every case."""
+
+    def __init__(self, out: str | Path) -> None:
+        self.path = output_path(out)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.parts = self.path.with_name(f".{self.path.name}.parts")
+        shutil.rmtree(self.parts, ignore_errors=True)
+        self.parts.mkdir()
+        self._count = 0
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.parts, ignore_errors=True)
+
+    def add(self, record: dict[str, Any]) -> None:
+        from safetensors.torch import save_file
+
+        tensors = {name: _tensor(record, name, dtype) for name, (dtype, _) in SEQUENCE_TENSORS.items()}
+        save_file(tensors, str(self.parts / f"sequence-{self._count:06d}.safetensors"))
+        self._count += 1
+
+    def add_all(self, records: Iterable[dict[str, Any]]) -> None:
+        for record in records:
+            self.add(record)
+
+    def finish(self, ids: tuple[int, ...], origin: str, metadata: dict[str, str]) -> CaptureSummary:
+        """Write OUT from the sequences in :attr:`parts` (in name order) and return what it holds."""
+        from eaglequant.checkpoint.writer import TensorSpec, safetensors_header
+
+        files = sorted(self.parts.glob("sequence-*.safetensors"))
+        if not files:
+            raise InputError(f"{self.path}: no sequence was captured", hint="give at least one prompt or sample")
+        shapes = [_shapes(file) for file in files]
+        longest = max(shape["input_ids"][0] for shape in shapes)
+        widths = {name: shapes[0][name][1:] for name, (_, padded) in SEQUENCE_TENSORS.items() if padded}
+        _check_widths(files, shapes, widths)
+        specs = [_spec(name, len(files), longest, widths) for name in (*SEQUENCE_TENSORS, "lengths")]
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        with open(partial, "wb") as handle:
+            handle.write(
+                safetensors_header(
+                    [TensorSpec(*s) for s in specs], {**metadata, "aux_layer_ids": json.dumps(list(ids))}
+                )
+            )
+            for name in SEQUENCE_TENSORS:
+                for file in files:
+                    handle.write(_row(file, name, longest))
+            handle.write(torch.tensor([s["input_ids"][0] for s in shapes], dtype=torch.int64).numpy().tobytes())
+        partial.replace(self.path)
+        return self._summary(files, shapes, ids, origin)
+
+    def _summary(
+        self, files: list[Path], shapes: list[dict[str, tuple[int, ...]]], ids: tuple[int, ...], origin: str
+    ) -> CaptureSummary:
+        from safetensors import safe_open
+
+        starts = []
+        for file in files:
+            with safe_open(str(file), "pt") as handle:
+                starts.append(int(handle.get_tensor("continuation_start")))
+        lengths = [shape["input_ids"][0] for shape in shapes]
+        after = sum(length - start for length, start in zip(lengths, starts, strict=True))
+        return CaptureSummary(self.path, len(files), sum(lengths), after, ids, origin)
+
+
+def _tensor(record: dict[str, Any], name: str, dtype: torch.dtype) -> torch.Tensor:
+    value = record.get(name, -1 if name == "max_new_tokens" else None)
+    return torch.as_tensor(value).to(dtype).contiguous()
+
+
+def _shapes(file: Path) -> dict[str, tuple[int, ...]]:
+    from safetensors import safe_open
+
+    with safe_open(str(file), "pt") as handle:
+        return {name: tuple(handle.get_slice(name).get_shape()) for name in SEQUENCE_TENSORS}
+
+
+def _check_widths(files: list[Path], shapes: list[dict[str, tuple[int, ...]]], widths: dict[str, Any]) -> None:
+    for file, shape in zip(files, shapes, strict=True):
+        for name, width in widths.items():
+            if shape[name][1:] != width or shape[name][0] != shape["input_ids"][0]:
+                raise InputError(
+                    f"{file.name}: {name!r} is {list(shape[name])}, the first sequence's has {list(width)} a position",
+                    hint="every sequence of one capture must come from one target and one draft",
+                )
+
+
+def _spec(name: str, count: int, longest: int, widths: dict[str, tuple[int, ...]]) -> tuple[str, str, tuple[int, ...]]:
+    if name == "lengths":
+        return name, "I64", (count,)
+    dtype, padded = SEQUENCE_TENSORS[name]
+    shape = (count, longest, *widths[name]) if padded else (count,)
+    return name, _SAFETENSORS_DTYPE[dtype], shape
+
+
+def _row(file: Path, name: str, longest: int) -> bytes:
+    """Tensor ``name`` of one sequence file, zero-padded to ``longest`` positions, as bytes."""
+    from safetensors import safe_open
+
+    with safe_open(str(file), "pt") as handle:
+        value = handle.get_tensor(name)
+    if SEQUENCE_TENSORS[name][1] and value.shape[0] < longest:
+        pad = [0, 0] * (value.dim() - 1) + [0, longest - value.shape[0]]
+        value = torch.nn.functional.pad(value, pad)
+    return bytes(value.contiguous().numpy().tobytes())
