@@ -6,33 +6,65 @@ starts at t runs at position t + s - 1 on the pre-norm output of step s - 1 and 
 step 1's keys at positions <= t and to its own chain's keys of steps 2..s. All chains run at once, one step at
 a time, each reading the tokens the target emitted (where a drafted token differs from them, the chain has
 already stopped, so its later steps never count). Sources: vLLM ``v1/spec_decode/llm_base_proposer.py`` (the
-drafting loop) and ``model_executor/models/llama_eagle3.py``.
+drafting loop), ``model_executor/models/llama_eagle3.py`` (Llama GQA heads) and ``deepseek_eagle3.py`` (MLA
+heads: ``DeepseekV2Eagle3DecoderLayer``, the same residual and norms around ``DeepseekV2MLAAttention``).
+
+The attention is the single-step forward's (:class:`~eaglequant.draft.forward.DraftForward`: projections, RoPE
+and softmax scale); only the keys it reads are the chain's. For MLA the engine's cache holds, per layer and
+position, the normed latent ``kv_c`` and the rotated rope key ``k_pe`` (``layers/attention/mla_attention.py``);
+step s reads step 1's entries at positions <= t and its own chain's of steps 2..s, and every head's key and value
+are ``kv_b_proj`` products of them, so the keys and values cached here per step are the same numbers.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 
 from eaglequant.common.errors import InputError
-from eaglequant.draft.forward import DraftForward, _rope
+from eaglequant.draft.forward import DraftForward, rope_scaling
 
-# Draft config options vLLM honours that this forward does not implement (llama_eagle3.py, llama.py).
-_UNSUPPORTED_OPTIONS = ("norm_before_residual", "norm_output", "rope_scaling")
+# Draft config options vLLM honours that this forward does not implement (llama_eagle3.py, llama.py,
+# deepseek_eagle3.py, deepseek_v2.py).
+_UNSUPPORTED_OPTIONS = ("norm_before_residual", "norm_output")
+_UNSUPPORTED_MLA_OPTIONS = ("index_topk",)  # DeepSeek-V3.2's sparse attention
 
 
 def unsupported(config: dict[str, Any], attention: str) -> str | None:
     """Why the chained forward cannot run this head as vLLM does (None: it can)."""
-    if attention == "mla":
-        return "the chained draft forward runs Llama-attention (GQA) heads; this head uses MLA"
     nested = config.get("transformer_layer_config")
-    for holder in (config, nested if isinstance(nested, dict) else {}):
-        for option in _UNSUPPORTED_OPTIONS:
+    holders = (config, nested if isinstance(nested, dict) else {})
+    mla = attention == "mla"
+    options = _UNSUPPORTED_OPTIONS + (_UNSUPPORTED_MLA_OPTIONS if mla else ("rope_scaling",))
+    for holder in holders:
+        for option in options:
             if holder.get(option):
                 return f"the draft sets {option}, which the chained draft forward does not implement"
+    scaling = rope_scaling(config) if mla else None
+    if scaling is not None and ("factor" not in scaling or scaling.get("is_deepseek_v4")):
+        return "the draft's rope_scaling is not the DeepSeek yarn scaling the chained draft forward implements"
     return None
+
+
+def _chained_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]], scale: float) -> torch.Tensor:
+    """q [T, nh, d] of step len(cache) against step 1's keys at positions <= t (causal) and the same chain's keys
+    of steps 2..s (the same row of each later step) -> [T, nh * dv]."""
+    t, heads = q.shape[:2]
+
+    def widened(x: torch.Tensor) -> torch.Tensor:  # GQA: each key head serves heads / kv_heads query heads
+        return x.repeat_interleave(heads // x.shape[1], dim=1)
+
+    keys = [(widened(k), widened(v)) for k, v in cache]
+    first_k, first_v = keys[0]
+    scores = torch.einsum("thd,shd->hts", q, first_k) * scale  # [heads, T, T] against step 1
+    scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    own = [torch.einsum("thd,thd->ht", q, key)[..., None] * scale for key, _ in keys[1:]]
+    probs = torch.softmax(torch.cat((scores, *own), -1), -1)
+    out = torch.einsum("hts,shd->thd", probs[..., :t], first_v)
+    for j, (_, value) in enumerate(keys[1:]):
+        out = out + probs[..., t + j].transpose(0, 1)[..., None] * value
+    return out.reshape(t, -1)
 
 
 class ChainedDraft(DraftForward):
@@ -41,23 +73,25 @@ class ChainedDraft(DraftForward):
     def chain(self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
         """aux_hidden [T, n_aux * H_t], ids [T] (the token each draft position reads) -> steps x [T] arg-maxes;
         positions past T - s have no token for step s and are left to the caller to ignore."""
+        return [logits.argmax(-1) for logits in self.chain_logits(aux_hidden, ids, steps)]
+
+    def chain_logits(self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+        """The draft's logits [T, V_draft] at every position, for each step of the chain."""
         why = unsupported(self.head.config, self.head.attention)
         if why:
             raise InputError(f"acceptance prediction: {why}")
         length = ids.shape[0]
         hidden = self._fc(aux_hidden.to(torch.float32))
         self._keys: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        choices = []
+        logits = []
         for step in range(steps):
             tokens = torch.cat((ids[step:], ids.new_zeros(step)))  # step s reads the token s places on
             embeds = self.weight.gather("embed_tokens.weight", tokens).to(torch.float32)
-            self._step = step
             positions = torch.arange(length) + step
             for layer in range(self.head.num_layers):
                 hidden = self.layer(layer, hidden, embeds, positions)
-            logits = self.linear("lm_head", self.norm("norm", hidden))
-            choices.append(logits.argmax(-1))
-        return choices
+            logits.append(self.linear("lm_head", self.norm("norm", hidden)))
+        return logits
 
     def _fc(self, aux_hidden: torch.Tensor) -> torch.Tensor:
         if "input_norm.weight" in self.present:
@@ -67,23 +101,10 @@ class ChainedDraft(DraftForward):
             aux_hidden = torch.cat([self.norm(f"fc_norm.{i}", c) for i, c in enumerate(chunks)], -1)
         return self.linear("fc", aux_hidden)
 
-    def gqa(self, p: str, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        dims = self.head.dims
-        t, hd = x.shape[0], dims.head_dim
-        q = _rope(self.linear(f"{p}.self_attn.q_proj", x).view(t, -1, hd), positions, self.theta)
-        k = _rope(self.linear(f"{p}.self_attn.k_proj", x).view(t, -1, hd), positions, self.theta)
-        v = self.linear(f"{p}.self_attn.v_proj", x).view(t, -1, hd)
-        repeat = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+    def attend(
+        self, p: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """Layer ``p``'s keys and values of this step join its cache; q attends to what the chain reads there."""
         cache = self._keys.setdefault(p, [])
         cache.append((k, v))
-        scale = 1 / math.sqrt(hd)
-        first_k, first_v = cache[0]
-        scores = torch.einsum("thd,shd->hts", q, first_k) * scale  # [heads, T, T] against step 1
-        scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
-        own = [torch.einsum("thd,thd->ht", q, key)[..., None] * scale for key, _ in cache[1:]]
-        probs = torch.softmax(torch.cat((scores, *own), -1), -1)
-        out = torch.einsum("hts,shd->thd", probs[..., :t], first_v)
-        for j, (_, value) in enumerate(cache[1:]):
-            out = out + probs[..., t + j].transpose(0, 1)[..., None] * value
-        return self.linear(f"{p}.self_attn.o_proj", out.reshape(t, -1))
+        return _chained_attention(q, cache, self.attention_scale)

@@ -8,6 +8,28 @@ plain decoder layers. Attention is Llama GQA or DeepSeek/Kimi MLA, causal, with 
 Sources: vLLM ``model_executor/models/llama_eagle3.py`` and ``deepseek_eagle3.py``; SpecForge
 ``specforge/modeling/draft/llama3_eagle.py``.
 
+MLA as vLLM 0.32 runs it (``deepseek_eagle3.py``: ``DeepseekV2Eagle3DecoderLayer`` builds
+``deepseek_v2.py::DeepseekV2MLAAttention`` with ``input_size=2 * hidden_size``, whose forward is
+``model_executor/layers/mla.py::MultiHeadLatentAttentionWrapper.forward``):
+
+- the latent projections: ``q_a_proj`` and ``kv_a_proj_with_mqa`` (one ``fused_qkv_a_proj`` in vLLM) read the
+  layer input; q is ``q_b_proj(q_a_layernorm(q_a))`` (or ``q_proj(x)`` without ``q_lora_rank``), viewed as heads
+  of ``qk_nope_head_dim + qk_rope_head_dim``; ``kv_a`` splits into the latent ``kv_c`` (``kv_lora_rank``), normed
+  by ``kv_a_layernorm``, and one rope key ``k_pe`` (``qk_rope_head_dim``) shared by every head; ``kv_b_proj`` of
+  the normed latent gives each head's ``k_nope`` and ``v`` (``MLAAttention``'s prefill path; decode absorbs
+  ``kv_b_proj`` into q and the output, the same products);
+- the rope part: only the last ``qk_rope_head_dim`` dims of each q head and ``k_pe`` are rotated, in pairs of
+  adjacent dims (``get_rope(..., is_neox_style=False)``: ``rotary_embedding/common.py::rotate_gptj``); a
+  ``rope_scaling`` other than the default becomes ``deepseek_yarn`` (``deepseek_llama_scaling`` when its
+  ``attention_factor`` is 1.0), ``rotary_embedding/deepseek_scaling_rope.py::DeepseekScalingRotaryEmbedding``:
+  yarn's blend of interpolated and extrapolated frequencies over the ramp between ``beta_fast`` and
+  ``beta_slow`` rotations of ``original_max_position_embeddings``, cos and sin times
+  ``yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim)``; and for ``deepseek_yarn`` the
+  softmax scale ``(qk_nope_head_dim + qk_rope_head_dim) ** -0.5`` times ``yarn_get_mscale(factor,
+  mscale_all_dim) ** 2`` (``DeepseekV2MLAAttention.__init__``);
+- the KV cache holds, per position, the normed latent ``kv_c`` and the rotated ``k_pe``
+  (``MLAAttention``'s cache update); every key and value is a product of them.
+
 Weights are read through :class:`~eaglequant.draft.weights.CanonicalWeights`, a block of rows at a time, so
 memory holds one block of one weight plus activations.
 """
@@ -17,6 +39,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -32,16 +56,70 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(variance + eps) * weight.to(torch.float32)
 
 
-def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE over the last dim of x [T, heads, d]."""
-    d = x.shape[-1]
-    inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
-    angles = positions.to(torch.float32)[:, None] * inv_freq[None, :]
-    cos = torch.cat((angles.cos(), angles.cos()), -1)[:, None, :]
-    sin = torch.cat((angles.sin(), angles.sin()), -1)[:, None, :]
-    half = d // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
-    return x * cos + rotated * sin
+@dataclass(frozen=True)
+class Rotary:
+    """RoPE over the last dim of x [T, heads, d]: angles ``position * inv_freq``, cos and sin times ``magnitude``;
+    ``interleaved`` rotates adjacent pairs (2i, 2i + 1) (vLLM's ``is_neox_style=False``), otherwise the halves
+    (i, i + d/2) (Llama's rotate-half)."""
+
+    inv_freq: torch.Tensor  # [d/2]
+    interleaved: bool
+    magnitude: float = 1.0
+
+    def __call__(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        angles = positions.to(torch.float32)[:, None] * self.inv_freq[None, :]
+        cos, sin = angles.cos() * self.magnitude, angles.sin() * self.magnitude
+        if self.interleaved:
+            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+            rotated = torch.stack((-x[..., 1::2], x[..., ::2]), -1).flatten(-2)
+        else:
+            cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+            half = x.shape[-1] // 2
+            rotated = torch.cat((-x[..., half:], x[..., :half]), -1)
+        return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+def _inv_freq(theta: float, dim: int) -> torch.Tensor:
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float32) / dim))
+
+
+def yarn_mscale(factor: float, mscale: float) -> float:
+    """``yarn_get_mscale`` of vLLM's ``deepseek_scaling_rope.py``."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+def rope_scaling(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The config's RoPE scaling (``rope_scaling``, or transformers 5's ``rope_parameters``); None: the default."""
+    scaling = config.get("rope_scaling") or config.get("rope_parameters")
+    if not isinstance(scaling, dict) or scaling.get("rope_type", scaling.get("type", "default")) == "default":
+        return None
+    return scaling
+
+
+def mla_rotary(config: dict[str, Any], dim: int, theta: float) -> tuple[Rotary, float]:
+    """The rotary embedding of an MLA head's rope dims and the factor on its softmax scale, as
+    ``DeepseekV2MLAAttention`` builds them (``get_rope(..., is_neox_style=False)``; a scaled RoPE is
+    ``DeepseekScalingRotaryEmbedding``, yarn with vLLM's ``yarn_find_correction_range`` and ramp)."""
+    scaling = rope_scaling(config)
+    if scaling is None:
+        return Rotary(_inv_freq(theta, dim), interleaved=True), 1.0
+    factor = float(scaling["factor"])
+    original = float(scaling.get("original_max_position_embeddings", config.get("max_position_embeddings", 2048)))
+    fast, slow = float(scaling.get("beta_fast", 32)), float(scaling.get("beta_slow", 1))
+
+    def correction_dim(rotations: float) -> float:
+        return dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(correction_dim(fast)), 0)
+    high = float(min(math.ceil(correction_dim(slow)), dim - 1))
+    high = high + 0.001 if low == high else high  # as vLLM's yarn_linear_ramp_mask
+    ramp = ((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+    extrapolated = _inv_freq(theta, dim)
+    inv_freq = extrapolated / factor * ramp + extrapolated * (1 - ramp)
+    all_dims = yarn_mscale(factor, float(scaling.get("mscale_all_dim", 0)))
+    magnitude = yarn_mscale(factor, float(scaling.get("mscale", 1))) / all_dims
+    softmax = 1.0 if scaling.get("attention_factor") == 1.0 else all_dims**2
+    return Rotary(inv_freq, interleaved=True, magnitude=magnitude), softmax
 
 
 def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, positions: torch.Tensor) -> torch.Tensor:
@@ -72,6 +150,16 @@ class DraftForward:
         self.eps = float(config.get("rms_norm_eps", 1e-6))
         self.theta = float(config.get("rope_theta", (config.get("rope_scaling") or {}).get("rope_theta", 10000.0)))
         self.present = {t.module + "." + t.name.rsplit(".", 1)[-1] for t in head.tensors}
+        self.rotary, self.attention_scale = self._rotary(head, config)
+
+    def _rotary(self, head: HeadDescription, config: dict[str, Any]) -> tuple[Rotary, float]:
+        """The rotary embedding of the head's attention and its softmax scale."""
+        d = head.dims
+        if head.attention != "mla":
+            return Rotary(_inv_freq(self.theta, d.head_dim), interleaved=False), 1 / math.sqrt(d.head_dim)
+        assert d.qk_nope_head_dim is not None and d.qk_rope_head_dim
+        rotary, softmax = mla_rotary(config, d.qk_rope_head_dim, self.theta)
+        return rotary, softmax / math.sqrt(d.qk_nope_head_dim + d.qk_rope_head_dim)
 
     def plain_linear(self, module: str, x: torch.Tensor) -> torch.Tensor:
         """float32 x @ W^T, reading W a block of rows at a time."""
@@ -125,16 +213,29 @@ class DraftForward:
         up = self.linear(f"{p}.mlp.up_proj", x)
         return residual + self.linear(f"{p}.mlp.down_proj", torch.nn.functional.silu(gate) * up)
 
+    def attend(
+        self, p: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """Layer ``p``'s attention over the keys of its own sequence, causal: q [T, nh, d], k [T, nkv, d],
+        v [T, nkv, dv] -> [T, nh * dv]."""
+        return _attend(q, k, v, self.attention_scale, positions)
+
     def gqa(self, p: str, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        dims = self.head.dims
-        t, hd = x.shape[0], dims.head_dim
-        q = self.linear(f"{p}.self_attn.q_proj", x).view(t, -1, hd)
-        k = self.linear(f"{p}.self_attn.k_proj", x).view(t, -1, hd)
+        t, hd = x.shape[0], self.head.dims.head_dim
+        q = self.rotary(self.linear(f"{p}.self_attn.q_proj", x).view(t, -1, hd), positions)
+        k = self.rotary(self.linear(f"{p}.self_attn.k_proj", x).view(t, -1, hd), positions)
         v = self.linear(f"{p}.self_attn.v_proj", x).view(t, -1, hd)
-        q, k = _rope(q, positions, self.theta), _rope(k, positions, self.theta)
-        return self.linear(f"{p}.self_attn.o_proj", _attend(q, k, v, 1 / math.sqrt(hd), positions))
+        return self.linear(f"{p}.self_attn.o_proj", self.attend(p, q, k, v, positions))
 
     def mla(self, p: str, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.mla_qkv(p, x, positions)
+        return self.linear(f"{p}.self_attn.o_proj", self.attend(p, q, k, v, positions))
+
+    def mla_qkv(
+        self, p: str, x: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """MLA's queries, keys and values, every head's [T, heads, d] (see the module's docstring for vLLM's code):
+        the keys and values are products of what the KV cache holds, the normed latent and the rotated rope key."""
         d = self.head.dims
         assert d.kv_lora_rank and d.qk_nope_head_dim is not None and d.qk_rope_head_dim and d.v_head_dim
         t, nope, rope = x.shape[0], d.qk_nope_head_dim, d.qk_rope_head_dim
@@ -145,11 +246,10 @@ class DraftForward:
             q = self.linear(f"{p}.self_attn.q_proj", x)
         q = q.view(t, -1, nope + rope)
         kv_a = self.linear(f"{p}.self_attn.kv_a_proj_with_mqa", x)
-        latent = self.norm(f"{p}.self_attn.kv_a_layernorm", kv_a[:, : d.kv_lora_rank])
-        k_rope = _rope(kv_a[:, None, d.kv_lora_rank :], positions, self.theta)
+        latent = self.norm(f"{p}.self_attn.kv_a_layernorm", kv_a[:, : d.kv_lora_rank])  # cached
+        k_rope = self.rotary(kv_a[:, None, d.kv_lora_rank :], positions)  # cached, one for every head
         kv = self.linear(f"{p}.self_attn.kv_b_proj", latent).view(t, -1, nope + d.v_head_dim)
-        k_nope, v = kv[..., :nope], kv[..., nope:]
         heads = q.shape[1]
-        q = torch.cat((q[..., :nope], _rope(q[..., nope:], positions, self.theta)), -1)
-        k = torch.cat((k_nope, k_rope.expand(t, heads, rope)), -1)
-        return self.linear(f"{p}.self_attn.o_proj", _attend(q, k, v, 1 / math.sqrt(nope + rope), positions))
+        q = torch.cat((q[..., :nope], self.rotary(q[..., nope:], positions)), -1)
+        k = torch.cat((kv[..., :nope], k_rope.expand(t, heads, rope)), -1)
+        return q, k, kv[..., nope:]
