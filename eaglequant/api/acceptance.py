@@ -70,7 +70,7 @@ def accept(
     ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card."""
     arguments = engine_arguments(engine_args, tensor_parallel_size)
     _check_settings(engine, served_as, temperatures, num_speculative_tokens, max_tokens)
-    servers = list(server)
+    servers = [server] if isinstance(server, str) else list(server)
     _check_where(servers, reference_server, launch, arguments, len(dsts))
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
     if len(prompt_list) < 2:

@@ -2,11 +2,12 @@
 
 Run in vLLM's interpreter as ``python -m <package>.vllm_accept JOB.json OUT.json`` (it imports vLLM, never
 eaglequant). JOB holds the target, the draft (null: the target alone, the reference for greedy output), the
-number of speculative tokens, the prompts and the decoding modes. For each mode every prompt is generated on
-its own and vLLM's spec-decode counters (``LLM.get_metrics()``: drafts, draft tokens, accepted tokens, accepted
-tokens per position) are read before and after it, so each prompt's figures are the engine's own. OUT gets
-the engine's version, its speculative configuration as it resolved it, and per mode and prompt the counters
-and the generated token ids.
+number of speculative tokens, the prompts, the decoding modes and the engine arguments (``LLM(...)``'s
+keywords: eaglequant's settings with the user's ``--engine-arg`` and ``--tensor-parallel-size``). For each mode
+every prompt is generated on its own and vLLM's spec-decode counters (``LLM.get_metrics()``: drafts, draft
+tokens, accepted tokens, accepted tokens per position) are read before and after it, so each prompt's figures
+are the engine's own. OUT gets the engine's version, its speculative configuration as it resolved it, and per
+mode and prompt the counters and the generated token ids.
 """
 
 from __future__ import annotations
