@@ -104,7 +104,8 @@ def _depth(config: dict[str, Any], target: Path) -> int:
 def _model_length(config: dict[str, Any], prompts: list[str], generated: int) -> int:
     """Room for the longest prompt (characters bound tokens for any tokenizer) and its continuation, within the
     target's own limit."""
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     limit = text.get("max_position_embeddings")
     needed = max(len(p) for p in prompts) + generated + 16
     return min(needed, limit) if isinstance(limit, int) and limit > 0 else needed

@@ -18,12 +18,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
-from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.errors import InputError, Param, given, words
+
+if TYPE_CHECKING:
+    from eaglequant.layouts.head import HeadDescription
 
 
 @dataclass(frozen=True)
@@ -35,11 +38,15 @@ class CapturedSequence:
     max_new_tokens: int | None = None  # the engine stops drafting once it has emitted this many (None: at the end)
 
 
-def load_captured(path: Path, parameter: str = "inputs") -> list[CapturedSequence]:
-    """The sequences of a capture file that holds the target's next-token choices (``eaglequant capture``)."""
+def load_captured(path: Path, parameter: str = "inputs", head: HeadDescription | None = None) -> list[CapturedSequence]:
+    """The sequences of a capture file that holds the target's next-token choices (``eaglequant capture``), or of
+    a directory of vLLM connector files; with ``head``, checked to be the inputs that draft reads."""
     from safetensors import safe_open
 
+    from eaglequant.draft.connector_files import as_capture_file
+
     where = given(parameter, str(path))
+    path = as_capture_file(path, parameter, None if head is None else head.dims.num_aux_hidden_states)
     if not path.is_file():
         raise InputError(words(where, ": no such file"), hint="write one with `eaglequant capture`")
     with safe_open(str(path), "pt") as handle:
@@ -52,6 +59,8 @@ def load_captured(path: Path, parameter: str = "inputs") -> list[CapturedSequenc
             )
         tensors = {name: handle.get_tensor(name) for name in names}
     hidden, ids, top = tensors["hidden_states"], tensors["input_ids"], tensors["target_top_ids"]
+    if head is not None:
+        _check_width(hidden, head, where)
     if hidden.dim() == 2:
         hidden, ids, top = hidden[None], ids[None], top[None]
     count, length = ids.shape[:2]
@@ -68,6 +77,21 @@ def load_captured(path: Path, parameter: str = "inputs") -> list[CapturedSequenc
         )
         for i in range(count)
     ]
+
+
+def _check_width(hidden: torch.Tensor, head: HeadDescription, where: Param) -> None:
+    """Inputs captured for another draft or target are refused before any forward: their aux width differs."""
+    dims = head.dims
+    width = dims.num_aux_hidden_states * dims.target_hidden_size
+    if hidden.shape[-1] != width:
+        raise InputError(
+            words(
+                where,
+                f": hidden states are {hidden.shape[-1]} wide; this draft reads {width} "
+                f"({dims.num_aux_hidden_states} aux layers x {dims.target_hidden_size})",
+            ),
+            hint="capture the inputs for this draft and its target: `eaglequant capture --target T --draft SRC OUT`",
+        )
 
 
 def _as_target(choices: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
@@ -232,7 +256,7 @@ def predict_written(
             "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
             "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
         )
-    if "target_top_ids" not in tensor_names(inputs):
+    if not inputs.is_dir() and "target_top_ids" not in tensor_names(inputs):
         return None, (
             f"acceptance not predicted: {inputs.name} holds no target choices (capture inputs with "
             "`eaglequant capture`, which records them)"
@@ -242,7 +266,7 @@ def predict_written(
     why = unsupported(head.config, head.attention)
     if why:
         return None, f"acceptance not predicted: {why}"
-    sequences = load_captured(inputs)
+    sequences = load_captured(inputs, head=head)
     steps = 3
     described = f"{inputs.name} ({len(sequences)} sequences)"
     source = predict(open_draft(src), sequences, steps)

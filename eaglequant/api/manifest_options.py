@@ -9,6 +9,7 @@ from typing import Any
 
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.conversion.options import ConversionOptions
+from eaglequant.draft.connector_files import inputs_sha256
 from eaglequant.engines.target import TargetLayers
 
 
@@ -32,7 +33,7 @@ def manifest_options(options: ConversionOptions, target: TargetLayers) -> dict[s
         "target_layers": target.count,
         **matched,
         "max_shard_bytes": options.max_shard_bytes,
-        "calib_sha256": None if options.calib is None else file_sha256(options.calib),
+        "calib_sha256": None if options.calib is None else inputs_sha256(options.calib),
         "verify": options.verify_output,
         "repo_id": options.repo_id,
     }

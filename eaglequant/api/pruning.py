@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from eaglequant.checkpoint.destination import check_destination, staged_directory
 from eaglequant.checkpoint.reader import Checkpoint
@@ -43,10 +44,13 @@ def prune(
     if any(type(token) is not int or token < 0 for token in keep):
         raise InputError(words(given("keep", list(keep)), ": token ids are whole numbers from 0"))
     check_destination(source, destination, overwrite, marker=PRUNE_RECORD)
+    from eaglequant.acceptance.predict import load_captured
+
     with Checkpoint.open(source) as checkpoint:
         head = describe_head(checkpoint)
         lm_head, targets, vocab = source_vocabulary(head, checkpoint)
         counted = read_counts(Path(counts), vocab)
+        sequences = None if inputs is None else load_captured(Path(inputs), head=head)  # checked before writing
         choice = choose_vocabulary(targets, counted, size, [*special_tokens(head.config), *keep])
         row_bytes = checkpoint.tensors[lm_head.weight].nbytes // lm_head.out_features
         with staged_directory(destination) as stage:
@@ -63,20 +67,19 @@ def prune(
                 choice.coverage,
                 choice.source_coverage,
                 (row_bytes * lm_head.out_features, row_bytes * choice.size),
-                _predicted(checkpoint, stage.path, inputs),
+                _predicted(checkpoint, stage.path, inputs, sequences),
             )
             write_json(stage.path / PRUNE_RECORD, result.to_json())
             stage.commit(destination, overwrite)
     return result
 
 
-def _predicted(source: Checkpoint, pruned: Path, inputs: str | Path | None) -> object:
-    """The greedy acceptance of both drafts replayed on ``inputs`` (None without them)."""
-    if inputs is None:
+def _predicted(source: Checkpoint, pruned: Path, inputs: str | Path | None, sequences: list[Any] | None) -> object:
+    """The greedy acceptance of both drafts replayed on the ``sequences`` of ``inputs`` (None without them)."""
+    if inputs is None or sequences is None:
         return None
-    from eaglequant.acceptance.predict import load_captured, predict_pair
+    from eaglequant.acceptance.predict import predict_pair
 
-    sequences = load_captured(Path(inputs))
     with Checkpoint.open(pruned, "DST") as written:
         described = f"{Path(inputs).name} ({len(sequences)} sequences)"
         return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described)

@@ -203,14 +203,14 @@ def search(
     source, destination = Path(src), Path(dst)
     check_destination(source, destination, overwrite)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    sequences = load_captured(Path(inputs))
-    if budget.bound and len(sequences) < 2:
-        raise InputError(
-            words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
-            hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
-        )
     with Checkpoint.open(source) as checkpoint:
         head = describe_head(checkpoint)
+        sequences = load_captured(Path(inputs), head=head)
+        if budget.bound and len(sequences) < 2:
+            raise InputError(
+                words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
+                hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
+            )
         source_acceptance = predict(open_draft(checkpoint), sequences, DEFAULT_DRAFT_TOKENS)
     source_length = source_acceptance.length().value
     sizes = _vocab_sizes(head, counts, vocab_sizes)

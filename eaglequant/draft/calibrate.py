@@ -8,7 +8,10 @@ The calibration file is a safetensors file holding, for S sequences of T tokens:
 - ``input_embeds``: [S, T, H], only for heads without ``embed_tokens`` (they share the target's);
 - ``lengths``: [S] int64, optional: the valid positions of each sequence when they differ (the rest is
   padding). ``eaglequant capture`` writes it, with the target's choices for predicting acceptance
-  (:mod:`eaglequant.acceptance.capture`).
+  (:mod:`eaglequant.draft.capture_file`).
+
+A directory of the files vLLM's hidden-states connector writes is read as such a file
+(:mod:`eaglequant.draft.connector_files`).
 
 The head runs forward in float32 (:mod:`eaglequant.draft.forward`) and each linear records max |x|
 over every token. Linears an engine fuses read the same input, so they share one amax.
@@ -32,8 +35,10 @@ def load_calibration(
 ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(aux hidden [T, n_aux*H_t], embeds-or-ids) per sequence, validated against the head's dims. ``parameter``
     names the file in messages (the option that gave it)."""
-    path = Path(path)
+    from eaglequant.draft.connector_files import as_capture_file
+
     where = given(parameter, str(path))
+    path = as_capture_file(Path(path), parameter, head.dims.num_aux_hidden_states)
     if not path.exists():
         raise InputError(words(where, ": no such file"), hint="give the captured draft inputs' .safetensors file")
     if not path.is_file() or path.suffix != ".safetensors":

@@ -24,11 +24,12 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.errors import InputError, given, words
+
+if TYPE_CHECKING:
+    import torch
 
 _KEYS = ("hidden_states", "token_ids")
 
@@ -42,6 +43,8 @@ class OutputHead:
     lm_head: torch.Tensor
 
     def probabilities(self, last_layer: torch.Tensor) -> torch.Tensor:
+        import torch
+
         x = last_layer.to(torch.float32)
         normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.norm
         return torch.softmax(normed @ self.lm_head.T, -1)
@@ -49,6 +52,8 @@ class OutputHead:
 
 def target_lm_head(target: Path) -> torch.Tensor:
     """The target's output embedding (``lm_head.weight``, or the input embedding when tied), one tensor read."""
+    import torch
+
     from eaglequant.checkpoint.reader import Checkpoint, load_json_object
 
     config = load_json_object(target / "config.json", "config.json")
@@ -63,10 +68,13 @@ def target_lm_head(target: Path) -> torch.Tensor:
 
 def target_output_head(target: Path) -> OutputHead:
     """The target's final norm and ``lm_head`` (two tensors read, whatever the target's size)."""
+    import torch
+
     from eaglequant.checkpoint.reader import Checkpoint, load_json_object
 
     config = load_json_object(target / "config.json", "config.json")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     with Checkpoint.open(target, "TARGET") as checkpoint:
         names = [n for n in checkpoint.tensors if n.endswith("norm.weight") and ".layers." not in n]
         final = [n for n in names if n.endswith("model.norm.weight")] or names
@@ -99,6 +107,7 @@ def connector_files(directory: Path, parameter: str) -> list[Path]:
 
 def read_connector_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     """``hidden_states`` [T, n, H] and ``token_ids`` [T] of one file, checked."""
+    import torch
     from safetensors import SafetensorError, safe_open
 
     try:
@@ -120,12 +129,14 @@ def read_connector_file(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def read_hidden_states(
-    directory: Path, aux_count: int, head: OutputHead | None, top_k: int, parameter: str = "hidden_states"
+    directory: Path, aux_count: int | None, head: OutputHead | None, top_k: int, parameter: str = "hidden_states"
 ) -> Iterator[dict[str, Any]]:
-    """One capture record per connector file (see :mod:`.capture_file`), one file in memory at a time."""
+    """One capture record per connector file (see :mod:`.capture_file`), one file in memory at a time.
+    ``aux_count``: the layers the draft reads (None: every layer the files hold)."""
     for path in connector_files(directory, parameter):
         hidden, tokens = read_connector_file(path)
         layers = hidden.shape[1]
+        aux_count = layers if aux_count is None else aux_count
         if layers not in (aux_count, aux_count + 1):
             raise InputError(
                 f"{path}: holds {layers} layers; the draft reads {aux_count} (and one more is the target's last)",
@@ -140,6 +151,8 @@ def read_hidden_states(
 def _record(
     aux: torch.Tensor, tokens: torch.Tensor, last_layer: torch.Tensor | None, head: OutputHead | None, top_k: int
 ) -> dict[str, Any]:
+    import torch
+
     if last_layer is not None and head is not None:  # after token t + 1: the target's own distribution
         probs = head.probabilities(last_layer[1:])
         end = len(tokens)
@@ -156,10 +169,10 @@ def _record(
     }
 
 
-_converted: dict[tuple[str, int], Path] = {}
+_converted: dict[tuple[str, int | None], Path] = {}
 
 
-def as_capture_file(path: Path, parameter: str, aux_count: int) -> Path:
+def as_capture_file(path: Path, parameter: str, aux_count: int | None = None) -> Path:
     """``path`` itself when it is a file; a directory of connector files converted once a process into a capture
     file (the files' next tokens standing in for the target's choices), so ``--inputs``, ``--calib`` and
     ``--counts`` read either."""
@@ -176,3 +189,16 @@ def as_capture_file(path: Path, parameter: str, aux_count: int) -> Path:
             writer.finish((), str(path), {"hidden_states_from": json.dumps(str(path))})
         _converted[key] = writer.path
     return _converted[key]
+
+
+def inputs_sha256(path: Path) -> str:
+    """The SHA-256 of captured inputs: the file's, or for a directory of connector files one digest over each
+    file's name and SHA-256, in name order."""
+    import hashlib
+
+    from eaglequant.checkpoint.hashing import file_sha256
+
+    if not path.is_dir():
+        return file_sha256(path)
+    listed = "".join(f"{file.name}:{file_sha256(file)}\n" for file in connector_files(path, "inputs"))
+    return hashlib.sha256(listed.encode()).hexdigest()

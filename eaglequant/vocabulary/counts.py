@@ -27,8 +27,12 @@ class TokenCounts:
 
 
 def read_counts(path: Path, vocab_size: int, parameter: str = "counts") -> TokenCounts:
-    """The counts in ``path`` (captured inputs or a token-count file), checked against the target's vocabulary."""
+    """The counts in ``path`` (captured inputs, a directory of vLLM connector files, or a token-count file), checked
+    against the target's vocabulary."""
+    from eaglequant.draft.connector_files import as_capture_file
+
     where = given(parameter, str(path))
+    path = as_capture_file(path, parameter) if path.is_dir() else path
     if not path.is_file():
         raise InputError(words(where, ": no such file"), hint="give captured inputs or a token-count file")
     if path.suffix == ".json":

@@ -55,4 +55,4 @@ class SynchronousHiddenStatesConnector(ExampleHiddenStatesConnector):
         finally:
             if lock_fd is not None:
                 os.close(lock_fd)  # releases the stock protocol's LOCK_EX: readers waiting on LOCK_SH go on
-        self._req_copy_events[pending.req_id] = _Written()  # type: ignore[assignment]
+        self._req_copy_events[pending.req_id] = _Written()

@@ -90,22 +90,23 @@ def hidden_states_file(output: Any) -> str:
     return str(path)
 
 
-def read_and_remove(llm: Any, path: str) -> dict[str, Any]:
-    """The connector's file for a finished request, then deleted. The connector writes it in the engine step after
-    the request finished (``get_finished``), which the offline engine only takes when stepped: step it until the
-    file exists, then read it under the connector's lock (the stock connector finishes the write in a thread)."""
-    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import (
-        cleanup_hidden_states,
-        load_hidden_states,
-    )
+def await_hidden_states(llm: Any, path: str) -> dict[str, Any]:
+    """The connector's file for a finished request. The connector writes it in the engine step after the request
+    finished (``get_finished``), which the offline engine takes only when stepped: step it until the file exists,
+    then read it under the connector's lock (the stock connector finishes the write in a thread)."""
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import load_hidden_states
 
     for _ in range(DRAIN_STEPS):
         if os.path.exists(path):
-            break
+            return load_hidden_states(path)
         llm.llm_engine.step()
-    else:
-        raise RuntimeError(f"the hidden-states connector wrote no {path} in {DRAIN_STEPS} engine steps")
-    data = load_hidden_states(path)
+    raise RuntimeError(f"the hidden-states connector wrote no {path} in {DRAIN_STEPS} engine steps")
+
+
+def read_and_remove(llm: Any, path: str) -> dict[str, Any]:
+    from vllm.distributed.kv_transfer.kv_connector.v1.example_hidden_states_connector import cleanup_hidden_states
+
+    data = await_hidden_states(llm, path)
     cleanup_hidden_states(path)
     return data
 
