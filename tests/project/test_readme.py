@@ -40,13 +40,13 @@ def test_fixtures_are_small_and_match_the_generator() -> None:
 
 
 def test_the_trained_pair_is_what_its_script_recorded() -> None:
-    """The one trained target + draft: at most 12 MB, every file the SHA-256 its training run recorded."""
+    """The one trained target and its drafts: at most 16 MB, every file the SHA-256 its training run recorded."""
     import hashlib
     import json
 
     manifest = json.loads((TRAINED_PAIR / "MANIFEST.json").read_text())
     files = [p for p in TRAINED_PAIR.rglob("*") if p.is_file() and p.name != "MANIFEST.json"]
-    assert sum(p.stat().st_size for p in files) <= 12_000_000
+    assert sum(p.stat().st_size for p in files) <= 16_000_000
     assert {str(p.relative_to(TRAINED_PAIR)) for p in files} == set(manifest["files"])
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((TRAINED_PAIR / name).read_bytes()).hexdigest() == digest, name
