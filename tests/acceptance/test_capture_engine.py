@@ -53,6 +53,22 @@ def test_float32_capture_through_vllm_is_the_transformers_capture(captures: dict
     assert torch.allclose(mine["target_top_probs"], theirs["target_top_probs"], atol=1e-4)
 
 
+def test_a_target_split_over_two_ranks_captures_the_same(captures: dict, tmp_path: Path) -> None:
+    """Tensor parallelism on the CPU build (two ranks, a core each): only rank 0 writes the states, and the capture
+    is the one-rank capture."""
+    from eaglequant.acceptance.engine_capture import capture_through
+
+    out = tmp_path / "tp2.safetensors"
+    settings = {"max_prompts": 2, "max_tokens": TOKENS, "dtype": "float32", "tensor_parallel_size": 2}
+    capture_through("vllm", PAIR / "target", PAIR / "draft", out, engine_python=engine_python("vllm"), **settings)
+    split, whole = load_file(str(out)), captures["vllm-float32"]
+    positions = split["input_ids"].shape[1]
+    assert torch.equal(split["lengths"], whole["lengths"][:2])
+    assert torch.equal(split["input_ids"], whole["input_ids"][:2, :positions])
+    assert torch.equal(split["target_top_ids"], whole["target_top_ids"][:2, :positions])
+    assert torch.allclose(split["hidden_states"], whole["hidden_states"][:2, :positions], rtol=1e-4, atol=1e-4)
+
+
 def test_bfloat16_continuations_depart_only_at_near_ties(captures: dict) -> None:
     served, reference = captures["vllm-bfloat16"], captures["transformers"]
     departures = []
