@@ -369,3 +369,15 @@ def test_a_launched_server_serves_the_target_with_the_draft_and_the_users_argume
     speculative = json.loads(command[command.index("--speculative-config") + 1])
     assert speculative == {"method": "eagle3", "model": str((PAIR / "draft").resolve()), "num_speculative_tokens": 2}
     assert "--speculative-config" not in server_command(Path("/engine/python"), chosen, None, 8123)
+
+
+def test_the_command_line_shows_the_drafts_measured_on_servers(serve: Callable[[StandIn], str]) -> None:
+    reference, source, dst = serve(StandIn(draft=False)), serve(StandIn()), serve(StandIn())
+    draft = str(PAIR / "draft")
+    done = run_cli(
+        "accept", draft, "--source", draft, "--server", source, "--server", dst, "--reference-server", reference,
+        "--max-prompts", "3", "--max-tokens", "8", "--no-record",
+    )  # fmt: skip
+    assert done.exit_code == 0, done.stderr
+    assert "(server)" in done.stdout and "3/3" in done.stdout, done.stdout  # the table, however it wraps
+    assert reference in " ".join(done.stderr.split() + done.stdout.split())

@@ -94,3 +94,14 @@ def test_a_drafting_server_is_no_reference_and_k_must_match(running: dict[str, s
         measured(server=[running["reference"]] * 2, reference_server=running["reference"])
     with pytest.raises(InputError, match="drafts 3 tokens a round, not the 2 asked"):
         measured(server=[running["draft"]] * 2, reference_server=running["reference"], num_speculative_tokens=2)
+
+
+def test_engine_arguments_reach_the_engine_offline_and_launched() -> None:
+    """An argument vLLM does not know fails in vLLM's own hands, each way: it was passed on."""
+    from eaglequant.acceptance.measure import AcceptanceRunError
+
+    python = engine_python("vllm")
+    with pytest.raises(AcceptanceRunError, match="no_such_engine_arg"):
+        measured(target=PAIR / "target", engine_python=python, engine_args=["no_such_engine_arg=1"])
+    with pytest.raises(AcceptanceRunError, match=r"exited .* before it answered: .*--no-such-engine-arg"):
+        measured(target=PAIR / "target", engine_python=python, engine_args=["no_such_engine_arg=1"], launch=True)
