@@ -25,7 +25,7 @@ from eaglequant.acceptance.spec_counters import (
     parse_spec_counters,
 )
 from eaglequant.acceptance.statistics import PromptCounts
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, suggested, words
 
 REQUEST_TIMEOUT_S = 900.0  # one prompt's generation
 READ_TIMEOUT_S = 30.0  # /metrics, /v1/models, /version
@@ -133,7 +133,7 @@ def measure_on_server(server: Server, settings: Settings, drafting: bool) -> Eng
         for index, prompt in enumerate(settings.prompts):
             before = server.counters()
             if before != last:
-                raise _traffic(server, f"its counters moved between two reads with no request in flight ({index})")
+                raise _traffic(server, f"its counters moved with no request in flight, before prompt {index}")
             record = server.complete(model, prompt, settings, mode, mode.seed + index)
             after = _settled(server)
             if drafting and after is not None and before is not None:
@@ -182,7 +182,7 @@ def _check_drafting(server: Server, counters: SpecCounters | None, settings: Set
     if drafting and served_k != settings.num_speculative_tokens:
         raise ServerError(
             f"{where} drafts {served_k} tokens a round, not the {settings.num_speculative_tokens} asked",
-            hint=f"give --k {served_k} (num_speculative_tokens={served_k}), or serve the draft with that many",
+            hint=words("give ", suggested("num_speculative_tokens", served_k), ", or serve the draft with that many"),
         )
 
 
