@@ -17,6 +17,7 @@ from eaglequant.cli.options import (
     MAX_PARALLEL,
     MAX_SEED,
     MAX_TEMPERATURE,
+    EngineArgOpt,
     MaxPromptsOpt,
     PromptsOpt,
     positive,
@@ -93,15 +94,7 @@ def accept_command(
             show_default=False,
         ),
     ] = None,
-    engine_arg: Annotated[
-        Optional[list[str]],  # noqa: UP045
-        typer.Option(
-            "--engine-arg",
-            help="KEY=VALUE: a vLLM engine argument (LLM(...) keyword, server flag), VALUE as JSON where it parses "
-            "(repeatable; e.g. max_model_len=8192, gpu_memory_utilization=0.9, enforce_eager=false).",
-            show_default=False,
-        ),
-    ] = None,
+    engine_arg: EngineArgOpt = None,
     server: Annotated[
         Optional[list[str]],  # noqa: UP045
         typer.Option(
