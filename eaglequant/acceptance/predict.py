@@ -69,7 +69,7 @@ def load_captured(path: Path, parameter: str = "inputs", head: HeadDescription |
     limits = tensors.get("max_new_tokens", torch.full((count,), -1)).tolist()  # -1: not limited (trainer files)
     return [
         CapturedSequence(
-            hidden[i, : lengths[i]],
+            hidden[i, : lengths[i]].to(torch.float32),
             ids[i, : lengths[i]].long(),
             top[i, : lengths[i], 0].long(),
             starts[i],

@@ -58,6 +58,7 @@ def load_calibration(
         hidden = hidden[None]
     if hidden.dim() != 3 or hidden.shape[-1] != width or not hidden.is_floating_point():
         raise InputError(words(where, f": 'hidden_states' is {list(hidden.shape)}, expected [S, T, {width}]"))
+    hidden = hidden.to(torch.float32)  # bf16 where the engine served the target in bf16
     sequences, tokens = hidden.shape[:2]
     lengths = _lengths(tensors.get("lengths"), sequences, tokens, where)
     if "input_embeds" in tensors:

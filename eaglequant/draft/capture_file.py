@@ -31,16 +31,17 @@ import torch
 from eaglequant.common.errors import InputError
 from eaglequant.common.json_fields import record_json
 
-# Each sequence's tensors, by name: (dtype, whether the tensor has a position axis to pad)
-SEQUENCE_TENSORS = {
-    "hidden_states": (torch.float32, True),
+# Each sequence's tensors, by name: (dtype, whether the tensor has a position axis to pad). The hidden states keep
+# the dtype their producer computed them in (an engine serving in bf16 gives 2 bytes a value, half of float32's).
+SEQUENCE_TENSORS: dict[str, tuple[torch.dtype | None, bool]] = {
+    "hidden_states": (None, True),
     "input_ids": (torch.int64, True),
     "target_top_ids": (torch.int64, True),
     "target_top_probs": (torch.float32, True),
     "continuation_start": (torch.int64, False),
     "max_new_tokens": (torch.int64, False),
 }
-_SAFETENSORS_DTYPE = {torch.float32: "F32", torch.int64: "I64"}
+_SAFETENSORS_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64"}
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class CaptureWriter:
         return self._summary(files, shapes, ids, origin)
 
     def _summary(
-        self, files: list[Path], shapes: list[dict[str, tuple[int, ...]]], ids: tuple[int, ...], origin: str
+        self, files: list[Path], shapes: list[dict[str, tuple[Any, ...]]], ids: tuple[int, ...], origin: str
     ) -> CaptureSummary:
         from safetensors import safe_open
 
@@ -132,34 +133,45 @@ class CaptureWriter:
         return CaptureSummary(self.path, len(files), sum(lengths), after, ids, origin)
 
 
-def _tensor(record: dict[str, Any], name: str, dtype: torch.dtype) -> torch.Tensor:
-    value = record.get(name, -1 if name == "max_new_tokens" else None)
-    return torch.as_tensor(value).to(dtype).contiguous()
+def _tensor(record: dict[str, Any], name: str, dtype: torch.dtype | None) -> torch.Tensor:
+    value = torch.as_tensor(record.get(name, -1 if name == "max_new_tokens" else None))
+    if dtype is None and value.dtype not in _SAFETENSORS_DTYPE:
+        dtype = torch.float32
+    return (value if dtype is None else value.to(dtype)).contiguous()
 
 
-def _shapes(file: Path) -> dict[str, tuple[int, ...]]:
+def _shapes(file: Path) -> dict[str, tuple[Any, ...]]:
+    """Each tensor's shape, and the hidden states' dtype as the last item of theirs (so sequences of another dtype
+    are told apart as those of another width are)."""
     from safetensors import safe_open
 
     with safe_open(str(file), "pt") as handle:
-        return {name: tuple(handle.get_slice(name).get_shape()) for name in SEQUENCE_TENSORS}
+        shapes: dict[str, tuple[Any, ...]] = {n: tuple(handle.get_slice(n).get_shape()) for n in SEQUENCE_TENSORS}
+        shapes["hidden_states"] += (handle.get_slice("hidden_states").get_dtype(),)
+    return shapes
 
 
-def _check_widths(files: list[Path], shapes: list[dict[str, tuple[int, ...]]], widths: dict[str, Any]) -> None:
+def _check_widths(files: list[Path], shapes: list[dict[str, tuple[Any, ...]]], widths: dict[str, Any]) -> None:
     for file, shape in zip(files, shapes, strict=True):
         for name, width in widths.items():
             if shape[name][1:] != width or shape[name][0] != shape["input_ids"][0]:
                 raise InputError(
-                    f"{file.name}: {name!r} is {list(shape[name])}, the first sequence's has {list(width)} a position",
+                    f"{file.name}: {name!r} is {list(shape[name])}, the first sequence's {list(width)} a position",
                     hint="every sequence of one capture must come from one target and one draft",
                 )
 
 
-def _spec(name: str, count: int, longest: int, widths: dict[str, tuple[int, ...]]) -> tuple[str, str, tuple[int, ...]]:
+def _spec(name: str, count: int, longest: int, widths: dict[str, tuple[Any, ...]]) -> tuple[str, str, tuple[int, ...]]:
     if name == "lengths":
         return name, "I64", (count,)
     dtype, padded = SEQUENCE_TENSORS[name]
-    shape = (count, longest, *widths[name]) if padded else (count,)
-    return name, _SAFETENSORS_DTYPE[dtype], shape
+    width = widths.get(name, ())
+    if dtype is None:  # the hidden states: their dtype, as the sequences' files hold it, ends their width
+        width, stored = width[:-1], str(width[-1])
+    else:
+        stored = _SAFETENSORS_DTYPE[dtype]
+    shape = (count, longest, *width) if padded else (count,)
+    return name, stored, shape
 
 
 def _row(file: Path, name: str, longest: int) -> bytes:
@@ -171,4 +183,4 @@ def _row(file: Path, name: str, longest: int) -> bytes:
     if SEQUENCE_TENSORS[name][1] and value.shape[0] < longest:
         pad = [0, 0] * (value.dim() - 1) + [0, longest - value.shape[0]]
         value = torch.nn.functional.pad(value, pad)
-    return bytes(value.contiguous().numpy().tobytes())
+    return bytes(value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())

@@ -66,6 +66,26 @@ def test_sequences_of_another_width_are_refused_and_nothing_is_written(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_hidden_states_keep_the_dtype_they_were_computed_in(tmp_path: Path) -> None:
+    """An engine serving in bf16 gives 2 bytes a value: the file keeps them (half of float32's size), readers widen."""
+    from eaglequant.acceptance.predict import load_captured
+
+    records = [
+        {**_record(5, 2, i), "hidden_states": _record(5, 2, i)["hidden_states"].to(torch.bfloat16)} for i in (0, 1)
+    ]
+    with CaptureWriter(tmp_path / "captured.safetensors") as writer:
+        writer.add_all(records)
+        summary = writer.finish((1, 2, 3), "test", {})
+    assert load_file(str(summary.path))["hidden_states"].dtype == torch.bfloat16
+    sequences = load_captured(summary.path)
+    assert sequences[1].aux.dtype == torch.float32
+    assert torch.equal(sequences[1].aux, records[1]["hidden_states"].to(torch.float32))
+    mixed = tmp_path / "mixed.safetensors"
+    with CaptureWriter(mixed) as writer, pytest.raises(InputError, match="every sequence of one capture"):
+        writer.add_all([records[0], _record(5, 2, 2)])
+        writer.finish((), "test", {})
+
+
 def _connector_dir(tmp_path: Path, layers: int, lengths: tuple[int, ...] = (6, 9)) -> Path:
     directory = tmp_path / "hidden_states"
     directory.mkdir()

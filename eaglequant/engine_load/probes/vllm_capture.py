@@ -151,7 +151,7 @@ def capture_one(llm: Any, prompt: str, job: dict[str, Any]) -> dict[str, Any]:
     ranked = [top_k(entries, k) for entries in after]
     hidden = states["hidden_states"]
     return {
-        "hidden_states": hidden[:-1].reshape(len(sequence) - 1, -1).to(torch.float32).contiguous(),
+        "hidden_states": hidden[:-1].reshape(len(sequence) - 1, -1).contiguous(),  # in the served dtype
         "input_ids": torch.tensor(sequence[1:], dtype=torch.int64),
         "target_top_ids": torch.tensor([ids for ids, _ in ranked], dtype=torch.int64),
         "target_top_probs": torch.tensor([probs for _, probs in ranked], dtype=torch.float32),
