@@ -118,7 +118,8 @@ def _run(interpreter: Path, job: dict[str, Any]) -> dict[str, Any]:
         job_file, out_file = tmp / "job.json", tmp / "out.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
         try:
-            done = run_probe_module(interpreter, "vllm_capture", [job_file, out_file], tmp, CAPTURE_TIMEOUT_S)
+            ranks = int(job["engine_args"].get("tensor_parallel_size", job["tensor_parallel_size"]))
+            done = run_probe_module(interpreter, "vllm_capture", [job_file, out_file], tmp, CAPTURE_TIMEOUT_S, ranks)
         except subprocess.TimeoutExpired:
             raise CaptureRunError(f"vLLM capture: no result in {CAPTURE_TIMEOUT_S} s") from None
         if not out_file.is_file():

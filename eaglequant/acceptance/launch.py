@@ -10,7 +10,6 @@ console script, whose version lookup fails in vLLM's CPU build.
 from __future__ import annotations
 
 import json
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -38,14 +37,6 @@ def server_command(interpreter: Path, settings: Settings, draft: Path | None, po
     return command
 
 
-def _server_environment() -> dict[str, str]:
-    """This environment, less TRITON_INTERPRET (under it an engine's GPU-only Triton kernels would run on CPU)."""
-    env = {name: value for name, value in os.environ.items() if name != "TRITON_INTERPRET"}
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
 def launch_runner(
     interpreter: Path,
     settings: Settings,
@@ -53,6 +44,10 @@ def launch_runner(
     log: Callable[[str], None] = lambda _: None,
 ) -> Runner:
     """A runner that starts a server per run, measures it through ``/metrics``, and stops it."""
+
+    from eaglequant.engine_load import engine_environment
+
+    ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
 
     def run(_place: int, draft: Path | None, label: str) -> EngineRun:
         port = free_port()
@@ -63,7 +58,7 @@ def launch_runner(
             log(f"{label} on vLLM's server at {url}")
             try:
                 with local_server(
-                    command, f"{url}/health", server_log, start_timeout_s=start_timeout_s, env=_server_environment()
+                    command, f"{url}/health", server_log, start_timeout_s=start_timeout_s, env=engine_environment(ranks)
                 ):
                     return measure_on_server(Server(url, f"the server with {label}"), settings, draft is not None)
             except ServerStartError as error:

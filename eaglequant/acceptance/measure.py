@@ -121,7 +121,8 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         job_file, out_file = tmp / "job.json", tmp / "out.json"
         job_file.write_text(json.dumps(job), encoding="utf-8")
         try:
-            done = run_probe_module(interpreter, "vllm_accept", [job_file, out_file], tmp, RUN_TIMEOUT_S)
+            ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
+            done = run_probe_module(interpreter, "vllm_accept", [job_file, out_file], tmp, RUN_TIMEOUT_S, ranks)
         except subprocess.TimeoutExpired:
             raise AcceptanceRunError(f"vLLM with {label}: no result in {RUN_TIMEOUT_S} s") from None
         if not out_file.is_file():

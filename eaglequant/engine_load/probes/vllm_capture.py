@@ -51,22 +51,6 @@ def connector_config(storage: str) -> dict[str, Any]:
     }
 
 
-def bind_cpu_ranks(ranks: int) -> None:
-    """On the CPU build, tensor parallelism needs each rank's OpenMP threads bound to cores of their own, which vLLM
-    derives from NUMA nodes and refuses to guess on a one-node machine ("Not enough allowed NUMA nodes"): where the
-    user set no binding, split the allowed cores evenly, ``0-7|8-15``."""
-    import torch
-
-    if ranks < 2 or torch.cuda.is_available() or os.environ.get("VLLM_CPU_OMP_THREADS_BIND"):
-        return
-    cores = sorted(os.sched_getaffinity(0))
-    share = len(cores) // ranks
-    if share < 1:
-        raise RuntimeError(f"{ranks} tensor-parallel ranks need at least {ranks} CPU cores; {len(cores)} allowed")
-    groups = [cores[i * share : (i + 1) * share] for i in range(ranks)]
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(map(str, group)) for group in groups)
-
-
 def build_engine(job: dict[str, Any], storage: str) -> Any:
     from vllm import LLM
 
@@ -89,9 +73,7 @@ def build_engine(job: dict[str, Any], storage: str) -> Any:
         "speculative_config": speculative,
         "kv_transfer_config": connector_config(storage),
     }
-    chosen = {**settings, **job.get("engine_args", {})}
-    bind_cpu_ranks(int(chosen["tensor_parallel_size"]))
-    return LLM(**chosen)
+    return LLM(**{**settings, **job.get("engine_args", {})})
 
 
 def top_k(entries: dict[int, Any], k: int) -> tuple[list[int], list[float]]:

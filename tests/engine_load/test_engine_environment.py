@@ -1,0 +1,33 @@
+"""The environment an engine process runs in: vLLM's CPU thread binding for tensor-parallel ranks, set only where the
+user set none, and no TRITON_INTERPRET (which would run an engine's GPU-only kernels on CPU)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from eaglequant.engine_load import cpu_rank_binding, engine_environment
+
+
+def test_ranks_get_the_allowed_cores_split_evenly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3, 4, 5})
+    assert cpu_rank_binding(2, {}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1,2|3,4,5"}
+    assert cpu_rank_binding(4, {}) == {"VLLM_CPU_OMP_THREADS_BIND": "0|1|2|3"}
+
+
+def test_one_rank_a_users_binding_or_too_few_cores_leave_it_to_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    assert cpu_rank_binding(1, {}) == {}
+    assert cpu_rank_binding(2, {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}) == {}
+    assert cpu_rank_binding(3, {}) == {}
+
+
+def test_the_engine_environment_drops_triton_interpret_and_binds_ranks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
+    env = engine_environment(2)
+    assert "TRITON_INTERPRET" not in env and env["PYTHONUNBUFFERED"] == "1"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_environment(1)
