@@ -45,10 +45,13 @@ def parse_engine_arg(pair: str) -> tuple[str, Any]:
 
 
 def engine_arguments(
-    pairs: Mapping[str, Any] | Sequence[str] | None, tensor_parallel_size: int | None = None
+    pairs: Mapping[str, Any] | Sequence[str] | None,
+    tensor_parallel_size: int | None = None,
+    owned: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The engine arguments to pass through: ``pairs`` (a mapping, or ``KEY=VALUE`` strings) checked against
-    the keys eaglequant sets, with ``tensor_parallel_size`` when given."""
+    the keys eaglequant sets (``owned``: keys a command sets for itself, each with why), with
+    ``tensor_parallel_size`` when given."""
     if pairs is None:
         pairs = {}
     if isinstance(pairs, Mapping):
@@ -56,6 +59,8 @@ def engine_arguments(
     else:
         chosen = dict(parse_engine_arg(p) for p in pairs)
     for key in chosen:
+        if owned and key in owned:
+            raise InputError(f"engine argument {key!r}: {owned[key]}", hint="leave it out")
         if key in OWNED_KEYS:
             raise _conflict(key)
     if tensor_parallel_size is not None:

@@ -21,8 +21,11 @@ from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter
 CAPTURE_TIMEOUT_S = 6 * 3600
 ENGINES = ("vllm",)  # engines whose own hidden-state extraction `capture --engine` drives
 DTYPES = ("bfloat16", "float16", "float32")
-# engine arguments the capture sets for its hidden-state extraction, beside those accept sets (engine_args.py)
-CAPTURE_KEYS = ("kv_transfer_config", "enable_prefix_caching")
+# engine arguments the capture sets for its hidden-state extraction, beside those every run sets (engine_args.py)
+CAPTURE_KEYS = {
+    key: f"capture sets {key} itself (its hidden-state extraction)"
+    for key in ("speculative_config", "kv_transfer_config", "enable_prefix_caching")
+}
 
 
 class CaptureRunError(EagleQuantError):
@@ -155,12 +158,6 @@ def capture_through(
         )
     if dtype not in DTYPES:
         raise InputError(words(given("dtype", dtype), f": not one of {', '.join(DTYPES)}"), hint="use bfloat16")
-    arguments = engine_arguments(engine_args, tensor_parallel_size)
-    refused = [key for key in arguments if key in CAPTURE_KEYS]
-    if refused:
-        raise InputError(
-            f"engine argument {refused[0]!r}: capture sets {refused[0]} itself (its hidden-state extraction)",
-            hint="leave it out",
-        )
+    arguments = engine_arguments(engine_args, tensor_parallel_size, CAPTURE_KEYS)
     chosen = EngineCapture(find_engine_python(engine, engine_python), dtype, tensor_parallel_size, arguments)
     return capture_with_engine(target, draft, out, chosen, **settings)

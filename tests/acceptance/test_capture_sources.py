@@ -162,6 +162,7 @@ def test_a_bad_connector_directory_is_refused(tmp_path: Path, damage: str, messa
         (("--engine", "sglang"), "capture runs vllm"),
         (("--engine", "vllm", "--engine-arg", "kv_transfer_config={}"), "capture sets kv_transfer_config itself"),
         (("--engine", "vllm", "--engine-arg", "model=other"), "eaglequant sets model itself"),
+        (("--engine", "vllm", "--engine-arg", "speculative_config={}"), "capture sets speculative_config itself"),
         (("--engine", "vllm", "--engine-arg", "novalue"), "not KEY=VALUE"),
         (("--engine", "vllm", "--dtype", "int8"), "not one of bfloat16"),
     ],
