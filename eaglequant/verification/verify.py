@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS
@@ -194,6 +194,7 @@ def verify_checkpoint(
         from eaglequant.acceptance.predict import predict_written
 
         with Checkpoint.open(source) as src:
+            _check_same_vocabulary(head, src, recorded)
             changes = () if recorded is None else recorded.config_changes
             compared = compare_with_source(
                 checkpoint, src, head, fmt, schemes, quantized, (seed, tokens, inputs), changes
@@ -207,6 +208,29 @@ def verify_checkpoint(
             report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems
     return report
+
+
+def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: ConversionReport | None) -> None:
+    """Refuse a source whose draft vocabulary differs from DST's (DST converted from a pruned head, ``src`` the
+    unpruned one), naming the source DST's report records."""
+    from eaglequant.layouts.detect import describe_head
+
+    def rows(described: HeadDescription) -> int | None:
+        return next((lin.out_features for lin in described.linears if lin.module == "lm_head"), None)
+
+    ours, theirs = rows(head), rows(describe_head(src))
+    if ours is None or theirs is None or ours == theirs:
+        return
+    named = None if recorded is None or not recorded.source else recorded.source
+    raise InputError(
+        words(
+            given("source", str(src.root)),
+            f": its draft vocabulary has {theirs} tokens, DST's {ours} (DST was converted from a pruned head)",
+        ),
+        hint=words("pass the head DST was converted from: ", suggested("source", named))
+        if named
+        else "pass the pruned head DST was converted from (what eaglequant prune wrote)",
+    )
 
 
 def checkpoint_schemes(

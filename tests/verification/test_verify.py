@@ -163,3 +163,20 @@ def test_convert_verify_cli_stores_the_report(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["verification"]["ok"] and (tmp_path / "out" / "eaglequant_verify.json").is_file()
+
+
+def test_verify_against_the_unpruned_source_names_the_pruned_one(tmp_path: Path) -> None:
+    """A draft converted from a pruned head, verified against the unpruned source: one line, exit 2, naming the
+    source DST's report records (issue 48, item 1)."""
+    import eaglequant
+
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([(t * 37) % 512 for t in range(512)]))
+    source = FIXTURES / "specforge-llama"
+    pruned = eaglequant.prune(source, tmp_path / "dst-vocab64-bf16", size=64, counts=counts).destination
+    convert(pruned, tmp_path / "dst", scheme="fp8-per-channel", format="modelopt")
+    result = run_cli("verify", tmp_path / "dst", "--source", source)
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "draft vocabulary has 256 tokens, DST's 64" in result.stderr
+    assert f"--source {pruned.resolve()}" in result.stderr or f"--source {pruned}" in result.stderr
+    assert verify(tmp_path / "dst").ok
