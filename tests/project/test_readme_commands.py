@@ -56,3 +56,24 @@ def test_the_fast_subset_is_documented_with_registered_markers() -> None:
     from tests.project.test_readme import _readme_commands
 
     assert _readme_commands()[1] == "bash scripts/setup.sh --test && .venv/bin/python -m pytest -q"  # (b): everything
+
+
+# -- README's per-module scheme example runs as written ------------------------------------------------------
+
+
+def test_readme_scheme_for_example_runs_as_written(tmp_path: Path) -> None:
+    """The README's `--scheme-for lm_head=nvfp4 --format modelopt` command exits 0 as shown (issue 48, item 3)."""
+    readme = (ROOT / "README.md").read_text()
+    commands = [
+        line.strip()
+        for block in re.findall(r"```bash\n(.*?)```", readme, re.S)
+        for line in block.splitlines()
+        if "--scheme-for lm_head=nvfp4" in line
+    ]
+    assert len(commands) == 1, commands
+    (tmp_path / "fixtures").symlink_to(FIXTURES, target_is_directory=True)
+    args = shlex.split(commands[0])
+    assert args[0] == ".venv/bin/eaglequant" and "--target-layers" in args
+    shown = as_user(*args[1:], cwd=tmp_path, env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.stderr
+    assert "MIXED_PRECISION" in (tmp_path / "out" / "pair-mixed" / "config.json").read_text()
