@@ -7,8 +7,6 @@ assembles the capture file after.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,23 +113,13 @@ def _model_length(config: dict[str, Any], prompts: list[str], generated: int) ->
 
 
 def _run(interpreter: Path, job: dict[str, Any]) -> dict[str, Any]:
-    from eaglequant.engine_load import probe_workdir, run_probe_module
+    from eaglequant.engine_load import EngineJobError, run_engine_job
 
-    with probe_workdir() as tmp:
-        job_file, out_file = tmp / "job.json", tmp / "out.json"
-        job_file.write_text(json.dumps(job), encoding="utf-8")
-        try:
-            ranks = int(job["engine_args"].get("tensor_parallel_size", job["tensor_parallel_size"]))
-            done = run_probe_module(interpreter, "vllm_capture", [job_file, out_file], tmp, CAPTURE_TIMEOUT_S, ranks)
-        except subprocess.TimeoutExpired:
-            raise CaptureRunError(f"vLLM capture: no result in {CAPTURE_TIMEOUT_S} s") from None
-        if not out_file.is_file():
-            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-            raise CaptureRunError(f"vLLM capture ({interpreter}) exited {done.returncode}: {tail}")
-        data: dict[str, Any] = json.loads(out_file.read_text(encoding="utf-8"))
-    if "error" in data:
-        raise CaptureRunError(f"vLLM could not capture from {job['target']}: {data['error']}")
-    return data
+    ranks = int(job["engine_args"].get("tensor_parallel_size", job["tensor_parallel_size"]))
+    try:
+        return run_engine_job(interpreter, "vllm_capture", job, CAPTURE_TIMEOUT_S, ranks)
+    except EngineJobError as error:
+        raise CaptureRunError(f"vLLM could not capture from {job['target']}: {error.message}") from None
 
 
 def capture_through(

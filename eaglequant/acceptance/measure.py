@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,7 +104,7 @@ def _max_positions(target: Path) -> int | None:
 
 def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label: str) -> EngineRun:
     """Serve ``settings.target`` with ``draft`` (None: alone) in one process of ``interpreter``."""
-    from eaglequant.engine_load import probe_workdir, run_probe_module
+    from eaglequant.engine_load import EngineJobError, run_engine_job
 
     modes = settings.modes if draft is not None else (GREEDY,)
     job = {
@@ -117,20 +116,11 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         "modes": [m.to_json() for m in modes],
         "engine_args": settings.served_arguments(),
     }
-    with probe_workdir() as tmp:
-        job_file, out_file = tmp / "job.json", tmp / "out.json"
-        job_file.write_text(json.dumps(job), encoding="utf-8")
-        try:
-            ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
-            done = run_probe_module(interpreter, "vllm_accept", [job_file, out_file], tmp, RUN_TIMEOUT_S, ranks)
-        except subprocess.TimeoutExpired:
-            raise AcceptanceRunError(f"vLLM with {label}: no result in {RUN_TIMEOUT_S} s") from None
-        if not out_file.is_file():
-            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-            raise AcceptanceRunError(f"vLLM with {label} ({interpreter}) exited {done.returncode}: {tail}")
-        data = json.loads(out_file.read_text(encoding="utf-8"))
-    if "error" in data:
-        raise AcceptanceRunError(f"vLLM could not serve {settings.target} with {label}: {data['error']}")
+    ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
+    try:
+        data = run_engine_job(interpreter, "vllm_accept", job, RUN_TIMEOUT_S, ranks)
+    except EngineJobError as error:
+        raise AcceptanceRunError(f"vLLM could not serve {settings.target} with {label}: {error.message}") from None
     return EngineRun(
         str(data["version"]),
         data.get("speculative_config"),

@@ -14,12 +14,13 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
     MAX_DRAFT_TOKENS,
     MAX_GENERATED_TOKENS,
-    MAX_PARALLEL,
     MAX_SEED,
     MAX_TEMPERATURE,
     EngineArgOpt,
+    EnginePythonOpt,
     MaxPromptsOpt,
     PromptsOpt,
+    TensorParallelOpt,
     positive,
 )
 from eaglequant.cli.output import info, note, out, result
@@ -76,24 +77,8 @@ def accept_command(
         ),
     ] = "dequantized",
     dtype: Annotated[str, typer.Option("--dtype", help="Serving dtype: bfloat16, float16 or float32.")] = "bfloat16",
-    engine_python: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--engine-python",
-            help="Python interpreter that has vLLM installed (default: found as for verify --load-with).",
-            show_default=False,
-        ),
-    ] = None,
-    tensor_parallel_size: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--tensor-parallel-size",
-            min=1,
-            max=MAX_PARALLEL,
-            help="GPUs the engine splits the target over (vLLM's --tensor-parallel-size).",
-            show_default=False,
-        ),
-    ] = None,
+    engine_python: EnginePythonOpt = None,
+    tensor_parallel_size: TensorParallelOpt = None,
     engine_arg: EngineArgOpt = None,
     server: Annotated[
         Optional[list[str]],  # noqa: UP045

@@ -12,11 +12,12 @@ from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
     MAX_GENERATED_TOKENS,
-    MAX_PARALLEL,
     MAX_TOP_K,
     EngineArgOpt,
+    EnginePythonOpt,
     MaxPromptsOpt,
     PromptsOpt,
+    TensorParallelOpt,
 )
 from eaglequant.cli.output import out, result
 from eaglequant.common.errors import InputError
@@ -74,26 +75,12 @@ def capture_command(
             show_default=False,
         ),
     ] = None,
-    tensor_parallel_size: Annotated[
-        Optional[int],  # noqa: UP045
-        typer.Option(
-            "--tensor-parallel-size",
-            min=1,
-            max=MAX_PARALLEL,
-            help="With --engine: devices the target is split over.",
-            show_default=False,
-        ),
-    ] = None,
+    tensor_parallel_size: TensorParallelOpt = None,
     engine_arg: EngineArgOpt = None,
     dtype: Annotated[
         str, typer.Option("--dtype", help="With --engine: the dtype the target is served in.")
     ] = "bfloat16",
-    engine_python: Annotated[
-        Optional[Path],  # noqa: UP045
-        typer.Option(
-            "--engine-python", help="With --engine: the interpreter that has the engine installed.", show_default=False
-        ),
-    ] = None,
+    engine_python: EnginePythonOpt = None,
 ) -> None:
     """Capture draft inputs with the target's choices, for verify --inputs, --calib and --counts.
 

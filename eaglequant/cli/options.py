@@ -57,6 +57,25 @@ MAX_TEMPERATURE = 10.0
 MAX_TOP_K = 1024
 MAX_VOCABULARY = 2**31 - 1  # token ids and vocabulary sizes
 MAX_PARALLEL = 1024  # devices an engine splits a model over
+TensorParallelOpt = Annotated[
+    Optional[int],  # noqa: UP045
+    typer.Option(
+        "--tensor-parallel-size",
+        min=1,
+        max=MAX_PARALLEL,
+        help="GPUs (or CPU ranks) the engine splits the target over (vLLM's --tensor-parallel-size).",
+        show_default=False,
+    ),
+]
+EnginePythonOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--engine-python",
+        help="Python interpreter that has vLLM installed (default: EAGLEQUANT_VLLM_PYTHON, else this interpreter "
+        "when it has vLLM, else .venv-vllm).",
+        show_default=False,
+    ),
+]
 EngineArgOpt = Annotated[
     Optional[list[str]],  # noqa: UP045
     typer.Option(

@@ -164,6 +164,31 @@ def run_probe_module(
     )
 
 
+class EngineJobError(EagleQuantError):
+    """A one-job probe gave no result: no answer in time, an exit without one, or the probe's own error line."""
+
+
+def run_engine_job(
+    interpreter: Path, module: str, job: dict[str, Any], timeout: float, ranks: int = 1
+) -> dict[str, Any]:
+    """``python -m <probes>.<module> JOB.json OUT.json`` in the engine's interpreter (:func:`run_probe_module`): the
+    probe's result, or :class:`EngineJobError` with one line saying why there is none."""
+    with probe_workdir() as tmp:
+        job_file, out_file = tmp / "job.json", tmp / "out.json"
+        job_file.write_text(json.dumps(job), encoding="utf-8")
+        try:
+            done = run_probe_module(interpreter, module, [job_file, out_file], tmp, timeout, ranks)
+        except subprocess.TimeoutExpired:
+            raise EngineJobError(f"no result in {timeout:g} s") from None
+        if not out_file.is_file():
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise EngineJobError(f"{interpreter} exited {done.returncode}: {tail}")
+        data: dict[str, Any] = json.loads(out_file.read_text(encoding="utf-8"))
+    if "error" in data:
+        raise EngineJobError(str(data["error"]))
+    return data
+
+
 def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = None) -> ProbeRun:
     """Load every job's checkpoint with ``engine``'s own code, in one process of its interpreter."""
     probe = get_probe(engine)

@@ -31,3 +31,13 @@ def test_the_engine_environment_drops_triton_interpret_and_binds_ranks(monkeypat
     assert "TRITON_INTERPRET" not in env and env["PYTHONUNBUFFERED"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
     assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_environment(1)
+
+
+def test_a_job_without_a_result_says_why_in_one_line() -> None:
+    import sys
+    from pathlib import Path
+
+    from eaglequant.engine_load import EngineJobError, run_engine_job
+
+    with pytest.raises(EngineJobError, match=r"exited 1: .*No module named engine_probes\.no_such_probe"):
+        run_engine_job(Path(sys.executable), "no_such_probe", {}, 60)

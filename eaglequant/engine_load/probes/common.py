@@ -141,3 +141,15 @@ def serve(
     out.write(json.dumps(report, indent=1) + "\n")
     out.flush()
     return 0
+
+
+def run_job_file(argv: list[str], run: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """``python -m <probes>.<module> JOB.json OUT.json``: ``run`` the job, write its result, or its error on one
+    line (``{"error": ...}``) for the caller to report."""
+    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    try:
+        result = run(job)
+    except Exception as exc:
+        result = {"error": error_line(exc)}
+    Path(argv[2]).write_text(json.dumps(result), encoding="utf-8")
+    return 0

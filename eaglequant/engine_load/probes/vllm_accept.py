@@ -12,11 +12,9 @@ mode and prompt the counters and the generated token ids.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 # One process: the engine core runs in this interpreter (no fork/spawn of a second one, which would re-import
@@ -113,17 +111,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    try:
-        result = run(job)
-    except Exception as exc:  # the caller reports it as one line
-        from .common import error_line
-
-        result = {"error": error_line(exc)}
-    Path(argv[2]).write_text(json.dumps(result), encoding="utf-8")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from .common import run_job_file
+
+    sys.exit(run_job_file(sys.argv, run))

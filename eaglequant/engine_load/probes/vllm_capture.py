@@ -19,7 +19,6 @@ subclass in :mod:`.hidden_states_connector` (the stock one pins host memory and 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -167,17 +166,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    try:
-        result = run(job)
-    except Exception as exc:  # the caller reports it as one line
-        from .common import error_line
-
-        result = {"error": error_line(exc)}
-    Path(argv[2]).write_text(json.dumps(result), encoding="utf-8")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    from .common import run_job_file
+
+    sys.exit(run_job_file(sys.argv, run))
