@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, given, placeholder, words
@@ -112,3 +113,16 @@ def serving_arguments(user: Mapping[str, Any], *, dtype: str, seed: int, max_mod
     """The engine arguments a run is served with: eaglequant's defaults, the user's over them, then what
     eaglequant's own options set."""
     return {"max_model_len": max_model_len, **DEFAULTS, **user, "dtype": dtype, "seed": seed}
+
+
+def model_length(target: Path, prompts: Sequence[str], generated: int) -> int:
+    """The ``max_model_len`` a run needs: room for the longest prompt (in characters: a bound on tokens for any
+    tokenizer), ``generated`` tokens and a margin, within the target's own context (its config's
+    ``max_position_embeddings``, ``text_config`` first, as for multimodal targets such as Kimi-K2.5)."""
+    from eaglequant.checkpoint.reader import load_json_object
+
+    config = load_json_object(target / "config.json", "config.json")
+    nested = config.get("text_config")
+    limit = (nested if isinstance(nested, dict) else config).get("max_position_embeddings")
+    needed = max(len(p) for p in prompts) + generated + 16
+    return min(needed, limit) if isinstance(limit, int) and limit > 0 else needed

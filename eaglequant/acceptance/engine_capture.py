@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.acceptance.capture import DEFAULT_TOP_K, draft_layer_ids
+from eaglequant.acceptance.engine_args import model_length
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter
 
@@ -72,7 +73,7 @@ def capture_with_engine(
         "dtype": engine.dtype,
         "tensor_parallel_size": engine.tensor_parallel_size,
         "engine_args": dict(engine.engine_args),
-        "max_model_len": _model_length(config, prompt_list, generated),
+        "max_model_len": model_length(target_path, prompt_list, generated),
     }
     with CaptureWriter(out) as writer:
         result = _run(engine.python, {**job, "spill": str(writer.parts.resolve())})
@@ -100,16 +101,6 @@ def _depth(config: dict[str, Any], target: Path) -> int:
     from eaglequant.engines.target import layer_count
 
     return layer_count(config, f"{target}/config.json")
-
-
-def _model_length(config: dict[str, Any], prompts: list[str], generated: int) -> int:
-    """Room for the longest prompt (characters bound tokens for any tokenizer) and its continuation, within the
-    target's own limit."""
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else config
-    limit = text.get("max_position_embeddings")
-    needed = max(len(p) for p in prompts) + generated + 16
-    return min(needed, limit) if isinstance(limit, int) and limit > 0 else needed
 
 
 def _run(interpreter: Path, job: dict[str, Any]) -> dict[str, Any]:

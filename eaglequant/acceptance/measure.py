@@ -7,7 +7,6 @@ read before and after. The target alone gives the greedy reference that speculat
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -66,11 +65,10 @@ class Settings:
         return record_json(self, prompts=len(self.prompts))
 
     def max_model_len(self) -> int:
-        """Room for the longest prompt (in characters: a bound on tokens for any tokenizer), the generation and
-        a draft, within the target's own context."""
-        needed = max(len(p) for p in self.prompts) + self.max_tokens + self.num_speculative_tokens + 16
-        limit = _max_positions(self.target)
-        return needed if limit is None else min(needed, limit)
+        """Room for the prompts, the generation and a draft, within the target's own context."""
+        from eaglequant.acceptance.engine_args import model_length
+
+        return model_length(self.target, self.prompts, self.max_tokens + self.num_speculative_tokens)
 
     def served_arguments(self) -> dict[str, Any]:
         """The engine arguments every run is served with (offline or a launched server)."""
@@ -94,12 +92,6 @@ class EngineRun:
 
     def acceptance(self, mode: str) -> Acceptance:
         return Acceptance(self.modes[mode])
-
-
-def _max_positions(target: Path) -> int | None:
-    config = json.loads((target / "config.json").read_text(encoding="utf-8"))
-    value = config.get("max_position_embeddings")
-    return value if isinstance(value, int) and value > 0 else None
 
 
 def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label: str) -> EngineRun:
