@@ -178,7 +178,7 @@ class Prediction:
             + (
                 "no budget"
                 if self.budget is None
-                else f"{'over' if self.failed else 'within'} the budget of {-self.budget}"
+                else f"{'over' if self.failed else 'within'} the budget (a drop of at most {self.budget:g} tokens)"
             )
         )
 

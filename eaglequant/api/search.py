@@ -13,7 +13,6 @@ not run. Deterministic: ties in bytes go by name.
 
 from __future__ import annotations
 
-import math
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -22,6 +21,7 @@ from itertools import product
 from pathlib import Path
 from typing import Any
 
+from eaglequant.api.budget import Budget
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
@@ -34,47 +34,6 @@ from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.record.search import SEARCH_RECORD
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
-
-RULES = ("bound", "point")
-
-
-@dataclass(frozen=True)
-class Budget:
-    """The acceptance a draft may lose: tokens of greedy acceptance length, or a share of the source draft's
-    accepted tokens per round (``5%``), which transfers between drafts of different strength."""
-
-    value: float
-    relative: bool
-    bound: bool = True  # judge the drop's 95% upper bound (the winner's curse of many candidates); else its estimate
-
-    @classmethod
-    def parse(cls, text: str | float, rule: str = "bound") -> Budget:
-        raw = str(text).strip()
-        relative = raw.endswith("%")
-        try:
-            value = float(raw.removesuffix("%")) / (100 if relative else 1)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value) or value < 0 or (relative and value > 1):
-            raise InputError(
-                words(given("max_acceptance_drop", text), ": not a budget"),
-                hint="tokens of acceptance length (0.05) or a share of the source's accepted tokens (5%)",
-            )
-        if rule not in RULES:
-            raise InputError(words(given("rule", rule), f": not one of {', '.join(RULES)}"), hint="use bound")
-        return cls(value, relative, rule == "bound")
-
-    def drop(self, prediction: Any) -> float:
-        """The drop this budget judges: the predicted difference's upper bound of loss, or its estimate."""
-        return -prediction.difference.low if self.bound else prediction.drop
-
-    def tokens(self, source_length: float) -> float:
-        """The budget in tokens, for a source draft of greedy acceptance length ``source_length``."""
-        return self.value * (source_length - 1) if self.relative else self.value
-
-    def text(self) -> str:
-        amount = f"{self.value:.1%} of the source's accepted tokens" if self.relative else f"{self.value:g} tokens"
-        return amount + (" (the drop's 95% bound)" if self.bound else " (the drop's estimate)")
 
 
 @dataclass(frozen=True)
@@ -136,20 +95,38 @@ class SearchResult:
     seconds: float
     pruned_source: Path | None = None
     engines: tuple[str, ...] = field(default=())
+    skipped_own_schemes: int = 0  # lm_head-in-a-scheme-of-its-own candidates not priced: no target layer count
+    loaded_by: tuple[str, ...] = ()  # the engines whose readers load the written draft (explain --engine all)
 
     @property
     def ok(self) -> bool:
         return self.chosen is not None
 
     @property
+    def notes(self) -> list[str]:
+        """What the search left out or left behind, in words."""
+        found = []
+        if self.skipped_own_schemes:
+            found.append(
+                f"{self.skipped_own_schemes} candidates with lm_head in a scheme of its own were skipped: their "
+                "per-module entries name modules after the target's layers, so they need the target's layer count "
+                "(--target-layers N), which was not given"
+            )
+        if self.pruned_source is not None:
+            found.append(
+                f"the pruned BF16 head {self.pruned_source} stays beside the chosen draft: it is the source the "
+                "draft's report records (verify and upload compare against it), so keep it with the draft"
+            )
+        return found
+
+    @property
     def stopped(self) -> str:
         """Why the search stopped where it did, in words."""
         tried = sum(point.prediction is not None for point in self.points)
-        within = f"{self.budget.text()} ({self.budget_tokens:.3f})"
         if self.chosen is None:
-            return f"no candidate is within {within}: all {tried} predicted"
+            return f"no candidate is within the budget: all {tried} predicted"
         return (
-            f"the smallest within {within}: {tried} predicted from the smallest up; the {len(self.points) - tried} "
+            f"the smallest within the budget: {tried} predicted from the smallest up; the {len(self.points) - tried} "
             "larger need no prediction"
         )
 
@@ -159,11 +136,15 @@ class SearchResult:
             "destination": None if self.destination is None else str(self.destination),
             "pruned_source": None if self.pruned_source is None else str(self.pruned_source),
             "engines": list(self.engines),
+            "loaded_by": list(self.loaded_by),
+            "skipped_own_schemes": self.skipped_own_schemes,
+            "notes": self.notes,
             "budget": {
                 "value": self.budget.value,
                 "relative": self.budget.relative,
                 "rule": "bound" if self.budget.bound else "point",
                 "tokens": self.budget_tokens,
+                "text": self.budget.text(self.budget_tokens),
             },
             "source_acceptance_length": self.source_length,
             "source_bytes_per_round": self.source_bytes_per_round,
@@ -215,7 +196,7 @@ def search(
     source_length = source_acceptance.length().value
     sizes = _vocab_sizes(head, counts, vocab_sizes)
     names = list(schemes) or builtin_scheme_names()
-    priced = _priced(head, names, list(engines), sizes, target_layers)
+    priced, skipped = _priced(head, names, list(engines), sizes, target_layers)
     if not priced:
         raise InputError("no built-in scheme loads in the targeted engines", hint="target fewer engines")
     tokens = budget.tokens(source_length)
@@ -238,7 +219,7 @@ def search(
     source_bytes = round_cost(head, "source", "", {}).source_bytes_per_round
     result = SearchResult(
         source, written, budget, tokens, source_length, source_bytes, points, chosen, time.monotonic() - started,
-        pruned, tuple(engines),
+        pruned, tuple(engines), skipped, () if written is None else _loaded_by(written, target_layers),
     )  # fmt: skip
     if written is not None:
         from eaglequant.publish.card import refresh_card
@@ -246,6 +227,14 @@ def search(
         write_json(written / SEARCH_RECORD, result.to_json())
         refresh_card(written)
     return result
+
+
+def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
+    """The engines (with their releases) whose readers load ``written`` as it is, as ``explain --engine all``."""
+    from eaglequant.api import explain
+
+    readings = explain(written, engines=["all"], target_layers=target_layers).engines
+    return tuple(reading.titled for reading in readings if reading.loads and not reading.all_problems)
 
 
 def _smallest_up(
@@ -280,14 +269,16 @@ def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequen
 
 def _priced(
     head: HeadDescription, schemes: list[str], engines: list[str], sizes: list[int | None], target_layers: int | None
-) -> list[tuple[Candidate, int]]:
+) -> tuple[list[tuple[Candidate, int]], int]:
     """Every candidate the targeted engines load, with the bytes a round reads (largest over the engines), smallest
-    first (ties by name)."""
+    first (ties by name); and how many with lm_head in a scheme of its own were skipped for want of the target's
+    layer count."""
+    from eaglequant.conversion.own_schemes import OwnSchemesNeedLayerCount
     from eaglequant.vocabulary.prune import pruned_description
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
     loaded = {name: load_scheme(name) for name in schemes}
-    priced = []
+    priced, skipped = [], 0
     for name, fmt, size in product(loaded, FORMATS.values(), sizes):
         if not fmt.supports(loaded[name]):
             continue
@@ -302,11 +293,14 @@ def _priced(
                     described[size], loaded[name], fmt.name, quantize=quantize, engines=engines,
                     target_layers=target_layers, own_schemes=own,
                 )  # fmt: skip
+            except OwnSchemesNeedLayerCount:
+                skipped += 1
+                continue
             except EagleQuantError:
-                continue  # an engine cannot load it, runs lm_head unquantized there, or needs the layer count
+                continue  # an engine cannot load it, or runs lm_head unquantized there
             nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
             priced.append((candidate, nbytes))
-    return sorted(priced, key=lambda pair: (pair[1], pair[0].label))
+    return sorted(priced, key=lambda pair: (pair[1], pair[0].label)), skipped
 
 
 def _materialise(

@@ -11,10 +11,11 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt, TargetLayersOpt
-from eaglequant.cli.output import out, result
+from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt
+from eaglequant.cli.output import note, out, result
 from eaglequant.cli.tables import name_column, show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
+from eaglequant.conversion.options import MAX_TARGET_LAYERS
 
 if TYPE_CHECKING:
     from eaglequant.api.search import SearchResult
@@ -73,7 +74,18 @@ def search_command(
         typer.Option("--scheme", help="A built-in scheme to try (repeatable; default: all).", show_default=False),
     ] = None,
     engine: EngineOpt = None,
-    target_layers: TargetLayersOpt = None,
+    target_layers: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--target-layers",
+            min=0,
+            max=MAX_TARGET_LAYERS,
+            help="The target model's layer count (vLLM numbers the draft's layers after it). Without it, the "
+            "candidates with lm_head in a scheme of its own (ModelOpt MIXED_PRECISION) are skipped: their "
+            "per-module entries name modules after the target's layers; the output says how many.",
+            show_default=False,
+        ),
+    ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if eaglequant wrote it.")] = False,
 ) -> None:
     """Write the smallest draft within an acceptance budget: the fewest weight bytes a speculative round reads.
@@ -127,9 +139,13 @@ def render(found: SearchResult) -> None:
     show(table)
     out.print(
         f"source: greedy acceptance length {found.source_length:.3f}, {decimal_bytes(found.source_bytes_per_round)} "
-        f"a round; budget {found.budget_tokens:.3f} tokens; {escape(found.stopped)} ({found.seconds:.0f} s)",
+        f"a round; budget: {escape(found.budget.text(found.budget_tokens))}",
         soft_wrap=True,
     )
+    out.print(f"engines targeted: {escape(_titled(found.engines))}", soft_wrap=True)
+    out.print(f"{escape(found.stopped)} ({found.seconds:.0f} s)", soft_wrap=True)
+    for text in found.notes:
+        note(text)
     if found.chosen is None:
         out.print("[bold red]none within the budget[/]: the BF16 source is the smallest draft that meets it")
         return
@@ -138,6 +154,13 @@ def render(found: SearchResult) -> None:
         f"[green]wrote[/] {escape(str(found.destination))}: {escape(found.chosen.candidate.label)}{escape(where)}",
         soft_wrap=True,
     )
+    out.print(f"  loaded by: {escape(', '.join(found.loaded_by) or 'no engine eaglequant knows')}", soft_wrap=True)
+
+
+def _titled(engines: tuple[str, ...]) -> str:
+    from eaglequant.engines import ENGINES, get_engine
+
+    return ", ".join(get_engine(name).titled if name in ENGINES or "==" in name else name for name in engines)
 
 
 def register(app: typer.Typer) -> None:

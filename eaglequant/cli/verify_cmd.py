@@ -185,8 +185,13 @@ def _render_acceptance(prediction: Prediction) -> None:
     out.print(
         f"acceptance predicted on {escape(prediction.inputs)} ({prediction.rule}): "
         f"{source.value_text(3)} -> {quantized.value_text(3)} tokens, "
-        f"{prediction.difference.text(signed=True)} (budget -{prediction.budget})"
+        f"{prediction.difference.text(signed=True)} ({_budget_text(prediction.budget)})"
     )
+
+
+def _budget_text(budget: float | None) -> str:
+    """``budget: a drop of at most 0.05 tokens``: the budget said once, as the amount it allows to be lost."""
+    return "no budget" if budget is None else f"budget: a drop of at most {budget:g} tokens"
 
 
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:

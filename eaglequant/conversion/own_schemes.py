@@ -21,6 +21,10 @@ from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme
 
 
+class OwnSchemesNeedLayerCount(InputError):
+    """Per-module entries cannot be written without the target's layer count (``search`` counts what it skips)."""
+
+
 def own_rules(head: HeadDescription, own: Mapping[str, Scheme]) -> list[str]:
     """The checkpoint names of the linears given a scheme of their own: they are quantized, as ``--quantize`` asks."""
     present = {linear.module: linear for linear in head.linears}
@@ -57,7 +61,7 @@ def check_own_schemes(fmt: Format, assignment: SchemeAssignment, storage: HeadSt
             hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
         )
     if decided.target.count is None:
-        raise InputError(
+        raise OwnSchemesNeedLayerCount(
             f"{fmt.title}'s per-module entries name each module as the engine does, after the target's layers, so "
             "writing them needs the target's layer count",
             hint=TARGET_LAYERS_HINT,

@@ -12,7 +12,7 @@ import eaglequant
 from eaglequant.api.search import Budget, search
 from eaglequant.common.errors import EXIT_CHECK_FAILED, InputError
 from eaglequant.record.search import SEARCH_RECORD, read_search
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES, run_cli, run_cli_subprocess
 
 PAIR = FIXTURES / "trained-pair"
 SCHEMES = ("fp8-per-channel", "nvfp4")
@@ -77,7 +77,7 @@ def test_the_first_candidate_within_the_budget_from_the_smallest_up_is_written(
     )  # fmt: skip
     first, second = (json.loads((d / SEARCH_RECORD).read_text()) for d in (dst, tmp_path / "again"))
     for data in (first, second):
-        data.pop("seconds"), data.pop("destination"), data.pop("pruned_source")
+        data.pop("seconds"), data.pop("destination"), data.pop("pruned_source"), data.pop("notes")  # notes: its path
     assert first == second and again.chosen is not None
 
 
@@ -115,10 +115,13 @@ def test_lm_head_in_a_scheme_of_its_own_is_priced_where_the_layer_count_is_known
 
     with Checkpoint.open(PAIR / "draft") as checkpoint:
         head = describe_head(checkpoint)
-    without = {c.label for c, _ in _priced(head, list(SCHEMES), ["vllm"], [None], None)}
-    priced = {c.label: nbytes for c, nbytes in _priced(head, list(SCHEMES), ["vllm"], [None], 4)}
+    unpriced, skipped = _priced(head, list(SCHEMES), ["vllm"], [None], None)
+    without = {c.label for c, _ in unpriced}
+    candidates, none_skipped = _priced(head, list(SCHEMES), ["vllm"], [None], 4)
+    priced = {c.label: nbytes for c, nbytes in candidates}
     mixed = {"fp8-per-channel / modelopt + lm_head nvfp4", "nvfp4 / modelopt + lm_head fp8-per-channel"}
     assert mixed <= set(priced) and not mixed & without
+    assert (skipped, none_skipped) == (len(mixed), 0)  # said in search's output (issue 48, item 4)
     fp8, nvfp4 = priced["fp8-per-channel / modelopt + lm_head"], priced["nvfp4 / modelopt + lm_head"]
     assert nvfp4 < priced["fp8-per-channel / modelopt + lm_head nvfp4"] < fp8
     assert nvfp4 < priced["nvfp4 / modelopt + lm_head fp8-per-channel"] < fp8
@@ -128,3 +131,35 @@ def test_lm_head_in_a_scheme_of_its_own_is_priced_where_the_layer_count_is_known
             PAIR / "draft", tmp_path / "out", scheme="nvfp4", scheme_for=["lm_head=fp8-per-channel"],
             format="modelopt", engines=["vllm", "sglang"], target_layers=4,
         )  # fmt: skip
+
+
+def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 48, items 4, 7, 8 and 13: the engines targeted and those that load the pick, the candidates skipped
+    without --target-layers, the pruned head kept beside DST, and the budget said once, positive."""
+    counts, inputs = captured
+    dst = tmp_path / "dst"
+    args = [
+        "search", PAIR / "draft", dst, "--inputs", inputs, "--max-acceptance-drop", "5", "--counts", counts,
+        "--vocab-size", "256", *(word for scheme in SCHEMES for word in ("--scheme", scheme)),
+    ]  # fmt: skip
+    shown = run_cli(*args)
+    assert shown.exit_code == 0, shown.stderr
+    pruned = tmp_path / "dst-vocab256-bf16"
+    assert "budget: a drop of at most 5 tokens of greedy acceptance length, judged on the drop's 95% upper bound" in (
+        shown.stdout
+    )
+    assert "-5" not in shown.stdout and "the smallest within the budget:" in shown.stdout
+    assert "engines targeted: vLLM 0.32.0\n" in shown.stdout
+    assert "loaded by: vLLM 0.32.0" in shown.stdout and "TensorRT" not in shown.stdout
+    stderr = " ".join(shown.stderr.split())
+    assert "4 candidates with lm_head in a scheme of its own were skipped" in stderr and "--target-layers" in stderr
+    assert f"the pruned BF16 head {pruned} stays beside the chosen draft: it is the source the draft's report" in stderr
+    data = json.loads(run_cli(*args, "--overwrite", "--json").stdout)
+    assert data["engines"] == ["vllm"] and data["loaded_by"][0] == "vLLM 0.32.0"
+    assert data["skipped_own_schemes"] == 4 and len(data["notes"]) == 2
+    assert data["budget"]["text"].startswith("a drop of at most 5 tokens")
+    verified = run_cli("verify", dst, "--inputs", inputs)  # against its recorded source, the pruned head
+    assert verified.exit_code == 0, verified.stderr
+    assert "(budget: a drop of at most 0.1 tokens)" in verified.stdout and "budget -" not in verified.stdout  # nvfp4
+    help_text = " ".join(run_cli_subprocess("search", "--help", env={"COLUMNS": "300"}).stdout.split())
+    assert "Without it, the candidates with lm_head in a scheme of its own" in help_text

@@ -1,0 +1,56 @@
+"""The acceptance a ``search`` candidate may lose: ``--max-acceptance-drop`` and ``--rule``, parsed and worded."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from eaglequant.common.errors import InputError, given, words
+
+RULES = ("bound", "point")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The acceptance a draft may lose: tokens of greedy acceptance length, or a share of the source draft's
+    accepted tokens per round (``5%``), which transfers between drafts of different strength."""
+
+    value: float
+    relative: bool
+    bound: bool = True  # judge the drop's 95% upper bound (the winner's curse of many candidates); else its estimate
+
+    @classmethod
+    def parse(cls, text: str | float, rule: str = "bound") -> Budget:
+        raw = str(text).strip()
+        relative = raw.endswith("%")
+        try:
+            value = float(raw.removesuffix("%")) / (100 if relative else 1)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (relative and value > 1):
+            raise InputError(
+                words(given("max_acceptance_drop", text), ": not a budget"),
+                hint="tokens of acceptance length (0.05) or a share of the source's accepted tokens (5%)",
+            )
+        if rule not in RULES:
+            raise InputError(words(given("rule", rule), f": not one of {', '.join(RULES)}"), hint="use bound")
+        return cls(value, relative, rule == "bound")
+
+    def drop(self, prediction: Any) -> float:
+        """The drop this budget judges: the predicted difference's upper bound of loss, or its estimate."""
+        return -prediction.difference.low if self.bound else prediction.drop
+
+    def tokens(self, source_length: float) -> float:
+        """The budget in tokens, for a source draft of greedy acceptance length ``source_length``."""
+        return self.value * (source_length - 1) if self.relative else self.value
+
+    def text(self, tokens: float | None = None) -> str:
+        """The budget in words, once: ``a drop of at most 0.05 tokens, judged on the drop's 95% upper bound``;
+        ``tokens``: a relative budget in tokens, for the source draft searched."""
+        amount = f"{self.value:g} tokens"
+        if self.relative:
+            amount = f"{self.value:.1%} of the source's accepted tokens"
+            amount += "" if tokens is None else f" ({tokens:.3f} tokens)"
+        judged = "the drop's 95% upper bound" if self.bound else "the drop's estimate"
+        return f"a drop of at most {amount} of greedy acceptance length, judged on {judged}"
