@@ -140,7 +140,8 @@ def _no_engine_options(**given: object) -> None:
 def render(summary: CaptureSummary) -> None:
     out.print(
         f"wrote {escape(str(summary.path))}: {summary.sequences} sequences, {summary.positions} positions "
-        f"({summary.continuation_positions} after the prompts), aux layers {list(summary.aux_layer_ids)}"
+        f"({summary.continuation_positions} after the prompts), aux layers {list(summary.aux_layer_ids)}",
+        soft_wrap=True,
     )
 
 

@@ -25,7 +25,7 @@ from eaglequant.cli.options import (
     conversion_flag,
     given_options,
 )
-from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
+from eaglequant.cli.output import MODE, absolute, human_bytes, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.common.errors import EXIT_CHECK_FAILED
@@ -108,7 +108,13 @@ def convert_command(
 
 
 def render(converted: ConversionResult) -> None:
+    """The tables, the rules and the cost of a round; with --quiet only the line saying what was written."""
     report = converted.report()
+    if MODE.quiet:
+        _render_written(converted)
+        if converted.verification is not None:
+            out.print(f"verification: {converted.verification.verdict}", soft_wrap=True)
+        return
     table = Table(title=f"{report.scheme} → {report.format} ({report.layout})", title_justify="left")
     name_column(table, "quantized module")
     for col in ("shape", "rel. error", "SQNR dB"):
@@ -119,21 +125,26 @@ def render(converted: ConversionResult) -> None:
     show(table)
     for name, why in report.excluded_linears.items():
         out.print(f"  kept {escape(name)}: {escape(why)}", soft_wrap=True)
-    src_b, out_b = report.source_bytes, report.output_bytes
     rules = escape(str(list(report.exclude)))
     out.print(f"exclude rules written for {', '.join(report.engines)}: {rules}", soft_wrap=True)
-    destination = absolute(converted.destination)
-    out.print(
-        f"[green]wrote[/] {escape(str(destination))}: {human_bytes(src_b)} → {human_bytes(out_b)} "
-        f"({out_b / max(src_b, 1):.2f}×) in {converted.reported_seconds} s",
-        markup=True,
-        soft_wrap=True,
-    )
+    _render_written(converted)
     show_round_costs(list(report.round_costs))
     if converted.verification is not None:
         from eaglequant.cli.verify_cmd import render as render_verification
 
-        render_verification(converted.verification, str(destination))  # where the output is, verified or not
+        destination = str(absolute(converted.destination))
+        render_verification(converted.verification, destination)  # where the output is, verified or not
+
+
+def _render_written(converted: ConversionResult) -> None:
+    report = converted.report()
+    src_b, out_b = report.source_bytes, report.output_bytes
+    out.print(
+        f"[green]wrote[/] {escape(str(absolute(converted.destination)))}: {human_bytes(src_b)} → "
+        f"{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×) in {converted.reported_seconds} s",
+        markup=True,
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

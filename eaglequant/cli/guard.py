@@ -9,7 +9,7 @@ from typing import TypeVar
 import typer
 
 from eaglequant.cli.command import cli_wording
-from eaglequant.cli.output import MODE, error, info
+from eaglequant.cli.output import MODE, error, info, quiet_libraries
 from eaglequant.common.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_TERMINATED, EagleQuantError
 
 T = TypeVar("T")
@@ -22,7 +22,8 @@ class Terminated(KeyboardInterrupt):
 def run_guarded(action: Callable[[], T]) -> T:
     """Run a command body; turn our errors into one line and an exit code (traceback only with --debug)."""
     try:
-        return action()
+        with quiet_libraries():
+            return action()
     except EagleQuantError as exc:
         if MODE.debug:
             traceback.print_exc()

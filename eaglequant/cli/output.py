@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -85,6 +87,57 @@ def quiet_hub_progress() -> None:
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
+
+
+# What --quiet sets while a command runs, for libraries imported during it: transformers' and huggingface_hub's
+# progress bars (read when they are imported) and transformers' log level.
+_QUIET_ENVIRONMENT = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TRANSFORMERS_VERBOSITY": "error"}
+
+
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Under --quiet, the libraries a command runs (transformers, huggingface_hub) print no progress bars, logs or
+    warnings: through their environment switches for those imported during the command, their logging API for
+    those already imported; all restored afterwards (tests run many commands in one process)."""
+    if not MODE.quiet:
+        yield
+        return
+    saved = {name: os.environ.get(name) for name in _QUIET_ENVIRONMENT}
+    before = _transformers_state()
+    os.environ.update(_QUIET_ENVIRONMENT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            _set_transformers_state((False, 40))  # logging.ERROR
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+            bars = not any(env_true(name) for name in PROGRESS_SWITCHES)
+            _set_transformers_state(before or (bars, 30))  # imported during the command: its defaults (WARNING)
+
+
+def _transformers_state() -> tuple[bool, int] | None:
+    """transformers' progress bars on, and its log level; None when it is not imported (nothing to set)."""
+    if "transformers" not in sys.modules:
+        return None
+    from transformers.utils import logging as transformers_logging
+
+    return transformers_logging.is_progress_bar_enabled(), transformers_logging.get_verbosity()
+
+
+def _set_transformers_state(state: tuple[bool, int]) -> None:
+    if "transformers" not in sys.modules:
+        return
+    from transformers.utils import logging as transformers_logging
+
+    bars, level = state
+    if bars != transformers_logging.is_progress_bar_enabled():
+        (transformers_logging.enable_progress_bar if bars else transformers_logging.disable_progress_bar)()
+    transformers_logging.set_verbosity(level)
 
 
 def result(data: Any, render: Callable[[], None], *, one_line: bool = False) -> None:

@@ -39,7 +39,7 @@ def _commands(tmp_path: Path, converted: Path) -> dict[str, tuple[list[object], 
     bench = tmp_path / "bench"
     return {
         "inspect": (["inspect", SRC], "midlayer.self_attn.q_proj.weight"),
-        "convert": (["convert", SRC, tmp_path / "out"], "quantized module"),
+        "convert": (["convert", SRC, tmp_path / "out"], "wrote "),  # -q: only this line (no tables)
         "explain": (["explain", converted], "runtime module"),
         "verify": (["verify", converted], "per-layer parity"),
         "upload": (["upload", converted, "org/name", "--dry-run"], "model.safetensors"),
@@ -76,6 +76,21 @@ def test_quiet_leaves_only_the_result(name: str, tmp_path: Path, converted: Path
     proc = run_cli_subprocess(*args, "-q")
     assert proc.returncode == 0, proc.stderr
     assert marker in proc.stdout and proc.stderr == ""
+
+
+def test_quiet_convert_and_capture_print_only_the_written_line(tmp_path: Path) -> None:
+    """Issue 48, item 12: no tables under -q, and no transformers progress bar, log or warning."""
+    proc = run_cli_subprocess("convert", SRC, tmp_path / "out", "--verify", "-q")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("wrote ") and lines[1] == "verification: passed", proc.stdout
+    pair = FIXTURES / "trained-pair"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text((pair / "prompts.jsonl").read_text().splitlines()[0] + "\n")
+    args = ["capture", tmp_path / "c.safetensors", "--target", pair / "target", "--draft", pair / "draft"]
+    proc = run_cli_subprocess(*args, "--prompts", prompts, "--max-tokens", "8", "-q")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert len(proc.stdout.splitlines()) == 1 and proc.stdout.startswith("wrote "), proc.stdout
 
 
 def test_phases_are_timed_log_lines_off_a_terminal(tmp_path: Path) -> None:
