@@ -173,7 +173,7 @@ class Prediction:
     def verdict(self) -> str:
         d = self.difference
         return (
-            f"predicted greedy acceptance length {self.source.length().value:.3f} -> "
+            f"predicted greedy acceptance length {self.source.length().value:.3f} → "
             f"{self.quantized.length().value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]), "
             + (
                 "no budget"

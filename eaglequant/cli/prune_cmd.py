@@ -80,11 +80,7 @@ def render(pruned: PruneResult) -> None:
         f"tokens, lm_head {human_bytes(before)} → {human_bytes(after)}",
         soft_wrap=True,
     )
-    out.print(
-        f"  the target's counted choices the draft can propose: {pruned.source_coverage:.2%} → {pruned.coverage:.2%} "
-        f"({escape(pruned.counts_from)})",
-        soft_wrap=True,
-    )
+    out.print(f"  {escape(_coverage(pruned))}", soft_wrap=True)
     if pruned.special:
         out.print(f"  special tokens always kept: {list(pruned.special)}")
     if pruned.prediction is not None:
@@ -92,6 +88,19 @@ def render(pruned: PruneResult) -> None:
     else:
         note("acceptance not predicted: pass --inputs with captured inputs (`eaglequant capture`)")
     note(f"next: eaglequant convert {pruned.destination} DST (quantize the pruned head as any other)")
+
+
+def _coverage(pruned: PruneResult) -> str:
+    """The share of the counted target choices the draft can propose, before and after; said plainly when the cut
+    loses none (the kept tokens were chosen from these same counts, which then cannot miss them)."""
+    before, after = f"{pruned.source_coverage:.2%}", f"{pruned.coverage:.2%}"
+    counted = pruned.counts_from  # "the target's choices in X" / "token counts in X"
+    if before == after:
+        return (
+            f"the draft can still propose {after} of {counted}, as before the cut: those counts chose the kept "
+            "tokens, so they measure no loss (counts of other text, or --inputs, say more)"
+        )
+    return f"the draft can propose {before} → {after} of {counted} (the counts that chose the kept tokens)"
 
 
 def register(app: typer.Typer) -> None:

@@ -184,7 +184,7 @@ def _render_acceptance(prediction: Prediction) -> None:
     source, quantized = prediction.source.length(), prediction.quantized.length()
     out.print(
         f"acceptance predicted on {escape(prediction.inputs)} ({prediction.rule}): "
-        f"{source.value_text(3)} -> {quantized.value_text(3)} tokens, "
+        f"{source.value_text(3)} → {quantized.value_text(3)} tokens, "
         f"{prediction.difference.text(signed=True)} ({_budget_text(prediction.budget)})"
     )
 

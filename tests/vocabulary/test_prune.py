@@ -212,3 +212,16 @@ def test_a_pruned_head_past_the_shard_size_is_sharded_with_its_index(
         assert index["metadata"]["total_size"] == sum(info.nbytes for info in parts.tensors.values())
         for name in whole.tensors:
             assert torch.equal(whole.read(name).view(torch.uint8), parts.read(name).view(torch.uint8)), name
+
+
+def test_the_cli_says_plainly_when_the_cut_loses_none_of_the_counts(tmp_path: Path) -> None:
+    """Issue 48, item 14: no "96.40% → 96.40%" when the counts that chose the cut measure it, one arrow."""
+    few = tmp_path / "few.json"
+    few.write_text(json.dumps({"1": 5, "3": 9, "4": 2}))
+    same = run_cli("prune", SOURCE, tmp_path / "same", "--size", "32", "--counts", few)
+    assert same.exit_code == 0, same.stderr
+    assert "as before the cut: those counts chose the kept tokens, so they measure no loss" in same.stdout
+    assert "% →" not in same.stdout and "->" not in same.stdout
+    cut = run_cli("prune", SOURCE, tmp_path / "cut", "--size", "32", "--counts", _skewed_counts(tmp_path / "c.json"))
+    assert cut.exit_code == 0 and "% → " in cut.stdout and "(the counts that chose the kept tokens)" in cut.stdout
+    assert "->" not in cut.stdout
