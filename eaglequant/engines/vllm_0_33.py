@@ -39,11 +39,8 @@ if TYPE_CHECKING:
     from eaglequant.engines.target import TargetLayers
     from eaglequant.layouts.head import HeadDescription
 
-_CONTEXT_SOURCES = (
-    "config/speculative.py::_maybe_override_draft_max_position_embeddings raises it only for rope types "
-    f"{', '.join(sorted(context.CACHE_ONLY_ROPE_TYPES))}, and config/vllm.py::_limit_max_model_len_to_draft lowers "
-    "the served max_model_len to the draft's under Model Runner V2"
-)
+# Where the sources (config/speculative.py, config/vllm.py) are named and the behaviour explained.
+_CONTEXT_DOCS = "docs/engines.md#vllm-releases-0320-and-0330"
 
 
 def shorter_context(head_config: dict[str, Any], target: TargetLayers) -> str | None:
@@ -58,14 +55,13 @@ def shorter_context(head_config: dict[str, Any], target: TargetLayers) -> str | 
     rope = "/".join(dict.fromkeys(context.rope_types(config)))
     if target.context is None:
         return (
-            f"vLLM 0.33 keeps this draft's max_position_embeddings ({length}) because its rope is {rope}, and lowers "
-            f"the served max_model_len to it when the target's is longer ({_CONTEXT_SOURCES}): pass --target-config "
-            "with the target's config.json to check"
+            f"vLLM 0.33 may serve the target with this draft's shorter context, {length}: its {rope} rope keeps its "
+            f"max_position_embeddings ({_CONTEXT_DOCS}); pass --target-config with the target's config.json to check"
         )
     return (
-        f"vLLM 0.33 serves the target with max_model_len {length}, not its {target.context}, because this draft's "
-        f"{rope} rope keeps its max_position_embeddings ({_CONTEXT_SOURCES}): convert with --match-context "
-        f"to write the target's {target.context} into the draft's config, or serve with VLLM_USE_V2_MODEL_RUNNER=0"
+        f"vLLM 0.33 serves the target with max_model_len {length}, not its {target.context}: this draft's {rope} "
+        f"rope keeps its max_position_embeddings ({_CONTEXT_DOCS}); convert with --match-context, or serve with "
+        "VLLM_USE_V2_MODEL_RUNNER=0"
     )
 
 

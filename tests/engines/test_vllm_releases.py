@@ -59,6 +59,8 @@ def test_only_a_draft_whose_rope_keeps_its_length_is_warned_about() -> None:
     assert said is not None and "max_model_len 4096, not its 262144" in said and "--match-context" in said
     unknown = shorter_context(short, UNKNOWN)
     assert unknown is not None and "pass --target-config" in unknown
+    for text in (said, unknown):  # issue 48, item 15: short enough to read, the sources in the docs it names
+        assert len(text) <= 250 and "docs/engines.md#vllm-releases-0320-and-0330" in text, text
 
 
 def test_matching_the_targets_context_needs_it_and_a_rope_it_does_not_move() -> None:
