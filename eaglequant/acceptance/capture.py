@@ -78,8 +78,12 @@ def capture(
     try:
         import transformers
     except ImportError:
+        import shlex
+        import sys
+
+        pip = f"{shlex.quote(sys.executable)} -m pip install"  # this interpreter's, not whichever pip is first
         raise InputError(
-            "capture needs transformers to run the target", hint="pip install 'eaglequant[capture]' (or transformers)"
+            "capture needs transformers to run the target", hint=f"{pip} 'eaglequant[capture]' (or transformers)"
         ) from None
     import torch
 

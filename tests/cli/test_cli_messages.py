@@ -166,3 +166,17 @@ def test_setup_rebuilds_a_venv_made_by_another_python(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "rebuilding" in proc.stderr and (tree / ".venv" / "rebuilt").exists()
+
+
+def test_capture_without_transformers_names_this_interpreters_pip(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 48, item 17: the hint installs into the Python that runs eaglequant, whatever pip is first on PATH."""
+    import shlex
+    import sys
+
+    monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
+    pair = FIXTURES / "trained-pair"
+    result = run_cli("capture", tmp_path / "c.safetensors", "--target", pair / "target", "--draft", pair / "draft")
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"{shlex.quote(sys.executable)} -m pip install 'eaglequant[capture]'" in " ".join(result.stderr.split())
