@@ -28,8 +28,12 @@ if ! command -v "$PY" >/dev/null 2>&1; then
     exit 2
 fi
 wanted=$(python_version "$PY")
-if [ -z "$wanted" ] || ! new_enough "$wanted"; then
-    echo "error: $PY is Python ${wanted:-?}; eaglequant needs >= $MIN_VERSION (PYTHON=/path/to/python3.X picks another)" >&2
+if [ -z "$wanted" ]; then
+    echo "error: $PY could not run (asked for its version, it failed); name a working Python >= $MIN_VERSION with PYTHON=/path/to/python3.X" >&2
+    exit 2
+fi
+if ! new_enough "$wanted"; then
+    echo "error: $PY is Python $wanted; eaglequant needs >= $MIN_VERSION (PYTHON=/path/to/python3.X picks another)" >&2
     exit 2
 fi
 if [ -d .venv ]; then

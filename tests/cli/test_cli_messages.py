@@ -151,6 +151,24 @@ def test_setup_refuses_an_old_python(tmp_path: Path) -> None:
     assert not (tree / ".venv").exists()
 
 
+def test_setup_says_an_interpreter_that_cannot_run_could_not_run(tmp_path: Path) -> None:
+    """Issue 48, item 18: an interpreter that exists but exits non-zero is not blamed for its version."""
+    tree = _setup_tree(tmp_path)
+    broken = tmp_path / "python3.12"
+    broken.write_text("#!/bin/bash\necho 'error while loading shared libraries' >&2\nexit 127\n")
+    broken.chmod(0o755)
+    proc = subprocess.run(
+        ["bash", str(tree / "scripts" / "setup.sh")],
+        env={**os.environ, "PYTHON": str(broken)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2 and f"error: {broken} could not run" in proc.stderr, proc.stderr
+    assert "PYTHON=/path/to/python3.X" in proc.stderr and "Python ?" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not (tree / ".venv").exists()
+
+
 def test_setup_rebuilds_a_venv_made_by_another_python(tmp_path: Path) -> None:
     tree = _setup_tree(tmp_path)
     _fake_python(tmp_path / "python3.9", "3.9").rename(tmp_path / "old")
