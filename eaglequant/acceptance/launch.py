@@ -45,7 +45,7 @@ def launch_runner(
 ) -> Runner:
     """A runner that starts a server per run, measures it through ``/metrics``, and stops it."""
 
-    from eaglequant.engine_load import engine_environment
+    from eaglequant.engine_load.environment import engine_environment
 
     ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
 

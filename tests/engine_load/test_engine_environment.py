@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from eaglequant.engine_load import cpu_rank_binding, engine_environment
+from eaglequant.engine_load.environment import cpu_rank_binding, engine_environment
 
 
 def test_ranks_get_the_allowed_cores_split_evenly(monkeypatch: pytest.MonkeyPatch) -> None:
