@@ -31,6 +31,7 @@ from typing import Any
 
 from eaglequant.common.errors import EagleQuantError, InputError
 from eaglequant.engine_load.environment import engine_environment
+from eaglequant.engine_load.platform import kernel_bound
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,7 @@ class ProbeRun:
     version: str
     patches: tuple[str, ...]
     results: tuple[dict[str, Any], ...]  # one per job, in order
+    platform: dict[str, Any] = field(default_factory=dict)  # what the machine does to the engine's kernels
 
 
 @contextmanager
@@ -212,7 +214,8 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     results = tuple(data.get("results", ()))
     if len(results) != len(jobs):
         raise EngineLoadError(f"{probe.title} probe answered {len(results)} of {len(jobs)} checkpoints")
-    return ProbeRun(engine, str(data.get("version")), tuple(data.get("patches", ())), results)
+    platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}
+    return ProbeRun(engine, str(data.get("version")), tuple(data.get("patches", ())), results, platform)
 
 
 def _probe_environment(package_parent: str, ranks: int = 1) -> dict[str, str]:
@@ -319,7 +322,12 @@ def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
         module = _module_load(entry, expected.planned, expected.weight_only)
         check.modules.append(module)
         seen.add(module.name)
-        check.problems += _module_problems(module, title, expected.max_relative_error)
+        bound, why = kernel_bound(
+            module.quant_method, expected.max_relative_error, run.platform, f"{title} {run.version}"
+        )
+        if why and why not in check.notes:
+            check.notes.append(why)
+        check.problems += _module_problems(module, title, bound)
     if check.loaded:
         check.problems += [
             f"{name}: {title} builds no such module (eaglequant's model of it is wrong)"

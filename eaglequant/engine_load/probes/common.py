@@ -117,6 +117,7 @@ def serve(
     start: Callable[[], tuple[str, list[str]]],
     run_job: Callable[[dict[str, Any]], dict[str, Any]],
     finish: Callable[[], list[str]] = list,
+    platform: Callable[[], dict[str, Any]] = dict,
 ) -> int:
     """Read the jobs file ``argv[1]``, ``start()`` the engine (its version and patches), run every job, write
     one JSON report to stdout. Anything the engine prints goes to stderr, off the JSON channel; ``finish()``
@@ -137,7 +138,8 @@ def serve(
             results.append(run_job(job))
             log.warning("job %s: %.2f s ok=%s", job["checkpoint"], time.perf_counter() - tic, results[-1]["ok"])
         patches = finish() + patches
-    report = {"engine": engine, "version": version, "patches": patches, "results": results}
+        measured = platform()
+    report = {"engine": engine, "version": version, "patches": patches, "platform": measured, "results": results}
     out.write(json.dumps(report, indent=1) + "\n")
     out.flush()
     return 0

@@ -43,6 +43,7 @@ from .vllm_record import (
     compare_param,
     discarded_unloaded,
     instrument_params,
+    int8_gemm_error,
     postprocess,
     run_gemm,
     shard_key,
@@ -249,5 +250,10 @@ def start() -> tuple[str, list[str]]:
     return vllm.__version__, apply_patches()
 
 
+def platform() -> dict[str, Any]:
+    """What this machine does to vLLM's kernels, measured once a run."""
+    return {"int8_gemm_rel_err": int8_gemm_error()}
+
+
 if __name__ == "__main__":
-    sys.exit(serve(sys.argv, "vllm", start, run_job))
+    sys.exit(serve(sys.argv, "vllm", start, run_job, platform=platform))
