@@ -71,10 +71,9 @@ def target_output_head(target: Path) -> OutputHead:
     import torch
 
     from eaglequant.checkpoint.reader import Checkpoint, load_json_object
+    from eaglequant.engines.context import text_config
 
-    config = load_json_object(target / "config.json", "config.json")
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else config
+    text = text_config(load_json_object(target / "config.json", "config.json"))
     with Checkpoint.open(target, "TARGET") as checkpoint:
         names = [n for n in checkpoint.tensors if n.endswith("norm.weight") and ".layers." not in n]
         final = [n for n in names if n.endswith("model.norm.weight")] or names
