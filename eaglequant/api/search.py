@@ -28,6 +28,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
 from eaglequant.conversion.finisher import write_json
 from eaglequant.conversion.plan import build_plan
+from eaglequant.engines import ALL_ENGINES, get_engine
 from eaglequant.engines.round_cost import round_cost
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.detect import describe_head
@@ -181,6 +182,9 @@ def search(
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
+    for engine in engines:  # a misspelt engine is named, not read as one that loads no scheme
+        if engine != ALL_ENGINES:
+            get_engine(engine)
     source, destination = Path(src), Path(dst)
     check_destination(source, destination, overwrite)
     destination.parent.mkdir(parents=True, exist_ok=True)

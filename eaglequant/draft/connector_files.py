@@ -86,6 +86,8 @@ def target_output_head(target: Path) -> OutputHead:
 def connector_files(directory: Path, parameter: str) -> list[Path]:
     """The connector's files in ``directory``, in name order; one whose write never finished is refused."""
     where = given(parameter, str(directory))
+    if not directory.is_dir():
+        raise InputError(words(where, ": no such directory"), hint="give the connector's shared_storage_path")
     files = sorted(p for p in directory.glob("*.safetensors") if p.is_file())
     unfinished = sorted(
         lock for lock in directory.glob("*.safetensors.lock") if not lock.with_name(lock.name[: -len(".lock")]).exists()

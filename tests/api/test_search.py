@@ -164,3 +164,11 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     assert " → " in verified.stdout and "->" not in verified.stdout  # one arrow (issue 48, item 14)
     help_text = " ".join(run_cli_subprocess("search", "--help", env={"COLUMNS": "300"}).stdout.split())
     assert "Without it, the candidates with lm_head in a scheme of its own" in help_text
+
+
+def test_a_misspelt_engine_is_named(captured: tuple[Path, Path], tmp_path: Path) -> None:
+    _, inputs = captured
+    args = ("search", PAIR / "draft", tmp_path / "out", "--inputs", inputs, "--max-acceptance-drop", "0.05")
+    result = run_cli(*map(str, args), "--engine", "vlm")
+    assert result.exit_code == 2, result.stderr
+    assert "unknown engine 'vlm'" in result.stderr
