@@ -225,7 +225,7 @@ def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: Con
     raise InputError(
         words(
             given("source", str(src.root)),
-            f": its draft vocabulary has {theirs} tokens, DST's {ours} (DST was converted from a pruned head)",
+            f": its draft vocabulary has {theirs} tokens, DST's {ours}: not the head DST was converted from",
         ),
         hint=words("pass the head DST was converted from: ", suggested("source", named))
         if named
