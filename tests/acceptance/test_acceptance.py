@@ -123,7 +123,7 @@ def _training_draft():
 
     from safetensors.torch import load_file
 
-    spec = importlib.util.spec_from_file_location("train_pair", PAIR.parent / "trained_pair" / "train.py")
+    spec = importlib.util.spec_from_file_location("train_pair", PAIR.parent / "train_pair.py")
     assert spec is not None and spec.loader is not None
     train = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = train  # its dataclasses look their module up

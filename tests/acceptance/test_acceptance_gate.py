@@ -157,7 +157,7 @@ def test_the_same_head_in_the_speculators_layout_predicts_the_same(captured: Pat
     from eaglequant.checkpoint.reader import Checkpoint
     from eaglequant.layouts.detect import describe_head
 
-    spec = importlib.util.spec_from_file_location("train_pair", PAIR.parent / "trained_pair" / "train.py")
+    spec = importlib.util.spec_from_file_location("train_pair", PAIR.parent / "train_pair.py")
     assert spec is not None and spec.loader is not None
     train = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = train

@@ -50,3 +50,10 @@ def test_the_trained_pair_is_what_its_script_recorded() -> None:
     assert {str(p.relative_to(TRAINED_PAIR)) for p in files} == set(manifest["files"])
     for name, digest in manifest["files"].items():
         assert hashlib.sha256((TRAINED_PAIR / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_no_two_fixture_names_differ_only_by_dash_or_underscore() -> None:
+    stems: dict[str, list[str]] = {}
+    for path in FIXTURES.iterdir():
+        stems.setdefault(path.stem.replace("_", "-"), []).append(path.name)
+    assert [names for names in stems.values() if len(names) > 1] == []
