@@ -5,7 +5,7 @@ with ``lm_head`` kept or quantized (where every targeted engine runs it quantize
 format stores per-module kinds and the target's layer count is known, in another built-in scheme of its own, and the
 draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from
 headers alone (the weight bytes a speculative round reads, the largest over the targeted engines:
-:mod:`eaglequant.engines.round_cost`), then they are tried from the smallest up: each is converted, and its greedy
+:mod:`eaglequant.readback.cost`), then they are tried from the smallest up: each is converted, and its greedy
 acceptance replayed on captured inputs against the source draft's (as ``verify --inputs``). The first within the
 budget is the smallest draft that meets it, so the search stops there; no candidate is chosen whose prediction has
 not run. Deterministic: ties in bytes go by name.
@@ -29,10 +29,10 @@ from eaglequant.common.errors import EagleQuantError, InputError, given, suggest
 from eaglequant.conversion.finisher import write_json
 from eaglequant.conversion.plan import build_plan
 from eaglequant.engines import ALL_ENGINES, get_engine
-from eaglequant.engines.round_cost import round_cost
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.readback.cost import source_bytes_per_round
 from eaglequant.record.search import SEARCH_RECORD
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 
@@ -220,7 +220,7 @@ def search(
         written, pruned = _write_choice(
             source, chosen.candidate, destination, counts, engines, target_layers, overwrite
         )
-    source_bytes = round_cost(head, "source", "", {}).source_bytes_per_round
+    source_bytes = source_bytes_per_round(head)
     result = SearchResult(
         source, written, budget, tokens, source_length, source_bytes, points, chosen, time.monotonic() - started,
         pruned, tuple(engines), skipped, () if written is None else _loaded_by(written, target_layers),

@@ -119,7 +119,7 @@ def search_command(
 
 
 def render(found: SearchResult) -> None:
-    from eaglequant.engines.round_cost import decimal_bytes
+    from eaglequant.readback.cost import decimal_bytes
 
     table = Table(title="candidates, smallest first (bytes a round reads, the largest over the engines)")
     name_column(table, "candidate")

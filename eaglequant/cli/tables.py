@@ -17,7 +17,7 @@ from rich.text import Text
 from eaglequant.cli.output import out
 
 if TYPE_CHECKING:
-    from eaglequant.engines.round_cost import RoundCost
+    from eaglequant.readback.cost import RoundCost
 
 
 def name_column(table: Table, header: str) -> None:
@@ -82,7 +82,7 @@ def _plain(cell: RenderableType) -> str:
 
 def show_round_costs(costs: list[RoundCost]) -> None:
     """The weight bytes each engine reads per speculative round, part by part, against the source's."""
-    from eaglequant.engines.round_cost import MODEL_NOTE, PARTS, decimal_bytes
+    from eaglequant.readback.cost import MODEL_NOTE, PARTS, decimal_bytes
 
     if not costs:
         return

@@ -8,8 +8,8 @@ from typing import Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.conversion.plan import ConversionPlan
-from eaglequant.engines.round_cost import RoundCost
 from eaglequant.layouts.head import HeadDescription, HeadTensor, Role
+from eaglequant.readback.cost import RoundCost
 
 
 @dataclass(frozen=True)

@@ -23,11 +23,11 @@ from eaglequant.engines import Engine
 from eaglequant.engines.context import ConfigChange, changed_config, target_context_change
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import plan_engines
-from eaglequant.engines.round_cost import RoundCost, round_cost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.layouts.rules import linears_matching
+from eaglequant.readback.cost import RoundCost, round_cost
 from eaglequant.schemes import Scheme
 from eaglequant.schemes.assignment import SchemeAssignment
 
@@ -102,7 +102,7 @@ class ConversionPlan:
 
     def round_costs(self, draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> list[RoundCost]:
         """Per targeted engine, the weight bytes a speculative round of ``draft_tokens`` reads, as that engine runs
-        each module (:mod:`eaglequant.engines.round_cost`)."""
+        each module (:mod:`eaglequant.readback.cost`)."""
         stored = self.stored_bytes()
         costs = []
         for engine in self.engines:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eaglequant.acceptance.statistics import format_interval
-from eaglequant.engines.round_cost import MODEL_NOTE, PARTS, PartCost, decimal_bytes
+from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost, decimal_bytes
 from eaglequant.record.report import ConversionReport
 
 if TYPE_CHECKING:

@@ -21,13 +21,13 @@ from eaglequant.common.errors import InputError
 from eaglequant.common.json_fields import record_json
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.round_cost import RoundCost, round_cost
 from eaglequant.engines.support import SCHEME_KINDS, mixed_refusal, support
 from eaglequant.engines.target import TargetLayers
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import Kinds, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
+from eaglequant.readback.cost import RoundCost, round_cost
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme, builtin_scheme_for
 

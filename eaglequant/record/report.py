@@ -20,9 +20,9 @@ from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file, record_json
 from eaglequant.common.version import __version__
 from eaglequant.engines.context import ConfigChange
-from eaglequant.engines.round_cost import RoundCost
 from eaglequant.engines.target import TargetLayers
 from eaglequant.kinds import Kinds
+from eaglequant.readback.cost import RoundCost
 
 # 2 added report_version and verification; 3 the cost of a round per engine (round_costs); 4 the config.json values
 # written other than the source's (config_changes) and the target's context length (target_layers.context)

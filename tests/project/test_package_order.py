@@ -21,7 +21,7 @@ LAYERS = (
     "schemes",  # declarative scheme files, matched to kinds
     "formats",  # output formats: recipes, configs, exclusion lists
     "engines",  # engine releases: runtime modules, rules, the support matrix
-    "readback",  # a written checkpoint as each engine reads it
+    "readback",  # a written checkpoint as each engine reads it, and what a round of it costs
     "draft",  # the head's float32 forward, weights read in row blocks, calibration
     "record",  # the report and the manifest a conversion writes
     "conversion",  # options, plan, pipeline, finisher, result

@@ -10,7 +10,8 @@ import pytest
 import eaglequant
 from eaglequant.bench.heads import kimi_mla, llama_head, write_head_headers
 from eaglequant.common.errors import InputError
-from eaglequant.engines.round_cost import RoundCost, decimal_bytes
+from eaglequant.engines import ENGINES
+from eaglequant.readback.cost import RoundCost, decimal_bytes, source_bytes_per_round
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -93,6 +94,16 @@ def test_every_fixture_has_a_cost_that_explain_reads_back_the_same(fixture: str,
     result = eaglequant.convert(FIXTURES / fixture, tmp_path / "out", target_layers=61)
     read_back = eaglequant.explain(result.destination)
     assert [r.round_cost for r in read_back.engines] == planned.round_costs() == list(result.report().round_costs)
+
+
+def test_the_source_reads_the_same_bytes_a_round_in_every_engine() -> None:
+    source = FIXTURES / "specforge-llama"
+    quark = eaglequant.inspect(source, engines=["vllm", "vllm==0.33.0", "sglang"], format="quark", draft_tokens=2)
+    modelopt = eaglequant.inspect(source, engines=["trtllm", "trtllm-main"], format="modelopt", draft_tokens=2)
+    costs = quark.round_costs() + modelopt.round_costs()
+    assert sorted(cost.engine for cost in costs) == sorted(ENGINES)
+    assert {cost.source_bytes_per_round for cost in costs} == {source_bytes_per_round(quark.head, 2)}
+    assert source_bytes_per_round(quark.head, 2) < source_bytes_per_round(quark.head, 3)
 
 
 def test_a_draft_without_lm_head_or_embedding_reads_the_targets() -> None:

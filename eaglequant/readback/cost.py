@@ -1,4 +1,5 @@
-"""What one speculative round costs a draft head in weight bytes, as an engine runs it.
+"""What one speculative round costs a draft head in weight bytes, as an engine runs it: the conversion's output
+priced, planned (``inspect``, ``convert``, ``search``) or read back (``explain``).
 
 A bandwidth model of small-batch decoding, not a measured time: at the batch sizes where speculative decoding pays,
 a draft step is bound by the weight bytes it reads. In one round with ``k`` drafted tokens, vLLM, SGLang and
@@ -7,6 +8,7 @@ own hidden state), every decoder linear, every norm and the ``lm_head`` ``k`` ti
 embedding. A module counts in the precision the engine runs it in: as stored (weights, scales, zero points) when the
 engine quantizes it, else at :data:`SERVING_WEIGHT_BYTES` a weight, the BF16/FP16 the engines serve a draft in.
 A draft without its own ``lm_head`` or embedding reads the target's, counted as BF16 and marked shared.
+The counts are the same in every engine; an engine decides only which linears it runs quantized.
 """
 
 from __future__ import annotations
@@ -145,9 +147,22 @@ def round_cost(
     run_quantized: Mapping[str, int],
     draft_tokens: int = DEFAULT_DRAFT_TOKENS,
 ) -> RoundCost:
-    """The round cost of ``head`` in engine ``engine`` (release ``release``). ``run_quantized``: canonical linear ->
-    the bytes of every tensor stored for it, for each linear the engine runs quantized; every other module runs at
-    :data:`SERVING_WEIGHT_BYTES` a weight."""
+    """The round cost of ``head`` in engine ``engine`` (release ``release``, which only label it: every engine reads
+    the same counts). ``run_quantized``: canonical linear -> the bytes of every tensor stored for it, for each linear
+    the engine runs quantized; every other module runs at :data:`SERVING_WEIGHT_BYTES` a weight."""
+    parts, tally = _part_costs(head, run_quantized, draft_tokens)
+    return RoundCost(engine, release, draft_tokens, parts, tally.resident, tally.source_resident)
+
+
+def source_bytes_per_round(head: HeadDescription, draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> int:
+    """The weight bytes a round of ``draft_tokens`` reads from ``head`` unquantized, at the serving dtype."""
+    parts, _ = _part_costs(head, {}, draft_tokens)
+    return sum(part.source_bytes_per_round for part in parts)
+
+
+def _part_costs(
+    head: HeadDescription, run_quantized: Mapping[str, int], draft_tokens: int
+) -> tuple[tuple[PartCost, ...], _Tally]:
     check_draft_tokens(draft_tokens)
     k = draft_tokens
     reads = {"fc": 1, "decoder": k, "lm_head": k, "embedding": k + 1, "norms": k}
@@ -176,7 +191,7 @@ def round_cost(
         for part in PARTS
         if tally.per_read[part][1]
     )
-    return RoundCost(engine, release, k, parts, tally.resident, tally.source_resident)
+    return parts, tally
 
 
 class _Tally:
