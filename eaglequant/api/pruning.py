@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.destination import check_destination, staged_directory
+from eaglequant.checkpoint.files import copy_side_files, write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
-from eaglequant.conversion.finisher import copy_side_files, write_json
 from eaglequant.layouts.detect import describe_head
 from eaglequant.vocabulary.counts import read_counts
 from eaglequant.vocabulary.prune import (

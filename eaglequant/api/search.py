@@ -23,10 +23,10 @@ from typing import Any
 
 from eaglequant.api.budget import Budget
 from eaglequant.checkpoint.destination import check_destination
+from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
-from eaglequant.conversion.finisher import write_json
 from eaglequant.conversion.plan import build_plan
 from eaglequant.engines import ALL_ENGINES, get_engine
 from eaglequant.formats import FORMATS

@@ -5,21 +5,17 @@ the format's side files, the source's other files and a re-read of the output ag
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Collection
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from eaglequant.checkpoint.destination import REPORT_NAME
+from eaglequant.checkpoint.files import copy_side_files, write_index, write_json
 from eaglequant.checkpoint.hashing import file_sha256
-from eaglequant.checkpoint.reader import Checkpoint, resolve_inside, source_files
+from eaglequant.checkpoint.reader import Checkpoint, source_files
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import ConversionResult
-
-INDEX_NAME = "model.safetensors.index.json"
 
 
 def write_metadata(
@@ -54,36 +50,6 @@ def record_output(stage: Path, result: ConversionResult) -> ConversionResult:
     recorded = replace(result, files=dict(sorted(files.items())))
     (stage / REPORT_NAME).write_text(recorded.report().to_text(), encoding="utf-8")
     return recorded
-
-
-def write_index(tmp: Path, shards: list[list[TensorSpec]], names: list[str]) -> None:
-    """The sharded index (``model.safetensors.index.json``) of the shards ``names`` holding ``shards``' tensors."""
-    weight_map = {spec.name: name for name, specs in zip(names, shards, strict=True) for spec in specs}
-    total = sum(spec.nbytes for specs in shards for spec in specs)
-    write_json(tmp / INDEX_NAME, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))})
-
-
-def write_json(path: Path, content: dict[str, Any]) -> None:
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-def copy_side_files(checkpoint: Checkpoint, tmp: Path, replaced: Collection[str] = ()) -> list[str]:
-    """Copy every non-weight file (tokenizer, generation config, custom code, licence) unchanged, except those
-    the conversion writes itself (config.json, the report, and ``replaced``: the model card)."""
-    skip = checkpoint.weight_file_names() | {"config.json", REPORT_NAME, *replaced}
-    copied = []
-    for path in source_files(checkpoint.root):
-        relative = path.relative_to(checkpoint.root)
-        if str(relative) in skip:
-            continue
-        if path.suffix in (".safetensors", ".bin") and path.parent == checkpoint.root:
-            continue  # stray weight files that the index does not list are not carried over
-        source = resolve_inside(checkpoint.root, str(relative), "SRC")
-        target = tmp / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
-        copied.append(str(relative))
-    return copied
 
 
 def check_written(tmp: Path, plan: ConversionPlan) -> None:

@@ -24,11 +24,11 @@ from typing import Any
 import torch
 
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
+from eaglequant.checkpoint.files import write_index
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
 from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.common.json_fields import record_json
-from eaglequant.conversion.finisher import write_index
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.vocabulary.counts import TokenCounts

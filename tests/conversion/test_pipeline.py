@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from eaglequant.checkpoint import destination, direct_io, writer
-from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.checkpoint.reader import SAFETENSORS_INDEX, Checkpoint
 from eaglequant.common.errors import CheckpointError
 from eaglequant.conversion import finisher, pipeline
 from eaglequant.conversion.plan import ConversionPlan, build_plan
@@ -164,13 +164,13 @@ def test_copies_past_the_page_cache_do_not_change_a_byte(tmp_path: Path, monkeyp
 
 def test_small_shards_are_indexed(tmp_path: Path) -> None:
     result = convert(FIXTURES / "sharded-split", tmp_path / "out", max_shard_bytes=100_000)
-    index = json.loads((tmp_path / "out" / finisher.INDEX_NAME).read_text())
+    index = json.loads((tmp_path / "out" / SAFETENSORS_INDEX).read_text())
     shards = sorted(p.name for p in (tmp_path / "out").glob("*.safetensors"))
     assert len(shards) > 1 and set(index["weight_map"].values()) == set(shards)
     assert set(index["weight_map"]) == {o.spec.name for o in result.plan.outputs}
     assert index["metadata"]["total_size"] == result.plan.output_bytes
     convert(FIXTURES / "sharded-split", tmp_path / "single")
-    assert not (tmp_path / "single" / finisher.INDEX_NAME).exists()
+    assert not (tmp_path / "single" / SAFETENSORS_INDEX).exists()
     assert [p.name for p in (tmp_path / "single").glob("*.safetensors")] == ["model.safetensors"]
 
 
