@@ -91,7 +91,7 @@ def _planned(
             input_amax = calibrated_amax(checkpoint, head, options.calib)
         plan = build_plan(
             head,
-            options.resolved_scheme,
+            options.assignment,
             options.format,
             exclude=options.exclude,
             quantize=options.quantize,
@@ -100,7 +100,6 @@ def _planned(
             target_config=options.target_config,
             input_amax=input_amax,
             match_target_context=options.match_target_context,
-            own_schemes=options.own_schemes,
         )
         yield checkpoint, plan
 

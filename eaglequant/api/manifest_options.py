@@ -18,9 +18,10 @@ def manifest_options(options: ConversionOptions, target: TargetLayers) -> dict[s
     from ``target_layers``, or read from ``target_config`` or the head)."""
     scheme = options.resolved_scheme
     matched = {"target_context": target.context} if options.match_target_context else {}
+    rules = options.assignment.rules
     own = {
-        module: {"scheme": own.name, "scheme_sha256": file_sha256(Path(own.source))}
-        for module, own in sorted(options.own_schemes.items())
+        rule.pattern: {"scheme": rule.scheme.name, "scheme_sha256": file_sha256(Path(rule.scheme.source))}
+        for rule in sorted(rules, key=lambda rule: rule.pattern)
     }
     return {
         "scheme": scheme.name,

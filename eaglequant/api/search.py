@@ -34,6 +34,7 @@ from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.cost import source_bytes_per_round
 from eaglequant.record.search import SEARCH_RECORD
+from eaglequant.schemes.assignment import SchemeAssignment, SchemeRule
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 
 
@@ -277,7 +278,7 @@ def _priced(
     """Every candidate the targeted engines load, with the bytes a round reads (largest over the engines), smallest
     first (ties by name); and how many with lm_head in a scheme of its own were skipped for want of the target's
     layer count."""
-    from eaglequant.conversion.own_schemes import OwnSchemesNeedLayerCount
+    from eaglequant.conversion.plan import ModuleSchemesNeedLayerCount
     from eaglequant.vocabulary.prune import pruned_description
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
@@ -290,14 +291,14 @@ def _priced(
         options = [Candidate(name, fmt.name, False, size), Candidate(name, fmt.name, True, size)]
         options += [Candidate(name, fmt.name, True, size, other) for other in own_schemes]
         for candidate in options:
-            own = {"lm_head": loaded[candidate.lm_head_scheme]} if candidate.lm_head_scheme else {}
+            own = (SchemeRule("lm_head", loaded[candidate.lm_head_scheme]),) if candidate.lm_head_scheme else ()
             quantize = candidate.settings().get("quantize", [])
             try:
                 plan = build_plan(
-                    described[size], loaded[name], fmt.name, quantize=quantize, engines=engines,
-                    target_layers=target_layers, own_schemes=own,
+                    described[size], SchemeAssignment(loaded[name], own), fmt.name, quantize=quantize,
+                    engines=engines, target_layers=target_layers,
                 )  # fmt: skip
-            except OwnSchemesNeedLayerCount:
+            except ModuleSchemesNeedLayerCount:
                 skipped += 1
                 continue
             except EagleQuantError:

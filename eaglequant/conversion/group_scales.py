@@ -65,7 +65,7 @@ class _PendingGroup:
         self.handed_out = False
         self._blocks = 0
         plan = owner.plan
-        self._input_amax = max(plan.input_amax[m] for m in members) if plan.input_amax else None
+        self._input_amax = max(plan.input_amax[m] for m in members) if members[0] in plan.input_amax else None
 
     def tasks(self) -> Iterator[AmaxTask]:
         if self.handed_out:

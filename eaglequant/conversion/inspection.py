@@ -83,7 +83,9 @@ class InspectReport:
             "dims": self.dims,
             "fused_groups": {g.name: list(g.members) for g in head.fused_groups},
             "scheme": self.plan.scheme.name,
-            "scheme_for": {module: scheme.name for module, scheme in sorted(self.plan.own_schemes.items())},
+            "scheme_for": {
+                module: scheme.name for module, scheme in sorted(self.plan.assignment.module_schemes.items())
+            },
             "format": self.plan.format.name,
             "engines": [e.name for e in self.plan.engines],
             "tensors": self.rows(),

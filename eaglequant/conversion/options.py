@@ -19,6 +19,7 @@ from eaglequant.common.errors import EagleQuantError, InputError, Param, given, 
 from eaglequant.layouts.rules import compiled_rule
 
 if TYPE_CHECKING:
+    from eaglequant.schemes.assignment import SchemeAssignment
     from eaglequant.schemes.model import Scheme
 
 DEFAULT_SCHEME = "fp8-per-channel"
@@ -134,7 +135,9 @@ class ConversionOptions:
         (),
         ("--scheme-for",),
         list,
-        "fc or lm_head in a scheme of its own: MODULE=SCHEME, e.g. lm_head=nvfp4. Repeatable.",
+        "Linears in a scheme of their own: PATTERN=SCHEME, the pattern a glob or 're:<regex>' over linear names "
+        "as `inspect` shows them or inside their layer, e.g. lm_head=nvfp4 or 'mlp.*=nvfp4'; the first that "
+        "matches decides. Repeatable.",
     )
     exclude: tuple[str, ...] = _option(
         (),
@@ -208,7 +211,7 @@ class ConversionOptions:
     # Derived once, on construction:
     max_shard_bytes: int = field(init=False, repr=False)
     resolved_scheme: Scheme = field(init=False, repr=False, compare=False)
-    own_schemes: dict[str, Scheme] = field(init=False, repr=False, compare=False)  # module -> its --scheme-for
+    assignment: SchemeAssignment = field(init=False, repr=False, compare=False)  # the scheme, with --scheme-for's
 
     def __post_init__(self) -> None:
         from eaglequant.conversion.devices import check_device_name
@@ -221,7 +224,7 @@ class ConversionOptions:
         _set(self, "scheme", scheme)
         _set(self, "resolved_scheme", _named("scheme", scheme, load_scheme))
         _set(self, "scheme_for", _rules("scheme_for", self.scheme_for))
-        _set(self, "own_schemes", _own_schemes(self.scheme_for))
+        _set(self, "assignment", _assignment(self.resolved_scheme, self.scheme_for))
         _set(self, "format", _named("format", _text("format", self.format), get_format).name)
         engines = _rules("engines", self.engines)
         engines = tuple(ENGINES) if ALL_ENGINES in engines else engines  # "all": every engine
@@ -232,7 +235,7 @@ class ConversionOptions:
         _set(self, "target_config", _existing("target_config", self.target_config))
         _set(self, "max_shard_bytes", parse_size(self.max_shard_size))
         _set(self, "calib", _existing("calib", self.calib))
-        if self.calib is not None and not self.resolved_scheme.needs_calibration:
+        if self.calib is not None and not self.assignment.needs_calibration:
             raise InputError(
                 words(
                     given("calib", str(self.calib)),
@@ -293,25 +296,27 @@ def _rules(parameter: str, values: Any) -> tuple[str, ...]:
     return tuple(values)
 
 
-def _own_schemes(entries: tuple[str, ...]) -> dict[str, Scheme]:
-    """``lm_head=nvfp4`` entries -> {"lm_head": that scheme}; each module once, fc and lm_head only."""
-    from eaglequant.schemes.assignment import OWN_SCHEME_MODULES
+def _assignment(main: Scheme, entries: tuple[str, ...]) -> SchemeAssignment:
+    """``PATTERN=SCHEME`` entries (``lm_head=nvfp4``, ``mlp.*=nvfp4``) as rules over ``main``, in order; a pattern
+    given twice is refused, a ``re:`` pattern must compile (matching happens when the plan is built)."""
+    from eaglequant.schemes.assignment import SchemeAssignment, SchemeRule
     from eaglequant.schemes.model import load_scheme
 
-    own: dict[str, Scheme] = {}
+    rules: dict[str, SchemeRule] = {}
     for entry in entries:
-        module, _, name = entry.partition("=")
-        if module not in OWN_SCHEME_MODULES or not name:
+        pattern, _, name = entry.rpartition("=")
+        if not pattern or not name:
             raise InputError(
-                words(given("scheme_for", entry), ": not MODULE=SCHEME with MODULE fc or lm_head"),
+                words(given("scheme_for", entry), ": not PATTERN=SCHEME"),
                 hint=words(
-                    "e.g. ", suggested("scheme_for", "lm_head=nvfp4"), "; the decoder's linears take ", Param("scheme")
+                    "e.g. ", suggested("scheme_for", "lm_head=nvfp4"), "; the other linears take ", Param("scheme")
                 ),
             )
-        if module in own:
-            raise InputError(words(given("scheme_for", entry), f": {module} is given a scheme twice"))
-        own[module] = _named("scheme_for", name, load_scheme)
-    return own
+        if pattern in rules:
+            raise InputError(words(given("scheme_for", entry), f": {pattern} is given a scheme twice"))
+        compiled_rule(pattern, "scheme_for")
+        rules[pattern] = SchemeRule(pattern, _named("scheme_for", name, load_scheme))
+    return SchemeAssignment(main, tuple(rules.values()))
 
 
 def _patterns(parameter: str, rules: Any) -> tuple[str, ...]:

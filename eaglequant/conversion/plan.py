@@ -8,23 +8,23 @@ engines' part is decided in one call (:func:`eaglequant.engines.planning.plan_en
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
-from eaglequant.conversion.own_schemes import check_own_schemes, own_rules
 from eaglequant.engines import Engine
+from eaglequant.engines.base import TARGET_LAYERS_HINT
 from eaglequant.engines.context import ConfigChange, changed_config, target_context_change
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
-from eaglequant.engines.planning import plan_engines
+from eaglequant.engines.planning import EnginePlan, plan_engines
 from eaglequant.engines.target import TargetLayers
 from eaglequant.formats import FORMATS, Format, get_format
+from eaglequant.formats.base import HeadStorage
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.layouts.rules import linears_matching
 from eaglequant.readback.cost import RoundCost, round_cost
@@ -48,7 +48,7 @@ NON_LINEAR_REASONS = {
 @dataclass
 class ConversionPlan:
     head: HeadDescription
-    scheme: Scheme
+    assignment: SchemeAssignment  # each linear's scheme, resolved on the head
     format: Format
     engines: list[Engine]
     target: TargetLayers
@@ -60,11 +60,11 @@ class ConversionPlan:
     input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
     notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
     config_changes: list[ConfigChange] = field(default_factory=list)  # config.json values written other than SRC's
-    own_schemes: dict[str, Scheme] = field(default_factory=dict)  # fc / lm_head -> a scheme of its own
 
     @property
-    def assignment(self) -> SchemeAssignment:
-        return SchemeAssignment(self.scheme, self.own_schemes)
+    def scheme(self) -> Scheme:
+        """The main scheme: that of every linear no ``scheme_for`` rule gives another."""
+        return self.assignment.main
 
     def scheme_of(self, module: str) -> Scheme:
         """The scheme the canonical ``module`` is stored in."""
@@ -129,7 +129,7 @@ class ConversionPlan:
 
     def mixed_layers(self) -> dict[str, Scheme]:
         """Each runtime module the engines run quantized -> its scheme, by the targeted engines' runtime names (one
-        set of names: only engines that name the modules alike read per-module kinds, own_schemes.py)."""
+        set of names: only engines that name the modules alike read per-module kinds, check_assignment)."""
         first = self.engines[0].name
         return {
             v.runtime_name: self.scheme_of(v.members[0]) for v in self.verdicts if v.engine == first and v.quantized
@@ -144,14 +144,15 @@ def requested_exclusions(
     head: HeadDescription,
     exclude: list[str] | tuple[str, ...] = (),
     quantize: list[str] | tuple[str, ...] = (),
-    own_scheme: list[str] | tuple[str, ...] = (),
+    assignment: SchemeAssignment | None = None,
 ) -> KeepRequest:
-    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize. ``quantize`` rules lift the
-    defaults; ``exclude`` rules add to them. Each rule must match at least one linear, and no linear may be both
-    quantized and excluded by the user."""
-    matched = linears_matching(head, {"quantize": [*quantize, *own_scheme], "exclude": exclude})
+    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize. ``quantize`` rules, and the
+    ``scheme_for`` rules of ``assignment`` (resolved on ``head``), lift the defaults; ``exclude`` rules add to them.
+    Each rule must match at least one linear, and no linear may be both quantized and excluded by the user."""
+    matched = linears_matching(head, {"quantize": quantize, "exclude": exclude})
     opted_in = {lin.module: rule for rule, hits in matched["quantize"] for lin in hits}
-    own = frozenset(lin.module for rule, hits in matched["quantize"] if rule in own_scheme for lin in hits)
+    ruled = {} if assignment is None else {module: rule.pattern for module, rule in assignment.by_module.items()}
+    opted_in.update(ruled)
     kept = {
         module: reason
         for module, reason in DEFAULT_EXCLUSIONS.items()
@@ -170,12 +171,12 @@ def requested_exclusions(
                     hint="keep one of the two rules",
                 )
             kept.setdefault(lin.module, f"--exclude {rule}")
-    return KeepRequest(kept, opted_in, own)
+    return KeepRequest(kept, opted_in, frozenset(ruled))
 
 
 def build_plan(
     head: HeadDescription,
-    scheme: Scheme,
+    assignment: SchemeAssignment | Scheme,
     format_name: str,
     *,
     exclude: list[str] | tuple[str, ...] = (),
@@ -185,23 +186,25 @@ def build_plan(
     target_config: str | Path | None = None,
     input_amax: dict[str, float] | None = None,
     match_target_context: bool = False,
-    own_schemes: Mapping[str, Scheme] | None = None,
 ) -> ConversionPlan:
-    """The plan for converting ``head`` with ``scheme`` into ``format_name`` for ``engines``; ``input_amax``: the
-    calibrated activation amax per linear (see :mod:`eaglequant.draft.calibrate`); ``match_target_context``: raise
-    the draft's max_position_embeddings to the target's length (:func:`target_context_change`); ``own_schemes``:
-    fc / lm_head -> a scheme of its own (:mod:`eaglequant.conversion.own_schemes`)."""
+    """The plan for converting ``head`` with ``assignment`` (the main scheme and the ``scheme_for`` rules, or one
+    scheme for every linear) into
+    ``format_name`` for ``engines``; ``input_amax``: the calibrated activation amax per linear (see
+    :mod:`eaglequant.draft.calibrate`); ``match_target_context``: raise the draft's max_position_embeddings to the
+    target's length (:func:`target_context_change`)."""
+    if isinstance(assignment, Scheme):
+        assignment = SchemeAssignment(assignment)
+    if input_amax and not assignment.needs_calibration:  # ConversionOptions refuses calib for it before calibrating
+        raise InputError(f"input_amax was given but scheme {assignment.main.name!r} has no calibrated activation scale")
     notes: list[str] = []
-    scheme = _effective_scheme(scheme, input_amax, notes)
-    own = {module: _effective_scheme(s, input_amax, notes) for module, s in (own_schemes or {}).items()}
-    request = requested_exclusions(head, exclude, quantize, own_rules(head, own))
+    assignment = assignment.mapped(lambda scheme: _effective_scheme(scheme, input_amax, notes)).resolved(head)
+    request = requested_exclusions(head, exclude, quantize, assignment)
     fmt = get_format(format_name)
-    assignment = SchemeAssignment(scheme, own)
     storage = fmt.storage(head, assignment, FORMATS.values())
     decided = plan_engines(
         head, fmt, assignment, engines, request, storage, target_layers=target_layers, target_config=target_config
     )
-    check_own_schemes(fmt, assignment, storage, decided)
+    check_assignment(fmt, assignment, storage, decided)
     quantized = [lin for lin in head.linears if lin.module not in decided.excluded]
     quantized_weights = {lin.weight for lin in quantized}
     kept = {
@@ -209,14 +212,15 @@ def build_plan(
         for t in head.tensors
         if t.name not in quantized_weights
     }
-    amax = {m: v for m, v in (input_amax or {}).items() if m in {lin.module for lin in quantized}}
+    calibrated = {lin.module for lin in quantized if assignment.of(lin.module).needs_calibration}
+    amax = {m: v for m, v in (input_amax or {}).items() if m in calibrated}
     change = target_context_change(head.config, decided.target.context) if match_target_context else None
     changes = [] if change is None else [change]
     served = replace(head, config=changed_config(head.config, changes))  # the head as the engines will read it
     serving = [note for engine in decided.engines for note in engine.serving_notes(served, decided.target)]
     return ConversionPlan(
         head,
-        scheme,
+        assignment,
         fmt,
         decided.engines,
         decided.target,
@@ -228,13 +232,45 @@ def build_plan(
         amax,
         notes + decided.notes + serving,
         changes,
-        own,
     )
 
 
+class ModuleSchemesNeedLayerCount(InputError):
+    """Per-module entries cannot be written without the target's layer count (``search`` counts what it skips)."""
+
+
+def check_assignment(fmt: Format, assignment: SchemeAssignment, storage: HeadStorage, decided: EnginePlan) -> None:
+    """Refuse what cannot be written or served as ``assignment`` asks: a linear a rule gives a scheme that ``fmt``
+    cannot store it in (``storage``), then, for linears of different kinds, a format or an engine that does not hold
+    per-module kinds, or an unknown target layer count (per-module entries name each module as the engine does,
+    layer index included; ``decided``: the engines' part of the plan)."""
+    for module, rule in assignment.by_module.items():
+        problem = storage.problems.get(module)
+        if problem is not None:
+            raise InputError(words(suggested("scheme_for", rule.text), f": {problem}"))
+    if not assignment.mixed:
+        return
+    if not fmt.stores_mixed:
+        able = ", ".join(f.name for f in FORMATS.values() if f.stores_mixed)
+        raise InputError(
+            f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
+            hint=f"formats that can: {able}" if able else "give every linear one scheme",
+        )
+    if decided.mixed_refusals:
+        raise InputError(
+            f"{decided.mixed_refusals[0]} ({assignment.describe()})",
+            hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
+        )
+    if decided.target.count is None:
+        raise ModuleSchemesNeedLayerCount(
+            f"{fmt.title}'s per-module entries name each module as the engine does, after the target's layers, so "
+            "writing them needs the target's layer count",
+            hint=TARGET_LAYERS_HINT,
+        )
+
+
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
-    if input_amax and not scheme.needs_calibration:  # ConversionOptions refuses calib for it before calibrating
-        raise InputError(f"input_amax was given but scheme {scheme.name!r} has no calibrated activation scale")
+    """``scheme`` as it is written: without its calibrated activations when there is no ``input_amax``."""
     if scheme.needs_calibration and not input_amax:
         written = scheme.without_calibration()
         notes.append(

@@ -118,7 +118,9 @@ class ConversionResult:
             verification=None if verification is None else verification.summary(),
             round_costs=tuple(plan.round_costs()),
             config_changes=tuple(plan.config_changes),
-            own_schemes={module: scheme_to_toml(scheme) for module, scheme in sorted(plan.own_schemes.items())},
+            own_schemes={
+                module: scheme_to_toml(scheme) for module, scheme in sorted(plan.assignment.module_schemes.items())
+            },
         )
 
     @property

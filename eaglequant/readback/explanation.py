@@ -175,7 +175,7 @@ def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
 def written_schemes(written: WrittenConfig) -> SchemeAssignment:
     """The built-in schemes of the kinds a config declares, per module."""
     own = {module: builtin_scheme_for(kinds) for module, kinds in written.own_kinds.items()}
-    return SchemeAssignment(builtin_scheme_for(written.kinds), own)
+    return SchemeAssignment.per_module(builtin_scheme_for(written.kinds), own)
 
 
 def explain_checkpoint(

@@ -1,5 +1,12 @@
-"""Which scheme each linear of a draft is stored in: one scheme for the decoder, and optionally another for ``fc``
-or ``lm_head``, the two linears outside the decoder (each its own module in every engine, never fused with another).
+"""Which scheme each linear of a draft is stored in: the main scheme, and rules that give the linears they match a
+scheme of their own (``--scheme-for PATTERN=SCHEME``), as compressed-tensors' ``config_groups`` targets and vLLM's
+per-layer configs do.
+
+A rule's pattern is a glob or ``re:<regex>`` (the matcher of ``--exclude`` and ``--quantize``) matched in full
+against a linear's checkpoint name (``midlayer.mlp.down_proj``), its canonical name (``layers.0.mlp.down_proj``) or
+its name inside its layer (``mlp.down_proj``; ``fc`` and ``lm_head`` are their own). Rules are tried in order, the
+first that matches decides; a linear no rule matches takes the main scheme. Linears an engine fuses into one module
+(q/k/v, gate/up) must be given one kind.
 
 ``lm_head`` is the largest linear of a draft (on Kimi-K2.5's head, 1,174 M of its 3,178 M parameters) and is read
 in full k times per speculative round, so giving it its own scheme moves the bytes a round reads more than any
@@ -8,39 +15,79 @@ other choice; the decoder keeps the scheme its engines run fastest.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 
+from eaglequant.common.errors import InputError, given, words
+from eaglequant.layouts.head import HeadDescription, HeadLinear
+from eaglequant.layouts.rules import match_rule
 from eaglequant.schemes.model import Scheme, VerifyThresholds
 
-# The linears a scheme of their own may be given: each is its own runtime module in every engine.
-OWN_SCHEME_MODULES = ("fc", "lm_head")
 # Thresholds that bound from below (the rest bound from above).
 _LOWER_BOUNDS = frozenset({"min_sqnr_db", "min_cosine", "min_top1_agreement"})
+_LAYER_PREFIX = re.compile(r"^layers\.\d+\.")
+PARAMETER = "scheme_for"  # the option that gives the rules
+
+
+@dataclass(frozen=True)
+class SchemeRule:
+    """Linears matching ``pattern`` are stored in ``scheme``."""
+
+    pattern: str
+    scheme: Scheme
+
+    @property
+    def text(self) -> str:
+        """As the user writes it: ``lm_head=nvfp4``."""
+        return f"{self.pattern}={self.scheme.name}"
+
+    def matches(self, linear: HeadLinear) -> bool:
+        names = (linear.checkpoint_module, linear.module, _LAYER_PREFIX.sub("", linear.module))
+        return match_rule(self.pattern, names, PARAMETER)
 
 
 @dataclass(frozen=True)
 class SchemeAssignment:
-    """``main``: the decoder's scheme (and fc's and lm_head's unless given their own); ``own``: canonical module
-    (``fc``, ``lm_head``) -> its own scheme."""
+    """``main``: the scheme of every linear no rule matches; ``rules``: the rules, in order; ``by_module``:
+    canonical linear -> the rule that gives it its scheme (empty until :meth:`resolved` on a head)."""
 
     main: Scheme
-    own: Mapping[str, Scheme] = field(default_factory=dict)
+    rules: tuple[SchemeRule, ...] = ()
+    by_module: Mapping[str, SchemeRule] = field(default_factory=dict)
+
+    @classmethod
+    def per_module(cls, main: Scheme, schemes: Mapping[str, Scheme]) -> SchemeAssignment:
+        """An assignment that names each canonical module given a scheme other than ``main`` (as a written config
+        or a report says)."""
+        rules = {module: SchemeRule(module, scheme) for module, scheme in schemes.items()}
+        return cls(main, tuple(rules.values()), rules)
 
     def of(self, module: str) -> Scheme:
         """The scheme the canonical ``module`` is stored in."""
-        return self.own.get(module, self.main)
+        rule = self.by_module.get(module)
+        return self.main if rule is None else rule.scheme
+
+    @property
+    def module_schemes(self) -> dict[str, Scheme]:
+        """Canonical linear given a scheme by a rule -> that scheme."""
+        return {module: rule.scheme for module, rule in self.by_module.items()}
+
+    @property
+    def needs_calibration(self) -> bool:
+        """Whether a scheme it may give a linear has a calibrated activation scale."""
+        return any(scheme.needs_calibration for scheme in (self.main, *(rule.scheme for rule in self.rules)))
 
     @property
     def mixed(self) -> bool:
         """Whether linears are stored in different kinds."""
-        return any(scheme.kinds != self.main.kinds for scheme in self.own.values())
+        return any(scheme.kinds != self.main.kinds for scheme in self.module_schemes.values())
 
     @property
     def schemes(self) -> list[Scheme]:
-        """Every scheme used, the main one first, each once."""
+        """Every scheme used, the main one first, each kinds once."""
         found = [self.main]
-        for scheme in self.own.values():
+        for scheme in self.module_schemes.values():
             if all(scheme.kinds != other.kinds for other in found):
                 found.append(scheme)
         return found
@@ -56,8 +103,53 @@ class SchemeAssignment:
 
     def describe(self) -> str:
         """``fp8-per-channel`` or ``fp8-per-channel, lm_head nvfp4``."""
-        own = [f"{module} {scheme.name}" for module, scheme in sorted(self.own.items())]
+        own = [f"{module} {scheme.name}" for module, scheme in sorted(self.module_schemes.items())]
         return ", ".join([self.main.name, *own])
 
-    def with_main(self, main: Scheme) -> SchemeAssignment:
-        return replace(self, main=main)
+    def mapped(self, change: Callable[[Scheme], Scheme]) -> SchemeAssignment:
+        """Every scheme (the main one, each rule's) passed through ``change``, each once."""
+        rules = tuple(SchemeRule(rule.pattern, change(rule.scheme)) for rule in self.rules)
+        return SchemeAssignment(change(self.main), rules)
+
+    def resolved(self, head: HeadDescription) -> SchemeAssignment:
+        """Each of ``head``'s linears given the scheme of the first rule that matches it. A rule that matches no
+        linear, or fused linears given different kinds, are refused."""
+        by_module: dict[str, SchemeRule] = {}
+        for rule in self.rules:
+            hits = [linear for linear in head.linears if rule.matches(linear)]
+            if not hits:
+                raise _matches_nothing(rule)
+            for linear in hits:
+                by_module.setdefault(linear.module, rule)
+        assignment = SchemeAssignment(self.main, self.rules, by_module)
+        check_fused_groups(head, assignment)
+        return assignment
+
+
+def check_fused_groups(head: HeadDescription, assignment: SchemeAssignment) -> None:
+    """Engines run a fused group (q/k/v, gate/up, q_a + kv_a) as one module in one kind: refuse members of one group
+    given different kinds, naming the group, its members and their schemes."""
+    for group in head.fused_groups:
+        schemes = {member: assignment.of(member) for member in group.members}
+        if len({scheme.kinds for scheme in schemes.values()}) > 1:
+            members = ", ".join(f"{head.linear(m).checkpoint_module} {s.name}" for m, s in schemes.items())
+            raise InputError(
+                words(
+                    given(PARAMETER, ", ".join(rule.text for rule in assignment.rules)),
+                    f" gives the members of {group.kind} ({group.name}) different kinds ({members}): engines run them "
+                    "as one module in one scheme",
+                ),
+                hint="give every member of a fused group the same scheme",
+            )
+
+
+def _matches_nothing(rule: SchemeRule) -> InputError:
+    if any(char in rule.pattern for char in "*?[") or rule.pattern.startswith("re:"):
+        return InputError(
+            words(given(PARAMETER, rule.text), ": the pattern matches no linear of this head"),
+            hint="patterns match linear names as `eaglequant inspect` shows them, or inside their layer (mlp.*)",
+        )
+    return InputError(
+        words(given(PARAMETER, rule.text), f": this head has no {rule.pattern} of its own"),
+        hint="a draft without it reads the target's, which the engine keeps as the target stores it",
+    )

@@ -156,9 +156,9 @@ def verify_checkpoint(
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
     schemes, scheme_note = checkpoint_schemes(checkpoint, recorded, written)
-    scheme = schemes.main if not schemes.own else replace(schemes.main, verify=schemes.head_thresholds())
+    scheme = schemes.main if not schemes.by_module else replace(schemes.main, verify=schemes.head_thresholds())
     report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
-    if schemes.own:
+    if schemes.by_module:
         report.notes.append(
             f"{schemes.describe()}: each quantized linear is held to its own scheme's thresholds, the whole head to "
             "the loosest of them (those shown)"
@@ -251,7 +251,7 @@ def checkpoint_schemes(
     for module, kinds in config.own_kinds.items():
         text = None if recorded is None else recorded.own_schemes.get(module)
         own[module] = builtin_scheme_for(kinds) if text is None else declared_as(_parsed(text, module), kinds)
-    return SchemeAssignment(main, own), note
+    return SchemeAssignment.per_module(main, own), note
 
 
 def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, str | None]:

@@ -12,7 +12,7 @@ from test_import_cycles import import_graph
 ASKED_ONCE = {
     "eaglequant.engines.support": (
         "eaglequant.engines.exclusions",  # the formats every engine loads the scheme in: EngineSupport.loading_formats
-        "eaglequant.conversion.own_schemes",  # the engines that do not read per-module kinds: EnginePlan
+        "eaglequant.conversion.plan",  # the engines that do not read per-module kinds: EnginePlan
     ),
     "eaglequant.formats": ("eaglequant.engines.exclusions",),  # what the format cannot store: HeadStorage.problems
     "eaglequant.checkpoint.hashing": ("eaglequant.conversion.options",),  # the manifest's digests: api.manifest_options

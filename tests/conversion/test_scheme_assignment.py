@@ -1,6 +1,6 @@
-"""fc and lm_head in schemes of their own: what is written (ModelOpt's MIXED_PRECISION, named as vLLM looks modules
-up), read back, verified and refused. That vLLM's own loader runs each module as written is in
-tests/engine_load/test_engine_load.py (test_vllm_loads_lm_head_in_a_scheme_of_its_own)."""
+"""Linears in schemes of their own (``scheme_for`` rules): which scheme each linear gets, what is written
+(ModelOpt's MIXED_PRECISION, named as vLLM looks modules up), read back, verified and refused. That vLLM's own
+loader runs each module as written is in tests/engine_load/test_engine_load.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant import convert, explain, verify
+from eaglequant import convert, explain, inspect, verify
 from eaglequant.common.errors import EXIT_BAD_INPUT, CheckpointError, EagleQuantError, InputError
+from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.formats import get_format
 from eaglequant.record.report import read_report
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -93,7 +94,14 @@ def test_what_cannot_be_written_or_served_is_refused(settings: dict, message: st
 
 @pytest.mark.parametrize(
     ("entry", "message"),
-    [("lm_head", "not MODULE=SCHEME"), ("q_proj=nvfp4", "not MODULE=SCHEME"), ("lm_head=nvfp5", "unknown scheme")],
+    [
+        ("lm_head", "not PATTERN=SCHEME"),
+        ("=nvfp4", "not PATTERN=SCHEME"),
+        ("lm_head=nvfp5", "unknown scheme"),
+        ("re:(=nvfp4", "not a valid regular expression"),
+        ("q_proj=nvfp4", "this head has no q_proj of its own"),
+        ("attn.*=nvfp4", "matches no linear"),
+    ],
 )
 def test_a_bad_scheme_for_is_one_usage_line(entry: str, message: str, tmp_path: Path) -> None:
     result = run_cli("convert", SOURCE, tmp_path / "out", "--scheme-for", entry)
@@ -134,7 +142,42 @@ def test_a_config_that_mixes_the_decoders_kinds_is_refused(mixed: Path, tmp_path
 
 def test_the_head_is_held_to_the_loosest_thresholds() -> None:
     fp8, nvfp4 = load_scheme("fp8-per-channel"), load_scheme("nvfp4")
-    limits = SchemeAssignment(fp8, {"lm_head": nvfp4}).head_thresholds()
+    limits = SchemeAssignment.per_module(fp8, {"lm_head": nvfp4}).head_thresholds()
     assert limits.max_mean_tv == max(fp8.verify.max_mean_tv, nvfp4.verify.max_mean_tv)
     assert limits.min_top1_agreement == min(fp8.verify.min_top1_agreement, nvfp4.verify.min_top1_agreement)
     assert SchemeAssignment(fp8).head_thresholds() == fp8.verify
+
+
+def _plan(*rules: str, scheme: str = "fp8-per-channel") -> ConversionPlan:
+    from eaglequant.conversion.options import ConversionOptions
+    from eaglequant.conversion.plan import build_plan
+
+    options = ConversionOptions(scheme=scheme, scheme_for=rules, format="modelopt", target_layers=61)
+    return build_plan(inspect(SOURCE).head, options.assignment, "modelopt", target_layers=61)
+
+
+def test_rules_give_decoder_linears_their_own_scheme_the_first_match_deciding() -> None:
+    plan = _plan("self_attn.*=fp8-per-channel", "mlp.*=nvfp4", "midlayer.mlp.down_proj=fp8-per-channel")
+    schemes = {lin.checkpoint_module: plan.assignment.of(lin.module).name for lin in plan.head.linears}
+    assert schemes == {
+        "fc": "fp8-per-channel",
+        "lm_head": "fp8-per-channel",
+        **{f"midlayer.self_attn.{p}_proj": "fp8-per-channel" for p in "qkvo"},
+        **{f"midlayer.mlp.{p}_proj": "nvfp4" for p in ("gate", "up", "down")},
+    }
+    assert plan.assignment.mixed and {lin.checkpoint_module for lin in plan.quantized} >= {"midlayer.mlp.down_proj"}
+
+
+def test_fused_linears_given_different_kinds_are_refused_naming_the_group() -> None:
+    with pytest.raises(InputError) as caught:
+        _plan("re:.*\\.q_proj=nvfp4")
+    message = str(caught.value).splitlines()[0]
+    assert "qkv_proj (layers.0.self_attn.qkv_proj)" in message
+    assert "midlayer.self_attn.q_proj nvfp4, midlayer.self_attn.k_proj fp8-per-channel" in message
+
+
+def test_a_fused_group_refusal_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    result = run_cli("convert", SOURCE, tmp_path / "out", "--format", "modelopt", "--target-layers", "61",
+                     "--scheme-for", "mlp.gate_proj=nvfp4")  # fmt: skip
+    assert result.exit_code == EXIT_BAD_INPUT and "gate_up_proj" in result.stderr
+    assert "midlayer.mlp.up_proj fp8-per-channel" in result.stderr and not (tmp_path / "out").exists()
