@@ -98,7 +98,7 @@ class Machine:
 
     cpu: str
     cores: int | None
-    memory_gib: float
+    memory_bytes: int
     python: str
     torch: str
     gpu: str | None
@@ -318,7 +318,7 @@ def describe_machine() -> Machine:
     return Machine(
         cpu=cpu,
         cores=os.cpu_count(),
-        memory_gib=round(memory / 2**30, 1),
+        memory_bytes=memory,
         python=platform.python_version(),
         torch=torch.__version__,
         gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,

@@ -12,6 +12,7 @@ from rich.table import Table
 from eaglequant.cli.command import HELP_OPTION_NAMES, Command, Group
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import info, out, result
+from eaglequant.common.sizes import decimal_bytes
 from eaglequant.conversion.options import MAX_WORKERS
 
 if TYPE_CHECKING:
@@ -130,7 +131,7 @@ def convert_command(
     run_guarded(body)
 
 
-CONVERT_COLUMNS = ("head", "run", "scheme", "wall s", "MB/s in", "peak RSS GiB", "× copy", "× anchors")
+CONVERT_COLUMNS = ("head", "run", "scheme", "wall s", "MB/s in", "peak RSS GB", "× copy", "× anchors")
 
 
 def _figure(value: float | None, fmt: str) -> str:
@@ -141,7 +142,7 @@ def convert_rows(bench: ConvertBench) -> list[list[str]]:
     rows = []
     for run in bench.runs:
         anchors = ", ".join(f"{ratio:.2f}× {name}" for name, ratio in run.vs_anchors.items())
-        rss = None if run.peak_rss_bytes is None else run.peak_rss_bytes / 2**30
+        rss = None if run.peak_rss_bytes is None else run.peak_rss_bytes / 10**9
         rows.append(
             [
                 run.head,
@@ -159,7 +160,7 @@ def convert_rows(bench: ConvertBench) -> list[list[str]]:
 
 def convert_table(bench: ConvertBench) -> Table:
     m = bench.machine
-    table = Table(title=f"{m.cpu}, {m.cores} cores, {m.memory_gib} GiB", title_justify="left")
+    table = Table(title=f"{m.cpu}, {m.cores} cores, {decimal_bytes(m.memory_bytes)}", title_justify="left")
     for col in CONVERT_COLUMNS:
         table.add_column(col)
     for row in convert_rows(bench):

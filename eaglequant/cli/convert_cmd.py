@@ -25,10 +25,11 @@ from eaglequant.cli.options import (
     conversion_flag,
     given_options,
 )
-from eaglequant.cli.output import MODE, absolute, human_bytes, info, note, out, quiet_hub_progress, result
+from eaglequant.cli.output import MODE, absolute, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.common.errors import EXIT_CHECK_FAILED
+from eaglequant.common.sizes import decimal_bytes
 from eaglequant.conversion.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
 
 if TYPE_CHECKING:
@@ -117,7 +118,7 @@ def render(converted: ConversionResult) -> None:
         return
     table = Table(title=f"{report.scheme} → {report.format} ({report.layout})", title_justify="left")
     name_column(table, "quantized module")
-    for col in ("shape", "rel. error", "SQNR dB"):
+    for col in ("shape", "weight rel. error", "weight SQNR dB"):
         table.add_column(col)
     for linear in report.quantized:
         shape = str(list(linear.shape))
@@ -140,8 +141,8 @@ def _render_written(converted: ConversionResult) -> None:
     report = converted.report()
     src_b, out_b = report.source_bytes, report.output_bytes
     out.print(
-        f"[green]wrote[/] {escape(str(absolute(converted.destination)))}: {human_bytes(src_b)} → "
-        f"{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×) in {converted.reported_seconds} s",
+        f"[green]wrote[/] {escape(str(absolute(converted.destination)))}: {decimal_bytes(src_b)} → "
+        f"{decimal_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×) in {converted.reported_seconds} s",
         markup=True,
         soft_wrap=True,
     )

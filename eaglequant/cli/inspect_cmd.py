@@ -22,8 +22,9 @@ from eaglequant.cli.options import (
     TargetLayersOpt,
     given_options,
 )
-from eaglequant.cli.output import absolute, human_bytes, note, out, quiet_hub_progress, result
+from eaglequant.cli.output import absolute, note, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show, show_round_costs
+from eaglequant.common.sizes import decimal_bytes
 from eaglequant.conversion.options import DEFAULT_FORMAT, DEFAULT_SCHEME
 
 if TYPE_CHECKING:
@@ -95,7 +96,7 @@ def render(report: InspectReport, source: str) -> None:
     out.print(f"target layers: {target.count if target.count is not None else 'L'} ({escape(target.source)})")
     out.print(f"exclude rules written: {escape(str(list(plan.exclude_patterns)))}")
     src_b, out_b = report.source_bytes, plan.output_bytes
-    out.print(f"size: {human_bytes(src_b)} → ~{human_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
+    out.print(f"size: {decimal_bytes(src_b)} → ~{decimal_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
     show_round_costs(report.round_costs())
     for text in plan.notes:
         note(text)
@@ -119,7 +120,7 @@ def _tensor_table(report: InspectReport) -> Table:
             action = "[yellow]keep[/] (see below)"
         else:
             action = f"[dim]keep: {tensor.role.value.replace('_', ' ')}[/]"
-        cells = [escape(tensor.name), info.dtype, str(list(info.shape)), human_bytes(info.nbytes)]
+        cells = [escape(tensor.name), info.dtype, str(list(info.shape)), decimal_bytes(info.nbytes)]
         table.add_row(*cells, *([shard_of.get(info.file.name, info.file.name)] if multi_file else []), action)
     return table
 

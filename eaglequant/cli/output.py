@@ -194,11 +194,3 @@ def error(message: str, exit_code: int, error_type: str, *, internal: bool = Fal
 def plural(count: int, noun: str, many: str | None = None) -> str:
     """``1 flip``, ``2 flips``, ``0 flips``; ``many``: the plural when it is not ``noun`` + s."""
     return f"{count} {noun if count == 1 else many or noun + 's'}"
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"

@@ -16,20 +16,21 @@ from rich.progress import BarColumn, ProgressColumn, SpinnerColumn, Task, TaskID
 from rich.progress import Progress as RichProgress
 from rich.text import Text
 
-from eaglequant.cli.output import MODE, err, human_bytes, progress_enabled
+from eaglequant.cli.output import MODE, err, progress_enabled
 from eaglequant.common.progress import NoProgress, Progress
+from eaglequant.common.sizes import decimal_bytes
 
 RATE_WINDOW_S = 3.0  # the rate shown is over this many recent seconds, not since the start
 
 
 class _WorkColumn(ProgressColumn):
-    """``1.2 GiB/2.6 GiB`` of bytes read and written, and the current rate; nothing for a phase without a total."""
+    """``1.20 GB/2.60 GB`` of bytes read and written, and the current rate; nothing for a phase without a total."""
 
     def render(self, task: Task) -> Text:
         if task.total is None:
             return Text("")
-        speed = f"  {human_bytes(task.speed)}/s" if task.speed else ""
-        return Text(f"{human_bytes(task.completed)}/{human_bytes(task.total)}{speed}")
+        speed = f"  {decimal_bytes(task.speed)}/s" if task.speed else ""
+        return Text(f"{decimal_bytes(task.completed)}/{decimal_bytes(task.total)}{speed}")
 
 
 class PhaseDisplay:
@@ -104,8 +105,8 @@ class PhaseDisplay:
             if self._tensors_total is not None:
                 parts.append(self._counter())
             if self._work_total:
-                rate = human_bytes(self._work / max(seconds, 1e-9))
-                parts.append(f"{human_bytes(self._work)} read and written ({rate}/s)")
+                rate = decimal_bytes(self._work / max(seconds, 1e-9))
+                parts.append(f"{decimal_bytes(self._work)} read and written ({rate}/s)")
             err.print(f"[dim]{escape(', '.join(parts))}[/]", markup=True, soft_wrap=True)
         self._name = None
 

@@ -11,7 +11,8 @@ from rich.markup import escape
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import MAX_VOCABULARY
-from eaglequant.cli.output import human_bytes, note, out, result
+from eaglequant.cli.output import note, out, result
+from eaglequant.common.sizes import decimal_bytes
 
 if TYPE_CHECKING:
     from eaglequant.vocabulary.prune import PruneResult
@@ -77,7 +78,7 @@ def render(pruned: PruneResult) -> None:
     before, after = pruned.lm_head_bytes
     out.print(
         f"[green]wrote[/] {escape(str(pruned.destination))}: draft vocabulary {pruned.source_size} → {pruned.size} "
-        f"tokens, lm_head {human_bytes(before)} → {human_bytes(after)}",
+        f"tokens, lm_head {decimal_bytes(before)} → {decimal_bytes(after)}",
         soft_wrap=True,
     )
     out.print(f"  {escape(_coverage(pruned))}", soft_wrap=True)

@@ -10,8 +10,9 @@ from rich.markup import escape
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import QuantizedDstArg, SourceOpt
-from eaglequant.cli.output import absolute, human_bytes, info, note, out, quiet_hub_progress, result
+from eaglequant.cli.output import absolute, info, note, out, quiet_hub_progress, result
 from eaglequant.cli.progress_display import phase
+from eaglequant.common.sizes import decimal_bytes
 from eaglequant.record.verification import Verdict
 
 if TYPE_CHECKING:
@@ -84,9 +85,9 @@ def render(uploaded: UploadResult, destination: str) -> None:
     say(f"{escape(destination)} → {escape(where)}: {verified}", soft_wrap=True)
     width = max((len(name) for name in uploaded.files), default=0)
     for name, size in uploaded.files.items():  # sizes right-aligned in one column
-        say(f"  {escape(name.ljust(width))}  {human_bytes(size):>10}", soft_wrap=True)
+        say(f"  {escape(name.ljust(width))}  {decimal_bytes(size):>10}", soft_wrap=True)
     sent = "would be sent" if uploaded.dry_run else "sent"
-    say(f"{len(uploaded.files)} files, {human_bytes(uploaded.total_bytes)} {sent}")
+    say(f"{len(uploaded.files)} files, {decimal_bytes(uploaded.total_bytes)} {sent}")
     if uploaded.commit_url:
         out.print(uploaded.commit_url, soft_wrap=True)
 

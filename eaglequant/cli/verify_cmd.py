@@ -197,7 +197,7 @@ def _budget_text(budget: float | None) -> str:
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:
     """One row per quantized linear; the backend goes to the title when every row shares it."""
     backends = {row.backend for row in layers}
-    title = "per-layer parity (fused kernel vs source GEMM)"
+    title = "per-layer parity: the fused kernel's GEMM output against the source GEMM's"
     if len(backends) == 1:
         title += f", {next(iter(backends))}"
     table = Table(title=title, title_justify="left")
@@ -205,10 +205,10 @@ def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:
     if len(backends) > 1:
         table.add_column("backend")
     for header in (
-        f"SQNR dB ≥ {limits.min_sqnr_db}",
-        f"cosine ≥ {limits.min_cosine}",
-        f"rel. error ≤ {limits.max_relative_error}",
-        f"worst block ≤ {limits.max_block_relative_error}",
+        f"output SQNR dB ≥ {limits.min_sqnr_db}",
+        f"output cosine ≥ {limits.min_cosine}",
+        f"output rel. error ≤ {limits.max_relative_error}",
+        f"worst weight block rel. error ≤ {limits.max_block_relative_error}",
     ):
         table.add_column(header, justify="right")
     for row in layers:

@@ -107,11 +107,11 @@ class ParityRun:
         sqnr, cosine, relative = _metrics(expected, got)
         failed = []
         if not sqnr >= limits.min_sqnr_db:
-            failed.append(f"SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
+            failed.append(f"output SQNR {sqnr:.1f} dB < {limits.min_sqnr_db}")
         if not cosine >= limits.min_cosine:
-            failed.append(f"cosine {cosine:.4f} < {limits.min_cosine}")
+            failed.append(f"output cosine {cosine:.4f} < {limits.min_cosine}")
         if not relative <= limits.max_relative_error:
-            failed.append(f"relative error {relative:.4f} > {limits.max_relative_error}")
+            failed.append(f"output relative error {relative:.4f} > {limits.max_relative_error}")
         block_error, row, block_index = _worst_block(torch.cat(source_norms), torch.cat(error_norms))
         column = block_index * width
         if not block_error <= limits.max_block_relative_error:

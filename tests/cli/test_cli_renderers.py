@@ -129,7 +129,7 @@ def test_bench_convert_renders_runs_as_a_table_and_as_markdown(capsys: pytest.Ca
     from eaglequant.cli.output import out
 
     bench = ConvertBench(
-        Machine("Some CPU", 16, 125.3, "3.12", "2.9", None, {"amd-quark": None}),
+        Machine("Some CPU", 16, 134_500_000_000, "3.12", "2.9", None, {"amd-quark": None}),
         None,
         "cpu",
         (
@@ -139,12 +139,12 @@ def test_bench_convert_renders_runs_as_a_table_and_as_markdown(capsys: pytest.Ca
         ),
     )
     assert convert_markdown(bench).splitlines()[2:] == [
-        "| tiny | copy | cp -r + sync | 1.2 | 568 | 0.11 | 1.00 |  |",
-        "| tiny | eaglequant | nvfp4 (modelopt) | 2.5 | 300 | 2.00 | 2.03 | 0.46× llm-compressor X |",
+        "| tiny | copy | cp -r + sync | 1.2 | 568 | 0.12 | 1.00 |  |",
+        "| tiny | eaglequant | nvfp4 (modelopt) | 2.5 | 300 | 2.15 | 2.03 | 0.46× llm-compressor X |",
         "| tiny | amd-quark | mxfp4 | it failed | — | — | — |  |",
     ]
     out.print(convert_table(bench))
-    assert capsys.readouterr().out.startswith("Some CPU, 16 cores, 125.3 GiB")
+    assert capsys.readouterr().out.startswith("Some CPU, 16 cores, 134.50 GB")
 
 
 def test_batch_says_each_job_and_its_upload_as_it_ends(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,0 +1,65 @@
+"""What a reader of the output could trip on: every size in decimal units, every error figure saying whether it
+measures the stored weights or the kernel's GEMM output, every engine release named in one form."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from eaglequant.common.sizes import decimal_bytes
+from tests.conftest import FIXTURES, run_cli
+
+SRC = FIXTURES / "specforge-llama"  # vocabulary 512
+BINARY_UNITS = re.compile(r"\b[KMGT]iB\b")
+ERROR_FIGURE = re.compile(r"SQNR|rel(\.|ative) error|cosine")
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """A verified FP8 conversion in AMD Quark format (README command (a)), and all it printed."""
+    dst = tmp_path_factory.mktemp("units") / "fp8"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "250")  # one line a header, however long
+        result = run_cli("convert", SRC, dst, "--scheme", "fp8-per-channel", "--format", "quark", "--verify")
+        assert result.exit_code == 0, result.stderr
+        yield dst, result.stdout + result.stderr
+
+
+def _header_cells(shown: str) -> list[str]:
+    """The cells of every table's header row (rich draws them between ┃)."""
+    rows = [line for line in shown.splitlines() if line.startswith("┃")]
+    return [cell.strip() for row in rows for cell in row.strip("┃").split("┃")]
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [(0, "0 B"), (999, "999 B"), (1000, "1.00 kB"), (1_048_576, "1.05 MB"), (11_410_000_000, "11.41 GB")],
+)
+def test_sizes_read_in_decimal_units(count: int, text: str) -> None:
+    assert decimal_bytes(count) == text
+
+
+def test_no_command_shows_a_size_in_binary_units(converted: tuple[Path, str], tmp_path: Path) -> None:
+    dst, shown = converted
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps([(token * 37) % 512 for token in range(512)]))
+    runs = [
+        run_cli("explain", dst, "--engine", "all"),
+        run_cli("inspect", SRC),
+        run_cli("prune", SRC, tmp_path / "pruned", "--size", "64", "--counts", counts),
+    ]
+    assert all(run.exit_code == 0 for run in runs), [run.stderr for run in runs]
+    shown += "".join(run.stdout + run.stderr for run in runs)
+    assert "lm_head 65.54 kB → 16.38 kB" in shown  # the pruned lm_head, 256 and then 64 rows of 128 bf16
+    assert BINARY_UNITS.findall(shown) == []
+
+
+def test_each_error_figure_says_whether_it_measures_the_weights_or_the_output(converted: tuple[Path, str]) -> None:
+    _, shown = converted
+    figures = [cell for cell in _header_cells(shown) if ERROR_FIGURE.search(cell)]
+    assert len(figures) == 6  # convert's two, verify's three and its worst scale block
+    assert [cell for cell in figures if not re.match(r"(weight|output|worst weight) ", cell)] == []
