@@ -27,6 +27,7 @@ from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
+from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.plan import build_plan
 from eaglequant.engines import ALL_ENGINES, get_engine
 from eaglequant.formats import FORMATS
@@ -167,7 +168,7 @@ def search(
     counts: str | Path | None = None,
     vocab_sizes: Sequence[int] = (),
     schemes: Sequence[str] = (),
-    engines: Sequence[str] = ("vllm",),
+    engines: Sequence[str] = DEFAULT_ENGINES,
     target_layers: int | None = None,
     overwrite: bool = False,
 ) -> SearchResult:

@@ -1,5 +1,6 @@
-"""The files an output checkpoint has beside its weight shards: the sharded index, JSON files (config.json, records),
-and the source's other files carried over unchanged. ``convert``, ``prune`` and ``search`` write them alike."""
+"""The files of an output checkpoint: its weights as shards (:class:`OutputShards`) with their index, JSON files
+(config.json, records), and the source's other files carried over unchanged. ``convert``, ``prune`` and ``search``
+write them alike."""
 
 from __future__ import annotations
 
@@ -7,11 +8,52 @@ import json
 import shutil
 from collections.abc import Collection
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.reader import SAFETENSORS_INDEX, Checkpoint, resolve_inside, source_files
-from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
+
+
+class OutputShards:
+    """A checkpoint's weights: ``specs`` split in order into shards of at most ``max_shard_bytes`` (a larger tensor
+    gets one of its own), named as transformers names them, each created at its final size with its header and
+    then filled in any order (:class:`~eaglequant.checkpoint.writer.SafetensorsShard`); closed, the index is written
+    beside them when there are several. Leaving a ``with`` block abandons the shards not closed (their files are
+    left for the staged directory's removal)."""
+
+    def __init__(self, directory: Path, specs: list[TensorSpec], max_shard_bytes: int) -> None:
+        self.directory = directory
+        self.groups = split_into_shards(specs, max_shard_bytes)
+        self.names = shard_names(len(self.groups))
+        self.files: list[SafetensorsShard] = []
+        try:
+            for name, group in zip(self.names, self.groups, strict=True):
+                self.files.append(SafetensorsShard(directory / name, group, metadata={"format": "pt"}))
+        except BaseException:
+            self.discard()
+            raise
+        self.holding = {name: shard for shard in self.files for name in shard.specs}
+
+    def close(self) -> dict[str, str]:
+        """Every shard finished, then the index when there are several; each shard's SHA-256 by file name."""
+        hashes = {name: shard.close() for name, shard in zip(self.names, self.files, strict=True)}
+        if len(self.names) > 1:
+            write_index(self.directory, self.groups, self.names)
+        return hashes
+
+    def discard(self) -> None:
+        for shard in self.files:
+            shard.discard()
+
+    def __enter__(self) -> OutputShards:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.discard()
 
 
 def write_index(directory: Path, shards: list[list[TensorSpec]], names: list[str]) -> None:

@@ -15,7 +15,7 @@ from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt
 from eaglequant.cli.output import note, out, result
 from eaglequant.cli.tables import name_column, show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
-from eaglequant.conversion.options import MAX_TARGET_LAYERS
+from eaglequant.conversion.options import DEFAULT_ENGINES, MAX_TARGET_LAYERS
 
 if TYPE_CHECKING:
     from eaglequant.api.search import SearchResult
@@ -107,7 +107,7 @@ def search_command(
             counts=counts,
             vocab_sizes=vocab_size or (),
             schemes=scheme or (),
-            engines=engine or ("vllm",),
+            engines=engine or DEFAULT_ENGINES,
             target_layers=target_layers,
             overwrite=overwrite,
         )

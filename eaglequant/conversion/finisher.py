@@ -1,5 +1,5 @@
-"""Finishing a conversion's output in its staged directory: once the shards are written, the index, config.json,
-the format's side files, the source's other files and a re-read of the output against the plan
+"""Finishing a conversion's output in its staged directory: once the shards and their index are written,
+config.json, the format's side files, the source's other files and a re-read of the output against the plan
 (:func:`write_metadata`); last of all, the report with the SHA-256 of every file beside it (:func:`record_output`).
 """
 
@@ -10,10 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from eaglequant.checkpoint.destination import REPORT_NAME
-from eaglequant.checkpoint.files import copy_side_files, write_index, write_json
+from eaglequant.checkpoint.files import copy_side_files, write_json
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.checkpoint.reader import Checkpoint, source_files
-from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import ConversionResult
 
@@ -22,15 +21,10 @@ def write_metadata(
     checkpoint: Checkpoint,
     plan: ConversionPlan,
     tmp: Path,
-    shards: list[list[TensorSpec]],
-    names: list[str],
     replaced: Collection[str] = (),
 ) -> list[str]:
-    """Index (when sharded), config.json, the format's side files and the source's other files (all but
-    ``replaced``) beside the shards, then the output re-read and held against the plan. Returns the files
-    carried over from the source."""
-    if len(names) > 1:
-        write_index(tmp, shards, names)
+    """config.json, the format's side files and the source's other files (all but ``replaced``) beside the shards,
+    then the output re-read and held against the plan. Returns the files carried over from the source."""
     write_json(tmp / "config.json", plan.written_config(checkpoint.config))
     for file_name, content in plan.format_files().items():
         write_json(tmp / file_name, content)

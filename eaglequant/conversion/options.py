@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 DEFAULT_SCHEME = "fp8-per-channel"
 DEFAULT_FORMAT = "quark"
 DEFAULT_ENGINES = ("vllm",)
-DEFAULT_MAX_SHARD_SIZE = "5GB"
+DEFAULT_MAX_SHARD_BYTES = 5 * 10**9  # the largest shard unless asked otherwise (convert, prune): transformers' 5 GB
+DEFAULT_MAX_SHARD_SIZE = f"{DEFAULT_MAX_SHARD_BYTES // 10**9}GB"  # the same, as max_shard_size is written
 DEFAULT_DEVICE = "cpu"
 
 _SIZE_UNITS = {
@@ -42,18 +43,18 @@ _SIZE_UNITS = {
 }
 
 
-MAX_SHARD_BYTES = 2**50  # 1 PiB: no shard is larger; a size past it is a typo (or inf)
+LARGEST_MAX_SHARD_SIZE = 2**50  # 1 PiB, in bytes: no shard is larger; a max_shard_size past it is a typo (or inf)
 MAX_WORKERS = 256
 MAX_TARGET_LAYERS = 10_000
 
 
 def parse_size(text: str | int) -> int:
-    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes: at least one, at most :data:`MAX_SHARD_BYTES`."""
+    """``5GB``, ``500MB``, ``2GiB``, ``1048576`` -> bytes: at least one, at most :data:`LARGEST_MAX_SHARD_SIZE`."""
     if isinstance(text, int) and not isinstance(text, bool):
-        if not 1 <= text <= MAX_SHARD_BYTES:
+        if not 1 <= text <= LARGEST_MAX_SHARD_SIZE:
             raise InputError(
                 words(given("max_shard_size", text), " is not a size"),
-                hint=f"give a number of bytes from 1 to {MAX_SHARD_BYTES} (1 PiB)",
+                hint=f"give a number of bytes from 1 to {LARGEST_MAX_SHARD_SIZE} (1 PiB)",
             )
         return text
     cleaned = str(text).strip().upper().replace(" ", "")
@@ -66,7 +67,7 @@ def parse_size(text: str | int) -> int:
     if unit not in _SIZE_UNITS or not math.isfinite(value) or value <= 0:
         raise InputError(words(given("max_shard_size", text), " is not a size"), hint="write e.g. 5GB, 500MB or 2GiB")
     size = value * _SIZE_UNITS[unit]
-    if not 1 <= size <= MAX_SHARD_BYTES:
+    if not 1 <= size <= LARGEST_MAX_SHARD_SIZE:
         raise InputError(
             words(given("max_shard_size", text), " is not a shard size"), hint="give one from 1 byte to 1 PiB, e.g. 5GB"
         )

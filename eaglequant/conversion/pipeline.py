@@ -1,8 +1,8 @@
 """Executing a :class:`ConversionPlan`: every output shard created at its final size with its header inside a
 temporary directory, then filled by tasks (copy part of a kept tensor, quantize a block of a linear's rows) that
-write at planned offsets, in a thread pool; then the index, config.json and side files
-(:mod:`eaglequant.conversion.finisher`). Reporting, verifying and moving the directory into place are the
-caller's steps (:func:`eaglequant.api.convert`)."""
+write at planned offsets, in a thread pool, and their index (:class:`~eaglequant.checkpoint.files.OutputShards`);
+then config.json and side files (:mod:`eaglequant.conversion.finisher`). Reporting, verifying and moving the
+directory into place are the caller's steps (:func:`eaglequant.api.convert`)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.checkpoint.files import OutputShards
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
-from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
+from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
 from eaglequant.common.background import in_background
 from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.devices import quantization_device, shared_on
 from eaglequant.conversion.finisher import write_metadata
 from eaglequant.conversion.group_scales import GroupScaleTasks, nonfinite_error
+from eaglequant.conversion.options import DEFAULT_MAX_SHARD_BYTES
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import LinearResult, WrittenOutput
 from eaglequant.formats import GroupScales
@@ -43,7 +45,7 @@ def write_output(
     stage: Path,
     *,
     replaced: Collection[str] = (),
-    max_shard_bytes: int = 5 * 10**9,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
     progress: Progress | None = None,
     workers: int | None = None,
     device: str = "cpu",
@@ -59,14 +61,12 @@ def write_output(
     progress = progress or NoProgress()
     math_device = quantization_device(device)
     started = time.perf_counter()
-    shards = split_into_shards([o.spec for o in plan.outputs], max_shard_bytes)
-    names = shard_names(len(shards))
     progress.phase("writing", work=_work_bytes(checkpoint, plan), tensors=_tensor_count(plan))
     files, linears = _write_shards(
-        checkpoint, plan, stage, shards, names, workers or default_workers(), progress, math_device
+        checkpoint, plan, stage, max_shard_bytes, workers or default_workers(), progress, math_device
     )
     progress.phase("checking")
-    copied = write_metadata(checkpoint, plan, stage, shards, names, replaced)
+    copied = write_metadata(checkpoint, plan, stage, replaced)
     return WrittenOutput(files, linears, copied, time.perf_counter() - started)
 
 
@@ -93,26 +93,20 @@ def _write_shards(
     checkpoint: Checkpoint,
     plan: ConversionPlan,
     tmp: Path,
-    shards: list[list[TensorSpec]],
-    names: list[str],
+    max_shard_bytes: int,
     workers: int,
     progress: Progress,
     device: torch.device | None = None,
 ) -> tuple[dict[str, str], list[LinearResult]]:
-    """Every output tensor into its planned place; returns each shard's SHA-256 and the quantized linears."""
-    files: list[SafetensorsShard] = []
-    try:
-        for name, specs in zip(names, shards, strict=True):
-            files.append(SafetensorsShard(tmp / name, specs, metadata={"format": "pt"}))
+    """Every output tensor into its planned place, and the index; returns each shard's SHA-256 and the quantized
+    linears."""
+    with OutputShards(tmp, [o.spec for o in plan.outputs], max_shard_bytes) as shards:
         torch_ready = _TorchInBackground()
         try:
-            linears = _ShardFiller(checkpoint, plan, files, device, torch_ready.ready).run(workers, progress)
+            linears = _ShardFiller(checkpoint, plan, shards.files, device, torch_ready.ready).run(workers, progress)
         finally:
             torch_ready.restore()
-        return {name: shard.close() for name, shard in zip(names, files, strict=True)}, linears
-    finally:
-        for shard in files:
-            shard.discard()
+        return shards.close(), linears
 
 
 class _TorchInBackground:

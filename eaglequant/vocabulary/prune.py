@@ -24,11 +24,12 @@ from typing import Any
 import torch
 
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
-from eaglequant.checkpoint.files import write_index
+from eaglequant.checkpoint.files import OutputShards
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
-from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
+from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
 from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.common.json_fields import record_json
+from eaglequant.conversion.options import DEFAULT_MAX_SHARD_BYTES
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.vocabulary.counts import TokenCounts
@@ -36,7 +37,6 @@ from eaglequant.vocabulary.counts import TokenCounts
 PRUNE_RECORD = "eaglequant_prune.json"
 SPECIAL_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id")
 ROWS_PER_COPY = 4096  # lm_head rows gathered per write, so memory stays bounded whatever the vocabulary
-MAX_SHARD_BYTES = 5 * 10**9
 
 
 @dataclass(frozen=True)
@@ -161,28 +161,21 @@ def write_pruned(checkpoint: Checkpoint, head: HeadDescription, lm_head: HeadLin
                  vocab: int, stage: Path) -> None:  # fmt: skip
     """The pruned head's weights into ``stage``: its shards, and their index when there are several."""
     specs = pruned_specs(checkpoint, head, lm_head, choice, vocab)
-    shards = split_into_shards(specs, MAX_SHARD_BYTES)
-    names = shard_names(len(shards))
     d2t, t2d = vocab_map_names(head)
     maps = {
         d2t: choice.target_ids - torch.arange(choice.size, dtype=torch.int64),
         t2d: torch.zeros(vocab, dtype=torch.bool).index_fill_(0, choice.target_ids, True),
     }
-    for name, shard_specs in zip(names, shards, strict=True):
-        shard = SafetensorsShard(stage / name, shard_specs, metadata={"format": "pt"})
-        try:
-            for spec in shard_specs:
-                if spec.name in maps:
-                    shard.write(spec.name, 0, tensor_bytes(maps[spec.name]))
-                elif spec.name == lm_head.weight:
-                    _gather_rows(checkpoint, spec, choice.source_rows, shard)
-                else:
-                    checkpoint.copy_into(spec.name, shard, spec.name, 0, spec.nbytes)
-            shard.close()
-        finally:
-            shard.discard()
-    if len(names) > 1:
-        write_index(stage, shards, names)
+    with OutputShards(stage, specs, DEFAULT_MAX_SHARD_BYTES) as shards:
+        for spec in specs:
+            shard = shards.holding[spec.name]
+            if spec.name in maps:
+                shard.write(spec.name, 0, tensor_bytes(maps[spec.name]))
+            elif spec.name == lm_head.weight:
+                _gather_rows(checkpoint, spec, choice.source_rows, shard)
+            else:
+                checkpoint.copy_into(spec.name, shard, spec.name, 0, spec.nbytes)
+        shards.close()
 
 
 def _gather_rows(checkpoint: Checkpoint, spec: TensorSpec, rows: torch.Tensor, shard: SafetensorsShard) -> None:

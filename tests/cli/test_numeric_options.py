@@ -103,7 +103,7 @@ SIZE_WORDS = st.sampled_from(["inf", "nan", "-inf", "1e400", "0", "-1", "0.1", "
 @given(st.one_of(SIZE_WORDS, st.floats(allow_nan=True, allow_infinity=True).map(repr)))
 def test_max_shard_size_is_a_size_or_one_usage_line(text: str) -> None:
     from eaglequant.common.errors import InputError
-    from eaglequant.conversion.options import MAX_SHARD_BYTES, parse_size
+    from eaglequant.conversion.options import LARGEST_MAX_SHARD_SIZE, parse_size
 
     units = {"GB": 10**9, "MB": 10**6}
     number, unit = (text[:-2], units[text[-2:]]) if text[-2:] in units else (text, 1)
@@ -111,7 +111,7 @@ def test_max_shard_size_is_a_size_or_one_usage_line(text: str) -> None:
         size = float(number) * unit
     except ValueError:
         size = math.nan
-    if math.isfinite(size) and 1 <= size <= MAX_SHARD_BYTES:
+    if math.isfinite(size) and 1 <= size <= LARGEST_MAX_SHARD_SIZE:
         assert parse_size(text) == int(size)
         return
     with pytest.raises(InputError, match="max_shard_size"):

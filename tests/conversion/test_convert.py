@@ -120,12 +120,12 @@ def test_leftovers_of_a_killed_run_are_removed(tmp_path: Path) -> None:
 
 
 def test_failure_midway_leaves_no_destination(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from eaglequant.conversion import finisher
+    from eaglequant.checkpoint import files
 
     def boom(*args: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(finisher, "write_index", boom)
+    monkeypatch.setattr(files, "write_index", boom)
     with pytest.raises(OSError):
         convert(FIXTURES / "sharded-split", tmp_path / "out", max_shard_size="100KB")
     assert os.listdir(tmp_path) == []

@@ -13,9 +13,12 @@ from eaglequant.common.errors import InputError, SchemeError, switch
 from eaglequant.conversion.options import (
     DEFAULT_ENGINES,
     DEFAULT_FORMAT,
+    DEFAULT_MAX_SHARD_BYTES,
+    DEFAULT_MAX_SHARD_SIZE,
     DEFAULT_SCHEME,
     OPTION_NAMES,
     ConversionOptions,
+    parse_size,
 )
 from tests.conftest import FIXTURES, run_cli
 
@@ -27,6 +30,17 @@ def test_defaults_are_normalised_once() -> None:
     given = ConversionOptions(engines=["sglang", "vllm", "sglang"], exclude=["fc"], max_shard_size="2GiB")
     assert given.engines == ("sglang", "vllm") and given.exclude == ("fc",) and given.max_shard_bytes == 2 * 2**30
     assert hash(given) == hash(ConversionOptions(engines=("sglang", "vllm"), exclude=("fc",), max_shard_size="2GiB"))
+
+
+def test_convert_prune_and_search_take_their_defaults_from_one_place() -> None:
+    import inspect
+
+    from eaglequant.api.search import search
+    from eaglequant.conversion.pipeline import write_output
+
+    assert parse_size(DEFAULT_MAX_SHARD_SIZE) == DEFAULT_MAX_SHARD_BYTES == 5 * 10**9
+    assert inspect.signature(write_output).parameters["max_shard_bytes"].default == DEFAULT_MAX_SHARD_BYTES
+    assert inspect.signature(search).parameters["engines"].default is DEFAULT_ENGINES
 
 
 def test_build_changes_fields_by_name_and_refuses_unknown_ones() -> None:

@@ -203,7 +203,7 @@ def test_a_pruned_head_past_the_shard_size_is_sharded_with_its_index(
 ) -> None:
     from eaglequant.vocabulary import prune as pruning
 
-    monkeypatch.setattr(pruning, "MAX_SHARD_BYTES", 100_000)
+    monkeypatch.setattr(pruning, "DEFAULT_MAX_SHARD_BYTES", 100_000)
     sharded = eaglequant.prune(SOURCE, tmp_path / "sharded", size=64, counts=_skewed_counts(tmp_path / "c.json"))
     index = json.loads((sharded.destination / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1
