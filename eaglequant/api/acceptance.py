@@ -177,6 +177,8 @@ def _add_notes(
 ) -> None:
     """What a reader of the figures should know: where the drafts ran, how they were served, how the engine
     drafts."""
+    from eaglequant.engines import engine_title
+
     if servers:
         report.notes.append(
             f"measured on running servers through their /metrics counters: the target alone at {reference}, the "
@@ -194,8 +196,8 @@ def _add_notes(
     sample_method = (report.speculative_config or {}).get("draft_sample_method")
     if sample_method:
         report.notes.append(
-            f"{report.engine} {report.version} drafts with draft_sample_method={sample_method}: a drafted token "
-            "is accepted when the target's own sampling agrees with the draft's choice"
+            f"{engine_title(report.engine, report.version)} drafts with draft_sample_method={sample_method}: a "
+            "drafted token is accepted when the target's own sampling agrees with the draft's choice"
         )
 
 

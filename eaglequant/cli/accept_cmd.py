@@ -150,10 +150,11 @@ def accept_command(
 
 def render(report: AcceptanceReport) -> None:
     from eaglequant.acceptance.measure import GREEDY
+    from eaglequant.engines import engine_title
 
     settings = report.settings
     out.print(
-        f"[bold]{report.engine} {report.version}[/], k = {settings.num_speculative_tokens}: "
+        f"[bold]{engine_title(report.engine, report.version)}[/], k = {settings.num_speculative_tokens}: "
         f"{len(settings.prompts)} prompts ({escape(settings.prompts_from)}) × {settings.max_tokens} tokens",
         markup=True,
     )

@@ -33,4 +33,14 @@ def get_engine(name: str) -> Engine:
     return found
 
 
-__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "get_engine"]
+def engine_title(name: str, release: str | None = None) -> str:
+    """How every output names an engine release: ``vLLM 0.33.0`` for ``vllm==0.33.0``, ``vLLM 0.19.1`` for the
+    release of ``vllm`` a measurement ran in. A name eaglequant does not know (an older report's) is shown as it is."""
+    try:
+        engine = get_engine(name)
+    except InputError:
+        return f"{name} {release}" if release else name
+    return f"{engine.title} {release or engine.release}"
+
+
+__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "engine_title", "get_engine"]

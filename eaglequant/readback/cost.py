@@ -93,10 +93,10 @@ class RoundCost:
 
     @property
     def engine_release(self) -> str:
-        """``vllm 0.32.0``, or ``vllm==0.33.0`` where the engine's name already says its release."""
-        from eaglequant.engines.base import release_label
+        """``vLLM 0.32.0``: the engine's title and the release this cost was priced for."""
+        from eaglequant.engines import engine_title
 
-        return release_label(self.engine, self.release)
+        return engine_title(self.engine, self.release)
 
     @property
     def source_bytes_per_round(self) -> int:

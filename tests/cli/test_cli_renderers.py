@@ -46,7 +46,7 @@ def test_accept_renders_each_draft_and_mode_from_the_report(
     render(accept_report())
     shown = capsys.readouterr()
     lines = shown.out.splitlines()
-    assert lines[0] == "vllm 0.32.0, k = 3: 3 prompts (bundled prompts) × 8 tokens"
+    assert lines[0] == "vLLM 0.32.0, k = 3: 3 prompts (bundled prompts) × 8 tokens"
     cells = [[cell.strip() for cell in line.strip("│").split("│")] for line in lines if line.startswith("│")]
     assert cells == [
         ["source", "greedy", "2.200 [1.703, 2.697]", "1.00 / 0.60 / 0.27", "", "3/3"],

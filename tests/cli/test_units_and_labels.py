@@ -63,3 +63,22 @@ def test_each_error_figure_says_whether_it_measures_the_weights_or_the_output(co
     figures = [cell for cell in _header_cells(shown) if ERROR_FIGURE.search(cell)]
     assert len(figures) == 6  # convert's two, verify's three and its worst scale block
     assert [cell for cell in figures if not re.match(r"(weight|output|worst weight) ", cell)] == []
+
+
+def _cost_table_engines(shown: str) -> list[str]:
+    """The engine column of the table of weight bytes read per speculative round."""
+    table = shown[shown.index("weight bytes read per speculative round") :].split("└")[0]
+    return [line.strip("│").split("│")[0].strip() for line in table.splitlines() if line.startswith("│")]
+
+
+def test_explain_names_every_engine_release_in_one_form(converted: tuple[Path, str]) -> None:
+    from eaglequant.engines import ENGINES
+
+    dst, _ = converted
+    result = run_cli("explain", dst, "--engine", "all")
+    assert result.exit_code == 0, result.stderr
+    titles = [engine.titled for engine in ENGINES.values()]
+    assert _cost_table_engines(result.stdout) == ["vLLM 0.32.0", "vLLM 0.33.0", "SGLang 0.5.23"]
+    assert all(title in result.stdout for title in titles)
+    other_forms = [f"{e.name} {e.release}" for e in ENGINES.values()] + [f"=={e.release}" for e in ENGINES.values()]
+    assert [form for form in other_forms if form in result.stdout] == []
