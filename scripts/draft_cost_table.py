@@ -128,7 +128,7 @@ def bytes_per_round(dst: Path) -> tuple[int, int]:
 
 def table(drafts: list[tuple[str, Path]], predicted: dict[str, dict], measured: dict) -> str:
     from eaglequant.acceptance.statistics import format_interval
-    from eaglequant.readback.cost import decimal_bytes
+    from eaglequant.common.sizes import decimal_bytes
 
     def interval(figure: dict, signed: bool = False) -> str:
         return format_interval(figure.get("value"), figure.get("low"), figure.get("high"), signed)

@@ -82,7 +82,8 @@ def _plain(cell: RenderableType) -> str:
 
 def show_round_costs(costs: list[RoundCost]) -> None:
     """The weight bytes each engine reads per speculative round, part by part, against the source's."""
-    from eaglequant.readback.cost import MODEL_NOTE, PARTS, decimal_bytes
+    from eaglequant.common.sizes import decimal_bytes
+    from eaglequant.readback.cost import MODEL_NOTE, PARTS
 
     if not costs:
         return

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eaglequant.acceptance.statistics import format_interval
-from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost, decimal_bytes
+from eaglequant.common.sizes import decimal_bytes
+from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost
 from eaglequant.record.report import ConversionReport
 
 if TYPE_CHECKING:
