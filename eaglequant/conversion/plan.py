@@ -117,22 +117,20 @@ class ConversionPlan:
         return costs
 
     def quantization_config(self) -> dict[str, object]:
-        if self.assignment.mixed:
-            return self.format.mixed_quantization_config(self.mixed_layers(), self.exclude_patterns)
-        return self.format.quantization_config(self.scheme, self.exclude_patterns)
+        return self.format.quantization_config(self.runtime_schemes(), self.exclude_patterns)
 
     def format_files(self) -> dict[str, dict[str, Any]]:
         """The format's JSON files beside config.json."""
-        if self.assignment.mixed:
-            return self.format.mixed_extra_files(self.mixed_layers(), self.exclude_patterns)
-        return self.format.extra_files(self.scheme, self.exclude_patterns)
+        return self.format.extra_files(self.runtime_schemes(), self.exclude_patterns)
 
-    def mixed_layers(self) -> dict[str, Scheme]:
-        """Each runtime module the engines run quantized -> its scheme, by the targeted engines' runtime names (one
-        set of names: only engines that name the modules alike read per-module kinds, check_assignment)."""
+    def runtime_schemes(self) -> dict[str, Scheme | None]:
+        """Each runtime module -> its scheme (None: run unquantized), by the first targeted engine's runtime names
+        (one set of names: only engines that name the modules alike read per-module kinds, check_assignment)."""
         first = self.engines[0].name
         return {
-            v.runtime_name: self.scheme_of(v.members[0]) for v in self.verdicts if v.engine == first and v.quantized
+            v.runtime_name: self.scheme_of(v.members[0]) if v.quantized else None
+            for v in self.verdicts
+            if v.engine == first
         }
 
     def written_config(self, source_config: dict[str, Any]) -> dict[str, Any]:

@@ -140,7 +140,7 @@ def _format_hint(
         for name in loading_formats:
             if name == views[0].format_name:
                 continue
-            others = [EngineView.of(v.engine, v.head, name, v.kinds, v.target_layers) for v in views]
+            others = [EngineView.of(v.engine, v.head, name, v.kinds, v.target_layers, v.module_kinds) for v in views]
             if module not in engine_requirements(others):
                 able += [" or "] * bool(able) + [suggested("format", name)]
         engines = ", ".join(view.engine.title for view in views)
@@ -312,12 +312,12 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
     """Run each engine's matching rule over its runtime names; fail on any module not treated as intended."""
     verdicts: list[ModuleVerdict] = []
     for view in views:
-        head, engine, format_name, kinds, counts = view.head, view.engine, view.format_name, view.kinds, view.counts
-        for problem in engine.pattern_problems(head, format_name, patterns, kinds):
+        head, engine, format_name, counts = view.head, view.engine, view.format_name, view.counts
+        for problem in engine.pattern_problems(head, format_name, patterns, view.kinds):
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
             for module in view.modules(count):
-                reason = engine.unquantized_reason(module, kinds, format_name)
+                reason = engine.unquantized_reason(module, view.kinds_of(module), format_name)
                 needed = view.quantized_needs.get(module)
                 if needed is not None and not set(module.members) <= quantized:
                     raise InputError(

@@ -52,7 +52,8 @@ def plan_engines(
     supported = engine_support(engines, fmt.name, assignment, head.attention)
     target = resolve_target_layers(target_layers, target_config, head.config)
     scheme = assignment.main
-    views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count) for engine in engines]
+    module_kinds = {module: ruled.kinds for module, ruled in assignment.module_schemes.items()}
+    views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count, module_kinds) for engine in engines]
     decided = plan_exclusions(head, views, fmt, scheme, request, storage.problems, supported.loading_formats)
     notes = supported.notes + decided.notes
     return EnginePlan(

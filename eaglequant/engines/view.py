@@ -4,7 +4,8 @@ must hold for. The plan asks the view; nothing looks the format or the runtime m
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule
 from eaglequant.kinds import Kinds
@@ -30,6 +31,7 @@ class EngineView:
     modules_by_count: dict[int, list[RuntimeModule]]
     kept_reasons: dict[RuntimeModule, str]  # why the checkpoint must keep a module unquantized for this engine
     quantized_needs: dict[RuntimeModule, str]  # why the engine cannot load a module unquantized (any count)
+    module_kinds: Mapping[str, Kinds] = field(default_factory=dict)  # canonical linear -> its kinds, where not kinds
 
     @classmethod
     def of(
@@ -39,21 +41,30 @@ class EngineView:
         format_name: str,
         kinds: Kinds,
         target_layers: int | None,
+        module_kinds: Mapping[str, Kinds] | None = None,
     ) -> EngineView:
+        """``kinds``: the main scheme's; ``module_kinds``: canonical linear -> its own kinds, where a rule gives it
+        other ones (a fused module's members share theirs). Each runtime module is judged in its own kinds."""
+        own_kinds = dict(module_kinds or {})
         counts = layer_counts(target_layers)
         modules = {count: engine.runtime_modules(head, count) for count in counts}
         kept = {
             m: why
             for m in modules[counts[-1]]
-            if (why := _kept_reason(engine, head, m, format_name, kinds)) is not None
+            if (why := _kept_reason(engine, head, m, format_name, own_kinds.get(m.members[0], kinds))) is not None
         }
         needs = {
             m: why
             for count in counts
             for m in modules[count]
-            if (why := engine.needs_quantized(m, kinds, format_name)) is not None
+            if (why := engine.needs_quantized(m, own_kinds.get(m.members[0], kinds), format_name)) is not None
         }
-        return cls(engine, head, format_name, kinds, target_layers, engine.dialect(format_name), modules, kept, needs)
+        dialect = engine.dialect(format_name)
+        return cls(engine, head, format_name, kinds, target_layers, dialect, modules, kept, needs, own_kinds)
+
+    def kinds_of(self, module: RuntimeModule) -> Kinds:
+        """The kinds ``module`` is stored in (its members share them)."""
+        return self.module_kinds.get(module.members[0], self.kinds)
 
     @property
     def counts(self) -> tuple[int, ...]:

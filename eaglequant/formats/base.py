@@ -257,23 +257,35 @@ class Format(ABC):
         them, with this format's scale convention turned into a multiplier."""
         return self.recipe(scheme).stored(linear, scheme, tensors)
 
-    @abstractmethod
-    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        """The ``quantization_config`` object for config.json."""
+    def quantization_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
+        """The ``quantization_config`` object for config.json; ``modules``: each runtime module -> its scheme (None:
+        unquantized); ``exclude``: the exclusion rules. One form for a checkpoint whose quantized modules share one
+        kind, the per-module form otherwise."""
+        shared = shared_scheme(modules)
+        return self.scheme_config(shared, exclude) if shared else self.per_module_config(modules, exclude)
 
-    def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
-        """Further JSON files the format writes beside config.json (none by default)."""
+    def extra_files(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, dict[str, Any]]:
+        """Further JSON files the format writes beside config.json, as :meth:`quantization_config` decides."""
+        shared = shared_scheme(modules)
+        return self.scheme_files(shared, exclude) if shared else self.per_module_files(modules, exclude)
+
+    @abstractmethod
+    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+        """The ``quantization_config`` of a checkpoint whose quantized linears are all in ``scheme``."""
+
+    def scheme_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
+        """The side files of a checkpoint whose quantized linears are all in ``scheme`` (none by default)."""
         return {}
 
-    # Whether the format stores linears of different kinds in one checkpoint (mixed_quantization_config).
+    # Whether the format stores linears of different kinds in one checkpoint (per_module_config).
     stores_mixed: ClassVar[bool] = False
 
-    def mixed_quantization_config(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, Any]:
-        """The ``quantization_config`` of a checkpoint whose linears have different kinds; ``layers``: each runtime
-        module the engines run quantized -> its scheme."""
+    def per_module_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
+        """The ``quantization_config`` of a checkpoint whose quantized modules have different kinds."""
         raise SchemeError(f"{self.title} cannot store linears of different kinds in one checkpoint")
 
-    def mixed_extra_files(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, dict[str, Any]]:
+    def per_module_files(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, dict[str, Any]]:
+        """The side files of a checkpoint whose quantized modules have different kinds (none by default)."""
         return {}
 
     @abstractmethod
@@ -288,7 +300,7 @@ class Format(ABC):
 
         found = self.scheme_fields(quantization_config)
         for kinds in self.algorithms:
-            if found == self.scheme_fields(self.quantization_config(default_scheme_for(kinds), [])):
+            if found == self.scheme_fields(self.scheme_config(default_scheme_for(kinds), [])):
                 return WrittenConfig(self.name, kinds, self._patterns(quantization_config), [])
         raise InputError(
             f"config.json: the {self.title} quantization_config declares a scheme eaglequant does not model "
@@ -301,6 +313,14 @@ class Format(ABC):
         if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
             raise InputError(f"config.json: quantization_config.{self.exclude_key} must be a list of strings")
         return list(rules)
+
+
+def shared_scheme(modules: Mapping[str, Scheme | None]) -> Scheme | None:
+    """The scheme of every quantized module when they share one kind (the first one's), else None."""
+    quantized = [scheme for scheme in modules.values() if scheme is not None]
+    if not quantized or any(scheme.kinds != quantized[0].kinds for scheme in quantized):
+        return None
+    return quantized[0]
 
 
 def _short(value: object, limit: int = 160) -> str:

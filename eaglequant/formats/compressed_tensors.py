@@ -164,7 +164,7 @@ class CompressedTensorsFormat(Format):
     )
     weight_params: ClassVar[tuple[str, ...]] = ("weight", "weight_packed")
 
-    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         recipe = self.recipe(scheme)
         assert isinstance(recipe, CtRecipe)
         algorithm = recipe.algorithms[scheme.kinds.activation]

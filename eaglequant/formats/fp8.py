@@ -53,7 +53,7 @@ class Fp8Format(Format):
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Block(),)
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
 
-    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         block_size = self.recipe(scheme).kind.block_size
         assert isinstance(block_size, tuple)
         return {

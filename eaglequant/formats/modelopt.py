@@ -115,7 +115,7 @@ class ModelOptFormat(Format):
         assert isinstance(recipe, _ModelOptRecipe)
         return recipe
 
-    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         """The flat form ModelOpt's export writes into config.json."""
         groups = self._recipe(scheme).config_groups(scheme)
         config: dict[str, Any] = {} if groups is None else {"config_groups": groups}
@@ -129,7 +129,7 @@ class ModelOptFormat(Format):
         )
         return config
 
-    def extra_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
+    def scheme_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
         quantization: dict[str, Any] = {"quant_algo": self.algorithm(scheme), "kv_cache_quant_algo": None}
         group_size = self._recipe(scheme).group_size
         if group_size is not None:
@@ -137,30 +137,32 @@ class ModelOptFormat(Format):
         quantization["exclude_modules"] = list(exclude)
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
 
-    def _layer_entries(self, layers: Mapping[str, Scheme]) -> dict[str, dict[str, Any]]:
+    def _layer_entries(self, modules: Mapping[str, Scheme | None]) -> dict[str, dict[str, Any]]:
         entries = {}
-        for name, scheme in sorted(layers.items()):
+        for name, scheme in sorted(modules.items()):
+            if scheme is None:
+                continue
             group_size = self._recipe(scheme).group_size
             entries[name] = {"quant_algo": self.algorithm(scheme), **({"group_size": group_size} if group_size else {})}
         return entries
 
-    def mixed_quantization_config(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, Any]:
+    def per_module_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
         """ModelOpt's MIXED_PRECISION: each quantized module's algorithm in ``quantized_layers``, keyed by the
         engine's runtime name (vLLM looks a module up by its exact prefix), the others excluded."""
         return {
             "ignore": list(exclude),
             "quant_algo": MIXED,
-            "quantized_layers": self._layer_entries(layers),
+            "quantized_layers": self._layer_entries(modules),
             "producer": dict(PRODUCER),
             "quant_method": "modelopt",
         }
 
-    def mixed_extra_files(self, layers: Mapping[str, Scheme], exclude: list[str]) -> dict[str, dict[str, Any]]:
+    def per_module_files(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, dict[str, Any]]:
         quantization: dict[str, Any] = {
             "quant_algo": MIXED,
             "kv_cache_quant_algo": None,
             "exclude_modules": list(exclude),
-            "quantized_layers": self._layer_entries(layers),
+            "quantized_layers": self._layer_entries(modules),
         }
         return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
 

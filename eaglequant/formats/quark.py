@@ -134,7 +134,7 @@ class QuarkFormat(Format):
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Mxfp4(), _Int8Channel())
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale", "input_scale_2")
 
-    def quantization_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
+    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         recipe = self.recipe(scheme)
         assert isinstance(recipe, _QuarkRecipe)
         activation = None if scheme.activation is None else copy.deepcopy(recipe.input_spec)

@@ -13,6 +13,8 @@ import pytest
 from eaglequant import convert, explain, inspect, verify
 from eaglequant.common.errors import EXIT_BAD_INPUT, CheckpointError, EagleQuantError, InputError
 from eaglequant.conversion.plan import ConversionPlan
+from eaglequant.engines import get_engine
+from eaglequant.engines.view import EngineView
 from eaglequant.formats import get_format
 from eaglequant.record.report import read_report
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -181,3 +183,28 @@ def test_a_fused_group_refusal_is_one_line_and_exit_2(tmp_path: Path) -> None:
                      "--scheme-for", "mlp.gate_proj=nvfp4")  # fmt: skip
     assert result.exit_code == EXIT_BAD_INPUT and "gate_up_proj" in result.stderr
     assert "midlayer.mlp.up_proj fp8-per-channel" in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_each_engine_module_is_judged_in_its_own_kinds() -> None:
+    plan = _plan("mlp.*=nvfp4")
+    fp8, nvfp4 = load_scheme("fp8-per-channel").kinds, load_scheme("nvfp4").without_calibration().kinds
+    view = EngineView.of(get_engine("vllm"), plan.head, "modelopt", fp8, 61, {"layers.0.mlp.down_proj": nvfp4})
+    kinds = {module.names[0]: view.kinds_of(module) for module in view.modules()}
+    assert kinds["model.layers.61.mlp.down_proj"] == nvfp4 and kinds["model.layers.61.self_attn.o_proj"] == fp8
+    written = plan.quantization_config()
+    assert written["quant_algo"] == "MIXED_PRECISION"
+    assert written["quantized_layers"]["model.layers.61.mlp.gate_up_proj"] == {
+        "quant_algo": "W4A16_NVFP4",
+        "group_size": 16,
+    }
+    assert written["quantized_layers"]["model.layers.61.self_attn.qkv_proj"] == {
+        "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN"
+    }
+
+
+def test_modules_sharing_one_kind_get_the_single_scheme_form() -> None:
+    nvfp4 = load_scheme("nvfp4").without_calibration()
+    fmt = get_format("modelopt")
+    assert fmt.quantization_config({"a": nvfp4, "b": None}, ["b"]) == fmt.scheme_config(nvfp4, ["b"])
+    mixed = fmt.quantization_config({"a": nvfp4, "b": load_scheme("fp8-per-channel")}, [])
+    assert mixed["quant_algo"] == "MIXED_PRECISION" and set(mixed["quantized_layers"]) == {"a", "b"}

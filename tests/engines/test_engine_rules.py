@@ -259,7 +259,7 @@ def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, 
             if plan is None:
                 continue  # block FP8 on a head without a 128-aligned linear: refused, nothing to read back
             fmt = FORMATS[fmt_name]
-            written = fmt.read_config(plan.quantization_config(), fmt.extra_files(plan.scheme, plan.exclude_patterns))
+            written = fmt.read_config(plan.quantization_config(), plan.format_files())
             assert written.kinds == kinds and not written.problems
             intended = {lin.module for lin in plan.quantized}
             assert intended, "nothing quantized"
@@ -404,7 +404,7 @@ def test_vllm_needs_the_target_layer_count_to_exclude_a_decoder_module_in_native
 
 def test_a_native_fp8_config_with_a_different_ignored_layers_is_a_problem() -> None:
     fmt = FORMATS["fp8"]
-    config = fmt.quantization_config(builtin_scheme_for(BLOCK_FP8), ["model.fc"])
+    config = fmt.scheme_config(builtin_scheme_for(BLOCK_FP8), ["model.fc"])
     assert fmt.read_config(config, {}).problems == []
     written = fmt.read_config({**config, "ignored_layers": ["lm_head"]}, {})
     assert written.patterns == ["lm_head"] and "TensorRT-LLM the second" in written.problems[0]

@@ -22,7 +22,7 @@ def llama() -> HeadDescription:
 
 def test_each_linear_gets_its_schemes_tensors_or_why_it_cannot_be_stored(llama: HeadDescription) -> None:
     fmt, block, channel = get_format("compressed-tensors"), load_scheme("fp8-block"), load_scheme("fp8-per-channel")
-    storage = fmt.storage(llama, SchemeAssignment(block, {"lm_head": channel}))
+    storage = fmt.storage(llama, SchemeAssignment.per_module(block, {"lm_head": channel}))
     assert set(storage.specs) | set(storage.problems) == {linear.module for linear in llama.linears}
     assert not set(storage.specs) & set(storage.problems)
     k_proj = next(linear for linear in llama.linears if linear.checkpoint_module.endswith("k_proj"))
@@ -40,6 +40,6 @@ def test_a_scheme_the_format_cannot_store_is_refused_naming_those_that_can(llama
     nvfp4 = load_scheme("nvfp4")
     with pytest.raises(SchemeError, match="format 'quark' cannot store scheme 'nvfp4'") as refused:
         get_format("quark").storage(
-            llama, SchemeAssignment(load_scheme("fp8-per-channel"), {"lm_head": nvfp4}), FORMATS.values()
+            llama, SchemeAssignment.per_module(load_scheme("fp8-per-channel"), {"lm_head": nvfp4}), FORMATS.values()
         )
     assert "formats that can: " in refused.value.one_line(str)

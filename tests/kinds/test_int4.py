@@ -175,7 +175,7 @@ def test_the_kinds_and_their_recipes() -> None:
         assert (kind.bits, kind.stored_dtype, kind.codes_per_element, kind.columns_per_scale) == (4, "I32", 8, 128)
         assert kind.rows_per_scale == (8 if zero_points else 1)  # eight rows share a packed word of zero points
         assert kind.shape_problem(60, 256, False) is not None and kind.shape_problem(64, 256, False) is None
-        config = fmt.quantization_config(scheme, [])
+        config = fmt.scheme_config(scheme, [])
         weights = config["config_groups"][preset]["weights"]
         assert (config["format"], weights["symmetric"], weights["zp_dtype"]) == (
             "pack-quantized",

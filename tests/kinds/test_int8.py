@@ -173,14 +173,14 @@ def test_the_kind_and_its_recipe() -> None:
     fmt = get_format("compressed-tensors")
     assert fmt.algorithm(scheme) == "W8A8"
     assert [get_format(name).supports(scheme) for name in ("quark", "modelopt", "fp8")] == [True, False, False]
-    quark = get_format("quark").quantization_config(scheme, [])["global_quant_config"]
+    quark = get_format("quark").scheme_config(scheme, [])["global_quant_config"]
     assert quark["weight"]["dtype"] == quark["input_tensors"]["dtype"] == "int8"
     assert (quark["weight"]["ch_axis"], quark["input_tensors"]["ch_axis"], quark["input_tensors"]["is_dynamic"]) == (
         0,
         1,
         True,
     )
-    config = fmt.quantization_config(scheme, [])
+    config = fmt.scheme_config(scheme, [])
     group = config["config_groups"]["W8A8"]
     assert (
         config["format"] == "int-quantized" and group["weights"]["type"] == group["input_activations"]["type"] == "int"
