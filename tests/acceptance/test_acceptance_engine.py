@@ -29,8 +29,8 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     from eaglequant import convert
-    from eaglequant.acceptance.faults import FAULTS, plant
     from eaglequant.api.acceptance import accept
+    from tests.acceptance.faults import FAULTS, plant
 
     python = engine_python("vllm")
     work = tmp_path_factory.mktemp("accept")

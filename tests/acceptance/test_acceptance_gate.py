@@ -2,7 +2,7 @@
 
 Inputs are captured from the bundled trained target (``eaglequant capture``, transformers); every correct
 conversion of the bundled draft must stay within its scheme's acceptance budget, and every planted fault
-(``eaglequant.acceptance.faults``: damage the earlier random-input gate let through) must exceed it.
+(``tests/acceptance/faults.py``: damage the earlier random-input gate let through) must exceed it.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_the_source_against_itself_predicts_no_drop(captured: Path) -> None:
 @pytest.mark.parametrize("fault", ["lm_head-token-scales", "stale-fused-global-scale"])
 def test_a_planted_fault_fails_on_predicted_acceptance(captured: Path, tmp_path: Path, fault: str) -> None:
     from eaglequant import convert, verify
-    from eaglequant.acceptance.faults import FAULTS, plant
+    from tests.acceptance.faults import FAULTS, plant
 
     spec = FAULTS[fault]
     dst = tmp_path / "dst"

@@ -1,9 +1,10 @@
 """Planted faults: damage to a converted checkpoint that costs acceptance, for proving the gates catch it.
 
 Each fault rewrites one tensor of a checkpoint ``convert`` wrote and records the new SHA-256s in its report (as a
-buggy tool would leave it), so that only the numerical checks can see it. Used by
-``scripts/acceptance_table.py`` and the tests; the sizes are chosen so that each fault passes the random-input
-gate of the previous release yet costs several points of acceptance on the bundled trained pair.
+buggy tool would leave it), so that only the numerical checks can see it. Used by the acceptance tests and
+``scripts/acceptance_table.py --fault``: test equipment, not part of the package. The sizes are chosen so that each
+fault passes the random-input gate of the previous release yet costs several points of acceptance on the bundled
+trained pair.
 """
 
 from __future__ import annotations
