@@ -15,11 +15,11 @@ from typing import Annotated, Any
 import typer
 
 from eaglequant.cli.command import HELP_OPTION_NAMES, Group
-from eaglequant.cli.guard import Terminated, run_guarded
+from eaglequant.cli.guard import Terminated
 from eaglequant.cli.output import MODE, Mode
 from eaglequant.common.version import __version__
 
-__all__ = ["app", "main", "run_guarded"]  # run_guarded lives in cli/guard.py; convert/inspect still import it here
+__all__ = ["app", "entry", "main"]
 
 app = typer.Typer(
     name="eaglequant",

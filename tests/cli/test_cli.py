@@ -137,3 +137,13 @@ def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
         result = run_cli(*args, "--json")
         assert result.exit_code == (2 if name == "accept" else 0), (name, result.stderr)
         assert json.loads(result.stdout), name  # one document: json.loads refuses anything more
+
+
+def test_the_cli_package_exports_its_app_and_the_console_entry_point_pyproject_names() -> None:
+    import eaglequant.cli
+    from eaglequant.common.toml import loads
+
+    scripts = loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"eaglequant": "eaglequant.cli:entry"}
+    assert sorted(eaglequant.cli.__all__) == ["app", "entry", "main"]
+    assert all(callable(getattr(eaglequant.cli, name)) for name in eaglequant.cli.__all__)
