@@ -12,6 +12,7 @@ from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.engines.cells import Cells
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
+from eaglequant.layouts.names import RUNTIME_NAMES
 
 if TYPE_CHECKING:
     from eaglequant.engines.target import TargetLayers
@@ -140,9 +141,10 @@ class Engine(ABC):
 
         modules = []
         if "fc" in present:
-            modules.append(RuntimeModule(("model.fc",), ("fc",), self.fc_unquantized(head), rows("fc")))
+            modules.append(RuntimeModule((RUNTIME_NAMES["fc"],), ("fc",), self.fc_unquantized(head), rows("fc")))
         if "lm_head" in present:
-            modules.append(RuntimeModule(("lm_head",), ("lm_head",), self.lm_head_unquantized(head), rows("lm_head")))
+            unquantized = self.lm_head_unquantized(head)
+            modules.append(RuntimeModule((RUNTIME_NAMES["lm_head"],), ("lm_head",), unquantized, rows("lm_head")))
         grouped = {m for group in head.fused_groups for m in group.members}
         for group in head.fused_groups:
             names = self.fused_names(head, group, target_layers)

@@ -21,6 +21,7 @@ from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
 from eaglequant.kinds import FP8_CHANNEL, NVFP4, Kinds, WeightKind
 from eaglequant.layouts.head import HeadLinear
+from eaglequant.layouts.names import RUNTIME_NAMES
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
@@ -211,10 +212,8 @@ class ModelOptFormat(Format):
                     hint=f"eaglequant reads {', '.join(sorted(by_algo))}",
                 )
             kinds_of[name] = by_algo[algo]
-        own = {
-            module: kinds_of[name] for module, name in (("lm_head", "lm_head"), ("fc", "model.fc")) if name in kinds_of
-        }
-        decoder = {kinds for name, kinds in kinds_of.items() if name not in ("lm_head", "model.fc")}
+        own = {module: kinds_of[name] for module, name in RUNTIME_NAMES.items() if name in kinds_of}
+        decoder = {kinds for name, kinds in kinds_of.items() if name not in RUNTIME_NAMES.values()}
         if len(decoder) > 1:
             raise CheckpointError(
                 "config.json: quantized_layers gives the decoder's linears different kinds, which "

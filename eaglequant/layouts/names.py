@@ -14,6 +14,9 @@ MLA_LINEARS = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj")
 MLP_LINEARS = ("gate_proj", "up_proj", "down_proj")
 LAYER_NORMS = ("hidden_norm", "input_layernorm", "post_attention_layernorm")
 ATTENTION_NORMS = ("q_a_layernorm", "kv_a_layernorm", "q_norm", "k_norm")
+# The runtime module every engine (vLLM, SGLang, TensorRT-LLM) builds for each linear outside the decoder layer, by
+# canonical name; per-module configs (ModelOpt's quantized_layers) are keyed by it.
+RUNTIME_NAMES = {"lm_head": "lm_head", "fc": "model.fc"}
 
 
 @dataclass(frozen=True)

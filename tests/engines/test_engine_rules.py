@@ -423,3 +423,16 @@ def test_a_partly_quantized_source_is_refused_for_that_before_any_rule_is_writte
     ]
     with pytest.raises(LayoutError, match="F8_E4M3, cannot be quantized"):
         build_plan(replace(head, tensors=fp8), builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
+
+
+def test_every_engine_builds_fc_and_lm_head_under_the_names_per_module_configs_are_keyed_by() -> None:
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.layouts.detect import describe_head
+    from eaglequant.layouts.names import RUNTIME_NAMES
+    from tests.conftest import FIXTURES
+
+    with Checkpoint.open(FIXTURES / "specforge-llama") as checkpoint:
+        head = describe_head(checkpoint)
+    for engine in ENGINES.values():
+        outer = {m.members[0]: m.names for m in engine.runtime_modules(head, 1) if m.members[0] in RUNTIME_NAMES}
+        assert outer == {module: (name,) for module, name in RUNTIME_NAMES.items()}, engine.name
