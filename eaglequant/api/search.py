@@ -256,7 +256,8 @@ def _smallest_up(
 
 
 def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
-    rows = next((lin.out_features for lin in head.linears if lin.module == "lm_head"), None)
+    lm_head = head.find_linear("lm_head")
+    rows = None if lm_head is None else lm_head.out_features
     if counts is None:
         if sizes:
             raise InputError(words("vocab_sizes need ", given("counts", None)), hint="give token counts to prune by")

@@ -84,7 +84,7 @@ def local_verifier(head_config: dict[str, Any]) -> str | None:
 
 def shared_lm_head(head: HeadDescription) -> str | None:
     """How a draft that reads the target's lm_head can read fewer bytes a round on 0.33 (None: it has its own)."""
-    if any(linear.module == "lm_head" for linear in head.linears):
+    if head.find_linear("lm_head") is not None:
         return None
     return (
         "this draft reads the target's lm_head: vLLM 0.33 can quantize the drafter's copy of it online with "

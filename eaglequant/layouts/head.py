@@ -90,10 +90,14 @@ class HeadDescription:
     config: dict[str, Any] = field(repr=False)
 
     def linear(self, module: str) -> HeadLinear:
-        for linear in self.linears:
-            if linear.module == module:
-                return linear
-        raise KeyError(module)
+        found = self.find_linear(module)
+        if found is None:
+            raise KeyError(module)
+        return found
+
+    def find_linear(self, module: str) -> HeadLinear | None:
+        """The linear of canonical name ``module`` (``lm_head``), or None where the head has none."""
+        return next((linear for linear in self.linears if linear.module == module), None)
 
     def group_of(self, module: str) -> FusedGroup | None:
         for group in self.fused_groups:

@@ -216,7 +216,8 @@ def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: Con
     from eaglequant.layouts.detect import describe_head
 
     def rows(described: HeadDescription) -> int | None:
-        return next((lin.out_features for lin in described.linears if lin.module == "lm_head"), None)
+        lm_head = described.find_linear("lm_head")
+        return None if lm_head is None else lm_head.out_features
 
     ours, theirs = rows(head), rows(describe_head(src))
     if ours is None or theirs is None or ours == theirs:

@@ -54,7 +54,7 @@ class VocabularyChoice:
 
 def source_vocabulary(head: HeadDescription, checkpoint: Checkpoint) -> tuple[HeadLinear, torch.Tensor, int]:
     """The draft's own lm_head, the target token each of its rows proposes, and the target's vocabulary size."""
-    lm_head = next((lin for lin in head.linears if lin.module == "lm_head"), None)
+    lm_head = head.find_linear("lm_head")
     where = checkpoint.root / "config.json"
     if lm_head is None:
         raise InputError(
@@ -227,7 +227,7 @@ def pruned_description(head: HeadDescription, size: int) -> HeadDescription:
     """``head`` as it reads once pruned to ``size`` tokens (headers only: what a plan and a round's cost need)."""
     from dataclasses import replace
 
-    lm_head = next(lin for lin in head.linears if lin.module == "lm_head")
+    lm_head = head.linear("lm_head")
     d2t, _ = vocab_map_names(head)
 
     def resized(tensor: Any) -> Any:

@@ -117,3 +117,13 @@ def test_missing_fused_member_is_an_error(tmp_path: Path) -> None:
     save_file(tensors, src / "model.safetensors")
     with Checkpoint.open(src) as checkpoint, pytest.raises(LayoutError, match="k_proj"):
         describe_head(checkpoint)
+
+
+def test_a_linear_is_found_by_its_canonical_name_or_is_absent() -> None:
+    with Checkpoint.open(FIXTURES / "specforge-llama") as own, Checkpoint.open(FIXTURES / "modelopt-llama") as shared:
+        head, without = describe_head(own), describe_head(shared)
+    lm_head = head.find_linear("lm_head")
+    assert lm_head is not None and lm_head is head.linear("lm_head") and lm_head.module == "lm_head"
+    assert without.find_linear("lm_head") is None  # it reads the target's
+    with pytest.raises(KeyError):
+        without.linear("lm_head")
