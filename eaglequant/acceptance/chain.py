@@ -18,12 +18,15 @@ are ``kv_b_proj`` products of them, so the keys and values cached here per step 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eaglequant.common.errors import InputError
 from eaglequant.draft.forward import DraftForward, rope_scaling
+
+if TYPE_CHECKING:
+    from eaglequant.acceptance.shared import ChainInputs
 
 # Draft config options vLLM honours that this forward does not implement (llama_eagle3.py, llama.py,
 # deepseek_eagle3.py, deepseek_v2.py).
@@ -70,30 +73,41 @@ def _chained_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Te
 class ChainedDraft(DraftForward):
     """``chain(aux, ids, steps)``: the draft's arg-max (draft ids) at every position, for each step."""
 
-    def chain(self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    def chain(
+        self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int, inputs: ChainInputs | None = None
+    ) -> list[torch.Tensor]:
         """aux_hidden [T, n_aux * H_t], ids [T] (the token each draft position reads) -> steps x [T] arg-maxes;
-        positions past T - s have no token for step s and are left to the caller to ignore."""
-        return [logits.argmax(-1) for logits in self.chain_logits(aux_hidden, ids, steps)]
+        positions past T - s have no token for step s and are left to the caller to ignore. ``inputs``: ``fc`` of
+        ``aux_hidden`` and each step's embeddings, already computed (by a draft with the same tensors there)."""
+        return [logits.argmax(-1) for logits in self.chain_logits(aux_hidden, ids, steps, inputs)]
 
-    def chain_logits(self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int) -> list[torch.Tensor]:
+    def chain_logits(
+        self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int, inputs: ChainInputs | None = None
+    ) -> list[torch.Tensor]:
         """The draft's logits [T, V_draft] at every position, for each step of the chain."""
         why = unsupported(self.head.config, self.head.attention)
         if why:
             raise InputError(f"acceptance prediction: {why}")
         length = ids.shape[0]
-        hidden = self._fc(aux_hidden.to(torch.float32))
+        hidden = self.fc_of(aux_hidden) if inputs is None else inputs.fc
         self._keys: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         logits = []
         for step in range(steps):
-            tokens = torch.cat((ids[step:], ids.new_zeros(step)))  # step s reads the token s places on
-            embeds = self.weight.gather("embed_tokens.weight", tokens).to(torch.float32)
+            embeds = self.step_embeds(ids, step) if inputs is None else inputs.embeds[step]
             positions = torch.arange(length) + step
             for layer in range(self.head.num_layers):
                 hidden = self.layer(layer, hidden, embeds, positions)
             logits.append(self.linear("lm_head", self.norm("norm", hidden)))
         return logits
 
-    def _fc(self, aux_hidden: torch.Tensor) -> torch.Tensor:
+    def step_embeds(self, ids: torch.Tensor, step: int) -> torch.Tensor:
+        """The embeddings step ``step`` reads: of the token ``step`` places on from each position."""
+        tokens = torch.cat((ids[step:], ids.new_zeros(step)))
+        return self.weight.gather("embed_tokens.weight", tokens).to(torch.float32)
+
+    def fc_of(self, aux_hidden: torch.Tensor) -> torch.Tensor:
+        """Step 1's hidden state: ``fc`` of the (normed) aux states."""
+        aux_hidden = aux_hidden.to(torch.float32)
         if "input_norm.weight" in self.present:
             aux_hidden = self.norm("input_norm", aux_hidden)
         if "fc_norm.0.weight" in self.present:

@@ -26,6 +26,7 @@ from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts,
 from eaglequant.common.errors import InputError, Param, given, words
 
 if TYPE_CHECKING:
+    from eaglequant.acceptance.shared import ChainInputs
     from eaglequant.layouts.head import HeadDescription
 
 
@@ -139,10 +140,14 @@ def open_draft(checkpoint: Any) -> DraftModel:
 
 
 @torch.no_grad()
-def predict(draft: DraftModel, sequences: list[CapturedSequence], steps: int) -> Acceptance:
+def predict(
+    draft: DraftModel, sequences: list[CapturedSequence], steps: int, shared: list[ChainInputs] | None = None
+) -> Acceptance:
+    """``draft``'s greedy acceptance on ``sequences``; ``shared``: each sequence's chain inputs, computed once by a
+    draft with the same tensors there (:mod:`.shared`), the same numbers as computing them again."""
     counts = []
-    for seq in sequences:
-        choices = draft.forward.chain(seq.aux, seq.ids, steps)
+    for index, seq in enumerate(sequences):
+        choices = draft.forward.chain(seq.aux, seq.ids, steps, None if shared is None else shared[index])
         length = len(seq.ids)
         matches = []
         for s, chosen in enumerate(choices):

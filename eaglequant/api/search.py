@@ -25,7 +25,6 @@ from eaglequant.api.budget import Budget
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.plan import build_plan
@@ -171,6 +170,7 @@ def search(
     engines: Sequence[str] = DEFAULT_ENGINES,
     target_layers: int | None = None,
     overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> SearchResult:
     """Write into ``dst`` the smallest draft (weight bytes a round reads) whose predicted greedy acceptance on the
     captured ``inputs`` loses at most ``max_acceptance_drop`` against ``src``'s: tokens (``0.05``) or a share of
@@ -179,8 +179,9 @@ def search(
     ``counts`` (captured inputs or a token-count file) lets the search
     prune the vocabulary, to each of ``vocab_sizes`` (default: a half, a quarter and an eighth of the draft's).
     ``schemes``: the built-in schemes to try (default: all). A pruned choice writes its BF16 head beside ``dst``
-    (``DST-vocabN-bf16``), the source of the conversion in ``dst``."""
-    from eaglequant.acceptance.predict import load_captured, open_draft, predict
+    (``DST-vocabN-bf16``), the source of the conversion in ``dst``. ``progress``: told, in words, how far it is."""
+    from eaglequant.acceptance.predict import load_captured
+    from eaglequant.api.search_predictions import CandidatePredictor, single_threaded_torch
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
@@ -190,7 +191,8 @@ def search(
     source, destination = Path(src), Path(dst)
     check_destination(source, destination, overwrite)
     destination.parent.mkdir(parents=True, exist_ok=True)
-    with Checkpoint.open(source) as checkpoint:
+    told = progress or (lambda text: None)
+    with Checkpoint.open(source) as checkpoint, single_threaded_torch():
         head = describe_head(checkpoint)
         sequences = load_captured(Path(inputs), head=head)
         if budget.bound and len(sequences) < 2:
@@ -198,24 +200,21 @@ def search(
                 words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
                 hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
             )
-        source_acceptance = predict(open_draft(checkpoint), sequences, DEFAULT_DRAFT_TOKENS)
-    source_length = source_acceptance.length().value
-    sizes = _vocab_sizes(head, counts, vocab_sizes)
-    names = list(schemes) or builtin_scheme_names()
-    priced, skipped = _priced(head, names, list(engines), sizes, target_layers)
-    if not priced:
-        raise InputError("no built-in scheme loads in the targeted engines", hint="target fewer engines")
-    tokens = budget.tokens(source_length)
-    with tempfile.TemporaryDirectory(prefix="eaglequant-search-", dir=destination.parent.resolve()) as tmp:
-
-        def judged(index: int, candidate: Candidate, nbytes: int) -> SearchPoint:
-            converted = _materialise(
-                source, Path(tmp) / f"candidate-{index}", candidate, counts, engines, target_layers
-            )
-            prediction = _predicted(converted, source_acceptance, sequences)
-            return SearchPoint(candidate, nbytes, prediction, budget.drop(prediction) <= tokens)
-
-        points = _smallest_up(priced, judged)
+        sizes = _vocab_sizes(head, counts, vocab_sizes)
+        names = list(schemes) or builtin_scheme_names()
+        priced, skipped = _priced(head, names, list(engines), sizes, target_layers)
+        if not priced:
+            raise InputError("no built-in scheme loads in the targeted engines", hint="target fewer engines")
+        told(_first_line(engines, len(priced), skipped))
+        told(f"predicting the source draft on {len(sequences)} sequences")
+        predictor = CandidatePredictor(checkpoint, sequences)
+        source_length = predictor.source.length().value
+        tokens = budget.tokens(source_length)
+        with tempfile.TemporaryDirectory(prefix="eaglequant-search-", dir=destination.parent.resolve()) as tmp:
+            points = _judged_from_smallest(
+                priced, Path(tmp), predictor, lambda prediction: budget.drop(prediction) <= tokens,
+                (source, counts, engines, target_layers), told, started,
+            )  # fmt: skip
     chosen = next((point for point in points if point.within), None)
     written, pruned = None, None
     if chosen is not None:
@@ -235,6 +234,13 @@ def search(
     return result
 
 
+def _first_line(engines: Sequence[str], priced: int, skipped: int) -> str:
+    """What the search targets, prices and leaves out, said before it starts."""
+    titled = ", ".join(engine if engine == ALL_ENGINES else get_engine(engine).titled for engine in engines)
+    left_out = f"; {skipped} with lm_head in a scheme of its own skipped: they need --target-layers" if skipped else ""
+    return f"searching for {titled}: {priced} candidates priced from headers{left_out}"
+
+
 def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
     """The engines (with their releases) whose readers load ``written`` as it is, as ``explain --engine all``."""
     from eaglequant.api import explain
@@ -243,16 +249,54 @@ def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
     return tuple(reading.titled for reading in readings if reading.loads and not reading.all_problems)
 
 
-def _smallest_up(
-    priced: list[tuple[Candidate, int]], judged: Callable[[int, Candidate, int], SearchPoint]
+def _judged_from_smallest(
+    priced: list[tuple[Candidate, int]],
+    tmp: Path,
+    predictor: Any,
+    within: Callable[[Any], bool],
+    conversion: tuple[Path, str | Path | None, Sequence[str], int | None],
+    told: Callable[[str], None],
+    started: float,
 ) -> list[SearchPoint]:
-    """Every candidate, the smallest judged first until one is within the budget; the rest priced only."""
-    points: list[SearchPoint] = []
-    for index, (candidate, nbytes) in enumerate(priced):
-        points.append(judged(index, candidate, nbytes))
-        if points[-1].within:
-            break
+    """Every candidate, the smallest predicted first until one is within the budget; the rest priced only. Each
+    pruned vocabulary is written once, for every candidate of that size."""
+    from eaglequant.api.search_predictions import predicted_from_smallest, prediction_workers
+
+    pruned: dict[int, Path] = {}
+    best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
+
+    def converted(index: int) -> Path:
+        candidate, size = priced[index][0], priced[index][0].vocab
+        if size is not None and size not in pruned:
+            pruned[size] = _pruned(conversion[0], tmp / f"vocab-{size}", size, conversion[1])
+        converted_from = conversion[0] if size is None else pruned[size]
+        return _materialise(converted_from, tmp / f"candidate-{index}", candidate, *conversion[2:])
+
+    def done(index: int, prediction: Any) -> None:
+        label = priced[index][0].label
+        best[:] = [min([*best, (prediction.drop, label)])]
+        told(
+            f"predicted {index + 1} of at most {len(priced)}: {label} {prediction.difference.value:+.3f} "
+            f"({'within' if within(prediction) else 'over'} the budget); best so far: {best[0][1]} "
+            f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
+        )
+
+    predictions = predicted_from_smallest(
+        len(priced), converted, predictor.predicted, within, done, prediction_workers()
+    )
+    points = [
+        SearchPoint(candidate, nbytes, prediction, within(prediction))
+        for (candidate, nbytes), prediction in zip(priced, predictions, strict=False)
+    ]
     return points + [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
+
+
+def _pruned(source: Path, out: Path, size: int, counts: str | Path | None) -> Path:
+    """``source``'s vocabulary pruned to ``size`` tokens by ``counts``, in ``out``."""
+    from eaglequant.api.pruning import prune
+
+    assert counts is not None
+    return prune(source, out, size=size, counts=counts, overwrite=True).destination
 
 
 def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
@@ -311,45 +355,17 @@ def _priced(
 
 
 def _materialise(
-    source: Path,
-    out: Path,
-    candidate: Candidate,
-    counts: str | Path | None,
-    engines: Sequence[str],
-    target_layers: int | None,
-    pruned_at: Path | None = None,
+    converted_from: Path, out: Path, candidate: Candidate, engines: Sequence[str], target_layers: int | None
 ) -> Path:
-    """``candidate`` converted into ``out`` (its pruned head first, at ``pruned_at``); returns the converted dir."""
+    """``candidate`` converted from ``converted_from`` (the source, or its vocabulary already pruned) into ``out``,
+    with one worker (the predictions have the other cores)."""
     from eaglequant.api import convert
-    from eaglequant.api.pruning import prune
 
-    converted_from = source
-    if candidate.vocab is not None:
-        assert counts is not None
-        where = pruned_at or out.with_name(out.name + "-pruned")
-        converted_from = prune(source, where, size=candidate.vocab, counts=counts, overwrite=True).destination
     convert(
-        converted_from,
-        out,
-        scheme=candidate.scheme,
-        format=candidate.format,
-        **candidate.settings(),
-        engines=list(engines),
-        target_layers=target_layers,
-        overwrite=True,
-    )
+        converted_from, out, scheme=candidate.scheme, format=candidate.format, **candidate.settings(),
+        engines=list(engines), target_layers=target_layers, overwrite=True, workers=1,
+    )  # fmt: skip
     return out
-
-
-def _predicted(converted: Path, source: Any, sequences: list[Any]) -> Any:
-    """A converted candidate's greedy acceptance as vLLM runs it, against the source draft's (``source``, predicted
-    once for every candidate), on the captured sequences."""
-    from eaglequant.acceptance.predict import predict_as_served
-    from eaglequant.api.written import open_written
-
-    with open_written(converted, None, None) as (checkpoint, head, target):
-        described = f"{len(sequences)} sequences"
-        return predict_as_served(checkpoint, head, target, source, sequences, DEFAULT_DRAFT_TOKENS, None, described)
 
 
 def _write_choice(
@@ -364,7 +380,9 @@ def _write_choice(
     """The chosen candidate converted into ``destination``; returns it and the pruned BF16 head beside it (if any)."""
     check_destination(source, destination, overwrite)
     pruned_at = None
+    converted_from = source
     if candidate.vocab is not None:
         pruned_at = destination.with_name(f"{destination.name}-vocab{candidate.vocab}-bf16")
-    _materialise(source, destination, candidate, counts, engines, target_layers, pruned_at)
+        converted_from = _pruned(source, pruned_at, candidate.vocab, counts)
+    _materialise(converted_from, destination, candidate, engines, target_layers)
     return destination, pruned_at

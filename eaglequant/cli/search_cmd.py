@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -12,7 +13,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt
-from eaglequant.cli.output import note, out, result
+from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import name_column, show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_ENGINES, MAX_TARGET_LAYERS
@@ -110,12 +111,18 @@ def search_command(
             engines=engine or DEFAULT_ENGINES,
             target_layers=target_layers,
             overwrite=overwrite,
+            progress=_progress_line,
         )
         result(found.to_json(), lambda: render(found))
         return found.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _progress_line(text: str) -> None:
+    """One timestamped line on stderr, as the phases of the other long commands log (none with --quiet)."""
+    info(f"[dim]{time.strftime('%H:%M:%S')} {escape(text)}[/]", markup=True)
 
 
 def render(found: SearchResult) -> None:

@@ -172,3 +172,18 @@ def test_a_misspelt_engine_is_named(captured: tuple[Path, Path], tmp_path: Path)
     result = run_cli(*map(str, args), "--engine", "vlm")
     assert result.exit_code == 2, result.stderr
     assert "unknown engine 'vlm'" in result.stderr
+
+
+def test_search_says_what_it_searches_and_how_far_it_is_on_stderr_and_nothing_with_quiet(
+    captured: tuple[Path, Path], tmp_path: Path
+) -> None:
+    _, inputs = captured
+    args = ["search", PAIR / "draft", tmp_path / "dst", "--inputs", inputs, "--max-acceptance-drop", "5"]
+    shown = run_cli(*args, "--scheme", "fp8-per-channel")
+    assert shown.exit_code == 0, shown.stderr
+    lines = shown.stderr.splitlines()
+    assert "searching for vLLM 0.32.0: " in lines[0] and "candidates priced from headers" in lines[0]
+    assert any("predicted 1 of at most" in line and "best so far: " in line for line in lines), shown.stderr
+    quiet = run_cli(*args, "--scheme", "fp8-per-channel", "--overwrite", "-q")
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    assert quiet.stdout.splitlines()[-2:] == shown.stdout.splitlines()[-2:]  # the result, as without -q
