@@ -17,7 +17,7 @@ from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError, given, words
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 from eaglequant.layouts.head import HeadDescription
 
 STORED, DEQUANTIZED = "stored", "dequantized"
@@ -27,7 +27,7 @@ _DTYPES = ("bfloat16", "float16", "float32")
 _GLOBAL_SCALES = ("weight_scale_2", "weight_global_scale")
 
 
-def quantized_modules(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> set[str]:
+def quantized_modules(checkpoint: Checkpoint, head: HeadDescription, target: TargetModel, engine: str) -> set[str]:
     """Checkpoint modules ``engine`` runs quantized, as eaglequant reads the checkpoint for it."""
     from eaglequant.readback.explanation import explain_checkpoint
 

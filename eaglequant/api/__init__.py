@@ -27,7 +27,7 @@ from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.pipeline import write_output
 from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.conversion.result import ConversionResult
-from eaglequant.engines.target import TargetLayers, resolve_target_layers
+from eaglequant.engines.target import TargetModel, resolve_target
 from eaglequant.hub.client import SourceRef, resolve_source
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
@@ -182,7 +182,7 @@ def manifest_key(src: str | Path, options: ConversionOptions | None = None, **se
     if is_hub_reference(src) and not hub_offline():
         # the target's layer count resolved from the Hub's config.json as build_plan resolves it
         files, config = remote_source_digests(str(src))
-        target = resolve_target_layers(chosen.target_layers, chosen.target_config, config)
+        target = resolve_target(chosen.target_layers, chosen.target_config, config)
         return manifest_key_of(files, manifest_options(chosen, target))
     source = resolve_source(src)
     with _planned(source, chosen) as (_, plan):
@@ -299,7 +299,7 @@ def _verify_written(
     inputs: Path | None = None,
     hashed_while_writing: bool = False,
     written: tuple[ConversionReport, Scheme] | None = None,
-    target: TargetLayers | None = None,
+    target: TargetModel | None = None,
 ) -> VerifyReport:
     """``target``: the target's layer count when already known (``convert --verify``: the plan's), else resolved
     from ``target_layers``, ``target_config`` or DST's report."""

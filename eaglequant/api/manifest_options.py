@@ -10,10 +10,10 @@ from typing import Any
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.draft.connector_files import inputs_sha256
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 
 
-def manifest_options(options: ConversionOptions, target: TargetLayers) -> dict[str, Any]:
+def manifest_options(options: ConversionOptions, target: TargetModel) -> dict[str, Any]:
     """``options`` as the manifest records them; ``target``: the target as the plan resolved it (its layer count
     from ``target_layers``, or read from ``target_config`` or the head)."""
     scheme = options.resolved_scheme

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.engines.target import TargetLayers, resolve_target_layers
+from eaglequant.engines.target import TargetModel, resolve_target
 from eaglequant.layouts.head import HeadDescription
 
 
@@ -16,8 +16,8 @@ def open_written(
     dst: str | Path,
     target_layers: int | None,
     target_config: str | Path | None,
-    target: TargetLayers | None = None,
-) -> Iterator[tuple[Checkpoint, HeadDescription, TargetLayers]]:
+    target: TargetModel | None = None,
+) -> Iterator[tuple[Checkpoint, HeadDescription, TargetModel]]:
     """A quantized checkpoint, the head it was made from, and the target's layer count (``target``; or given by
     ``target_layers`` / ``target_config``; or else the one its conversion recorded in ``dst``'s report)."""
     from eaglequant.readback.written import describe_written_head
@@ -29,4 +29,4 @@ def open_written(
             recorded = read_report(Path(dst))
             if recorded is not None and recorded.target_layers.count is not None:
                 target = recorded.target_layers.recorded()
-        yield checkpoint, head, target or resolve_target_layers(target_layers, target_config, head.config)
+        yield checkpoint, head, target or resolve_target(target_layers, target_config, head.config)

@@ -22,7 +22,7 @@ from eaglequant.engines.base import TARGET_LAYERS_HINT
 from eaglequant.engines.context import ConfigChange, changed_config, target_context_change
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import EnginePlan, plan_engines
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format, get_format
 from eaglequant.formats.base import HeadStorage
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
@@ -51,7 +51,7 @@ class ConversionPlan:
     assignment: SchemeAssignment  # each linear's scheme, resolved on the head
     format: Format
     engines: list[Engine]
-    target: TargetLayers
+    target: TargetModel
     quantized: list[HeadLinear]
     kept: dict[str, str]  # checkpoint tensor name -> why it keeps its source dtype
     outputs: list[OutputTensor]

@@ -15,7 +15,7 @@ from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 from eaglequant.layouts.names import RUNTIME_NAMES
 
 if TYPE_CHECKING:
-    from eaglequant.engines.target import TargetLayers
+    from eaglequant.engines.target import TargetModel
 
 
 def release_label(name: str, release: str) -> str:
@@ -217,7 +217,7 @@ class Engine(ABC):
         that change what runs)."""
         return []
 
-    def serving_notes(self, head: HeadDescription, target: TargetLayers) -> list[str]:
+    def serving_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
         """What this release does with the draft that its config.json does not say: what it would serve otherwise
         without an error (a shorter context, a refused verifier), each with its fix, and settings that change what
         a round reads; [] when nothing."""

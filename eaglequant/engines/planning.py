@@ -12,7 +12,7 @@ from eaglequant.common.errors import InputError
 from eaglequant.engines import Engine, get_engine
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict, plan_exclusions
 from eaglequant.engines.support import engine_support
-from eaglequant.engines.target import TargetLayers, resolve_target_layers
+from eaglequant.engines.target import TargetModel, resolve_target
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format, HeadStorage
 from eaglequant.layouts.head import HeadDescription
@@ -22,7 +22,7 @@ from eaglequant.schemes.assignment import SchemeAssignment
 @dataclass(frozen=True)
 class EnginePlan:
     engines: list[Engine]
-    target: TargetLayers
+    target: TargetModel
     excluded: dict[str, str]  # canonical linear -> why it keeps its source dtype
     patterns: list[str]  # the exclusion rules written into config.json
     verdicts: list[ModuleVerdict]
@@ -50,7 +50,7 @@ def plan_engines(
         if refusal is not None:
             raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
     supported = engine_support(engines, fmt.name, assignment, head.attention)
-    target = resolve_target_layers(target_layers, target_config, head.config)
+    target = resolve_target(target_layers, target_config, head.config)
     scheme = assignment.main
     module_kinds = {module: ruled.kinds for module, ruled in assignment.module_schemes.items()}
     views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count, module_kinds) for engine in engines]

@@ -1,4 +1,5 @@
-"""The target model's layer count, which vLLM adds to the draft's layer index to name its modules.
+"""The target model as a draft's conversion needs it (:class:`TargetModel`): its layer count, which vLLM adds to the
+draft's layer index to name its modules, and, when a target config was read, its context length.
 
 vLLM builds draft layer ``i`` at ``model.layers.{L + i}`` with L = the target's
 ``get_total_num_hidden_layers()`` (``vllm/model_executor/models/llama_eagle3.py``,
@@ -25,7 +26,9 @@ from eaglequant.common.json_fields import record_json
 
 
 @dataclass(frozen=True)
-class TargetLayers:
+class TargetModel:
+    """The target's layer count and context length, each None when unknown."""
+
     count: int | None
     source: str  # where the count came from, in words
     context: int | None = None  # the target's max_model_len as vLLM derives it, when a target config was read
@@ -33,14 +36,14 @@ class TargetLayers:
     def to_json(self) -> dict[str, Any]:
         return record_json(self)
 
-    def recorded(self) -> TargetLayers:
+    def recorded(self) -> TargetModel:
         """The count as a written checkpoint's report states it (unchanged when unknown)."""
         if self.count is None:
             return self
-        return TargetLayers(self.count, f"recorded in {REPORT_NAME}: {self.source}", self.context)
+        return TargetModel(self.count, f"recorded in {REPORT_NAME}: {self.source}", self.context)
 
 
-UNKNOWN = TargetLayers(None, "unknown: rules are written for any target layer count")
+UNKNOWN = TargetModel(None, "unknown: rules are written for any target layer count")
 
 
 def layer_count(config: dict[str, Any], where: str) -> int:
@@ -82,21 +85,21 @@ def verifier_config(head_config: dict[str, Any]) -> Path | None:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def resolve_target_layers(
+def resolve_target(
     explicit: int | None, target_config: str | Path | None, head_config: dict[str, Any]
-) -> TargetLayers:
-    found: list[TargetLayers] = []
+) -> TargetModel:
+    found: list[TargetModel] = []
     if explicit is not None:
         if explicit < 0:
             raise InputError(words(Param("target_layers"), f" must be >= 0, not {explicit}"))
-        found.append(TargetLayers(explicit, "--target-layers"))
+        found.append(TargetModel(explicit, "--target-layers"))
     if target_config is not None:
         count, context = read_target_config(Path(target_config))
-        found.append(TargetLayers(count, f"--target-config {target_config}", context))
+        found.append(TargetModel(count, f"--target-config {target_config}", context))
     verifier = verifier_config(head_config)
     if verifier is not None:
         count, context = read_target_config(verifier)
-        found.append(TargetLayers(count, f"the head's verifier ({verifier})", context))
+        found.append(TargetModel(count, f"the head's verifier ({verifier})", context))
     counts = {t.count for t in found}
     if len(counts) > 1:
         said = ", ".join(f"{t.source} says {t.count}" for t in found)
@@ -104,4 +107,4 @@ def resolve_target_layers(
     if not found:
         return UNKNOWN
     context = next((t.context for t in found if t.context is not None), None)
-    return TargetLayers(found[0].count, found[0].source, context)
+    return TargetModel(found[0].count, found[0].source, context)

@@ -36,14 +36,14 @@ from eaglequant.engines.vllm import VllmEngine
 from eaglequant.kinds import Kinds
 
 if TYPE_CHECKING:
-    from eaglequant.engines.target import TargetLayers
+    from eaglequant.engines.target import TargetModel
     from eaglequant.layouts.head import HeadDescription
 
 # Where the sources (config/speculative.py, config/vllm.py) are named and the behaviour explained.
 _CONTEXT_DOCS = "docs/engines.md#vllm-releases-0320-and-0330"
 
 
-def shorter_context(head_config: dict[str, Any], target: TargetLayers) -> str | None:
+def shorter_context(head_config: dict[str, Any], target: TargetModel) -> str | None:
     """Why vLLM 0.33 would serve the target with a shorter context than its own because of this draft, with the
     fix; None when it would not (or cannot tell: no length in the draft's config)."""
     config = context.draft_config(head_config)
@@ -116,6 +116,6 @@ class Vllm033Engine(VllmEngine):
     def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return []
 
-    def serving_notes(self, head: HeadDescription, target: TargetLayers) -> list[str]:
+    def serving_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
         found = (shorter_context(head.config, target), local_verifier(head.config), shared_lm_head(head))
         return [note for note in found if note is not None]

@@ -22,7 +22,7 @@ from eaglequant.common.json_fields import record_json
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
 from eaglequant.engines.support import SCHEME_KINDS, mixed_refusal, support
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import Kinds, kinds_title
@@ -108,7 +108,7 @@ class Explanation:
     scheme: str  # e.g. "NVFP4 W4A16"
     kinds: Kinds
     patterns: list[str]
-    target: TargetLayers
+    target: TargetModel
     engines: list[EngineReading]
     problems: list[str] = field(default_factory=list)  # in the config files themselves
 
@@ -182,7 +182,7 @@ def explain_checkpoint(
     checkpoint: Checkpoint,
     head: HeadDescription,
     engines: list[str] | None,
-    target: TargetLayers,
+    target: TargetModel,
     draft_tokens: int = DEFAULT_DRAFT_TOKENS,
 ) -> Explanation:
     check_draft_tokens(draft_tokens)
@@ -208,7 +208,7 @@ def _read_engine(
     fmt: Format,
     schemes: SchemeAssignment,
     written: WrittenConfig,
-    target: TargetLayers,
+    target: TargetModel,
     requested: bool,
     draft_tokens: int,
 ) -> EngineReading:
@@ -283,7 +283,7 @@ def _read_module(
     patterns: list[str],
     module: RuntimeModule,
     spellings: list[tuple[int, tuple[str, ...]]],
-    target: TargetLayers,
+    target: TargetModel,
     listed: str | None = None,
 ) -> ModuleReading:
     """``listed``: why a per-module config leaves the module unquantized (it does not list it), or None."""

@@ -20,7 +20,7 @@ from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file, record_json
 from eaglequant.common.version import __version__
 from eaglequant.engines.context import ConfigChange
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 from eaglequant.kinds import Kinds
 from eaglequant.readback.cost import RoundCost
 
@@ -127,7 +127,7 @@ class ConversionReport:
     notes: tuple[str, ...]
     calibrated_input_amax: dict[str, float]
     engines: tuple[str, ...]  # the engines the conversion targeted
-    target_layers: TargetLayers
+    target_layers: TargetModel
     quantized: tuple[RecordedLinear, ...]
     kept: dict[str, str]  # tensor -> why it is not quantized
     excluded_linears: dict[str, str]
@@ -217,7 +217,7 @@ class ConversionReport:
             notes=top.texts("notes"),
             calibrated_input_amax=top.number_map("calibrated_input_amax"),
             engines=top.texts("engines"),
-            target_layers=TargetLayers(
+            target_layers=TargetModel(
                 target.optional_integer("count"),
                 target.text("source"),
                 target.optional_integer("context") if version >= 4 else None,

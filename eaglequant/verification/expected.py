@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from eaglequant.engine_load import Expectation, get_probe
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 
 if TYPE_CHECKING:
     from eaglequant.checkpoint.reader import Checkpoint
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 DEFAULT_TARGET_LAYERS = 61  # Kimi-K2.5 / DeepSeek-V3, when the conversion recorded no target
 
 
-def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLayers, engine: str) -> Expectation:
+def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetModel, engine: str) -> Expectation:
     """``explain``'s reading of ``checkpoint`` for ``engine``, named for ``target``'s layer count (61 when
     unknown), as the plan the engine's own load is held against."""
     from eaglequant.readback.explanation import explain_checkpoint
@@ -25,7 +25,7 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetLay
 
     get_probe(engine)
     if target.count is None:
-        target = TargetLayers(DEFAULT_TARGET_LAYERS, f"{DEFAULT_TARGET_LAYERS} (none recorded)")
+        target = TargetModel(DEFAULT_TARGET_LAYERS, f"{DEFAULT_TARGET_LAYERS} (none recorded)")
     explanation = explain_checkpoint(checkpoint, head, [engine], target)
     reading = explanation.engines[0]
     planned = {module.runtime_name: module.scheme is not None for module in reading.modules}

@@ -27,7 +27,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.engines import ENGINES
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import HeadDescription
@@ -137,7 +137,7 @@ def verify_checkpoint(
     *,
     source: Path | None,
     engines: list[str] | None,
-    target: TargetLayers,
+    target: TargetModel,
     seed: int = 0,
     tokens: int = DEFAULT_TOKENS,
     every_engine: bool = False,

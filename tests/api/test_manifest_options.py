@@ -2,12 +2,12 @@ from __future__ import annotations
 
 from eaglequant.api.manifest_options import manifest_options
 from eaglequant.conversion.options import ConversionOptions
-from eaglequant.engines.target import TargetLayers
+from eaglequant.engines.target import TargetModel
 
 
 def test_the_manifest_records_what_decides_the_bytes_not_how_fast() -> None:
     options = ConversionOptions(engines=["sglang", "vllm"], exclude=["midlayer.mlp.*"], max_shard_size="1GB")
-    target = TargetLayers(61, "--target-layers", context=262144)
+    target = TargetModel(61, "--target-layers", context=262144)
     recorded = manifest_options(options, target)
     assert set(recorded) == {
         "scheme",

@@ -17,7 +17,7 @@ from eaglequant import convert, explain, inspect, verify
 from eaglequant.common.errors import EXIT_BAD_INPUT, InputError
 from eaglequant.engines import get_engine
 from eaglequant.engines.context import served_length, target_context_change
-from eaglequant.engines.target import UNKNOWN, TargetLayers
+from eaglequant.engines.target import UNKNOWN, TargetModel
 from eaglequant.engines.vllm_0_33 import local_verifier, shorter_context
 from eaglequant.record.report import read_report
 from tests.conftest import FIXTURES, run_cli
@@ -51,7 +51,7 @@ def test_the_served_length_is_derived_as_vllm_derives_it(config: dict[str, Any],
 
 
 def test_only_a_draft_whose_rope_keeps_its_length_is_warned_about() -> None:
-    target = TargetLayers(61, "--target-config", context=262144)
+    target = TargetModel(61, "--target-config", context=262144)
     assert shorter_context({"max_position_embeddings": 4096}, target) is None  # 0.33 raises a default rope's
     assert shorter_context({"max_position_embeddings": 262144, "rope_scaling": YARN}, target) is None
     short = {"max_position_embeddings": 4096, "rope_scaling": YARN}

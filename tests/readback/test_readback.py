@@ -12,7 +12,7 @@ import pytest
 import eaglequant
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError
-from eaglequant.engines.target import UNKNOWN, TargetLayers
+from eaglequant.engines.target import UNKNOWN, TargetModel
 from eaglequant.readback.explanation import Explanation, explain_checkpoint, read_written_config
 from eaglequant.readback.written import describe_written_head
 from tests.conftest import FIXTURES
@@ -26,7 +26,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return eaglequant.convert(SRC, tmp_path_factory.mktemp("readback") / "fp8").destination
 
 
-def explain(path: Path, engines: list[str] | None = None, target: TargetLayers = UNKNOWN) -> Explanation:
+def explain(path: Path, engines: list[str] | None = None, target: TargetModel = UNKNOWN) -> Explanation:
     with Checkpoint.open(path) as checkpoint:
         return explain_checkpoint(checkpoint, describe_written_head(checkpoint), engines, target)
 
@@ -89,7 +89,7 @@ def test_a_module_excluded_by_mistake_is_read_as_unquantized_and_fails(written: 
 
 def test_a_known_target_layer_count_names_runtime_modules_by_it(written: Path) -> None:
     unknown = explain(written, ["vllm"]).engines[0].modules
-    known = explain(written, ["vllm"], TargetLayers(61, "test")).engines[0].modules
+    known = explain(written, ["vllm"], TargetModel(61, "test")).engines[0].modules
     assert "model.layers.{L}.self_attn.qkv_proj" in [m.runtime_name for m in unknown]
     assert "model.layers.61.self_attn.qkv_proj" in [m.runtime_name for m in known]
     assert not any("{L}" in m.runtime_name for m in known)
