@@ -126,7 +126,7 @@ def _progress_line(text: str) -> None:
 
 
 def render(found: SearchResult) -> None:
-    from eaglequant.readback.cost import decimal_bytes
+    from eaglequant.common.sizes import decimal_bytes
 
     table = Table(title="candidates, smallest first (bytes a round reads, the largest over the engines)")
     name_column(table, "candidate")
@@ -165,9 +165,9 @@ def render(found: SearchResult) -> None:
 
 
 def _titled(engines: tuple[str, ...]) -> str:
-    from eaglequant.engines import ENGINES, get_engine
+    from eaglequant.engines import engine_title
 
-    return ", ".join(get_engine(name).titled if name in ENGINES or "==" in name else name for name in engines)
+    return ", ".join(engine_title(name) for name in engines)
 
 
 def register(app: typer.Typer) -> None:
