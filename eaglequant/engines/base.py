@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from eaglequant.common.errors import InputError, Param, placeholder, words
-from eaglequant.engines.cells import Cells
+from eaglequant.engines.cells import Answer, Cells
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 from eaglequant.layouts.names import RUNTIME_NAMES
@@ -141,9 +141,10 @@ class Engine(ABC):
 
         modules = []
         if "fc" in present:
-            modules.append(RuntimeModule((RUNTIME_NAMES["fc"],), ("fc",), self.fc_unquantized(head), rows("fc")))
+            fc = (RUNTIME_NAMES["fc"],)
+            modules.append(RuntimeModule(fc, ("fc",), self.fc_unquantized(head.attention), rows("fc")))
         if "lm_head" in present:
-            unquantized = self.lm_head_unquantized(head)
+            unquantized = self.lm_head_unquantized(head.attention)
             modules.append(RuntimeModule((RUNTIME_NAMES["lm_head"],), ("lm_head",), unquantized, rows("lm_head")))
         grouped = {m for group in head.fused_groups for m in group.members}
         for group in head.fused_groups:
@@ -155,12 +156,14 @@ class Engine(ABC):
                 modules.append(RuntimeModule(names, (linear.module,), out_features=rows(linear.module)))
         return modules
 
-    def fc_unquantized(self, head: HeadDescription) -> str | None:
-        """Why the engine's ``fc`` never gets a quantization method for this head (None: the config decides)."""
+    def fc_unquantized(self, attention: str) -> str | None:
+        """Why the engine's ``fc`` never gets a quantization method in a draft of this ``attention`` ("mha", "mla");
+        None: the config decides (:attr:`fc_source` says where it is built with it)."""
         return None
 
-    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
-        """Why the engine's ``lm_head`` never gets a quantization method (None: the config decides)."""
+    def lm_head_unquantized(self, attention: str) -> str | None:
+        """Why the engine's ``lm_head`` never gets a quantization method in a draft of this ``attention``, whatever
+        the format (None: the format's config decides, :meth:`lm_head_config_reason`)."""
         return None
 
     def pattern_problems(
@@ -178,10 +181,16 @@ class Engine(ABC):
         """Runtime spellings of an unfused decoder linear."""
 
     # config.json quant_methods whose engine config gives the ParallelLMHead a quantization method, so that an
-    # unmatched lm_head is quantized (for the others it is never quantized, whatever the rules say).
-    lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset()
-    # Formats whose per-module kinds (Format.mixed_quantization_config) this release reads, by its runtime names.
-    mixed_formats: ClassVar[frozenset[str]] = frozenset()
+    # unmatched lm_head is quantized (for the others it is never quantized, whatever the rules say) -> the source.
+    lm_head_quant_methods: ClassVar[Mapping[str, str]] = {}
+    # Formats whose per-module kinds (Format.mixed_quantization_config) this release reads, by its runtime names
+    # -> the source; and why it reads them from no other format that stores them.
+    mixed_formats: ClassVar[Mapping[str, str]] = {}
+    mixed_elsewhere: ClassVar[str] = "eaglequant has no model of it reading them"
+    # Where the draft's fc is built with the draft's quant config (for the drafts fc_unquantized does not exclude).
+    fc_source: ClassVar[str] = ""
+    # Where the draft reads a vocabulary smaller than the target's (d2t: draft id -> target id; t2d).
+    vocabulary_map_source: ClassVar[str] = ""
 
     @abstractmethod
     def dialects(self) -> dict[str, Dialect]:
@@ -203,10 +212,49 @@ class Engine(ABC):
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
         return self.dialect(format_name).match(runtime_name, patterns)
 
-    def lm_head_unquantized_by_config(self, format_name: str) -> bool:
+    def lm_head_config_reason(self, format_name: str) -> str | None:
+        """Why this engine's ``format_name`` config gives the ParallelLMHead no quantization method (None: it does)."""
         from eaglequant.formats import get_format
 
-        return get_format(format_name).quant_method not in self.lm_head_quant_methods
+        fmt = get_format(format_name)
+        if fmt.quant_method in self.lm_head_quant_methods:
+            return None
+        return f"{self.title}'s {fmt.title} config gives the ParallelLMHead no quantization method"
+
+    # What each engine runs per module: the rows of the table ``engines/module_support.py`` gathers, read by the
+    # refusals too (so the table and what convert refuses cannot disagree).
+    def runs_lm_head_quantized(self, format_name: str, attention: str) -> Answer:
+        """Whether the engine runs a quantized ``lm_head`` stored in ``format_name`` quantized."""
+        reason = self.lm_head_unquantized(attention) or self.lm_head_config_reason(format_name)
+        if reason is not None:
+            return Answer(False, reason)
+        from eaglequant.formats import get_format
+
+        return Answer(True, self.lm_head_quant_methods[get_format(format_name).quant_method])
+
+    def runs_fc_quantized(self, format_name: str, attention: str) -> Answer:
+        """Whether the engine runs a quantized ``fc`` quantized (every format's config claims linear layers)."""
+        reason = self.fc_unquantized(attention)
+        return Answer(False, reason) if reason is not None else Answer(True, self.fc_source)
+
+    def reads_module_kinds(self, format_name: str) -> Answer:
+        """Whether the engine reads a ``format_name`` checkpoint whose linears are stored in different kinds."""
+        from eaglequant.formats import get_format
+
+        fmt = get_format(format_name)
+        if format_name in self.mixed_formats:
+            return Answer(True, self.mixed_formats[format_name])
+        if not fmt.stores_mixed:
+            return Answer(False, f"{fmt.title} cannot store linears of different kinds in one checkpoint")
+        return Answer(
+            False, f"{self.titled} does not read per-module kinds from a {fmt.title} config: {self.mixed_elsewhere}"
+        )
+
+    def loads_pruned_vocabulary(self, attention: str) -> Answer:
+        """Whether the engine loads a draft whose vocabulary is smaller than the target's (``d2t``, ``t2d``)."""
+        if not self.vocabulary_map_source:
+            return Answer(False, f"eaglequant has no model of how {self.titled} reads d2t")
+        return Answer(True, self.vocabulary_map_source)
 
     def head_refusal(self, head: HeadDescription) -> str | None:
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""

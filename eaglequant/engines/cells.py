@@ -20,6 +20,15 @@ class Support:
 Cells = dict[tuple[Kinds, str], Support]  # (scheme kinds, format) -> Support
 
 
+@dataclass(frozen=True)
+class Answer:
+    """Whether an engine release does one thing with a draft's modules (runs lm_head quantized, reads per-module
+    kinds, ...): ``why`` names the engine source that decides it, or the reason it does not."""
+
+    yes: bool
+    why: str
+
+
 def loads(note: str, *, mla: bool | str = True) -> Support:
     return Support(True, note, mla=mla)
 
@@ -53,6 +62,7 @@ __all__ = [
     "MXFP4_W4A16",
     "NVFP4_W4A4",
     "NVFP4_W4A16",
+    "Answer",
     "Cells",
     "Kinds",
     "Support",

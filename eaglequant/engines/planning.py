@@ -1,18 +1,18 @@
-"""The engines' part of a plan, decided in one call: the engine releases targeted, the target's layer count, one
-view of each engine, which linears stay in the source dtype and why, and the exclusion rules written in each
-engine's dialect and proven against each engine's matching."""
+"""The engines' part of a plan, decided in one call: what the engine releases targeted refuse, one view of each
+engine (its runtime modules named after the target's layers), which linears stay in the source dtype and why, and
+the exclusion rules written in each engine's dialect and proven against each engine's matching."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from eaglequant.common.errors import InputError
-from eaglequant.engines import Engine, get_engine
+from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict, plan_exclusions
+from eaglequant.engines.module_support import MODULE_QUESTIONS, ModuleRequest, check_module_request
 from eaglequant.engines.support import engine_support
-from eaglequant.engines.target import TargetModel, resolve_target
+from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format, HeadStorage
 from eaglequant.layouts.head import HeadDescription
@@ -34,23 +34,26 @@ def plan_engines(
     head: HeadDescription,
     fmt: Format,
     assignment: SchemeAssignment,
-    engine_names: Sequence[str],
+    releases: Sequence[Engine],
     request: KeepRequest,
     storage: HeadStorage,
-    *,
-    target_layers: int | None = None,
-    target_config: str | Path | None = None,
+    target: TargetModel,
 ) -> EnginePlan:
-    """Refuse what a targeted engine cannot load (the head, or the schemes in ``fmt``), then decide and prove the
-    exclusions for every engine. ``request``: what the user's rules and the defaults ask to keep and quantize;
-    ``storage``: how ``fmt`` stores each linear, or why it cannot."""
-    engines = [get_engine(name) for name in dict.fromkeys(engine_names)]
+    """Refuse what a targeted engine release (``releases``) cannot load (the head, or the schemes in ``fmt``), then
+    decide and prove the exclusions for every engine. ``request``: what the user's rules and the defaults ask to keep
+    and quantize; ``storage``: how ``fmt`` stores each linear, or why it cannot; ``target``: the target's layer
+    count, which names the engines' runtime modules."""
+    engines = list(dict.fromkeys(releases))
     for engine in engines:
         refusal = engine.head_refusal(head)
         if refusal is not None:
             raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
+    asked = tuple(module for module in MODULE_QUESTIONS if module in request.quantized)
+    if asked or assignment.mixed:
+        kinds = tuple(scheme.kinds for scheme in assignment.schemes)
+        wanted = ModuleRequest(kinds, asked, assignment.mixed)
+        check_module_request(engines, fmt.name, wanted, head.attention, assignment.describe())
     supported = engine_support(engines, fmt.name, assignment, head.attention)
-    target = resolve_target(target_layers, target_config, head.config)
     scheme = assignment.main
     module_kinds = {module: ruled.kinds for module, ruled in assignment.module_schemes.items()}
     views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count, module_kinds) for engine in engines]

@@ -33,6 +33,7 @@ Sources (sgl-project/sglang v0.5.23, ``python/sglang/srt``):
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import ClassVar
 
 from eaglequant.engines.base import (
@@ -135,10 +136,23 @@ class SglangEngine(Engine):
     release: ClassVar[str] = "0.5.23"
     hub_library: ClassVar[str] = "sglang"
     cells: ClassVar[Cells] = CELLS
-    lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
+    lm_head_quant_methods: ClassVar[Mapping[str, str]] = {
+        "modelopt": "layers/quantization/modelopt_quant.py gives the ParallelLMHead a quantization method"
+    }
+    mixed_elsewhere: ClassVar[str] = (
+        "not established: configs/model_config.py reads MIXED_PRECISION as modelopt_mixed only when a layer is "
+        "NVFP4, whose FP8 layers are per-tensor (modelopt_quant.py::ModelOptMixedPrecisionConfig), and no "
+        "engine-load test has loaded such a draft"
+    )
+    fc_source: ClassVar[str] = (
+        "an MLA draft's fc is a ColumnParallelLinear built with the quant config (models/kimi_k25_eagle3.py)"
+    )
+    vocabulary_map_source: ClassVar[str] = (
+        "d2t loads as hot_token_id, the target ids of the draft's tokens (models/llama_eagle3.py, kimi_k25_eagle3.py)"
+    )
 
-    def fc_unquantized(self, head: HeadDescription) -> str | None:
-        if head.attention == "mla":
+    def fc_unquantized(self, attention: str) -> str | None:
+        if attention == "mla":
             return None
         return "SGLang builds a Llama draft's fc as a plain torch.nn.Linear (models/llama_eagle3.py)"
 
@@ -161,8 +175,8 @@ class SglangEngine(Engine):
         return None
 
     def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        if module.names == ("lm_head",) and self.lm_head_unquantized_by_config(format_name):
-            return f"SGLang's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
+        if module.names == ("lm_head",) and self.lm_head_config_reason(format_name) is not None:
+            return self.lm_head_config_reason(format_name)
         leaves = module.leaves
         if "kv_b_proj" in leaves and kinds.weight_kind.rows_per_scale == 1:
             return _MLA_KV_B

@@ -1,7 +1,8 @@
 """Which engine loads which (scheme, format) for an EAGLE-3 draft's linear layers: one table.
 
 Rows are scheme kinds (weight kind, activation kind), so a user's own scheme file is judged like the
-built-in with the same kinds. ``docs/engines.md`` renders this table (``render_markdown``); a test keeps
+built-in with the same kinds. ``docs/engines.md`` renders this table (``render_markdown``; rewritten by
+``python -m eaglequant.engines.module_support`` with the table of what each engine runs per module); a test keeps
 the two in step. Each entry names the engine source that decides it, for the release the engine's model
 describes (``Engine.release``). Cells of engines with a probe (:mod:`eaglequant.engine_load`: vLLM, SGLang)
 are *run*: the engine-load tests load every fixture in them with the engine's own code, and a cell that
@@ -81,8 +82,9 @@ def mixed_refusal(engine: Engine, format_name: str, kinds: list[Kinds], attentio
     """Why ``engine`` cannot load a ``format_name`` checkpoint whose linears are stored in the different ``kinds``
     (None: it reads per-module kinds in that format and loads each of them)."""
     title = FORMATS[format_name].title
-    if format_name not in engine.mixed_formats:
-        return f"{engine.titled} does not read per-module kinds from a {title} config"
+    reads = engine.reads_module_kinds(format_name)
+    if not reads.yes:
+        return reads.why if reads.why.startswith(engine.titled) else f"{engine.titled}: {reads.why}"
     for each in kinds:
         cell = support(each, format_name, engine, attention)
         if cell is None or not cell.loads:
@@ -204,18 +206,3 @@ def render_markdown() -> str:
 
 
 MATRIX_START, MATRIX_END = "<!-- support-matrix:start -->", "<!-- support-matrix:end -->"
-
-
-def update_docs(path: str = "docs/engines.md") -> None:
-    """Rewrite the matrix block in ``docs/engines.md`` from MATRIX: ``python -m eaglequant.engines.support``."""
-    from pathlib import Path
-
-    doc = Path(path)
-    text = doc.read_text(encoding="utf-8")
-    head, rest = text.split(MATRIX_START, 1)
-    _, tail = rest.split(MATRIX_END, 1)
-    doc.write_text(f"{head}{MATRIX_START}\n{render_markdown()}{MATRIX_END}{tail}", encoding="utf-8")
-
-
-if __name__ == "__main__":
-    update_docs()

@@ -136,10 +136,15 @@ class TrtllmEngine(Engine):
     matches_ancestors: ClassVar[bool] = False  # an exclude entry matching a parent module excludes the child
     reads_regex: ClassVar[bool] = False  # "re:" entries are regular expressions
 
-    def fc_unquantized(self, head: HeadDescription) -> str | None:
+    vocabulary_map_source: ClassVar[str] = (
+        "Eagle3DraftModel holds d2t when draft_vocab_size differs from vocab_size "
+        "(_torch/models/modeling_speculative.py)"
+    )
+
+    def fc_unquantized(self, attention: str) -> str | None:
         return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
 
-    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
+    def lm_head_unquantized(self, attention: str) -> str | None:
         return "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:

@@ -84,8 +84,12 @@ class TrtllmMainEngine(TrtllmEngine):
     matches_ancestors: ClassVar[bool] = True
     reads_regex: ClassVar[bool] = True
 
-    def fc_unquantized(self, head: HeadDescription) -> str | None:
-        return None  # main builds fc with the draft's quant config
+    fc_source: ClassVar[str] = (
+        "Eagle3DraftModel builds fc with the draft's quant config (_torch/models/modeling_speculative.py)"
+    )
+
+    def fc_unquantized(self, attention: str) -> str | None:
+        return None
 
     def pattern_problems(
         self, head: HeadDescription, format_name: str, patterns: list[str], kinds: Kinds | None = None

@@ -41,6 +41,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Mapping
 from typing import ClassVar
 
 from eaglequant.engines.base import (
@@ -66,7 +67,6 @@ from eaglequant.engines.cells import (
     loads,
     loads_if,
 )
-from eaglequant.formats import get_format
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
@@ -195,8 +195,20 @@ class VllmEngine(Engine):
     release: ClassVar[str] = "0.32.0"
     hub_library: ClassVar[str] = "vllm"
     cells: ClassVar[Cells] = CELLS
-    lm_head_quant_methods: ClassVar[frozenset[str]] = frozenset({"modelopt"})
-    mixed_formats: ClassVar[frozenset[str]] = frozenset({"modelopt"})
+    lm_head_quant_methods: ClassVar[Mapping[str, str]] = {
+        "modelopt": "ModelOpt's get_quant_method quantizes the ParallelLMHead (modelopt.py)"
+    }
+    mixed_formats: ClassVar[Mapping[str, str]] = {
+        "modelopt": "MIXED_PRECISION: each module's algorithm looked up by its runtime name, lm_head included "
+        "(modelopt.py::ModelOptMixedPrecisionConfig)"
+    }
+    fc_source: ClassVar[str] = (
+        "fc is a ReplicatedLinear built with the draft's quant config (llama_eagle3.py, deepseek_eagle3.py)"
+    )
+    vocabulary_map_source: ClassVar[str] = (
+        "d2t loads as draft_id_to_target_id when draft_vocab_size differs from the target's; t2d is skipped "
+        "(llama_eagle3.py, deepseek_eagle3.py)"
+    )
 
     def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []
@@ -213,18 +225,14 @@ class VllmEngine(Engine):
         local = linear.module.split(".", 2)[2]  # "self_attn.o_proj"
         return (f"model.layers.{target_layers + linear.layer}.{local}",)
 
-    def lm_head_unquantized(self, head: HeadDescription) -> str | None:
-        if head.attention == "mla":
+    def lm_head_unquantized(self, attention: str) -> str | None:
+        if attention == "mla":
             return "vLLM builds an MLA draft's lm_head without a quant config (deepseek_eagle3.py)"
         return None
 
     def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        if (
-            module.names == ("lm_head",)
-            and module.runs_unquantized is None
-            and self.lm_head_unquantized_by_config(format_name)
-        ):
-            return f"vLLM's {get_format(format_name).title} config gives the ParallelLMHead no quantization method"
+        if module.names == ("lm_head",) and module.runs_unquantized is None:
+            return self.lm_head_config_reason(format_name)
         return module.runs_unquantized
 
     def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:

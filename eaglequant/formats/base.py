@@ -41,19 +41,26 @@ class GroupScales:
 class WrittenConfig:
     """A checkpoint's quantization config read back: the scheme it declares and its exclusion rules.
 
-    A config with per-module kinds also gives ``own_kinds`` (fc / lm_head -> the kinds it is stored in, where not the
-    decoder's ``kinds``) and ``listed``: the runtime modules it names as quantized (any other runs unquantized)."""
+    A config with per-module kinds (ModelOpt's MIXED_PRECISION) names each quantized module by the engine's runtime
+    name (``model.layers.61.mlp.gate_up_proj``) with its kinds, in ``module_kinds``; any module it does not name runs
+    unquantized, and ``kinds`` is then the kinds most named modules are in. Which canonical linears a runtime name
+    stands for is the engine's to say (:mod:`eaglequant.readback.module_kinds`)."""
 
     format_name: str
     kinds: Kinds
     patterns: list[str]  # exclusion rules, as the engines read them
     problems: list[str]  # contradictions inside the config files themselves
-    own_kinds: dict[str, Kinds] = field(default_factory=dict)
-    listed: frozenset[str] | None = None  # None: not a per-module config
+    module_kinds: dict[str, Kinds] = field(default_factory=dict)  # runtime name -> kinds; empty: one kinds for all
 
-    def kinds_of(self, module: str) -> Kinds:
-        """The kinds the canonical ``module`` is stored in."""
-        return self.own_kinds.get(module, self.kinds)
+    @property
+    def listed(self) -> frozenset[str] | None:
+        """The runtime modules a per-module config names as quantized; None: not a per-module config."""
+        return frozenset(self.module_kinds) if self.module_kinds else None
+
+    @property
+    def declared_kinds(self) -> list[Kinds]:
+        """Every kinds the config declares, ``kinds`` first, each once."""
+        return list(dict.fromkeys([self.kinds, *self.module_kinds.values()]))
 
 
 @dataclass(frozen=True)
@@ -215,7 +222,9 @@ class Format(ABC):
     ) -> HeadStorage:
         """Refuse a scheme of ``assignment`` this format cannot store (naming those of ``others`` that can); then
         each linear of ``head`` in its own scheme: its tensors, or why it cannot be stored quantized."""
-        candidates = list(others)
+        # linears of different kinds: only a format that stores them is a way out (which engines read them is the
+        # engines' part of the plan: eaglequant/engines/module_support.py)
+        candidates = [f for f in others if f.stores_mixed or not assignment.mixed]
         for scheme in assignment.schemes:
             self.check_stores(scheme, candidates)
         specs: dict[str, list[TensorSpec]] = {}
@@ -269,6 +278,12 @@ class Format(ABC):
         shared = shared_scheme(modules)
         return self.scheme_files(shared, exclude) if shared else self.per_module_files(modules, exclude)
 
+    def declared_algorithm(self, modules: Mapping[str, Scheme | None]) -> str | None:
+        """The vendor's name :meth:`quantization_config` declares for ``modules``: the shared scheme's, or the
+        per-module form's (:attr:`per_module_algorithm`)."""
+        shared = shared_scheme(modules)
+        return self.algorithm(shared) if shared else self.per_module_algorithm
+
     @abstractmethod
     def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
         """The ``quantization_config`` of a checkpoint whose quantized linears are all in ``scheme``."""
@@ -277,8 +292,10 @@ class Format(ABC):
         """The side files of a checkpoint whose quantized linears are all in ``scheme`` (none by default)."""
         return {}
 
-    # Whether the format stores linears of different kinds in one checkpoint (per_module_config).
+    # Whether the format stores linears of different kinds in one checkpoint (per_module_config), and its name for
+    # that form of config.
     stores_mixed: ClassVar[bool] = False
+    per_module_algorithm: ClassVar[str | None] = None
 
     def per_module_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
         """The ``quantization_config`` of a checkpoint whose quantized modules have different kinds."""

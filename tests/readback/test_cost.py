@@ -140,6 +140,6 @@ def test_the_cli_shows_and_refuses_k() -> None:
 def test_quantizing_lm_head_where_an_engine_keeps_it_bf16_names_the_format_that_works() -> None:
     refused = run_cli("inspect", FIXTURES / "specforge-llama", "--quantize", "lm_head")
     assert refused.exit_code == 2 and "ParallelLMHead no quantization method" in refused.stderr
-    assert "--format modelopt runs it quantized in vLLM" in refused.stderr
+    assert "use --format modelopt, which vLLM 0.32.0 can load" in refused.stderr
     mla = run_cli("inspect", FIXTURES / "torchspec-mla", "--quantize", "lm_head")
-    assert mla.exit_code == 2 and "no format lets vLLM run it quantized" in mla.stderr
+    assert mla.exit_code == 2 and "lm_head quantized loads in no engine release with this scheme" in mla.stderr

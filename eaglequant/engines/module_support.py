@@ -1,0 +1,227 @@
+"""What each engine release runs per module, per format: ``lm_head`` quantized, ``fc`` quantized, per-module kinds
+(a checkpoint whose linears are stored in different kinds) and a pruned draft vocabulary (``d2t`` / ``t2d``).
+
+Every answer is the engine model's own (:meth:`Engine.runs_lm_head_quantized`, :meth:`Engine.runs_fc_quantized`,
+:meth:`Engine.reads_module_kinds`, :meth:`Engine.loads_pruned_vocabulary`), asked where the engine loads some scheme
+in the format at all (the support matrix, :mod:`eaglequant.engines.support`). The same answers decide what
+``convert`` refuses for ``--quantize fc|lm_head`` and ``--scheme-for`` (:func:`check_module_request`) and which
+combinations its hint names, so the table (``eaglequant schemes``, ``docs/engines.md``) and the refusals agree.
+``python -m eaglequant.engines.module_support`` rewrites both tables in ``docs/engines.md``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eaglequant.common.errors import InputError, Words, suggested, words
+from eaglequant.engines import ENGINES, Engine
+from eaglequant.engines.cells import Answer
+from eaglequant.engines.support import FORMAT_NAMES, MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
+from eaglequant.formats import FORMATS
+from eaglequant.kinds import Kinds, kinds_title
+
+# The table's questions, in its column order: key -> column title; the first two are modules a conversion may ask
+# to run quantized (MODULE_QUESTIONS).
+MODULE_QUESTIONS = ("lm_head", "fc")
+QUESTIONS: dict[str, str] = {
+    "lm_head": "lm_head quantized",
+    "fc": "fc quantized",
+    "module_kinds": "per-module kinds (mixed)",
+    "pruned_vocabulary": "pruned vocabulary (d2t/t2d)",
+}
+ATTENTIONS = {"mha": "Llama", "mla": "MLA"}  # the drafts each answer is asked for, as the table titles them
+SEE_TABLE = "`eaglequant schemes` shows what each engine runs per module"
+
+_ASKED: dict[str, Callable[[Engine, str, str], Answer]] = {
+    "lm_head": lambda engine, fmt, attention: engine.runs_lm_head_quantized(fmt, attention),
+    "fc": lambda engine, fmt, attention: engine.runs_fc_quantized(fmt, attention),
+    "module_kinds": lambda engine, fmt, attention: engine.reads_module_kinds(fmt),
+    "pruned_vocabulary": lambda engine, fmt, attention: engine.loads_pruned_vocabulary(attention),
+}
+
+
+def format_refusal(engine: Engine, format_name: str, attention: str) -> str | None:
+    """Why ``engine`` loads no scheme stored in ``format_name`` for a draft of this ``attention`` (None: it loads
+    some): the reason most of its cells give."""
+    notes = []
+    for kinds in SCHEME_KINDS:
+        cell = support(kinds, format_name, engine, attention)
+        if cell is not None and cell.loads:
+            return None
+        if cell is not None:
+            notes.append(cell.note)
+    if not notes:
+        return f"{FORMATS[format_name].title} stores none of the schemes {engine.titled} loads"
+    return f"loads no scheme in {FORMATS[format_name].title}: {Counter(notes).most_common(1)[0][0]}"
+
+
+def answer(engine: Engine, format_name: str, question: str, attention: str) -> Answer:
+    """The engine's answer to one of :data:`QUESTIONS` for a ``format_name`` checkpoint of this ``attention``."""
+    refusal = format_refusal(engine, format_name, attention)
+    return Answer(False, refusal) if refusal is not None else _ASKED[question](engine, format_name, attention)
+
+
+@dataclass(frozen=True)
+class ModuleRow:
+    """One engine release and format: each question's answer for Llama and for MLA drafts."""
+
+    engine: str
+    title: str
+    format: str
+    answers: dict[str, dict[str, Answer]]  # question -> attention -> answer
+
+    def mark(self, question: str) -> str:
+        """``yes``, ``no``, or the drafts it holds for (``Llama``, ``MLA``)."""
+        said = self.answers[question]
+        held = [ATTENTIONS[a] for a in ATTENTIONS if said[a].yes]
+        return "yes" if len(held) == len(ATTENTIONS) else (" ".join(held) if held else "no")
+
+    def text(self, question: str) -> str:
+        """The answer with its source: ``yes: ...``, or one per kind of draft where they differ."""
+        said = self.answers[question]
+        first = said["mha"]
+        if all(a == first for a in said.values()):
+            return f"{'yes' if first.yes else 'no'}: {first.why}"
+        return "; ".join(f"{ATTENTIONS[a]}: {'yes' if said[a].yes else 'no'}, {said[a].why}" for a in ATTENTIONS)
+
+    def to_json(self) -> dict[str, Any]:
+        questions = {
+            q: {ATTENTIONS[a].lower(): {"yes": said.yes, "why": said.why} for a, said in by.items()}
+            for q, by in self.answers.items()
+        }
+        return {"engine": self.engine, "release": self.title, "format": self.format, **questions}
+
+
+def module_table() -> list[ModuleRow]:
+    """Every registered engine release and format, with each question's answers."""
+    return [
+        ModuleRow(
+            name,
+            engine.titled,
+            fmt,
+            {q: {a: answer(engine, fmt, q, a) for a in ATTENTIONS} for q in QUESTIONS},
+        )
+        for name, engine in ENGINES.items()
+        for fmt in FORMAT_NAMES
+    ]
+
+
+@dataclass(frozen=True)
+class ModuleRequest:
+    """What a conversion asks of every targeted engine beyond its main scheme: each scheme's kinds, the modules
+    (fc, lm_head) it asks to run quantized, and whether its linears mix kinds."""
+
+    kinds: tuple[Kinds, ...]
+    modules: tuple[str, ...]
+    mixed: bool
+
+    @property
+    def what(self) -> str:
+        """The request in words, with its verb: ``linears of different kinds load``, ``lm_head quantized loads``."""
+        if self.mixed:
+            return "linears of different kinds load"
+        return " and ".join(self.modules) + (" quantized load" if len(self.modules) > 1 else " quantized loads")
+
+
+def request_refusal(engine: Engine, format_name: str, request: ModuleRequest, attention: str) -> str | None:
+    """Why ``engine`` cannot serve ``request`` from a ``format_name`` checkpoint (None: it can)."""
+    title = FORMATS[format_name].title
+    if request.mixed:
+        said = answer(engine, format_name, "module_kinds", attention)
+        if not said.yes:
+            return said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
+    for kinds in request.kinds:
+        cell = support(kinds, format_name, engine, attention)
+        if cell is None:
+            return f"{title} cannot store {kinds_title(kinds)}"
+        if not cell.loads:
+            return f"{engine.titled} does not load {kinds_title(kinds)} in {title}: {cell.note}"
+    for module in request.modules:
+        said = answer(engine, format_name, module, attention)
+        if not said.yes:
+            return f"{engine.titled} runs {module} unquantized in {title}: {said.why}"
+    return None
+
+
+def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> list[str]:
+    """The formats in which every one of ``engines`` serves ``request``."""
+    return [f for f in FORMAT_NAMES if all(request_refusal(e, f, request, attention) is None for e in engines)]
+
+
+def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> Words:
+    """What does work for ``request``: a format every targeted engine serves it in, else the engines and formats
+    that do, else that none does; each computed from :func:`request_refusal`, so none names a refused combination."""
+    formats = working_formats(engines, request, attention)
+    titles = _titles(list(engines))
+    if formats:
+        return words("use ", suggested("format", formats[0]), f", which {titles} can load; {SEE_TABLE}")
+    able = {f: [e for e in ENGINES.values() if request_refusal(e, f, request, attention) is None] for f in FORMAT_NAMES}
+    found = [(f, serving) for f, serving in able.items() if serving]
+    if not found:
+        return words(f"{request.what} in no engine release with this scheme: drop that rule; {SEE_TABLE}")
+    (fmt, serving), only = found[0], " only" if len(found) == 1 else ""
+    targets = [suggested("engines", e.name) for e in serving]
+    return words(
+        f"{request.what}{only} in {_titles(serving)} with ",
+        suggested("format", fmt),
+        " (target ",
+        *_joined(targets),
+        f"); {SEE_TABLE}",
+    )
+
+
+def check_module_request(
+    engines: Sequence[Engine], format_name: str, request: ModuleRequest, attention: str, described: str
+) -> None:
+    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``format_name``
+    checkpoint; ``described``: the conversion's schemes in words."""
+    for engine in engines:
+        refusal = request_refusal(engine, format_name, request, attention)
+        if refusal is not None:
+            raise InputError(f"{refusal} ({described})", hint=module_hint(engines, request, attention))
+
+
+def _titles(engines: list[Engine]) -> str:
+    names = [e.titled for e in engines]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _joined(pieces: list[Any]) -> list[Any]:
+    joined: list[Any] = []
+    for i, piece in enumerate(pieces):
+        joined += [", " if i else "", piece]
+    return joined
+
+
+def render_module_markdown() -> str:
+    """The table as Markdown (rows: engine release × format; columns: the questions)."""
+    lines = [
+        "| engine | format | " + " | ".join(QUESTIONS.values()) + " |",
+        "|" + "---|" * (2 + len(QUESTIONS)),
+    ]
+    for row in module_table():
+        lines.append(f"| {row.title} | {row.format} | " + " | ".join(row.text(q) for q in QUESTIONS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+MODULES_START, MODULES_END = "<!-- module-support:start -->", "<!-- module-support:end -->"
+
+
+def update_docs(path: str = "docs/engines.md") -> None:
+    """Rewrite the support matrix's and this table's blocks in ``docs/engines.md`` from the engine models."""
+    from pathlib import Path
+
+    doc = Path(path)
+    text = doc.read_text(encoding="utf-8")
+    for start, end, body in ((MATRIX_START, MATRIX_END, render_markdown()), (MODULES_START, MODULES_END, None)):
+        head, rest = text.split(start, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{start}\n{body or render_module_markdown()}{end}{tail}"
+    doc.write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    update_docs()
