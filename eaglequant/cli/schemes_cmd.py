@@ -16,6 +16,7 @@ from eaglequant.cli.output import out, result
 from eaglequant.cli.tables import fits, name_column
 
 if TYPE_CHECKING:
+    from eaglequant.engines.module_support import ModuleRow
     from eaglequant.schemes.model import Scheme
 
 
@@ -35,8 +36,17 @@ def schemes_command(
             text = scheme_path(show).read_text(encoding="utf-8")
             result({"name": scheme.name, "file": scheme.source, "toml": text}, lambda: typer.echo(text, nl=False))
             return
+        from eaglequant.engines.module_support import module_table
+
         rows = [_row(load_scheme(name)) for name in builtin_scheme_names()]
-        result([row.to_json() for row in rows], lambda: render(rows))
+        modules = module_table()
+        data = {"schemes": [row.to_json() for row in rows], "modules": [row.to_json() for row in modules]}
+
+        def shown() -> None:
+            render(rows)
+            render_modules(modules)
+
+        result(data, shown)
 
     run_guarded(body)
 
@@ -109,6 +119,37 @@ def render(rows: list[SchemeRow]) -> None:
     if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
         for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40)):
             out.print(escape(line))
+
+
+def render_modules(rows: list[ModuleRow]) -> None:
+    """What each engine release runs per module, per format: yes, no, or the drafts it holds for."""
+    from eaglequant.engines.module_support import QUESTIONS
+
+    out.print("what each engine runs per module (engine, format):")
+    table = Table()
+    name_column(table, "engine")
+    name_column(table, "format")
+    for title in QUESTIONS.values():
+        table.add_column(title)
+    for row in rows:
+        table.add_row(escape(row.engine), row.format, *(_answer_mark(row.mark(q)) for q in QUESTIONS))
+    if fits(table, out.console):
+        out.print(table)
+    else:
+        for row in rows:
+            cells = [f"{title} {_answer_mark(row.mark(q))}" for q, title in QUESTIONS.items()]
+            for line in _wrapped_cells(f"{escape(row.engine)} {row.format}: ", cells, max(out.console.width, 40)):
+                out.print(line, markup=True)
+    note = (
+        "Llama / MLA: only for those drafts; the engine source behind each answer: eaglequant schemes --json, "
+        "or docs/engines.md#what-each-engine-runs-per-module"
+    )
+    for line in textwrap.wrap(note, width=max(out.console.width, 40)):
+        out.print(escape(line))
+
+
+def _answer_mark(mark: str) -> str:
+    return {"yes": "[green]yes[/]", "no": "[red]no[/]"}.get(mark, f"[yellow]{mark}[/]")
 
 
 def _release(name: str) -> str:

@@ -63,7 +63,7 @@ def test_convert_json_only_json_on_stdout(tmp_path: Path) -> None:
 
 def test_schemes_lists_builtin_files() -> None:
     result = run_cli("schemes", "--json")
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["schemes"]
     assert {r["name"] for r in rows} == {p.stem for p in (ROOT / "schemes").glob("*.toml")}
     formats = next(r for r in rows if r["name"] == "fp8-per-channel")["formats"]
     assert [f["format"] for f in formats] == ["quark", "modelopt", "compressed-tensors"]

@@ -27,7 +27,8 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("columns", ["80", "120", "200"])
 def test_schemes_keeps_every_name_whole(columns: str) -> None:
-    rows = json.loads(as_user("schemes", "--json").stdout)
+    data = json.loads(as_user("schemes", "--json").stdout)
+    rows, modules = data["schemes"], data["modules"]
     shown = as_user("schemes", env={"COLUMNS": columns})
     assert shown.exit_code == 0, shown.stderr
     lines = shown.stdout.splitlines()
@@ -37,7 +38,7 @@ def test_schemes_keeps_every_name_whole(columns: str) -> None:
         assert row["name"] in shown.stdout and all(f["format"] in shown.stdout for f in row["formats"])
     # under 7 lines a scheme (name, summary, two per format at 80 columns for five engine releases): one line a word
     # in a squeezed summary column made ~12
-    assert len(lines) < 7 * len(rows)
+    assert len(lines) < 7 * len(rows) + 3 * len(modules)  # and up to 3 a row of what each engine runs per module
     for engine in ("vllm", "vllm==0.33.0", "trtllm", "sglang", "trtllm-main"):  # the names --engine takes
         assert engine in shown.stdout
 

@@ -42,7 +42,7 @@ def test_native_fp8_on_the_fixture_says_what_is_kept_why_and_what_n_is(tmp_path:
 
 
 def test_schemes_marks_the_pairs_that_need_the_layer_count() -> None:
-    rows = json.loads(as_user("schemes", "--json").stdout)
+    rows = json.loads(as_user("schemes", "--json").stdout)["schemes"]
     marked = [
         (row["name"], fmt["format"], engine)
         for row in rows

@@ -84,7 +84,7 @@ def test_several_engines_must_all_load_it(tmp_path: Path) -> None:
 def test_schemes_json_lists_engines() -> None:
     import json
 
-    rows = json.loads(run_cli("schemes", "--json").stdout)
+    rows = json.loads(run_cli("schemes", "--json").stdout)["schemes"]
     fp8 = next(r for r in rows if r["name"] == "fp8-per-channel")
     formats = {f["format"]: f for f in fp8["formats"]}
     assert set(formats) == {"quark", "modelopt", "compressed-tensors"}
