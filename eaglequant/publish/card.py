@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines import ENGINES
-from eaglequant.engines.support import support
+from eaglequant.engines.module_support import MODULE_QUESTIONS, ModuleRequest, request_refusal
 from eaglequant.formats import FORMATS
 from eaglequant.publish.cost_sections import round_cost_section, search_section
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
@@ -283,9 +283,9 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
                 lines += [f"{caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
             lines += [f"Note: {note}.\n" for note in engine.notes(report.attention, kinds, report.format)]
             continue
-        verdict = support(kinds, report.format, name, report.attention)
-        if verdict is not None and not verdict.loads:
-            lines += [f"{engine.titled}: does not load this checkpoint ({verdict.note}).", ""]
+        refusal = request_refusal(engine, report.format, _module_request(report), report.attention)
+        if refusal is not None:
+            lines += [f"{engine.titled}: does not load this checkpoint ({refusal}); {PER_MODULE_TABLE}.", ""]
         else:
             lines += [
                 f"{engine.titled}: not checked for this engine; convert with `--engine {name}` "
@@ -293,6 +293,21 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
                 "",
             ]
     return "\n".join(lines)
+
+
+# Where a reader finds what each engine runs per module (the table the refusal above is read from).
+PER_MODULE_TABLE = "what each engine runs per module: `eaglequant schemes`, or docs/engines.md in eaglequant"
+
+
+def _module_request(report: ConversionReport) -> ModuleRequest:
+    """What the checkpoint asks of an engine: its schemes' kinds, fc or lm_head quantized, linears of mixed kinds."""
+    from eaglequant.common import toml
+    from eaglequant.schemes.model import parse_scheme
+
+    own = [parse_scheme(toml.loads(text), f"own_schemes.{m}").kinds for m, text in sorted(report.own_schemes.items())]
+    kinds = tuple(dict.fromkeys([report.scheme_kinds, *own]))
+    quantized = {row.module.rsplit(".", 1)[-1] for row in report.quantized}
+    return ModuleRequest(kinds, tuple(m for m in MODULE_QUESTIONS if m in quantized), len(kinds) > 1)
 
 
 def rename_draft(dst: Path, draft: str) -> bool:

@@ -122,3 +122,24 @@ def test_a_failed_verification_shows_in_the_card(mla_nvfp4: Path) -> None:
     verification.update(ok=False, problems=["model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0"])
     record = VerificationRecord.from_json(verification)
     assert "**FAILED**: model.layers.0.self_attn.q_a_proj: SQNR 3.0 dB < 17.0" in render_card(report, record)
+
+
+def test_mixed_card_names_no_refused_convert(tmp_path: Path) -> None:
+    """A card of linears of different kinds says which engines do not load it, and suggests no convert that is
+    refused."""
+    dst = tmp_path / "mixed"
+    eaglequant.convert(
+        FIXTURES / "specforge-llama", dst, scheme="fp8-per-channel", scheme_for=["lm_head=nvfp4"],
+        format="modelopt", target_layers=61,
+    )  # fmt: skip
+    serving = (dst / "README.md").read_text().split("## Serving", 1)[1]
+    for engine in ("TensorRT-LLM 1.2.x", "SGLang 0.5.23", "TensorRT-LLM main (2026)"):
+        assert f"{engine}: does not load this checkpoint ({engine} does not read per-module kinds" in serving
+    assert "`eaglequant schemes`" in serving
+    suggested = re.findall(r"convert with `--engine ([^`]+)`", serving)
+    assert suggested == ["vllm==0.33.0"]
+    for engine in suggested:  # what the card suggests converts
+        eaglequant.convert(
+            FIXTURES / "specforge-llama", tmp_path / engine, scheme="fp8-per-channel", scheme_for=["lm_head=nvfp4"],
+            format="modelopt", target_layers=61, engines=[engine],
+        )  # fmt: skip
