@@ -26,6 +26,7 @@ from eaglequant.conversion.inspection import InspectReport
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.pipeline import write_output
 from eaglequant.conversion.plan import ConversionPlan, build_plan
+from eaglequant.conversion.request import ConversionRequest
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.engines.target import TargetModel, resolve_target
 from eaglequant.hub.client import SourceRef, resolve_source
@@ -80,28 +81,17 @@ def inspect(
 def _planned(
     source: SourceRef, options: ConversionOptions, *, calibrate: bool = False
 ) -> Iterator[tuple[Checkpoint, ConversionPlan]]:
-    """The source opened, and the plan for it (from headers only; with ``calibrate`` and a ``calib`` file, after
-    the calibration forward)."""
+    """The source opened, and the plan for it: ``options`` become one :class:`ConversionRequest` here, which the
+    plan takes as it is (from headers only; with ``calibrate`` and a ``calib`` file, after the calibration forward)."""
     checkpoint, head = _open(source.path)
     with checkpoint:
+        request = ConversionRequest.of(options, head.config)
         input_amax = None
         if calibrate and options.calib is not None:
             from eaglequant.draft.calibrate import calibrate as calibrated_amax
 
             input_amax = calibrated_amax(checkpoint, head, options.calib)
-        plan = build_plan(
-            head,
-            options.assignment,
-            options.format,
-            exclude=options.exclude,
-            quantize=options.quantize,
-            engines=options.engines,
-            target_layers=options.target_layers,
-            target_config=options.target_config,
-            input_amax=input_amax,
-            match_target_context=options.match_target_context,
-        )
-        yield checkpoint, plan
+        yield checkpoint, build_plan(head, request, input_amax=input_amax)
 
 
 def convert(
@@ -180,7 +170,7 @@ def manifest_key(src: str | Path, options: ConversionOptions | None = None, **se
 
     chosen = ConversionOptions.build(options, **settings)
     if is_hub_reference(src) and not hub_offline():
-        # the target's layer count resolved from the Hub's config.json as build_plan resolves it
+        # the target's layer count resolved from the Hub's config.json as ConversionRequest.of resolves it
         files, config = remote_source_digests(str(src))
         target = resolve_target(chosen.target_layers, chosen.target_config, config)
         return manifest_key_of(files, manifest_options(chosen, target))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,9 @@ from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
-from eaglequant.conversion.options import DEFAULT_ENGINES
+from eaglequant.conversion.options import DEFAULT_ENGINES, ConversionOptions
 from eaglequant.conversion.plan import build_plan
+from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines import ALL_ENGINES, get_engine
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.detect import describe_head
@@ -329,6 +330,7 @@ def _priced(
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
     loaded = {name: load_scheme(name) for name in schemes}
+    targeted = ConversionRequest.of(ConversionOptions(engines=tuple(engines), target_layers=target_layers), head.config)
     priced, skipped = [], 0
     for name, fmt, size in product(loaded, FORMATS.values(), sizes):
         if not fmt.supports(loaded[name]):
@@ -338,12 +340,10 @@ def _priced(
         options += [Candidate(name, fmt.name, True, size, other) for other in own_schemes]
         for candidate in options:
             own = (SchemeRule("lm_head", loaded[candidate.lm_head_scheme]),) if candidate.lm_head_scheme else ()
-            quantize = candidate.settings().get("quantize", [])
+            quantize = tuple(candidate.settings().get("quantize", []))
+            request = replace(targeted, assignment=SchemeAssignment(loaded[name], own), format=fmt, quantize=quantize)
             try:
-                plan = build_plan(
-                    described[size], SchemeAssignment(loaded[name], own), fmt.name, quantize=quantize,
-                    engines=engines, target_layers=target_layers,
-                )  # fmt: skip
+                plan = build_plan(described[size], request)
             except ModuleSchemesNeedLayerCount:
                 skipped += 1
                 continue

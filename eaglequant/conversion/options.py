@@ -19,6 +19,8 @@ from eaglequant.common.errors import EagleQuantError, InputError, Param, given, 
 from eaglequant.layouts.rules import compiled_rule
 
 if TYPE_CHECKING:
+    from eaglequant.engines import Engine
+    from eaglequant.formats import Format
     from eaglequant.schemes.assignment import SchemeAssignment
     from eaglequant.schemes.model import Scheme
 
@@ -213,6 +215,8 @@ class ConversionOptions:
     max_shard_bytes: int = field(init=False, repr=False)
     resolved_scheme: Scheme = field(init=False, repr=False, compare=False)
     assignment: SchemeAssignment = field(init=False, repr=False, compare=False)  # the scheme, with --scheme-for's
+    resolved_format: Format = field(init=False, repr=False, compare=False)
+    resolved_engines: tuple[Engine, ...] = field(init=False, repr=False, compare=False)  # "all": every release
 
     def __post_init__(self) -> None:
         from eaglequant.conversion.devices import check_device_name
@@ -226,10 +230,12 @@ class ConversionOptions:
         _set(self, "resolved_scheme", _named("scheme", scheme, load_scheme))
         _set(self, "scheme_for", _rules("scheme_for", self.scheme_for))
         _set(self, "assignment", _assignment(self.resolved_scheme, self.scheme_for))
-        _set(self, "format", _named("format", _text("format", self.format), get_format).name)
+        _set(self, "resolved_format", _named("format", _text("format", self.format), get_format))
+        _set(self, "format", self.resolved_format.name)
         engines = _rules("engines", self.engines)
         engines = tuple(ENGINES) if ALL_ENGINES in engines else engines  # "all": every engine
-        _set(self, "engines", tuple(dict.fromkeys(_named("engines", name, get_engine).name for name in engines)))
+        _set(self, "resolved_engines", tuple(dict.fromkeys(_named("engines", name, get_engine) for name in engines)))
+        _set(self, "engines", tuple(engine.name for engine in self.resolved_engines))
         _set(self, "exclude", _patterns("exclude", self.exclude))
         _set(self, "quantize", _patterns("quantize", self.quantize))
         _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=0, maximum=MAX_TARGET_LAYERS))

