@@ -1,12 +1,16 @@
-"""Typed reading of a JSON file's objects: each value checked as it is taken, and a wrong one named by its
-key and file in a one-line error."""
+"""JSON both ways. Reading: a JSON file's objects, each value checked as it is taken, and a wrong one named by its
+key and file in a one-line error. Writing: :class:`JsonRecord`, the one rule by which records are written, each
+record declaring only where its JSON is not its fields."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, ClassVar, Protocol
 
 from eaglequant.common.errors import EagleQuantError
 
@@ -167,3 +171,101 @@ def json_value(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: json_value(v) for k, v in value.items()}
     return value
+
+
+# How a written value is made from the value read: a function of it, or the name of a method of the record taking
+# it (where the value depends on other fields).
+ValueRule = Callable[[Any], Any] | str
+
+
+class JsonRecord:
+    """A dataclass record that writes itself as JSON by one rule: every field, in declaration order, by
+    :func:`json_value` (a nested record by its own ``to_json``, a path as its string, a tuple as a list), then the
+    computed entries. A record declares only where its JSON differs:
+
+    - ``json_renamed``: field or computed entry -> the key it is written under (declared with :func:`named`, as is
+      ``json_values``);
+    - ``json_computed``: properties, or methods taking no argument, written after the fields, in this order;
+    - ``json_omitted``: fields not written;
+    - ``json_values``: field or computed entry -> how its value is written (a :data:`ValueRule`);
+    - ``json_first``: fields or computed entries written before the others, in this order (the order of keys a
+      reader already knows, where it is not the fields' own).
+
+    A name that is neither a field nor a declared computed entry is refused (``TypeError``) when the record is
+    first written."""
+
+    json_renamed: ClassVar[Mapping[str, str]] = {}
+    json_computed: ClassVar[tuple[str, ...]] = ()
+    json_omitted: ClassVar[tuple[str, ...]] = ()
+    json_values: ClassVar[Mapping[str, ValueRule]] = {}
+    json_first: ClassVar[tuple[str, ...]] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: json_value(write(self)) for key, write in json_plan(type(self))}
+
+
+Writer = Callable[[Any], Any]
+
+
+_PLANS: dict[type[JsonRecord], tuple[tuple[str, Writer], ...]] = {}
+
+
+def json_plan(record_type: type[JsonRecord]) -> tuple[tuple[str, Writer], ...]:
+    """``record_type``'s JSON keys in order, each with how its value is taken from a record (checked once)."""
+    if record_type not in _PLANS:
+        _PLANS[record_type] = _plan(record_type)
+    return _PLANS[record_type]
+
+
+def _plan(record_type: type[JsonRecord]) -> tuple[tuple[str, Writer], ...]:
+    fields = [f.name for f in dataclasses.fields(record_type)]  # type: ignore[arg-type]
+    written = [name for name in fields if name not in record_type.json_omitted]
+    wrong = _undeclared(record_type, fields, written)
+    if wrong:
+        raise TypeError(f"{record_type.__name__}: JSON declarations name {wrong[0]!r}, which it does not write")
+    first = record_type.json_first
+    order = [*first, *(n for n in written if n not in first), *(n for n in record_type.json_computed if n not in first)]
+    keys = [record_type.json_renamed.get(name, name) for name in order]
+    if len(set(keys)) < len(keys):
+        raise TypeError(f"{record_type.__name__}: two JSON entries are written under one key ({keys})")
+    return tuple((key, _writer(record_type, name, name in fields)) for key, name in zip(keys, order, strict=True))
+
+
+def _undeclared(record_type: type[JsonRecord], fields: list[str], written: list[str]) -> list[str]:
+    """The names ``record_type``'s declarations give that are not what they must be."""
+    known = {*written, *record_type.json_computed}
+    named = {*record_type.json_renamed, *record_type.json_values, *record_type.json_first}
+    methods = [rule for rule in record_type.json_values.values() if isinstance(rule, str)]
+    return [
+        *sorted(named - known),
+        *sorted(set(record_type.json_omitted) - set(fields)),
+        *(name for name in (*record_type.json_computed, *methods) if not hasattr(record_type, name)),
+    ]
+
+
+def _writer(record_type: type[JsonRecord], name: str, is_field: bool) -> Writer:
+    is_method = not is_field and callable(getattr(record_type, name))
+    rule = record_type.json_values.get(name)
+
+    def read(record: Any) -> Any:
+        value = getattr(record, name)
+        return value() if is_method else value
+
+    if rule is None:
+        return read
+    if isinstance(rule, str):
+        method_name = rule
+        return lambda record: getattr(record, method_name)(read(record))
+    function = rule
+    return lambda record: function(read(record))
+
+
+def named(**entries: Any) -> Mapping[str, Any]:
+    """A record's declaration by name (``named(tolerance="near_tie_nats")``), read-only: every record of the class
+    shares it."""
+    return MappingProxyType(entries)
+
+
+def rounded(digits: int) -> Callable[[float], float]:
+    """A :data:`ValueRule`: the value rounded to ``digits`` decimals."""
+    return functools.partial(round, ndigits=digits)

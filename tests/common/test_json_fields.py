@@ -1,13 +1,15 @@
-"""Typed reading of JSON objects: each wrong value named by its file and key, in one line."""
+"""Typed reading of JSON objects: each wrong value named by its file and key, in one line; and records written by
+their fields and declarations."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import JsonObject, read_json_file
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named, read_json_file, rounded
 
 DATA = {
     "name": "x",
@@ -65,8 +67,6 @@ def test_a_json_file_is_none_when_absent_and_one_line_when_broken(tmp_path: Path
 
 
 def test_a_record_is_its_fields_in_order_as_json() -> None:
-    from dataclasses import dataclass
-
     from eaglequant.common.json_fields import record_json
 
     @dataclass(frozen=True)
@@ -92,3 +92,90 @@ def test_a_record_is_its_fields_in_order_as_json() -> None:
     renamed = record_json(record, {"shape": "dims", "prompts": "prompt_count"}, prompts=2)
     assert list(renamed) == ["path", "dims", "inner", "by_name", "prompt_count"]  # each key where its field stands
     assert renamed["dims"] == [2, 3] and renamed["prompt_count"] == 2
+
+
+@dataclass(frozen=True)
+class Run(JsonRecord):
+    """A record declaring every kind of difference from its fields."""
+
+    json_renamed = named(seconds="wall_s", size="total")
+    json_computed = ("size", "ok", "label")
+    json_omitted = ("scratch",)
+    json_values = named(seconds=rounded(2), shape="_dims", label=str.upper)
+    json_first = ("name", "ok")
+
+    name: str
+    seconds: float
+    shape: tuple[int, ...]
+    path: Path
+    scratch: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.seconds < 10
+
+    def size(self) -> int:
+        return len(self.shape)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}-{self.size()}"
+
+    def _dims(self, shape: tuple[int, ...]) -> str:
+        return "x".join(map(str, shape))
+
+
+def test_a_record_writes_its_first_names_then_its_fields_then_its_computed_entries() -> None:
+    written = Run("fc", 1.23456, (2, 3), Path("/out"), scratch=Path("/tmp")).to_json()
+    assert written == {
+        "name": "fc",
+        "ok": True,
+        "wall_s": 1.23,
+        "shape": "2x3",
+        "path": "/out",
+        "total": 2,
+        "label": "FC-2",
+    }
+    assert list(written) == ["name", "ok", "wall_s", "shape", "path", "total", "label"]
+
+
+def test_a_plain_record_writes_its_fields_in_order_nested_records_by_their_own_rule() -> None:
+    @dataclass
+    class Outer(JsonRecord):
+        runs: list[Run]
+        by_name: dict[str, tuple[int, ...]]
+
+    outer = Outer([Run("a", 20.0, (), Path("p"))], {"x": (1,)})
+    assert outer.to_json() == {"runs": [outer.runs[0].to_json()], "by_name": {"x": [1]}}
+    assert outer.runs[0].to_json()["ok"] is False
+
+
+@pytest.mark.parametrize(
+    ("declaration", "named_wrongly"),
+    [
+        ({"json_renamed": named(secs="s")}, "secs"),
+        ({"json_first": ("ok",)}, "ok"),  # a computed entry must be declared to be written
+        ({"json_omitted": ("absent",)}, "absent"),
+        ({"json_computed": ("absent",)}, "absent"),
+        ({"json_values": named(name="_absent")}, "_absent"),
+        ({"json_omitted": ("name",), "json_values": named(name=str)}, "name"),  # an omitted field is not written
+    ],
+)
+def test_a_declaration_naming_what_the_record_does_not_write_is_refused(
+    declaration: dict[str, object], named_wrongly: str
+) -> None:
+    record_type = dataclass(type("Wrong", (JsonRecord,), {"__annotations__": {"name": "str"}, **declaration}))
+    with pytest.raises(TypeError, match=f"Wrong: JSON declarations name '{named_wrongly}'"):
+        record_type("x").to_json()
+
+
+def test_two_entries_under_one_key_are_refused() -> None:
+    @dataclass
+    class Clash(JsonRecord):
+        json_renamed = named(first="name")
+
+        name: str
+        first: str
+
+    with pytest.raises(TypeError, match="two JSON entries are written under one key"):
+        Clash("a", "b").to_json()
