@@ -113,7 +113,7 @@ def render(rows: list[SchemeRow]) -> None:
     else:
         _render_list(rows, ENGINE_NAMES)
     out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
-    releases = "releases: " + ", ".join(_release(name) for name in ENGINE_NAMES)
+    releases = "releases: " + "; ".join(_release(name) for name in ENGINE_NAMES)
     for line in textwrap.wrap(releases, width=max(out.console.width, 40)):
         out.print(escape(line))
     if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
@@ -153,10 +153,10 @@ def _answer_mark(mark: str) -> str:
 
 
 def _release(name: str) -> str:
-    from eaglequant.engines import ENGINES
-    from eaglequant.engines.base import release_label
+    """A column's engine name (what --engine takes) and the release it stands for: ``vllm==0.33.0: vLLM 0.33.0``."""
+    from eaglequant.engines import engine_title
 
-    return release_label(name, ENGINES[name].release)
+    return f"{name}: {engine_title(name)}"
 
 
 def _render_list(rows: list[SchemeRow], engines: tuple[str, ...]) -> None:

@@ -18,11 +18,6 @@ if TYPE_CHECKING:
     from eaglequant.engines.target import TargetModel
 
 
-def release_label(name: str, release: str) -> str:
-    """An engine's registered name with its release: ``vllm 0.32.0``, or ``vllm==0.33.0`` where the name says it."""
-    return name if name.endswith(f"=={release}") else f"{name} {release}"
-
-
 @dataclass(frozen=True)
 class RuntimeModule:
     """One module the engine builds for the draft.

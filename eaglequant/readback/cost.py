@@ -228,11 +228,3 @@ def _read_from_target(head: HeadDescription, tally: _Tally) -> set[str]:
         tally.per_read["embedding"] = [row, row]
         shared.add("embedding")
     return shared
-
-
-def decimal_bytes(count: int) -> str:
-    """Bytes in decimal units, as bandwidth is quoted (11.41 GB)."""
-    for unit, size in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
-        if count >= size:
-            return f"{count / size:.2f} {unit}"
-    return f"{count} B"

@@ -82,3 +82,13 @@ def test_explain_names_every_engine_release_in_one_form(converted: tuple[Path, s
     assert all(title in result.stdout for title in titles)
     other_forms = [f"{e.name} {e.release}" for e in ENGINES.values()] + [f"=={e.release}" for e in ENGINES.values()]
     assert [form for form in other_forms if form in result.stdout] == []
+
+
+def test_schemes_names_the_release_behind_each_engine_column_in_the_same_form() -> None:
+    from eaglequant.engines import ENGINES
+
+    result = run_cli("schemes")
+    assert result.exit_code == 0, result.stderr
+    releases = " ".join(result.stdout[result.stdout.index("releases: ") :].split("\n\n")[0].split())
+    expected = "; ".join(f"{name}: {engine.titled}" for name, engine in ENGINES.items())
+    assert releases.startswith(f"releases: {expected}")

@@ -10,8 +10,9 @@ import pytest
 import eaglequant
 from eaglequant.bench.heads import kimi_mla, llama_head, write_head_headers
 from eaglequant.common.errors import InputError
+from eaglequant.common.sizes import decimal_bytes
 from eaglequant.engines import ENGINES
-from eaglequant.readback.cost import RoundCost, decimal_bytes, source_bytes_per_round
+from eaglequant.readback.cost import RoundCost, source_bytes_per_round
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
