@@ -23,7 +23,7 @@ from eaglequant.acceptance.statistics import (
     paired_difference,
 )
 from eaglequant.common.errors import EagleQuantError, InputError
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord, named
 
 RUN_TIMEOUT_S = 3600
 ENGINES = ("vllm",)  # engines whose speculative decoding `accept` drives
@@ -31,13 +31,10 @@ SERVER = "server"  # how a draft on a running server was served: as that server 
 
 
 @dataclass(frozen=True)
-class Mode:
+class Mode(JsonRecord):
     name: str
     temperature: float
     seed: int = 0
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
 
 
 GREEDY = Mode("greedy", 0.0)
@@ -50,7 +47,9 @@ def modes_for(temperatures: Sequence[float], seed: int = 0) -> tuple[Mode, ...]:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(JsonRecord):
+    json_values = named(prompts=len)
+
     target: Path
     prompts: tuple[str, ...]
     prompts_from: str
@@ -60,9 +59,6 @@ class Settings:
     dtype: str = "bfloat16"
     seed: int = 0
     engine_args: dict[str, Any] = field(default_factory=dict)  # the user's, over eaglequant's defaults
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self, prompts=len(self.prompts))
 
     def max_model_len(self) -> int:
         """Room for the prompts, the generation and a draft, within the target's own context."""
@@ -188,7 +184,10 @@ def _json(value: Interval | None) -> dict[str, float | None] | None:
 
 
 @dataclass
-class AcceptanceReport:
+class AcceptanceReport(JsonRecord):
+    json_values = named(source="_served", quantized="_each_served")
+    json_computed = ("ok", "problems")
+
     engine: str
     version: str
     speculative_config: dict[str, Any] | None
@@ -205,18 +204,12 @@ class AcceptanceReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "version": self.version,
-            "speculative_config": self.speculative_config,
-            "settings": self.settings.to_json(),
-            "source": self.source.to_json(self.settings.modes),
-            "quantized": [d.to_json(self.settings.modes) for d in self.quantized],
-            "notes": self.notes,
-            "ok": self.ok,
-            "problems": self.problems,
-        }
+    def _served(self, draft: DraftResult) -> dict[str, Any]:
+        """A draft's figures in the modes it was served in (the settings')."""
+        return draft.to_json(self.settings.modes)
+
+    def _each_served(self, drafts: list[DraftResult]) -> list[dict[str, Any]]:
+        return [self._served(draft) for draft in drafts]
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eaglequant.common.json_fields import JsonRecord, named
+
 _Z = 1.959963984540054  # two-sided 95% normal quantile
 
 
@@ -56,8 +58,17 @@ class PromptCounts:
         )
 
 
+def _reported(figure: float) -> float | None:
+    return round(figure, 5) if math.isfinite(figure) else None
+
+
 @dataclass(frozen=True)
-class Interval:
+class Interval(JsonRecord):
+    """A figure and its 95% interval; written with bounds that are not finite (one prompt has no spread to
+    estimate) as null, which JSON can hold, and each to 5 decimals."""
+
+    json_values = named(value=_reported, low=_reported, high=_reported)
+
     value: float
     low: float
     high: float
@@ -80,14 +91,6 @@ class Interval:
         """The value alone (``n/a`` when there is none: no draft was made)."""
         value = self.reported_value
         return "n/a" if value is None else f"{value:.{decimals}f}"
-
-    def to_json(self) -> dict[str, float | None]:
-        """Bounds that are not finite (one prompt has no spread to estimate) are null, which JSON can hold."""
-        return {key: _reported(v) for key, v in (("value", self.value), ("low", self.low), ("high", self.high))}
-
-
-def _reported(figure: float) -> float | None:
-    return round(figure, 5) if math.isfinite(figure) else None
 
 
 def _clustered(estimate: float, residuals: Sequence[float], divisor: float = 1.0) -> Interval:
@@ -120,14 +123,22 @@ def format_interval(value: float | None, low: float | None, high: float | None, 
 
 
 @dataclass(frozen=True)
-class Acceptance:
+class Acceptance(JsonRecord):
     """One draft in one decoding mode, over the prompts."""
+
+    json_values = named(prompts=len)
+    json_computed = ("drafts", "accepted", "length", "per_position")
+    json_renamed = named(length="acceptance_length")
 
     prompts: tuple[PromptCounts, ...]
 
     @property
     def drafts(self) -> int:
         return sum(p.drafts for p in self.prompts)
+
+    @property
+    def accepted(self) -> int:
+        return sum(p.accepted for p in self.prompts)
 
     @property
     def draft_tokens(self) -> int:
@@ -148,23 +159,14 @@ class Acceptance:
             for j in range(self.k)
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "prompts": len(self.prompts),
-            "drafts": self.drafts,
-            "accepted": sum(p.accepted for p in self.prompts),
-            "acceptance_length": self.length().to_json(),
-            "per_position": [i.to_json() for i in self.per_position()],
-        }
-
 
 def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
     """Acceptance length of ``quantized`` minus ``source``'s, on the same prompts, with its interval."""
     q_n, s_n = quantized.drafts, source.drafts
     if not q_n or not s_n or len(quantized.prompts) != len(source.prompts):
         return Interval(math.nan, math.nan, math.nan)
-    r_q = sum(p.accepted for p in quantized.prompts) / q_n
-    r_s = sum(p.accepted for p in source.prompts) / s_n
+    r_q = quantized.accepted / q_n
+    r_s = source.accepted / s_n
     residuals = [
         (q.accepted - r_q * q.drafts) / q_n - (s.accepted - r_s * s.drafts) / s_n
         for q, s in zip(quantized.prompts, source.prompts, strict=True)
@@ -180,8 +182,12 @@ NEAR_TIE_NATS = {"bfloat16": 0.125, "float16": 0.03, "float32": 0.001}
 
 
 @dataclass(frozen=True)
-class Lossless:
+class Lossless(JsonRecord):
     """Greedy output with a draft against the target's alone, prompt by prompt."""
+
+    json_computed = ("ok",)
+    json_first = ("equal", "near_ties", "prompts", "ok")
+    json_renamed = named(tolerance="near_tie_nats")
 
     equal: int
     near_ties: int  # prompts that first differ where the target's top two were within the dtype's reach
@@ -192,17 +198,6 @@ class Lossless:
     @property
     def ok(self) -> bool:
         return self.equal + self.near_ties == self.prompts
-
-    def to_json(self) -> dict[str, Any]:
-        first = None if self.first_difference is None else list(self.first_difference)
-        return {
-            "equal": self.equal,
-            "near_ties": self.near_ties,
-            "prompts": self.prompts,
-            "ok": self.ok,
-            "first_difference": first,
-            "near_tie_nats": self.tolerance,
-        }
 
 
 def lossless(drafted: Sequence[PromptCounts], alone: Sequence[PromptCounts], tolerance: float = 0.0) -> Lossless:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eaglequant.common.errors import InputError
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.common.text_enum import TextEnum
 
 
@@ -135,9 +136,12 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
-class MergedSummary:
+class MergedSummary(JsonRecord):
     """The runners' summaries of one job file as one: its jobs in the file's order, each as the summary that ran it
     reports it; a job no summary reports is ``missing``."""
+
+    json_computed = ("ok", "counts")
+    json_first = ("jobs_file", "jobs_sha256", "summaries", "job_names", "ok", "counts")
 
     jobs_file: str
     jobs_sha256: str
@@ -154,17 +158,6 @@ class MergedSummary:
         counts = job_counts(self.jobs)
         counts["missing"] = sum(job.status == JobStatus.MISSING for job in self.jobs)
         return counts
-
-    def to_json(self) -> dict[str, Any]:
-        return summary_json(
-            jobs_file=self.jobs_file,
-            jobs_sha256=self.jobs_sha256,
-            summaries=list(self.summaries),
-            job_names=list(self.job_names),
-            jobs=self.jobs,
-            ok=self.ok,
-            counts=self.counts,
-        )
 
 
 _REQUIRED = {"jobs_file": str, "jobs_sha256": str, "job_names": list, "jobs": list}

@@ -9,19 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"
 
 
 @dataclass(frozen=True)
-class Upload:
+class Upload(JsonRecord):
     manifest_key: str
     commit_url: str | None
     commit_oid: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
 
     @classmethod
     def from_json(cls, value: object) -> Upload | None:

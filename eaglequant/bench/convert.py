@@ -18,12 +18,12 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eaglequant.bench.heads import FULL_SIZE_HEADS, cached_head
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord
 
 # Our scheme -> (vendor, the vendor's nearest scheme). Quark's names are its LLMTemplate schemes;
 # llm-compressor's are its preset schemes.
@@ -78,7 +78,9 @@ os.sync()
 
 
 @dataclass
-class Run:
+class Run(JsonRecord):
+    json_omitted = ("dst",)
+
     head: str
     kind: str  # "copy" | "round-trip" | "eaglequant" | "amd-quark" | "llm-compressor"
     scheme: str  # ours, or the vendor's name
@@ -93,7 +95,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Machine:
+class Machine(JsonRecord):
     """Where the timings were taken."""
 
     cpu: str
@@ -104,21 +106,15 @@ class Machine:
     gpu: str | None
     vendors: dict[str, str | None]  # vendor -> its installed version
 
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class ConvertBench:
+class ConvertBench(JsonRecord):
     """``bench convert``: every run on every head, and the machine they ran on."""
 
     machine: Machine
     workers: int | None
     device: str
     runs: tuple[Run, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self, runs=[_figures(r) for r in self.runs])
 
 
 def bench_convert(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -195,10 +191,6 @@ def measure_convert(
         _ratios(head_runs, source_bytes)
         runs += head_runs
     return ConvertBench(describe_machine(), workers, device, tuple(runs))
-
-
-def _figures(run: Run) -> dict[str, Any]:
-    return {name: value for name, value in asdict(run).items() if name != "dst"}
 
 
 def default_format(scheme: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.kernels import StoredLinear, fused_linear
 from eaglequant.kinds import Kinds
 
@@ -90,17 +90,18 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class KernelBench:
+class KernelBench(JsonRecord):
     """``bench kernels``: every timing, and the device's copy bandwidth they are compared with."""
+
+    json_renamed = named(timings="rows")
+    json_values = named(timings="_rows")
 
     device: str
     copy_gbps: float
     timings: tuple[Timing, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(
-            self, {"timings": "rows"}, timings=[timing.to_json(self.copy_gbps) for timing in self.timings]
-        )
+    def _rows(self, timings: tuple[Timing, ...]) -> list[dict[str, Any]]:
+        return [timing.to_json(self.copy_gbps) for timing in timings]
 
 
 def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:

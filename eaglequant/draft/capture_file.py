@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord
 
 # Each sequence's tensors, by name: (dtype, whether the tensor has a position axis to pad). The hidden states keep
 # the dtype their producer computed them in (an engine serving in bf16 gives 2 bytes a value, half of float32's).
@@ -45,16 +45,13 @@ _SAFETENSORS_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float1
 
 
 @dataclass(frozen=True)
-class CaptureSummary:
+class CaptureSummary(JsonRecord):
     path: Path
     sequences: int
     positions: int
     continuation_positions: int
     aux_layer_ids: tuple[int, ...]
     prompts_from: str
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
 
 
 def output_path(out: str | Path) -> Path:

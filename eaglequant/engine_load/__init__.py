@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engine_load.environment import engine_environment
 from eaglequant.engine_load.platform import kernel_bound
 
@@ -121,18 +122,19 @@ def project_venvs(engine: str) -> list[Path]:
     return [Path.cwd() / name, Path(os.path.abspath(sys.prefix)).parent / name]
 
 
+def _resolved(path: Path | None) -> Path | None:
+    return None if path is None else path.resolve()
+
+
 @dataclass(frozen=True)
-class LoadJob:
+class LoadJob(JsonRecord):
+    """A checkpoint for the probe to load; written with absolute paths (the probe runs in a directory of its own)."""
+
+    json_values = named(checkpoint=_resolved, source=_resolved)
+
     checkpoint: Path
     source: Path | None = None
     target_layers: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint": str(self.checkpoint.resolve()),
-            "source": None if self.source is None else str(self.source.resolve()),
-            "target_layers": self.target_layers,
-        }
 
 
 @dataclass(frozen=True)
@@ -226,7 +228,11 @@ def _probe_environment(package_parent: str, ranks: int = 1) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class ModuleLoad:
+class ModuleLoad(JsonRecord):
+    json_computed = ("values_equal",)
+    json_renamed = named(name="runtime_module", planned="planned_quantized")
+    json_first = ("name", "quant_method", "quantized", "planned", "tensors", "values_equal")
+
     name: str  # the engine's runtime name
     quant_method: str | None
     quantized: bool
@@ -239,21 +245,23 @@ class ModuleLoad:
     def values_equal(self) -> bool:
         return not self.unequal
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "runtime_module": self.name,
-            "quant_method": self.quant_method,
-            "quantized": self.quantized,
-            "planned_quantized": self.planned,
-            "tensors": list(self.tensors),
-            "values_equal": self.values_equal,
-            "unequal": list(self.unequal),
-            "gemm_relative_error": self.gemm_relative_error,
-        }
-
 
 @dataclass
-class LoadCheck:
+class LoadCheck(JsonRecord):
+    json_computed = ("ok",)
+    json_first = (
+        "engine",
+        "version",
+        "checkpoint",
+        "ok",
+        "loaded",
+        "error",
+        "problems",
+        "notes",
+        "patches",
+        "unconsumed",
+    )
+
     engine: str
     version: str
     checkpoint: Path
@@ -268,21 +276,6 @@ class LoadCheck:
     @property
     def ok(self) -> bool:
         return not self.problems
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "version": self.version,
-            "checkpoint": str(self.checkpoint),
-            "ok": self.ok,
-            "loaded": self.loaded,
-            "error": self.error,
-            "problems": self.problems,
-            "notes": self.notes,
-            "patches": list(self.patches),
-            "unconsumed": self.unconsumed,
-            "modules": [m.to_json() for m in self.modules],
-        }
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.errors import InputError, Param, words
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord
 
 CACHE_ONLY_ROPE_TYPES = frozenset({"default", "linear", "llama3", "ntk", "proportional"})
 # Rope types whose rotary embedding vLLM builds from original_max_position_embeddings and the factor, never from
@@ -91,16 +91,13 @@ def _is_length(value: Any) -> bool:
 
 
 @dataclass(frozen=True)
-class ConfigChange:
+class ConfigChange(JsonRecord):
     """A config.json value a conversion wrote other than the source's, and why (verify holds DST to it)."""
 
     key: str  # dotted path: "max_position_embeddings", "transformer_layer_config.max_position_embeddings"
     source: Any
     written: Any
     reason: str
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
 
     def apply(self, config: dict[str, Any]) -> dict[str, Any]:
         """A copy of ``config`` with this change made."""

@@ -22,19 +22,16 @@ from typing import Any
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.reader import load_json_object
 from eaglequant.common.errors import InputError, Param, words
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord
 
 
 @dataclass(frozen=True)
-class TargetModel:
+class TargetModel(JsonRecord):
     """The target's layer count and context length, each None when unknown."""
 
     count: int | None
     source: str  # where the count came from, in words
     context: int | None = None  # the target's max_model_len as vLLM derives it, when a target config was read
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
 
     def recorded(self) -> TargetModel:
         """The count as a written checkpoint's report states it (unchanged when unknown)."""
@@ -85,9 +82,7 @@ def verifier_config(head_config: dict[str, Any]) -> Path | None:
     return Path(cached) if isinstance(cached, str) else None
 
 
-def resolve_target(
-    explicit: int | None, target_config: str | Path | None, head_config: dict[str, Any]
-) -> TargetModel:
+def resolve_target(explicit: int | None, target_config: str | Path | None, head_config: dict[str, Any]) -> TargetModel:
     found: list[TargetModel] = []
     if explicit is not None:
         if explicit < 0:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, Param, Words, given, words
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord
 
 # ``org/name`` as the Hub spells repo ids (96 characters at most), optionally ``@revision``.
 _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96})(?:@(?P<revision>[\w./-]+))?$")
@@ -39,7 +39,7 @@ class HubError(InputError):
 
 
 @dataclass(frozen=True)
-class SourceRef:
+class SourceRef(JsonRecord):
     """Where a checkpoint came from: a local directory, possibly a Hub snapshot of ``repo_id``."""
 
     path: Path
@@ -52,9 +52,6 @@ class SourceRef:
         if self.repo_id is None:
             return str(self.path)
         return self.repo_id if self.revision in (None, "main") else f"{self.repo_id}@{self.revision}"
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
 
 
 def parse_repo_ref(text: str) -> tuple[str, str | None] | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError, placeholder, switch, words
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.hub.client import check_repo_id, upload_files, upload_folder
 from eaglequant.record.verification import Verdict
 
@@ -29,7 +30,12 @@ class UploadRefused(EagleQuantError):
 
 
 @dataclass
-class UploadResult:
+class UploadResult(JsonRecord):
+    json_omitted = ("verification",)
+    json_computed = ("total_bytes", "verdict")
+    json_renamed = named(verdict="verified")
+    json_first = ("destination", "repo_id", "revision", "private", "dry_run", "files", "total_bytes", "verdict")
+
     destination: Path
     repo_id: str
     revision: str
@@ -50,22 +56,6 @@ class UploadResult:
     def verdict(self) -> Verdict | None:
         """The verification's verdict the upload went by (None: sent without one)."""
         return None if self.verification is None else self.verification.verdict
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "destination": str(self.destination),
-            "repo_id": self.repo_id,
-            "revision": self.revision,
-            "private": self.private,
-            "dry_run": self.dry_run,
-            "files": self.files,
-            "total_bytes": self.total_bytes,
-            "verified": self.verdict,
-            "forced": self.forced,
-            "commit_url": self.commit_url,
-            "commit_oid": self.commit_oid,
-            "notes": self.notes,
-        }
 
 
 def upload_checkpoint(

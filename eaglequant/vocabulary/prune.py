@@ -28,7 +28,7 @@ from eaglequant.checkpoint.files import OutputShards
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
 from eaglequant.common.errors import InputError, given, suggested, words
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.conversion.options import DEFAULT_MAX_SHARD_BYTES
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
@@ -198,9 +198,16 @@ def pruned_config(config: dict[str, Any], size: int) -> dict[str, Any]:
     return {**config, "draft_vocab_size": size}
 
 
+def _source_and_pruned(sizes: tuple[int, int]) -> dict[str, int]:
+    return {"source": sizes[0], "pruned": sizes[1]}
+
+
 @dataclass(frozen=True)
-class PruneResult:
+class PruneResult(JsonRecord):
     """What ``prune`` wrote and what it keeps of the target's choices (and, with captured inputs, of acceptance)."""
+
+    json_renamed = named(source_size="source_draft_vocab_size", size="draft_vocab_size", special="special_tokens_kept")
+    json_values = named(coverage=rounded(6), source_coverage=rounded(6), lm_head_bytes=_source_and_pruned)
 
     destination: Path
     source: Path
@@ -212,15 +219,6 @@ class PruneResult:
     source_coverage: float
     lm_head_bytes: tuple[int, int]  # (source, pruned)
     prediction: Any = None  # an acceptance.predict.Prediction with captured inputs
-
-    def to_json(self) -> dict[str, Any]:
-        return record_json(
-            self,
-            {"source_size": "source_draft_vocab_size", "size": "draft_vocab_size", "special": "special_tokens_kept"},
-            coverage=round(self.coverage, 6),
-            source_coverage=round(self.source_coverage, 6),
-            lm_head_bytes={"source": self.lm_head_bytes[0], "pruned": self.lm_head_bytes[1]},
-        )
 
 
 def pruned_description(head: HeadDescription, size: int) -> HeadDescription:

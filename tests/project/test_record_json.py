@@ -1,0 +1,223 @@
+"""Each record's JSON, byte for byte: the keys in order and the values as reports, ``--json`` output and batch
+summaries write them. Every record here is built with figures of the kinds a real run gives (paths, enums, nested
+records, non-finite bounds, rounding), and its ``json.dumps`` is held to the text the record has always written."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from eaglequant.acceptance.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
+from eaglequant.acceptance.predict import Prediction
+from eaglequant.acceptance.statistics import Acceptance, Interval, Lossless, PromptCounts
+from eaglequant.batch.jobs import BatchResult, Job, JobOutcome, UploadSpec
+from eaglequant.batch.summary import JobStatus, MergedSummary, SummaryJob, UploadOutcome, UploadStatus
+from eaglequant.batch.uploads import Upload
+from eaglequant.bench.convert import ConvertBench, Machine, Run
+from eaglequant.bench.kernels import KernelBench, Timing
+from eaglequant.common.json_fields import JsonRecord, json_plan
+from eaglequant.common.version import __version__
+from eaglequant.conversion.options import ConversionOptions
+from eaglequant.draft.capture_file import CaptureSummary
+from eaglequant.engine_load import LoadCheck, LoadJob, ModuleLoad
+from eaglequant.engines.context import ConfigChange
+from eaglequant.engines.target import TargetModel
+from eaglequant.hub.client import SourceRef
+from eaglequant.publish.upload import UploadResult
+from eaglequant.record.verification import Verdict
+from eaglequant.vocabulary.prune import PruneResult
+
+PROMPTS = (
+    PromptCounts(10, 17, (8, 6, 3), (1, 2, 3), (0.5, None)),
+    PromptCounts(12, 15, (7, 5, 3), (4, 5), ()),
+    PromptCounts(9, 20, (9, 7, 4), (6,), ()),
+)
+SAMPLED = Mode("T=0.7", 0.7, 3)
+
+
+def _acceptance() -> Acceptance:
+    return Acceptance(PROMPTS)
+
+
+def _one_prompt() -> Acceptance:
+    return Acceptance(PROMPTS[:1])
+
+
+def _lossless() -> Lossless:
+    return Lossless(2, 1, 4, (3, 17), 0.125)
+
+
+def _settings() -> Settings:
+    return Settings(Path("targets/llama"), ("a", "b", "c"), "prompts.jsonl", modes=(GREEDY, SAMPLED), seed=3)
+
+
+def _run() -> EngineRun:
+    return EngineRun("0.32.0", {"method": "eagle3"}, 12.5, {GREEDY.name: PROMPTS, SAMPLED.name: PROMPTS[1:]})
+
+
+def _draft(label: str, difference: dict[str, Interval]) -> DraftResult:
+    return DraftResult(label, Path(f"out/{label}"), "stored", _run(), _lossless(), ["fc"], "fp8", 0.05, difference)
+
+
+def _acceptance_report() -> AcceptanceReport:
+    source = DraftResult("source", Path("src"), "source", _run(), Lossless(3, 0, 3, None))
+    quantized = _draft("fp8", {GREEDY.name: Interval(-0.1, -0.3, 0.1), SAMPLED.name: Interval(math.nan, 0, 0)})
+    return AcceptanceReport("vllm", "0.32.0", {"k": 3}, _settings(), source, [quantized], ["a note"])
+
+
+def _prediction() -> Prediction:
+    return Prediction(_acceptance(), _one_prompt(), Interval(-0.0123456, -math.inf, math.inf), 0.05, "captured.st")
+
+
+def _job_outcome(upload: UploadOutcome | None) -> JobOutcome:
+    job = Job("fp8", "org/src", Path("out/fp8"), ConversionOptions(), upload=UploadSpec("org/fp8"))
+    return JobOutcome(job, JobStatus.CONVERTED, "", 0, 3.14159, True, "abc123", upload)
+
+
+def _batch() -> BatchResult:
+    failed = UploadOutcome(UploadStatus.FAILED, "org/fp8", error="refused", exit_code=3)
+    outcomes = [_job_outcome(UploadOutcome(UploadStatus.UPLOADED, "org/fp8", "https://hub/c/1")), _job_outcome(failed)]
+    return BatchResult(Path("jobs.toml"), "f00d", ["fp8", "nvfp4"], (1, 2), outcomes, ["offline"])
+
+
+def _merged() -> MergedSummary:
+    recorded = _job_outcome(None).to_json()
+    jobs = (SummaryJob.from_json(recorded), SummaryJob.from_json({**recorded, "name": "b", "status": "missing"}))
+    return MergedSummary("jobs.toml", "f00d", ("fp8", "b"), jobs, ("a.json", "b.json"))
+
+
+def _timing(kernel: str) -> Timing:
+    return Timing("fc", 16, 7168, 21504, kernel, "triton", 0.25, 154140672, 0.5)
+
+
+def _convert_bench() -> ConvertBench:
+    machine = Machine("Xeon", 16, 2**37, "3.12.1", "2.13.0", None, {"amd-quark": "0.13", "llm-compressor": None})
+    runs = (
+        Run("tiny", "eaglequant", "fp8", 1.5, 120.25, 2**30, 2**20, 1.25, {"amd-quark ptpc_fp8": 0.5}, None, Path("x")),
+        Run("tiny", "amd-quark", "ptpc_fp8", error="not installed"),
+    )
+    return ConvertBench(machine, 4, "cpu", runs)
+
+
+def _load_check() -> LoadCheck:
+    modules = [
+        ModuleLoad("model.layers.32.qkv_proj", "Fp8LinearMethod", True, True, ("a.weight", "a.scale"), (), 0.001),
+        ModuleLoad("lm_head", None, False, None, ("lm_head.weight",), ("weight: 3 values differ",), None),
+    ]
+    return LoadCheck("vllm", "0.32.0", Path("out/fp8"), True, None, ("patch",), modules, ["x"], ["bad"], ["cpu"])
+
+
+def _upload_result(verification: Any) -> UploadResult:
+    files = {"model.safetensors": 100, "config.json": 20}
+    return UploadResult(Path("out/fp8"), "org/fp8", "main", False, files, True, verification, notes=["dry run"])
+
+
+def _prune() -> PruneResult:
+    return PruneResult(
+        Path("out/p"), Path("src"), 32000, 8000, "captured.st", (0, 2), 0.98765432, 0.9912345678, (1000, 250), None
+    )
+
+
+RECORDS: dict[str, Callable[[], Any]] = {
+    "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999),
+    "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.nan),
+    "Acceptance": _acceptance,
+    "Acceptance, no prompts": lambda: Acceptance(()),
+    "Lossless": _lossless,
+    "Lossless, equal": lambda: Lossless(3, 0, 3, None),
+    "Mode": lambda: SAMPLED,
+    "Settings": _settings,
+    "AcceptanceReport": _acceptance_report,
+    "Prediction": _prediction,
+    "Prediction, no budget": lambda: Prediction(_one_prompt(), _one_prompt(), Interval(0, 0, 0), None, "c"),
+    "UploadOutcome, uploaded": lambda: UploadOutcome(UploadStatus.UPLOADED, "org/fp8", "https://hub/c/1"),
+    "UploadOutcome, failed": lambda: UploadOutcome(UploadStatus.FAILED, "org/fp8", error="refused"),
+    "JobOutcome": lambda: _job_outcome(None),
+    "BatchResult": _batch,
+    "BatchResult, one shard": lambda: BatchResult(Path("jobs.toml"), "f00d", ["fp8"]),
+    "MergedSummary": _merged,
+    "Upload": lambda: Upload("abc123", None, "0" * 40),
+    "KernelBench": lambda: KernelBench("H100", 3000.0, (_timing("fp8-w8a8"), _timing("nvfp4-w4a16"))),
+    "ConvertBench": _convert_bench,
+    "SourceRef": lambda: SourceRef(Path("/cache/snap"), "org/src", "main", "f" * 40),
+    "UploadResult": lambda: _upload_result(SimpleNamespace(verdict=Verdict.PASSED)),
+    "UploadResult, unverified": lambda: _upload_result(None),
+    "CaptureSummary": lambda: CaptureSummary(Path("captured.safetensors"), 4, 512, 256, (2, 15, 28), "prompts.jsonl"),
+    "LoadJob": lambda: LoadJob(Path("/data/out/fp8")),
+    "LoadJob, with its source": lambda: LoadJob(Path("/data/out/fp8"), Path("/data/src"), 61),
+    "LoadCheck": _load_check,
+    "TargetModel": lambda: TargetModel(32, "--target-layers", 131072),
+    "ConfigChange": lambda: ConfigChange("max_position_embeddings", 2048, 131072, "the target's length"),
+    "PruneResult": _prune,
+    "PruneResult, predicted": lambda: replace(_prune(), prediction=_prediction()),
+}
+
+
+def written(record: Any) -> str:
+    return json.dumps(record.to_json())
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_each_record_writes_the_json_it_always_has(name: str) -> None:
+    assert written(RECORDS[name]()) == WRITTEN[name].replace("{version}", __version__)
+
+
+def test_every_record_built_here_has_its_json_held() -> None:
+    assert list(RECORDS) == list(WRITTEN)
+
+
+def _records(base: type) -> list[type]:
+    return [found for sub in base.__subclasses__() for found in (sub, *_records(sub))]
+
+
+def test_every_record_declares_only_what_it_writes() -> None:
+    """The declarations of every record written by the one rule (those imported here) name fields it has, and
+    computed entries it declares; each is checked the first time one is written."""
+    records = [record for record in _records(JsonRecord) if record.__module__.startswith("eaglequant.")]
+    assert len(records) >= 20
+    for record in records:
+        assert json_plan(record)
+
+
+# The text each record wrote when its to_json was written out by hand (eaglequant_version as {version}).
+# ruff: noqa: E501
+WRITTEN = {
+    "Interval": '{"value": 2.48123, "low": 2.39511, "high": 2.567}',
+    "Interval, unbounded": '{"value": 2.5, "low": null, "high": null}',
+    "Acceptance": '{"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}',
+    "Acceptance, no prompts": '{"prompts": 0, "drafts": 0, "accepted": 0, "acceptance_length": {"value": null, "low": null, "high": null}, "per_position": []}',
+    "Lossless": '{"equal": 2, "near_ties": 1, "prompts": 4, "ok": false, "first_difference": [3, 17], "near_tie_nats": 0.125}',
+    "Lossless, equal": '{"equal": 3, "near_ties": 0, "prompts": 3, "ok": true, "first_difference": null, "near_tie_nats": 0.0}',
+    "Mode": '{"name": "T=0.7", "temperature": 0.7, "seed": 3}',
+    "Settings": '{"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "num_speculative_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}}',
+    "AcceptanceReport": '{"engine": "vllm", "version": "0.32.0", "speculative_config": {"k": 3}, "settings": {"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "num_speculative_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}}, "source": {"label": "source", "path": "src", "served_as": "source", "dequantized": [], "scheme": null, "budget": null, "lossless": {"equal": 3, "near_ties": 0, "prompts": 3, "ok": true, "first_difference": null, "near_tie_nats": 0.0}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "difference": null}, "T=0.7": {"prompts": 2, "drafts": 21, "accepted": 35, "acceptance_length": {"value": 2.66667, "low": -3.38381, "high": 8.71714}, "per_position": [{"value": 0.7619, "low": -1.83116, "high": 3.35497}, {"value": 0.57143, "low": -1.67589, "high": 2.81875}, {"value": 0.33333, "low": -0.87676, "high": 1.54343}], "difference": null}}, "seconds": 12.5, "problems": []}, "quantized": [{"label": "fp8", "path": "out/fp8", "served_as": "stored", "dequantized": ["fc"], "scheme": "fp8", "budget": 0.05, "lossless": {"equal": 2, "near_ties": 1, "prompts": 4, "ok": false, "first_difference": [3, 17], "near_tie_nats": 0.125}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "difference": {"value": -0.1, "low": -0.3, "high": 0.1}}, "T=0.7": {"prompts": 2, "drafts": 21, "accepted": 35, "acceptance_length": {"value": 2.66667, "low": -3.38381, "high": 8.71714}, "per_position": [{"value": 0.7619, "low": -1.83116, "high": 3.35497}, {"value": 0.57143, "low": -1.67589, "high": 2.81875}, {"value": 0.33333, "low": -0.87676, "high": 1.54343}], "difference": null}}, "seconds": 12.5, "problems": ["fp8: greedy output differs from the target\'s alone on 1 of 4 prompts where the target\'s choice was no near-tie (first: prompt 3, token 17); speculative decoding must be lossless", "fp8: greedy acceptance length 0.100 tokens below the source draft\'s, over the fp8 budget of 0.05"]}], "notes": ["a note"], "ok": false, "problems": ["fp8: greedy output differs from the target\'s alone on 1 of 4 prompts where the target\'s choice was no near-tie (first: prompt 3, token 17); speculative decoding must be lossless", "fp8: greedy acceptance length 0.100 tokens below the source draft\'s, over the fp8 budget of 0.05"]}',
+    "Prediction": '{"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": false}',
+    "Prediction, no budget": '{"inputs": "c", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": 0, "low": 0, "high": 0}, "budget": null, "failed": false}',
+    "UploadOutcome, uploaded": '{"status": "uploaded", "repo_id": "org/fp8", "commit_url": "https://hub/c/1"}',
+    "UploadOutcome, failed": '{"status": "failed", "repo_id": "org/fp8", "error": "refused"}',
+    "JobOutcome": '{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}',
+    "BatchResult": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "eaglequant_version": "{version}", "shard": "1/2", "notes": ["offline"], "job_names": ["fp8", "nvfp4"], "ok": false, "counts": {"converted": 2, "skipped": 0, "failed": 0, "uploaded": 1}, "jobs": [{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": {"status": "uploaded", "repo_id": "org/fp8", "commit_url": "https://hub/c/1"}}, {"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": {"status": "failed", "repo_id": "org/fp8", "error": "refused", "exit_code": 3}}]}',
+    "BatchResult, one shard": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "eaglequant_version": "{version}", "shard": null, "notes": [], "job_names": ["fp8"], "ok": true, "counts": {"converted": 0, "skipped": 0, "failed": 0, "uploaded": 0}, "jobs": []}',
+    "MergedSummary": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "summaries": ["a.json", "b.json"], "job_names": ["fp8", "b"], "ok": false, "counts": {"converted": 1, "skipped": 0, "failed": 0, "uploaded": 0, "missing": 1}, "jobs": [{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}, {"name": "b", "source": "org/src", "destination": "out/fp8", "status": "missing", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}]}',
+    "Upload": '{"manifest_key": "abc123", "commit_url": null, "commit_oid": "0000000000000000000000000000000000000000"}',
+    "KernelBench": '{"device": "H100", "copy_gbps": 3000.0, "rows": [{"shape": "fc", "m": 16, "n": 7168, "k": 21504, "kernel": "fp8-w8a8", "backend": "triton", "ms": 0.25, "tflops": 19.730006016, "gbps": 621.150208, "percent_of_copy_bandwidth": 20.705006933333333, "speedup_vs_bf16": 2.0}, {"shape": "fc", "m": 16, "n": 7168, "k": 21504, "kernel": "nvfp4-w4a16", "backend": "triton", "ms": 0.25, "tflops": 19.730006016, "gbps": 621.150208, "percent_of_copy_bandwidth": 20.705006933333333, "speedup_vs_bf16": 2.0}]}',
+    "ConvertBench": '{"machine": {"cpu": "Xeon", "cores": 16, "memory_bytes": 137438953472, "python": "3.12.1", "torch": "2.13.0", "gpu": null, "vendors": {"amd-quark": "0.13", "llm-compressor": null}}, "workers": 4, "device": "cpu", "runs": [{"head": "tiny", "kind": "eaglequant", "scheme": "fp8", "wall_s": 1.5, "input_mb_per_s": 120.25, "peak_rss_bytes": 1073741824, "output_bytes": 1048576, "vs_copy": 1.25, "vs_anchors": {"amd-quark ptpc_fp8": 0.5}, "error": null}, {"head": "tiny", "kind": "amd-quark", "scheme": "ptpc_fp8", "wall_s": null, "input_mb_per_s": null, "peak_rss_bytes": null, "output_bytes": null, "vs_copy": null, "vs_anchors": {}, "error": "not installed"}]}',
+    "SourceRef": '{"path": "/cache/snap", "repo_id": "org/src", "revision": "main", "commit": "ffffffffffffffffffffffffffffffffffffffff"}',
+    "UploadResult": '{"destination": "out/fp8", "repo_id": "org/fp8", "revision": "main", "private": false, "dry_run": true, "files": {"model.safetensors": 100, "config.json": 20}, "total_bytes": 120, "verified": "passed", "forced": false, "commit_url": null, "commit_oid": null, "notes": ["dry run"]}',
+    "UploadResult, unverified": '{"destination": "out/fp8", "repo_id": "org/fp8", "revision": "main", "private": false, "dry_run": true, "files": {"model.safetensors": 100, "config.json": 20}, "total_bytes": 120, "verified": null, "forced": false, "commit_url": null, "commit_oid": null, "notes": ["dry run"]}',
+    "CaptureSummary": '{"path": "captured.safetensors", "sequences": 4, "positions": 512, "continuation_positions": 256, "aux_layer_ids": [2, 15, 28], "prompts_from": "prompts.jsonl"}',
+    "LoadJob": '{"checkpoint": "/data/out/fp8", "source": null, "target_layers": null}',
+    "LoadJob, with its source": '{"checkpoint": "/data/out/fp8", "source": "/data/src", "target_layers": 61}',
+    "LoadCheck": '{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": ["bad"], "notes": ["cpu"], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": ["weight: 3 values differ"], "gemm_relative_error": null}]}',
+    "TargetModel": '{"count": 32, "source": "--target-layers", "context": 131072}',
+    "ConfigChange": '{"key": "max_position_embeddings", "source": 2048, "written": 131072, "reason": "the target\'s length"}',
+    "PruneResult": '{"destination": "out/p", "source": "src", "source_draft_vocab_size": 32000, "draft_vocab_size": 8000, "counts_from": "captured.st", "special_tokens_kept": [0, 2], "coverage": 0.987654, "source_coverage": 0.991235, "lm_head_bytes": {"source": 1000, "pruned": 250}, "prediction": null}',
+    "PruneResult, predicted": '{"destination": "out/p", "source": "src", "source_draft_vocab_size": 32000, "draft_vocab_size": 8000, "counts_from": "captured.st", "special_tokens_kept": [0, 2], "coverage": 0.987654, "source_coverage": 0.991235, "lm_head_bytes": {"source": 1000, "pruned": 250}, "prediction": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": false}}',
+}
