@@ -200,7 +200,7 @@ class Engine(ABC):
         except KeyError:
             raise InputError(
                 f"eaglequant has no model of how {self.title} reads {fmt.title} exclusions ({fmt.exclude_dialect})",
-                hint=f"add the {fmt.exclude_dialect!r} dialect to eaglequant/engines/{self.name}.py",
+                hint=f"add the {fmt.exclude_dialect!r} dialect to the dialects() of {self.dialects.__module__}",
             ) from None
 
     def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:

@@ -148,3 +148,15 @@ def test_a_draft_reading_the_targets_lm_head_is_told_how_0_33_quantizes_its_copy
     assert sum("draft_lm_head_quantization" in note for note in shared) == 1  # 0.33's, not 0.32's
     own = inspect(FIXTURES / "specforge-llama", engines=["vllm==0.33.0"]).plan.notes
     assert not any("draft_lm_head_quantization" in note for note in own)  # 0.33 refuses it for a draft's own lm_head
+
+
+def test_a_release_without_a_formats_dialect_names_the_module_that_declares_its_dialects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM 0.33.0 reads 0.32.0's dialects: the hint names vllm.py, not a file named after the release's choice."""
+    from eaglequant.formats import get_format
+
+    monkeypatch.setattr(get_format("quark"), "exclude_dialect", "unknown-dialect")
+    with pytest.raises(InputError, match="no model of how vLLM reads AMD Quark exclusions") as caught:
+        get_engine("vllm==0.33.0").dialect("quark")
+    assert caught.value.hint == "add the 'unknown-dialect' dialect to the dialects() of eaglequant.engines.vllm"
