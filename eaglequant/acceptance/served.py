@@ -63,10 +63,11 @@ def write_dequantized(
     import torch
     from safetensors.torch import save_file
 
-    from eaglequant.readback.explanation import read_written_config, written_schemes
+    from eaglequant.readback.explanation import read_written_config
+    from eaglequant.readback.module_kinds import written_schemes
 
     fmt, written = read_written_config(checkpoint)
-    schemes = written_schemes(written)
+    schemes = written_schemes(written, head)
     if dtype not in _DTYPES:
         raise InputError(words(given("dtype", dtype), f": not one of {', '.join(_DTYPES)}"), hint="use bfloat16")
     torch_dtype = getattr(torch, dtype)

@@ -14,6 +14,7 @@ unquantized. Exclusions are ModelOpt wildcards (``*``), matched by each engine's
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.errors import CheckpointError, suggested, words
@@ -21,7 +22,6 @@ from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
 from eaglequant.kinds import FP8_CHANNEL, NVFP4, Kinds, WeightKind
 from eaglequant.layouts.head import HeadLinear
-from eaglequant.layouts.names import RUNTIME_NAMES
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
@@ -110,6 +110,7 @@ class ModelOptFormat(Format):
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Nvfp4())
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale")
     stores_mixed: ClassVar[bool] = True
+    per_module_algorithm: ClassVar[str | None] = MIXED
 
     def _recipe(self, scheme: Scheme) -> _ModelOptRecipe:
         recipe = self.recipe(scheme)
@@ -196,14 +197,14 @@ class ModelOptFormat(Format):
         return written
 
     def _read_mixed(self, flat: dict[str, Any], nested: dict[str, Any] | None) -> WrittenConfig:
-        """A MIXED_PRECISION config: the decoder's kinds, fc's and lm_head's where they differ, the listed modules."""
+        """A MIXED_PRECISION config: each listed module's kinds by its runtime name, and the listed modules."""
         listed = flat.get("quantized_layers") if "quant_algo" in flat else (nested or {}).get("quantized_layers")
         if not isinstance(listed, dict) or not listed:
             raise CheckpointError(
                 "config.json: a MIXED_PRECISION quantization_config needs a non-empty quantized_layers map"
             )
         by_algo = {algo: kinds for kinds, algo in self.algorithms.items()}
-        kinds_of: dict[str, Kinds] = {}
+        module_kinds: dict[str, Kinds] = {}
         for name, entry in listed.items():
             algo = entry.get("quant_algo") if isinstance(entry, dict) else None
             if algo not in by_algo:
@@ -211,15 +212,9 @@ class ModelOptFormat(Format):
                     f"config.json: quantized_layers[{name!r}] declares {algo!r}, which eaglequant does not model",
                     hint=f"eaglequant reads {', '.join(sorted(by_algo))}",
                 )
-            kinds_of[name] = by_algo[algo]
-        own = {module: kinds_of[name] for module, name in RUNTIME_NAMES.items() if name in kinds_of}
-        decoder = {kinds for name, kinds in kinds_of.items() if name not in RUNTIME_NAMES.values()}
-        if len(decoder) > 1:
-            raise CheckpointError(
-                "config.json: quantized_layers gives the decoder's linears different kinds, which "
-                "eaglequant does not model (fc and lm_head may have their own)"
-            )
-        main = next(iter(decoder), next(iter(own.values())))
+            module_kinds[name] = by_algo[algo]
+        # the kinds most modules are in (ties: the first listed); only a default, each module keeps its own
+        main = Counter(module_kinds.values()).most_common(1)[0][0]
         problems = []
         if isinstance(nested, dict) and nested.get("quantized_layers") != listed:
             problems.append(
@@ -227,5 +222,4 @@ class ModelOptFormat(Format):
                 "the first, vLLM the second"
             )
         patterns = self._patterns(flat if "quant_algo" in flat else {"ignore": (nested or {}).get("exclude_modules")})
-        own = {module: kinds for module, kinds in own.items() if kinds != main}
-        return WrittenConfig(self.name, main, patterns, problems, own, frozenset(listed))
+        return WrittenConfig(self.name, main, patterns, problems, module_kinds)

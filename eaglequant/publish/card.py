@@ -162,10 +162,14 @@ def _quantization_table(report: ConversionReport) -> str:
 
 
 def _quantized_table(report: ConversionReport) -> str:
-    lines = ["## Quantized modules", "", "| module | shape | SQNR (dB) | relative error |", "|---|---|---:|---:|"]
+    schemes = _module_scheme_names(report)
+    scheme_column = "scheme | " if schemes else ""
+    header = f"| module | {scheme_column}shape | SQNR (dB) | relative error |"
+    lines = ["## Quantized modules", "", header, "|---|" + "---|" * bool(schemes) + "---|---:|---:|"]
     for row in report.quantized:
         shape = "×".join(str(d) for d in row.shape)
-        lines.append(f"| `{row.module}` | {shape} | {row.sqnr_db:.1f} | {row.relative_error:.4f} |")
+        scheme = f"`{schemes[row.module]}` | " if schemes else ""
+        lines.append(f"| `{row.module}` | {scheme}{shape} | {row.sqnr_db:.1f} | {row.relative_error:.4f} |")
     lines.append("\nSQNR and relative error of the stored weights against the source weights.")
     return "\n".join(lines) + "\n"
 
@@ -308,6 +312,20 @@ def _module_request(report: ConversionReport) -> ModuleRequest:
     kinds = tuple(dict.fromkeys([report.scheme_kinds, *own]))
     quantized = {row.module.rsplit(".", 1)[-1] for row in report.quantized}
     return ModuleRequest(kinds, tuple(m for m in MODULE_QUESTIONS if m in quantized), len(kinds) > 1)
+
+
+def _module_scheme_names(report: ConversionReport) -> dict[str, str]:
+    """Each quantized module (as the report names it) -> the name of the scheme it is stored in, for a checkpoint
+    whose linears have different kinds; empty otherwise."""
+    from eaglequant.common import toml
+    from eaglequant.layouts.names import parse_name
+    from eaglequant.schemes.model import parse_scheme
+
+    own = {m: parse_scheme(toml.loads(text), f"own_schemes.{m}") for m, text in report.own_schemes.items()}
+    if all(scheme.kinds == report.scheme_kinds for scheme in own.values()):
+        return {}
+    canonical = {row.module: parse_name(f"{row.module}.weight").module for row in report.quantized}
+    return {row: own[module].name if module in own else report.scheme for row, module in canonical.items()}
 
 
 def rename_draft(dst: Path, draft: str) -> bool:

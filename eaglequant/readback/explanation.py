@@ -28,8 +28,9 @@ from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_
 from eaglequant.kinds import Kinds, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.readback.cost import RoundCost, round_cost
+from eaglequant.readback.module_kinds import written_schemes
 from eaglequant.schemes.assignment import SchemeAssignment
-from eaglequant.schemes.model import Scheme, builtin_scheme_for
+from eaglequant.schemes.model import Scheme
 
 
 @dataclass(frozen=True)
@@ -172,12 +173,6 @@ def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:
     return fmt, fmt.read_config(config, extra)
 
 
-def written_schemes(written: WrittenConfig) -> SchemeAssignment:
-    """The built-in schemes of the kinds a config declares, per module."""
-    own = {module: builtin_scheme_for(kinds) for module, kinds in written.own_kinds.items()}
-    return SchemeAssignment.per_module(builtin_scheme_for(written.kinds), own)
-
-
 def explain_checkpoint(
     checkpoint: Checkpoint,
     head: HeadDescription,
@@ -187,7 +182,7 @@ def explain_checkpoint(
 ) -> Explanation:
     check_draft_tokens(draft_tokens)
     fmt, written = read_written_config(checkpoint)
-    schemes = written_schemes(written)
+    schemes = written_schemes(written, head)
     chosen = [ENGINES[name] for name in engines] if engines else list(ENGINES.values())
     requested = bool(engines)
     readings = [
@@ -195,7 +190,7 @@ def explain_checkpoint(
         for engine in chosen
     ]
     label = SCHEME_KINDS.get(written.kinds, kinds_title(written.kinds))
-    label += "".join(f", {module} {kinds_title(kinds)}" for module, kinds in sorted(written.own_kinds.items()))
+    label += "".join(f", {module} {kinds_title(s.kinds)}" for module, s in sorted(schemes.module_schemes.items()))
     return Explanation(
         checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, list(written.problems)
     )

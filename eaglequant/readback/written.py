@@ -22,7 +22,6 @@ from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.formats import all_scale_params
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.layouts.names import parse_name
 
 _CONFIG_DTYPES = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 
@@ -44,14 +43,17 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
     fmt, written = read_written_config(checkpoint)
     dtype = source_dtype(checkpoint)
     scale_params = all_scale_params()
+    declared = [(kinds.weight_kind, fmt.recipe(default_scheme_for(kinds)).weight) for kinds in written.declared_kinds]
     logical: dict[str, TensorInfo] = {}
     for name, info in checkpoint.tensors.items():
         module, _, param = name.rpartition(".")
         if param in scale_params:
             continue
-        kinds = written.kinds_of(parse_name(name).module) if module else written.kinds
-        kind, weight = kinds.weight_kind, fmt.recipe(default_scheme_for(kinds)).weight
-        if param == weight.suffix and info.dtype == kind.stored_dtype and len(info.shape) == 2:
+        # a per-module config names its modules by runtime names, known only once the head is: here a weight is
+        # read in the declared kinds whose recipe stores it so; explain then holds each module to its own kinds
+        stored_as = (k for k, weight in declared if param == weight.suffix and info.dtype == k.stored_dtype)
+        kind = next(stored_as, None) if module else None
+        if kind is not None and len(info.shape) == 2:
             rows, cols = info.shape
             shape = (rows, kind.in_features(cols))
             name = f"{module}.weight"

@@ -92,6 +92,11 @@ class SchemeAssignment:
                 found.append(scheme)
         return found
 
+    @property
+    def label(self) -> str:
+        """``W8A8``, or for linears of different kinds each kinds' label, the main scheme's first: ``W8A8 + W4A16``."""
+        return " + ".join(scheme.label for scheme in self.schemes)
+
     def head_thresholds(self) -> VerifyThresholds:
         """What the whole head is held to: per threshold, the loosest of the schemes it mixes (each linear is
         held to its own scheme's)."""

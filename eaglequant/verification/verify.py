@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,7 @@ from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
 from eaglequant.record.verification import VERIFY_NAME, Verdict
 from eaglequant.schemes.assignment import SchemeAssignment
-from eaglequant.schemes.model import Scheme, builtin_scheme_for
+from eaglequant.schemes.model import Scheme, VerifyThresholds, builtin_scheme_for
 from eaglequant.verification.against_source import compare_with_source
 from eaglequant.verification.copies import CopyCheck
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
@@ -57,7 +57,7 @@ class VerifyReport:
     destination: Path
     source: Path | None
     format: str
-    scheme: Scheme
+    schemes: SchemeAssignment  # each linear is held to its own scheme's thresholds, the head to head_thresholds
     structure: list[str]  # problems
     layers: list[LayerParity] = field(default_factory=list)
     fidelity: HeadFidelity | None = None
@@ -103,6 +103,11 @@ class VerifyReport:
         ran += [f"{check.engine} load" for check in self.engine_loads]
         return ran
 
+    @property
+    def thresholds(self) -> VerifyThresholds:
+        """What the whole head is held to: its scheme's thresholds, the loosest of them for linears in several."""
+        return self.schemes.head_thresholds()
+
     def summary(self) -> VerificationSummary:
         """What the conversion's report records of this verification."""
         return VerificationSummary(self.verdict == PASSED, self.verdict)
@@ -112,9 +117,9 @@ class VerifyReport:
             "destination": str(self.destination),
             "source": None if self.source is None else str(self.source),
             "format": self.format,
-            "scheme": self.scheme.name,
-            "scheme_label": self.scheme.label,
-            "thresholds": self.scheme.verify.__dict__,
+            "scheme": self.schemes.main.name,
+            "scheme_label": self.schemes.label,
+            "thresholds": self.thresholds.__dict__,
             "parity_rows": PARITY_ROWS,
             "ok": self.verdict == PASSED,
             "verdict": self.verdict,
@@ -155,9 +160,8 @@ def verify_checkpoint(
         engines = recorded_engines(recorded)
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
-    schemes, scheme_note = checkpoint_schemes(checkpoint, recorded, written)
-    scheme = schemes.main if not schemes.by_module else replace(schemes.main, verify=schemes.head_thresholds())
-    report = VerifyReport(dst, source, fmt.name, scheme, list(explanation.all_problems))
+    schemes, scheme_note = checkpoint_schemes(checkpoint, recorded, written, head)
+    report = VerifyReport(dst, source, fmt.name, schemes, list(explanation.all_problems))
     if schemes.by_module:
         report.notes.append(
             f"{schemes.describe()}: each quantized linear is held to its own scheme's thresholds, the whole head to "
@@ -178,12 +182,13 @@ def verify_checkpoint(
     else:  # one core reads the files while the others check them
         hashes = in_background(_check_hashes, dst, recorded, name="verify-sha256")
     scale_problems = _check_scales(checkpoint, head, schemes, quantized)
-    activation = scheme.kinds.activation_kind
-    if activation is not None and not activation.simulated:
-        report.notes.append(
-            f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
-            "(what Hopper-class GPUs run for this checkpoint)"
-        )
+    for scheme in schemes.schemes:
+        activation = scheme.kinds.activation_kind
+        if activation is not None and not activation.simulated:
+            report.notes.append(
+                f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
+                "(what Hopper-class GPUs run for this checkpoint)"
+            )
     if source is None:
         report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
         report.notes.append(
@@ -202,7 +207,7 @@ def verify_checkpoint(
             report.structure += compared.problems
             report.notes += compared.notes
             report.layers, report.fidelity, report.copies = compared.layers, compared.fidelity, compared.copies
-            budget = schemes.head_thresholds().max_acceptance_drop
+            budget = report.thresholds.max_acceptance_drop
             report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget)
         if why:
             report.notes.append(why)
@@ -238,21 +243,37 @@ def checkpoint_schemes(
     checkpoint: Checkpoint,
     recorded: ConversionReport | None,
     written: tuple[ConversionReport, Scheme] | None = None,
+    head: HeadDescription | None = None,
 ) -> tuple[SchemeAssignment, str | None]:
     """Each linear's scheme, thresholds included: as the conversion recorded them (``written``: as it has just
-    written them), else the built-in schemes of the kinds config.json declares."""
+    written them), else the built-in schemes of the kinds config.json declares for it. ``head``: the written head
+    (default: described from ``checkpoint``)."""
     from eaglequant.readback.explanation import read_written_config
+    from eaglequant.readback.module_kinds import linear_kinds
+    from eaglequant.readback.written import describe_written_head
 
     _, config = read_written_config(checkpoint)
+    declared = linear_kinds(config, head or describe_written_head(checkpoint))
+    recorded = recorded if written is None else written[0]
+    recorded_own = {} if recorded is None else recorded.own_schemes
+    main_kinds = _main_kinds(config.kinds, declared, recorded_own)
     if written is None:
-        main, note = recorded_scheme(recorded, config.kinds)
+        main, note = recorded_scheme(recorded, main_kinds)
     else:
-        recorded, main, note = written[0], declared_as(written[1], config.kinds), None
+        main, note = declared_as(written[1], main_kinds), None
     own = {}
-    for module, kinds in config.own_kinds.items():
-        text = None if recorded is None else recorded.own_schemes.get(module)
-        own[module] = builtin_scheme_for(kinds) if text is None else declared_as(_parsed(text, module), kinds)
+    for module, kinds in declared.items():
+        if kinds != main.kinds:
+            text = recorded_own.get(module)
+            own[module] = builtin_scheme_for(kinds) if text is None else declared_as(_parsed(text, module), kinds)
     return SchemeAssignment.per_module(main, own), note
+
+
+def _main_kinds(config_kinds: Kinds, declared: dict[str, Kinds], recorded_own: dict[str, str]) -> Kinds:
+    """The kinds of the linears a report gives no scheme of their own (those the main scheme must have been written
+    as), where a per-module config declares one for them; else the config's main kinds."""
+    kinds = {kinds for module, kinds in declared.items() if module not in recorded_own}
+    return next(iter(kinds)) if len(kinds) == 1 else config_kinds
 
 
 def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, str | None]:
