@@ -388,3 +388,34 @@ def test_vllm_loads_lm_head_in_a_scheme_of_its_own(decoder: str, lm_head: str, f
     assert all(m.quantized == m.planned for m in check.modules if m.planned is not None)
     assert "lm_head.weight_scale_2" in by_name["lm_head"].tensors if lm_head == "nvfp4" else True
     assert by_name["model.fc"].quantized == bool(fc)
+
+
+@pytest.mark.engine
+def test_vllm_loads_decoder_linears_in_different_kinds(tmp_path: Path) -> None:
+    """The MLP in NVFP4 and attention in FP8 per-channel (``--scheme-for 'mlp.*=nvfp4'``, ModelOpt's
+    MIXED_PRECISION): vLLM's ModelOptMixedPrecisionConfig resolves each module's algorithm from its runtime name and
+    builds it with that algorithm's tensors (NVFP4's second-level weight_scale_2 for the MLP only); every module
+    quantized as planned, every value as stored, and ``verify --load-with vllm`` passes."""
+    dst = tmp_path / "mlp-nvfp4"
+    convert(
+        FIXTURES / "specforge-llama",
+        dst,
+        scheme="fp8-per-channel",
+        scheme_for=["mlp.*=nvfp4"],
+        format="modelopt",
+        target_layers=TARGET_LAYERS,
+    )
+    (check,) = load_checks([dst], engine="vllm", engine_python=engine_python("vllm"))
+    assert check.ok and check.loaded, check.problems
+    by_name = {m.name: m for m in check.modules}
+    layer = f"model.layers.{TARGET_LAYERS}"
+    nvfp4 = {f"{layer}.mlp.gate_up_proj", f"{layer}.mlp.down_proj"}
+    fp8 = {f"{layer}.self_attn.qkv_proj", f"{layer}.self_attn.o_proj"}
+    for name in nvfp4 | fp8:
+        module = by_name[name]
+        assert module.quantized and module.planned and module.values_equal, (name, module)
+        second_scale = any(".weight_scale_2" in t for t in module.tensors)  # "....weight_scale_2 [shard 1]"
+        assert second_scale == (name in nvfp4), (name, module.quant_method, module.tensors)
+    assert not by_name["model.fc"].quantized and not by_name["lm_head"].quantized
+    result = run_cli_subprocess("verify", dst, "--load-with", "vllm", "--engine-python", engine_python("vllm"))
+    assert result.returncode == 0, result.stdout + result.stderr
