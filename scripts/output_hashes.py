@@ -45,6 +45,12 @@ MIXED_CASES: dict[str, dict[str, Any]] = {
         "format": "modelopt",
         "target_layers": 4,
     },
+    "mlp.*=nvfp4,modelopt,61": {
+        "scheme": "fp8-per-channel",
+        "scheme_for": ["mlp.*=nvfp4"],
+        "format": "modelopt",
+        "target_layers": 61,
+    },
     "lm_head=fp8-per-channel,quark": {
         "scheme": "fp8-per-channel",
         "scheme_for": ["lm_head=fp8-per-channel"],
