@@ -20,6 +20,7 @@ from eaglequant.batch.uploads import Upload, read_uploads, record_upload
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common import toml
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
+from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
 
@@ -93,7 +94,7 @@ class BatchResult:
     job_names: list[str] = field(default_factory=list)  # every job of the file, run here or not
     shard: tuple[int, int] | None = None
     outcomes: list[JobOutcome] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

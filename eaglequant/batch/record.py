@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from eaglequant.common.findings import Finding
 from eaglequant.hub.client import RepoListing, repo_listing
 from eaglequant.record.manifest import reuse_problem
 from eaglequant.record.report import REPORT_NAME, report_if_readable
 from eaglequant.record.verification import VERIFY_NAME, Verdict
 
-OFFLINE_NOTE = "HF_HUB_OFFLINE is set: jobs with [job.upload] are judged done from their local destination"
+OFFLINE_NOTE = Finding(
+    "hub-offline", "", "HF_HUB_OFFLINE is set: jobs with [job.upload] are judged done from their local destination"
+)
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,14 @@ def hub_record(repo_id: str, revision: str, key: str) -> HubRecord:
     return HubRecord(repo_id, revision, listing.commit, why_not, verified)
 
 
-def _changed_on_hub(listing: RepoListing, files: dict[str, str]) -> list[str]:
+def _changed_on_hub(listing: RepoListing, files: dict[str, str]) -> list[Finding]:
     """The first file of ``files`` missing on the Hub or with another SHA-256 (LFS files first: they cost
     nothing to check, the others are downloaded)."""
     for name in sorted(files, key=lambda n: listing.lfs_sha256.get(n) is None):
         if name not in listing.lfs_sha256:
-            return [f"{name}: listed in {REPORT_NAME} but missing on the Hub"]
+            return [Finding("listed-but-missing", name, f"{name}: listed in {REPORT_NAME} but missing on the Hub")]
         if listing.sha256(name) != files[name]:
-            return [f"{name}: its SHA-256 on the Hub differs from {REPORT_NAME}"]
+            return [Finding("sha256-differs", name, f"{name}: its SHA-256 on the Hub differs from {REPORT_NAME}")]
     return []
 
 

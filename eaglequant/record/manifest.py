@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -14,6 +14,7 @@ from typing import Any
 from eaglequant.checkpoint.hashing import cached_file_sha256, file_sha256
 from eaglequant.checkpoint.reader import source_files
 from eaglequant.common.background import in_background
+from eaglequant.common.findings import Finding
 from eaglequant.common.version import __version__
 from eaglequant.hub.client import SourceRef, blob_sha256
 from eaglequant.record.report import REPORT_NAME, ConversionReport, ManifestRecord, RecordedSource, report_if_readable
@@ -60,7 +61,7 @@ def completed_with(dst: Path, key: str) -> str | None:
     return reuse_problem(report, key, lambda files: changed_files(dst, files))
 
 
-def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[str, str]], list[str]]) -> str | None:
+def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[str, str]], Sequence[str]]) -> str | None:
     """Why the output ``report`` describes cannot stand for a conversion with manifest ``key`` (None when it
     can); ``changed``: the files of a name -> SHA-256 map that are missing or differ where the output is."""
     if report.manifest is None or report.manifest.key != key:
@@ -71,13 +72,15 @@ def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[st
     return problems[0] if problems else None
 
 
-def changed_files(dst: Path, files: dict[str, str]) -> list[str]:
-    """One line per file of ``files`` (name -> SHA-256, as the report lists them) missing or changed in ``dst``."""
-    problems = []
+def changed_files(dst: Path, files: dict[str, str]) -> list[str]:  # of Findings; verify's hash check reads list[str]
+    """One finding per file of ``files`` (name -> SHA-256, as the report lists them) missing (``listed-but-missing``)
+    or changed (``sha256-differs``) in ``dst``, about that file."""
+    problems: list[str] = []
     for name, digest in files.items():
         path = dst / name
         if not path.is_file():
-            problems.append(f"{name}: listed in {REPORT_NAME} but missing")
+            problems.append(Finding("listed-but-missing", name, f"{name}: listed in {REPORT_NAME} but missing"))
         elif file_sha256(path) != digest:
-            problems.append(f"{name}: SHA-256 differs from {REPORT_NAME} (the file changed after it was written)")
+            why = f"{name}: SHA-256 differs from {REPORT_NAME} (the file changed after it was written)"
+            problems.append(Finding("sha256-differs", name, why))
     return problems

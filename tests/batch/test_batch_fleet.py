@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from eaglequant.batch.record import OFFLINE_NOTE
 from tests.conftest import FIXTURES, ROOT, run_cli, run_cli_subprocess
 from tests.hub_server import FakeHub
 
@@ -374,9 +375,7 @@ def test_a_hub_upload_whose_verification_failed_is_redone_and_offline_the_destin
         job = json.loads(offline.stdout)["jobs"][0]
         assert job["status"] == "skipped" and job["reason"] == "complete, from the same source and options"
         notes = [line for line in offline.stderr.splitlines() if line.startswith("note:")]
-        assert notes == [
-            "note: HF_HUB_OFFLINE is set: jobs with [job.upload] are judged done from their local destination"
-        ]
+        assert notes == [f"note: {OFFLINE_NOTE}"]
         assert json.loads(offline.stdout)["notes"] == [notes[0].removeprefix("note: ")]
     finally:
         hub.stop()

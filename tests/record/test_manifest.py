@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+from eaglequant.common.findings import codes
 from eaglequant.hub.client import SourceRef
 from eaglequant.record.manifest import (
     background_digests,
@@ -52,5 +53,5 @@ def test_changed_files_names_what_is_missing_or_different(tmp_path: Path) -> Non
     (root / "config.json").write_text("{ }\n")
     (root / "sub" / "notes.txt").unlink()
     problems = changed_files(root, files)
-    assert len(problems) == 2
-    assert problems[0].startswith("config.json: SHA-256 differs") and problems[1].startswith("sub/notes.txt: listed")
+    assert codes(problems) == ["sha256-differs", "listed-but-missing"]
+    assert [problem.subject for problem in problems] == ["config.json", "sub/notes.txt"]
