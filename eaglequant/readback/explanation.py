@@ -18,6 +18,7 @@ from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import record_json
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
@@ -53,7 +54,7 @@ class ModuleReading:
     unquantized_because: str | None
     engine_reason: str | None  # why the engine runs it unquantized whatever the rules say
     expects: tuple[ExpectedTensor, ...]
-    problems: tuple[str, ...]
+    problems: tuple[Finding, ...]
 
     def to_json(self) -> dict[str, Any]:
         return record_json(self, {"runtime_name": "runtime_module"})
@@ -66,7 +67,7 @@ class EngineReading:
     loads: bool
     note: str  # the support matrix's word on this scheme and format
     modules: tuple[ModuleReading, ...]
-    problems: tuple[str, ...]  # engine-wide: cannot load it, or a rule that breaks its loader
+    problems: tuple[Finding, ...]  # engine-wide: cannot load it, or a rule that breaks its loader
     notes: tuple[str, ...] = ()  # deployment settings that change what the engine runs
     # False for an engine listed but not required to load DST (every engine shown, for --engine all or a checkpoint
     # another tool wrote, and this one cannot load its scheme and format): its not loading is no problem.
@@ -74,7 +75,7 @@ class EngineReading:
     round_cost: RoundCost | None = None  # the weight bytes a speculative round reads (None: it does not load)
 
     @property
-    def all_problems(self) -> list[str]:
+    def all_problems(self) -> list[Finding]:
         return [*self.problems, *(p for m in self.modules for p in m.problems)]
 
     @property
@@ -111,11 +112,11 @@ class Explanation:
     patterns: list[str]
     target: TargetModel
     engines: list[EngineReading]
-    problems: list[str] = field(default_factory=list)  # in the config files themselves
+    problems: list[Finding] = field(default_factory=list)  # in the config files themselves
 
     @property
-    def all_problems(self) -> list[str]:
-        return [*self.problems, *(f"{e.title}: {p}" for e in self.engines for p in e.all_problems)]
+    def all_problems(self) -> list[Finding]:
+        return [*self.problems, *(p.prefixed(f"{e.title}: ") for e in self.engines for p in e.all_problems)]
 
     @property
     def ok(self) -> bool:
@@ -191,9 +192,13 @@ def explain_checkpoint(
     ]
     label = SCHEME_KINDS.get(written.kinds, kinds_title(written.kinds))
     label += "".join(f", {module} {kinds_title(s.kinds)}" for module, s in sorted(schemes.module_schemes.items()))
-    return Explanation(
-        checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, list(written.problems)
-    )
+    problems = [_finding("config-contradiction", problem) for problem in written.problems]
+    return Explanation(checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, problems)
+
+
+def _finding(code: str, problem: str) -> Finding:
+    """``problem`` as a finding with ``code``, unless its producer already made it one."""
+    return problem if isinstance(problem, Finding) else Finding(code, "", problem)
 
 
 def _read_engine(
@@ -212,7 +217,8 @@ def _read_engine(
     cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
     if cell is None or not cell.loads or refusal is not None:
         note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
-        problems: tuple[str, ...] = (f"cannot load this checkpoint: {note}",) if requested else ()
+        cannot_load = Finding("cannot-load", "", f"cannot load this checkpoint: {note}")
+        problems: tuple[Finding, ...] = (cannot_load,) if requested else ()
         return EngineReading(engine.name, engine.title, False, note, (), problems, judged=requested)
     counts = layer_counts(target.count)
     modules_by_count = [engine.runtime_modules(head, count) for count in counts]
@@ -224,7 +230,10 @@ def _read_engine(
         readings.append(
             _read_module(engine, head, tensors, fmt, module_scheme, patterns, module, spellings, target, listed)
         )
-    problems = tuple(engine.pattern_problems(head, fmt.name, patterns, scheme.kinds))
+    problems = tuple(
+        _finding("rule-breaks-loader", problem)
+        for problem in engine.pattern_problems(head, fmt.name, patterns, scheme.kinds)
+    )
     notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name) + engine.serving_notes(head, target))
     stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
     cost = round_cost(head, engine.name, engine.release, stored, draft_tokens)
@@ -286,12 +295,11 @@ def _read_module(
     shown = names[0] if target.count is not None else symbolic_name(names[0], count)
     rules = {(c, n): engine.matching_rule(fmt.name, n, patterns) for c, ns in spellings for n in ns}
     rule = rules[(count, names[0])]
-    problems: list[str] = []
+    problems: list[Finding] = []
     if len({r is None for r in rules.values()}) > 1:
         excluded = sorted({n for (c, n), r in rules.items() if r is not None})
-        problems.append(
-            f"{shown}: the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
-        )
+        why_partial = f"the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
+        problems.append(Finding("excluded-in-some-spellings", shown, f"{shown}: {why_partial}"))
     reason = engine.unquantized_reason(module, scheme.kinds, fmt.name) or (listed if rule is None else None)
     applies = reason is None and rule is None
     why = None if applies else (reason or f"excluded by {rule!r}")
@@ -321,8 +329,11 @@ def _check_member(
     applies: bool,
     runtime_name: str,
     why_unquantized: str | None,
-) -> tuple[list[ExpectedTensor], list[str]]:
-    """The tensors the engine will look for under this linear, and what the checkpoint holds instead."""
+) -> tuple[list[ExpectedTensor], list[Finding]]:
+    """The tensors the engine will look for under this linear, and what the checkpoint holds instead: a module run
+    unquantized but stored quantized (``stored-quantized``) or run quantized but stored otherwise
+    (``weight-not-quantized``), about the runtime module; else each tensor ``missing``, of another dtype or shape
+    (``tensor-mismatch``), or stored but ``not-expected``, about the tensor."""
     if applies:
         specs = fmt.tensor_specs(linear, scheme)
     else:
@@ -336,19 +347,31 @@ def _check_member(
     weight = next((t for t in wrong if t.name == prefix + "weight"), None)
     if not applies and (wrong or stray):
         stored = ", ".join(n.removeprefix(prefix) for n in stray) or (weight or wrong[0]).found
-        problems.append(
+        text = (
             f"{runtime_name} runs unquantized ({why_unquantized}), but {linear.checkpoint_module} is "
             f"stored quantized ({stored}); it would load wrongly or fail"
         )
+        problems.append(Finding("stored-quantized", runtime_name, text))
     elif applies and weight is not None:
-        problems.append(
+        text = (
             f"{runtime_name} is quantized (no rule excludes it), but {weight.name} is {weight.found}; "
             "loading fails or computes garbage"
         )
+        problems.append(Finding("weight-not-quantized", runtime_name, text))
     else:
-        problems += [f"{t.name}: expected {t.dtype} {list(t.shape)}, found {t.found}" for t in wrong]
-        problems += [f"{name}: not expected for {kinds_title(scheme.kinds)} (loading fails)" for name in stray]
+        problems += [_tensor_problem(t) for t in wrong]
+        problems += [
+            Finding("not-expected", name, f"{name}: not expected for {kinds_title(scheme.kinds)} (loading fails)")
+            for name in stray
+        ]
     return expected, problems
+
+
+def _tensor_problem(tensor: ExpectedTensor) -> Finding:
+    code = "missing" if tensor.found == "missing" else "tensor-mismatch"
+    return Finding(
+        code, tensor.name, f"{tensor.name}: expected {tensor.dtype} {list(tensor.shape)}, found {tensor.found}"
+    )
 
 
 def _found(spec: TensorSpec, info: TensorInfo | None, applies: bool) -> str:

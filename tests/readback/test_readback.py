@@ -12,6 +12,7 @@ import pytest
 import eaglequant
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import codes
 from eaglequant.engines.target import UNKNOWN, TargetModel
 from eaglequant.readback.explanation import Explanation, explain_checkpoint, read_written_config
 from eaglequant.readback.written import describe_written_head
@@ -68,23 +69,27 @@ def test_vllm_reads_every_module_as_the_conversion_meant(written: Path) -> None:
 
 def test_an_engine_asked_for_that_cannot_load_it_is_a_problem_and_one_not_asked_for_is_a_note(written: Path) -> None:
     asked = explain(written, ["trtllm"])
-    assert not asked.ok and "cannot load this checkpoint" in asked.all_problems[0]
+    assert not asked.ok and codes(asked.all_problems) == ["cannot-load"]
     every = {e.engine: e for e in explain(written).engines}
     assert not every["trtllm"].loads and not every["trtllm"].problems and every["vllm"].loads
 
 
-def test_a_module_the_rules_no_longer_exclude_is_read_as_quantized_and_fails(written: Path, tmp_path: Path) -> None:
+def test_a_module_no_rule_excludes_is_read_as_quantized_and_fails(written: Path, tmp_path: Path) -> None:
     copy = damaged(written, tmp_path, lambda config: config.update(exclude=[]))
     explanation = explain(copy, ["vllm"])
-    assert not explanation.ok
-    assert any("is quantized (no rule excludes it), but fc.weight is BF16" in p for p in explanation.all_problems)
+    assert [(p.code, p.subject) for p in explanation.all_problems] == [("weight-not-quantized", "model.fc")]
+    (fc,) = (module for module in explanation.engines[0].modules if module.members == ("fc",))
+    found = {t.name: t.found for t in fc.expects}
+    assert fc.rule is None and fc.scheme is not None
+    assert found["fc.weight"] == "BF16 [128, 384]" and found["fc.weight_scale"] == "missing"
 
 
 def test_a_module_excluded_by_mistake_is_read_as_unquantized_and_fails(written: Path, tmp_path: Path) -> None:
     copy = damaged(written, tmp_path, lambda config: config["exclude"].append("re:.*o_proj"))
     explanation = explain(copy, ["vllm"])
-    problems = [p for p in explanation.all_problems if "o_proj" in p]
-    assert problems and "runs unquantized" in problems[0] and "stored quantized" in problems[0]
+    assert [(p.code, p.subject) for p in explanation.all_problems] == [
+        ("stored-quantized", "model.layers.{L}.self_attn.o_proj")
+    ]
 
 
 def test_a_known_target_layer_count_names_runtime_modules_by_it(written: Path) -> None:
