@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-from eaglequant.engines import ENGINES
+from eaglequant.engines import ENGINES, engine_title
 from eaglequant.engines.module_support import MODULE_QUESTIONS, ModuleRequest, request_refusal
 from eaglequant.formats import FORMATS
 from eaglequant.publish.cost_sections import round_cost_section, search_section
@@ -164,13 +164,13 @@ def _quantization_table(report: ConversionReport) -> str:
 def _quantized_table(report: ConversionReport) -> str:
     schemes = _module_scheme_names(report)
     scheme_column = "scheme | " if schemes else ""
-    header = f"| module | {scheme_column}shape | SQNR (dB) | relative error |"
+    header = f"| module | {scheme_column}shape | weight SQNR (dB) | weight relative error |"
     lines = ["## Quantized modules", "", header, "|---|" + "---|" * bool(schemes) + "---|---:|---:|"]
     for row in report.quantized:
         shape = "×".join(str(d) for d in row.shape)
         scheme = f"`{schemes[row.module]}` | " if schemes else ""
         lines.append(f"| `{row.module}` | {scheme}{shape} | {row.sqnr_db:.1f} | {row.relative_error:.4f} |")
-    lines.append("\nSQNR and relative error of the stored weights against the source weights.")
+    lines.append("\nWeight SQNR and relative error: the stored weights, dequantized, against the source weights.")
     return "\n".join(lines) + "\n"
 
 
@@ -211,10 +211,10 @@ def _verification(verification: VerificationRecord | None) -> str:
         "## Verification",
         "",
         f"`eaglequant verify` {verdict}. Each quantized linear was run through the fused dequant-GEMM kernel on "
-        f"{verification.parity_rows} seeded BF16 activations and compared with the source GEMM "
-        f"(thresholds: SQNR ≥ {limits.min_sqnr_db} dB, cosine ≥ {limits.min_cosine}).",
+        f"{verification.parity_rows} seeded BF16 activations and its output compared with the "
+        f"source GEMM's (thresholds: output SQNR ≥ {limits.min_sqnr_db} dB, output cosine ≥ {limits.min_cosine}).",
         "",
-        "| module | kernel | SQNR (dB) | cosine |",
+        "| module | kernel | output SQNR (dB) | output cosine |",
         "|---|---|---:|---:|",
     ]
     for layer in verification.layers:
@@ -243,7 +243,7 @@ def _acceptance(acceptance: AcceptanceRecord | None) -> str:
     lines = [
         "## Acceptance",
         "",
-        f"Measured with {acceptance.engine} {acceptance.version}'s own EAGLE-3 speculative decoding "
+        f"Measured with {engine_title(acceptance.engine, acceptance.version)}'s own EAGLE-3 speculative decoding "
         f"(`eaglequant accept`): target `{acceptance.target}`, {acceptance.num_speculative_tokens} speculative "
         f"tokens, {acceptance.prompts} prompts ({acceptance.prompts_from}) × {acceptance.max_tokens} tokens. "
         "Acceptance length: tokens per target forward (1 + accepted drafted tokens); 95% intervals over prompts.",

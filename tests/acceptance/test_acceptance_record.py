@@ -61,6 +61,7 @@ def test_the_record_reads_typed_and_the_card_shows_it(tmp_path: Path) -> None:
     record = read_acceptance(tmp_path)
     assert record is not None and record.quantized[0].modes["greedy"].difference is not None
     section = _acceptance(record)
+    assert "Measured with vLLM 0.32.0's own EAGLE-3 speculative decoding" in section
     assert "| source (BF16) | greedy | 2.481 [2.381, 2.581] | 0.70 / 0.45 |  |" in section
     assert (
         "| this checkpoint (dequantized) | greedy | 2.500 [2.400, 2.600] | 0.70 / 0.45 | +0.019 [-0.020, +0.058] |"

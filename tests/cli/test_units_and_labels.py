@@ -92,3 +92,11 @@ def test_schemes_names_the_release_behind_each_engine_column_in_the_same_form() 
     releases = " ".join(result.stdout[result.stdout.index("releases: ") :].split("\n\n")[0].split())
     expected = "; ".join(f"{name}: {engine.titled}" for name, engine in ENGINES.items())
     assert releases.startswith(f"releases: {expected}")
+
+
+def test_the_card_says_what_each_error_figure_measures(converted: tuple[Path, str]) -> None:
+    dst, _ = converted
+    card = (dst / "README.md").read_text()
+    headers = [line.strip("|").split("|") for line in card.splitlines() if line.startswith("| module |")]
+    figures = [cell.strip() for row in headers for cell in row if ERROR_FIGURE.search(cell)]
+    assert figures == ["weight SQNR (dB)", "weight relative error", "output SQNR (dB)", "output cosine"]
