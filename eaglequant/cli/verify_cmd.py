@@ -209,7 +209,7 @@ def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:
         f"output SQNR dB ≥ {limits.min_sqnr_db}",
         f"output cosine ≥ {limits.min_cosine}",
         f"output rel. error ≤ {limits.max_relative_error}",
-        f"worst weight block rel. error ≤ {limits.max_block_relative_error}",
+        f"worst weight block error ≤ {limits.max_block_relative_error}",
     ):
         table.add_column(header, justify="right")
     for row in layers:
