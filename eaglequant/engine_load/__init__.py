@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engine_load.environment import engine_environment
 from eaglequant.engine_load.platform import kernel_bound
@@ -238,7 +239,7 @@ class ModuleLoad(JsonRecord):
     quantized: bool
     planned: bool | None  # what eaglequant planned for it; None: not in the plan (e.g. an embedding)
     tensors: tuple[str, ...]  # checkpoint tensors its parameters took
-    unequal: tuple[str, ...]  # parameters whose loaded values differ from the file, with why
+    unequal: tuple[Finding, ...]  # parameters whose loaded values differ from the file (never-loaded, value-differs)
     gemm_relative_error: float | None
 
     @property
@@ -270,8 +271,8 @@ class LoadCheck(JsonRecord):
     patches: tuple[str, ...]
     modules: list[ModuleLoad] = field(default_factory=list)
     unconsumed: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # what this CPU machine could not run (a CUDA-only repack)
+    problems: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)  # what this CPU machine could not run (a CUDA-only repack)
 
     @property
     def ok(self) -> bool:
@@ -303,14 +304,17 @@ def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
     skipped = get_probe(run.engine).skipped
     check.unconsumed = [name for name in result.get("unconsumed") or [] if name not in skipped]
     if result.get("postprocess"):
-        check.notes.append(f"post-load processing not run on CPU: {result['postprocess']}")
+        check.notes.append(
+            Finding("postprocess-not-run", "", f"post-load processing not run on CPU: {result['postprocess']}")
+        )
     if not check.loaded:
-        check.problems.append(f"{title} {run.version} cannot load it: {check.error}")
+        check.problems.append(Finding("cannot-load", "", f"{title} {run.version} cannot load it: {check.error}"))
     seen: set[str] = set()
     for entry in result.get("modules") or []:
         if entry.get("shared_from_target"):
             seen.add(entry["name"])
-            check.notes.append(f"{entry['name']}: {title}'s speculative worker replaces it with the target's")
+            replaced = f"{entry['name']}: {title}'s speculative worker replaces it with the target's"
+            check.notes.append(Finding("shared-from-target", entry["name"], replaced))
             continue
         module = _module_load(entry, expected.planned, expected.weight_only)
         check.modules.append(module)
@@ -323,15 +327,20 @@ def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
         check.problems += _module_problems(module, title, bound)
     if check.loaded:
         check.problems += [
-            f"{name}: {title} builds no such module (eaglequant's model of it is wrong)"
+            Finding(
+                "no-such-module", name, f"{name}: {title} builds no such module (eaglequant's model of it is wrong)"
+            )
             for name in sorted(set(expected.planned) - seen)
         ]
         if not expected.loads:
-            check.problems.append(
+            loaded = (
                 f"eaglequant's support matrix says {title} cannot load this ({expected.note}), but {title} "
                 f"{run.version} loaded it: report this as a bug in eaglequant"
             )
-    check.problems += [f"{name}: no {title} parameter took this tensor" for name in check.unconsumed]
+            check.problems.append(Finding("loads-against-matrix", "", loaded))
+    check.problems += [
+        Finding("unconsumed", name, f"{name}: no {title} parameter took this tensor") for name in check.unconsumed
+    ]
     return check
 
 
@@ -342,7 +351,7 @@ _ACTIVATION_SCALES = ("input_scale", "input_global_scale")
 
 def _module_load(entry: dict[str, Any], planned: dict[str, bool], weight_only: bool) -> ModuleLoad:
     unequal = tuple(
-        f"{param['name']}: {param.get('detail') or 'values differ from the file'}"
+        _unequal(entry["name"], param)
         for param in entry.get("params") or []
         if not param.get("equal")
         and not (weight_only and param["name"] in _ACTIVATION_SCALES and not param.get("sources"))
@@ -361,19 +370,29 @@ def _module_load(entry: dict[str, Any], planned: dict[str, bool], weight_only: b
     )
 
 
-def _module_problems(module: ModuleLoad, title: str, max_relative_error: float | None) -> list[str]:
+def _unequal(module: str, param: dict[str, Any]) -> Finding:
+    """A parameter whose loaded values are not the file's: ``never-loaded`` (no checkpoint tensor reached it) or
+    ``value-differs``, about the module's parameter, its text the parameter and the probe's detail."""
+    code = "value-differs" if param.get("sources") else "never-loaded"
+    text = f"{param['name']}: {param.get('detail') or 'values differ from the file'}"
+    return Finding(code, f"{module}.{param['name']}", text)
+
+
+def _module_problems(module: ModuleLoad, title: str, max_relative_error: float | None) -> list[Finding]:
     problems = []
     if module.planned is None:
         if module.quantized:
-            problems.append(f"{module.name}: {title} quantizes it ({module.quant_method}), which no plan foresaw")
+            unplanned = f"{module.name}: {title} quantizes it ({module.quant_method}), which no plan foresaw"
+            problems.append(Finding("quantized-unplanned", module.name, unplanned))
     elif module.quantized != module.planned:
         got = f"quantizes it ({module.quant_method})" if module.quantized else "runs it unquantized"
         want = "quantized" if module.planned else "unquantized"
-        problems.append(f"{module.name}: {title} {got}, but eaglequant planned it {want}")
-    problems += [f"{module.name}.{why}" for why in module.unequal]
+        problems.append(
+            Finding("not-as-planned", module.name, f"{module.name}: {title} {got}, but eaglequant planned it {want}")
+        )
+    problems += [Finding(why.code, why.subject, f"{module.name}.{why}") for why in module.unequal]
     error = module.gemm_relative_error
     if module.quantized and error is not None and max_relative_error is not None and not error <= max_relative_error:
-        problems.append(
-            f"{module.name}: {title}'s own kernel is off the source GEMM by {error:.4f} (> {max_relative_error})"
-        )
+        off = f"{module.name}: {title}'s own kernel is off the source GEMM by {error:.4f} (> {max_relative_error})"
+        problems.append(Finding("gemm-error-over-bound", module.name, off))
     return problems
