@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from eaglequant.common.errors import ExclusionProofError, InputError, Param, Words, given, suggested, words
+from eaglequant.common.findings import Finding
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format
@@ -49,7 +50,7 @@ class ExclusionPlan:
     excluded: dict[str, str]  # canonical linear -> why it keeps its source dtype
     patterns: list[str]  # the exclusion rules written into config.json
     verdicts: list[ModuleVerdict]  # how each engine treats each runtime module under them
-    notes: list[str]  # linears the format cannot store, kept with their fused group
+    notes: list[Finding]  # linears the format cannot store, kept with their fused group (kept-unstorable)
 
 
 def plan_exclusions(
@@ -162,10 +163,10 @@ def engine_requirements(views: list[EngineView]) -> dict[str, str]:
 
 def _exclude_unstorable(
     head: HeadDescription, unstorable: Mapping[str, str], excluded: dict[str, str], views: list[EngineView]
-) -> list[str]:
+) -> list[Finding]:
     """Keep in the source dtype every linear the format cannot store (``unstorable``: module -> why) and the rest
-    of its fused group; one note for each, said in the checkpoint's names with the engines' name for a fused module
-    beside them."""
+    of its fused group; one note for each (``kept-unstorable``, about the linear's checkpoint module), said in the
+    checkpoint's names with the engines' name for a fused module beside them."""
     notes = []
     for linear in head.linears:
         problem = unstorable.get(linear.module)
@@ -180,7 +181,8 @@ def _exclude_unstorable(
         fused = runtime_spellings(views, members)
         run_as = f" (one module at run time: {fused})" if fused else ""
         why = f"{linear.checkpoint_module}'s {problem}" if len(members) > 1 else problem
-        notes.append(f"kept {checkpoint_names(head, members)} unquantized{run_as}: {why}")
+        kept = f"kept {checkpoint_names(head, members)} unquantized{run_as}: {why}"
+        notes.append(Finding("kept-unstorable", linear.checkpoint_module, kept))
     return notes
 
 
