@@ -23,6 +23,7 @@ from eaglequant.acceptance.statistics import (
     paired_difference,
 )
 from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 
 RUN_TIMEOUT_S = 3600
@@ -143,22 +144,25 @@ class DraftResult:
         return None if value is None or math.isnan(value.value) else value
 
     @property
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Finding]:
+        """``not-lossless`` and ``over-budget``, about the draft's label."""
         found = []
         if not self.lossless.ok:
             index, token = self.lossless.first_difference or (0, 0)
             differ = self.lossless.prompts - self.lossless.equal - self.lossless.near_ties
-            found.append(
+            lossy = (
                 f"{self.label}: greedy output differs from the target's alone on {differ}"
                 f" of {self.lossless.prompts} prompts where the target's choice was no near-tie (first: prompt "
                 f"{index}, token {token}); speculative decoding must be lossless"
             )
+            found.append(Finding("not-lossless", self.label, lossy))
         if self.over_budget:
             drop = -self.difference[GREEDY.name].value
-            found.append(
+            over = (
                 f"{self.label}: greedy acceptance length {drop:.3f} tokens below the source draft's, over the "
                 f"{self.scheme} budget of {self.budget}"
             )
+            found.append(Finding("over-budget", self.label, over))
         return found
 
     def to_json(self, modes: Sequence[Mode]) -> dict[str, Any]:
@@ -197,7 +201,7 @@ class AcceptanceReport(JsonRecord):
     notes: list[str] = field(default_factory=list)
 
     @property
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Finding]:
         return [p for draft in (self.source, *self.quantized) for p in draft.problems]
 
     @property

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError, placeholder, switch, words
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.hub.client import check_repo_id, upload_files, upload_folder
 from eaglequant.record.verification import Verdict
@@ -46,7 +47,7 @@ class UploadResult(JsonRecord):
     forced: bool = False
     commit_url: str | None = None
     commit_oid: str | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
     @property
     def total_bytes(self) -> int:
@@ -86,18 +87,20 @@ def upload_checkpoint(
             dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
             raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=UPLOAD_HINTS[result.verification.verdict])
         result.forced = True
-        result.notes.append(f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)")
+        forced = f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)"
+        result.notes.append(Finding("forced", "", forced))
     elif result.verification.verdict is Verdict.NOT_VERIFIED:
-        result.notes.append(
+        vouched = (
             "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
             "SHA-256 the report records"
         )
+        result.notes.append(Finding("verified-at-conversion", "", vouched))
     if dry_run:
-        result.notes.append(f"dry run: nothing sent; README.md would name the draft {repo_id}")
+        result.notes.append(Finding("dry-run", "", f"dry run: nothing sent; README.md would name the draft {repo_id}"))
         return result
     with renamed_draft(dst_path, repo_id) as renamed:  # put back as it was if the upload fails
         if renamed:
-            result.notes.append(f"README.md now names the draft {repo_id}")
+            result.notes.append(Finding("card-renamed", "README.md", f"README.md now names the draft {repo_id}"))
             result.files = upload_files(dst_path)
         push(result, commit_message)
     return result

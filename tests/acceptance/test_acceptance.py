@@ -155,3 +155,18 @@ def test_chained_draft_matches_the_training_time_test_of_the_training_script() -
         valid = length - step  # positions whose step-s token exists in both
         agree = (chained[step][:valid] == expected[step][:valid]).float().mean().item()
         assert agree == 1.0, f"step {step + 1}: {agree:.3f}"
+
+
+def test_a_lossy_draft_over_its_budget_has_both_problems_about_its_label() -> None:
+    from eaglequant.acceptance.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Settings
+    from eaglequant.acceptance.statistics import Interval, Lossless
+    from eaglequant.common.findings import codes
+
+    run = EngineRun("0.32.0", {"method": "eagle3"}, 1.0, {GREEDY.name: (counts(4, (3, 2)),)})
+    source = DraftResult("source", Path("src"), "source", run, Lossless(3, 0, 3, None))
+    lossy = DraftResult("fp8", Path("fp8"), "stored", run, Lossless(2, 0, 3, (1, 5)), [], "fp8", 0.05)
+    over = {GREEDY.name: Interval(-0.2, -0.3, -0.1)}
+    report = AcceptanceReport("vllm", "0.32.0", None, Settings(Path("t"), ("a",), "x"), source, [lossy])
+    assert codes(report.problems) == ["not-lossless"] and not report.ok
+    report.quantized = [DraftResult("fp8", Path("fp8"), "stored", run, lossy.lossless, [], "fp8", 0.05, over)]
+    assert [(p.code, p.subject) for p in report.problems] == [("not-lossless", "fp8"), ("over-budget", "fp8")]
