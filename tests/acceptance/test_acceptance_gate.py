@@ -2,7 +2,7 @@
 
 Inputs are captured from the bundled trained target (``eaglequant capture``, transformers); every correct
 conversion of the bundled draft must stay within its scheme's acceptance budget, and every planted fault
-(``tests/acceptance/faults.py``: damage the earlier random-input gate let through) must exceed it.
+(``tests/acceptance/faults.py``: damage that a gate fed random inputs lets through) must exceed it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Flags, help, messages that name the right thing, safe --overwrite, setup.sh, and the smaller promises of
-issue 18, each held by a test."""
+"""Flags, help, messages that name the right thing, safe --overwrite, setup.sh, and the command line's smaller
+promises, each held by a test."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_debug_quiet_verbose_and_h_work_after_the_command(tmp_path: Path) -> Non
         assert "--quiet" in usage and "-q" in usage and "--verbose" in usage and "--debug" in usage, command
 
 
-def test_q_is_quiet_not_quantize_and_f_is_gone(tmp_path: Path) -> None:
+def test_q_is_quiet_not_quantize_and_f_is_refused(tmp_path: Path) -> None:
     result = run_cli("convert", SRC, tmp_path / "out", "-q", "--verify")
     assert result.exit_code == 0, result.stderr
     assert result.stderr == ""

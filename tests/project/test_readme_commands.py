@@ -62,7 +62,7 @@ def test_the_fast_subset_is_documented_with_registered_markers() -> None:
 
 
 def test_readme_scheme_for_example_runs_as_written(tmp_path: Path) -> None:
-    """The README's `--scheme-for lm_head=nvfp4 --format modelopt` command exits 0 as shown (issue 48, item 3)."""
+    """The README's `--scheme-for lm_head=nvfp4 --format modelopt` command exits 0 as shown."""
     readme = (ROOT / "README.md").read_text()
     commands = [
         line.strip()
