@@ -24,6 +24,7 @@ import torch
 
 from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
 from eaglequant.common.errors import InputError, Param, given, words
+from eaglequant.common.json_fields import JsonRecord
 
 if TYPE_CHECKING:
     from eaglequant.acceptance.shared import ChainInputs
@@ -159,7 +160,10 @@ def predict(
 
 
 @dataclass(frozen=True)
-class Prediction:
+class Prediction(JsonRecord):
+    json_computed = ("rule", "failed")
+    json_first = ("inputs", "rule")
+
     source: Acceptance
     quantized: Acceptance
     difference: Interval
@@ -191,17 +195,6 @@ class Prediction:
     def rule(self) -> str:
         """How the prediction drafts and accepts, in words."""
         return "greedy drafting, greedy target (temperature 0)"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "inputs": self.inputs,
-            "rule": self.rule,
-            "source": self.source.to_json(),
-            "quantized": self.quantized.to_json(),
-            "difference": self.difference.to_json(),
-            "budget": self.budget,
-            "failed": self.failed,
-        }
 
 
 def predict_pair(
