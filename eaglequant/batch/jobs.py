@@ -15,12 +15,13 @@ from typing import Any
 
 from eaglequant.batch.checks import check_name, check_repo_id, conversion_options
 from eaglequant.batch.record import OFFLINE_NOTE, HubRecord, hub_record, recorded_verified
-from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, job_counts, succeeded, summary_json
+from eaglequant.batch.summary import JobStatus, UploadOutcome, UploadStatus, job_counts, succeeded
 from eaglequant.batch.uploads import Upload, read_uploads, record_upload
 from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common import toml
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.common.findings import Finding
+from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
 
@@ -54,7 +55,14 @@ class Job:
 
 
 @dataclass
-class JobOutcome:
+class JobOutcome(JsonRecord):
+    """What became of a job; written with the job's name, source and destination first."""
+
+    json_omitted = ("job",)
+    json_computed = ("name", "source", "destination")
+    json_first = ("name", "source", "destination")
+    json_values = named(seconds=rounded(3))
+
     job: Job
     status: JobStatus = JobStatus.PENDING
     reason: str = ""  # why it was skipped, or what failed
@@ -65,6 +73,18 @@ class JobOutcome:
     upload: UploadOutcome | None = None
 
     @property
+    def name(self) -> str:
+        return self.job.name
+
+    @property
+    def source(self) -> str:
+        return self.job.source
+
+    @property
+    def destination(self) -> Path:
+        return self.job.destination
+
+    @property
     def upload_status(self) -> UploadStatus | None:
         return None if self.upload is None else self.upload.status
 
@@ -72,23 +92,21 @@ class JobOutcome:
     def succeeded(self) -> bool:
         return succeeded(self.status, self.upload_status)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.job.name,
-            "source": self.job.source,
-            "destination": str(self.job.destination),
-            "status": self.status,
-            "reason": self.reason,
-            "exit_code": self.exit_code,
-            "seconds": round(self.seconds, 3),
-            "verified": self.verified,
-            "manifest_key": self.manifest_key,
-            "upload": None if self.upload is None else self.upload.to_json(),
-        }
+
+def _shard_text(shard: tuple[int, int] | None) -> str | None:
+    return None if shard is None else f"{shard[0]}/{shard[1]}"
 
 
 @dataclass
-class BatchResult:
+class BatchResult(JsonRecord):
+    """A run's summary: the job file (its path and SHA-256), every job it holds, and the outcome of those that ran
+    (``batch-merge`` reads it, :class:`~eaglequant.batch.summary.MergedSummary` writes the merge alike)."""
+
+    json_computed = ("eaglequant_version", "ok", "counts")
+    json_renamed = named(outcomes="jobs")
+    json_values = named(shard=_shard_text)
+    json_first = ("jobs_file", "jobs_sha256", "eaglequant_version", "shard", "notes", "job_names", "ok", "counts")
+
     jobs_file: Path
     jobs_sha256: str = ""  # the job file's bytes: summaries of one file merge, those of different files do not
     job_names: list[str] = field(default_factory=list)  # every job of the file, run here or not
@@ -105,20 +123,11 @@ class BatchResult:
         """How many jobs were converted, skipped, failed, and how many uploaded."""
         return job_counts(self.outcomes)
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def eaglequant_version(self) -> str:
         from eaglequant.common.version import __version__
 
-        return summary_json(
-            jobs_file=str(self.jobs_file),
-            jobs_sha256=self.jobs_sha256,
-            job_names=self.job_names,
-            jobs=self.outcomes,
-            ok=self.ok,
-            counts=self.counts,
-            eaglequant_version=__version__,
-            shard=None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}",
-            notes=self.notes,
-        )
+        return __version__
 
 
 def load_jobs(path: Path) -> list[Job]:

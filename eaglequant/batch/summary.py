@@ -63,8 +63,6 @@ class CountedJob(Protocol):
     @property
     def upload_status(self) -> str | None: ...
 
-    def to_json(self) -> dict[str, Any]: ...
-
 
 def job_counts(jobs: Sequence[CountedJob]) -> dict[str, int]:
     """How many jobs ended in each status, and (under ``uploaded``) how many uploaded."""
@@ -74,28 +72,6 @@ def job_counts(jobs: Sequence[CountedJob]) -> dict[str, int]:
         counts[job.status] = counts.get(job.status, 0) + 1
         counts[uploaded] += job.upload_status == uploaded
     return counts
-
-
-def summary_json(
-    *,
-    jobs_file: str,
-    jobs_sha256: str,
-    job_names: list[str],
-    jobs: Sequence[CountedJob],
-    ok: bool,
-    counts: dict[str, int],
-    **extra: Any,
-) -> dict[str, Any]:
-    """A summary: the job file (its path and SHA-256), every job it holds, and the outcome of those that ran."""
-    return {
-        "jobs_file": jobs_file,
-        "jobs_sha256": jobs_sha256,
-        **extra,
-        "job_names": job_names,
-        "ok": ok,
-        "counts": counts,
-        "jobs": [job.to_json() for job in jobs],
-    }
 
 
 @dataclass(frozen=True)
