@@ -10,7 +10,7 @@ True
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +36,7 @@ from eaglequant.publish.upload import UploadResult
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
+    from eaglequant.checkpoint.destination import StagedDirectory
     from eaglequant.engine_load import LoadCheck
     from eaglequant.readback.explanation import Explanation
     from eaglequant.record.report import ConversionReport
@@ -102,6 +103,7 @@ def convert(
     overwrite: bool = False,
     overwrite_any: bool = False,
     progress: Progress | None = None,
+    stage: StagedDirectory | None = None,
     **settings: Any,
 ) -> ConversionResult:
     """Quantize the head in ``src`` (a directory, or a Hub repo id ``org/name[@revision]``) and write it to
@@ -120,6 +122,7 @@ def convert(
     ``workers``: threads that copy and quantize (default: up to 4, one per core); the output is the same
     byte for byte whatever their number. ``device``: ``cpu`` or ``cuda`` for the quantization math; the
     tensors written are the same byte for byte (see :mod:`eaglequant.conversion.devices`).
+    ``stage``: a staged directory for ``dst`` to write into instead, left for the caller to commit.
     """
     from eaglequant.checkpoint.destination import staged_directory
     from eaglequant.conversion.devices import quantization_device
@@ -133,12 +136,13 @@ def convert(
     source = resolve_source(src)
     check_destination(source.path, dst_path, overwrite, overwrite_any)
     progress = progress or NoProgress()
-    with _planned(source, chosen, calibrate=True) as (checkpoint, plan), staged_directory(dst_path) as stage:
+    staging = staged_directory(dst_path) if stage is None else nullcontext(stage)
+    with _planned(source, chosen, calibrate=True) as (checkpoint, plan), staging as staged:
         digests = background_digests(source.path)  # once the plan holds: hashing overlaps the conversion
         written = write_output(
             checkpoint,
             plan,
-            stage.path,
+            staged.path,
             replaced=(CARD_NAME,),
             max_shard_bytes=chosen.max_shard_bytes,
             progress=progress,
@@ -152,10 +156,11 @@ def convert(
         result = ConversionResult.of(dst_path, plan, written, checkpoint, manifest, card)
         if chosen.verify_output:
             progress.phase("verifying")
-            result = _verified(stage.path, result, source.path, chosen)
-        write_card(stage.path, result.report(), result.verification)
-        result = record_output(stage.path, result)
-        stage.commit(result.destination, overwrite=overwrite or overwrite_any)
+            result = _verified(staged.path, result, source.path, chosen)
+        write_card(staged.path, result.report(), result.verification)
+        result = record_output(staged.path, result)
+        if stage is None:
+            staged.commit(result.destination, overwrite=overwrite or overwrite_any)
         progress.stop()
     return result
 

@@ -13,54 +13,25 @@ not run. Deterministic: ties in bytes go by name.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
-from itertools import product
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eaglequant.api.budget import Budget
+from eaglequant.api.search_candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
-from eaglequant.conversion.options import DEFAULT_ENGINES, ConversionOptions
-from eaglequant.conversion.plan import build_plan
-from eaglequant.conversion.request import ConversionRequest
-from eaglequant.engines import ALL_ENGINES, get_engine
-from eaglequant.formats import FORMATS
+from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.conversion.options import DEFAULT_ENGINES
+from eaglequant.engines import expanded_engines, get_engine
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.cost import source_bytes_per_round
 from eaglequant.record.search import SEARCH_RECORD
-from eaglequant.schemes.assignment import SchemeAssignment, SchemeRule
-from eaglequant.schemes.model import builtin_scheme_names, load_scheme
-
-
-@dataclass(frozen=True)
-class Candidate:
-    scheme: str
-    format: str
-    lm_head: bool  # quantized too
-    vocab: int | None  # the pruned draft vocabulary; None: as the source has it
-    lm_head_scheme: str | None = None  # lm_head's own scheme (ModelOpt MIXED_PRECISION); None: the decoder's
-
-    @property
-    def label(self) -> str:
-        own = f" {self.lm_head_scheme}" if self.lm_head_scheme else ""
-        return (
-            f"{self.scheme} / {self.format}"
-            + (f" + lm_head{own}" if self.lm_head else "")
-            + ("" if self.vocab is None else f", vocab {self.vocab}")
-        )
-
-    def settings(self) -> dict[str, Any]:
-        """How ``convert`` writes it (the vocabulary aside)."""
-        if self.lm_head_scheme:
-            return {"scheme_for": [f"lm_head={self.lm_head_scheme}"]}
-        return {"quantize": ["lm_head"] if self.lm_head else []}
+from eaglequant.schemes.model import builtin_scheme_names
 
 
 @dataclass(frozen=True)
@@ -98,7 +69,7 @@ class SearchResult:
     seconds: float
     pruned_source: Path | None = None
     engines: tuple[str, ...] = field(default=())
-    skipped_own_schemes: int = 0  # lm_head-in-a-scheme-of-its-own candidates not priced: no target layer count
+    skipped: dict[str, int] = field(default_factory=dict)  # candidates not priced: why -> how many
     loaded_by: tuple[str, ...] = ()  # the engines whose readers load the written draft (explain --engine all)
 
     @property
@@ -109,15 +80,15 @@ class SearchResult:
     def notes(self) -> list[str]:
         """What the search left out or left behind, in words."""
         found = []
-        if self.skipped_own_schemes:
+        unnamed = self.skipped.get(NEEDS_LAYER_COUNT, 0)
+        if unnamed:
             found.append(
-                f"{self.skipped_own_schemes} candidates with lm_head in a scheme of its own were skipped: their "
-                "per-module entries name modules after the target's layers, so they need the target's layer count "
-                "(--target-layers N), which was not given"
+                f"{unnamed} candidates were skipped for want of the target's layer count (--target-layers N): "
+                "their rules or per-module entries name modules after the target's layers"
             )
         if self.pruned_source is not None:
             found.append(
-                f"the pruned BF16 head {self.pruned_source} stays beside the chosen draft: it is the source the "
+                f"the pruned BF16 source {self.pruned_source} was left beside the chosen draft: it is the source the "
                 "draft's report records (verify and upload compare against it), so keep it with the draft"
             )
         return found
@@ -140,7 +111,7 @@ class SearchResult:
             "pruned_source": None if self.pruned_source is None else str(self.pruned_source),
             "engines": list(self.engines),
             "loaded_by": list(self.loaded_by),
-            "skipped_own_schemes": self.skipped_own_schemes,
+            "skipped": self.skipped,
             "notes": self.notes,
             "budget": {
                 "value": self.budget.value,
@@ -182,18 +153,20 @@ def search(
     ``schemes``: the built-in schemes to try (default: all). A pruned choice writes its BF16 head beside ``dst``
     (``DST-vocabN-bf16``), the source of the conversion in ``dst``. ``progress``: told, in words, how far it is."""
     from eaglequant.acceptance.predict import load_captured
+    from eaglequant.api.search_outputs import SearchOutputs
     from eaglequant.api.search_predictions import CandidatePredictor, single_threaded_torch
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
-    for engine in engines:  # a misspelt engine is named, not read as one that loads no scheme
-        if engine != ALL_ENGINES:
-            get_engine(engine)
+    engines = tuple(dict.fromkeys(get_engine(name).name for name in expanded_engines(engines)))
     source, destination = Path(src), Path(dst)
     check_destination(source, destination, overwrite)
-    destination.parent.mkdir(parents=True, exist_ok=True)
     told = progress or (lambda text: None)
-    with Checkpoint.open(source) as checkpoint, single_threaded_torch():
+    with (
+        Checkpoint.open(source) as checkpoint,
+        single_threaded_torch(),
+        SearchOutputs(source, destination, counts) as outputs,
+    ):
         head = describe_head(checkpoint)
         sequences = load_captured(Path(inputs), head=head)
         if budget.bound and len(sequences) < 2:
@@ -202,44 +175,64 @@ def search(
                 hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
             )
         sizes = _vocab_sizes(head, counts, vocab_sizes)
-        names = list(schemes) or builtin_scheme_names()
-        priced, skipped = _priced(head, names, list(engines), sizes, target_layers)
+        priced, skipped = priced_candidates(
+            head, list(schemes) or builtin_scheme_names(), list(engines), sizes, target_layers
+        )
         if not priced:
-            raise InputError("no built-in scheme loads in the targeted engines", hint="target fewer engines")
+            raise InputError(
+                f"no candidate loads in every targeted engine ({_titled(engines)}): {_skipped_text(skipped)}",
+                hint="target fewer engines",
+            )
         told(_first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
         predictor = CandidatePredictor(checkpoint, sequences)
         source_length = predictor.source.length().value
         tokens = budget.tokens(source_length)
-        with tempfile.TemporaryDirectory(prefix="eaglequant-search-", dir=destination.parent.resolve()) as tmp:
-            points = _judged_from_smallest(
-                priced, Path(tmp), predictor, lambda prediction: budget.drop(prediction) <= tokens,
-                (source, counts, engines, target_layers), told, started,
-            )  # fmt: skip
-    chosen = next((point for point in points if point.within), None)
-    written, pruned = None, None
-    if chosen is not None:
-        written, pruned = _write_choice(
-            source, chosen.candidate, destination, counts, engines, target_layers, overwrite
-        )
-    source_bytes = source_bytes_per_round(head)
-    result = SearchResult(
-        source, written, budget, tokens, source_length, source_bytes, points, chosen, time.monotonic() - started,
-        pruned, tuple(engines), skipped, () if written is None else _loaded_by(written, target_layers),
-    )  # fmt: skip
-    if written is not None:
-        from eaglequant.publish.card import refresh_card
-
-        write_json(written / SEARCH_RECORD, result.to_json())
-        refresh_card(written)
+        points = _judged_from_smallest(
+            priced, outputs, predictor, lambda prediction: budget.drop(prediction) <= tokens,
+            (engines, target_layers), told, started,
+        )  # fmt: skip
+        chosen = next((point for point in points if point.within), None)
+        result = SearchResult(
+            source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
+            time.monotonic() - started,
+            None, engines, skipped,
+        )  # fmt: skip
+        if chosen is not None:
+            _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
+    result.seconds = time.monotonic() - started
     return result
 
 
-def _first_line(engines: Sequence[str], priced: int, skipped: int) -> str:
+def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers: int | None, overwrite: bool) -> None:
+    """The chosen candidate's stage, with the search record and the card's section on it, made DST."""
+    from eaglequant.publish.card import refresh_card
+
+    stage = outputs.stages[index].path
+    assert result.chosen is not None
+    vocab = result.chosen.candidate.vocab
+    result.destination = outputs.destination
+    result.pruned_source = None if vocab is None else outputs.pruned[vocab]
+    result.loaded_by = _loaded_by(stage, target_layers)
+    write_json(stage / SEARCH_RECORD, result.to_json())
+    refresh_card(stage)
+    outputs.commit(index, vocab, overwrite)
+
+
+def _titled(engines: Sequence[str]) -> str:
+    return ", ".join(get_engine(engine).titled for engine in engines)
+
+
+def _skipped_text(skipped: dict[str, int]) -> str:
+    """How many candidates were skipped and why, largest first, in one line."""
+    ranked = sorted(skipped.items(), key=lambda item: (-item[1], item[0]))
+    return "; ".join(f"{count} where {why}" for why, count in ranked) or "none skipped"
+
+
+def _first_line(engines: Sequence[str], priced: int, skipped: dict[str, int]) -> str:
     """What the search targets, prices and leaves out, said before it starts."""
-    titled = ", ".join(engine if engine == ALL_ENGINES else get_engine(engine).titled for engine in engines)
-    left_out = f"; {skipped} with lm_head in a scheme of its own skipped: they need --target-layers" if skipped else ""
-    return f"searching for {titled}: {priced} candidates priced from headers{left_out}"
+    left_out = f"; skipped: {_skipped_text(skipped)}" if skipped else ""
+    return f"searching for {_titled(engines)}: {priced} candidates priced from headers{left_out}"
 
 
 def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
@@ -252,26 +245,22 @@ def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
 
 def _judged_from_smallest(
     priced: list[tuple[Candidate, int]],
-    tmp: Path,
+    outputs: Any,
     predictor: Any,
     within: Callable[[Any], bool],
-    conversion: tuple[Path, str | Path | None, Sequence[str], int | None],
+    conversion: tuple[Sequence[str], int | None],
     told: Callable[[str], None],
     started: float,
 ) -> list[SearchPoint]:
-    """Every candidate, the smallest predicted first until one is within the budget; the rest priced only. Each
-    pruned vocabulary is written once, for every candidate of that size."""
+    """Every candidate, the smallest predicted first until one is within the budget; the rest priced only. Each is
+    converted into a stage of DST (``outputs``: :class:`~eaglequant.api.search_outputs.SearchOutputs`), removed
+    once it misses the budget."""
     from eaglequant.api.search_predictions import predicted_from_smallest, prediction_workers
 
-    pruned: dict[int, Path] = {}
     best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
 
     def converted(index: int) -> Path:
-        candidate, size = priced[index][0], priced[index][0].vocab
-        if size is not None and size not in pruned:
-            pruned[size] = _pruned(conversion[0], tmp / f"vocab-{size}", size, conversion[1])
-        converted_from = conversion[0] if size is None else pruned[size]
-        return _materialise(converted_from, tmp / f"candidate-{index}", candidate, *conversion[2:])
+        return outputs.converted(index, priced[index][0], *conversion)
 
     def done(index: int, prediction: Any) -> None:
         label = priced[index][0].label
@@ -281,6 +270,8 @@ def _judged_from_smallest(
             f"({'within' if within(prediction) else 'over'} the budget); best so far: {best[0][1]} "
             f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
         )
+        if not within(prediction):
+            outputs.discard(index)
 
     predictions = predicted_from_smallest(
         len(priced), converted, predictor.predicted, within, done, prediction_workers()
@@ -290,14 +281,6 @@ def _judged_from_smallest(
         for (candidate, nbytes), prediction in zip(priced, predictions, strict=False)
     ]
     return points + [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
-
-
-def _pruned(source: Path, out: Path, size: int, counts: str | Path | None) -> Path:
-    """``source``'s vocabulary pruned to ``size`` tokens by ``counts``, in ``out``."""
-    from eaglequant.api.pruning import prune
-
-    assert counts is not None
-    return prune(source, out, size=size, counts=counts, overwrite=True).destination
 
 
 def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
@@ -317,72 +300,3 @@ def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequen
             hint=words("sizes from 1 to ", suggested("vocab_sizes", rows - 1)),
         )
     return [None, *sorted(set(chosen), reverse=True)]
-
-
-def _priced(
-    head: HeadDescription, schemes: list[str], engines: list[str], sizes: list[int | None], target_layers: int | None
-) -> tuple[list[tuple[Candidate, int]], int]:
-    """Every candidate the targeted engines load, with the bytes a round reads (largest over the engines), smallest
-    first (ties by name); and how many with lm_head in a scheme of its own were skipped for want of the target's
-    layer count."""
-    from eaglequant.conversion.plan import ModuleSchemesNeedLayerCount
-    from eaglequant.vocabulary.prune import pruned_description
-
-    described = {size: head if size is None else pruned_description(head, size) for size in sizes}
-    loaded = {name: load_scheme(name) for name in schemes}
-    targeted = ConversionRequest.of(ConversionOptions(engines=tuple(engines), target_layers=target_layers), head.config)
-    priced, skipped = [], 0
-    for name, fmt, size in product(loaded, FORMATS.values(), sizes):
-        if not fmt.supports(loaded[name]):
-            continue
-        own_schemes = [other for other in loaded if other != name and fmt.stores_mixed and fmt.supports(loaded[other])]
-        options = [Candidate(name, fmt.name, False, size), Candidate(name, fmt.name, True, size)]
-        options += [Candidate(name, fmt.name, True, size, other) for other in own_schemes]
-        for candidate in options:
-            own = (SchemeRule("lm_head", loaded[candidate.lm_head_scheme]),) if candidate.lm_head_scheme else ()
-            quantize = tuple(candidate.settings().get("quantize", []))
-            request = replace(targeted, assignment=SchemeAssignment(loaded[name], own), format=fmt, quantize=quantize)
-            try:
-                plan = build_plan(described[size], request)
-            except ModuleSchemesNeedLayerCount:
-                skipped += 1
-                continue
-            except EagleQuantError:
-                continue  # an engine cannot load it, or runs lm_head unquantized there
-            nbytes = max(cost.bytes_per_round for cost in plan.round_costs())
-            priced.append((candidate, nbytes))
-    return sorted(priced, key=lambda pair: (pair[1], pair[0].label)), skipped
-
-
-def _materialise(
-    converted_from: Path, out: Path, candidate: Candidate, engines: Sequence[str], target_layers: int | None
-) -> Path:
-    """``candidate`` converted from ``converted_from`` (the source, or its vocabulary already pruned) into ``out``,
-    with one worker (the predictions have the other cores)."""
-    from eaglequant.api import convert
-
-    convert(
-        converted_from, out, scheme=candidate.scheme, format=candidate.format, **candidate.settings(),
-        engines=list(engines), target_layers=target_layers, overwrite=True, workers=1,
-    )  # fmt: skip
-    return out
-
-
-def _write_choice(
-    source: Path,
-    candidate: Candidate,
-    destination: Path,
-    counts: str | Path | None,
-    engines: Sequence[str],
-    target_layers: int | None,
-    overwrite: bool,
-) -> tuple[Path, Path | None]:
-    """The chosen candidate converted into ``destination``; returns it and the pruned BF16 head beside it (if any)."""
-    check_destination(source, destination, overwrite)
-    pruned_at = None
-    converted_from = source
-    if candidate.vocab is not None:
-        pruned_at = destination.with_name(f"{destination.name}-vocab{candidate.vocab}-bf16")
-        converted_from = _pruned(source, pruned_at, candidate.vocab, counts)
-    _materialise(converted_from, destination, candidate, engines, target_layers)
-    return destination, pruned_at

@@ -220,7 +220,7 @@ class ConversionOptions:
 
     def __post_init__(self) -> None:
         from eaglequant.conversion.devices import check_device_name
-        from eaglequant.engines import ALL_ENGINES, ENGINES, get_engine
+        from eaglequant.engines import expanded_engines, get_engine
         from eaglequant.formats import get_format
         from eaglequant.hub.client import check_repo_id
         from eaglequant.schemes.model import load_scheme
@@ -233,7 +233,7 @@ class ConversionOptions:
         _set(self, "resolved_format", _named("format", _text("format", self.format), get_format))
         _set(self, "format", self.resolved_format.name)
         engines = _rules("engines", self.engines)
-        engines = tuple(ENGINES) if ALL_ENGINES in engines else engines  # "all": every engine
+        engines = expanded_engines(engines)
         _set(self, "resolved_engines", tuple(dict.fromkeys(_named("engines", name, get_engine) for name in engines)))
         _set(self, "engines", tuple(engine.name for engine in self.resolved_engines))
         _set(self, "exclude", _patterns("exclude", self.exclude))

@@ -6,6 +6,8 @@ runs in its engine-load tests (``vllm``: 0.32.0, the newest CPU build).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from eaglequant.common.errors import InputError
 from eaglequant.engines.base import Engine, RuntimeModule
 from eaglequant.engines.sglang import SglangEngine
@@ -22,6 +24,13 @@ ENGINES: dict[str, Engine] = {
 
 # Every engine, wherever engines are chosen (convert, inspect, explain, verify, a batch job's engines).
 ALL_ENGINES = "all"
+
+
+def expanded_engines(names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` as given, or every registered engine where they include ``all`` (each name checked by
+    :func:`get_engine` where it is used)."""
+    given = tuple(names)
+    return tuple(ENGINES) if ALL_ENGINES in given else given
 
 
 def get_engine(name: str) -> Engine:
@@ -43,4 +52,4 @@ def engine_title(name: str, release: str | None = None) -> str:
     return f"{engine.title} {release or engine.release}"
 
 
-__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "engine_title", "get_engine"]
+__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "engine_title", "expanded_engines", "get_engine"]

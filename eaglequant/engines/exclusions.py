@@ -45,6 +45,14 @@ class KeepRequest:
         return "scheme_for" if module in self.own_scheme else "quantize"
 
 
+class LayerCountNeededError(InputError):
+    """Exclusion rules that name a kept decoder module only with the target's layer count, which is unknown."""
+
+
+class NothingQuantizedError(InputError):
+    """A plan that would keep every linear in the source dtype."""
+
+
 @dataclass(frozen=True)
 class ExclusionPlan:
     excluded: dict[str, str]  # canonical linear -> why it keeps its source dtype
@@ -76,12 +84,14 @@ def plan_exclusions(
     notes = _exclude_unstorable(head, unstorable, excluded, views)
     if all(lin.module in excluded for lin in head.linears):
         if any(lin.module not in chosen for lin in head.linears):
-            raise InputError(
+            raise NothingQuantizedError(
                 f"{fmt.title} {scheme.name} can store none of this head's linears; nothing would be quantized "
                 f"({notes[-1].removeprefix('kept ')})",
                 hint="choose another scheme (eaglequant schemes lists them)",
             )
-        raise InputError("every linear is excluded; nothing would be quantized", hint=words("relax ", Param("exclude")))
+        raise NothingQuantizedError(
+            "every linear is excluded; nothing would be quantized", hint=words("relax ", Param("exclude"))
+        )
     quantized = [lin for lin in head.linears if lin.module not in excluded]
     infos = {t.name: t.info for t in head.tensors}
     for linear in quantized:  # a source already partly quantized is refused for what it is, before any rule
@@ -267,7 +277,7 @@ def _refuse_unwritable(view: EngineView, modules: list[RuntimeModule], excluded:
         return
     kept = "; ".join(f"{checkpoint_names(head, m.members)} ({why_kept(head, m.members, excluded)})" for m, _ in blocked)
     names = ", ".join(symbolic_name(m.names[0], count) for m, _ in blocked)
-    raise InputError(
+    raise LayerCountNeededError(
         f"{kept} {'is' if len(blocked) == 1 and len(blocked[0][0].members) == 1 else 'are'} kept unquantized; "
         f"{blocked[0][1].why}, so the rule must name {names}, L being the target's layer count",
         hint=TARGET_LAYERS_HINT,

@@ -109,19 +109,19 @@ def test_bad_search_input_is_one_line(captured: tuple[Path, Path], tmp_path: Pat
 def test_lm_head_in_a_scheme_of_its_own_is_priced_where_the_layer_count_is_known(tmp_path: Path) -> None:
     """With the target's layer count, lm_head is also tried in the other scheme (ModelOpt MIXED_PRECISION, which
     vLLM reads); each such draft reads bytes between its two single-scheme neighbours."""
-    from eaglequant.api.search import _priced
+    from eaglequant.api.search_candidates import NEEDS_LAYER_COUNT, priced_candidates
     from eaglequant.checkpoint.reader import Checkpoint
     from eaglequant.layouts.detect import describe_head
 
     with Checkpoint.open(PAIR / "draft") as checkpoint:
         head = describe_head(checkpoint)
-    unpriced, skipped = _priced(head, list(SCHEMES), ["vllm"], [None], None)
+    unpriced, skipped = priced_candidates(head, list(SCHEMES), ["vllm"], [None], None)
     without = {c.label for c, _ in unpriced}
-    candidates, none_skipped = _priced(head, list(SCHEMES), ["vllm"], [None], 4)
+    candidates, none_skipped = priced_candidates(head, list(SCHEMES), ["vllm"], [None], 4)
     priced = {c.label: nbytes for c, nbytes in candidates}
     mixed = {"fp8-per-channel / modelopt + lm_head nvfp4", "nvfp4 / modelopt + lm_head fp8-per-channel"}
     assert mixed <= set(priced) and not mixed & without
-    assert (skipped, none_skipped) == (len(mixed), 0)  # said in search's output (issue 48, item 4)
+    assert skipped[NEEDS_LAYER_COUNT] == len(mixed) and NEEDS_LAYER_COUNT not in none_skipped
     fp8, nvfp4 = priced["fp8-per-channel / modelopt + lm_head"], priced["nvfp4 / modelopt + lm_head"]
     assert nvfp4 < priced["fp8-per-channel / modelopt + lm_head nvfp4"] < fp8
     assert nvfp4 < priced["nvfp4 / modelopt + lm_head fp8-per-channel"] < fp8
@@ -152,11 +152,11 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     assert "engines targeted: vLLM 0.32.0\n" in shown.stdout
     assert "loaded by: vLLM 0.32.0" in shown.stdout and "TensorRT" not in shown.stdout
     stderr = " ".join(shown.stderr.split())
-    assert "4 candidates with lm_head in a scheme of its own were skipped" in stderr and "--target-layers" in stderr
-    assert f"the pruned BF16 head {pruned} stays beside the chosen draft: it is the source the draft's report" in stderr
+    assert "4 candidates were skipped for want of the target's layer count (--target-layers N)" in stderr
+    assert f"the pruned BF16 source {pruned} was left beside the chosen draft: it is the source the draft's" in stderr
     data = json.loads(run_cli(*args, "--overwrite", "--json").stdout)
     assert data["engines"] == ["vllm"] and data["loaded_by"][0] == "vLLM 0.32.0"
-    assert data["skipped_own_schemes"] == 4 and len(data["notes"]) == 2
+    assert data["skipped"]["the target's layer count is needed (--target-layers)"] == 4 and len(data["notes"]) == 2
     assert data["budget"]["text"].startswith("a drop of at most 5 tokens")
     verified = run_cli("verify", dst, "--inputs", inputs)  # against its recorded source, the pruned head
     assert verified.exit_code == 0, verified.stderr
@@ -187,3 +187,71 @@ def test_search_says_what_it_searches_and_how_far_it_is_on_stderr_and_nothing_wi
     quiet = run_cli(*args, "--scheme", "fp8-per-channel", "--overwrite", "-q")
     assert quiet.exit_code == 0 and quiet.stderr == ""
     assert quiet.stdout.splitlines()[-2:] == shown.stdout.splitlines()[-2:]  # the result, as without -q
+
+
+def test_every_engine_is_searched_and_why_none_loads_in_all_is_said(
+    captured: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``--engine all`` is every engine release; on the bundled Llama pair no built-in scheme loads in all of them,
+    and the one line says which release refuses how many candidates."""
+    _, inputs = captured
+    args = ("search", PAIR / "draft", tmp_path / "out", "--inputs", inputs, "--max-acceptance-drop", "0.05")
+    result = run_cli(*map(str, args), "--engine", "all")
+    assert result.exit_code == 2, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "no candidate loads in every targeted engine (vLLM 0.32.0, vLLM 0.33.0, TensorRT-LLM 1.2.x" in said
+    assert "where TensorRT-LLM 1.2.x does not load the scheme in that format" in said
+    assert "unknown engine" not in said and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_plan_error_that_is_no_engine_refusal_surfaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only refusals the engine model states up front (and the named layer-count and nothing-quantized ones) skip a
+    candidate; anything else a plan raises is an error of the search."""
+    from eaglequant.api import search_candidates
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.common.errors import ExclusionProofError
+    from eaglequant.layouts.detect import describe_head
+
+    def unproven(*args: object, **kwargs: object) -> None:
+        raise ExclusionProofError("vLLM would not apply the intended scheme to lm_head")
+
+    with Checkpoint.open(PAIR / "draft") as checkpoint:
+        head = describe_head(checkpoint)
+    monkeypatch.setattr(search_candidates, "build_plan", unproven)
+    with pytest.raises(ExclusionProofError, match="intended scheme"):
+        search_candidates.priced_candidates(head, ["fp8-per-channel"], ["vllm"], [None], None)
+
+
+def test_an_error_after_the_choice_leaves_no_dst_and_nothing_beside_it(
+    captured: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chosen candidate's conversion is kept (staged as DST, its report naming DST) and committed with its
+    search record in one rename: an error before that rename leaves neither DST, nor a stage, nor a pruned head."""
+    from eaglequant.api import search as search_module
+
+    counts, inputs = captured
+    out = tmp_path / "out"
+    dst = out / "dst"
+
+    def broken(*args: object) -> tuple[str, ...]:
+        raise RuntimeError("injected after the choice")
+
+    monkeypatch.setattr(search_module, "_loaded_by", broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        search(
+            PAIR / "draft", dst, inputs=inputs, max_acceptance_drop="5", counts=counts, vocab_sizes=[256],
+            schemes=["nvfp4"],
+        )  # fmt: skip
+    assert not out.exists() or list(out.iterdir()) == []
+    monkeypatch.undo()
+    found = search(
+        PAIR / "draft", dst, inputs=inputs, max_acceptance_drop="5", counts=counts, vocab_sizes=[256],
+        schemes=["nvfp4"],
+    )  # fmt: skip
+    assert found.chosen is not None and found.chosen.candidate.vocab == 256
+    assert sorted(path.name for path in out.iterdir()) == ["dst", "dst-vocab256-bf16"]  # the others removed
+    report = json.loads((dst / "eaglequant_report.json").read_text())
+    assert report["destination"] == str(dst) and json.loads((dst / SEARCH_RECORD).read_text())["destination"] == str(
+        dst
+    )

@@ -1,0 +1,128 @@
+"""A search's candidates: each built-in scheme in each format, with ``lm_head`` kept, quantized in that scheme or in
+another of its own, and each draft vocabulary; each priced from headers (the weight bytes a round reads, the largest
+over the targeted engines) or skipped for a stated reason.
+
+What a targeted engine cannot load is decided before any plan, from the engine model, by the predicates ``convert``
+refuses with (the support cells, the engines' reading of per-module kinds, the modules an engine runs unquantized);
+a candidate's plan is then built, and the only refusals it may still meet are named ones that depend on the head's
+shapes: rules that need the target's layer count, or a format that stores none of the head's linears in the
+scheme. Any other error is not a candidate's: it surfaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from itertools import product
+from typing import Any
+
+from eaglequant.conversion.options import ConversionOptions
+from eaglequant.conversion.plan import ModuleSchemesNeedLayerCount, build_plan
+from eaglequant.conversion.request import ConversionRequest
+from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
+from eaglequant.engines.support import mixed_refusal, support
+from eaglequant.engines.view import EngineView
+from eaglequant.formats import FORMATS
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.schemes.assignment import SchemeAssignment, SchemeRule
+from eaglequant.schemes.model import Scheme, load_scheme
+
+
+@dataclass(frozen=True)
+class Candidate:
+    scheme: str
+    format: str
+    lm_head: bool  # quantized too
+    vocab: int | None  # the pruned draft vocabulary; None: as the source has it
+    lm_head_scheme: str | None = None  # lm_head's own scheme (ModelOpt MIXED_PRECISION); None: the decoder's
+
+    @property
+    def label(self) -> str:
+        own = f" {self.lm_head_scheme}" if self.lm_head_scheme else ""
+        return (
+            f"{self.scheme} / {self.format}"
+            + (f" + lm_head{own}" if self.lm_head else "")
+            + ("" if self.vocab is None else f", vocab {self.vocab}")
+        )
+
+    def settings(self) -> dict[str, Any]:
+        """How ``convert`` writes it (the vocabulary aside)."""
+        if self.lm_head_scheme:
+            return {"scheme_for": [f"lm_head={self.lm_head_scheme}"]}
+        return {"quantize": ["lm_head"] if self.lm_head else []}
+
+
+def priced_candidates(
+    head: HeadDescription, schemes: list[str], engines: list[str], sizes: list[int | None], target_layers: int | None
+) -> tuple[list[tuple[Candidate, int]], dict[str, int]]:
+    """Every candidate the targeted engines load, with the bytes a round reads (largest over the engines), smallest
+    first (ties by name); and the others, counted by why they were skipped (:func:`_skip_reason`)."""
+    from eaglequant.vocabulary.prune import pruned_description
+
+    described = {size: head if size is None else pruned_description(head, size) for size in sizes}
+    loaded = {name: load_scheme(name) for name in schemes}
+    targeted = ConversionRequest.of(ConversionOptions(engines=tuple(engines), target_layers=target_layers), head.config)
+    own_head = head.find_linear("lm_head") is not None
+    priced, skipped = [], Counter[str]()
+    for name, fmt, size in product(loaded, FORMATS.values(), sizes):
+        if not fmt.supports(loaded[name]):
+            continue
+        own_schemes = [other for other in loaded if other != name and fmt.stores_mixed and fmt.supports(loaded[other])]
+        options = [Candidate(name, fmt.name, False, size)]
+        options += [Candidate(name, fmt.name, True, size, other) for other in [None, *own_schemes] if own_head]
+        for candidate in options:
+            own = (SchemeRule("lm_head", loaded[candidate.lm_head_scheme]),) if candidate.lm_head_scheme else ()
+            quantize = tuple(candidate.settings().get("quantize", []))
+            request = replace(targeted, assignment=SchemeAssignment(loaded[name], own), format=fmt, quantize=quantize)
+            nbytes = _skip_reason(described[size], candidate.lm_head, request) or _round_bytes(described[size], request)
+            if isinstance(nbytes, str):
+                skipped[nbytes] += 1
+            else:
+                priced.append((candidate, nbytes))
+    return sorted(priced, key=lambda pair: (pair[1], pair[0].label)), dict(skipped)
+
+
+NEEDS_LAYER_COUNT = "the target's layer count is needed (--target-layers)"
+
+
+def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionRequest) -> str | None:
+    """Why a targeted engine cannot load a candidate (``lm_head``: quantized too; ``request``: its schemes, format
+    and engines), as the engine model says and ``convert`` refuses it: the scheme's support cell in the format, the
+    per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and whether the engine
+    runs lm_head quantized; None: it loads."""
+    fmt, engines = request.format, request.engines
+    written = request.assignment.mapped(_without_calibration).resolved(head)  # a search converts without --calib
+    kinds = [scheme.kinds for scheme in written.schemes]
+    for engine in engines:
+        cell = support(written.main.kinds, fmt.name, engine, head.attention)
+        if cell is None or not cell.loads:
+            return f"{engine.titled} does not load the scheme in that format"
+    if written.mixed:
+        if "lm_head" in fmt.storage(head, written, FORMATS.values()).problems:
+            return "the format cannot store lm_head in its own scheme"
+        for engine in engines:
+            if mixed_refusal(engine, fmt.name, kinds, head.attention) is not None:
+                return f"{engine.titled} does not read lm_head's own scheme in that format"
+    module_kinds = {module: ruled.kinds for module, ruled in written.module_schemes.items()}
+    for engine in engines if lm_head else ():
+        view = EngineView.of(engine, head, fmt.name, written.main.kinds, request.target.count, module_kinds)
+        if "lm_head" in engine_requirements([view]):
+            return f"{engine.titled} runs lm_head unquantized in that format"
+    return None
+
+
+def _without_calibration(scheme: Scheme) -> Scheme:
+    return scheme.without_calibration() if scheme.needs_calibration else scheme
+
+
+def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | str:
+    """The bytes a round of the candidate ``request`` asks for reads, the largest over the engines; or, where its
+    rules can only be written with the target's layer count or the format stores none of the head's linears in its
+    scheme, why not."""
+    try:
+        plan = build_plan(head, request)
+    except (ModuleSchemesNeedLayerCount, LayerCountNeededError):
+        return NEEDS_LAYER_COUNT
+    except NothingQuantizedError:
+        return "the format stores none of the head's linears in that scheme"
+    return max(cost.bytes_per_round for cost in plan.round_costs())
