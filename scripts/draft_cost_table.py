@@ -121,7 +121,7 @@ def bytes_per_round(dst: Path) -> tuple[int, int]:
     """vLLM's bytes per round of ``dst`` and of the unpruned BF16 source draft."""
     from eaglequant import explain, inspect
 
-    (source,) = inspect(PAIR / "draft").round_costs()
+    (source,) = inspect(PAIR / "draft").round_costs
     cost = next(r.round_cost for r in explain(dst, engines=["vllm"]).engines if r.round_cost is not None)
     return cost.bytes_per_round, source.source_bytes_per_round
 

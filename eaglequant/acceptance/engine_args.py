@@ -120,7 +120,7 @@ def model_length(target: Path, prompts: Sequence[str], generated: int) -> int:
     tokenizer), ``generated`` tokens and a margin, within the target's own context (its config's
     ``max_position_embeddings``, ``text_config`` first, as for multimodal targets such as Kimi-K2.5)."""
     from eaglequant.checkpoint.reader import load_json_object
-    from eaglequant.engines.context import text_config
+    from eaglequant.engines.served_length import text_config
 
     limit = text_config(load_json_object(target / "config.json", "config.json")).get("max_position_embeddings")
     needed = max(len(p) for p in prompts) + generated + 16

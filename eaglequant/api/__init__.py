@@ -196,7 +196,7 @@ def _verified(stage: Path, result: ConversionResult, source: Path, options: Conv
     report = _verify_written(
         stage,
         source,
-        [engine.name for engine in result.plan.engines],
+        [engine.key for engine in result.plan.engines],
         target=result.plan.target.recorded(),
         inputs=None if options.calib is None else Path(options.calib),
         hashed_while_writing=True,  # the report's digests were taken from these bytes moments ago
@@ -381,4 +381,4 @@ def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
     """Validated engine names ("all" left to the caller); None for "not chosen"."""
     from eaglequant.engines import get_engine
 
-    return [get_engine(name).name for name in dict.fromkeys(engines) if name != "all"] or None
+    return [get_engine(name).key for name in dict.fromkeys(engines) if name != "all"] or None

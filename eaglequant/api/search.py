@@ -158,7 +158,7 @@ def search(
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
-    engines = tuple(dict.fromkeys(get_engine(name).name for name in expanded_engines(engines)))
+    engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
     source, destination = Path(src), Path(dst)
     check_destination(source, destination, overwrite)
     told = progress or (lambda text: None)

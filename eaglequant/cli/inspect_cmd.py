@@ -97,7 +97,7 @@ def render(report: InspectReport, source: str) -> None:
     out.print(f"exclude rules written: {escape(str(list(plan.exclude_patterns)))}")
     src_b, out_b = report.source_bytes, plan.output_bytes
     out.print(f"size: {decimal_bytes(src_b)} → ~{decimal_bytes(out_b)} ({out_b / max(src_b, 1):.2f}×)")
-    show_round_costs(report.round_costs())
+    show_round_costs(list(report.round_costs))
     for text in plan.notes:
         note(text)
 

@@ -35,9 +35,11 @@ class InspectReport:
     def __post_init__(self) -> None:
         check_draft_tokens(self.draft_tokens)
 
-    def round_costs(self) -> list[RoundCost]:
-        """Per targeted engine, the weight bytes a speculative round reads as converted, and as the source."""
-        return self.plan.round_costs(self.draft_tokens)
+    @property
+    def round_costs(self) -> tuple[RoundCost, ...]:
+        """Per targeted engine, the weight bytes a speculative round reads as converted, and as the source (as a
+        :class:`~eaglequant.record.report.ConversionReport` holds them)."""
+        return tuple(self.plan.round_costs(self.draft_tokens))
 
     @property
     def dims(self) -> dict[str, Any]:
@@ -87,7 +89,7 @@ class InspectReport:
                 module: scheme.name for module, scheme in sorted(self.plan.assignment.module_schemes.items())
             },
             "format": self.plan.format.name,
-            "engines": [e.name for e in self.plan.engines],
+            "engines": [e.key for e in self.plan.engines],
             "tensors": self.rows(),
             "exclude": self.plan.exclude_patterns,
             "target_layers": self.plan.target.to_json(),
@@ -103,5 +105,5 @@ class InspectReport:
             ],
             "source_bytes": self.source_bytes,
             "estimated_output_bytes": self.plan.output_bytes,
-            "round_costs": [cost.to_json() for cost in self.round_costs()],
+            "round_costs": [cost.to_json() for cost in self.round_costs],
         }

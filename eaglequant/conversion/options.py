@@ -235,7 +235,7 @@ class ConversionOptions:
         engines = _rules("engines", self.engines)
         engines = expanded_engines(engines)
         _set(self, "resolved_engines", tuple(dict.fromkeys(_named("engines", name, get_engine) for name in engines)))
-        _set(self, "engines", tuple(engine.name for engine in self.resolved_engines))
+        _set(self, "engines", tuple(engine.key for engine in self.resolved_engines))
         _set(self, "exclude", _patterns("exclude", self.exclude))
         _set(self, "quantize", _patterns("quantize", self.quantize))
         _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=0, maximum=MAX_TARGET_LAYERS))

@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from eaglequant.checkpoint.writer import TensorSpec
+from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
-from eaglequant.conversion.request import ConversionRequest
+from eaglequant.conversion.request import ConversionRequest, changed_config
 from eaglequant.engines import Engine
 from eaglequant.engines.base import TARGET_LAYERS_HINT
-from eaglequant.engines.context import ConfigChange, changed_config
 from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import EnginePlan, plan_engines
 from eaglequant.engines.target import TargetModel
@@ -110,11 +110,11 @@ class ConversionPlan:
             runs_quantized = {
                 member
                 for verdict in self.verdicts
-                if verdict.engine == engine.name and verdict.quantized
+                if verdict.engine == engine.key and verdict.quantized
                 for member in verdict.members
             }
             quantized = {module: stored[module] for module in runs_quantized if module in stored}
-            costs.append(round_cost(self.head, engine.name, engine.release, quantized, draft_tokens))
+            costs.append(round_cost(self.head, engine.key, engine.release, quantized, draft_tokens))
         return costs
 
     def quantization_config(self) -> dict[str, object]:
@@ -127,7 +127,7 @@ class ConversionPlan:
     def runtime_schemes(self) -> dict[str, Scheme | None]:
         """Each runtime module -> its scheme (None: run unquantized), by the first targeted engine's runtime names
         (one set of names: only engines that name the modules alike read per-module kinds, check_assignment)."""
-        first = self.engines[0].name
+        first = self.engines[0].key
         return {
             v.runtime_name: self.scheme_of(v.members[0]) if v.quantized else None
             for v in self.verdicts
@@ -198,7 +198,7 @@ def build_plan(
     amax = {m: v for m, v in (input_amax or {}).items() if m in calibrated}
     changes = list(request.config_changes)
     served = replace(head, config=changed_config(head.config, changes))  # the head as the engines will read it
-    serving = [note for engine in decided.engines for note in engine.serving_notes(served, decided.target)]
+    serving = [note for engine in decided.engines for note in engine.draft_notes(served, decided.target)]
     return ConversionPlan(
         head,
         assignment,

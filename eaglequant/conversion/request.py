@@ -5,12 +5,13 @@ scheme up by its name again: the request holds the objects."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eaglequant.common.config_change import ConfigChange
 from eaglequant.conversion.options import ConversionOptions
-from eaglequant.engines import Engine
-from eaglequant.engines.context import ConfigChange, target_context_change
+from eaglequant.engines import ENGINES, Engine
 from eaglequant.engines.target import TargetModel, resolve_target
 from eaglequant.formats import Format
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -36,7 +37,7 @@ class ConversionRequest:
         """``options`` for the head whose config.json is ``head_config`` (which may name its target, and whose
         context length a config change raises)."""
         target = resolve_target(options.target_layers, options.target_config, head_config)
-        change = target_context_change(head_config, target.context) if options.match_target_context else None
+        changes = context_changes(head_config, target) if options.match_target_context else ()
         return cls(
             options.assignment,
             options.resolved_format,
@@ -44,5 +45,19 @@ class ConversionRequest:
             target,
             options.exclude,
             options.quantize,
-            () if change is None else (change,),
+            changes,
         )
+
+
+def context_changes(head_config: dict[str, Any], target: TargetModel) -> tuple[ConfigChange, ...]:
+    """What ``match_target_context`` writes: the config change each registered release needs to serve the target's
+    whole context with this draft (vLLM 0.33's raises ``max_position_embeddings``), whichever release is targeted."""
+    found = (engine.context_change(head_config, target) for engine in ENGINES.values())
+    return tuple(change for change in found if change is not None)
+
+
+def changed_config(config: dict[str, Any], changes: Sequence[ConfigChange]) -> dict[str, Any]:
+    """A copy of ``config`` with every change made, in order."""
+    for change in changes:
+        config = change.apply(config)
+    return config

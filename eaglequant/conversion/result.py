@@ -99,7 +99,7 @@ class ConversionResult:
             algorithm=plan.format.declared_algorithm(plan.runtime_schemes()),
             notes=tuple(plan.notes),
             calibrated_input_amax=plan.input_amax,
-            engines=tuple(e.name for e in plan.engines),
+            engines=tuple(e.key for e in plan.engines),
             target_layers=plan.target,
             quantized=tuple(
                 RecordedLinear(r.weight.removesuffix(".weight"), r.shape, r.relative_error, r.sqnr_db)

@@ -71,7 +71,7 @@ def target_output_head(target: Path) -> OutputHead:
     import torch
 
     from eaglequant.checkpoint.reader import Checkpoint, load_json_object
-    from eaglequant.engines.context import text_config
+    from eaglequant.engines.served_length import text_config
 
     text = text_config(load_json_object(target / "config.json", "config.json"))
     with Checkpoint.open(target, "TARGET") as checkpoint:

@@ -1,7 +1,8 @@
 """Serving engines, registered by name. Add an engine, or an engine release, by adding one module and one entry here.
 
-An engine's release is chosen as ``NAME==RELEASE`` (``vllm==0.33.0``); the bare name is the release eaglequant
-runs in its engine-load tests (``vllm``: 0.32.0, the newest CPU build).
+Each release has a plain ``name`` (``vllm``), a ``release`` (``0.33.0``) and a ``key``, what ``--engine`` takes and
+records store: ``NAME==RELEASE`` (``vllm==0.33.0``), or the bare name for the release eaglequant runs in its
+engine-load tests (``vllm``: 0.32.0, the newest CPU build), which ``vllm==0.32.0`` names too.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ from eaglequant.engines.vllm import VllmEngine
 from eaglequant.engines.vllm_0_33 import Vllm033Engine
 
 ENGINES: dict[str, Engine] = {
-    engine.name: engine
-    for engine in (VllmEngine(), Vllm033Engine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
+    engine.key: engine for engine in (VllmEngine(), Vllm033Engine(), TrtllmEngine(), SglangEngine(), TrtllmMainEngine())
 }
 
 
@@ -34,8 +34,8 @@ def expanded_engines(names: Iterable[str]) -> tuple[str, ...]:
 
 
 def get_engine(name: str) -> Engine:
-    """The engine registered as ``name``, or the default release's named ``NAME==RELEASE`` (``vllm==0.32.0``)."""
-    found = ENGINES.get(name) or next((e for e in ENGINES.values() if f"{e.name}=={e.release}" == name), None)
+    """The release whose key is ``name``, or which ``name`` spells as ``NAME==RELEASE`` (``vllm==0.32.0``)."""
+    found = next((e for e in ENGINES.values() if name in e.spellings), None)
     if found is None:
         known = ", ".join(ENGINES)
         raise InputError(f"unknown engine {name!r}", hint=f"choose one of: {known}, or {ALL_ENGINES}")

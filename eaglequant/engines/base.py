@@ -6,8 +6,9 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.engines.cells import Answer, Cells
 from eaglequant.kinds import Kinds
@@ -115,11 +116,19 @@ def weight_only_integer_groups(kinds: Kinds, format_name: str) -> bool:
 
 
 class Engine(ABC):
-    name: ClassVar[str]
+    name: ClassVar[str]  # the engine, whichever release: "vllm", "sglang", "trtllm"
     title: ClassVar[str]
     release: ClassVar[str]  # the engine release this model describes; its rules cite that release's files
+    # What --engine takes and records store for this release: the engine's name for the release eaglequant tests
+    # (``vllm``), NAME==RELEASE for another (``vllm==0.33.0``); ENGINES is keyed by it.
+    key: ClassVar[str]
     hub_library: ClassVar[str]  # the Hub's library_name for a checkpoint this engine loads (the card's tag)
     cells: ClassVar[Cells]  # what this release loads: its column of the support matrix (engines/support.py)
+
+    @property
+    def spellings(self) -> tuple[str, str]:
+        """What --engine takes for this release: its key, and NAME==RELEASE (``vllm==0.32.0`` for ``vllm``)."""
+        return (self.key, f"{self.name}=={self.release}")
 
     @property
     def titled(self) -> str:
@@ -255,16 +264,22 @@ class Engine(ABC):
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
         return None
 
-    def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
-        """What a user serving this head with the engine should know beyond what loads (deployment settings
-        that change what runs)."""
+    def environment_notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
+        """Settings of the serving environment (environment variables, platform defaults) under which this release
+        runs a checkpoint of this scheme other than as stored, each with its fix; [] when none. Whatever the draft's
+        config and target: the card's serving section and ``explain`` show them."""
         return []
 
-    def serving_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
-        """What this release does with the draft that its config.json does not say: what it would serve otherwise
-        without an error (a shorter context, a refused verifier), each with its fix, and settings that change what
-        a round reads; [] when nothing."""
+    def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
+        """What this release does with this draft and target that the draft's config.json does not say: what it
+        would serve otherwise without an error (a shorter context, a refused verifier), each with its fix, and
+        settings that change what a round reads; [] when nothing. ``convert``, ``explain`` and ``verify`` show them."""
         return []
+
+    def context_change(self, head_config: dict[str, Any], target: TargetModel) -> ConfigChange | None:
+        """The config.json change with which this release serves the target's whole context with this draft
+        (``match_target_context``); None where it needs none. Refused (InputError) where no change can."""
+        return None
 
     def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
         """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme

@@ -362,7 +362,7 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
                         )
                 if count == counts[-1]:
                     shown = module.names[0] if view.target_layers is not None else symbolic_name(module.names[0], count)
-                    verdicts.append(ModuleVerdict(engine.name, shown, module.members, intended, rules[0], reason))
+                    verdicts.append(ModuleVerdict(engine.key, shown, module.members, intended, rules[0], reason))
     return verdicts
 
 

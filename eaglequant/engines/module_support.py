@@ -163,7 +163,7 @@ def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: st
     if not found:
         return words(f"{request.what} in no engine release with this scheme: drop that rule; {SEE_TABLE}")
     (fmt, serving), only = found[0], " only" if len(found) == 1 else ""
-    targets = [suggested("engines", e.name) for e in serving]
+    targets = [suggested("engines", e.key) for e in serving]
     return words(
         f"{request.what}{only} in {_titles(serving)} with ",
         suggested("format", fmt),

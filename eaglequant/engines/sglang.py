@@ -132,6 +132,7 @@ CELLS: Cells = {
 
 class SglangEngine(Engine):
     name: ClassVar[str] = "sglang"
+    key: ClassVar[str] = "sglang"
     title: ClassVar[str] = "SGLang"
     release: ClassVar[str] = "0.5.23"
     hub_library: ClassVar[str] = "sglang"

@@ -108,7 +108,7 @@ def engine_support(
     checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
     (refused later, after what the format cannot store: :mod:`eaglequant.conversion.own_schemes`)."""
     main = assignment.main
-    names = [engine.name for engine in engines]
+    names = [engine.key for engine in engines]
     notes = check_engines(main.kinds, main.name, format_name, names, attention, builtin_names_by_kinds())
     loading = tuple(name for name in FORMAT_NAMES if _loads_everywhere(main.kinds, name, names, attention))
     kinds = [scheme.kinds for scheme in assignment.schemes]

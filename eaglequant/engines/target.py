@@ -10,7 +10,7 @@ on disk (a local directory, or the Hugging Face cache; never downloaded). Two so
 are an error. When none is known, exclusion rules are written to hold for any L.
 
 A target config read on the way (``--target-config``, the verifier's) also gives the context length vLLM serves the
-target with (:func:`eaglequant.engines.context.served_length`), which a draft may lower (``vllm_0_33.py``).
+target with (:func:`eaglequant.engines.served_length.served_length`), which a draft may lower (``vllm_0_33.py``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def layer_count(config: dict[str, Any], where: str) -> int:
 
 def read_target_config(path: Path) -> tuple[int, int | None]:
     """The target's layer count and served context length, from its config.json (or the directory holding it)."""
-    from eaglequant.engines.context import served_length
+    from eaglequant.engines.served_length import served_length
 
     file = path / "config.json" if path.is_dir() else path
     config = load_json_object(file, "target config")

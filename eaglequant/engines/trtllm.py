@@ -129,6 +129,7 @@ class TrtllmEngine(Engine):
     """The released 1.2.x: a plain fnmatch matcher, an unquantized ``fc``, and no MLA drafts (see the module doc)."""
 
     name: ClassVar[str] = "trtllm"
+    key: ClassVar[str] = "trtllm"
     title: ClassVar[str] = "TensorRT-LLM"
     release: ClassVar[str] = "1.2.x"
     hub_library: ClassVar[str] = "tensorrt-llm"

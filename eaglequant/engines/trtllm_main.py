@@ -77,7 +77,7 @@ CELLS: Cells = {**RELEASE_1_2_CELLS, **_CHANGED}
 
 
 class TrtllmMainEngine(TrtllmEngine):
-    name: ClassVar[str] = "trtllm-main"
+    key: ClassVar[str] = "trtllm-main"
     title: ClassVar[str] = "TensorRT-LLM main"
     release: ClassVar[str] = "(2026)"
     cells: ClassVar[Cells] = CELLS

@@ -191,6 +191,7 @@ CELLS: Cells = {
 
 class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
+    key: ClassVar[str] = "vllm"
     title: ClassVar[str] = "vLLM"
     release: ClassVar[str] = "0.32.0"
     hub_library: ClassVar[str] = "vllm"
@@ -210,7 +211,7 @@ class VllmEngine(Engine):
         "(llama_eagle3.py, deepseek_eagle3.py)"
     )
 
-    def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
+    def environment_notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:

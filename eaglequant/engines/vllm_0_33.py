@@ -29,8 +29,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.engines import context
+from eaglequant.common.config_change import ConfigChange
+from eaglequant.common.errors import InputError, Param, words
 from eaglequant.engines.cells import Cells
+from eaglequant.engines.served_length import draft_config, rope_types, served_length
 from eaglequant.engines.vllm import CELLS as RELEASE_0_32_CELLS
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.kinds import Kinds
@@ -41,18 +43,30 @@ if TYPE_CHECKING:
 
 # Where the sources (config/speculative.py, config/vllm.py) are named and the behaviour explained.
 _CONTEXT_DOCS = "docs/engines.md#vllm-releases-0320-and-0330"
+# config/speculative.py::_CACHE_ONLY_ROPE_TYPES: a draft whose rope types are all these has its
+# max_position_embeddings raised to the target's length.
+CACHE_ONLY_ROPE_TYPES = frozenset({"default", "linear", "llama3", "ntk", "proportional"})
+# Rope types whose rotary embedding vLLM builds from original_max_position_embeddings and the factor, never from
+# max_position_embeddings (model_executor/layers/rotary_embedding/__init__.py::get_rope): raising the latter changes
+# the served length only.
+LENGTH_ONLY_ROPE_TYPES = CACHE_ONLY_ROPE_TYPES | {"yarn", "deepseek_yarn"}
+
+
+def only_sizes_cache(config: dict[str, Any]) -> bool:
+    """Whether every rope type of the config only sizes the rotary cache (vLLM 0.33 then raises a draft's length)."""
+    return all(rope_type in CACHE_ONLY_ROPE_TYPES for rope_type in rope_types(config))
 
 
 def shorter_context(head_config: dict[str, Any], target: TargetModel) -> str | None:
     """Why vLLM 0.33 would serve the target with a shorter context than its own because of this draft, with the
     fix; None when it would not (or cannot tell: no length in the draft's config)."""
-    config = context.draft_config(head_config)
-    if context.only_sizes_cache(config):
+    config = draft_config(head_config)
+    if only_sizes_cache(config):
         return None
-    length = context.served_length(config)
+    length = served_length(config)
     if length is None or (target.context is not None and length >= target.context):
         return None
-    rope = "/".join(dict.fromkeys(context.rope_types(config)))
+    rope = "/".join(dict.fromkeys(rope_types(config)))
     if target.context is None:
         return (
             f"vLLM 0.33 may serve the target with this draft's shorter context, {length}: its {rope} rope keeps its "
@@ -62,6 +76,36 @@ def shorter_context(head_config: dict[str, Any], target: TargetModel) -> str | N
         f"vLLM 0.33 serves the target with max_model_len {length}, not its {target.context}: this draft's {rope} "
         f"rope keeps its max_position_embeddings ({_CONTEXT_DOCS}); convert with --match-context, or serve with "
         "VLLM_USE_V2_MODEL_RUNNER=0"
+    )
+
+
+def target_context_change(head_config: dict[str, Any], target_context: int | None) -> ConfigChange | None:
+    """The draft's ``max_position_embeddings`` raised to the target's served length (None: already as long). Refused
+    where the target's length is unknown, or where the draft's rope is built from max_position_embeddings (raising it
+    would move the draft's positions)."""
+    if target_context is None:
+        raise InputError(
+            words(Param("match_target_context"), " needs the target's context length"),
+            hint=words("pass ", Param("target_config"), " with the target model's config.json"),
+        )
+    config = draft_config(head_config)
+    moved = [rope for rope in rope_types(config) if rope not in LENGTH_ONLY_ROPE_TYPES]
+    if moved:
+        why = f": the draft's {moved[0]} rope"
+        raise InputError(
+            words(Param("match_target_context"), why + " is built from its max_position_embeddings"),
+            hint="raising it would change the draft's positions; serve with VLLM_USE_V2_MODEL_RUNNER=0 instead",
+        )
+    length = served_length(config)
+    if length is not None and length >= target_context:
+        return None
+    prefix = "transformer_layer_config." if config is not head_config else ""
+    return ConfigChange(
+        f"{prefix}max_position_embeddings",
+        config.get("max_position_embeddings"),
+        target_context,
+        f"the target serves {target_context} positions; vLLM 0.33 would lower that to the draft's {length} "
+        "(its rope keeps max_position_embeddings, which sizes only the served length here)",
     )
 
 
@@ -109,13 +153,16 @@ def _hub_repo_id(name: str) -> bool:
 
 
 class Vllm033Engine(VllmEngine):
-    name: ClassVar[str] = "vllm==0.33.0"
+    key: ClassVar[str] = "vllm==0.33.0"
     release: ClassVar[str] = "0.33.0"
     cells: ClassVar[Cells] = RELEASE_0_32_CELLS
 
-    def notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
+    def environment_notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
         return []
 
-    def serving_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
+    def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
         found = (shorter_context(head.config, target), local_verifier(head.config), shared_lm_head(head))
         return [note for note in found if note is not None]
+
+    def context_change(self, head_config: dict[str, Any], target: TargetModel) -> ConfigChange | None:
+        return target_context_change(head_config, target.context)

@@ -285,7 +285,7 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
             for snippet in engine.serving_snippets(target, context.draft, DRAFT_TOKENS):
                 caption = f"{snippet.caption} (release {engine.release})"
                 lines += [f"{caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
-            lines += [f"Note: {note}.\n" for note in engine.notes(report.attention, kinds, report.format)]
+            lines += [f"Note: {note}.\n" for note in engine.environment_notes(report.attention, kinds, report.format)]
             continue
         refusal = request_refusal(engine, report.format, _module_request(report), report.attention)
         if refusal is not None:

@@ -214,12 +214,12 @@ def _read_engine(
 ) -> EngineReading:
     scheme, patterns = schemes.main, written.patterns
     refusal = engine.head_refusal(head) or _mixed_refusal(engine, fmt, schemes, written, head.attention)
-    cell = support(scheme.kinds, fmt.name, engine.name, head.attention)
+    cell = support(scheme.kinds, fmt.name, engine, head.attention)
     if cell is None or not cell.loads or refusal is not None:
         note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
         cannot_load = Finding("cannot-load", "", f"cannot load this checkpoint: {note}")
         problems: tuple[Finding, ...] = (cannot_load,) if requested else ()
-        return EngineReading(engine.name, engine.title, False, note, (), problems, judged=requested)
+        return EngineReading(engine.key, engine.title, False, note, (), problems, judged=requested)
     counts = layer_counts(target.count)
     modules_by_count = [engine.runtime_modules(head, count) for count in counts]
     readings = []
@@ -234,10 +234,10 @@ def _read_engine(
         _finding("rule-breaks-loader", problem)
         for problem in engine.pattern_problems(head, fmt.name, patterns, scheme.kinds)
     )
-    notes = tuple(engine.notes(head.attention, scheme.kinds, fmt.name) + engine.serving_notes(head, target))
+    notes = tuple(engine.environment_notes(head.attention, scheme.kinds, fmt.name) + engine.draft_notes(head, target))
     stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
-    cost = round_cost(head, engine.name, engine.release, stored, draft_tokens)
-    return EngineReading(engine.name, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
+    cost = round_cost(head, engine.key, engine.release, stored, draft_tokens)
+    return EngineReading(engine.key, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
 
 
 def _mixed_refusal(

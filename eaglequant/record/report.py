@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.destination import REPORT_NAME
+from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import JsonObject, read_json_file, record_json
 from eaglequant.common.version import __version__
-from eaglequant.engines.context import ConfigChange
 from eaglequant.engines.target import TargetModel
 from eaglequant.kinds import Kinds
 from eaglequant.readback.cost import RoundCost

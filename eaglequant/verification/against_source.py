@@ -19,8 +19,8 @@ from eaglequant.verification.fidelity import HeadFidelity, head_fidelity, synthe
 from eaglequant.verification.layer_parity import LayerParity, ParityRun, parity_input, run_alone
 
 if TYPE_CHECKING:
+    from eaglequant.common.config_change import ConfigChange
     from eaglequant.draft.weights import CanonicalWeights
-    from eaglequant.engines.context import ConfigChange
     from eaglequant.formats import Format
     from eaglequant.kinds.base import StoredLinear
 

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch
 
     from eaglequant.checkpoint.reader import Checkpoint
-    from eaglequant.engines.context import ConfigChange
+    from eaglequant.common.config_change import ConfigChange
 
 COMPARE_BYTES = 16 << 20  # bytes of each tensor read per block (a differing block costs ~6x that)
 # config.json fields an engine builds the draft from (at the top level, and in speculators'

@@ -168,7 +168,7 @@ def verify_checkpoint(
             "the loosest of them (those shown)"
         )
     report.notes += [
-        problem for reading in explanation.engines for problem in ENGINES[reading.engine].serving_notes(head, target)
+        problem for reading in explanation.engines for problem in ENGINES[reading.engine].draft_notes(head, target)
     ]
     if scheme_note:
         report.notes.append(scheme_note)

@@ -80,7 +80,7 @@ def test_explain_names_every_engine_release_in_one_form(converted: tuple[Path, s
     titles = [engine.titled for engine in ENGINES.values()]
     assert _cost_table_engines(result.stdout) == ["vLLM 0.32.0", "vLLM 0.33.0", "SGLang 0.5.23"]
     assert all(title in result.stdout for title in titles)
-    other_forms = [f"{e.name} {e.release}" for e in ENGINES.values()] + [f"=={e.release}" for e in ENGINES.values()]
+    other_forms = [f"{e.key} {e.release}" for e in ENGINES.values()] + [f"=={e.release}" for e in ENGINES.values()]
     assert [form for form in other_forms if form in result.stdout] == []
 
 

@@ -183,7 +183,7 @@ def test_vllm_serve_refuses_a_local_verifier_on_033_only(tmp_path: Path) -> None
     assert [a["accepted"] for a in new] == [True, False]
     assert "must name a remote model repository" in new[1]["error"]
     said = {
-        path.name: [bool(ENGINES[e].serving_notes(inspect(path).head, _no_target())) for e in RELEASES.values()]
+        path.name: [bool(ENGINES[e].draft_notes(inspect(path).head, _no_target())) for e in RELEASES.values()]
         for path in (FIXTURES / "speculators-llama", local)
     }
     assert said == {"speculators-llama": [False, False], "local-verifier": [False, True]}

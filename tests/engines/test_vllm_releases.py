@@ -15,10 +15,10 @@ import pytest
 
 from eaglequant import convert, explain, inspect, verify
 from eaglequant.common.errors import EXIT_BAD_INPUT, InputError
-from eaglequant.engines import get_engine
-from eaglequant.engines.context import served_length, target_context_change
+from eaglequant.engines import ENGINES, get_engine
+from eaglequant.engines.served_length import served_length
 from eaglequant.engines.target import UNKNOWN, TargetModel
-from eaglequant.engines.vllm_0_33 import local_verifier, shorter_context
+from eaglequant.engines.vllm_0_33 import local_verifier, shorter_context, target_context_change
 from eaglequant.record.report import read_report
 from tests.conftest import FIXTURES, run_cli
 
@@ -31,6 +31,17 @@ def test_a_release_is_chosen_by_name_and_the_bare_name_is_0_32() -> None:
     assert get_engine("vllm==0.33.0").release == "0.33.0"
     with pytest.raises(InputError, match=r"unknown engine 'vllm==0\.31\.0'"):
         get_engine("vllm==0.31.0")
+
+
+def test_each_release_names_its_engine_plainly_and_is_keyed_by_what_engine_takes() -> None:
+    assert {key: (engine.name, engine.release) for key, engine in ENGINES.items()} == {
+        "vllm": ("vllm", "0.32.0"),
+        "vllm==0.33.0": ("vllm", "0.33.0"),
+        "trtllm": ("trtllm", "1.2.x"),
+        "sglang": ("sglang", "0.5.23"),
+        "trtllm-main": ("trtllm", "(2026)"),
+    }
+    assert all(engine.key == key and get_engine(key) is engine for key, engine in ENGINES.items())
 
 
 @pytest.mark.parametrize(
@@ -82,6 +93,14 @@ def test_matching_the_targets_context_needs_it_and_a_rope_it_does_not_move() -> 
     nested = target_context_change(speculators, 262144)
     assert nested is not None and nested.key == "transformer_layer_config.max_position_embeddings"
     assert nested.apply(speculators)["transformer_layer_config"]["max_position_embeddings"] == 262144
+
+
+def test_only_0_33_contributes_the_config_change_that_keeps_the_targets_context() -> None:
+    short = {"max_position_embeddings": 4096, "rope_scaling": YARN}
+    target = TargetModel(61, "--target-config", context=262144)
+    change = get_engine("vllm==0.33.0").context_change(short, target)
+    assert change is not None and (change.key, change.written) == ("max_position_embeddings", 262144)
+    assert [e.key for e in ENGINES.values() if e.context_change(short, target) is not None] == ["vllm==0.33.0"]
 
 
 def test_a_local_verifier_is_explained_and_a_hub_id_is_not(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ def kimi_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _vllm(report: eaglequant.conversion.inspection.InspectReport) -> RoundCost:
-    (cost,) = report.round_costs()
+    (cost,) = report.round_costs
     assert cost.engine == "vllm"
     return cost
 
@@ -89,19 +89,20 @@ def test_the_full_size_mla_head_keeps_its_lm_head_for_vllm(tmp_path: Path) -> No
 @pytest.mark.parametrize("fixture", LAYOUT_FIXTURES)
 def test_every_fixture_has_a_cost_that_explain_reads_back_the_same(fixture: str, tmp_path: Path) -> None:
     planned = eaglequant.inspect(FIXTURES / fixture, target_layers=61)
-    for cost in planned.round_costs():
+    for cost in planned.round_costs:
         assert cost.bytes_per_round < cost.source_bytes_per_round
         assert cost.resident_bytes < cost.source_resident_bytes
     result = eaglequant.convert(FIXTURES / fixture, tmp_path / "out", target_layers=61)
     read_back = eaglequant.explain(result.destination)
-    assert [r.round_cost for r in read_back.engines] == planned.round_costs() == list(result.report().round_costs)
+    assert [r.round_cost for r in read_back.engines] == list(planned.round_costs)
+    assert planned.round_costs == result.report().round_costs  # the plan's and the report's, in one form
 
 
 def test_the_source_reads_the_same_bytes_a_round_in_every_engine() -> None:
     source = FIXTURES / "specforge-llama"
     quark = eaglequant.inspect(source, engines=["vllm", "vllm==0.33.0", "sglang"], format="quark", draft_tokens=2)
     modelopt = eaglequant.inspect(source, engines=["trtllm", "trtllm-main"], format="modelopt", draft_tokens=2)
-    costs = quark.round_costs() + modelopt.round_costs()
+    costs = quark.round_costs + modelopt.round_costs
     assert sorted(cost.engine for cost in costs) == sorted(ENGINES)
     assert {cost.source_bytes_per_round for cost in costs} == {source_bytes_per_round(quark.head, 2)}
     assert source_bytes_per_round(quark.head, 2) < source_bytes_per_round(quark.head, 3)

@@ -91,8 +91,8 @@ def test_the_pruned_head_keeps_the_rows_of_the_tokens_it_keeps(pruned: Path) -> 
 
 
 def test_the_pruned_head_converts_and_reads_fewer_bytes_a_round(pruned: Path, tmp_path: Path) -> None:
-    (before,) = eaglequant.inspect(SOURCE).round_costs()
-    (after,) = eaglequant.inspect(pruned).round_costs()
+    (before,) = eaglequant.inspect(SOURCE).round_costs
+    (after,) = eaglequant.inspect(pruned).round_costs
     lm_before, lm_after = before.part("lm_head"), after.part("lm_head")
     assert lm_before is not None and lm_after is not None
     assert lm_after.bytes_per_read * 4 == lm_before.bytes_per_read
