@@ -138,16 +138,14 @@ class ConversionOptions:
         (),
         ("--scheme-for",),
         list,
-        "Linears in a scheme of their own: PATTERN=SCHEME, the pattern a glob or 're:<regex>' over linear names "
-        "as `inspect` shows them or inside their layer, e.g. lm_head=nvfp4 or 'mlp.*=nvfp4'; the first that "
-        "matches decides. Repeatable.",
+        "PATTERN=SCHEME: matching linears (syntax as --exclude, or inside their layer) in a scheme of their "
+        "own, e.g. lm_head=nvfp4 or 'mlp.*=nvfp4'; the first match decides. Repeatable.",
     )
     exclude: tuple[str, ...] = _option(
         (),
         ("--exclude", "-x"),
         list,
-        "Keep matching linears unquantized: a glob or 're:<regex>' over checkpoint names as `inspect` shows them "
-        "(e.g. 'midlayer.mlp.*'). Repeatable.",
+        "Keep matching linears unquantized: a glob or 're:<regex>' over names as `inspect` shows them. Repeatable.",
     )
     quantize: tuple[str, ...] = _option(
         (),
@@ -202,14 +200,13 @@ class ConversionOptions:
         None,
         ("--workers",),
         None,  # the runner's, not the job's
-        "Threads that copy and quantize (default: one per core, at most 4). The output is the same byte for byte "
-        "whatever the number.",
+        "Threads that copy and quantize (default: one per core, at most 4); the same bytes whatever the number.",
     )
     device: str = _option(
         DEFAULT_DEVICE,
         ("--device",),
         None,  # the runner's, not the job's
-        "Where the quantization math runs: cpu, or cuda (a CUDA build of torch). The output is the same bytes.",
+        "Where the quantization math runs: cpu or cuda (same bytes).",
     )
     # Derived once, on construction:
     max_shard_bytes: int = field(init=False, repr=False)
