@@ -161,7 +161,7 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     verified = run_cli("verify", dst, "--inputs", inputs)  # against its recorded source, the pruned head
     assert verified.exit_code == 0, verified.stderr
     assert "(budget: a drop of at most 0.1 tokens)" in verified.stdout and "budget -" not in verified.stdout  # nvfp4
-    assert " → " in verified.stdout and "->" not in verified.stdout  # one arrow (issue 48, item 14)
+    assert " → " in verified.stdout and "->" not in verified.stdout  # one arrow form
     help_text = " ".join(run_cli_subprocess("search", "--help", env={"COLUMNS": "300"}).stdout.split())
     assert "Without it, the candidates with lm_head in a scheme of its own" in help_text
 
