@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 from eaglequant.common.errors import EagleQuantError
 
@@ -173,6 +173,9 @@ def json_value(value: Any) -> Any:
     return value
 
 
+# What a value rule gives for an entry that is not written.
+NOT_WRITTEN: Final = object()
+
 # How a written value is made from the value read: a function of it, or the name of a method of the record taking
 # it (where the value depends on other fields).
 ValueRule = Callable[[Any], Any] | str
@@ -187,7 +190,8 @@ class JsonRecord:
       ``json_values``);
     - ``json_computed``: properties, or methods taking no argument, written after the fields, in this order;
     - ``json_omitted``: fields not written;
-    - ``json_values``: field or computed entry -> how its value is written (a :data:`ValueRule`);
+    - ``json_values``: field or computed entry -> how its value is written (a :data:`ValueRule`); a rule giving
+      :data:`NOT_WRITTEN` leaves the entry out (an entry the record's version does not have);
     - ``json_first``: fields or computed entries written before the others, in this order (the order of keys a
       reader already knows, where it is not the fields' own).
 
@@ -201,7 +205,8 @@ class JsonRecord:
     json_first: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {key: json_value(write(self)) for key, write in json_plan(type(self))}
+        entries = ((key, write(self)) for key, write in json_plan(type(self)))
+        return {key: json_value(value) for key, value in entries if value is not NOT_WRITTEN}
 
 
 Writer = Callable[[Any], Any]

@@ -16,10 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
-from eaglequant.common.json_fields import JsonObject
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named, rounded
 from eaglequant.layouts.head import HeadDescription, Role
 
 SERVING_WEIGHT_BYTES = 2  # an unquantized module at run time: BF16 or FP16, whatever the source stored
@@ -33,9 +32,20 @@ MODEL_NOTE = (
 
 
 @dataclass(frozen=True)
-class PartCost:
+class PartCost(JsonRecord):
     """One part of the draft: how many times a round reads it, and the bytes of one read (as run, and in the
     source at the serving dtype)."""
+
+    json_computed = ("bytes_per_round", "source_bytes_per_round")
+    json_renamed = named(reads="reads_per_round", shared="shared_with_target")
+    json_first = (
+        "part",
+        "reads",
+        "bytes_per_read",
+        "source_bytes_per_read",
+        "bytes_per_round",
+        "source_bytes_per_round",
+    )
 
     part: str  # one of PARTS
     reads: int
@@ -52,18 +62,6 @@ class PartCost:
     def source_bytes_per_round(self) -> int:
         return self.reads * self.source_bytes_per_read
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "part": self.part,
-            "reads_per_round": self.reads,
-            "bytes_per_read": self.bytes_per_read,
-            "source_bytes_per_read": self.source_bytes_per_read,
-            "bytes_per_round": self.bytes_per_round,
-            "source_bytes_per_round": self.source_bytes_per_round,
-            "quantized": self.quantized,
-            "shared_with_target": self.shared,
-        }
-
     @classmethod
     def from_json(cls, fields: JsonObject) -> PartCost:
         return cls(
@@ -77,8 +75,16 @@ class PartCost:
 
 
 @dataclass(frozen=True)
-class RoundCost:
-    """The weight bytes one engine reads per speculative round of ``draft_tokens`` tokens, against the source's."""
+class RoundCost(JsonRecord):
+    """The weight bytes one engine reads per speculative round of ``draft_tokens`` tokens, against the source's; written
+    with what the figures model (``model``)."""
+
+    json_computed = ("bytes_per_round", "source_bytes_per_round", "reduction", "model")
+    json_values = named(reduction=rounded(4))
+    json_first = (
+        *("engine", "release", "draft_tokens", "bytes_per_round", "source_bytes_per_round", "reduction"),
+        *("resident_bytes", "source_resident_bytes"),
+    )
 
     engine: str
     release: str
@@ -111,22 +117,12 @@ class RoundCost:
     def shared_parts(self) -> tuple[str, ...]:
         return tuple(part.part for part in self.parts if part.shared)
 
+    @property
+    def model(self) -> str:
+        return MODEL_NOTE
+
     def part(self, name: str) -> PartCost | None:
         return next((part for part in self.parts if part.part == name), None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "release": self.release,
-            "draft_tokens": self.draft_tokens,
-            "bytes_per_round": self.bytes_per_round,
-            "source_bytes_per_round": self.source_bytes_per_round,
-            "reduction": round(self.reduction, 4),
-            "resident_bytes": self.resident_bytes,
-            "source_resident_bytes": self.source_resident_bytes,
-            "parts": [part.to_json() for part in self.parts],
-            "model": MODEL_NOTE,
-        }
 
     @classmethod
     def from_json(cls, fields: JsonObject) -> RoundCost:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
 from eaglequant.checkpoint.reader import Checkpoint, load_json_object
@@ -19,7 +18,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import record_json
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
 from eaglequant.engines.support import SCHEME_KINDS, mixed_refusal, support
@@ -35,18 +34,17 @@ from eaglequant.schemes.model import Scheme
 
 
 @dataclass(frozen=True)
-class ExpectedTensor:
+class ExpectedTensor(JsonRecord):
     name: str
     dtype: str
     shape: tuple[int, ...]
     found: str  # "ok", or what the checkpoint holds instead
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
-
 
 @dataclass(frozen=True)
-class ModuleReading:
+class ModuleReading(JsonRecord):
+    json_renamed = named(runtime_name="runtime_module")
+
     runtime_name: str
     members: tuple[str, ...]  # checkpoint module names
     rule: str | None  # the config rule that excludes it
@@ -56,12 +54,12 @@ class ModuleReading:
     expects: tuple[ExpectedTensor, ...]
     problems: tuple[Finding, ...]
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self, {"runtime_name": "runtime_module"})
-
 
 @dataclass(frozen=True)
-class EngineReading:
+class EngineReading(JsonRecord):
+    json_computed = ("release",)
+    json_first = ("engine", "title", "loads", "judged", "release", "note", "notes", "problems", "modules")
+
     engine: str
     title: str
     loads: bool
@@ -88,23 +86,17 @@ class EngineReading:
         """The engine with its release: ``vLLM 0.32.0``."""
         return ENGINES[self.engine].titled
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "title": self.title,
-            "loads": self.loads,
-            "judged": self.judged,
-            "release": self.release,
-            "note": self.note,
-            "notes": list(self.notes),
-            "problems": list(self.problems),
-            "modules": [m.to_json() for m in self.modules],
-            "round_cost": None if self.round_cost is None else self.round_cost.to_json(),
-        }
-
 
 @dataclass
-class Explanation:
+class Explanation(JsonRecord):
+    """How each engine reads a checkpoint; written with every problem found, the config files' and each engine's
+    (``problems``)."""
+
+    json_omitted = ("problems",)
+    json_computed = ("ok", "all_problems")
+    json_renamed = named(patterns="exclude", target="target_layers", all_problems="problems")
+    json_first = ("destination", "format", "scheme", "kinds", "patterns", "target", "ok", "all_problems")
+
     destination: Path
     format: str
     scheme: str  # e.g. "NVFP4 W4A16"
@@ -131,19 +123,6 @@ class Explanation:
             for module in e.modules
             if module.scheme is not None
             for member in module.members
-        }
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "destination": str(self.destination),
-            "format": self.format,
-            "scheme": self.scheme,
-            "kinds": list(self.kinds),
-            "exclude": self.patterns,
-            "target_layers": self.target.to_json(),
-            "ok": self.ok,
-            "problems": self.all_problems,
-            "engines": [e.to_json() for e in self.engines],
         }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import CheckpointError, InputError
-from eaglequant.common.json_fields import JsonObject, read_json_file, record_json
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonObject, JsonRecord, named, read_json_file
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetModel
 from eaglequant.kinds import Kinds
@@ -39,7 +39,7 @@ class NewerReportError(InputError):
 
 
 @dataclass(frozen=True)
-class RecordedLinear:
+class RecordedLinear(JsonRecord):
     """A quantized linear and the error of its stored weights against the source's."""
 
     module: str
@@ -47,21 +47,17 @@ class RecordedLinear:
     relative_error: float
     sqnr_db: float
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
-
 
 @dataclass(frozen=True)
-class DtypeTotal:
+class DtypeTotal(JsonRecord):
+    json_renamed = named(nbytes="bytes")
+
     count: int
     nbytes: int
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self, {"nbytes": "bytes"})
-
 
 @dataclass(frozen=True)
-class RecordedSource:
+class RecordedSource(JsonRecord):
     """The checkpoint a conversion read: where, which Hub repo and commit, and the SHA-256 of every file."""
 
     path: str
@@ -70,24 +66,18 @@ class RecordedSource:
     commit: str | None
     files: dict[str, str]
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
-
 
 @dataclass(frozen=True)
-class ManifestRecord:
+class ManifestRecord(JsonRecord):
     """What an output was made from and with which options, reduced to ``key`` (:mod:`eaglequant.record.manifest`)."""
 
     key: str
     source: RecordedSource
     options: dict[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
-
 
 @dataclass(frozen=True)
-class CardContext:
+class CardContext(JsonRecord):
     """What the model card needs beyond the conversion's figures: the draft's name, its target, the licence."""
 
     base_model: str | None
@@ -95,23 +85,31 @@ class CardContext:
     target: str | None
     license: dict[str, str]
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
-
 
 @dataclass(frozen=True)
-class VerificationSummary:
+class VerificationSummary(JsonRecord):
     """The verdict of ``convert --verify`` (the full figures are in ``eaglequant_verify.json``)."""
 
     ok: bool
     verdict: str
 
-    def to_json(self) -> dict[str, Any]:
-        return record_json(self)
-
 
 @dataclass(frozen=True)
-class ConversionReport:
+class ConversionReport(JsonRecord):
+    """What a conversion did, as ``eaglequant_report.json`` records it: each version's keys, a missing manifest or
+    card as {} (a report read is written back in its own version: a version-1 report stays version 1)."""
+
+    json_values = named(
+        report_version="_since_version_2",
+        verification="_since_version_2",
+        round_costs="_since_version_3",
+        config_changes="_since_version_4",
+        own_schemes="_since_version_4",
+        target_layers="_target_json",
+        manifest=lambda manifest: {} if manifest is None else manifest,
+        card=lambda card: {} if card is None else card,
+    )
+
     eaglequant_version: str
     report_version: int
     destination: str
@@ -144,50 +142,18 @@ class ConversionReport:
     config_changes: tuple[ConfigChange, ...] = ()  # none before version 4
     own_schemes: dict[str, str] = field(default_factory=dict)  # fc / lm_head -> its own scheme's TOML (version 4)
 
-    def to_json(self) -> dict[str, Any]:
-        """The report's JSON, key for key as it is written (a version-1 report stays version 1)."""
-        versioned = self.report_version >= 2
-        data: dict[str, Any] = {"eaglequant_version": self.eaglequant_version}
-        data.update({"report_version": self.report_version} if versioned else {})
-        data.update(
-            destination=self.destination,
-            source=self.source,
-            layout=self.layout,
-            scheme=self.scheme,
-            scheme_label=self.scheme_label,
-            scheme_kinds=list(self.scheme_kinds),
-            scheme_toml=self.scheme_toml,
-            attention=self.attention,
-            format=self.format,
-            algorithm=self.algorithm,
-            notes=list(self.notes),
-            calibrated_input_amax=self.calibrated_input_amax,
-            engines=list(self.engines),
-            target_layers=self._target_json(),
-            quantized=[linear.to_json() for linear in self.quantized],
-            kept=self.kept,
-            excluded_linears=self.excluded_linears,
-            exclude=list(self.exclude),
-            tensor_dtypes={dtype: total.to_json() for dtype, total in self.tensor_dtypes.items()},
-            source_bytes=self.source_bytes,
-            output_bytes=self.output_bytes,
-            files=self.files,
-            copied_files=list(self.copied_files),
-            manifest={} if self.manifest is None else self.manifest.to_json(),
-            card={} if self.card is None else self.card.to_json(),
-        )
-        if versioned:
-            data["verification"] = None if self.verification is None else self.verification.to_json()
-        if self.report_version >= 3:
-            data["round_costs"] = [cost.to_json() for cost in self.round_costs]
-        if self.report_version >= 4:
-            data["config_changes"] = [change.to_json() for change in self.config_changes]
-            data["own_schemes"] = self.own_schemes
-        return data
+    def _since_version_2(self, value: Any) -> Any:
+        return value if self.report_version >= 2 else NOT_WRITTEN
 
-    def _target_json(self) -> dict[str, Any]:
-        target = self.target_layers.to_json()
-        return target if self.report_version >= 4 else {k: v for k, v in target.items() if k != "context"}
+    def _since_version_3(self, value: Any) -> Any:
+        return value if self.report_version >= 3 else NOT_WRITTEN
+
+    def _since_version_4(self, value: Any) -> Any:
+        return value if self.report_version >= 4 else NOT_WRITTEN
+
+    def _target_json(self, target: TargetModel) -> dict[str, Any]:
+        written = target.to_json()
+        return written if self.report_version >= 4 else {k: v for k, v in written.items() if k != "context"}
 
     def to_text(self) -> str:
         """The file's content."""

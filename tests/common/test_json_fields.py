@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import JsonObject, JsonRecord, named, read_json_file, rounded
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonObject, JsonRecord, named, read_json_file, rounded
 
 DATA = {
     "name": "x",
@@ -179,3 +179,22 @@ def test_two_entries_under_one_key_are_refused() -> None:
 
     with pytest.raises(TypeError, match="two JSON entries are written under one key"):
         Clash("a", "b").to_json()
+
+
+@dataclass(frozen=True)
+class Versioned(JsonRecord):
+    """A record whose later entries its earlier versions do not have."""
+
+    json_values = named(added="_since_version_2")
+
+    version: int
+    name: str
+    added: str | None = None
+
+    def _since_version_2(self, added: str | None) -> object:
+        return added if self.version >= 2 else NOT_WRITTEN
+
+
+def test_an_entry_whose_rule_gives_not_written_is_left_out() -> None:
+    assert Versioned(1, "a").to_json() == {"version": 1, "name": "a"}
+    assert Versioned(2, "a").to_json() == {"version": 2, "name": "a", "added": None}

@@ -24,6 +24,7 @@ from eaglequant.batch.uploads import Upload
 from eaglequant.bench.convert import ConvertBench, Machine, Run
 from eaglequant.bench.kernels import KernelBench, Timing
 from eaglequant.cli.schemes_cmd import EngineCell, FormatRow, SchemeRow
+from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, json_plan
 from eaglequant.common.version import __version__
@@ -32,7 +33,6 @@ from eaglequant.conversion.result import ConversionResult, LinearResult
 from eaglequant.draft.capture_file import CaptureSummary
 from eaglequant.engine_load import LoadCheck, LoadJob, ModuleLoad
 from eaglequant.engines.cells import Answer
-from eaglequant.engines.context import ConfigChange
 from eaglequant.engines.module_support import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
