@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import textwrap
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -14,6 +14,7 @@ from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, result
 from eaglequant.cli.tables import fits, name_column
+from eaglequant.common.json_fields import JsonRecord
 
 if TYPE_CHECKING:
     from eaglequant.engines.module_support import ModuleRow
@@ -52,7 +53,7 @@ def schemes_command(
 
 
 @dataclass(frozen=True)
-class EngineCell:
+class EngineCell(JsonRecord):
     """Whether an engine loads a scheme in a format: its support-matrix cell, and whether it needs the target's
     layer count to read the format's exclusions."""
 
@@ -63,7 +64,7 @@ class EngineCell:
 
 
 @dataclass(frozen=True)
-class FormatRow:
+class FormatRow(JsonRecord):
     """A format that stores the scheme, and each engine's cell (None: the matrix has none)."""
 
     format: str
@@ -72,15 +73,12 @@ class FormatRow:
 
 
 @dataclass(frozen=True)
-class SchemeRow:
+class SchemeRow(JsonRecord):
     name: str
     label: str
     summary: str
     file: str
     formats: tuple[FormatRow, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "formats": [asdict(fmt) for fmt in self.formats]}
 
 
 # A cell whose engine matches this format's exclusions by exact name (vLLM reading a native fp8 config).
