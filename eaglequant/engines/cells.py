@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.kinds import Kinds
 
 
@@ -21,7 +22,7 @@ Cells = dict[tuple[Kinds, str], Support]  # (scheme kinds, format) -> Support
 
 
 @dataclass(frozen=True)
-class Answer:
+class Answer(JsonRecord):
     """Whether an engine release does one thing with a draft's modules (runs lm_head quantized, reads per-module
     kinds, ...): ``why`` names the engine source that decides it, or the reason it does not."""
 

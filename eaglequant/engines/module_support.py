@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.errors import InputError, Words, suggested, words
-from eaglequant.engines import ENGINES, Engine
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines.cells import Answer
 from eaglequant.engines.support import FORMAT_NAMES, MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
 from eaglequant.formats import FORMATS
 from eaglequant.kinds import Kinds, kinds_title
+
+from eaglequant.engines import ENGINES, Engine
 
 # The table's questions, in its column order: key -> column title; the first two are modules a conversion may ask
 # to run quantized (MODULE_QUESTIONS).
@@ -64,35 +66,45 @@ def answer(engine: Engine, format_name: str, question: str, attention: str) -> A
     return Answer(False, refusal) if refusal is not None else _ASKED[question](engine, format_name, attention)
 
 
+def _by_draft(said: dict[str, Answer]) -> dict[str, Answer]:
+    """attention -> answer, keyed as the table titles the drafts (``llama``, ``mla``)."""
+    return {ATTENTIONS[attention].lower(): answer for attention, answer in said.items()}
+
+
 @dataclass(frozen=True)
-class ModuleRow:
-    """One engine release and format: each question's answer for Llama and for MLA drafts."""
+class ModuleRow(JsonRecord):
+    """One engine release and format: each question's answer for Llama and for MLA drafts (a field per question of
+    :data:`QUESTIONS`, in its order: attention -> answer)."""
+
+    json_renamed = named(title="release")
+    json_values = named(**dict.fromkeys(QUESTIONS, _by_draft))
 
     engine: str
     title: str
     format: str
-    answers: dict[str, dict[str, Answer]]  # question -> attention -> answer
+    lm_head: dict[str, Answer]
+    fc: dict[str, Answer]
+    module_kinds: dict[str, Answer]
+    pruned_vocabulary: dict[str, Answer]
+
+    def said(self, question: str) -> dict[str, Answer]:
+        """attention -> the answer to ``question``."""
+        answers: dict[str, Answer] = getattr(self, question)
+        return answers
 
     def mark(self, question: str) -> str:
         """``yes``, ``no``, or the drafts it holds for (``Llama``, ``MLA``)."""
-        said = self.answers[question]
+        said = self.said(question)
         held = [ATTENTIONS[a] for a in ATTENTIONS if said[a].yes]
         return "yes" if len(held) == len(ATTENTIONS) else (" ".join(held) if held else "no")
 
     def text(self, question: str) -> str:
         """The answer with its source: ``yes: ...``, or one per kind of draft where they differ."""
-        said = self.answers[question]
+        said = self.said(question)
         first = said["mha"]
         if all(a == first for a in said.values()):
             return f"{'yes' if first.yes else 'no'}: {first.why}"
         return "; ".join(f"{ATTENTIONS[a]}: {'yes' if said[a].yes else 'no'}, {said[a].why}" for a in ATTENTIONS)
-
-    def to_json(self) -> dict[str, Any]:
-        questions = {
-            q: {ATTENTIONS[a].lower(): {"yes": said.yes, "why": said.why} for a, said in by.items()}
-            for q, by in self.answers.items()
-        }
-        return {"engine": self.engine, "release": self.title, "format": self.format, **questions}
 
 
 def module_table() -> list[ModuleRow]:
@@ -102,7 +114,7 @@ def module_table() -> list[ModuleRow]:
             name,
             engine.titled,
             fmt,
-            {q: {a: answer(engine, fmt, q, a) for a in ATTENTIONS} for q in QUESTIONS},
+            **{q: {a: answer(engine, fmt, q, a) for a in ATTENTIONS} for q in QUESTIONS},
         )
         for name, engine in ENGINES.items()
         for fmt in FORMAT_NAMES

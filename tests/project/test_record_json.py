@@ -205,7 +205,7 @@ def _scheme_row() -> SchemeRow:
 
 def _module_row() -> ModuleRow:
     said = {"mha": Answer(True, "vllm/model_executor/models/llama_eagle3.py"), "mla": Answer(False, "no MLA")}
-    return ModuleRow("vllm", "vLLM 0.32.0", "quark", {question: said for question in QUESTIONS})
+    return ModuleRow("vllm", "vLLM 0.32.0", "quark", **dict.fromkeys(QUESTIONS, said))
 
 
 def _inspected() -> eaglequant.conversion.inspection.InspectReport:
