@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.conversion.plan import ConversionPlan
+from eaglequant.engines.target import TargetModel
 from eaglequant.layouts.head import HeadDescription, HeadTensor, Role
 from eaglequant.readback.cost import RoundCost
 
@@ -24,7 +26,16 @@ class TensorPlan:
 
 
 @dataclass
-class InspectReport:
+class InspectReport(JsonRecord):
+    """A source's files and head, and the plan for converting it; written with the head's and the plan's entries."""
+
+    json_omitted = ("head", "plan", "draft_tokens")
+    json_computed = (
+        *("layout", "layout_title", "reason", "attention", "num_layers", "features", "dims", "fused_groups"),
+        *("scheme", "scheme_for", "format", "engines", "rows", "exclude", "target_layers", "runtime_modules"),
+        *("source_bytes", "estimated_output_bytes", "round_costs"),
+    )
+    json_renamed = named(rows="tensors")
     source: Path
     source_format: str
     files: list[str]
@@ -70,40 +81,77 @@ class InspectReport:
             for row in self.tensor_plans()
         ]
 
-    def to_json(self) -> dict[str, Any]:
-        head = self.head
-        return {
-            "source": str(self.source),
-            "source_format": self.source_format,
-            "files": self.files,
-            "layout": head.layout,
-            "layout_title": head.layout_title,
-            "reason": head.reason,
-            "attention": head.attention,
-            "num_layers": head.num_layers,
-            "features": list(head.features),
-            "dims": self.dims,
-            "fused_groups": {g.name: list(g.members) for g in head.fused_groups},
-            "scheme": self.plan.scheme.name,
-            "scheme_for": {
-                module: scheme.name for module, scheme in sorted(self.plan.assignment.module_schemes.items())
-            },
-            "format": self.plan.format.name,
-            "engines": [e.key for e in self.plan.engines],
-            "tensors": self.rows(),
-            "exclude": self.plan.exclude_patterns,
-            "target_layers": self.plan.target.to_json(),
-            "runtime_modules": [
-                {
-                    "engine": v.engine,
-                    "module": v.runtime_name,
-                    "quantized": v.quantized,
-                    "rule": v.rule,
-                    "engine_reason": v.engine_reason,
-                }
-                for v in self.plan.verdicts
-            ],
-            "source_bytes": self.source_bytes,
-            "estimated_output_bytes": self.plan.output_bytes,
-            "round_costs": [cost.to_json() for cost in self.round_costs],
-        }
+    # The head's and the plan's entries, as inspect --json writes them.
+
+    @property
+    def layout(self) -> str:
+        return self.head.layout
+
+    @property
+    def layout_title(self) -> str:
+        return self.head.layout_title
+
+    @property
+    def reason(self) -> str:
+        """Why the head was read as its layout."""
+        return self.head.reason
+
+    @property
+    def attention(self) -> str:
+        return self.head.attention
+
+    @property
+    def num_layers(self) -> int:
+        return self.head.num_layers
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return tuple(self.head.features)
+
+    @property
+    def fused_groups(self) -> dict[str, tuple[str, ...]]:
+        return {group.name: tuple(group.members) for group in self.head.fused_groups}
+
+    @property
+    def scheme(self) -> str:
+        return self.plan.scheme.name
+
+    @property
+    def scheme_for(self) -> dict[str, str]:
+        """fc / lm_head -> the name of its own scheme."""
+        return {module: scheme.name for module, scheme in sorted(self.plan.assignment.module_schemes.items())}
+
+    @property
+    def format(self) -> str:
+        return self.plan.format.name
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        return tuple(engine.key for engine in self.plan.engines)
+
+    @property
+    def exclude(self) -> list[str]:
+        """The exclusion patterns the config will hold."""
+        return self.plan.exclude_patterns
+
+    @property
+    def target_layers(self) -> TargetModel:
+        return self.plan.target
+
+    @property
+    def estimated_output_bytes(self) -> int:
+        return self.plan.output_bytes
+
+    @property
+    def runtime_modules(self) -> list[dict[str, Any]]:
+        """Each targeted engine's runtime modules, and whether it runs each quantized and why not."""
+        return [
+            {
+                "engine": v.engine,
+                "module": v.runtime_name,
+                "quantized": v.quantized,
+                "rule": v.rule,
+                "engine_reason": v.engine_reason,
+            }
+            for v in self.plan.verdicts
+        ]
