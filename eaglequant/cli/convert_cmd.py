@@ -88,7 +88,7 @@ def convert_command(
                 progress=display,
             )
         destination = absolute(converted.destination)
-        data = converted.to_json()
+        data = converted.report(timed=True).to_json()
         data["destination"] = destination
         if converted.verification is not None:
             data["verification"] = converted.verification.to_json()

@@ -81,8 +81,9 @@ class ConversionResult:
             card=card,
         )
 
-    def report(self) -> ConversionReport:
-        """What ``eaglequant_report.json`` records: the same for the same source, options and DST (no timing)."""
+    def report(self, *, timed: bool = False) -> ConversionReport:
+        """What ``eaglequant_report.json`` records: the same for the same source, options and DST (no timing);
+        ``timed``: with the seconds the conversion took, as ``convert --json`` writes it."""
         plan, verification = self.plan, self.verification
         return ConversionReport(
             eaglequant_version=__version__,
@@ -121,13 +122,10 @@ class ConversionResult:
             own_schemes={
                 module: scheme_to_toml(scheme) for module, scheme in sorted(plan.assignment.module_schemes.items())
             },
+            seconds=self.reported_seconds if timed else None,
         )
 
     @property
     def reported_seconds(self) -> float:
         """The seconds the conversion took, to the millisecond, as ``convert`` reports them."""
         return round(self.seconds, 3)
-
-    def to_json(self) -> dict[str, Any]:
-        """``convert --json``: the report, and the seconds the conversion took."""
-        return {**self.report().to_json(), "seconds": self.reported_seconds}

@@ -108,6 +108,7 @@ class ConversionReport(JsonRecord):
         target_layers="_target_json",
         manifest=lambda manifest: {} if manifest is None else manifest,
         card=lambda card: {} if card is None else card,
+        seconds=lambda seconds: NOT_WRITTEN if seconds is None else seconds,
     )
 
     eaglequant_version: str
@@ -141,6 +142,7 @@ class ConversionReport(JsonRecord):
     round_costs: tuple[RoundCost, ...] = ()  # per targeted engine (none before version 3)
     config_changes: tuple[ConfigChange, ...] = ()  # none before version 4
     own_schemes: dict[str, str] = field(default_factory=dict)  # fc / lm_head -> its own scheme's TOML (version 4)
+    seconds: float | None = None  # how long the conversion took: in convert --json, never in the file (None)
 
     def _since_version_2(self, value: Any) -> Any:
         return value if self.report_version >= 2 else NOT_WRITTEN

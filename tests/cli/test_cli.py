@@ -58,6 +58,8 @@ def test_convert_json_only_json_on_stdout(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["format"] == "quark" and data["scheme"] == "fp8-per-channel"
+    written = json.loads((tmp_path / "out" / "eaglequant_report.json").read_text())
+    assert list(data) == [*written, "seconds"]  # the report, and how long the conversion took (not in the file)
     assert "\r" not in proc.stderr  # no progress bar when stderr is not a terminal
 
 
