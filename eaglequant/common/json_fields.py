@@ -147,21 +147,9 @@ def _json_type(value: Any) -> str:
     return _JSON_TYPES.get(type(value), type(value).__name__)
 
 
-def record_json(record: Any, renamed: Mapping[str, str] | None = None, /, **computed: Any) -> dict[str, Any]:
-    """Every field of the dataclass ``record``, in declaration order, as JSON: a nested record by its own
-    ``to_json``, a path as its string, a tuple or list as a list, a mapping value by value; ``renamed``: field ->
-    the key it is written under; ``computed``: the fields written as another value (``prompts=len(self.prompts)``).
-    The one rule for records that are their fields."""
-    from dataclasses import fields
-
-    keys = renamed or {}
-    return {
-        keys.get(f.name, f.name): computed[f.name] if f.name in computed else json_value(getattr(record, f.name))
-        for f in fields(record)
-    }
-
-
 def json_value(value: Any) -> Any:
+    """``value`` as JSON: a record by its own ``to_json``, a path as its string, a tuple or list as a list, a mapping
+    value by value."""
     if hasattr(value, "to_json"):
         return value.to_json()
     if isinstance(value, Path):

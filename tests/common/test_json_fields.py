@@ -66,34 +66,6 @@ def test_a_json_file_is_none_when_absent_and_one_line_when_broken(tmp_path: Path
     assert read_json_file(tmp_path / "ok.json", InputError, "redo it") == {"a": 1}
 
 
-def test_a_record_is_its_fields_in_order_as_json() -> None:
-    from eaglequant.common.json_fields import record_json
-
-    @dataclass(frozen=True)
-    class Inner:
-        value: int
-
-        def to_json(self) -> dict[str, int]:
-            return record_json(self)
-
-    @dataclass(frozen=True)
-    class Outer:
-        path: Path
-        shape: tuple[int, ...]
-        inner: Inner
-        by_name: dict[str, Inner]
-        prompts: tuple[str, ...]
-
-    record = Outer(Path("/a/b"), (2, 3), Inner(1), {"x": Inner(2)}, ("p", "q"))
-    assert list(record_json(record)) == ["path", "shape", "inner", "by_name", "prompts"]
-    assert record_json(record, prompts=2) == {
-        "path": "/a/b", "shape": [2, 3], "inner": {"value": 1}, "by_name": {"x": {"value": 2}}, "prompts": 2
-    }  # fmt: skip
-    renamed = record_json(record, {"shape": "dims", "prompts": "prompt_count"}, prompts=2)
-    assert list(renamed) == ["path", "dims", "inner", "by_name", "prompt_count"]  # each key where its field stands
-    assert renamed["dims"] == [2, 3] and renamed["prompt_count"] == 2
-
-
 @dataclass(frozen=True)
 class Run(JsonRecord):
     """A record declaring every kind of difference from its fields."""
