@@ -25,6 +25,7 @@ from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.engines import expanded_engines, get_engine
 from eaglequant.layouts.detect import describe_head
@@ -35,29 +36,55 @@ from eaglequant.schemes.model import builtin_scheme_names
 
 
 @dataclass(frozen=True)
-class SearchPoint:
+class SearchPoint(JsonRecord):
+    """A candidate priced, and predicted where the search got to it; written with the candidate's settings."""
+
+    json_computed = ("scheme", "format", "lm_head_quantized", "lm_head_scheme", "draft_vocab_size")
+    json_values = named(candidate=lambda candidate: candidate.label)
+    json_renamed = named(prediction="predicted", within="within_budget")
+    json_first = ("candidate", *json_computed)
+
     candidate: Candidate
     bytes_per_round: int  # the largest over the targeted engines
     prediction: Any = None  # acceptance.predict.Prediction; None: not run (a smaller point met the budget first)
     within: bool | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "candidate": self.candidate.label,
-            "scheme": self.candidate.scheme,
-            "format": self.candidate.format,
-            "lm_head_quantized": self.candidate.lm_head,
-            "lm_head_scheme": self.candidate.lm_head_scheme
-            or (self.candidate.scheme if self.candidate.lm_head else None),
-            "draft_vocab_size": self.candidate.vocab,
-            "bytes_per_round": self.bytes_per_round,
-            "predicted": None if self.prediction is None else self.prediction.to_json(),
-            "within_budget": self.within,
-        }
+    @property
+    def scheme(self) -> str:
+        return self.candidate.scheme
+
+    @property
+    def format(self) -> str:
+        return self.candidate.format
+
+    @property
+    def lm_head_quantized(self) -> bool:
+        return self.candidate.lm_head
+
+    @property
+    def lm_head_scheme(self) -> str | None:
+        """The scheme lm_head is quantized in (None: it is not)."""
+        own = self.candidate.lm_head_scheme
+        return own or (self.candidate.scheme if self.candidate.lm_head else None)
+
+    @property
+    def draft_vocab_size(self) -> int | None:
+        return self.candidate.vocab
 
 
 @dataclass
-class SearchResult:
+class SearchResult(JsonRecord):
+    """A search's frontier and its choice; written with the budget in tokens and words, its notes and why it stopped."""
+
+    json_omitted = ("budget_tokens",)
+    json_computed = ("notes", "stopped")
+    json_renamed = named(source_length="source_acceptance_length", points="frontier")
+    json_values = named(budget="_budget_json", seconds=rounded(1))
+    json_first = (
+        *("source", "destination", "pruned_source", "engines", "loaded_by", "skipped", "notes", "budget"),
+        *("source_length", "source_bytes_per_round", "chosen", "stopped", "seconds", "points"),
+    )
+
     source: Path
     destination: Path | None
     budget: Budget
@@ -104,28 +131,15 @@ class SearchResult:
             "larger need no prediction"
         )
 
-    def to_json(self) -> dict[str, Any]:
+    def _budget_json(self, budget: Budget) -> dict[str, Any]:
+        rule = "bound" if budget.bound else "point"
+        text = budget.text(self.budget_tokens)
         return {
-            "source": str(self.source),
-            "destination": None if self.destination is None else str(self.destination),
-            "pruned_source": None if self.pruned_source is None else str(self.pruned_source),
-            "engines": list(self.engines),
-            "loaded_by": list(self.loaded_by),
-            "skipped": self.skipped,
-            "notes": self.notes,
-            "budget": {
-                "value": self.budget.value,
-                "relative": self.budget.relative,
-                "rule": "bound" if self.budget.bound else "point",
-                "tokens": self.budget_tokens,
-                "text": self.budget.text(self.budget_tokens),
-            },
-            "source_acceptance_length": self.source_length,
-            "source_bytes_per_round": self.source_bytes_per_round,
-            "chosen": None if self.chosen is None else self.chosen.to_json(),
-            "stopped": self.stopped,
-            "seconds": round(self.seconds, 1),
-            "frontier": [point.to_json() for point in self.points],
+            "value": budget.value,
+            "relative": budget.relative,
+            "rule": rule,
+            "tokens": self.budget_tokens,
+            "text": text,
         }
 
 
