@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.model import VerifyThresholds
 from eaglequant.verification.draft_pair import DraftPair
@@ -30,7 +31,7 @@ FLOOR_POSITIONS = 64  # positions the bf16 floor (reported, not judged) is measu
 
 
 @dataclass(frozen=True)
-class DistributionShift:
+class DistributionShift(JsonRecord):
     """How far one draft's next-token distributions are from the source draft's, over the positions."""
 
     mean_tv: float
@@ -41,12 +42,15 @@ class DistributionShift:
     flips: int  # positions whose arg-max changed
     noise_flips: float  # flips the logits' perturbation explains, were it noise
 
-    def to_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
-class HeadFidelity:
+class HeadFidelity(JsonRecord):
+    """The quantized draft head against the source's; written with the shift's headline figures first."""
+
+    json_computed = ("top1_agreement", "mean_kl", "mean_tv")
+    json_renamed = named(floor="bf16_floor", floor_positions="bf16_floor_positions")
+    json_first = ("tokens", "inputs", *json_computed, "hidden_cosine", "shift", "floor", "floor_positions")
+
     tokens: int
     hidden_cosine: float
     failed: tuple[str, ...]
@@ -63,19 +67,9 @@ class HeadFidelity:
     def mean_kl(self) -> float | None:
         return None if self.shift is None else self.shift.mean_kl
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "tokens": self.tokens,
-            "inputs": self.inputs,
-            "top1_agreement": self.top1_agreement,
-            "mean_kl": self.mean_kl,
-            "mean_tv": None if self.shift is None else self.shift.mean_tv,
-            "hidden_cosine": self.hidden_cosine,
-            "shift": None if self.shift is None else self.shift.to_json(),
-            "bf16_floor": None if self.floor is None else self.floor.to_json(),
-            "bf16_floor_positions": self.floor_positions,
-            "failed": list(self.failed),
-        }
+    @property
+    def mean_tv(self) -> float | None:
+        return None if self.shift is None else self.shift.mean_tv
 
 
 def distribution_shift(

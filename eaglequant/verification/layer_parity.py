@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.kinds.base import StoredLinear
     from eaglequant.schemes.model import Scheme
+
+from eaglequant.common.json_fields import JsonRecord, named
 
 PARITY_ROWS = 64  # activations per linear
 
@@ -22,7 +24,13 @@ def finite_or_text(value: float) -> float | str:
 
 
 @dataclass(frozen=True)
-class LayerParity:
+class LayerParity(JsonRecord):
+    """One quantized linear's figures; an SQNR that is not finite (an exact output) is written as text (``inf``)."""
+
+    json_values = named(sqnr_db=finite_or_text)
+    json_renamed = named(max_block_error="max_block_relative_error")
+    json_first = ("module", "backend", "sqnr_db", "cosine", "relative_error", "max_block_error", "worst_block")
+
     module: str
     backend: str
     sqnr_db: float
@@ -31,18 +39,6 @@ class LayerParity:
     failed: tuple[str, ...]  # the thresholds it misses
     max_block_error: float = 0.0  # the worst scale block of the dequantized weight against the source's
     worst_block: tuple[int, int] = (0, 0)  # its row and first column
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "module": self.module,
-            "backend": self.backend,
-            "sqnr_db": finite_or_text(self.sqnr_db),
-            "cosine": self.cosine,
-            "relative_error": self.relative_error,
-            "max_block_relative_error": self.max_block_error,
-            "worst_block": list(self.worst_block),
-            "failed": list(self.failed),
-        }
 
 
 def _metrics(reference: torch.Tensor, got: torch.Tensor) -> tuple[float, float, float]:

@@ -53,6 +53,8 @@ from eaglequant.record.report import (
     VerificationSummary,
 )
 from eaglequant.record.verification import Verdict
+from eaglequant.verification.fidelity import DistributionShift, HeadFidelity
+from eaglequant.verification.layer_parity import LayerParity
 from eaglequant.vocabulary.prune import PruneResult
 
 PROMPTS = (
@@ -239,6 +241,14 @@ def _search() -> SearchResult:
     )
 
 
+def _shift(scale: float) -> DistributionShift:
+    return DistributionShift(0.01 * scale, 0.002, 0.003 * scale, 0.001, 1 - 0.01 * scale, 3, 2.5)
+
+
+def _fidelity() -> HeadFidelity:
+    return HeadFidelity(256, 0.9991, ("mean_kl",), "captured.st", _shift(2), _shift(1), 64)
+
+
 RECORDS: dict[str, Callable[[], Any]] = {
     "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999),
     "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.nan),
@@ -294,6 +304,11 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "SearchPoint, lm_head in the decoder's scheme": lambda: _search().points[1],
     "SearchResult": _search,
     "SearchResult, none chosen": lambda: replace(_search(), chosen=None, destination=None, pruned_source=None),
+    "DistributionShift": lambda: _shift(1),
+    "HeadFidelity": _fidelity,
+    "HeadFidelity, without lm_head": lambda: HeadFidelity(256, 0.9991, (), "synthetic"),
+    "LayerParity": lambda: LayerParity("fc", "triton", 38.5, 0.9993, 0.0118, (), 0.021, (3, 128)),
+    "LayerParity, exact": lambda: LayerParity("lm_head", "reference", math.inf, 1.0, 0.0, ("min_sqnr_db",)),
 }
 
 
@@ -380,4 +395,9 @@ WRITTEN = {
     "SearchPoint, lm_head in the decoder's scheme": '{"candidate": "fp8-block / quark + lm_head", "scheme": "fp8-block", "format": "quark", "lm_head_quantized": true, "lm_head_scheme": "fp8-block", "draft_vocab_size": null, "bytes_per_round": 1500, "predicted": null, "within_budget": null}',
     "SearchResult": '{"source": "src", "destination": "out/best", "pruned_source": "out/best-vocab8000-bf16", "engines": ["vllm", "sglang"], "loaded_by": ["vllm"], "skipped": {"the target\'s layer count is needed (--target-layers)": 2}, "notes": ["2 candidates were skipped for want of the target\'s layer count (--target-layers N): their rules or per-module entries name modules after the target\'s layers", "the pruned BF16 source out/best-vocab8000-bf16 was left beside the chosen draft: it is the source the draft\'s report records (verify and upload compare against it), so keep it with the draft"], "budget": {"value": 0.05, "relative": true, "rule": "bound", "tokens": 0.13, "text": "a drop of at most 5.0% of the source\'s accepted tokens (0.130 tokens) of greedy acceptance length, judged on the drop\'s 95% upper bound"}, "source_acceptance_length": 2.67, "source_bytes_per_round": 4000, "chosen": {"candidate": "nvfp4 / modelopt + lm_head fp8-per-channel, vocab 8000", "scheme": "nvfp4", "format": "modelopt", "lm_head_quantized": true, "lm_head_scheme": "fp8-per-channel", "draft_vocab_size": 8000, "bytes_per_round": 1000, "predicted": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": false}, "within_budget": true}, "stopped": "the smallest within the budget: 1 predicted from the smallest up; the 2 larger need no prediction", "seconds": 12.3, "frontier": [{"candidate": "nvfp4 / modelopt + lm_head fp8-per-channel, vocab 8000", "scheme": "nvfp4", "format": "modelopt", "lm_head_quantized": true, "lm_head_scheme": "fp8-per-channel", "draft_vocab_size": 8000, "bytes_per_round": 1000, "predicted": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": false}, "within_budget": true}, {"candidate": "fp8-block / quark + lm_head", "scheme": "fp8-block", "format": "quark", "lm_head_quantized": true, "lm_head_scheme": "fp8-block", "draft_vocab_size": null, "bytes_per_round": 1500, "predicted": null, "within_budget": null}, {"candidate": "fp8-per-channel / quark", "scheme": "fp8-per-channel", "format": "quark", "lm_head_quantized": false, "lm_head_scheme": null, "draft_vocab_size": null, "bytes_per_round": 2000, "predicted": null, "within_budget": null}]}',
     "SearchResult, none chosen": '{"source": "src", "destination": null, "pruned_source": null, "engines": ["vllm", "sglang"], "loaded_by": ["vllm"], "skipped": {"the target\'s layer count is needed (--target-layers)": 2}, "notes": ["2 candidates were skipped for want of the target\'s layer count (--target-layers N): their rules or per-module entries name modules after the target\'s layers"], "budget": {"value": 0.05, "relative": true, "rule": "bound", "tokens": 0.13, "text": "a drop of at most 5.0% of the source\'s accepted tokens (0.130 tokens) of greedy acceptance length, judged on the drop\'s 95% upper bound"}, "source_acceptance_length": 2.67, "source_bytes_per_round": 4000, "chosen": null, "stopped": "no candidate is within the budget: all 1 predicted", "seconds": 12.3, "frontier": [{"candidate": "nvfp4 / modelopt + lm_head fp8-per-channel, vocab 8000", "scheme": "nvfp4", "format": "modelopt", "lm_head_quantized": true, "lm_head_scheme": "fp8-per-channel", "draft_vocab_size": 8000, "bytes_per_round": 1000, "predicted": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": false}, "within_budget": true}, {"candidate": "fp8-block / quark + lm_head", "scheme": "fp8-block", "format": "quark", "lm_head_quantized": true, "lm_head_scheme": "fp8-block", "draft_vocab_size": null, "bytes_per_round": 1500, "predicted": null, "within_budget": null}, {"candidate": "fp8-per-channel / quark", "scheme": "fp8-per-channel", "format": "quark", "lm_head_quantized": false, "lm_head_scheme": null, "draft_vocab_size": null, "bytes_per_round": 2000, "predicted": null, "within_budget": null}]}',
+    "DistributionShift": '{"mean_tv": 0.01, "tv_spread": 0.002, "mean_kl": 0.003, "kl_spread": 0.001, "top1_agreement": 0.99, "flips": 3, "noise_flips": 2.5}',
+    "HeadFidelity": '{"tokens": 256, "inputs": "captured.st", "top1_agreement": 0.98, "mean_kl": 0.006, "mean_tv": 0.02, "hidden_cosine": 0.9991, "shift": {"mean_tv": 0.02, "tv_spread": 0.002, "mean_kl": 0.006, "kl_spread": 0.001, "top1_agreement": 0.98, "flips": 3, "noise_flips": 2.5}, "bf16_floor": {"mean_tv": 0.01, "tv_spread": 0.002, "mean_kl": 0.003, "kl_spread": 0.001, "top1_agreement": 0.99, "flips": 3, "noise_flips": 2.5}, "bf16_floor_positions": 64, "failed": ["mean_kl"]}',
+    "HeadFidelity, without lm_head": '{"tokens": 256, "inputs": "synthetic", "top1_agreement": null, "mean_kl": null, "mean_tv": null, "hidden_cosine": 0.9991, "shift": null, "bf16_floor": null, "bf16_floor_positions": 0, "failed": []}',
+    "LayerParity": '{"module": "fc", "backend": "triton", "sqnr_db": 38.5, "cosine": 0.9993, "relative_error": 0.0118, "max_block_relative_error": 0.021, "worst_block": [3, 128], "failed": []}',
+    "LayerParity, exact": '{"module": "lm_head", "backend": "reference", "sqnr_db": "inf", "cosine": 1.0, "relative_error": 0.0, "max_block_relative_error": 0.0, "worst_block": [0, 0], "failed": ["min_sqnr_db"]}',
 }
