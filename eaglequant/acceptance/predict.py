@@ -24,6 +24,7 @@ import torch
 
 from eaglequant.acceptance.statistics import Acceptance, Interval, PromptCounts, paired_difference
 from eaglequant.common.errors import InputError, Param, given, words
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord
 
 if TYPE_CHECKING:
@@ -245,25 +246,28 @@ def predict_as_served(
 
 def predict_written(
     checkpoint: Any, head: Any, target: Any, src: Any, inputs: Path | None, budget: float | None
-) -> tuple[Prediction | None, str | None]:
+) -> tuple[Prediction | None, Finding | None]:
     """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
     quantized linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when
-    there are no inputs, when they hold no target choices, or when the head is not one the chained forward runs."""
+    there are no inputs (``no-inputs``), when they hold no target choices (``no-target-choices``, about the inputs'
+    file), or when the head is not one the chained forward runs (``chain-unsupported``)."""
     if inputs is None:
-        return None, (
+        text = (
             "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
             "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
         )
+        return None, Finding("no-inputs", "", text)
     if not inputs.is_dir() and "target_top_ids" not in tensor_names(inputs):
-        return None, (
+        text = (
             f"acceptance not predicted: {inputs.name} holds no target choices (capture inputs with "
             "`eaglequant capture`, which records them)"
         )
+        return None, Finding("no-target-choices", inputs.name, text)
     from eaglequant.acceptance.chain import unsupported
 
     why = unsupported(head.config, head.attention)
     if why:
-        return None, f"acceptance not predicted: {why}"
+        return None, Finding("chain-unsupported", "", f"acceptance not predicted: {why}")
     sequences = load_captured(inputs, head=head)
     steps = 3
     described = f"{inputs.name} ({len(sequences)} sequences)"

@@ -72,10 +72,10 @@ def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[st
     return problems[0] if problems else None
 
 
-def changed_files(dst: Path, files: dict[str, str]) -> list[str]:  # of Findings; verify's hash check reads list[str]
+def changed_files(dst: Path, files: dict[str, str]) -> list[Finding]:
     """One finding per file of ``files`` (name -> SHA-256, as the report lists them) missing (``listed-but-missing``)
     or changed (``sha256-differs``) in ``dst``, about that file."""
-    problems: list[str] = []
+    problems: list[Finding] = []
     for name, digest in files.items():
         path = dst / name
         if not path.is_file():

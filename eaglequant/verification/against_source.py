@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.findings import Finding
 from eaglequant.common.memory import return_freed_memory
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -27,8 +28,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class SourceComparison:
-    problems: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
     layers: list[LayerParity] = field(default_factory=list)  # in module order
     fidelity: HeadFidelity | None = None
     copies: CopyCheck | None = None
@@ -79,14 +80,16 @@ def compare_with_source(
         try:
             linear = stored(module)
         except KeyError:  # a missing tensor: already a structure problem
-            compared.notes.append(f"{module}: parity not checked (tensors missing)")
+            unread = f"{module}: parity not checked (tensors missing)"
+            compared.notes.append(Finding("parity-not-checked", module, unread))
             continue
         x = parity_input(generator, linear.in_features)
         runs[module] = ParityRun(module, by_module[module].module, weights, linear, x)
         del linear
     if len(runs) < len(quantized):
         compared.layers = _parity_alone(runs, stored, schemes)
-        compared.notes.append("draft-head fidelity not checked: some quantized linears cannot be read")
+        unread = "draft-head fidelity not checked: some quantized linears cannot be read"
+        compared.notes.append(Finding("fidelity-not-checked", "", unread))
         return compared
     by_canonical = {by_module[m].module: m for m in quantized}
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.dtypes import QUANTIZED_DTYPES
+from eaglequant.common.findings import Finding
 from eaglequant.formats import all_scale_params, all_weight_params
 from eaglequant.layouts.names import parse_name
 
@@ -75,8 +76,8 @@ _SAME_SIZE_INT = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 @dataclass(frozen=True)
 class CopyCheck:
-    problems: list[str]
-    note: str  # what was compared, and what was not and why
+    problems: list[Finding]
+    note: Finding  # ``copies-compared``: what was compared, and what was not and why
     identical: frozenset[str]  # canonical names (``fc.weight``, ``d2t``) whose DST bytes are the source's
     compared: frozenset[str] = frozenset()  # canonical names of every tensor the source has that DST copies
     parity_checked: int = 0  # quantized linears, whose weights parity checks instead
@@ -116,18 +117,20 @@ def _copied(checkpoint: Checkpoint, skipped: set[str]) -> dict[str, str]:
 
 def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> CopyCheck:
     """Every tensor DST copied against the source's of the same canonical name; ``quantized``: the checkpoint
-    modules verify runs parity on."""
+    modules verify runs parity on. Problems: a source tensor DST lacks (``copy-missing``), a DST tensor the source
+    lacks (``not-in-source``), or one that differs (see :func:`compare_tensor`), each about the tensor."""
     skipped = quantized_modules(dst, quantized)
     ours, theirs = _copied(dst, skipped), _copied(src, skipped)
-    problems: list[str] = []
+    problems: list[Finding] = []
     identical: set[str] = set()
     for key, src_name in sorted(theirs.items()):
         dst_name = ours.get(key)
         if dst_name is None:
-            problems.append(
+            text = (
                 f"{src_name}: the source's tensor is missing from DST (a conversion copies every tensor it does not "
                 "quantize)"
             )
+            problems.append(Finding("copy-missing", src_name, text))
             continue
         problem = compare_tensor(dst, dst_name, src, src_name)
         if problem is None:
@@ -135,28 +138,32 @@ def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> Cop
         else:
             problems.append(problem)
     for key in sorted(set(ours) - set(theirs)):
-        problems.append(
+        text = (
             f"{ours[key]}: the source has no such tensor (a conversion writes only the source's tensors and its "
             "quantized linears' own)"
         )
+        problems.append(Finding("not-in-source", ours[key], text))
     note = (
         f"copied tensors: {len(identical)} of {len(theirs)} identical to the source's, byte for byte; the weights "
         f"of the {len(skipped)} quantized linears are checked by parity instead"
     )
-    return CopyCheck(problems, note, frozenset(identical), frozenset(theirs), len(skipped))
+    compared = Finding("copies-compared", "", note)
+    return CopyCheck(problems, compared, frozenset(identical), frozenset(theirs), len(skipped))
 
 
-def compare_tensor(dst: Checkpoint, dst_name: str, src: Checkpoint, src_name: str) -> str | None:
+def compare_tensor(dst: Checkpoint, dst_name: str, src: Checkpoint, src_name: str) -> Finding | None:
     """None when DST's ``dst_name`` holds the same dtype, shape and bytes as the source's ``src_name``; else how
-    it differs, in one line."""
+    it differs, in one line (``dtype-differs``, ``shape-differs`` or ``values-differ``, about ``dst_name``)."""
     mine, theirs = dst.tensors[dst_name], src.tensors[src_name]
     if mine.dtype != theirs.dtype:
-        return (
+        text = (
             f"{dst_name}: {mine.dtype}, but the source's {src_name} is {theirs.dtype} (a copied tensor keeps the "
             "source's dtype)"
         )
+        return Finding("dtype-differs", dst_name, text)
     if mine.shape != theirs.shape:
-        return f"{dst_name}: shape {list(mine.shape)}, but the source's {src_name} has {list(theirs.shape)}"
+        text = f"{dst_name}: shape {list(mine.shape)}, but the source's {src_name} has {list(theirs.shape)}"
+        return Finding("shape-differs", dst_name, text)
     differing, worst, floating = 0, 0.0, False
     for rows in _row_blocks(mine.shape, mine.nbytes):
         ours = dst.read(dst_name) if rows is None else dst.read_rows(dst_name, rows)
@@ -168,7 +175,8 @@ def compare_tensor(dst: Checkpoint, dst_name: str, src: Checkpoint, src_name: st
     if not differing:
         return None
     shown = "" if not floating else f" (max |Δ| {worst:.4g})"
-    return f"{dst_name}: {differing} of {mine.numel} values differ from the source's {src_name}{shown}"
+    text = f"{dst_name}: {differing} of {mine.numel} values differ from the source's {src_name}{shown}"
+    return Finding("values-differ", dst_name, text)
 
 
 def _row_blocks(shape: tuple[int, ...], nbytes: int) -> list[slice | None]:
@@ -199,18 +207,20 @@ def _differences(ours: torch.Tensor, theirs: torch.Tensor) -> tuple[int, float, 
     return count, math.nan if bool(delta.isnan().any()) else float(delta.max()), True
 
 
-def compare_config(dst: dict[str, Any], src: dict[str, Any], changes: Sequence[ConfigChange] = ()) -> list[str]:
+def compare_config(dst: dict[str, Any], src: dict[str, Any], changes: Sequence[ConfigChange] = ()) -> list[Finding]:
     """config.json fields an engine builds the draft from that DST holds differently from the source (a
     conversion adds ``quantization_config``, and makes only the ``changes`` its report records): one line each,
-    naming the key and both values."""
+    naming the key and both values (``config-differs``, about the key's dotted path), or a recorded change whose
+    starting value is not the source's (``change-not-from-source``, about the key)."""
     problems = []
     for change in changes:
         found = _at(src, change.key)
         if found != change.source:
-            problems.append(
+            text = (
                 f"config.json: {change.key}: the report says the conversion changed the source's "
                 f"{_shown(change.source)}, but the source has {_shown(found)}"
             )
+            problems.append(Finding("change-not-from-source", change.key, text))
         src = change.apply(src)
     problems += _config_differences("", dst, src)
     nested_dst, nested_src = dst.get(NESTED_CONFIG), src.get(NESTED_CONFIG)
@@ -228,14 +238,14 @@ def _at(config: dict[str, Any], key: str) -> Any:
     return None if value is _ABSENT else value
 
 
-def _config_differences(prefix: str, dst: dict[str, Any], src: dict[str, Any]) -> list[str]:
+def _config_differences(prefix: str, dst: dict[str, Any], src: dict[str, Any]) -> list[Finding]:
     problems = []
     for key in ENGINE_CONFIG_KEYS:
         problems += _value_differences(prefix + key, dst.get(key, _ABSENT), src.get(key, _ABSENT))
     return problems
 
 
-def _value_differences(path: str, ours: Any, theirs: Any) -> list[str]:
+def _value_differences(path: str, ours: Any, theirs: Any) -> list[Finding]:
     if isinstance(ours, dict) and isinstance(theirs, dict):
         found = []
         for key in sorted(set(ours) | set(theirs), key=str):
@@ -255,8 +265,8 @@ def _same(ours: Any, theirs: Any) -> bool:
     return bool(ours == theirs)
 
 
-def _config_line(path: str, ours: Any, theirs: Any) -> str:
-    return f"config.json {path}: {_shown(ours)}, but the source's is {_shown(theirs)}"
+def _config_line(path: str, ours: Any, theirs: Any) -> Finding:
+    return Finding("config-differs", path, f"config.json {path}: {_shown(ours)}, but the source's is {_shown(theirs)}")
 
 
 def _shown(value: Any) -> str:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.findings import Finding
 from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
@@ -58,24 +59,31 @@ class VerifyReport:
     source: Path | None
     format: str
     schemes: SchemeAssignment  # each linear is held to its own scheme's thresholds, the head to head_thresholds
-    structure: list[str]  # problems
+    structure: list[Finding]  # problems
     layers: list[LayerParity] = field(default_factory=list)
     fidelity: HeadFidelity | None = None
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # findings, and the engines' notes
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
     acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
     hashes_read: bool = True  # the files were read again against the report's SHA-256s
     copies: CopyCheck | None = None  # the copied tensors against the source's (None: no source)
 
     @property
-    def problems(self) -> list[str]:
+    def problems(self) -> list[Finding]:
+        """The structure's problems, then each engine's load problems, each linear failing parity
+        (``parity-failed``, about the module), the head failing fidelity (``fidelity-failed``) and the predicted
+        acceptance over budget (``acceptance-failed``)."""
         found = list(self.structure)
-        found += [f"{check.engine} load: {problem}" for check in self.engine_loads for problem in check.problems]
-        found += [f"{layer.module}: {', '.join(layer.failed)}" for layer in self.layers if layer.failed]
+        found += [p.prefixed(f"{check.engine} load: ") for check in self.engine_loads for p in check.problems]
+        found += [
+            Finding("parity-failed", layer.module, f"{layer.module}: {', '.join(layer.failed)}")
+            for layer in self.layers
+            if layer.failed
+        ]
         if self.fidelity is not None and self.fidelity.failed:
-            found.append(f"draft head: {', '.join(self.fidelity.failed)}")
+            found.append(Finding("fidelity-failed", "", f"draft head: {', '.join(self.fidelity.failed)}"))
         if self.acceptance is not None and self.acceptance.failed:
-            found.append(f"acceptance: {self.acceptance.verdict}")
+            found.append(Finding("acceptance-failed", "", f"acceptance: {self.acceptance.verdict}"))
         return found
 
     @property
@@ -163,38 +171,30 @@ def verify_checkpoint(
     schemes, scheme_note = checkpoint_schemes(checkpoint, recorded, written, head)
     report = VerifyReport(dst, source, fmt.name, schemes, list(explanation.all_problems))
     if schemes.by_module:
-        report.notes.append(
+        thresholds = (
             f"{schemes.describe()}: each quantized linear is held to its own scheme's thresholds, the whole head to "
             "the loosest of them (those shown)"
         )
+        report.notes.append(Finding("per-module-thresholds", "", thresholds))
     report.notes += [
         problem for reading in explanation.engines for problem in ENGINES[reading.engine].draft_notes(head, target)
     ]
     if scheme_note:
         report.notes.append(scheme_note)
     quantized = explanation.quantized_members
-    hashes: Future[list[str]] | None = None
+    hashes: Future[list[Finding]] | None = None
     if hashed_while_writing:
         report.hashes_read = False
-        report.notes.append(
+        hashed = (
             "SHA-256 of every file: taken as it was written (copied tensors from their source bytes), not read again"
         )
+        report.notes.append(Finding("hashed-while-writing", "", hashed))
     else:  # one core reads the files while the others check them
         hashes = in_background(_check_hashes, dst, recorded, name="verify-sha256")
     scale_problems = _check_scales(checkpoint, head, schemes, quantized)
-    for scheme in schemes.schemes:
-        activation = scheme.kinds.activation_kind
-        if activation is not None and not activation.simulated:
-            report.notes.append(
-                f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
-                "(what Hopper-class GPUs run for this checkpoint)"
-            )
+    report.notes += _activation_notes(schemes)
     if source is None:
-        report.notes.append("no source checkpoint (--source SRC): parity and fidelity were not checked")
-        report.notes.append(
-            "no source checkpoint: the tensors the conversion copied (norms, embeddings, d2t, t2d, unquantized "
-            "linears) and config.json were not compared with the source's"
-        )
+        report.notes += _NO_SOURCE_NOTES
     else:
         from eaglequant.acceptance.predict import predict_written
 
@@ -213,6 +213,32 @@ def verify_checkpoint(
             report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems
     return report
+
+
+_NO_SOURCE_NOTES = (
+    Finding("no-source", "", "no source checkpoint (--source SRC): parity and fidelity were not checked"),
+    Finding(
+        "copies-not-compared",
+        "",
+        "no source checkpoint: the tensors the conversion copied (norms, embeddings, d2t, t2d, unquantized linears) "
+        "and config.json were not compared with the source's",
+    ),
+)
+
+
+def _activation_notes(schemes: SchemeAssignment) -> list[Finding]:
+    """A note (``activations-not-simulated``, about the scheme) for each scheme whose activations parity does not
+    simulate."""
+    notes = []
+    for scheme in schemes.schemes:
+        activation = scheme.kinds.activation_kind
+        if activation is not None and not activation.simulated:
+            weight_only = (
+                f"{scheme.label} activations are not simulated: parity runs the weight-only kernel "
+                "(what Hopper-class GPUs run for this checkpoint)"
+            )
+            notes.append(Finding("activations-not-simulated", scheme.name, weight_only))
+    return notes
 
 
 def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: ConversionReport | None) -> None:
@@ -244,7 +270,7 @@ def checkpoint_schemes(
     recorded: ConversionReport | None,
     written: tuple[ConversionReport, Scheme] | None = None,
     head: HeadDescription | None = None,
-) -> tuple[SchemeAssignment, str | None]:
+) -> tuple[SchemeAssignment, Finding | None]:
     """Each linear's scheme, thresholds included: as the conversion recorded them (``written``: as it has just
     written them), else the built-in schemes of the kinds config.json declares for it. ``head``: the written head
     (default: described from ``checkpoint``)."""
@@ -276,12 +302,14 @@ def _main_kinds(config_kinds: Kinds, declared: dict[str, Kinds], recorded_own: d
     return next(iter(kinds)) if len(kinds) == 1 else config_kinds
 
 
-def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, str | None]:
+def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, Finding | None]:
     """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
-    (no report), the built-in scheme of the same kinds, with a note saying so."""
+    (no report), the built-in scheme of the same kinds, with a note saying so (``no-recorded-scheme``, about the
+    built-in scheme)."""
     if recorded is None:
         fallback = builtin_scheme_for(kinds)
-        return fallback, f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
+        text = f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
+        return fallback, Finding("no-recorded-scheme", fallback.name, text)
     return declared_as(_parsed(recorded.scheme_toml, None), kinds), None
 
 
@@ -307,13 +335,15 @@ def declared_as(scheme: Scheme, kinds: Kinds) -> Scheme:
     return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
-def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[str]:
+def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[Finding]:
     return [] if recorded is None else changed_files(dst, recorded.files)
 
 
 def _check_scales(
     checkpoint: Checkpoint, head: HeadDescription, schemes: SchemeAssignment, quantized: set[str]
-) -> list[str]:
+) -> list[Finding]:
+    """Scale tensors holding values no scale may hold (``invalid-scale``, about the tensor), and fused groups whose
+    members do not share a global or input scale (``fused-scales-differ``, about the group)."""
     import torch
 
     problems = []
@@ -333,7 +363,7 @@ def _check_scales(
                 bad = int(invalid.sum())
                 what = "not finite and positive" if positive else "not finite and non-negative"
             if bad:
-                problems.append(f"{name}: {bad} scale value(s) {what}")
+                problems.append(Finding("invalid-scale", name, f"{name}: {bad} scale value(s) {what}"))
     for group in head.fused_groups:
         members = [head.linear(m).checkpoint_module for m in group.members]
         if not set(members) <= quantized:
@@ -343,7 +373,8 @@ def _check_scales(
             shared = [checkpoint.read(n).to(torch.float32).reshape(-1) for n in names]
             if len(shared) > 1 and any(not torch.equal(shared[0], v) for v in shared[1:]):
                 shown = ", ".join(f"{n}={float(v[0]):.6g}" for n, v in zip(names, shared, strict=True))
-                problems.append(f"{group.name}: fused members must share {param} but hold {shown}")
+                text = f"{group.name}: fused members must share {param} but hold {shown}"
+                problems.append(Finding("fused-scales-differ", group.name, text))
     return problems
 
 

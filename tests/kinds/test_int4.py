@@ -333,6 +333,7 @@ def test_verify_fails_a_planted_fault(tmp_path, scheme: str, damage, where: str)
     from safetensors.torch import load_file, save_file
 
     from eaglequant import convert, verify
+    from eaglequant.common.findings import codes
     from tests.conftest import FIXTURES
 
     source = FIXTURES / "specforge-llama"
@@ -348,5 +349,5 @@ def test_verify_fails_a_planted_fault(tmp_path, scheme: str, damage, where: str)
     report_path.write_text(json.dumps(report))
     result = verify(dst, source=source)
     assert result.verdict == "failed"
-    assert any(where in problem for problem in result.problems), result.problems
-    assert not any("SHA-256" in problem for problem in result.problems)
+    assert any(where in found.subject for found in result.problems), result.problems
+    assert "sha256-differs" not in codes(result.problems)

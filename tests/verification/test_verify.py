@@ -13,6 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from eaglequant import convert, verify
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.common.findings import find
 from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli, run_cli_subprocess
 
 SCHEMES = [("fp8-per-channel", "quark"), ("nvfp4", "compressed-tensors"), ("mxfp4", "quark")]
@@ -83,23 +84,24 @@ def test_flipped_scale_byte_fails_naming_the_module(verified, tmp_path: Path) ->
     assert not report.ok
     failed = [layer.module for layer in report.layers if layer.failed]
     assert failed == ["midlayer.self_attn.o_proj"]
-    assert any("model.safetensors: SHA-256 differs" in p for p in report.problems)
+    changed = find(report.problems, "sha256-differs")
+    assert changed is not None and changed.subject == "model.safetensors"
 
 
 def test_missing_scale_fails(verified, tmp_path: Path) -> None:
     dst = _damaged(
         verified, tmp_path, "specforge-llama", "nvfp4", lambda t: t.pop("midlayer.mlp.down_proj.weight_scale")
     )
-    problems = verify(dst).problems
-    assert any("midlayer.mlp.down_proj.weight_scale: expected F8_E4M3" in p and "missing" in p for p in problems)
+    missing = find(verify(dst).problems, "missing")
+    assert missing is not None and missing.subject == "midlayer.mlp.down_proj.weight_scale"
 
 
 def test_stray_tensor_fails(verified, tmp_path: Path) -> None:
     def stray(tensors):
         tensors["midlayer.mlp.up_proj.input_global_scale"] = torch.ones(1)
 
-    problems = verify(_damaged(verified, tmp_path, "specforge-llama", "nvfp4", stray)).problems
-    assert any("midlayer.mlp.up_proj.input_global_scale: not expected" in p for p in problems)
+    stored = find(verify(_damaged(verified, tmp_path, "specforge-llama", "nvfp4", stray)).problems, "not-expected")
+    assert stored is not None and stored.subject == "midlayer.mlp.up_proj.input_global_scale"
 
 
 def test_mismatched_fused_scale_fails(verified, tmp_path: Path) -> None:
@@ -107,15 +109,16 @@ def test_mismatched_fused_scale_fails(verified, tmp_path: Path) -> None:
         tensors["midlayer.self_attn.k_proj.weight_global_scale"] *= 2
 
     problems = verify(_damaged(verified, tmp_path, "specforge-llama", "nvfp4", unshare)).problems
-    assert any("self_attn.qkv_proj: fused members must share weight_global_scale" in p for p in problems)
+    unshared = find(problems, "fused-scales-differ")
+    assert unshared is not None and unshared.subject == "layers.0.self_attn.qkv_proj"
 
 
 def test_nan_scale_fails(verified, tmp_path: Path) -> None:
     def nan(tensors):
         tensors["midlayer.mlp.gate_proj.weight_scale"][0, 0] = 255  # E8M0 NaN
 
-    problems = verify(_damaged(verified, tmp_path, "specforge-llama", "mxfp4", nan)).problems
-    assert any("midlayer.mlp.gate_proj.weight_scale: 1 scale value(s) NaN" in p for p in problems)
+    invalid = find(verify(_damaged(verified, tmp_path, "specforge-llama", "mxfp4", nan)).problems, "invalid-scale")
+    assert invalid is not None and invalid.subject == "midlayer.mlp.gate_proj.weight_scale"
 
 
 def test_without_source_parity_is_skipped_and_said(verified, tmp_path: Path) -> None:
@@ -125,7 +128,7 @@ def test_without_source_parity_is_skipped_and_said(verified, tmp_path: Path) -> 
     report["source"] = str(tmp_path / "gone")
     report_file.write_text(json.dumps(report))
     result = verify(dst)
-    assert not result.layers and any("parity and fidelity were not checked" in n for n in result.notes)
+    assert not result.layers and find(result.notes, "no-source") is not None
     assert result.verdict == "not verified numerically" and not result.numerical
     # It must never claim numerical checks passed: its own exit code, ok false in JSON, no "ok:" line.
     cli = run_cli("verify", dst, "--json")
