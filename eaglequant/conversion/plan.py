@@ -17,6 +17,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.findings import Finding
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.conversion.request import ConversionRequest, changed_config
 from eaglequant.engines import Engine
@@ -251,12 +252,14 @@ def check_assignment(fmt: Format, assignment: SchemeAssignment, storage: HeadSto
 
 
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:
-    """``scheme`` as it is written: without its calibrated activations when there is no ``input_amax``."""
+    """``scheme`` as it is written: without its calibrated activations when there is no ``input_amax`` (with a note,
+    ``no-calib-data``, about the scheme)."""
     if scheme.needs_calibration and not input_amax:
         written = scheme.without_calibration()
-        notes.append(
+        text = (
             f"{scheme.name}: no --calib data, so activations are not quantized: written as {written.label} "
             f"(weight-only); pass --calib to get {scheme.label}"
         )
+        notes.append(Finding("no-calib-data", scheme.name, text))
         return written
     return scheme

@@ -10,6 +10,7 @@ import pytest
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import codes, find
 from eaglequant.conversion.plan import DEFAULT_EXCLUSIONS, requested_exclusions
 from eaglequant.engines.exclusions import merged_exclusions
 from eaglequant.formats import get_format
@@ -127,10 +128,11 @@ def test_a_format_that_cannot_store_the_scheme_is_refused_naming_those_that_can(
 def test_calibration_decides_nvfp4s_activations(llama: HeadDescription) -> None:
     nvfp4 = load_scheme("nvfp4")
     uncalibrated = plan_for(llama, nvfp4, "modelopt")
-    assert uncalibrated.scheme.label == "W4A16" and any("no --calib data" in note for note in uncalibrated.notes)
+    no_calib = find(uncalibrated.notes, "no-calib-data")
+    assert uncalibrated.scheme.label == "W4A16" and no_calib is not None and no_calib.subject == "nvfp4"
     amax = {lin.module: 2.0 for lin in llama.linears}
     calibrated = plan_for(llama, nvfp4, "modelopt", input_amax=amax)
-    assert calibrated.scheme.label == "W4A4" and not any("--calib" in note for note in calibrated.notes)
+    assert calibrated.scheme.label == "W4A4" and "no-calib-data" not in codes(calibrated.notes)
     assert calibrated.input_amax.keys() == {lin.module for lin in calibrated.quantized}  # fc, lm_head dropped
 
 

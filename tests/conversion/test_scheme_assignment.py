@@ -70,7 +70,8 @@ def test_lm_head_in_nvfp4_reads_fewer_bytes_a_round_than_in_fp8(mixed: Path, tmp
 
 def test_a_listed_name_for_another_target_is_caught(mixed: Path) -> None:
     problems = explain(mixed, target_layers=32).all_problems
-    assert any("not listed in quantized_layers" in problem for problem in problems)
+    unlisted = [found.subject for found in problems if found.code == "stored-quantized"]
+    assert unlisted and all(name.startswith("model.layers.32.") for name in unlisted)
 
 
 @pytest.mark.parametrize(
