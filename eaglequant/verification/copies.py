@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.dtypes import QUANTIZED_DTYPES
 from eaglequant.common.findings import Finding
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.formats import all_scale_params, all_weight_params
 from eaglequant.layouts.names import parse_name
 
@@ -75,15 +76,18 @@ _SAME_SIZE_INT = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
 @dataclass(frozen=True)
-class CopyCheck:
+class CopyCheck(JsonRecord):
+    """The copied tensors against the source's; written as counts."""
+
+    json_omitted = ("problems", "note")
+    json_values = named(compared=len, identical=len)
+    json_first = ("compared", "identical")
+
     problems: list[Finding]
     note: Finding  # ``copies-compared``: what was compared, and what was not and why
     identical: frozenset[str]  # canonical names (``fc.weight``, ``d2t``) whose DST bytes are the source's
     compared: frozenset[str] = frozenset()  # canonical names of every tensor the source has that DST copies
     parity_checked: int = 0  # quantized linears, whose weights parity checks instead
-
-    def to_json(self) -> dict[str, Any]:
-        return {"compared": len(self.compared), "identical": len(self.identical), "parity_checked": self.parity_checked}
 
 
 def canonical_name(name: str) -> str:

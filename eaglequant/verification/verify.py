@@ -21,12 +21,13 @@ import json
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
 from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.common.findings import Finding
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
@@ -54,7 +55,19 @@ _POSITIVE_SCALES = ("weight_scale_2", "weight_global_scale", "input_scale", "inp
 
 
 @dataclass
-class VerifyReport:
+class VerifyReport(JsonRecord):
+    """What ``verify`` found (``eaglequant_verify.json``); ``ok`` in its JSON is whether it passed (a checkpoint not
+    verified numerically is not)."""
+
+    json_omitted = ("schemes", "hashes_read")
+    json_computed = ("scheme", "scheme_label", "thresholds", "parity_rows", "passed", "verdict", "checks", "problems")
+    json_renamed = named(passed="ok")
+    json_values = named(thresholds=vars)
+    json_first = (
+        *("destination", "source", "format", *json_computed, "structure", "layers", "fidelity", "acceptance"),
+        *("notes", "engine_loads", "copies"),
+    )
+
     destination: Path
     source: Path | None
     format: str
@@ -97,6 +110,10 @@ class VerifyReport:
         return self.source is not None and bool(self.layers)
 
     @property
+    def passed(self) -> bool:
+        return self.verdict == PASSED
+
+    @property
     def verdict(self) -> Verdict:
         if not self.ok:
             return FAILED
@@ -116,31 +133,22 @@ class VerifyReport:
         """What the whole head is held to: its scheme's thresholds, the loosest of them for linears in several."""
         return self.schemes.head_thresholds()
 
+    @property
+    def scheme(self) -> str:
+        return self.schemes.main.name
+
+    @property
+    def scheme_label(self) -> str:
+        return self.schemes.label
+
+    @property
+    def parity_rows(self) -> int:
+        """The seeded activations each linear's parity ran on."""
+        return PARITY_ROWS
+
     def summary(self) -> VerificationSummary:
         """What the conversion's report records of this verification."""
-        return VerificationSummary(self.verdict == PASSED, self.verdict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "destination": str(self.destination),
-            "source": None if self.source is None else str(self.source),
-            "format": self.format,
-            "scheme": self.schemes.main.name,
-            "scheme_label": self.schemes.label,
-            "thresholds": self.thresholds.__dict__,
-            "parity_rows": PARITY_ROWS,
-            "ok": self.verdict == PASSED,
-            "verdict": self.verdict,
-            "checks": self.checks,
-            "problems": self.problems,
-            "structure": self.structure,
-            "layers": [layer.to_json() for layer in self.layers],
-            "fidelity": None if self.fidelity is None else self.fidelity.to_json(),
-            "acceptance": None if self.acceptance is None else self.acceptance.to_json(),
-            "notes": self.notes,
-            "engine_loads": [check.to_json() for check in self.engine_loads],
-            "copies": None if self.copies is None else self.copies.to_json(),
-        }
+        return VerificationSummary(self.passed, self.verdict)
 
 
 def verify_checkpoint(

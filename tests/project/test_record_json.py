@@ -53,8 +53,12 @@ from eaglequant.record.report import (
     VerificationSummary,
 )
 from eaglequant.record.verification import Verdict
+from eaglequant.schemes.assignment import SchemeAssignment
+from eaglequant.schemes.model import load_scheme
+from eaglequant.verification.copies import CopyCheck
 from eaglequant.verification.fidelity import DistributionShift, HeadFidelity
 from eaglequant.verification.layer_parity import LayerParity
+from eaglequant.verification.verify import VerifyReport
 from eaglequant.vocabulary.prune import PruneResult
 
 PROMPTS = (
@@ -249,6 +253,25 @@ def _fidelity() -> HeadFidelity:
     return HeadFidelity(256, 0.9991, ("mean_kl",), "captured.st", _shift(2), _shift(1), 64)
 
 
+def _copies() -> CopyCheck:
+    note = Finding("copies-compared", "", "3 copied tensors compared")
+    return CopyCheck([], note, frozenset({"fc.weight", "d2t"}), frozenset({"fc.weight", "d2t", "t2d"}), 7)
+
+
+def _verify_report(layers: list[LayerParity], fidelity: HeadFidelity | None) -> VerifyReport:
+    schemes = SchemeAssignment.per_module(load_scheme("fp8-per-channel"), {"lm_head": load_scheme("fp8-block")})
+    return VerifyReport(
+        *(Path("out/fp8"), Path("src") if layers else None, "quark", schemes),
+        [Finding("missing", "fc.weight_scale", "fc.weight_scale: missing")] if not layers else [],
+        layers,
+        fidelity,
+        ["a note"],
+        [replace(_load_check(), problems=[Finding("never-loaded", "lm_head.weight", "lm_head.weight: never loaded")])],
+        _prediction() if layers else None,
+        copies=_copies() if layers else None,
+    )
+
+
 RECORDS: dict[str, Callable[[], Any]] = {
     "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999),
     "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.nan),
@@ -309,6 +332,10 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "HeadFidelity, without lm_head": lambda: HeadFidelity(256, 0.9991, (), "synthetic"),
     "LayerParity": lambda: LayerParity("fc", "triton", 38.5, 0.9993, 0.0118, (), 0.021, (3, 128)),
     "LayerParity, exact": lambda: LayerParity("lm_head", "reference", math.inf, 1.0, 0.0, ("min_sqnr_db",)),
+    "CopyCheck": _copies,
+    "VerifyReport": lambda: _verify_report([RECORDS["LayerParity"](), RECORDS["LayerParity, exact"]()], _fidelity()),
+    "VerifyReport, structure only": lambda: _verify_report([], None),
+    "VerifyReport, not verified numerically": lambda: replace(_verify_report([], None), structure=[], engine_loads=[]),
 }
 
 
@@ -400,4 +427,8 @@ WRITTEN = {
     "HeadFidelity, without lm_head": '{"tokens": 256, "inputs": "synthetic", "top1_agreement": null, "mean_kl": null, "mean_tv": null, "hidden_cosine": 0.9991, "shift": null, "bf16_floor": null, "bf16_floor_positions": 0, "failed": []}',
     "LayerParity": '{"module": "fc", "backend": "triton", "sqnr_db": 38.5, "cosine": 0.9993, "relative_error": 0.0118, "max_block_relative_error": 0.021, "worst_block": [3, 128], "failed": []}',
     "LayerParity, exact": '{"module": "lm_head", "backend": "reference", "sqnr_db": "inf", "cosine": 1.0, "relative_error": 0.0, "max_block_relative_error": 0.0, "worst_block": [0, 0], "failed": ["min_sqnr_db"]}',
+    "CopyCheck": '{"compared": 3, "identical": 2, "parity_checked": 7}',
+    "VerifyReport": '{"destination": "out/fp8", "source": "src", "format": "quark", "scheme": "fp8-per-channel", "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "failed", "checks": ["structure", "scales", "hashes", "parity", "fidelity", "acceptance", "vllm load"], "problems": ["vllm load: lm_head.weight: never loaded", "lm_head: min_sqnr_db", "draft head: mean_kl"], "structure": [], "layers": [{"module": "fc", "backend": "triton", "sqnr_db": 38.5, "cosine": 0.9993, "relative_error": 0.0118, "max_block_relative_error": 0.021, "worst_block": [3, 128], "failed": []}, {"module": "lm_head", "backend": "reference", "sqnr_db": "inf", "cosine": 1.0, "relative_error": 0.0, "max_block_relative_error": 0.0, "worst_block": [0, 0], "failed": ["min_sqnr_db"]}], "fidelity": {"tokens": 256, "inputs": "captured.st", "top1_agreement": 0.98, "mean_kl": 0.006, "mean_tv": 0.02, "hidden_cosine": 0.9991, "shift": {"mean_tv": 0.02, "tv_spread": 0.002, "mean_kl": 0.006, "kl_spread": 0.001, "top1_agreement": 0.98, "flips": 3, "noise_flips": 2.5}, "bf16_floor": {"mean_tv": 0.01, "tv_spread": 0.002, "mean_kl": 0.003, "kl_spread": 0.001, "top1_agreement": 0.99, "flips": 3, "noise_flips": 2.5}, "bf16_floor_positions": 64, "failed": ["mean_kl"]}, "acceptance": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": false}, "notes": ["a note"], "engine_loads": [{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": ["lm_head.weight: never loaded"], "notes": ["cpu"], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": ["weight: 3 values differ"], "gemm_relative_error": null}]}], "copies": {"compared": 3, "identical": 2, "parity_checked": 7}}',
+    "VerifyReport, structure only": '{"destination": "out/fp8", "source": null, "format": "quark", "scheme": "fp8-per-channel", "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "failed", "checks": ["structure", "scales", "hashes", "vllm load"], "problems": ["fc.weight_scale: missing", "vllm load: lm_head.weight: never loaded"], "structure": ["fc.weight_scale: missing"], "layers": [], "fidelity": null, "acceptance": null, "notes": ["a note"], "engine_loads": [{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": ["lm_head.weight: never loaded"], "notes": ["cpu"], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": ["weight: 3 values differ"], "gemm_relative_error": null}]}], "copies": null}',
+    "VerifyReport, not verified numerically": '{"destination": "out/fp8", "source": null, "format": "quark", "scheme": "fp8-per-channel", "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "not verified numerically", "checks": ["structure", "scales", "hashes"], "problems": [], "structure": [], "layers": [], "fidelity": null, "acceptance": null, "notes": ["a note"], "engine_loads": [], "copies": null}',
 }
