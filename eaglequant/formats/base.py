@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
+from eaglequant.common.findings import Finding
 from eaglequant.formats.stored_tensors import Placement, StoredTensor
 from eaglequant.kinds import Kinds, WeightKind, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
@@ -49,7 +50,7 @@ class WrittenConfig:
     format_name: str
     kinds: Kinds
     patterns: list[str]  # exclusion rules, as the engines read them
-    problems: list[str]  # contradictions inside the config files themselves
+    problems: list[Finding]  # contradictions inside the config files themselves, about the file
     module_kinds: dict[str, Kinds] = field(default_factory=dict)  # runtime name -> kinds; empty: one kinds for all
 
     @property
@@ -69,7 +70,7 @@ class HeadStorage:
     linear is written as when quantized, or why the format cannot store it quantized."""
 
     specs: dict[str, list[TensorSpec]]  # canonical linear -> the tensors it is written as, quantized
-    problems: dict[str, str]  # canonical linear -> why this format cannot store it quantized
+    problems: dict[str, Finding]  # canonical linear -> why this format cannot store it quantized, about the linear
 
 
 @dataclass
@@ -198,19 +199,20 @@ class Format(ABC):
         self.check_stores(scheme)
         return next(r for r in self.recipes if r.kind is scheme.kinds.weight_kind)
 
-    def shape_problem(self, linear: HeadLinear, scheme: Scheme, fused_before_last: bool = False) -> str | None:
-        """Why ``linear`` cannot be stored quantized in this format, or None (``fused_before_last``: see
-        :meth:`WeightKind.shape_problem`)."""
+    def shape_problem(self, linear: HeadLinear, scheme: Scheme, fused_before_last: bool = False) -> Finding | None:
+        """Why ``linear`` cannot be stored quantized in this format, about the linear, or None
+        (``fused_before_last``: see :meth:`WeightKind.shape_problem`): the kind's problem, or ``columns-unaligned``."""
         kind = scheme.kinds.weight_kind
         problem = kind.shape_problem(linear.out_features, linear.in_features, fused_before_last)
         if problem is not None:
-            return problem
+            return Finding(problem.code, linear.module, problem)
         block = kind.columns_per_scale
         if block and linear.in_features % block and not self.recipe(scheme).pads_blocks:
-            return (
+            text = (
                 f"in-features {linear.in_features} is not a multiple of {block}, which {self.title} "
                 f"{scheme.weight.kind.name} requires"
             )
+            return Finding("columns-unaligned", linear.module, text)
         return None
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
@@ -228,7 +230,7 @@ class Format(ABC):
         for scheme in assignment.schemes:
             self.check_stores(scheme, candidates)
         specs: dict[str, list[TensorSpec]] = {}
-        problems: dict[str, str] = {}
+        problems: dict[str, Finding] = {}
         for linear in head.linears:
             scheme = assignment.of(linear.module)
             group = head.group_of(linear.module)

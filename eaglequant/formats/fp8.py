@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from eaglequant.common.findings import Finding
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_block, weight_codes
 from eaglequant.kinds import FP8_BLOCK, WeightKind
@@ -73,17 +74,19 @@ class Fp8Format(Format):
 
     def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
         """A config that also has ``ignored_layers`` is read differently by each engine: vLLM takes it unless it is
-        empty, SGLang whenever it is present, TensorRT-LLM never. The rules are vLLM's; a disagreement is a problem."""
+        empty, SGLang whenever it is present, TensorRT-LLM never. The rules are vLLM's; a disagreement is a problem
+        (``exclusion-keys-disagree``, about config.json)."""
         written = super().read_config(quantization_config, extra)
         if IGNORED_LAYERS not in quantization_config:
             return written
         ignored = self._patterns({self.exclude_key: quantization_config[IGNORED_LAYERS]})
         if ignored != written.patterns:
-            written.problems.append(
+            text = (
                 f"quantization_config has both {IGNORED_LAYERS} {ignored!r} and {self.exclude_key} "
                 f"{written.patterns!r}: vLLM and SGLang read the first (vLLM only when it is not empty), "
                 "TensorRT-LLM the second"
             )
+            written.problems.append(Finding("exclusion-keys-disagree", "config.json", text))
         if ignored:
             written.patterns[:] = ignored
         return written

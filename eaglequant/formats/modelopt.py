@@ -18,6 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.errors import CheckpointError, suggested, words
+from eaglequant.common.findings import Finding
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
 from eaglequant.kinds import FP8_CHANNEL, NVFP4, Kinds, WeightKind
@@ -182,18 +183,20 @@ class ModelOptFormat(Format):
             flat = {"quant_algo": nested.get("quant_algo"), "ignore": nested.get("exclude_modules") or []}
         written = super().read_config(flat or quantization_config, extra)
         if flat is quantization_config and "exclude_modules" in flat and "ignore" not in flat:
-            written.problems.append(
+            text = (
                 "config.json's quantization_config lists exclude_modules but no ignore: vLLM 0.32.0 reads ignore only "
                 "and quantizes those modules, 0.33.0 falls back to exclude_modules "
                 "(quantization/modelopt.py::from_config); rename the key to ignore, which both read"
             )
+            written.problems.append(Finding("exclude-modules-without-ignore", "config.json", text))
         if isinstance(nested, dict):
             for key, flat_key in (("quant_algo", "quant_algo"), ("exclude_modules", "ignore")):
                 if nested.get(key) != (flat or {}).get(flat_key):
-                    written.problems.append(
+                    text = (
                         f"{HF_QUANT_CONFIG} has {key} {nested.get(key)!r} but config.json has {flat_key} "
                         f"{(flat or {}).get(flat_key)!r}: TensorRT-LLM reads the first, vLLM the second"
                     )
+                    written.problems.append(Finding("configs-disagree", HF_QUANT_CONFIG, text))
         return written
 
     def _read_mixed(self, flat: dict[str, Any], nested: dict[str, Any] | None) -> WrittenConfig:
@@ -217,9 +220,10 @@ class ModelOptFormat(Format):
         main = Counter(module_kinds.values()).most_common(1)[0][0]
         problems = []
         if isinstance(nested, dict) and nested.get("quantized_layers") != listed:
-            problems.append(
+            text = (
                 f"{HF_QUANT_CONFIG} and config.json list different quantized_layers: TensorRT-LLM reads "
                 "the first, vLLM the second"
             )
+            problems.append(Finding("configs-disagree", HF_QUANT_CONFIG, text))
         patterns = self._patterns(flat if "quant_algo" in flat else {"ignore": (nested or {}).get("exclude_modules")})
         return WrittenConfig(self.name, main, patterns, problems, module_kinds)

@@ -14,6 +14,7 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 from eaglequant.common.errors import SchemeError
+from eaglequant.common.findings import Finding
 
 if TYPE_CHECKING:
     import torch
@@ -102,15 +103,17 @@ class WeightKind(TensorKind, ABC):
     tag: str = ""
     kernel_layout: ClassVar[KernelLayout]  # which specialisation of the Triton kernel reads it
 
-    def shape_problem(self, out_features: int, in_features: int, fused_before_last: bool) -> str | None:
+    def shape_problem(self, out_features: int, in_features: int, fused_before_last: bool) -> Finding | None:
         """Why a linear of this shape cannot be stored in this kind (None: it can), before any format's own
         padding: ``fused_before_last``: an engine fuses it with the linears after it, so its scale rows are
-        concatenated with theirs."""
+        concatenated with theirs (``fused-rows-unaligned``). The finding is about no subject: the caller knows the
+        linear."""
         if self.rows_per_scale > 1 and fused_before_last and out_features % self.rows_per_scale:
-            return (
+            text = (
                 f"out-features {out_features} is not a multiple of {self.rows_per_scale}, and engines concatenate "
                 f"a fused module's {self.rows_per_scale}-row scale blocks (vLLM: load_merged_column_weight)"
             )
+            return Finding("fused-rows-unaligned", "", text)
         return None
 
     def in_features(self, stored_columns: int) -> int:

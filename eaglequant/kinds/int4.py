@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from eaglequant.common.findings import Finding
 from eaglequant.kinds.base import KernelLayout, WeightKind
 
 if TYPE_CHECKING:
@@ -34,12 +35,13 @@ class Int4GroupKind(WeightKind):
     def bits(self) -> int:
         return INT4_BITS
 
-    def shape_problem(self, out_features: int, in_features: int, fused_before_last: bool) -> str | None:
+    def shape_problem(self, out_features: int, in_features: int, fused_before_last: bool) -> Finding | None:
         if out_features % PACKED_ROWS:
-            return (
+            text = (
                 f"out-features {out_features} is not a multiple of {PACKED_ROWS}, which the engines' INT4 kernels need "
                 "(vLLM: TritonW4A16LinearKernel / ExllamaLinearKernel.can_implement)"
             )
+            return Finding("rows-not-packable", "", text)
         return super().shape_problem(out_features, in_features, fused_before_last)
 
     def dequantize_rows(self, stored: StoredLinear, rows: slice) -> torch.Tensor:

@@ -8,6 +8,7 @@ import pytest
 from eaglequant import inspect
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import ExclusionProofError, InputError, worded
+from eaglequant.common.findings import codes
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.engines import ENGINES
 from eaglequant.engines.exclusions import prove
@@ -408,7 +409,15 @@ def test_a_native_fp8_config_with_a_different_ignored_layers_is_a_problem() -> N
     config = fmt.scheme_config(builtin_scheme_for(BLOCK_FP8), ["model.fc"])
     assert fmt.read_config(config, {}).problems == []
     written = fmt.read_config({**config, "ignored_layers": ["lm_head"]}, {})
-    assert written.patterns == ["lm_head"] and "TensorRT-LLM the second" in written.problems[0]
+    assert written.patterns == ["lm_head"] and codes(written.problems) == ["exclusion-keys-disagree"]
+
+
+def test_a_modelopt_config_with_exclude_modules_but_no_ignore_is_a_problem() -> None:
+    """vLLM 0.32.0 reads only ignore and would quantize the modules exclude_modules lists."""
+    inline = {"quant_method": "modelopt", "quant_algo": "FP8_PER_CHANNEL_PER_TOKEN", "exclude_modules": ["lm_head"]}
+    written = FORMATS["modelopt"].read_config(inline, {})
+    assert [(p.code, p.subject) for p in written.problems] == [("exclude-modules-without-ignore", "config.json")]
+    assert FORMATS["modelopt"].read_config({**inline, "ignore": ["lm_head"]}, {}).problems == []
 
 
 def test_a_partly_quantized_source_is_refused_for_that_before_any_rule_is_written() -> None:
