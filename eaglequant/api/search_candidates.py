@@ -101,11 +101,11 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
         if "lm_head" in fmt.storage(head, written, FORMATS.values()).problems:
             return "the format cannot store lm_head in its own scheme"
         for engine in engines:
-            if mixed_refusal(engine, fmt.name, kinds, head.attention) is not None:
+            if mixed_refusal(engine, fmt, kinds, head.attention) is not None:
                 return f"{engine.titled} does not read lm_head's own scheme in that format"
     module_kinds = {module: ruled.kinds for module, ruled in written.module_schemes.items()}
     for engine in engines if lm_head else ():
-        view = EngineView.of(engine, head, fmt.name, written.main.kinds, request.target.count, module_kinds)
+        view = EngineView.of(engine, head, fmt, written.main.kinds, request.target.count, module_kinds)
         if "lm_head" in engine_requirements([view]):
             return f"{engine.titled} runs lm_head unquantized in that format"
     return None

@@ -189,7 +189,7 @@ def _row(scheme: Scheme) -> SchemeRow:
                     cell.loads,
                     cell.conditional,
                     cell.note,
-                    cell.loads and not get_engine(engine).dialect(fmt.name).any_layer,
+                    cell.loads and not get_engine(engine).dialect(fmt).any_layer,
                 )
             )
         formats.append(FormatRow(fmt.name, fmt.algorithm(scheme), engines))

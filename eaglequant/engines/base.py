@@ -17,6 +17,7 @@ from eaglequant.layouts.names import RUNTIME_NAMES
 
 if TYPE_CHECKING:
     from eaglequant.engines.target import TargetModel
+    from eaglequant.formats.base import Format
 
 
 @dataclass(frozen=True)
@@ -100,15 +101,14 @@ def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return None
 
 
-def weight_only_integer_groups(kinds: Kinds, format_name: str) -> bool:
+def weight_only_integer_groups(kinds: Kinds, fmt: Format) -> bool:
     """Whether vLLM and SGLang run the scheme with CompressedTensorsWNA16 (compressed_tensors.py::
     _is_wNa16_group_channel: integer weights per group or channel, no input quantization), as they dispatch: on the
     config's QuantizationArgs."""
-    from eaglequant.formats import get_format
     from eaglequant.formats.compressed_tensors_args import CtRecipe
     from eaglequant.schemes.model import default_scheme_for
 
-    fmt, scheme = get_format(format_name), default_scheme_for(kinds)
+    scheme = default_scheme_for(kinds)
     if scheme.activation is not None or not fmt.supports(scheme):
         return False
     recipe = fmt.recipe(scheme)
@@ -171,7 +171,7 @@ class Engine(ABC):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, format_name: str, patterns: list[str], kinds: Kinds | None = None
+        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: Kinds | None = None
     ) -> list[str]:
         """Ways ``patterns`` break this engine's loading beyond which modules they exclude."""
         return []
@@ -200,10 +200,8 @@ class Engine(ABC):
     def dialects(self) -> dict[str, Dialect]:
         """Exclusion dialect (``Format.exclude_dialect``) -> how this engine reads it."""
 
-    def dialect(self, format_name: str) -> Dialect:
-        from eaglequant.formats import get_format
-
-        fmt = get_format(format_name)
+    def dialect(self, fmt: Format) -> Dialect:
+        """How this release reads ``fmt``'s exclusion list."""
         try:
             return self.dialects()[fmt.exclude_dialect]
         except KeyError:
@@ -212,42 +210,34 @@ class Engine(ABC):
                 hint=f"add the {fmt.exclude_dialect!r} dialect to the dialects() of {self.dialects.__module__}",
             ) from None
 
-    def matching_rule(self, format_name: str, runtime_name: str, patterns: list[str]) -> str | None:
+    def matching_rule(self, fmt: Format, runtime_name: str, patterns: list[str]) -> str | None:
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
-        return self.dialect(format_name).match(runtime_name, patterns)
+        return self.dialect(fmt).match(runtime_name, patterns)
 
-    def lm_head_config_reason(self, format_name: str) -> str | None:
-        """Why this engine's ``format_name`` config gives the ParallelLMHead no quantization method (None: it does)."""
-        from eaglequant.formats import get_format
-
-        fmt = get_format(format_name)
+    def lm_head_config_reason(self, fmt: Format) -> str | None:
+        """Why this engine's ``fmt`` config gives the ParallelLMHead no quantization method (None: it does)."""
         if fmt.quant_method in self.lm_head_quant_methods:
             return None
         return f"{self.title}'s {fmt.title} config gives the ParallelLMHead no quantization method"
 
     # What each engine runs per module: the rows of the table ``engines/module_support.py`` gathers, read by the
     # refusals too (so the table and what convert refuses cannot disagree).
-    def runs_lm_head_quantized(self, format_name: str, attention: str) -> Answer:
-        """Whether the engine runs a quantized ``lm_head`` stored in ``format_name`` quantized."""
-        reason = self.lm_head_unquantized(attention) or self.lm_head_config_reason(format_name)
+    def runs_lm_head_quantized(self, fmt: Format, attention: str) -> Answer:
+        """Whether the engine runs a quantized ``lm_head`` stored in ``fmt`` quantized."""
+        reason = self.lm_head_unquantized(attention) or self.lm_head_config_reason(fmt)
         if reason is not None:
             return Answer(False, reason)
-        from eaglequant.formats import get_format
+        return Answer(True, self.lm_head_quant_methods[fmt.quant_method])
 
-        return Answer(True, self.lm_head_quant_methods[get_format(format_name).quant_method])
-
-    def runs_fc_quantized(self, format_name: str, attention: str) -> Answer:
+    def runs_fc_quantized(self, fmt: Format, attention: str) -> Answer:
         """Whether the engine runs a quantized ``fc`` quantized (every format's config claims linear layers)."""
         reason = self.fc_unquantized(attention)
         return Answer(False, reason) if reason is not None else Answer(True, self.fc_source)
 
-    def reads_module_kinds(self, format_name: str) -> Answer:
-        """Whether the engine reads a ``format_name`` checkpoint whose linears are stored in different kinds."""
-        from eaglequant.formats import get_format
-
-        fmt = get_format(format_name)
-        if format_name in self.mixed_formats:
-            return Answer(True, self.mixed_formats[format_name])
+    def reads_module_kinds(self, fmt: Format) -> Answer:
+        """Whether the engine reads a ``fmt`` checkpoint whose linears are stored in different kinds."""
+        if fmt.name in self.mixed_formats:
+            return Answer(True, self.mixed_formats[fmt.name])
         if not fmt.stores_mixed:
             return Answer(False, f"{fmt.title} cannot store linears of different kinds in one checkpoint")
         return Answer(
@@ -264,7 +254,7 @@ class Engine(ABC):
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
         return None
 
-    def environment_notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
+    def environment_notes(self, attention: str, kinds: Kinds, fmt: Format) -> list[str]:
         """Settings of the serving environment (environment variables, platform defaults) under which this release
         runs a checkpoint of this scheme other than as stored, each with its fix; [] when none. Whatever the draft's
         config and target: the card's serving section and ``explain`` show them."""
@@ -281,23 +271,21 @@ class Engine(ABC):
         (``match_target_context``); None where it needs none. Refused (InputError) where no change can."""
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        """Why the engine runs ``module`` unquantized under a ``format_name`` config declaring scheme
+    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+        """Why the engine runs ``module`` unquantized under a ``fmt`` config declaring scheme
         ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
         return module.runs_unquantized
 
-    def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
         """Why the engine fails to load ``module`` stored in scheme ``kinds``, so the checkpoint must keep it
         unquantized *and* the config must exclude it (None: it loads)."""
         return None
 
-    def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
-    ) -> str | None:
+    def head_load_refusal(self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
         """:meth:`load_refusal` where the head's own shape decides, beyond the module's (None: it loads)."""
         return None
 
-    def needs_quantized(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
+    def needs_quantized(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
         """Why the engine fails to load ``module`` unless it is stored in scheme ``kinds`` (None: BF16 loads too)."""
         return None
 

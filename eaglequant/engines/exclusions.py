@@ -68,7 +68,7 @@ def plan_exclusions(
     scheme: Scheme,
     request: KeepRequest,
     unstorable: Mapping[str, str],
-    loading_formats: Sequence[str] = (),
+    loading_formats: Sequence[Format] = (),
 ) -> ExclusionPlan:
     """The one decision of which linears stay in the source dtype, and why: what a targeted engine cannot run
     quantized, then the defaults and the user's rules, then what the format cannot store (with the rest of its
@@ -138,7 +138,7 @@ def _format_hint(
     views: list[EngineView],
     request: KeepRequest,
     required: Mapping[str, str],
-    loading_formats: Sequence[str],
+    loading_formats: Sequence[Format],
 ) -> dict[str, Words]:
     """For each linear a ``quantize`` rule asks for that a targeted engine keeps unquantized in this format
     (``required``): the formats, among ``loading_formats`` (those in which every targeted engine loads the scheme),
@@ -148,12 +148,12 @@ def _format_hint(
         if module not in required:
             continue
         able: list[str | Param] = []
-        for name in loading_formats:
-            if name == views[0].format_name:
+        for fmt in loading_formats:
+            if fmt is views[0].format:
                 continue
-            others = [EngineView.of(v.engine, v.head, name, v.kinds, v.target_layers, v.module_kinds) for v in views]
+            others = [EngineView.of(v.engine, v.head, fmt, v.kinds, v.target_layers, v.module_kinds) for v in views]
             if module not in engine_requirements(others):
-                able += [" or "] * bool(able) + [suggested("format", name)]
+                able += [" or "] * bool(able) + [suggested("format", fmt.name)]
         engines = ", ".join(view.engine.title for view in views)
         said = f"no format lets {engines} run it quantized with this scheme: "
         hints[module] = words(*able, f" runs it quantized in {engines}; or ") if able else words(said)
@@ -324,12 +324,12 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
     """Run each engine's matching rule over its runtime names; fail on any module not treated as intended."""
     verdicts: list[ModuleVerdict] = []
     for view in views:
-        head, engine, format_name, counts = view.head, view.engine, view.format_name, view.counts
-        for problem in engine.pattern_problems(head, format_name, patterns, view.kinds):
+        head, engine, fmt, counts = view.head, view.engine, view.format, view.counts
+        for problem in engine.pattern_problems(head, fmt, patterns, view.kinds):
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
             for module in view.modules(count):
-                reason = engine.unquantized_reason(module, view.kinds_of(module), format_name)
+                reason = engine.unquantized_reason(module, view.kinds_of(module), fmt)
                 needed = view.quantized_needs.get(module)
                 if needed is not None and not set(module.members) <= quantized:
                     raise InputError(

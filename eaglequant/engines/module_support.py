@@ -18,12 +18,11 @@ from typing import Any
 
 from eaglequant.common.errors import InputError, Words, suggested, words
 from eaglequant.common.json_fields import JsonRecord, named
-from eaglequant.engines.cells import Answer
-from eaglequant.engines.support import FORMAT_NAMES, MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
-from eaglequant.formats import FORMATS
-from eaglequant.kinds import Kinds, kinds_title
-
 from eaglequant.engines import ENGINES, Engine
+from eaglequant.engines.cells import Answer
+from eaglequant.engines.support import MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
+from eaglequant.formats import FORMATS, Format
+from eaglequant.kinds import Kinds, kinds_title
 
 # The table's questions, in its column order: key -> column title; the first two are modules a conversion may ask
 # to run quantized (MODULE_QUESTIONS).
@@ -37,7 +36,7 @@ QUESTIONS: dict[str, str] = {
 ATTENTIONS = {"mha": "Llama", "mla": "MLA"}  # the drafts each answer is asked for, as the table titles them
 SEE_TABLE = "`eaglequant schemes` shows what each engine runs per module"
 
-_ASKED: dict[str, Callable[[Engine, str, str], Answer]] = {
+_ASKED: dict[str, Callable[[Engine, Format, str], Answer]] = {
     "lm_head": lambda engine, fmt, attention: engine.runs_lm_head_quantized(fmt, attention),
     "fc": lambda engine, fmt, attention: engine.runs_fc_quantized(fmt, attention),
     "module_kinds": lambda engine, fmt, attention: engine.reads_module_kinds(fmt),
@@ -45,25 +44,25 @@ _ASKED: dict[str, Callable[[Engine, str, str], Answer]] = {
 }
 
 
-def format_refusal(engine: Engine, format_name: str, attention: str) -> str | None:
-    """Why ``engine`` loads no scheme stored in ``format_name`` for a draft of this ``attention`` (None: it loads
+def format_refusal(engine: Engine, fmt: Format, attention: str) -> str | None:
+    """Why ``engine`` loads no scheme stored in ``fmt`` for a draft of this ``attention`` (None: it loads
     some): the reason most of its cells give."""
     notes = []
     for kinds in SCHEME_KINDS:
-        cell = support(kinds, format_name, engine, attention)
+        cell = support(kinds, fmt.name, engine, attention)
         if cell is not None and cell.loads:
             return None
         if cell is not None:
             notes.append(cell.note)
     if not notes:
-        return f"{FORMATS[format_name].title} stores none of the schemes {engine.titled} loads"
-    return f"loads no scheme in {FORMATS[format_name].title}: {Counter(notes).most_common(1)[0][0]}"
+        return f"{fmt.title} stores none of the schemes {engine.titled} loads"
+    return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
 
 
-def answer(engine: Engine, format_name: str, question: str, attention: str) -> Answer:
-    """The engine's answer to one of :data:`QUESTIONS` for a ``format_name`` checkpoint of this ``attention``."""
-    refusal = format_refusal(engine, format_name, attention)
-    return Answer(False, refusal) if refusal is not None else _ASKED[question](engine, format_name, attention)
+def answer(engine: Engine, fmt: Format, question: str, attention: str) -> Answer:
+    """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``."""
+    refusal = format_refusal(engine, fmt, attention)
+    return Answer(False, refusal) if refusal is not None else _ASKED[question](engine, fmt, attention)
 
 
 def _by_draft(said: dict[str, Answer]) -> dict[str, Answer]:
@@ -113,11 +112,11 @@ def module_table() -> list[ModuleRow]:
         ModuleRow(
             name,
             engine.titled,
-            fmt,
+            fmt.name,
             **{q: {a: answer(engine, fmt, q, a) for a in ATTENTIONS} for q in QUESTIONS},
         )
         for name, engine in ENGINES.items()
-        for fmt in FORMAT_NAMES
+        for fmt in FORMATS.values()
     ]
 
 
@@ -138,29 +137,29 @@ class ModuleRequest:
         return " and ".join(self.modules) + (" quantized load" if len(self.modules) > 1 else " quantized loads")
 
 
-def request_refusal(engine: Engine, format_name: str, request: ModuleRequest, attention: str) -> str | None:
-    """Why ``engine`` cannot serve ``request`` from a ``format_name`` checkpoint (None: it can)."""
-    title = FORMATS[format_name].title
+def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: str) -> str | None:
+    """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint (None: it can)."""
+    title = fmt.title
     if request.mixed:
-        said = answer(engine, format_name, "module_kinds", attention)
+        said = answer(engine, fmt, "module_kinds", attention)
         if not said.yes:
             return said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
     for kinds in request.kinds:
-        cell = support(kinds, format_name, engine, attention)
+        cell = support(kinds, fmt.name, engine, attention)
         if cell is None:
             return f"{title} cannot store {kinds_title(kinds)}"
         if not cell.loads:
             return f"{engine.titled} does not load {kinds_title(kinds)} in {title}: {cell.note}"
     for module in request.modules:
-        said = answer(engine, format_name, module, attention)
+        said = answer(engine, fmt, module, attention)
         if not said.yes:
             return f"{engine.titled} runs {module} unquantized in {title}: {said.why}"
     return None
 
 
-def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> list[str]:
+def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> list[Format]:
     """The formats in which every one of ``engines`` serves ``request``."""
-    return [f for f in FORMAT_NAMES if all(request_refusal(e, f, request, attention) is None for e in engines)]
+    return [f for f in FORMATS.values() if all(request_refusal(e, f, request, attention) is None for e in engines)]
 
 
 def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> Words:
@@ -169,8 +168,10 @@ def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: st
     formats = working_formats(engines, request, attention)
     titles = _titles(list(engines))
     if formats:
-        return words("use ", suggested("format", formats[0]), f", which {titles} can load; {SEE_TABLE}")
-    able = {f: [e for e in ENGINES.values() if request_refusal(e, f, request, attention) is None] for f in FORMAT_NAMES}
+        return words("use ", suggested("format", formats[0].name), f", which {titles} can load; {SEE_TABLE}")
+    able = {
+        f: [e for e in ENGINES.values() if request_refusal(e, f, request, attention) is None] for f in FORMATS.values()
+    }
     found = [(f, serving) for f, serving in able.items() if serving]
     if not found:
         return words(f"{request.what} in no engine release with this scheme: drop that rule; {SEE_TABLE}")
@@ -178,7 +179,7 @@ def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: st
     targets = [suggested("engines", e.key) for e in serving]
     return words(
         f"{request.what}{only} in {_titles(serving)} with ",
-        suggested("format", fmt),
+        suggested("format", fmt.name),
         " (target ",
         *_joined(targets),
         f"); {SEE_TABLE}",
@@ -186,12 +187,12 @@ def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: st
 
 
 def check_module_request(
-    engines: Sequence[Engine], format_name: str, request: ModuleRequest, attention: str, described: str
+    engines: Sequence[Engine], fmt: Format, request: ModuleRequest, attention: str, described: str
 ) -> None:
-    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``format_name``
+    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``fmt``
     checkpoint; ``described``: the conversion's schemes in words."""
     for engine in engines:
-        refusal = request_refusal(engine, format_name, request, attention)
+        refusal = request_refusal(engine, fmt, request, attention)
         if refusal is not None:
             raise InputError(f"{refusal} ({described})", hint=module_hint(engines, request, attention))
 

@@ -52,11 +52,11 @@ def plan_engines(
     if asked or assignment.mixed:
         kinds = tuple(scheme.kinds for scheme in assignment.schemes)
         wanted = ModuleRequest(kinds, asked, assignment.mixed)
-        check_module_request(engines, fmt.name, wanted, head.attention, assignment.describe())
-    supported = engine_support(engines, fmt.name, assignment, head.attention)
+        check_module_request(engines, fmt, wanted, head.attention, assignment.describe())
+    supported = engine_support(engines, fmt, assignment, head.attention)
     scheme = assignment.main
     module_kinds = {module: ruled.kinds for module, ruled in assignment.module_schemes.items()}
-    views = [EngineView.of(engine, head, fmt.name, scheme.kinds, target.count, module_kinds) for engine in engines]
+    views = [EngineView.of(engine, head, fmt, scheme.kinds, target.count, module_kinds) for engine in engines]
     decided = plan_exclusions(head, views, fmt, scheme, request, storage.problems, supported.loading_formats)
     notes = supported.notes + decided.notes
     return EnginePlan(

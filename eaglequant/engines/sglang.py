@@ -59,7 +59,7 @@ from eaglequant.engines.cells import (
     loads_if,
     refuses,
 )
-from eaglequant.formats import get_format
+from eaglequant.formats.base import Format
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
@@ -175,9 +175,9 @@ class SglangEngine(Engine):
             )
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
-        if module.names == ("lm_head",) and self.lm_head_config_reason(format_name) is not None:
-            return self.lm_head_config_reason(format_name)
+    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+        if module.names == ("lm_head",) and self.lm_head_config_reason(fmt) is not None:
+            return self.lm_head_config_reason(fmt)
         leaves = module.leaves
         if "kv_b_proj" in leaves and kinds.weight_kind.rows_per_scale == 1:
             return _MLA_KV_B
@@ -194,15 +194,15 @@ class SglangEngine(Engine):
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
 
-    def load_refusal(self, module: RuntimeModule, kinds: Kinds, format_name: str) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
         kind = kinds.weight_kind
         leaves = module.leaves
         if "q_a_proj" in leaves:
-            metadata = _per_linear_metadata(kinds, format_name)
+            metadata = _per_linear_metadata(kinds, fmt)
             if metadata:
                 return (
                     "SGLang's MLA draft loads q_a + kv_a as one fused module by concatenating its members' tensors, "
-                    f"and {get_format(format_name).title} stores {', '.join(metadata)} whole per linear "
+                    f"and {fmt.title} stores {', '.join(metadata)} whole per linear "
                     "(models/kimi_k25_eagle3.py fused loader: AssertionError)"
                 )
         if kind.rows_per_scale == 1:
@@ -217,14 +217,12 @@ class SglangEngine(Engine):
             )
         return None
 
-    def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, format_name: str
-    ) -> str | None:
+    def head_load_refusal(self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
         group = kinds.weight_kind.columns_per_scale
         hidden = head.dims.hidden_size
         if head.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
             return None
-        if not weight_only_integer_groups(kinds, format_name):
+        if not weight_only_integer_groups(kinds, fmt):
             return None
         return (
             f"SGLang's Llama draft first builds the base model.self_attn.qkv_proj for the hidden size ({hidden}), and "
@@ -249,10 +247,9 @@ class SglangEngine(Engine):
         return [ServingSnippet("SGLang", "bash", line)]
 
 
-def _per_linear_metadata(kinds: Kinds, format_name: str) -> tuple[str, ...]:
+def _per_linear_metadata(kinds: Kinds, fmt: Format) -> tuple[str, ...]:
     from eaglequant.schemes.model import default_scheme_for
 
-    fmt = get_format(format_name)
     scheme = default_scheme_for(kinds)
     return fmt.recipe(scheme).per_linear_metadata if fmt.supports(scheme) else ()
 

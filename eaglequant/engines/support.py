@@ -28,7 +28,7 @@ from eaglequant.engines.cells import (
     Kinds,
     Support,
 )
-from eaglequant.formats import FORMATS
+from eaglequant.formats import FORMATS, Format
 from eaglequant.kinds import kinds_title
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
@@ -78,17 +78,16 @@ def support(kinds: Kinds, format_name: str, engine: Engine | str, attention: str
     return entry
 
 
-def mixed_refusal(engine: Engine, format_name: str, kinds: list[Kinds], attention: str) -> str | None:
-    """Why ``engine`` cannot load a ``format_name`` checkpoint whose linears are stored in the different ``kinds``
+def mixed_refusal(engine: Engine, fmt: Format, kinds: list[Kinds], attention: str) -> str | None:
+    """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
     (None: it reads per-module kinds in that format and loads each of them)."""
-    title = FORMATS[format_name].title
-    reads = engine.reads_module_kinds(format_name)
+    reads = engine.reads_module_kinds(fmt)
     if not reads.yes:
         return reads.why if reads.why.startswith(engine.titled) else f"{engine.titled}: {reads.why}"
     for each in kinds:
-        cell = support(each, format_name, engine, attention)
+        cell = support(each, fmt.name, engine, attention)
         if cell is None or not cell.loads:
-            return f"{engine.titled} does not load {kinds_title(each)} in {title}"
+            return f"{engine.titled} does not load {kinds_title(each)} in {fmt.title}"
     return None
 
 
@@ -97,22 +96,20 @@ class EngineSupport:
     """What the targeted engines say of a conversion's schemes in its format, decided once for the plan."""
 
     notes: list[str]  # the conditions under which they load the main scheme (shown as warnings)
-    loading_formats: tuple[str, ...]  # every format in which each targeted engine loads the main scheme
+    loading_formats: tuple[Format, ...]  # every format in which each targeted engine loads the main scheme
     mixed_refusals: list[str]  # why an engine cannot load the linears' different kinds from one checkpoint
 
 
-def engine_support(
-    engines: list[Engine], format_name: str, assignment: SchemeAssignment, attention: str
-) -> EngineSupport:
-    """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``format_name``
+def engine_support(engines: list[Engine], fmt: Format, assignment: SchemeAssignment, attention: str) -> EngineSupport:
+    """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``fmt``
     checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
     (refused later, after what the format cannot store: :mod:`eaglequant.conversion.own_schemes`)."""
     main = assignment.main
     names = [engine.key for engine in engines]
-    notes = check_engines(main.kinds, main.name, format_name, names, attention, builtin_names_by_kinds())
-    loading = tuple(name for name in FORMAT_NAMES if _loads_everywhere(main.kinds, name, names, attention))
+    notes = check_engines(main.kinds, main.name, fmt.name, names, attention, builtin_names_by_kinds())
+    loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f.name, names, attention))
     kinds = [scheme.kinds for scheme in assignment.schemes]
-    refusals = [mixed_refusal(engine, format_name, kinds, attention) for engine in engines] if assignment.mixed else []
+    refusals = [mixed_refusal(engine, fmt, kinds, attention) for engine in engines] if assignment.mixed else []
     return EngineSupport(notes, loading, [refusal for refusal in refusals if refusal is not None])
 
 

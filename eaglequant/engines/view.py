@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule
+from eaglequant.formats.base import Format
 from eaglequant.kinds import Kinds
 from eaglequant.layouts.head import HeadDescription
 
@@ -24,7 +25,7 @@ def layer_counts(target_layers: int | None) -> tuple[int, ...]:
 class EngineView:
     engine: Engine
     head: HeadDescription
-    format_name: str
+    format: Format
     kinds: Kinds
     target_layers: int | None  # None: unknown, the rules must hold for any count
     dialect: Dialect
@@ -38,7 +39,7 @@ class EngineView:
         cls,
         engine: Engine,
         head: HeadDescription,
-        format_name: str,
+        fmt: Format,
         kinds: Kinds,
         target_layers: int | None,
         module_kinds: Mapping[str, Kinds] | None = None,
@@ -51,16 +52,16 @@ class EngineView:
         kept = {
             m: why
             for m in modules[counts[-1]]
-            if (why := _kept_reason(engine, head, m, format_name, own_kinds.get(m.members[0], kinds))) is not None
+            if (why := _kept_reason(engine, head, m, fmt, own_kinds.get(m.members[0], kinds))) is not None
         }
         needs = {
             m: why
             for count in counts
             for m in modules[count]
-            if (why := engine.needs_quantized(m, own_kinds.get(m.members[0], kinds), format_name)) is not None
+            if (why := engine.needs_quantized(m, own_kinds.get(m.members[0], kinds), fmt)) is not None
         }
-        dialect = engine.dialect(format_name)
-        return cls(engine, head, format_name, kinds, target_layers, dialect, modules, kept, needs, own_kinds)
+        dialect = engine.dialect(fmt)
+        return cls(engine, head, fmt, kinds, target_layers, dialect, modules, kept, needs, own_kinds)
 
     def kinds_of(self, module: RuntimeModule) -> Kinds:
         """The kinds ``module`` is stored in (its members share them)."""
@@ -76,13 +77,11 @@ class EngineView:
         return self.modules_by_count[self.counts[-1] if count is None else count]
 
 
-def _kept_reason(
-    engine: Engine, head: HeadDescription, module: RuntimeModule, format_name: str, kinds: Kinds
-) -> str | None:
+def _kept_reason(engine: Engine, head: HeadDescription, module: RuntimeModule, fmt: Format, kinds: Kinds) -> str | None:
     """Why the checkpoint must keep ``module`` unquantized for ``engine``: it runs it unquantized whatever the config
     says, or cannot load it quantized (None: it may be quantized)."""
     return (
-        engine.unquantized_reason(module, kinds, format_name)
-        or engine.load_refusal(module, kinds, format_name)
-        or engine.head_load_refusal(head, module, kinds, format_name)
+        engine.unquantized_reason(module, kinds, fmt)
+        or engine.load_refusal(module, kinds, fmt)
+        or engine.head_load_refusal(head, module, kinds, fmt)
     )

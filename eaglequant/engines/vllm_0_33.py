@@ -35,6 +35,7 @@ from eaglequant.engines.cells import Cells
 from eaglequant.engines.served_length import draft_config, rope_types, served_length
 from eaglequant.engines.vllm import CELLS as RELEASE_0_32_CELLS
 from eaglequant.engines.vllm import VllmEngine
+from eaglequant.formats.base import Format
 from eaglequant.kinds import Kinds
 
 if TYPE_CHECKING:
@@ -157,7 +158,7 @@ class Vllm033Engine(VllmEngine):
     release: ClassVar[str] = "0.33.0"
     cells: ClassVar[Cells] = RELEASE_0_32_CELLS
 
-    def environment_notes(self, attention: str, kinds: Kinds, format_name: str) -> list[str]:
+    def environment_notes(self, attention: str, kinds: Kinds, fmt: Format) -> list[str]:
         return []
 
     def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:

@@ -279,15 +279,15 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
     lines = ["## Serving", ""]
     if not context.target:
         lines += ["Replace `<target-model>` with the model this head drafts for.", ""]
-    kinds = report.scheme_kinds
+    kinds, fmt = report.scheme_kinds, FORMATS[report.format]
     for name, engine in ENGINES.items():
         if name in report.engines:
             for snippet in engine.serving_snippets(target, context.draft, DRAFT_TOKENS):
                 caption = f"{snippet.caption} (release {engine.release})"
                 lines += [f"{caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
-            lines += [f"Note: {note}.\n" for note in engine.environment_notes(report.attention, kinds, report.format)]
+            lines += [f"Note: {note}.\n" for note in engine.environment_notes(report.attention, kinds, fmt)]
             continue
-        refusal = request_refusal(engine, report.format, _module_request(report), report.attention)
+        refusal = request_refusal(engine, fmt, _module_request(report), report.attention)
         if refusal is not None:
             lines += [f"{engine.titled}: does not load this checkpoint ({refusal}); {PER_MODULE_TABLE}.", ""]
         else:

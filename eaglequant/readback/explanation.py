@@ -211,9 +211,9 @@ def _read_engine(
         )
     problems = tuple(
         _finding("rule-breaks-loader", problem)
-        for problem in engine.pattern_problems(head, fmt.name, patterns, scheme.kinds)
+        for problem in engine.pattern_problems(head, fmt, patterns, scheme.kinds)
     )
-    notes = tuple(engine.environment_notes(head.attention, scheme.kinds, fmt.name) + engine.draft_notes(head, target))
+    notes = tuple(engine.environment_notes(head.attention, scheme.kinds, fmt) + engine.draft_notes(head, target))
     stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
     cost = round_cost(head, engine.key, engine.release, stored, draft_tokens)
     return EngineReading(engine.key, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
@@ -225,7 +225,7 @@ def _mixed_refusal(
     """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
     if written.listed is None:
         return None
-    return mixed_refusal(engine, fmt.name, [scheme.kinds for scheme in schemes.schemes], attention)
+    return mixed_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention)
 
 
 def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:
@@ -272,14 +272,14 @@ def _read_module(
     """``listed``: why a per-module config leaves the module unquantized (it does not list it), or None."""
     count, names = spellings[-1]
     shown = names[0] if target.count is not None else symbolic_name(names[0], count)
-    rules = {(c, n): engine.matching_rule(fmt.name, n, patterns) for c, ns in spellings for n in ns}
+    rules = {(c, n): engine.matching_rule(fmt, n, patterns) for c, ns in spellings for n in ns}
     rule = rules[(count, names[0])]
     problems: list[Finding] = []
     if len({r is None for r in rules.values()}) > 1:
         excluded = sorted({n for (c, n), r in rules.items() if r is not None})
         why_partial = f"the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
         problems.append(Finding("excluded-in-some-spellings", shown, f"{shown}: {why_partial}"))
-    reason = engine.unquantized_reason(module, scheme.kinds, fmt.name) or (listed if rule is None else None)
+    reason = engine.unquantized_reason(module, scheme.kinds, fmt) or (listed if rule is None else None)
     applies = reason is None and rule is None
     why = None if applies else (reason or f"excluded by {rule!r}")
     expects: list[ExpectedTensor] = []

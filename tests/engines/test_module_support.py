@@ -21,6 +21,7 @@ from eaglequant.engines.module_support import (
     render_module_markdown,
 )
 from eaglequant.engines.support import FORMAT_NAMES
+from eaglequant.formats import FORMATS
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 SOURCE = FIXTURES / "specforge-llama"
@@ -40,7 +41,7 @@ def test_mixed_kinds_load_only_in_vllm_with_modelopt() -> None:
 def test_an_engine_that_reads_no_scheme_in_a_format_answers_no_to_everything() -> None:
     trtllm = ENGINES["trtllm"]
     for question in QUESTIONS:
-        said = answer(trtllm, "quark", question, "mha")
+        said = answer(trtllm, FORMATS["quark"], question, "mha")
         assert not said.yes and "quark" in said.why
 
 

@@ -177,5 +177,5 @@ def test_a_release_without_a_formats_dialect_names_the_module_that_declares_its_
 
     monkeypatch.setattr(get_format("quark"), "exclude_dialect", "unknown-dialect")
     with pytest.raises(InputError, match="no model of how vLLM reads AMD Quark exclusions") as caught:
-        get_engine("vllm==0.33.0").dialect("quark")
+        get_engine("vllm==0.33.0").dialect(get_format("quark"))
     assert caught.value.hint == "add the 'unknown-dialect' dialect to the dialects() of eaglequant.engines.vllm"

@@ -16,7 +16,7 @@ from safetensors import safe_open
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.checkpoint.reader import tensor_bytes as tensor_bytes_of
 from eaglequant.engines.vllm import VllmEngine
-from eaglequant.formats import GroupScales
+from eaglequant.formats import FORMATS, GroupScales
 from tests.conftest import (
     FIXTURES,
     INT_EDGE_DTYPES,
@@ -76,7 +76,7 @@ def test_quark_config_matches_except_exclude(case: ParityCase, quark_outputs, co
 def test_quark_own_exclude_is_the_trap(quark_outputs) -> None:
     """The reason eaglequant rewrites `exclude`: vLLM's rule applied to Quark's list quantizes model.fc."""
     exclude = quantization_config(quark_outputs[ParityCase("specforge-llama", "quark", "fp8-per-channel")])["exclude"]
-    assert VllmEngine().matching_rule("quark", "model.fc", exclude) is None
+    assert VllmEngine().matching_rule(FORMATS["quark"], "model.fc", exclude) is None
 
 
 # -- compressed-tensors / llm-compressor ---------------------------------------------------------
