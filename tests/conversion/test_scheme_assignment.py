@@ -181,7 +181,9 @@ def test_a_fused_group_refusal_is_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_each_engine_module_is_judged_in_its_own_kinds() -> None:
     plan = _plan("mlp.*=nvfp4")
     fp8, nvfp4 = load_scheme("fp8-per-channel").kinds, load_scheme("nvfp4").without_calibration().kinds
-    view = EngineView.of(get_engine("vllm"), plan.head, "modelopt", fp8, 61, {"layers.0.mlp.down_proj": nvfp4})
+    view = EngineView.of(
+        get_engine("vllm"), plan.head, get_format("modelopt"), fp8, 61, {"layers.0.mlp.down_proj": nvfp4}
+    )
     kinds = {module.names[0]: view.kinds_of(module) for module in view.modules()}
     assert kinds["model.layers.61.mlp.down_proj"] == nvfp4 and kinds["model.layers.61.self_attn.o_proj"] == fp8
     written = plan.quantization_config()

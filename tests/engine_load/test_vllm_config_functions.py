@@ -94,7 +94,7 @@ def _exclusion_job(dst: Path, engine: str) -> tuple[dict[str, Any], dict[str, bo
         head = describe_written_head(checkpoint)
         fmt, config = read_written_config(checkpoint)
     names = [module.names[0] for module in ENGINES[engine].runtime_modules(head, TARGET_LAYERS)]
-    expected = {name: ENGINES[engine].matching_rule(fmt.name, name, config.patterns) is not None for name in names}
+    expected = {name: ENGINES[engine].matching_rule(fmt, name, config.patterns) is not None for name in names}
     quantization_config = json.loads((dst / "config.json").read_text())["quantization_config"]
     return {"check": "excluded", "quantization_config": quantization_config, "names": names}, expected
 

@@ -28,7 +28,7 @@ ENGINE = VllmEngine()
 
 def views(plan: ConversionPlan, fmt: str) -> list[EngineView]:
     """The vLLM view of ``plan``'s head, for a target of unknown layer count."""
-    return [EngineView.of(ENGINE, plan.head, fmt, plan.scheme.kinds, None)]
+    return [EngineView.of(ENGINE, plan.head, FORMATS[fmt], plan.scheme.kinds, None)]
 
 
 @pytest.mark.parametrize(
@@ -105,9 +105,9 @@ def test_written_config_makes_vllm_quantize_exactly_the_decoder_linears(fmt: str
     for target_layers in (1, 61, 94):
         quantized = set()
         for module in engine.runtime_modules(head, target_layers):
-            decisions = {engine.matching_rule(fmt, n, rules) is None for n in module.names}
+            decisions = {engine.matching_rule(FORMATS[fmt], n, rules) is None for n in module.names}
             assert len(decisions) == 1, f"spellings of {module.names} disagree"
-            if engine.unquantized_reason(module, result.plan.scheme.kinds, fmt) is None and decisions.pop():
+            if engine.unquantized_reason(module, result.plan.scheme.kinds, FORMATS[fmt]) is None and decisions.pop():
                 quantized.update(module.members)
         assert quantized == {lin.module for lin in head.decoder_linears}
 
@@ -191,20 +191,22 @@ SGLANG_SHARDS = [  # SGLang, native fp8: a merged module is excluded when every 
 def test_sglang_excludes_a_native_fp8_merged_module_by_all_its_shards(
     patterns: list[str], name: str, excluded: bool
 ) -> None:
-    assert (ENGINES["sglang"].matching_rule("fp8", name, patterns) is not None) is excluded
+    assert (ENGINES["sglang"].matching_rule(FORMATS["fp8"], name, patterns) is not None) is excluded
 
 
 @pytest.mark.parametrize(("engine", "fmt", "pattern", "name", "excluded"), TRAPS)
 def test_engine_matching_rule(engine: str, fmt: str, pattern: str, name: str, excluded: bool) -> None:
-    assert (ENGINES[engine].matching_rule(fmt, name, [pattern]) is not None) is excluded
+    assert (ENGINES[engine].matching_rule(FORMATS[fmt], name, [pattern]) is not None) is excluded
 
 
 @pytest.mark.parametrize("pattern", ["kv_b_proj", "*kv_b_proj", "*kv_b_proj*", "re:.*kv_b_proj"])
 def test_trtllm_refuses_rules_that_match_the_bare_kv_b_proj(pattern: str) -> None:
     """TensorRT-LLM main's MLA loader asks about the leaf name; such a rule breaks a BF16 kv_b_proj."""
     head = inspect(FIXTURES / "torchspec-mla").head
-    assert ENGINES["trtllm-main"].pattern_problems(head, "modelopt", [pattern])
-    assert not ENGINES["trtllm-main"].pattern_problems(head, "modelopt", ["model.midlayer.self_attn.kv_b_proj"])
+    assert ENGINES["trtllm-main"].pattern_problems(head, FORMATS["modelopt"], [pattern])
+    assert not ENGINES["trtllm-main"].pattern_problems(
+        head, FORMATS["modelopt"], ["model.midlayer.self_attn.kv_b_proj"]
+    )
 
 
 def _loadable(engine: str, attention: str) -> list[tuple[tuple[str, str | None], str]]:
@@ -219,9 +221,9 @@ def _loadable(engine: str, attention: str) -> list[tuple[tuple[str, str | None],
 def _engine_quantizes(engine, head, rules, fmt, kinds, target_layers) -> set[str]:
     quantized: set[str] = set()
     for module in engine.runtime_modules(head, target_layers):
-        decisions = {engine.matching_rule(fmt, name, rules) is None for name in module.names}
+        decisions = {engine.matching_rule(FORMATS[fmt], name, rules) is None for name in module.names}
         assert len(decisions) == 1, f"{engine.name}: spellings of {module.names} disagree"
-        if engine.unquantized_reason(module, kinds, fmt) is None and decisions.pop():
+        if engine.unquantized_reason(module, kinds, FORMATS[fmt]) is None and decisions.pop():
             quantized.update(module.members)
     return quantized
 
@@ -372,7 +374,7 @@ def test_block_fp8_load_refusals(engine, names, members, rows, kinds, refused) -
     from eaglequant.engines.base import RuntimeModule
 
     module = RuntimeModule(names, members, out_features=rows)
-    assert (ENGINES[engine].load_refusal(module, kinds, "fp8") is not None) is refused
+    assert (ENGINES[engine].load_refusal(module, kinds, FORMATS["fp8"]) is not None) is refused
 
 
 def test_trtllm_main_needs_a_block_fp8_kv_b_proj() -> None:
@@ -381,10 +383,10 @@ def test_trtllm_main_needs_a_block_fp8_kv_b_proj() -> None:
 
     module = RuntimeModule(("model.midlayer.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",))
     engine = ENGINES["trtllm-main"]
-    assert engine.needs_quantized(module, BLOCK_FP8, "fp8") is not None
-    assert engine.unquantized_reason(module, BLOCK_FP8, "fp8") is None
-    assert engine.needs_quantized(module, CHANNEL_FP8, "modelopt") is None
-    assert engine.unquantized_reason(module, CHANNEL_FP8, "modelopt") is not None
+    assert engine.needs_quantized(module, BLOCK_FP8, FORMATS["fp8"]) is not None
+    assert engine.unquantized_reason(module, BLOCK_FP8, FORMATS["fp8"]) is None
+    assert engine.needs_quantized(module, CHANNEL_FP8, FORMATS["modelopt"]) is None
+    assert engine.unquantized_reason(module, CHANNEL_FP8, FORMATS["modelopt"]) is not None
 
 
 @pytest.mark.parametrize("engines", [["trtllm-main"], ["sglang", "trtllm-main"]])

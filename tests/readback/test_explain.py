@@ -189,7 +189,7 @@ def test_vendor_reference_configs_read_back() -> None:
         written = FORMATS[fmt].read_config(config, {})
         assert written.kinds == kinds, folder
         # Quark's own list leaves vLLM's model.fc quantized; llm-compressor's re:.*fc$ does not.
-        fc_rule = ENGINES["vllm"].matching_rule(fmt, "model.fc", written.patterns)
+        fc_rule = ENGINES["vllm"].matching_rule(FORMATS[fmt], "model.fc", written.patterns)
         assert (fc_rule is None) is folder.startswith("quark"), folder
 
 
