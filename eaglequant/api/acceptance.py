@@ -25,6 +25,7 @@ from eaglequant.acceptance.prompts import read_prompts
 from eaglequant.acceptance.record import ACCEPT_NAME
 from eaglequant.acceptance.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
+from eaglequant.common.findings import Finding
 
 DEFAULT_TEMPERATURES: tuple[float, ...] = ()  # greedy only: vLLM 0.32's CPU build accepts nothing at T > 0
 
@@ -175,30 +176,35 @@ def _check_settings(
 def _add_notes(
     report: AcceptanceReport, dtype: str, servers: Sequence[str], reference: str | None, launch: bool
 ) -> None:
-    """What a reader of the figures should know: where the drafts ran, how they were served, how the engine
-    drafts."""
+    """What a reader of the figures should know: where the drafts ran (``running-servers``, about the target's
+    server; ``launched-servers``), how they were served (``served-dequantized``), how the engine drafts
+    (``draft-sample-method``)."""
     from eaglequant.engines import engine_title
 
     if servers:
-        report.notes.append(
+        where = (
             f"measured on running servers through their /metrics counters: the target alone at {reference}, the "
             f"source draft at {servers[0]}, "
             + ", ".join(f"{d.label} at {url}" for d, url in zip(report.quantized, servers[1:], strict=True))
         )
+        report.notes.append(Finding("running-servers", reference or "", where))
     elif launch:
-        report.notes.append("measured on vLLM servers eaglequant started, one per run, through their /metrics counters")
+        launched = "measured on vLLM servers eaglequant started, one per run, through their /metrics counters"
+        report.notes.append(Finding("launched-servers", "", launched))
     if any(d.served_as == DEQUANTIZED for d in report.quantized):
-        report.notes.append(
+        dequantized = (
             f"quantized drafts were served as their weights dequantized to {dtype} (exactly what the fused kernels "
             "compute from the stored bytes, then rounded to the serving dtype): the weight-only effect; activation "
             "quantization was not run"
         )
+        report.notes.append(Finding("served-dequantized", "", dequantized))
     sample_method = (report.speculative_config or {}).get("draft_sample_method")
     if sample_method:
-        report.notes.append(
+        sampling = (
             f"{engine_title(report.engine, report.version)} drafts with draft_sample_method={sample_method}: a "
             "drafted token is accepted when the target's own sampling agrees with the draft's choice"
         )
+        report.notes.append(Finding("draft-sample-method", "", sampling))
 
 
 def _engine_runner(

@@ -27,6 +27,7 @@ from eaglequant.acceptance.spec_counters import (
     parse_spec_counters,
 )
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import find
 from eaglequant.common.local_server import free_port
 from tests.conftest import run_cli
 
@@ -317,7 +318,8 @@ def test_accept_pairs_the_drafts_on_running_servers(serve: Callable[[StandIn], s
     assert quantized.served_as == "server" and report.settings.target == Path("stand-in-target")
     assert report.source.lossless.ok and quantized.lossless.equal == 3
     assert quantized.difference["greedy"].value == pytest.approx(0.0)  # the stand-ins draft alike
-    assert any(reference in note for note in report.notes)
+    running = find(report.notes, "running-servers")
+    assert running is not None and running.subject == reference
 
 
 def test_the_command_line_refuses_in_one_line(serve: Callable[[StandIn], str]) -> None:

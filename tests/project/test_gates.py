@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant import convert
+from eaglequant import convert, upload, verify
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_JOBS_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.common.findings import codes, find
 from eaglequant.schemes.model import scheme_path
 from tests.conftest import FIXTURES, run_cli, run_cli_subprocess
 
@@ -64,7 +65,7 @@ def test_upload_accepts_a_verification_recorded_on_unchanged_files(source: Path,
     passed = _dry_run(dst, "--json")
     assert passed.returncode == 0, passed.stderr
     assert json.loads(passed.stdout)["verified"] == "not verified numerically"  # nothing ran fresh...
-    assert "passed at conversion" in " ".join(json.loads(passed.stdout)["notes"])  # ...the record vouches
+    assert "verified-at-conversion" in codes(upload(dst, "org/name", dry_run=True).notes)  # ...the record vouches
     config = json.loads((dst / "config.json").read_text())
     config["quantization_config"]["exclude"].append("re:^nothing$")
     (dst / "config.json").write_text(json.dumps(config))
@@ -100,7 +101,7 @@ def test_verify_applies_the_recorded_scheme(tmp_path: Path) -> None:
     result = run_cli("verify", dst, "--source", FIXTURES / "specforge-llama", "--json")
     data = json.loads(result.stdout)
     assert result.exit_code == EXIT_CHECK_FAILED and data["thresholds"]["min_sqnr_db"] == 99.0
-    assert any("SQNR" in p and "< 99.0" in p for p in data["problems"])
+    assert any(layer["failed"] and layer["sqnr_db"] < 99.0 for layer in data["layers"])
 
 
 @pytest.mark.slow
@@ -109,8 +110,9 @@ def test_verify_of_another_tools_checkpoint_says_whose_thresholds(tmp_path: Path
     convert(FIXTURES / "specforge-llama", dst)
     (dst / "eaglequant_report.json").unlink()
     result = run_cli("verify", dst, "--source", FIXTURES / "specforge-llama", "--json")
-    assert result.exit_code == 0
-    assert any("the thresholds of fp8-per-channel" in n for n in json.loads(result.stdout)["notes"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["scheme"] == "fp8-per-channel"
+    fallback = find(verify(dst, source=FIXTURES / "specforge-llama").notes, "no-recorded-scheme")
+    assert fallback is not None and fallback.subject == "fp8-per-channel"
 
 
 JOBS = """
