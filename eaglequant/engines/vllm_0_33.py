@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, words
+from eaglequant.common.findings import Finding
 from eaglequant.engines.cells import Cells
 from eaglequant.engines.served_length import draft_config, rope_types, served_length
 from eaglequant.engines.vllm import CELLS as RELEASE_0_32_CELLS
@@ -58,9 +59,10 @@ def only_sizes_cache(config: dict[str, Any]) -> bool:
     return all(rope_type in CACHE_ONLY_ROPE_TYPES for rope_type in rope_types(config))
 
 
-def shorter_context(head_config: dict[str, Any], target: TargetModel) -> str | None:
+def shorter_context(head_config: dict[str, Any], target: TargetModel) -> Finding | None:
     """Why vLLM 0.33 would serve the target with a shorter context than its own because of this draft, with the
-    fix; None when it would not (or cannot tell: no length in the draft's config)."""
+    fix (``shorter-context``, or ``may-shorten-context`` without the target's length), about the draft's
+    max_position_embeddings; None when it would not (or cannot tell: no length in the draft's config)."""
     config = draft_config(head_config)
     if only_sizes_cache(config):
         return None
@@ -69,15 +71,17 @@ def shorter_context(head_config: dict[str, Any], target: TargetModel) -> str | N
         return None
     rope = "/".join(dict.fromkeys(rope_types(config)))
     if target.context is None:
-        return (
+        text = (
             f"vLLM 0.33 may serve the target with this draft's shorter context, {length}: its {rope} rope keeps its "
             f"max_position_embeddings ({_CONTEXT_DOCS}); pass --target-config with the target's config.json to check"
         )
-    return (
+        return Finding("may-shorten-context", "max_position_embeddings", text)
+    text = (
         f"vLLM 0.33 serves the target with max_model_len {length}, not its {target.context}: this draft's {rope} "
         f"rope keeps its max_position_embeddings ({_CONTEXT_DOCS}); convert with --match-context, or serve with "
         "VLLM_USE_V2_MODEL_RUNNER=0"
     )
+    return Finding("shorter-context", "max_position_embeddings", text)
 
 
 def target_context_change(head_config: dict[str, Any], target_context: int | None) -> ConfigChange | None:

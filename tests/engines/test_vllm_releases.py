@@ -15,6 +15,7 @@ import pytest
 
 from eaglequant import convert, explain, inspect, verify
 from eaglequant.common.errors import EXIT_BAD_INPUT, InputError
+from eaglequant.common.findings import codes
 from eaglequant.engines import ENGINES, get_engine
 from eaglequant.engines.served_length import served_length
 from eaglequant.engines.target import UNKNOWN, TargetModel
@@ -128,10 +129,10 @@ def _short_yarn(tmp_path: Path) -> tuple[Path, Path]:
 def test_convert_warns_for_0_33_and_writes_the_targets_length_when_asked(tmp_path: Path) -> None:
     draft, target = _short_yarn(tmp_path)
     plan = inspect(draft, engines=["vllm", "vllm==0.33.0"], target_config=target).plan
-    assert sum("max_model_len 4096" in note for note in plan.notes) == 1  # 0.33's, not 0.32's
+    assert codes(plan.notes).count("shorter-context") == 1  # 0.33's, not 0.32's
     dst = tmp_path / "matched"
     result = convert(draft, dst, engines=["vllm==0.33.0"], target_config=target, match_target_context=True)
-    assert not any("max_model_len" in note for note in result.plan.notes)
+    assert "shorter-context" not in codes(result.plan.notes)
     assert json.loads((dst / "config.json").read_text())["max_position_embeddings"] == 262144
     report = read_report(dst)
     assert report is not None and report.target_layers.context == 262144
@@ -142,7 +143,7 @@ def test_convert_warns_for_0_33_and_writes_the_targets_length_when_asked(tmp_pat
     config["max_position_embeddings"] = 131072  # not what the report records
     (dst / "config.json").write_text(json.dumps(config))
     problems = verify(dst, source=draft).structure
-    assert any("max_position_embeddings" in problem for problem in problems)
+    assert ("config-differs", "max_position_embeddings") in {(found.code, found.subject) for found in problems}
 
 
 def test_explain_warns_for_the_release_that_lowers_the_context(tmp_path: Path) -> None:
@@ -150,8 +151,8 @@ def test_explain_warns_for_the_release_that_lowers_the_context(tmp_path: Path) -
     dst = tmp_path / "plain"
     convert(draft, dst, engines=["vllm", "vllm==0.33.0"], target_config=target)
     readings = {r.engine: r.notes for r in explain(dst, target_config=target).engines}
-    assert not any("max_model_len" in note for note in readings["vllm"])
-    assert any("max_model_len 4096" in note for note in readings["vllm==0.33.0"])
+    assert "shorter-context" not in codes(readings["vllm"])
+    assert "shorter-context" in codes(readings["vllm==0.33.0"])
 
 
 def test_matching_the_context_without_the_targets_config_is_a_usage_error(tmp_path: Path) -> None:
