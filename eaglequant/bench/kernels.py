@@ -17,7 +17,7 @@ import torch
 
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.kernels import StoredLinear, fused_linear
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 
 H = 7168
 # (name, N, K) as the engines run them: fused q/k/v and gate/up (Llama layout, 64 heads x 128, I = 12288).
@@ -31,12 +31,12 @@ KIMI_SHAPES = [
 TINY_SHAPES = [("tiny", 256, 512)]
 M_VALUES = (1, 4, 16, 64, 256, 2048)
 # Kernel name -> (weight kind, activation kind) it runs.
-KERNELS: dict[str, Kinds] = {
-    "fp8-w8a16": Kinds("fp8-channel", None),
-    "fp8-w8a8": Kinds("fp8-channel", "fp8-token"),
-    "fp8-block-w8a8": Kinds("fp8-block", "fp8-group"),
-    "nvfp4-w4a16": Kinds("nvfp4", None),
-    "mxfp4-w4a16": Kinds("mxfp4", None),
+KERNELS: dict[str, KindPair] = {
+    "fp8-w8a16": KindPair("fp8-channel", None),
+    "fp8-w8a8": KindPair("fp8-channel", "fp8-token"),
+    "fp8-block-w8a8": KindPair("fp8-block", "fp8-group"),
+    "nvfp4-w4a16": KindPair("nvfp4", None),
+    "mxfp4-w4a16": KindPair("mxfp4", None),
 }
 Timer = Callable[[Callable[[], object]], float]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.engines.cells import Answer, Cells
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 from eaglequant.layouts.names import RUNTIME_NAMES
 
@@ -101,7 +101,7 @@ def exact_or_regex_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return None
 
 
-def weight_only_integer_groups(kinds: Kinds, fmt: Format) -> bool:
+def weight_only_integer_groups(kinds: KindPair, fmt: Format) -> bool:
     """Whether vLLM and SGLang run the scheme with CompressedTensorsWNA16 (compressed_tensors.py::
     _is_wNa16_group_channel: integer weights per group or channel, no input quantization), as they dispatch: on the
     config's QuantizationArgs."""
@@ -171,7 +171,7 @@ class Engine(ABC):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: Kinds | None = None
+        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: KindPair | None = None
     ) -> list[str]:
         """Ways ``patterns`` break this engine's loading beyond which modules they exclude."""
         return []
@@ -254,7 +254,7 @@ class Engine(ABC):
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
         return None
 
-    def environment_notes(self, attention: str, kinds: Kinds, fmt: Format) -> list[str]:
+    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
         """Settings of the serving environment (environment variables, platform defaults) under which this release
         runs a checkpoint of this scheme other than as stored, each with its fix; [] when none. Whatever the draft's
         config and target: the card's serving section and ``explain`` show them."""
@@ -271,21 +271,23 @@ class Engine(ABC):
         (``match_target_context``); None where it needs none. Refused (InputError) where no change can."""
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         """Why the engine runs ``module`` unquantized under a ``fmt`` config declaring scheme
         ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
         return module.runs_unquantized
 
-    def load_refusal(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         """Why the engine fails to load ``module`` stored in scheme ``kinds``, so the checkpoint must keep it
         unquantized *and* the config must exclude it (None: it loads)."""
         return None
 
-    def head_load_refusal(self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def head_load_refusal(
+        self, head: HeadDescription, module: RuntimeModule, kinds: KindPair, fmt: Format
+    ) -> str | None:
         """:meth:`load_refusal` where the head's own shape decides, beyond the module's (None: it loads)."""
         return None
 
-    def needs_quantized(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def needs_quantized(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         """Why the engine fails to load ``module`` unless it is stored in scheme ``kinds`` (None: BF16 loads too)."""
         return None
 

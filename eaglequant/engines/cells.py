@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglequant.common.json_fields import JsonRecord
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,7 @@ class Support:
     mla: bool | str = True  # also holds for MLA (DeepSeek / Kimi) drafts; a string says why not
 
 
-Cells = dict[tuple[Kinds, str], Support]  # (scheme kinds, format) -> Support
+Cells = dict[tuple[KindPair, str], Support]  # (scheme kinds, format) -> Support
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,15 @@ def refuses(note: str) -> Support:
     return Support(False, note)
 
 
-FP8_W8A8 = Kinds("fp8-channel", "fp8-token")
-FP8_BLOCK_W8A8 = Kinds("fp8-block", "fp8-group")
-NVFP4_W4A16 = Kinds("nvfp4", None)
-NVFP4_W4A4 = Kinds("nvfp4", "nvfp4")
-MXFP4_W4A4 = Kinds("mxfp4", "mxfp4")
-MXFP4_W4A16 = Kinds("mxfp4", None)
-INT8_W8A8 = Kinds("int8-channel", "int8-token")
-INT4_W4A16 = Kinds("int4-group", None)
-INT4_W4A16_ASYM = Kinds("int4-group-asym", None)
+FP8_W8A8 = KindPair("fp8-channel", "fp8-token")
+FP8_BLOCK_W8A8 = KindPair("fp8-block", "fp8-group")
+NVFP4_W4A16 = KindPair("nvfp4", None)
+NVFP4_W4A4 = KindPair("nvfp4", "nvfp4")
+MXFP4_W4A4 = KindPair("mxfp4", "mxfp4")
+MXFP4_W4A16 = KindPair("mxfp4", None)
+INT8_W8A8 = KindPair("int8-channel", "int8-token")
+INT4_W4A16 = KindPair("int4-group", None)
+INT4_W4A16_ASYM = KindPair("int4-group-asym", None)
 
 __all__ = [
     "FP8_BLOCK_W8A8",
@@ -65,7 +65,7 @@ __all__ = [
     "NVFP4_W4A16",
     "Answer",
     "Cells",
-    "Kinds",
+    "KindPair",
     "Support",
     "loads",
     "loads_if",

@@ -22,7 +22,7 @@ from eaglequant.engines import ENGINES, Engine
 from eaglequant.engines.cells import Answer
 from eaglequant.engines.support import MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
 from eaglequant.formats import FORMATS, Format
-from eaglequant.kinds import Kinds, kinds_title
+from eaglequant.kinds import KindPair, kinds_title
 
 # The table's questions, in its column order: key -> column title; the first two are modules a conversion may ask
 # to run quantized (MODULE_QUESTIONS).
@@ -125,7 +125,7 @@ class ModuleRequest:
     """What a conversion asks of every targeted engine beyond its main scheme: each scheme's kinds, the modules
     (fc, lm_head) it asks to run quantized, and whether its linears mix kinds."""
 
-    kinds: tuple[Kinds, ...]
+    kinds: tuple[KindPair, ...]
     modules: tuple[str, ...]
     mixed: bool
 

@@ -60,7 +60,7 @@ from eaglequant.engines.cells import (
     refuses,
 )
 from eaglequant.formats.base import Format
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 # The Llama draft's layer first builds the base LlamaAttention / LlamaMLP modules (``model.self_attn.qkv_proj``,
@@ -175,7 +175,7 @@ class SglangEngine(Engine):
             )
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         if module.names == ("lm_head",) and self.lm_head_config_reason(fmt) is not None:
             return self.lm_head_config_reason(fmt)
         leaves = module.leaves
@@ -194,7 +194,7 @@ class SglangEngine(Engine):
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
 
-    def load_refusal(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         kind = kinds.weight_kind
         leaves = module.leaves
         if "q_a_proj" in leaves:
@@ -217,7 +217,9 @@ class SglangEngine(Engine):
             )
         return None
 
-    def head_load_refusal(self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def head_load_refusal(
+        self, head: HeadDescription, module: RuntimeModule, kinds: KindPair, fmt: Format
+    ) -> str | None:
         group = kinds.weight_kind.columns_per_scale
         hidden = head.dims.hidden_size
         if head.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
@@ -247,7 +249,7 @@ class SglangEngine(Engine):
         return [ServingSnippet("SGLang", "bash", line)]
 
 
-def _per_linear_metadata(kinds: Kinds, fmt: Format) -> tuple[str, ...]:
+def _per_linear_metadata(kinds: KindPair, fmt: Format) -> tuple[str, ...]:
     from eaglequant.schemes.model import default_scheme_for
 
     scheme = default_scheme_for(kinds)

@@ -25,7 +25,7 @@ from eaglequant.engines.cells import (
     MXFP4_W4A16,
     NVFP4_W4A4,
     NVFP4_W4A16,
-    Kinds,
+    KindPair,
     Support,
 )
 from eaglequant.formats import FORMATS, Format
@@ -37,7 +37,7 @@ ENGINE_NAMES = tuple(ENGINES)
 ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
 RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 FORMAT_NAMES = tuple(FORMATS)
-SCHEME_KINDS: dict[Kinds, str] = {  # the matrix's rows, in order, as the docs title them
+SCHEME_KINDS: dict[KindPair, str] = {  # the matrix's rows, in order, as the docs title them
     FP8_W8A8: "FP8 per-channel W8A8 (dynamic per-token activations)",
     FP8_BLOCK_W8A8: "FP8 block W8A8 (128x128 weight blocks, dynamic per-token-group activations)",
     NVFP4_W4A16: "NVFP4 W4A16",
@@ -53,8 +53,8 @@ SCHEME_KINDS: dict[Kinds, str] = {  # the matrix's rows, in order, as the docs t
 # (scheme kinds, format) -> engine -> Support, gathered from each engine release's own cells. A missing row means
 # the format cannot store the scheme. vLLM 0.32.0 and SGLang 0.5.23 are run (tests/engine_load/test_engine_load.py);
 # TensorRT-LLM 1.2.x and main are read.
-def _gathered() -> dict[tuple[Kinds, str], dict[str, Support]]:
-    matrix: dict[tuple[Kinds, str], dict[str, Support]] = {}
+def _gathered() -> dict[tuple[KindPair, str], dict[str, Support]]:
+    matrix: dict[tuple[KindPair, str], dict[str, Support]] = {}
     for name, engine in ENGINES.items():
         for key, cell in engine.cells.items():
             matrix.setdefault(key, {})[name] = cell
@@ -64,7 +64,7 @@ def _gathered() -> dict[tuple[Kinds, str], dict[str, Support]]:
 MATRIX = _gathered()
 
 
-def support(kinds: Kinds, format_name: str, engine: Engine | str, attention: str = "mha") -> Support | None:
+def support(kinds: KindPair, format_name: str, engine: Engine | str, attention: str = "mha") -> Support | None:
     """What ``engine`` (a release, or its registered name) says of ``kinds`` stored in ``format_name``; None when
     the format cannot store the scheme at all."""
     release = engine if isinstance(engine, Engine) else get_engine(engine)
@@ -78,7 +78,7 @@ def support(kinds: Kinds, format_name: str, engine: Engine | str, attention: str
     return entry
 
 
-def mixed_refusal(engine: Engine, fmt: Format, kinds: list[Kinds], attention: str) -> str | None:
+def mixed_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
     """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
     (None: it reads per-module kinds in that format and loads each of them)."""
     reads = engine.reads_module_kinds(fmt)
@@ -113,21 +113,21 @@ def engine_support(engines: list[Engine], fmt: Format, assignment: SchemeAssignm
     return EngineSupport(notes, loading, [refusal for refusal in refusals if refusal is not None])
 
 
-def _loads_everywhere(kinds: Kinds, fmt: str, engines: list[str], attention: str) -> bool:
+def _loads_everywhere(kinds: KindPair, fmt: str, engines: list[str], attention: str) -> bool:
     return all((cell := support(kinds, fmt, e, attention)) is not None and cell.loads for e in engines)
 
 
-def _weight_bits(kinds: Kinds) -> int:
+def _weight_bits(kinds: KindPair) -> int:
     return kinds.weight_kind.bits
 
 
 def check_engines(
-    kinds: Kinds,
+    kinds: KindPair,
     scheme_name: str,
     format_name: str,
     engines: list[str],
     attention: str,
-    scheme_names: dict[Kinds, str],
+    scheme_names: dict[KindPair, str],
 ) -> list[str]:
     """Refuse, in one line naming a combination that works, what a targeted engine cannot load.
 

@@ -56,7 +56,7 @@ from eaglequant.engines.cells import (
     refuses,
 )
 from eaglequant.formats.base import Format
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _FUSED_SPELLINGS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
@@ -158,7 +158,7 @@ class TrtllmEngine(Engine):
         return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
 
     # The MLA rules below hold for the drafts main builds; 1.2.x builds no MLA draft (its cells refuse one).
-    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         block_scaled = kinds.weight_kind.rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
         for member in module.members:
             reason = _MLA_BF16_ONLY.get(member.rsplit(".", 1)[-1])
@@ -166,7 +166,7 @@ class TrtllmEngine(Engine):
                 return reason
         return module.runs_unquantized
 
-    def needs_quantized(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def needs_quantized(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         if kinds.weight_kind.rows_per_scale == 1:
             return None
         leaves = module.leaves
@@ -178,7 +178,7 @@ class TrtllmEngine(Engine):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: Kinds | None = None
+        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: KindPair | None = None
     ) -> list[str]:
         return []  # 1.2.x has no MLA draft, so no kv_b_proj leaf question
 

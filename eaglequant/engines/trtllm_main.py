@@ -34,7 +34,7 @@ from eaglequant.engines.cells import (
 from eaglequant.engines.trtllm import CELLS as RELEASE_1_2_CELLS
 from eaglequant.engines.trtllm import NO_DENSE_MXFP4, TrtllmEngine, _excludes
 from eaglequant.formats.base import Format
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription
 
 _TRT_MAIN_NO_INT4 = refuses(
@@ -93,7 +93,7 @@ class TrtllmMainEngine(TrtllmEngine):
         return None
 
     def pattern_problems(
-        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: Kinds | None = None
+        self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: KindPair | None = None
     ) -> list[str]:
         if head.attention != "mla" or (kinds is not None and kinds.weight_kind.rows_per_scale > 1):
             return []  # a block-FP8 kv_b_proj is what the dequant path reads

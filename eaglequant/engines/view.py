@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule
 from eaglequant.formats.base import Format
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription
 
 # Layer counts used for the proof when the target's is unknown (Llama-3-8B, Kimi-K2.5 / DeepSeek-V3, ...).
@@ -26,13 +26,13 @@ class EngineView:
     engine: Engine
     head: HeadDescription
     format: Format
-    kinds: Kinds
+    kinds: KindPair
     target_layers: int | None  # None: unknown, the rules must hold for any count
     dialect: Dialect
     modules_by_count: dict[int, list[RuntimeModule]]
     kept_reasons: dict[RuntimeModule, str]  # why the checkpoint must keep a module unquantized for this engine
     quantized_needs: dict[RuntimeModule, str]  # why the engine cannot load a module unquantized (any count)
-    module_kinds: Mapping[str, Kinds] = field(default_factory=dict)  # canonical linear -> its kinds, where not kinds
+    module_kinds: Mapping[str, KindPair] = field(default_factory=dict)  # canonical linear -> its kinds, where not kinds
 
     @classmethod
     def of(
@@ -40,9 +40,9 @@ class EngineView:
         engine: Engine,
         head: HeadDescription,
         fmt: Format,
-        kinds: Kinds,
+        kinds: KindPair,
         target_layers: int | None,
-        module_kinds: Mapping[str, Kinds] | None = None,
+        module_kinds: Mapping[str, KindPair] | None = None,
     ) -> EngineView:
         """``kinds``: the main scheme's; ``module_kinds``: canonical linear -> its own kinds, where a rule gives it
         other ones (a fused module's members share theirs). Each runtime module is judged in its own kinds."""
@@ -63,7 +63,7 @@ class EngineView:
         dialect = engine.dialect(fmt)
         return cls(engine, head, fmt, kinds, target_layers, dialect, modules, kept, needs, own_kinds)
 
-    def kinds_of(self, module: RuntimeModule) -> Kinds:
+    def kinds_of(self, module: RuntimeModule) -> KindPair:
         """The kinds ``module`` is stored in (its members share them)."""
         return self.module_kinds.get(module.members[0], self.kinds)
 
@@ -77,7 +77,9 @@ class EngineView:
         return self.modules_by_count[self.counts[-1] if count is None else count]
 
 
-def _kept_reason(engine: Engine, head: HeadDescription, module: RuntimeModule, fmt: Format, kinds: Kinds) -> str | None:
+def _kept_reason(
+    engine: Engine, head: HeadDescription, module: RuntimeModule, fmt: Format, kinds: KindPair
+) -> str | None:
     """Why the checkpoint must keep ``module`` unquantized for ``engine``: it runs it unquantized whatever the config
     says, or cannot load it quantized (None: it may be quantized)."""
     return (

@@ -68,7 +68,7 @@ from eaglequant.engines.cells import (
     loads_if,
 )
 from eaglequant.formats.base import Format
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
@@ -212,7 +212,7 @@ class VllmEngine(Engine):
         "(llama_eagle3.py, deepseek_eagle3.py)"
     )
 
-    def environment_notes(self, attention: str, kinds: Kinds, fmt: Format) -> list[str]:
+    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
@@ -232,12 +232,12 @@ class VllmEngine(Engine):
             return "vLLM builds an MLA draft's lm_head without a quant config (deepseek_eagle3.py)"
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         if module.names == ("lm_head",) and module.runs_unquantized is None:
             return self.lm_head_config_reason(fmt)
         return module.runs_unquantized
 
-    def load_refusal(self, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def load_refusal(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
         kind = kinds.weight_kind
         leaves = module.leaves
         if kind.rows_per_scale > 1 and "kv_b_proj" in leaves and module.out_features[0] % kind.rows_per_scale:
@@ -247,7 +247,9 @@ class VllmEngine(Engine):
             )
         return None
 
-    def head_load_refusal(self, head: HeadDescription, module: RuntimeModule, kinds: Kinds, fmt: Format) -> str | None:
+    def head_load_refusal(
+        self, head: HeadDescription, module: RuntimeModule, kinds: KindPair, fmt: Format
+    ) -> str | None:
         group = kinds.weight_kind.columns_per_scale
         hidden = head.dims.hidden_size
         if head.attention != "mha" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:

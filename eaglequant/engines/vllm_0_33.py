@@ -37,7 +37,7 @@ from eaglequant.engines.served_length import draft_config, rope_types, served_le
 from eaglequant.engines.vllm import CELLS as RELEASE_0_32_CELLS
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats.base import Format
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 
 if TYPE_CHECKING:
     from eaglequant.engines.target import TargetModel
@@ -162,7 +162,7 @@ class Vllm033Engine(VllmEngine):
     release: ClassVar[str] = "0.33.0"
     cells: ClassVar[Cells] = RELEASE_0_32_CELLS
 
-    def environment_notes(self, attention: str, kinds: Kinds, fmt: Format) -> list[str]:
+    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
         return []
 
     def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:

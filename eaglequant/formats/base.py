@@ -11,7 +11,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
 from eaglequant.common.findings import Finding
 from eaglequant.formats.stored_tensors import Placement, StoredTensor
-from eaglequant.kinds import Kinds, WeightKind, kinds_title
+from eaglequant.kinds import KindPair, WeightKind, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.numerics.error_stats import ErrorSums, error_sums
 from eaglequant.schemes.model import Scheme
@@ -48,10 +48,10 @@ class WrittenConfig:
     stands for is the engine's to say (:mod:`eaglequant.readback.module_kinds`)."""
 
     format_name: str
-    kinds: Kinds
+    kinds: KindPair
     patterns: list[str]  # exclusion rules, as the engines read them
     problems: list[Finding]  # contradictions inside the config files themselves, about the file
-    module_kinds: dict[str, Kinds] = field(default_factory=dict)  # runtime name -> kinds; empty: one kinds for all
+    module_kinds: dict[str, KindPair] = field(default_factory=dict)  # runtime name -> kinds; empty: one kinds for all
 
     @property
     def listed(self) -> frozenset[str] | None:
@@ -59,7 +59,7 @@ class WrittenConfig:
         return frozenset(self.module_kinds) if self.module_kinds else None
 
     @property
-    def declared_kinds(self) -> list[Kinds]:
+    def declared_kinds(self) -> list[KindPair]:
         """Every kinds the config declares, ``kinds`` first, each once."""
         return list(dict.fromkeys([self.kinds, *self.module_kinds.values()]))
 
@@ -171,9 +171,9 @@ class Format(ABC):
     scale_params: ClassVar[tuple[str, ...]]
 
     @property
-    def algorithms(self) -> dict[Kinds, str]:
+    def algorithms(self) -> dict[KindPair, str]:
         """(weight kind, activation kind) -> the vendor's own name for that scheme."""
-        return {Kinds(r.kind.name, act): name for r in self.recipes for act, name in r.algorithms.items()}
+        return {KindPair(r.kind.name, act): name for r in self.recipes for act, name in r.algorithms.items()}
 
     def algorithm(self, scheme: Scheme) -> str | None:
         """The vendor's name for ``scheme`` (e.g. ``ptpc_fp8``, ``NVFP4``), or None if it cannot store it."""

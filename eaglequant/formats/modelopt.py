@@ -21,7 +21,7 @@ from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
-from eaglequant.kinds import FP8_CHANNEL, NVFP4, Kinds, WeightKind
+from eaglequant.kinds import FP8_CHANNEL, NVFP4, KindPair, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -207,7 +207,7 @@ class ModelOptFormat(Format):
                 "config.json: a MIXED_PRECISION quantization_config needs a non-empty quantized_layers map"
             )
         by_algo = {algo: kinds for kinds, algo in self.algorithms.items()}
-        module_kinds: dict[str, Kinds] = {}
+        module_kinds: dict[str, KindPair] = {}
         for name, entry in listed.items():
             algo = entry.get("quant_algo") if isinstance(entry, dict) else None
             if algo not in by_algo:

@@ -12,7 +12,7 @@ from eaglequant.kinds.base import (
     ACTIVATION_KINDS,
     WEIGHT_KINDS,
     ActivationKind,
-    Kinds,
+    KindPair,
     StoredLinear,
     TensorKind,
     WeightKind,
@@ -32,13 +32,13 @@ ACTIVATION_KINDS.update(
 )
 
 
-def kinds_label(kinds: Kinds) -> str:
+def kinds_label(kinds: KindPair) -> str:
     """The widths serving engineers name a scheme by: ``W8A8``, ``W4A16``."""
     act = kinds.activation_kind
     return f"W{kinds.weight_kind.bits}A{16 if act is None else act.bits}"
 
 
-def kinds_title(kinds: Kinds) -> str:
+def kinds_title(kinds: KindPair) -> str:
     """``W8A8 fp8-channel``, ``W4A16 nvfp4``: the widths and the weight kind."""
     return f"{kinds_label(kinds)} {kinds.weight}"
 
@@ -59,7 +59,7 @@ __all__ = [
     "NVFP4_ACTIVATIONS",
     "WEIGHT_KINDS",
     "ActivationKind",
-    "Kinds",
+    "KindPair",
     "StoredLinear",
     "TensorKind",
     "WeightKind",

@@ -159,7 +159,7 @@ def activation_kind(name: str | None) -> ActivationKind | None:
         raise SchemeError(f"unknown activation kind {name!r}", hint=f"known: {', '.join(ACTIVATION_KINDS)}") from None
 
 
-class Kinds(NamedTuple):
+class KindPair(NamedTuple):
     """What a scheme reduces to, by registered name, as configs declare it: the weight kind and the activation
     kind (None: weight-only). Equal to, and hashed as, the plain ``(weight, activation)`` tuple."""
 

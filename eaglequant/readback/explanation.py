@@ -25,7 +25,7 @@ from eaglequant.engines.support import SCHEME_KINDS, mixed_refusal, support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
-from eaglequant.kinds import Kinds, kinds_title
+from eaglequant.kinds import KindPair, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.readback.cost import RoundCost, round_cost
 from eaglequant.readback.module_kinds import written_schemes
@@ -100,7 +100,7 @@ class Explanation(JsonRecord):
     destination: Path
     format: str
     scheme: str  # e.g. "NVFP4 W4A16"
-    kinds: Kinds
+    kinds: KindPair
     patterns: list[str]
     target: TargetModel
     engines: list[EngineReading]

@@ -12,7 +12,7 @@ import re
 
 from eaglequant.engines import ENGINES
 from eaglequant.formats import WrittenConfig
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_scheme_for
@@ -21,15 +21,15 @@ RUNTIME_NAMES_OF = "vllm"  # the engine whose runtime names a per-module config 
 _LAYER_INDEX = re.compile(r"\.(\d+)\.")
 
 
-def linear_kinds(written: WrittenConfig, head: HeadDescription) -> dict[str, Kinds]:
+def linear_kinds(written: WrittenConfig, head: HeadDescription) -> dict[str, KindPair]:
     """Canonical linear -> the kinds a per-module config stores it in, for each linear it lists (empty for a config
     with one kinds for every quantized linear)."""
     if not written.module_kinds:
         return {}
     engine = ENGINES[RUNTIME_NAMES_OF]
-    best: dict[str, Kinds] = {}
+    best: dict[str, KindPair] = {}
     for count in _layer_counts(written, head):
-        found: dict[str, Kinds] = {}
+        found: dict[str, KindPair] = {}
         for module in engine.runtime_modules(head, count):
             kinds = next((written.module_kinds[n] for n in module.names if n in written.module_kinds), None)
             if kinds is not None:

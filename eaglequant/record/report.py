@@ -21,7 +21,7 @@ from eaglequant.common.errors import CheckpointError, InputError
 from eaglequant.common.json_fields import NOT_WRITTEN, JsonObject, JsonRecord, named, read_json_file
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetModel
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.readback.cost import RoundCost
 
 # 2 added report_version and verification; 3 the cost of a round per engine (round_costs); 4 the config.json values
@@ -118,7 +118,7 @@ class ConversionReport(JsonRecord):
     layout: str
     scheme: str
     scheme_label: str
-    scheme_kinds: Kinds
+    scheme_kinds: KindPair
     scheme_toml: str  # the scheme actually used, thresholds included: verify applies these
     attention: str
     format: str
@@ -268,13 +268,13 @@ def _config_change(row: JsonObject) -> ConfigChange:
     return ConfigChange(row.text("key"), row.get("source"), row.get("written"), row.text("reason"))
 
 
-def _kinds(top: JsonObject) -> Kinds:
+def _kinds(top: JsonObject) -> KindPair:
     kinds = top.get("scheme_kinds")
     if not (isinstance(kinds, list) and len(kinds) == 2 and isinstance(kinds[0], str)) or not (
         kinds[1] is None or isinstance(kinds[1], str)
     ):
         raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
-    return Kinds(kinds[0], kinds[1])
+    return KindPair(kinds[0], kinds[1])
 
 
 def _linear(row: JsonObject) -> RecordedLinear:

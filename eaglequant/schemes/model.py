@@ -18,7 +18,7 @@ from typing import Any
 
 from eaglequant.common import toml
 from eaglequant.common.errors import SchemeError, placeholder, words
-from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, Kinds, TensorKind, kinds_label
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, KindPair, TensorKind, kinds_label
 from eaglequant.kinds.base import BlockSize
 
 UNCALIBRATED_CHOICES = ("weight-only", "refuse")
@@ -79,8 +79,8 @@ class Scheme:
     verify: VerifyThresholds = VerifyThresholds()
 
     @property
-    def kinds(self) -> Kinds:
-        return Kinds(self.weight.kind.name, None if self.activation is None else self.activation.kind.name)
+    def kinds(self) -> KindPair:
+        return KindPair(self.weight.kind.name, None if self.activation is None else self.activation.kind.name)
 
     @property
     def label(self) -> str:
@@ -134,9 +134,9 @@ def load_scheme(name_or_path: str) -> Scheme:
     return parse_scheme(data, str(path))
 
 
-def builtin_names_by_kinds() -> dict[Kinds, str]:
+def builtin_names_by_kinds() -> dict[KindPair, str]:
     """Scheme kinds -> the built-in scheme that writes them (nvfp4 also stands for its W4A16 downgrade)."""
-    names: dict[Kinds, str] = {}
+    names: dict[KindPair, str] = {}
     for name in builtin_scheme_names():
         scheme = load_scheme(name)
         names.setdefault(scheme.kinds, name)
@@ -145,7 +145,7 @@ def builtin_names_by_kinds() -> dict[Kinds, str]:
     return names
 
 
-def builtin_scheme_for(kinds: Kinds) -> Scheme:
+def builtin_scheme_for(kinds: KindPair) -> Scheme:
     """The built-in scheme with these kinds, its thresholds included, as written (a checkpoint another tool wrote
     is verified by it); :func:`default_scheme_for` needs no built-in."""
     name = builtin_names_by_kinds().get(kinds)
@@ -157,7 +157,7 @@ def builtin_scheme_for(kinds: Kinds) -> Scheme:
     return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
-def default_scheme_for(kinds: Kinds) -> Scheme:
+def default_scheme_for(kinds: KindPair) -> Scheme:
     """A scheme made of these registered kinds with default thresholds, for reading a config's layout (any kinds,
     built-in scheme or not)."""
     weight = _tensor_quant(WEIGHT_KINDS[kinds.weight], dynamic=False)

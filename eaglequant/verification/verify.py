@@ -31,7 +31,7 @@ from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
@@ -303,14 +303,14 @@ def checkpoint_schemes(
     return SchemeAssignment.per_module(main, own), note
 
 
-def _main_kinds(config_kinds: Kinds, declared: dict[str, Kinds], recorded_own: dict[str, str]) -> Kinds:
+def _main_kinds(config_kinds: KindPair, declared: dict[str, KindPair], recorded_own: dict[str, str]) -> KindPair:
     """The kinds of the linears a report gives no scheme of their own (those the main scheme must have been written
     as), where a per-module config declares one for them; else the config's main kinds."""
     kinds = {kinds for module, kinds in declared.items() if module not in recorded_own}
     return next(iter(kinds)) if len(kinds) == 1 else config_kinds
 
 
-def recorded_scheme(recorded: ConversionReport | None, kinds: Kinds) -> tuple[Scheme, Finding | None]:
+def recorded_scheme(recorded: ConversionReport | None, kinds: KindPair) -> tuple[Scheme, Finding | None]:
     """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
     (no report), the built-in scheme of the same kinds, with a note saying so (``no-recorded-scheme``, about the
     built-in scheme)."""
@@ -332,7 +332,7 @@ def _parsed(text: str, module: str | None) -> Scheme:
         raise InputError(f"{where} is not TOML ({exc})", hint="convert it again") from None
 
 
-def declared_as(scheme: Scheme, kinds: Kinds) -> Scheme:
+def declared_as(scheme: Scheme, kinds: KindPair) -> Scheme:
     """The recorded scheme as config.json declares it (weight-only when it was written without calibration)."""
     if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
         raise InputError(

@@ -16,7 +16,7 @@ from eaglequant.engines.support import MATRIX, support
 from eaglequant.engines.view import EngineView
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats import FORMATS
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.schemes.model import builtin_scheme_for
 from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_LAYERS
 from tests.plans import plan_for
@@ -353,8 +353,8 @@ def test_sglang_mla_drafts_keep_what_its_loader_cannot_take(scheme: str, fmt: st
     assert "SGLang" in plan.kept[plan.head.linear("layers.0.self_attn.kv_b_proj").weight]
 
 
-BLOCK_FP8 = Kinds("fp8-block", "fp8-group")
-CHANNEL_FP8 = Kinds("fp8-channel", "fp8-token")
+BLOCK_FP8 = KindPair("fp8-block", "fp8-group")
+CHANNEL_FP8 = KindPair("fp8-channel", "fp8-token")
 
 
 @pytest.mark.parametrize(

@@ -282,19 +282,19 @@ def test_engines_refuse_int4_where_the_base_qkv_holds_partial_groups(engine: str
     from eaglequant.common.errors import InputError
     from eaglequant.engines import ENGINES
     from eaglequant.formats import get_format
-    from eaglequant.kinds import Kinds
+    from eaglequant.kinds import KindPair
     from tests.conftest import FIXTURES
 
     with pytest.raises(InputError, match="nothing would be quantized"):
         inspect(FIXTURES / "awkward-fp32", scheme="int4-w4a16", format="compressed-tensors", engines=[engine])
     head, ct = inspect(FIXTURES / "awkward-fp32").head, get_format("compressed-tensors")
     qkv = next(m for m in ENGINES[engine].runtime_modules(head, 61) if "qkv_proj" in m.names[0])
-    refusal = ENGINES[engine].head_load_refusal(head, qkv, Kinds("int4-group-asym", None), ct)
+    refusal = ENGINES[engine].head_load_refusal(head, qkv, KindPair("int4-group-asym", None), ct)
     assert refusal is not None and "create_weights" in refusal
-    assert ENGINES[engine].head_load_refusal(head, qkv, Kinds("fp8-block", "fp8-group"), ct) is None
+    assert ENGINES[engine].head_load_refusal(head, qkv, KindPair("fp8-block", "fp8-group"), ct) is None
     wide = inspect(FIXTURES / "specforge-llama").head  # hidden size 128
     qkv = next(m for m in ENGINES[engine].runtime_modules(wide, 61) if "qkv_proj" in m.names[0])
-    assert ENGINES[engine].head_load_refusal(wide, qkv, Kinds("int4-group", None), ct) is None
+    assert ENGINES[engine].head_load_refusal(wide, qkv, KindPair("int4-group", None), ct) is None
 
 
 def _reverse_nibbles(tensors: dict) -> None:  # type: ignore[type-arg]

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import json
 
-from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, Kinds
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, KindPair
 from eaglequant.schemes.model import load_scheme
 
 
 def test_kinds_pair_names_its_registered_kinds() -> None:
-    kinds = Kinds("fp8-channel", "fp8-token")
+    kinds = KindPair("fp8-channel", "fp8-token")
     assert kinds.weight_kind is WEIGHT_KINDS["fp8-channel"]
     assert kinds.activation_kind is ACTIVATION_KINDS["fp8-token"]
-    assert Kinds("nvfp4", None).activation_kind is None
+    assert KindPair("nvfp4", None).activation_kind is None
 
 
 def test_kinds_pair_is_the_plain_tuple_as_key_and_json() -> None:
-    kinds = Kinds("nvfp4", None)
+    kinds = KindPair("nvfp4", None)
     assert kinds == ("nvfp4", None) and hash(kinds) == hash(("nvfp4", None))
     assert {("nvfp4", None): 1}[kinds] == 1
     assert json.dumps(kinds) == '["nvfp4", null]'
@@ -25,4 +25,4 @@ def test_kinds_pair_is_the_plain_tuple_as_key_and_json() -> None:
 
 def test_scheme_kinds_is_the_pair() -> None:
     kinds = load_scheme("int8").kinds
-    assert isinstance(kinds, Kinds) and kinds.weight == "int8-channel" and kinds.activation == "int8-token"
+    assert isinstance(kinds, KindPair) and kinds.weight == "int8-channel" and kinds.activation == "int8-token"

@@ -39,7 +39,7 @@ from eaglequant.engines.cells import Answer
 from eaglequant.engines.module_support import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
-from eaglequant.kinds import Kinds
+from eaglequant.kinds import KindPair
 from eaglequant.publish.upload import UploadResult
 from eaglequant.readback.cost import PartCost, RoundCost
 from eaglequant.readback.explanation import EngineReading, ExpectedTensor, Explanation, ModuleReading
@@ -170,7 +170,16 @@ def _manifest() -> ManifestRecord:
 def _report(version: int = 4) -> ConversionReport:
     """A report as a conversion of ``version`` wrote it (each version has the entries it had then)."""
     return ConversionReport(
-        *(__version__, version, "out/fp8", "/data/src", "llama", "fp8", "W8A8 FP8", Kinds("fp8-channel", "fp8-token")),
+        *(
+            __version__,
+            version,
+            "out/fp8",
+            "/data/src",
+            "llama",
+            "fp8",
+            "W8A8 FP8",
+            KindPair("fp8-channel", "fp8-token"),
+        ),
         *('name = "fp8"\n', "mha", "quark", "fp8_w8a8", ("a note",), {"fc": 3.5}, ("vllm", "sglang")),
         TargetModel(32, "--target-layers", 131072),
         (RecordedLinear("midlayer.mlp.down_proj", (4096, 14336), 0.0123, 38.25),),
@@ -199,7 +208,7 @@ def _explanation() -> Explanation:
     refused = (Finding("cannot-load", "", "cannot load"),)
     refuses = EngineReading("sglang", "SGLang", False, "no", (), refused, judged=False)
     return Explanation(
-        *(Path("out/fp8"), "quark", "W8A8 FP8", Kinds("fp8-channel", "fp8-token"), ["re:.*lm_head"]),
+        *(Path("out/fp8"), "quark", "W8A8 FP8", KindPair("fp8-channel", "fp8-token"), ["re:.*lm_head"]),
         TargetModel(None, "the draft's config"),
         [loads, refuses],
         [Finding("config-contradiction", "config.json", "config contradicts itself")],
