@@ -319,7 +319,7 @@ def llmcompressor_outputs(tmp_path_factory: pytest.TempPathFactory, converted: C
             }
         )
         for group in result.plan.head.fused_groups:
-            if case.scheme == "nvfp4" and group.kind == "fused_qkv_a_proj":
+            if case.scheme == "nvfp4" and group.module_type == "fused_qkv_a_proj":
                 weights = [result.plan.head.linear(m).weight for m in group.members]
                 jobs["groups"].append(
                     {

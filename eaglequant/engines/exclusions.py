@@ -385,6 +385,6 @@ def check_fused_groups(head: HeadDescription, excluded: set[str]) -> None:
             names = {m: head.linear(m).checkpoint_module for m in group.members}  # as the user writes them
             raise InputError(
                 f"excluding {', '.join(names[m] for m in chosen)} but quantizing {', '.join(names[m] for m in kept)}: "
-                f"engines fuse them into one {group.kind} module that must use a single scheme",
+                f"engines fuse them into one {group.module_type} module that must use a single scheme",
                 hint=f"exclude all of {', '.join(names.values())}, or none of them",
             )

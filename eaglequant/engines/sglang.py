@@ -186,7 +186,7 @@ class SglangEngine(Engine):
         return module.runs_unquantized
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
-        return (_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.kind]
+        return (_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.module_type]
 
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         local = linear.module.split(".", 2)[2]  # "self_attn.o_proj", "mlp.down_proj"

@@ -151,7 +151,7 @@ class TrtllmEngine(Engine):
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         block = group.name.split(".")[2]
-        return (f"{_layer_prefix(head, group.layer)}.{block}.{_RUNTIME_FUSED_NAME[group.kind]}",)
+        return (f"{_layer_prefix(head, group.layer)}.{block}.{_RUNTIME_FUSED_NAME[group.module_type]}",)
 
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         assert linear.layer is not None

@@ -217,10 +217,10 @@ class VllmEngine(Engine):
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         layer = f"model.layers.{target_layers + group.layer}"
-        if group.kind == "qkv_proj":
+        if group.module_type == "qkv_proj":
             return (f"{layer}.self_attn.qkv_proj", f"{layer}.qkv_proj")
         block = group.name.split(".")[2]  # "self_attn" | "mlp"
-        return (f"{layer}.{block}.{group.kind}",)
+        return (f"{layer}.{block}.{group.module_type}",)
 
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         assert linear.layer is not None

@@ -233,21 +233,21 @@ def _linears_and_groups(
     groups: list[FusedGroup] = []
     layers = sorted({p.layer for p in parsed.values() if p.layer is not None})
     for layer in layers:
-        for fused_kind, (block, members) in FUSED_KINDS.items():
+        for fused_type, (block, members) in FUSED_KINDS.items():
             modules = tuple(f"layers.{layer}.{block}.{m}" for m in members)
             found = [m for m in modules if m in present]
             if not found:
                 continue
             if len(found) != len(modules):
                 missing = sorted(set(modules) - set(found))
-                if fused_kind == "fused_qkv_a_proj":
+                if fused_type == "fused_qkv_a_proj":
                     continue  # no q_lora: q_proj and kv_a_proj_with_mqa stay separate modules
                 raise LayoutError(
                     f"{checkpoint.root}: layer {layer} has {', '.join(found)} but not {', '.join(missing)}",
                     hint="the checkpoint is incomplete",
                 )
-            name = f"layers.{layer}.{block}.{fused_kind}"
-            groups.append(FusedGroup(name, fused_kind, layer, modules))
+            name = f"layers.{layer}.{block}.{fused_type}"
+            groups.append(FusedGroup(name, fused_type, layer, modules))
     linears = []
     for t in tensors:
         p = parsed[t.name]

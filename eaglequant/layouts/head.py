@@ -35,7 +35,7 @@ class HeadTensor:
 class HeadLinear:
     module: str  # canonical, e.g. "layers.0.self_attn.q_proj"
     weight: str  # checkpoint tensor name of the weight
-    kind: str  # "q_proj", "gate_proj", "fc", "lm_head", ...
+    module_type: str  # "q_proj", "gate_proj", "fc", "lm_head", ...
     layer: int | None
     out_features: int
     in_features: int
@@ -51,7 +51,7 @@ class FusedGroup:
     """Linears that serving engines fuse into one module; they must share one quantization scheme."""
 
     name: str  # canonical fused name, e.g. "layers.0.self_attn.qkv_proj"
-    kind: str  # "qkv_proj" | "gate_up_proj" | "fused_qkv_a_proj"
+    module_type: str  # "qkv_proj" | "gate_up_proj" | "fused_qkv_a_proj"
     layer: int
     members: tuple[str, ...]  # canonical member modules, in engine order
 

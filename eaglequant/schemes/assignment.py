@@ -141,8 +141,8 @@ def check_fused_groups(head: HeadDescription, assignment: SchemeAssignment) -> N
             raise InputError(
                 words(
                     given(PARAMETER, ", ".join(rule.text for rule in assignment.rules)),
-                    f" gives the members of {group.kind} ({group.name}) different kinds ({members}): engines run them "
-                    "as one module in one scheme",
+                    f" gives the members of {group.module_type} ({group.name}) different kinds ({members}): "
+                    "engines run them as one module in one scheme",
                 ),
                 hint="give every member of a fused group the same scheme",
             )

@@ -68,7 +68,7 @@ def test_speculators_dims_come_from_transformer_layer_config() -> None:
 def test_mla_dims_and_fused_qkv_a() -> None:
     with Checkpoint.open(FIXTURES / "torchspec-mla") as checkpoint:
         head = describe_head(checkpoint)
-    group = next(g for g in head.fused_groups if g.kind == "fused_qkv_a_proj")
+    group = next(g for g in head.fused_groups if g.module_type == "fused_qkv_a_proj")
     assert group.members == ("layers.0.self_attn.q_a_proj", "layers.0.self_attn.kv_a_proj_with_mqa")
     assert head.dims.kv_lora_rank == 32 and head.dims.q_lora_rank == 64
 
