@@ -187,7 +187,7 @@ class Engine(ABC):
     # config.json quant_methods whose engine config gives the ParallelLMHead a quantization method, so that an
     # unmatched lm_head is quantized (for the others it is never quantized, whatever the rules say) -> the source.
     lm_head_quant_methods: ClassVar[Mapping[str, str]] = {}
-    # Formats whose per-module kinds (Format.mixed_quantization_config) this release reads, by its runtime names
+    # Formats whose per-module form (Format.quantization_config) this release reads, by its runtime names
     # -> the source; and why it reads them from no other format that stores them.
     mixed_formats: ClassVar[Mapping[str, str]] = {}
     mixed_elsewhere: ClassVar[str] = "eaglequant has no model of it reading them"

@@ -38,11 +38,11 @@ class KeepRequest:
 
     kept: Mapping[str, str]
     quantized: Mapping[str, str]
-    own_scheme: frozenset[str] = frozenset()  # modules quantized because --scheme-for gives them a scheme
+    by_scheme_rule: frozenset[str] = frozenset()  # modules quantized because a --scheme-for rule gives them a scheme
 
     def asked_by(self, module: str) -> str:
         """The parameter that asks to quantize ``module``."""
-        return "scheme_for" if module in self.own_scheme else "quantize"
+        return "scheme_for" if module in self.by_scheme_rule else "quantize"
 
 
 class LayerCountNeededError(InputError):

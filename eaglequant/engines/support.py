@@ -103,7 +103,7 @@ class EngineSupport:
 def engine_support(engines: list[Engine], fmt: Format, assignment: SchemeAssignment, attention: str) -> EngineSupport:
     """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``fmt``
     checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
-    (refused later, after what the format cannot store: :mod:`eaglequant.conversion.own_schemes`)."""
+    (refused later, after what the format cannot store: ``conversion.plan.check_assignment``)."""
     main = assignment.main
     names = [engine.key for engine in engines]
     notes = check_engines(main.kinds, main.name, fmt.name, names, attention, builtin_names_by_kinds())
