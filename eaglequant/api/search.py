@@ -25,65 +25,43 @@ from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError, given, suggested, words
-from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.engines import expanded_engines, get_engine
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.cost import source_bytes_per_round
-from eaglequant.record.search import SEARCH_RECORD
+from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, SearchRow
 from eaglequant.schemes.model import builtin_scheme_names
 
 
 @dataclass(frozen=True)
-class SearchPoint(JsonRecord):
-    """A candidate priced, and predicted where the search got to it; written with the candidate's settings."""
-
-    json_computed = ("scheme", "format", "lm_head_quantized", "lm_head_scheme", "draft_vocab_size")
-    json_values = named(candidate=lambda candidate: candidate.label)
-    json_renamed = named(prediction="predicted", within="within_budget")
-    json_first = ("candidate", *json_computed)
+class SearchPoint:
+    """A candidate priced, and predicted where the search got to it."""
 
     candidate: Candidate
     bytes_per_round: int  # the largest over the targeted engines
     prediction: Any = None  # acceptance.predict.Prediction; None: not run (a smaller point met the budget first)
     within: bool | None = None
 
-    @property
-    def scheme(self) -> str:
-        return self.candidate.scheme
-
-    @property
-    def format(self) -> str:
-        return self.candidate.format
-
-    @property
-    def lm_head_quantized(self) -> bool:
-        return self.candidate.lm_head
-
-    @property
-    def lm_head_scheme(self) -> str | None:
-        """The scheme lm_head is quantized in (None: it is not)."""
-        own = self.candidate.lm_head_scheme
-        return own or (self.candidate.scheme if self.candidate.lm_head else None)
-
-    @property
-    def draft_vocab_size(self) -> int | None:
-        return self.candidate.vocab
+    def row(self) -> SearchRow:
+        """The point as the search record holds it."""
+        candidate = self.candidate
+        return SearchRow(
+            candidate.label,
+            candidate.scheme,
+            candidate.format,
+            candidate.lm_head,
+            candidate.lm_head_scheme or (candidate.scheme if candidate.lm_head else None),
+            candidate.vocab,
+            self.bytes_per_round,
+            None if self.prediction is None else self.prediction.to_json(),
+            self.within,
+        )
 
 
 @dataclass
-class SearchResult(JsonRecord):
-    """A search's frontier and its choice; written with the budget in tokens and words, its notes and why it stopped."""
-
-    json_omitted = ("budget_tokens",)
-    json_computed = ("notes", "stopped")
-    json_renamed = named(source_length="source_acceptance_length", points="frontier")
-    json_values = named(budget="_budget_json", seconds=rounded(1))
-    json_first = (
-        *("source", "destination", "pruned_source", "engines", "loaded_by", "skipped", "notes", "budget"),
-        *("source_length", "source_bytes_per_round", "chosen", "stopped", "seconds", "points"),
-    )
+class SearchResult:
+    """A search's frontier and its choice, with the live objects behind them; :meth:`record` is what is written."""
 
     source: Path
     destination: Path | None
@@ -131,16 +109,31 @@ class SearchResult(JsonRecord):
             "larger need no prediction"
         )
 
-    def _budget_json(self, budget: Budget) -> dict[str, Any]:
-        rule = "bound" if budget.bound else "point"
-        text = budget.text(self.budget_tokens)
-        return {
-            "value": budget.value,
-            "relative": budget.relative,
-            "rule": rule,
-            "tokens": self.budget_tokens,
-            "text": text,
-        }
+    def record(self) -> SearchRecord:
+        """What ``eaglequant_search.json`` and ``search --json`` hold."""
+        budget = self.budget
+        return SearchRecord(
+            str(self.source),
+            None if self.destination is None else str(self.destination),
+            None if self.pruned_source is None else str(self.pruned_source),
+            self.engines,
+            self.loaded_by,
+            dict(self.skipped),
+            tuple(self.notes),
+            SearchBudget(
+                budget.value,
+                budget.relative,
+                "bound" if budget.bound else "point",
+                self.budget_tokens,
+                budget.text(self.budget_tokens),
+            ),
+            self.source_length,
+            self.source_bytes_per_round,
+            None if self.chosen is None else self.chosen.row(),
+            self.stopped,
+            round(self.seconds, 1),
+            tuple(point.row() for point in self.points),
+        )
 
 
 def search(
@@ -228,7 +221,7 @@ def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers
     result.destination = outputs.destination
     result.pruned_source = None if vocab is None else outputs.pruned[vocab]
     result.loaded_by = _loaded_by(stage, target_layers)
-    write_json(stage / SEARCH_RECORD, result.to_json())
+    write_json(stage / SEARCH_RECORD, result.record().to_json())
     refresh_card(stage)
     outputs.commit(index, vocab, overwrite)
 

@@ -113,7 +113,7 @@ def search_command(
             overwrite=overwrite,
             progress=_progress_line,
         )
-        result(found.to_json(), lambda: render(found))
+        result(found.record().to_json(), lambda: render(found))
         return found.ok
 
     if not run_guarded(body):

@@ -47,13 +47,15 @@ def _part_cell(part: PartCost | None) -> str:
 def search_section(search: SearchRecord | None) -> str:
     if search is None:
         return ""
-    budget = f"{search.budget_value:.1%} of the source's accepted tokens" if search.relative else "an absolute budget"
+    given = search.budget
+    budget = f"{given.value:.1%} of the source's accepted tokens" if given.relative else "an absolute budget"
+    chosen = "none" if search.chosen is None else search.chosen.candidate
     lines = [
         "## How this draft was chosen",
         "",
-        f"`eaglequant search` chose **{search.chosen}**: {search.stopped}. Budget: a predicted greedy acceptance drop "
-        f"of at most {search.budget_tokens:.3f} tokens ({budget}; judged on the drop's "
-        f"{'95% bound' if search.rule == 'bound' else 'estimate'}), replayed on captured inputs.",
+        f"`eaglequant search` chose **{chosen}**: {search.stopped}. Budget: a predicted greedy acceptance drop "
+        f"of at most {given.tokens:.3f} tokens ({budget}; judged on the drop's "
+        f"{'95% bound' if given.rule == 'bound' else 'estimate'}), replayed on captured inputs.",
         "",
         "| candidate | bytes / round | fewer | predicted Δ | within |",
         "|---|---:|---:|---|---|",
@@ -64,6 +66,6 @@ def search_section(search: SearchRecord | None) -> str:
         fewer = search.source_bytes_per_round / max(row.bytes_per_round, 1)
         lines.append(
             f"| {row.candidate} | {decimal_bytes(row.bytes_per_round)} | {fewer:.2f}× | "
-            f"{format_interval(*row.difference, True)} | {'yes' if row.within else 'no'} |"
+            f"{format_interval(*row.difference, True)} | {'yes' if row.within_budget else 'no'} |"
         )
     return "\n".join(lines) + "\n"

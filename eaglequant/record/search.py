@@ -1,15 +1,23 @@
-"""What ``search`` records in the draft it chose (``eaglequant_search.json``), read typed for the model card."""
+"""What ``search`` records in the draft it chose (``eaglequant_search.json``): one type, :class:`SearchRecord`,
+writes the file (and ``search --json``) and reads it back, for the model card and for tools.
+
+A candidate's prediction is kept as :mod:`eaglequant.acceptance.predict` wrote it (that layer sits above this one);
+:attr:`SearchRow.difference` reads the figures the card shows from it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from eaglequant.common.errors import CheckpointError
-from eaglequant.common.json_fields import JsonObject, read_json_file
+from eaglequant.common.json_fields import JsonObject, JsonRecord, read_json_file
 
 SEARCH_RECORD = "eaglequant_search.json"
 _REPAIR = "it was changed after the search or is damaged: run eaglequant search again"
+
+Interval = tuple[float | None, float | None, float | None]  # (value, low, high); None: not estimated
 
 
 class SearchRecordError(CheckpointError):
@@ -17,51 +25,116 @@ class SearchRecordError(CheckpointError):
 
 
 @dataclass(frozen=True)
-class SearchRow:
+class SearchRow(JsonRecord):
+    """A candidate priced: its settings, the bytes a round reads (the largest over the targeted engines), and its
+    prediction where the search got to it (None: a smaller candidate met the budget first)."""
+
     candidate: str
+    scheme: str
+    format: str
+    lm_head_quantized: bool
+    lm_head_scheme: str | None  # the scheme lm_head is quantized in (None: it is not)
+    draft_vocab_size: int | None  # None: the source's vocabulary
     bytes_per_round: int
-    difference: tuple[float | None, float | None, float | None] | None  # predicted (value, low, high); None: not run
-    within: bool | None
+    predicted: dict[str, Any] | None  # acceptance.predict.Prediction's JSON
+    within_budget: bool | None
+
+    @property
+    def difference(self) -> Interval | None:
+        """The predicted change in acceptance length (None: not predicted)."""
+        if self.predicted is None:
+            return None
+        diff = self.predicted["difference"]
+        return (diff["value"], diff["low"], diff["high"])
+
+    @classmethod
+    def from_json(cls, row: JsonObject) -> SearchRow:
+        predicted = row.get("predicted")
+        if predicted is not None:
+            diff = row.child("predicted").child("difference")
+            for bound in ("value", "low", "high"):
+                if diff.get(bound) is not None:
+                    diff.number(bound)
+        within = row.get("within_budget")
+        if not (within is None or type(within) is bool):
+            raise row.wrong("within_budget", "true, false or null")
+        return cls(
+            row.text("candidate"),
+            row.text("scheme"),
+            row.text("format"),
+            row.boolean("lm_head_quantized"),
+            row.optional_text("lm_head_scheme"),
+            row.optional_integer("draft_vocab_size"),
+            row.integer("bytes_per_round"),
+            predicted,
+            within,
+        )
 
 
 @dataclass(frozen=True)
-class SearchRecord:
-    budget_tokens: float
-    rule: str
+class SearchBudget(JsonRecord):
+    """The budget as given (``value``: tokens, or a share of the source's accepted tokens where ``relative``), the
+    rule that judges it (``bound``: the drop's 95% bound; ``point``: its estimate), in tokens and in words."""
+
+    value: float
     relative: bool
-    budget_value: float
+    rule: str
+    tokens: float
+    text: str
+
+    @classmethod
+    def from_json(cls, budget: JsonObject) -> SearchBudget:
+        return cls(
+            budget.number("value"),
+            budget.boolean("relative"),
+            budget.text("rule"),
+            budget.number("tokens"),
+            budget.text("text"),
+        )
+
+
+@dataclass(frozen=True)
+class SearchRecord(JsonRecord):
+    """A search's frontier and its choice, as written."""
+
+    source: str
+    destination: str | None
+    pruned_source: str | None  # the pruned BF16 head the chosen draft was converted from
+    engines: tuple[str, ...]  # targeted
+    loaded_by: tuple[str, ...]  # the engines whose readers load the written draft (explain --engine all)
+    skipped: dict[str, int]  # candidates not priced: why -> how many
+    notes: tuple[str, ...]
+    budget: SearchBudget
+    source_acceptance_length: float
     source_bytes_per_round: int
-    chosen: str | None
-    stopped: str
+    chosen: SearchRow | None
+    stopped: str  # why the search stopped where it did, in words
+    seconds: float
     frontier: tuple[SearchRow, ...]
 
     @classmethod
     def from_json(cls, data: object, where: str) -> SearchRecord:
         top = JsonObject(data, where, SearchRecordError, _REPAIR)
-        budget = top.child("budget")
+        skipped = top.number_map("skipped")
+        if any(type(count) is not int for count in skipped.values()):
+            raise top.wrong("skipped", "an object of integers")
         chosen = top.get("chosen")
         return cls(
-            budget.number("tokens"),
-            budget.text("rule"),
-            budget.boolean("relative"),
-            budget.number("value"),
+            top.text("source"),
+            top.optional_text("destination"),
+            top.optional_text("pruned_source"),
+            top.texts("engines"),
+            top.texts("loaded_by"),
+            {why: int(count) for why, count in skipped.items()},
+            top.texts("notes"),
+            SearchBudget.from_json(top.child("budget")),
+            top.number("source_acceptance_length"),
             top.integer("source_bytes_per_round"),
-            None if chosen is None else top.child("chosen").text("candidate"),
+            None if chosen is None else SearchRow.from_json(top.child("chosen")),
             top.text("stopped"),
-            tuple(_row(row) for row in top.children("frontier")),
+            top.number("seconds"),
+            tuple(SearchRow.from_json(row) for row in top.children("frontier")),
         )
-
-
-def _row(row: JsonObject) -> SearchRow:
-    difference = None
-    if row.get("predicted") is not None:
-        diff = row.child("predicted").child("difference")
-
-        def bound(name: str) -> float | None:
-            return None if diff.get(name) is None else diff.number(name)
-
-        difference = (bound("value"), bound("low"), bound("high"))
-    return SearchRow(row.text("candidate"), row.integer("bytes_per_round"), difference, row.get("within_budget"))
 
 
 def read_search(dst: Path) -> SearchRecord | None:
