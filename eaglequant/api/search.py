@@ -219,7 +219,7 @@ def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers
     assert result.chosen is not None
     vocab = result.chosen.candidate.vocab
     result.destination = outputs.destination
-    result.pruned_source = None if vocab is None else outputs.pruned[vocab]
+    result.pruned_source = outputs.pruned_for(vocab)
     result.loaded_by = _loaded_by(stage, target_layers)
     write_json(stage / SEARCH_RECORD, result.record().to_json())
     refresh_card(stage)

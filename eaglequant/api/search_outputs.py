@@ -61,11 +61,14 @@ class SearchOutputs:
         """Remove candidate ``index``'s stage now (it missed the budget)."""
         shutil.rmtree(self.stages[index].path, ignore_errors=True)
 
-    def commit(self, index: int, vocab: int | None, overwrite: bool) -> Path | None:
-        """Candidate ``index``'s stage made DST; returns the pruned head it was converted from, kept beside DST."""
+    def pruned_for(self, vocab: int | None) -> Path | None:
+        """The pruned head a candidate of vocabulary ``vocab`` is converted from (None: the source itself)."""
+        return None if vocab is None else self.pruned[vocab]
+
+    def commit(self, index: int, vocab: int | None, overwrite: bool) -> None:
+        """Candidate ``index``'s stage made DST, and the pruned head it was converted from kept beside it."""
         self.stages[index].commit(self.destination, overwrite)
-        self.kept_pruned = None if vocab is None else self.pruned[vocab]
-        return self.kept_pruned
+        self.kept_pruned = self.pruned_for(vocab)
 
     def _source_of(self, size: int | None) -> Path:
         """The source, or its vocabulary pruned to ``size`` tokens (written on first use)."""
