@@ -26,7 +26,7 @@ def write_metadata(
     """config.json, the format's side files and the source's other files (all but ``replaced``) beside the shards,
     then the output re-read and held against the plan. Returns the files carried over from the source."""
     write_json(tmp / "config.json", plan.written_config(checkpoint.config))
-    for file_name, content in plan.format_files().items():
+    for file_name, content in plan.config_files().side_files.items():
         write_json(tmp / file_name, content)
     copied = copy_side_files(checkpoint, tmp, replaced)
     check_written(tmp, plan)

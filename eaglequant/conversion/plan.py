@@ -22,11 +22,13 @@ from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.conversion.request import ConversionRequest, changed_config
 from eaglequant.engines import Engine
 from eaglequant.engines.base import TARGET_LAYERS_HINT
-from eaglequant.engines.exclusions import KeepRequest, ModuleVerdict
+from eaglequant.engines.exclusions import ExclusionProofError, KeepRequest, ModuleVerdict
 from eaglequant.engines.planning import EnginePlan, plan_engines
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
-from eaglequant.formats.base import HeadStorage
+from eaglequant.formats.base import ConfigFiles, HeadStorage
+from eaglequant.formats.quant_config import QuantConfig
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
 from eaglequant.layouts.rules import linears_matching
 from eaglequant.readback.cost import RoundCost, round_cost
@@ -118,26 +120,33 @@ class ConversionPlan:
             costs.append(round_cost(self.head, engine.key, engine.release, quantized, draft_tokens))
         return costs
 
-    def quantization_config(self) -> dict[str, object]:
-        return self.format.quantization_config(self.runtime_schemes(), self.exclude_patterns)
+    def quant_config(self) -> QuantConfig:
+        """The config the format writes: the schemes' kinds by the engines' runtime names, and the exclusion rules."""
+        return self.format.config_for(self.runtime_kinds(), self.exclude_patterns, self.scheme.kinds)
 
-    def format_files(self) -> dict[str, dict[str, Any]]:
-        """The format's JSON files beside config.json."""
-        return self.format.extra_files(self.runtime_schemes(), self.exclude_patterns)
+    def config_files(self) -> ConfigFiles:
+        """config.json's ``quantization_config`` and the format's JSON files beside it."""
+        return self.format.write_config(self.quant_config())
 
-    def runtime_schemes(self) -> dict[str, Scheme | None]:
-        """Each runtime module -> its scheme (None: run unquantized), by the first targeted engine's runtime names
-        (one set of names: only engines that name the modules alike read per-module kinds, check_assignment)."""
+    def runtime_kinds(self) -> dict[str, KindPair | None]:
+        """Each runtime module -> the kinds it is stored in (None: run unquantized), by the first targeted engine's
+        runtime names, then the names of the modules other engines run quantized (a per-module config names each
+        module as every engine that reads it does)."""
         first = self.engines[0].key
-        return {
-            v.runtime_name: self.scheme_of(v.members[0]) if v.quantized else None
+        found: dict[str, KindPair | None] = {
+            v.runtime_name: self.scheme_of(v.members[0]).kinds if v.quantized else None
             for v in self.verdicts
             if v.engine == first
         }
+        for v in self.verdicts:
+            if v.quantized:
+                found[v.runtime_name] = self.scheme_of(v.members[0]).kinds
+        return found
 
     def written_config(self, source_config: dict[str, Any]) -> dict[str, Any]:
         """config.json as written: the source's, with the planned changes and the quantization config."""
-        return {**changed_config(source_config, self.config_changes), "quantization_config": self.quantization_config()}
+        quantization = self.config_files().quantization_config
+        return {**changed_config(source_config, self.config_changes), "quantization_config": quantization}
 
 
 def requested_exclusions(
@@ -200,7 +209,7 @@ def build_plan(
     changes = list(request.config_changes)
     served = replace(head, config=changed_config(head.config, changes))  # the head as the engines will read it
     serving = [note for engine in decided.engines for note in engine.draft_notes(served, decided.target)]
-    return ConversionPlan(
+    plan = ConversionPlan(
         head,
         assignment,
         fmt,
@@ -215,6 +224,8 @@ def build_plan(
         notes + decided.notes + serving,
         changes,
     )
+    check_groups(plan)
+    return plan
 
 
 class ModuleSchemesNeedLayerCount(InputError):
@@ -249,6 +260,25 @@ def check_assignment(fmt: Format, assignment: SchemeAssignment, storage: HeadSto
             "writing them needs the target's layer count",
             hint=TARGET_LAYERS_HINT,
         )
+
+
+def check_groups(plan: ConversionPlan) -> None:
+    """Each targeted engine's reader of the written config (the format's group matching) gives every module it runs
+    quantized the kinds the plan stores it in."""
+    config = plan.quant_config()
+    if not config.per_module:
+        return
+    for verdict in plan.verdicts:
+        if not verdict.quantized:
+            continue
+        given = config.kinds_for((verdict.runtime_name,), plan.format.matches_target)
+        stored = plan.scheme_of(verdict.members[0]).kinds
+        if given != stored:
+            raise ExclusionProofError(
+                f"{verdict.engine} would read {verdict.runtime_name} as {given} from the {plan.format.title} config, "
+                f"but it is stored as {stored}",
+                hint="report this as a bug in eaglequant",
+            )
 
 
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:

@@ -1,4 +1,5 @@
-"""How a serving engine names a draft head's modules at run time and matches exclusion rules."""
+"""How a serving engine names a draft head's modules at run time, what it does with each (one decision per
+module: :meth:`Engine.decide`), and how it matches exclusion rules."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
-from eaglequant.engines.cells import Answer, Cells
-from eaglequant.kinds import KindPair
+from eaglequant.engines.cells import Answer, Cells, cell_for
+from eaglequant.engines.decision import ModuleDecision, quantized, refused, unquantized
+from eaglequant.kinds import KindPair, kinds_title
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
 from eaglequant.layouts.names import RUNTIME_NAMES
 
@@ -27,19 +29,28 @@ class RuntimeModule:
     ``names``: the runtime prefix the engine matches rules against; further entries are spellings
     other engine versions use, and written rules must treat all of them alike.
     ``members``: the canonical head linears it computes (several when the engine fuses them).
-    ``runs_unquantized``: why the engine builds this module without any quantization method, whatever
-    the config says (so the checkpoint must hold it unquantized); None when the config decides.
+    ``attention``: the draft's ("mha", "mla"); ``hidden_size``: the draft's, for modules the engine first builds at
+    the target's width.
     """
 
     names: tuple[str, ...]
     members: tuple[str, ...]
-    runs_unquantized: str | None = None
     out_features: tuple[int, ...] = ()  # each member's, in the order the engine stacks them
+    attention: str = "mha"
+    hidden_size: int = 0
 
     @property
     def leaves(self) -> set[str]:
         """The members' last name parts: ``kv_b_proj``, ``q_a_proj``, ..."""
         return {member.rsplit(".", 1)[-1] for member in self.members}
+
+    @property
+    def is_lm_head(self) -> bool:
+        return self.members == ("lm_head",)
+
+    @property
+    def is_fc(self) -> bool:
+        return self.members == ("fc",)
 
 
 @dataclass(frozen=True)
@@ -115,6 +126,63 @@ def weight_only_integer_groups(kinds: KindPair, fmt: Format) -> bool:
     return isinstance(recipe, CtRecipe) and recipe.weight_args["type"] == "int"
 
 
+def expected_tensors(fmt: Format, kinds: KindPair) -> tuple[str, ...]:
+    """The parameters a module quantized in ``kinds`` loads from a ``fmt`` checkpoint (``weight``, ``weight_scale``,
+    ...): what the format's recipe stores."""
+    from eaglequant.schemes.model import default_scheme_for
+
+    scheme = default_scheme_for(kinds)
+    return tuple(t.suffix for t in fmt.recipe(scheme).stored_tensors(scheme)) if fmt.supports(scheme) else ()
+
+
+def decided(
+    engine: Engine,
+    module: RuntimeModule,
+    fmt: Format,
+    kinds: KindPair,
+    mixed: bool,
+    *,
+    kept: str | None = None,
+    refusal: str | None = None,
+    required: str | None = None,
+) -> ModuleDecision:
+    """An engine's decision once its own rules for the module are known, in the order they bind: ``kept`` (it builds
+    the module unquantized whatever the config says), then whether it loads ``kinds`` from ``fmt`` at all (its
+    cells), then whether it reads per-module kinds from ``fmt`` (``mixed``: the checkpoint's linears mix kinds), then
+    ``refusal`` (it fails to load this module in ``kinds``), else quantized, with the source that builds it."""
+    if kept is not None:
+        return unquantized(kept)
+    cell = cell_for(engine.cells, kinds, fmt.name, module.attention)
+    if cell is None:
+        return refused(f"{fmt.title} cannot store {kinds_title(kinds)}")
+    if not cell.loads:
+        return refused(f"{engine.titled} does not load {kinds_title(kinds)} in {fmt.title}: {cell.note}")
+    if mixed and not fmt.stores_mixed:
+        return refused(f"{fmt.title} cannot store linears of different kinds in one checkpoint")
+    if mixed and fmt.name not in engine.per_module_configs:
+        return refused(
+            f"{engine.titled} does not read per-module kinds from a {fmt.title} config: {engine.per_module_elsewhere}"
+        )
+    if refusal is not None:
+        return refused(refusal)
+    if mixed:
+        source = engine.per_module_configs[fmt.name]
+    elif module.is_lm_head:
+        source = engine.lm_head_quant_methods[fmt.quant_method]
+    elif module.is_fc:
+        source = engine.fc_source
+    else:
+        source = cell.note
+    return quantized(source, expected_tensors(fmt, kinds), required)
+
+
+def lm_head_config_kept(engine: Engine, fmt: Format) -> str | None:
+    """Why ``engine``'s ``fmt`` config gives the ParallelLMHead no quantization method (None: it does)."""
+    if fmt.quant_method in engine.lm_head_quant_methods:
+        return None
+    return f"{engine.title}'s {fmt.title} config gives the ParallelLMHead no quantization method"
+
+
 class Engine(ABC):
     name: ClassVar[str]  # the engine, whichever release: "vllm", "sglang", "trtllm"
     title: ClassVar[str]
@@ -140,35 +208,27 @@ class Engine(ABC):
         one per other decoder linear (named by :meth:`fused_names` and :meth:`linear_names`)."""
         present = {linear.module for linear in head.linears}
 
-        def rows(*members: str) -> tuple[int, ...]:
-            return tuple(head.linear(m).out_features for m in members)
+        def module(names: tuple[str, ...], *members: str) -> RuntimeModule:
+            rows = tuple(head.linear(m).out_features for m in members)
+            return RuntimeModule(names, members, rows, head.attention, head.dims.hidden_size)
 
         modules = []
-        if "fc" in present:
-            fc = (RUNTIME_NAMES["fc"],)
-            modules.append(RuntimeModule(fc, ("fc",), self.fc_unquantized(head.attention), rows("fc")))
-        if "lm_head" in present:
-            unquantized = self.lm_head_unquantized(head.attention)
-            modules.append(RuntimeModule((RUNTIME_NAMES["lm_head"],), ("lm_head",), unquantized, rows("lm_head")))
+        for special in ("fc", "lm_head"):
+            if special in present:
+                modules.append(module((RUNTIME_NAMES[special],), special))
         grouped = {m for group in head.fused_groups for m in group.members}
         for group in head.fused_groups:
-            names = self.fused_names(head, group, target_layers)
-            modules.append(RuntimeModule(names, group.members, out_features=rows(*group.members)))
+            modules.append(module(self.fused_names(head, group, target_layers), *group.members))
         for linear in head.decoder_linears:
             if linear.module not in grouped:
-                names = self.linear_names(head, linear, target_layers)
-                modules.append(RuntimeModule(names, (linear.module,), out_features=rows(linear.module)))
+                modules.append(module(self.linear_names(head, linear, target_layers), linear.module))
         return modules
 
-    def fc_unquantized(self, attention: str) -> str | None:
-        """Why the engine's ``fc`` never gets a quantization method in a draft of this ``attention`` ("mha", "mla");
-        None: the config decides (:attr:`fc_source` says where it is built with it)."""
-        return None
-
-    def lm_head_unquantized(self, attention: str) -> str | None:
-        """Why the engine's ``lm_head`` never gets a quantization method in a draft of this ``attention``, whatever
-        the format (None: the format's config decides, :meth:`lm_head_config_reason`)."""
-        return None
+    @abstractmethod
+    def decide(self, module: RuntimeModule, fmt: Format, kinds: KindPair, mixed: bool = False) -> ModuleDecision:
+        """What this release does with ``module`` of a ``fmt`` checkpoint that stores it in ``kinds`` (``mixed``: the
+        checkpoint's linears are in different kinds): quantized, kept unquantized, or refused, and the engine source
+        that decides it (most engines answer through :func:`decided`)."""
 
     def pattern_problems(
         self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: KindPair | None = None
@@ -187,11 +247,11 @@ class Engine(ABC):
     # config.json quant_methods whose engine config gives the ParallelLMHead a quantization method, so that an
     # unmatched lm_head is quantized (for the others it is never quantized, whatever the rules say) -> the source.
     lm_head_quant_methods: ClassVar[Mapping[str, str]] = {}
-    # Formats whose per-module form (Format.quantization_config) this release reads, by its runtime names
-    # -> the source; and why it reads them from no other format that stores them.
-    mixed_formats: ClassVar[Mapping[str, str]] = {}
-    mixed_elsewhere: ClassVar[str] = "eaglequant has no model of it reading them"
-    # Where the draft's fc is built with the draft's quant config (for the drafts fc_unquantized does not exclude).
+    # Formats whose per-module config (Format.quantization_config) this release reads -> the function that reads it;
+    # and why it reads per-module kinds from no other format that stores them.
+    per_module_configs: ClassVar[Mapping[str, str]] = {}
+    per_module_elsewhere: ClassVar[str] = "eaglequant has no model of it reading them"
+    # Where the draft's fc is built with the draft's quant config (for the drafts whose fc it quantizes).
     fc_source: ClassVar[str] = ""
     # Where the draft reads a vocabulary smaller than the target's (d2t: draft id -> target id; t2d).
     vocabulary_map_source: ClassVar[str] = ""
@@ -213,36 +273,6 @@ class Engine(ABC):
     def matching_rule(self, fmt: Format, runtime_name: str, patterns: list[str]) -> str | None:
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
         return self.dialect(fmt).match(runtime_name, patterns)
-
-    def lm_head_config_reason(self, fmt: Format) -> str | None:
-        """Why this engine's ``fmt`` config gives the ParallelLMHead no quantization method (None: it does)."""
-        if fmt.quant_method in self.lm_head_quant_methods:
-            return None
-        return f"{self.title}'s {fmt.title} config gives the ParallelLMHead no quantization method"
-
-    # What each engine runs per module: the rows of the table ``engines/module_support.py`` gathers, read by the
-    # refusals too (so the table and what convert refuses cannot disagree).
-    def runs_lm_head_quantized(self, fmt: Format, attention: str) -> Answer:
-        """Whether the engine runs a quantized ``lm_head`` stored in ``fmt`` quantized."""
-        reason = self.lm_head_unquantized(attention) or self.lm_head_config_reason(fmt)
-        if reason is not None:
-            return Answer(False, reason)
-        return Answer(True, self.lm_head_quant_methods[fmt.quant_method])
-
-    def runs_fc_quantized(self, fmt: Format, attention: str) -> Answer:
-        """Whether the engine runs a quantized ``fc`` quantized (every format's config claims linear layers)."""
-        reason = self.fc_unquantized(attention)
-        return Answer(False, reason) if reason is not None else Answer(True, self.fc_source)
-
-    def reads_module_kinds(self, fmt: Format) -> Answer:
-        """Whether the engine reads a ``fmt`` checkpoint whose linears are stored in different kinds."""
-        if fmt.name in self.mixed_formats:
-            return Answer(True, self.mixed_formats[fmt.name])
-        if not fmt.stores_mixed:
-            return Answer(False, f"{fmt.title} cannot store linears of different kinds in one checkpoint")
-        return Answer(
-            False, f"{self.titled} does not read per-module kinds from a {fmt.title} config: {self.mixed_elsewhere}"
-        )
 
     def loads_pruned_vocabulary(self, attention: str) -> Answer:
         """Whether the engine loads a draft whose vocabulary is smaller than the target's (``d2t``, ``t2d``)."""
@@ -269,26 +299,6 @@ class Engine(ABC):
     def context_change(self, head_config: dict[str, Any], target: TargetModel) -> ConfigChange | None:
         """The config.json change with which this release serves the target's whole context with this draft
         (``match_target_context``); None where it needs none. Refused (InputError) where no change can."""
-        return None
-
-    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        """Why the engine runs ``module`` unquantized under a ``fmt`` config declaring scheme
-        ``kinds``, whatever the exclusion rules say; None when an unmatched module gets the scheme."""
-        return module.runs_unquantized
-
-    def load_refusal(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        """Why the engine fails to load ``module`` stored in scheme ``kinds``, so the checkpoint must keep it
-        unquantized *and* the config must exclude it (None: it loads)."""
-        return None
-
-    def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: KindPair, fmt: Format
-    ) -> str | None:
-        """:meth:`load_refusal` where the head's own shape decides, beyond the module's (None: it loads)."""
-        return None
-
-    def needs_quantized(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        """Why the engine fails to load ``module`` unless it is stored in scheme ``kinds`` (None: BF16 loads too)."""
         return None
 
     @abstractmethod

@@ -30,6 +30,19 @@ class Answer(JsonRecord):
     why: str
 
 
+def cell_for(cells: Cells, kinds: KindPair, format_name: str, attention: str = "mha") -> Support | None:
+    """What a release's ``cells`` say of ``kinds`` stored in ``format_name`` for a draft of this ``attention``; None
+    when the format cannot store the scheme at all."""
+    entry = cells.get((kinds, format_name))
+    if entry is None:
+        return None
+    if attention == "mla" and entry.loads and entry.mla is not True:
+        return Support(
+            False, f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
+        )
+    return entry
+
+
 def loads(note: str, *, mla: bool | str = True) -> Support:
     return Support(True, note, mla=mla)
 
@@ -67,6 +80,7 @@ __all__ = [
     "Cells",
     "KindPair",
     "Support",
+    "cell_for",
     "loads",
     "loads_if",
     "refuses",

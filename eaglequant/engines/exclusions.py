@@ -329,7 +329,7 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
             for module in view.modules(count):
-                reason = engine.unquantized_reason(module, view.kinds_of(module), fmt)
+                reason = view.unquantized(module)
                 needed = view.quantized_needs.get(module)
                 if needed is not None and not set(module.members) <= quantized:
                     raise InputError(

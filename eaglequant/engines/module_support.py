@@ -1,24 +1,24 @@
 """What each engine release runs per module, per format: ``lm_head`` quantized, ``fc`` quantized, per-module kinds
 (a checkpoint whose linears are stored in different kinds) and a pruned draft vocabulary (``d2t`` / ``t2d``).
 
-Every answer is the engine model's own (:meth:`Engine.runs_lm_head_quantized`, :meth:`Engine.runs_fc_quantized`,
-:meth:`Engine.reads_module_kinds`, :meth:`Engine.loads_pruned_vocabulary`), asked where the engine loads some scheme
-in the format at all (the support matrix, :mod:`eaglequant.engines.support`). The same answers decide what
-``convert`` refuses for ``--quantize fc|lm_head`` and ``--scheme-for`` (:func:`check_module_request`) and which
-combinations its hint names, so the table (``eaglequant schemes``, ``docs/engines.md``) and the refusals agree.
+Every answer is the engine model's own decision on the module asked about (:meth:`Engine.decide`; the vocabulary's
+is :meth:`Engine.loads_pruned_vocabulary`), asked where the engine loads some scheme in the format at all (the
+support matrix, :mod:`eaglequant.engines.support`). The same answers decide what ``convert`` refuses for
+``--quantize fc|lm_head`` and ``--scheme-for`` (:func:`check_module_request`) and which combinations its hint
+names, so the table (``eaglequant schemes``, ``docs/engines.md``) and the refusals agree.
 ``python -m eaglequant.engines.module_support`` rewrites both tables in ``docs/engines.md``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.errors import InputError, Words, suggested, words
 from eaglequant.common.json_fields import JsonRecord, named
-from eaglequant.engines import ENGINES, Engine
+from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.cells import Answer
 from eaglequant.engines.support import MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
 from eaglequant.formats import FORMATS, Format
@@ -36,12 +36,23 @@ QUESTIONS: dict[str, str] = {
 ATTENTIONS = {"mha": "Llama", "mla": "MLA"}  # the drafts each answer is asked for, as the table titles them
 SEE_TABLE = "`eaglequant schemes` shows what each engine runs per module"
 
-_ASKED: dict[str, Callable[[Engine, Format, str], Answer]] = {
-    "lm_head": lambda engine, fmt, attention: engine.runs_lm_head_quantized(fmt, attention),
-    "fc": lambda engine, fmt, attention: engine.runs_fc_quantized(fmt, attention),
-    "module_kinds": lambda engine, fmt, attention: engine.reads_module_kinds(fmt),
-    "pruned_vocabulary": lambda engine, fmt, attention: engine.loads_pruned_vocabulary(attention),
+# The module each question asks about (a decoder linear for per-module kinds), as the engine would build it.
+_ASKED_MODULES: dict[str, tuple[str, ...]] = {
+    "lm_head": ("lm_head",),
+    "fc": ("fc",),
+    "module_kinds": ("layers.0.mlp.down_proj",),
 }
+
+
+def _asked_module(question: str, attention: str) -> RuntimeModule:
+    members = _ASKED_MODULES[question]
+    names = {"lm_head": "lm_head", "fc": "model.fc"}.get(members[0], "model.layers.1.mlp.down_proj")
+    return RuntimeModule((names,), members, (0,), attention)
+
+
+def _loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair:
+    """The first scheme kinds ``engine`` loads from ``fmt`` for a draft of this ``attention``."""
+    return next(k for k in SCHEME_KINDS if (cell := support(k, fmt.name, engine, attention)) is not None and cell.loads)
 
 
 def format_refusal(engine: Engine, fmt: Format, attention: str) -> str | None:
@@ -60,9 +71,16 @@ def format_refusal(engine: Engine, fmt: Format, attention: str) -> str | None:
 
 
 def answer(engine: Engine, fmt: Format, question: str, attention: str) -> Answer:
-    """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``."""
+    """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``: its decision
+    (:meth:`Engine.decide`) on the module asked about, in the first kinds it loads from ``fmt``."""
     refusal = format_refusal(engine, fmt, attention)
-    return Answer(False, refusal) if refusal is not None else _ASKED[question](engine, fmt, attention)
+    if refusal is not None:
+        return Answer(False, refusal)
+    if question == "pruned_vocabulary":
+        return engine.loads_pruned_vocabulary(attention)
+    kinds = _loaded_kinds(engine, fmt, attention)
+    decision = engine.decide(_asked_module(question, attention), fmt, kinds, mixed=question == "module_kinds")
+    return Answer(decision.quantized, decision.why)
 
 
 def _by_draft(said: dict[str, Answer]) -> dict[str, Answer]:

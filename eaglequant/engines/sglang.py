@@ -41,7 +41,9 @@ from eaglequant.engines.base import (
     Engine,
     RuntimeModule,
     ServingSnippet,
+    decided,
     exact_or_regex_rule,
+    lm_head_config_kept,
     weight_only_integer_groups,
 )
 from eaglequant.engines.cells import (
@@ -59,6 +61,7 @@ from eaglequant.engines.cells import (
     loads_if,
     refuses,
 )
+from eaglequant.engines.decision import ModuleDecision
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -81,6 +84,7 @@ _MLA_KV_B = (
     "SGLang's MLA draft splits kv_b_proj in post_load_weights, which takes float weights only "
     "(models/kimi_k25_eagle3.py: NotImplementedError for a quantized one)"
 )
+_LLAMA_FC = "SGLang builds a Llama draft's fc as a plain torch.nn.Linear (models/llama_eagle3.py)"
 _MLA_FUSED_GLOBAL_SCALE = (
     "SGLang's MLA draft loads q_a + kv_a as one fused module whose per-tensor global scale cannot take two "
     "members' (models/kimi_k25_eagle3.py fused loader: AssertionError)"
@@ -140,7 +144,14 @@ class SglangEngine(Engine):
     lm_head_quant_methods: ClassVar[Mapping[str, str]] = {
         "modelopt": "layers/quantization/modelopt_quant.py gives the ParallelLMHead a quantization method"
     }
-    mixed_elsewhere: ClassVar[str] = (
+    per_module_configs: ClassVar[Mapping[str, str]] = {
+        "quark": "layer_quant_config looked up by the module's runtime name before global_quant_config "
+        "(layers/quantization/quark/quark.py::QuarkConfig._find_matched_config)",
+        "compressed-tensors": "each config_groups entry's targets matched against the module's runtime name, names "
+        "before the Linear class (layers/quantization/compressed_tensors/compressed_tensors.py::"
+        "CompressedTensorsConfig.get_scheme, find_matched_target)",
+    }
+    per_module_elsewhere: ClassVar[str] = (
         "not established: configs/model_config.py reads MIXED_PRECISION as modelopt_mixed only when a layer is "
         "NVFP4, whose FP8 layers are per-tensor (modelopt_quant.py::ModelOptMixedPrecisionConfig), and no "
         "engine-load test has loaded such a draft"
@@ -151,11 +162,6 @@ class SglangEngine(Engine):
     vocabulary_map_source: ClassVar[str] = (
         "d2t loads as hot_token_id, the target ids of the draft's tokens (models/llama_eagle3.py, kimi_k25_eagle3.py)"
     )
-
-    def fc_unquantized(self, attention: str) -> str | None:
-        if attention == "mla":
-            return None
-        return "SGLang builds a Llama draft's fc as a plain torch.nn.Linear (models/llama_eagle3.py)"
 
     def head_refusal(self, head: HeadDescription) -> str | None:
         architectures = head.config.get("architectures")
@@ -175,15 +181,22 @@ class SglangEngine(Engine):
             )
         return None
 
-    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        if module.names == ("lm_head",) and self.lm_head_config_reason(fmt) is not None:
-            return self.lm_head_config_reason(fmt)
+    def decide(self, module: RuntimeModule, fmt: Format, kinds: KindPair, mixed: bool = False) -> ModuleDecision:
+        refusal = _load_refusal(module, kinds, fmt) or _base_qkv_refusal(module, kinds, fmt)
+        return decided(self, module, fmt, kinds, mixed, kept=self._kept(module, fmt, kinds), refusal=refusal)
+
+    def _kept(self, module: RuntimeModule, fmt: Format, kinds: KindPair) -> str | None:
+        """Why SGLang builds ``module`` without a quantization method whatever the config says."""
+        if module.is_lm_head:
+            return lm_head_config_kept(self, fmt)
+        if module.is_fc:
+            return None if module.attention == "mla" else _LLAMA_FC
         leaves = module.leaves
         if "kv_b_proj" in leaves and kinds.weight_kind.rows_per_scale == 1:
             return _MLA_KV_B
         if "q_a_proj" in leaves and kinds.weight_kind.global_scale:
             return _MLA_FUSED_GLOBAL_SCALE
-        return module.runs_unquantized
+        return None
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         return (_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.module_type]
@@ -193,44 +206,6 @@ class SglangEngine(Engine):
         if head.attention != "mla":
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
-
-    def load_refusal(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        kind = kinds.weight_kind
-        leaves = module.leaves
-        if "q_a_proj" in leaves:
-            metadata = _per_linear_metadata(kinds, fmt)
-            if metadata:
-                return (
-                    "SGLang's MLA draft loads q_a + kv_a as one fused module by concatenating its members' tensors, "
-                    f"and {fmt.title} stores {', '.join(metadata)} whole per linear "
-                    "(models/kimi_k25_eagle3.py fused loader: AssertionError)"
-                )
-        if kind.rows_per_scale == 1:
-            return None
-        if "kv_b_proj" in leaves:
-            return _MLA_KV_B
-        merged = _MERGED_SHARDS.get(module.names[0].rsplit(".", 1)[-1])
-        if merged and any(rows % kind.rows_per_scale for rows in module.out_features):
-            return (
-                f"SGLang's block-FP8 method needs every member of a merged {module.names[0]} to have a multiple of "
-                f"{kind.rows_per_scale} rows, the last included (fp8.py::validate_block_quant_shapes)"
-            )
-        return None
-
-    def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: KindPair, fmt: Format
-    ) -> str | None:
-        group = kinds.weight_kind.columns_per_scale
-        hidden = head.dims.hidden_size
-        if head.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
-            return None
-        if not weight_only_integer_groups(kinds, fmt):
-            return None
-        return (
-            f"SGLang's Llama draft first builds the base model.self_attn.qkv_proj for the hidden size ({hidden}), and "
-            f"its integer weight-only method asserts in-features that are a multiple of {group} "
-            "(compressed_tensors_wNa16.py::create_weights)"
-        )
 
     def dialects(self) -> dict[str, Dialect]:
         # Runtime names do not depend on the target's layer count here, so any_layer changes nothing.
@@ -247,6 +222,45 @@ class SglangEngine(Engine):
             f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {draft_tokens + 1}"
         )
         return [ServingSnippet("SGLang", "bash", line)]
+
+
+def _load_refusal(module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
+    """Why SGLang fails to load ``module`` stored in ``kinds``."""
+    kind = kinds.weight_kind
+    leaves = module.leaves
+    if "q_a_proj" in leaves:
+        metadata = _per_linear_metadata(kinds, fmt)
+        if metadata:
+            return (
+                "SGLang's MLA draft loads q_a + kv_a as one fused module by concatenating its members' tensors, "
+                f"and {fmt.title} stores {', '.join(metadata)} whole per linear "
+                "(models/kimi_k25_eagle3.py fused loader: AssertionError)"
+            )
+    if kind.rows_per_scale == 1:
+        return None
+    if "kv_b_proj" in leaves:
+        return _MLA_KV_B
+    merged = _MERGED_SHARDS.get(module.names[0].rsplit(".", 1)[-1])
+    if merged and any(rows % kind.rows_per_scale for rows in module.out_features):
+        return (
+            f"SGLang's block-FP8 method needs every member of a merged {module.names[0]} to have a multiple of "
+            f"{kind.rows_per_scale} rows, the last included (fp8.py::validate_block_quant_shapes)"
+        )
+    return None
+
+
+def _base_qkv_refusal(module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
+    group = kinds.weight_kind.columns_per_scale
+    hidden = module.hidden_size
+    if module.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
+        return None
+    if not weight_only_integer_groups(kinds, fmt):
+        return None
+    return (
+        f"SGLang's Llama draft first builds the base model.self_attn.qkv_proj for the hidden size ({hidden}), and "
+        f"its integer weight-only method asserts in-features that are a multiple of {group} "
+        "(compressed_tensors_wNa16.py::create_weights)"
+    )
 
 
 def _per_linear_metadata(kinds: KindPair, fmt: Format) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
-from eaglequant.engines import ENGINES, Engine, get_engine
+from eaglequant.engines import ENGINES, Engine, RuntimeModule, get_engine
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
     FP8_W8A8,
@@ -27,9 +27,9 @@ from eaglequant.engines.cells import (
     NVFP4_W4A16,
     KindPair,
     Support,
+    cell_for,
 )
 from eaglequant.formats import FORMATS, Format
-from eaglequant.kinds import kinds_title
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
@@ -68,26 +68,18 @@ def support(kinds: KindPair, format_name: str, engine: Engine | str, attention: 
     """What ``engine`` (a release, or its registered name) says of ``kinds`` stored in ``format_name``; None when
     the format cannot store the scheme at all."""
     release = engine if isinstance(engine, Engine) else get_engine(engine)
-    entry = release.cells.get((kinds, format_name))
-    if entry is None:
-        return None
-    if attention == "mla" and entry.loads and entry.mla is not True:
-        return Support(
-            False, f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
-        )
-    return entry
+    return cell_for(release.cells, kinds, format_name, attention)
 
 
 def mixed_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
     """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
-    (None: it reads per-module kinds in that format and loads each of them)."""
-    reads = engine.reads_module_kinds(fmt)
-    if not reads.yes:
-        return reads.why if reads.why.startswith(engine.titled) else f"{engine.titled}: {reads.why}"
+    (None: it reads per-module kinds in that format and loads each of them): its decision on a decoder linear stored
+    in each."""
+    module = RuntimeModule(("model.layers.1.mlp.down_proj",), ("layers.0.mlp.down_proj",), (0,), attention)
     for each in kinds:
-        cell = support(each, fmt.name, engine, attention)
-        if cell is None or not cell.loads:
-            return f"{engine.titled} does not load {kinds_title(each)} in {fmt.title}"
+        decision = engine.decide(module, fmt, each, mixed=True)
+        if not decision.quantized:
+            return decision.why if decision.why.startswith(engine.titled) else f"{engine.titled}: {decision.why}"
     return None
 
 

@@ -39,7 +39,7 @@ import fnmatch
 import re
 from typing import ClassVar
 
-from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet
+from eaglequant.engines.base import Dialect, Engine, RuntimeModule, ServingSnippet, decided
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
     FP8_W8A8,
@@ -55,6 +55,7 @@ from eaglequant.engines.cells import (
     loads_if,
     refuses,
 )
+from eaglequant.engines.decision import ModuleDecision
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -68,6 +69,18 @@ _MLA_BF16_ONLY = {
     "scales are not loaded (modeling_deepseekv3.py::DeepseekV3WeightLoader)",
 }
 _MLA_BF16_ONLY["kv_a_proj_with_mqa"] = _MLA_BF16_ONLY["q_a_proj"]
+_LM_HEAD = "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
+_FC_12 = "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
+
+
+def _needs_block(module: RuntimeModule, kinds: KindPair) -> str | None:
+    """Why a BF16 copy of ``module`` fails to load under a block-FP8 config (None: it loads)."""
+    if kinds.weight_kind.rows_per_scale > 1 and "kv_b_proj" in module.leaves:
+        return (
+            "a block-FP8 config always excludes *kv_b_proj* (_torch/model_config.py), and the MLA loader then "
+            "dequantizes it from weight_scale_inv, which a BF16 kv_b_proj lacks (modeling_deepseekv3.py)"
+        )
+    return None
 
 
 # The formats' exclusion dialects whose lists TensorRT-LLM reads into QuantConfig.exclude_modules.
@@ -143,12 +156,6 @@ class TrtllmEngine(Engine):
         "(_torch/models/modeling_speculative.py)"
     )
 
-    def fc_unquantized(self, attention: str) -> str | None:
-        return "TensorRT-LLM 1.2.x builds the draft's fc without a quant config (_torch/models/modeling_speculative.py)"
-
-    def lm_head_unquantized(self, attention: str) -> str | None:
-        return "TensorRT-LLM's LMHead takes no quant config (newer main only with a stored lm_head.weight_scale)"
-
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         block = group.name.split(".")[2]
         return (f"{_layer_prefix(head, group.layer)}.{block}.{_RUNTIME_FUSED_NAME[group.module_type]}",)
@@ -158,23 +165,22 @@ class TrtllmEngine(Engine):
         return (f"{_layer_prefix(head, linear.layer)}.{linear.module.split('.', 2)[2]}",)
 
     # The MLA rules below hold for the drafts main builds; 1.2.x builds no MLA draft (its cells refuse one).
-    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
+    def decide(self, module: RuntimeModule, fmt: Format, kinds: KindPair, mixed: bool = False) -> ModuleDecision:
+        return decided(
+            self, module, fmt, kinds, mixed, kept=self._kept(module, kinds), required=_needs_block(module, kinds)
+        )
+
+    def _kept(self, module: RuntimeModule, kinds: KindPair) -> str | None:
+        """Why TensorRT-LLM builds ``module`` without a quantization method whatever the config says."""
+        if module.is_lm_head:
+            return _LM_HEAD
+        if module.is_fc and not self.fc_source:
+            return _FC_12
         block_scaled = kinds.weight_kind.rows_per_scale > 1  # what the MLA loader takes (weight_scale_inv)
         for member in module.members:
             reason = _MLA_BF16_ONLY.get(member.rsplit(".", 1)[-1])
             if reason is not None and not block_scaled:
                 return reason
-        return module.runs_unquantized
-
-    def needs_quantized(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        if kinds.weight_kind.rows_per_scale == 1:
-            return None
-        leaves = module.leaves
-        if "kv_b_proj" in leaves:
-            return (
-                "a block-FP8 config always excludes *kv_b_proj* (_torch/model_config.py), and the MLA loader then "
-                "dequantizes it from weight_scale_inv, which a BF16 kv_b_proj lacks (modeling_deepseekv3.py)"
-            )
         return None
 
     def pattern_problems(

@@ -89,9 +89,6 @@ class TrtllmMainEngine(TrtllmEngine):
         "Eagle3DraftModel builds fc with the draft's quant config (_torch/models/modeling_speculative.py)"
     )
 
-    def fc_unquantized(self, attention: str) -> str | None:
-        return None
-
     def pattern_problems(
         self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: KindPair | None = None
     ) -> list[str]:

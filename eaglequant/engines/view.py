@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule
+from eaglequant.engines.decision import ModuleDecision
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription
@@ -30,6 +31,7 @@ class EngineView:
     target_layers: int | None  # None: unknown, the rules must hold for any count
     dialect: Dialect
     modules_by_count: dict[int, list[RuntimeModule]]
+    decisions: dict[RuntimeModule, ModuleDecision]  # what the engine does with each module, in its own kinds
     kept_reasons: dict[RuntimeModule, str]  # why the checkpoint must keep a module unquantized for this engine
     quantized_needs: dict[RuntimeModule, str]  # why the engine cannot load a module unquantized (any count)
     module_kinds: Mapping[str, KindPair] = field(default_factory=dict)  # canonical linear -> its kinds, where not kinds
@@ -49,19 +51,17 @@ class EngineView:
         own_kinds = dict(module_kinds or {})
         counts = layer_counts(target_layers)
         modules = {count: engine.runtime_modules(head, count) for count in counts}
-        kept = {
-            m: why
-            for m in modules[counts[-1]]
-            if (why := _kept_reason(engine, head, m, fmt, own_kinds.get(m.members[0], kinds))) is not None
+        decisions = {
+            m: engine.decide(m, fmt, own_kinds.get(m.members[0], kinds)) for count in counts for m in modules[count]
         }
-        needs = {
-            m: why
-            for count in counts
-            for m in modules[count]
-            if (why := engine.needs_quantized(m, own_kinds.get(m.members[0], kinds), fmt)) is not None
-        }
+        kept = {m: why for m in modules[counts[-1]] if (why := decisions[m].kept) is not None}
+        needs = {m: why for m, decision in decisions.items() if (why := decision.required) is not None}
         dialect = engine.dialect(fmt)
-        return cls(engine, head, fmt, kinds, target_layers, dialect, modules, kept, needs, own_kinds)
+        return cls(engine, head, fmt, kinds, target_layers, dialect, modules, decisions, kept, needs, own_kinds)
+
+    def unquantized(self, module: RuntimeModule) -> str | None:
+        """Why the engine runs ``module`` unquantized whatever the config says (None: the config decides)."""
+        return self.decisions[module].unquantized
 
     def kinds_of(self, module: RuntimeModule) -> KindPair:
         """The kinds ``module`` is stored in (its members share them)."""
@@ -75,15 +75,3 @@ class EngineView:
     def modules(self, count: int | None = None) -> list[RuntimeModule]:
         """The engine's runtime modules under a target of ``count`` layers (default: the last count proven)."""
         return self.modules_by_count[self.counts[-1] if count is None else count]
-
-
-def _kept_reason(
-    engine: Engine, head: HeadDescription, module: RuntimeModule, fmt: Format, kinds: KindPair
-) -> str | None:
-    """Why the checkpoint must keep ``module`` unquantized for ``engine``: it runs it unquantized whatever the config
-    says, or cannot load it quantized (None: it may be quantized)."""
-    return (
-        engine.unquantized_reason(module, kinds, fmt)
-        or engine.load_refusal(module, kinds, fmt)
-        or engine.head_load_refusal(head, module, kinds, fmt)
-    )

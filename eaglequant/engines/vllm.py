@@ -50,7 +50,9 @@ from eaglequant.engines.base import (
     LayerCountNeeded,
     RuntimeModule,
     ServingSnippet,
+    decided,
     exact_or_regex_rule,
+    lm_head_config_kept,
     weight_only_integer_groups,
 )
 from eaglequant.engines.cells import (
@@ -67,6 +69,7 @@ from eaglequant.engines.cells import (
     loads,
     loads_if,
 )
+from eaglequant.engines.decision import ModuleDecision
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -190,6 +193,33 @@ CELLS: Cells = {
 }
 
 
+_MLA_LM_HEAD = "vLLM builds an MLA draft's lm_head without a quant config (deepseek_eagle3.py)"
+
+
+def _kv_b_split_refusal(module: RuntimeModule, kinds: KindPair) -> str | None:
+    kind = kinds.weight_kind
+    if kind.rows_per_scale > 1 and "kv_b_proj" in module.leaves and module.out_features[0] % kind.rows_per_scale:
+        return (
+            f"vLLM splits an MLA kv_b_proj by whole {kind.rows_per_scale}-row scale blocks, and its "
+            f"{module.out_features[0]} rows are not a multiple (mla_attention.py::split_kv_b_proj)"
+        )
+    return None
+
+
+def _base_qkv_refusal(module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
+    group = kinds.weight_kind.columns_per_scale
+    hidden = module.hidden_size
+    if module.attention != "mha" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
+        return None
+    if not weight_only_integer_groups(kinds, fmt):
+        return None
+    return (
+        f"vLLM's Llama draft first builds a base qkv_proj for the hidden size ({hidden}) at the same name, and its "
+        f"integer weight-only method refuses in-features that are not a multiple of {group} "
+        "(compressed_tensors_wNa16.py::create_weights -> verify_group_size_divides_partition)"
+    )
+
+
 class VllmEngine(Engine):
     name: ClassVar[str] = "vllm"
     key: ClassVar[str] = "vllm"
@@ -200,9 +230,13 @@ class VllmEngine(Engine):
     lm_head_quant_methods: ClassVar[Mapping[str, str]] = {
         "modelopt": "ModelOpt's get_quant_method quantizes the ParallelLMHead (modelopt.py)"
     }
-    mixed_formats: ClassVar[Mapping[str, str]] = {
+    per_module_configs: ClassVar[Mapping[str, str]] = {
         "modelopt": "MIXED_PRECISION: each module's algorithm looked up by its runtime name, lm_head included "
-        "(modelopt.py::ModelOptMixedPrecisionConfig)"
+        "(modelopt.py::ModelOptMixedPrecisionConfig)",
+        "quark": "layer_quant_config looked up by the module's runtime name before global_quant_config "
+        "(quark/quark.py::QuarkConfig._find_matched_config)",
+        "compressed-tensors": "each config_groups entry's targets matched against the module's runtime name, names "
+        "before the Linear class (compressed_tensors.py::CompressedTensorsConfig.get_scheme, find_matched_target)",
     }
     fc_source: ClassVar[str] = (
         "fc is a ReplicatedLinear built with the draft's quant config (llama_eagle3.py, deepseek_eagle3.py)"
@@ -227,40 +261,12 @@ class VllmEngine(Engine):
         local = linear.module.split(".", 2)[2]  # "self_attn.o_proj"
         return (f"model.layers.{target_layers + linear.layer}.{local}",)
 
-    def lm_head_unquantized(self, attention: str) -> str | None:
-        if attention == "mla":
-            return "vLLM builds an MLA draft's lm_head without a quant config (deepseek_eagle3.py)"
-        return None
-
-    def unquantized_reason(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        if module.names == ("lm_head",) and module.runs_unquantized is None:
-            return self.lm_head_config_reason(fmt)
-        return module.runs_unquantized
-
-    def load_refusal(self, module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-        kind = kinds.weight_kind
-        leaves = module.leaves
-        if kind.rows_per_scale > 1 and "kv_b_proj" in leaves and module.out_features[0] % kind.rows_per_scale:
-            return (
-                f"vLLM splits an MLA kv_b_proj by whole {kind.rows_per_scale}-row scale blocks, and its "
-                f"{module.out_features[0]} rows are not a multiple (mla_attention.py::split_kv_b_proj)"
-            )
-        return None
-
-    def head_load_refusal(
-        self, head: HeadDescription, module: RuntimeModule, kinds: KindPair, fmt: Format
-    ) -> str | None:
-        group = kinds.weight_kind.columns_per_scale
-        hidden = head.dims.hidden_size
-        if head.attention != "mha" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
-            return None
-        if not weight_only_integer_groups(kinds, fmt):
-            return None
-        return (
-            f"vLLM's Llama draft first builds a base qkv_proj for the hidden size ({hidden}) at the same name, and its "
-            f"integer weight-only method refuses in-features that are not a multiple of {group} "
-            "(compressed_tensors_wNa16.py::create_weights -> verify_group_size_divides_partition)"
-        )
+    def decide(self, module: RuntimeModule, fmt: Format, kinds: KindPair, mixed: bool = False) -> ModuleDecision:
+        kept = None
+        if module.is_lm_head:
+            kept = _MLA_LM_HEAD if module.attention == "mla" else lm_head_config_kept(self, fmt)
+        refusal = _kv_b_split_refusal(module, kinds) or _base_qkv_refusal(module, kinds, fmt)
+        return decided(self, module, fmt, kinds, mixed, kept=kept, refusal=refusal)
 
     def dialects(self) -> dict[str, Dialect]:
         # Quark's exclude and compressed-tensors' ignore share vLLM's find_matching_patterns.

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.errors import InputError, SchemeError
 from eaglequant.common.findings import Finding
+from eaglequant.formats.quant_config import QuantConfig
 from eaglequant.formats.stored_tensors import Placement, StoredTensor
 from eaglequant.kinds import KindPair, WeightKind, kinds_title
 from eaglequant.layouts.head import HeadDescription, HeadLinear
@@ -40,28 +41,50 @@ class GroupScales:
 
 @dataclass(frozen=True)
 class WrittenConfig:
-    """A checkpoint's quantization config read back: the scheme it declares and its exclusion rules.
+    """A checkpoint's quantization config read back: the typed config it declares, and the contradictions inside the
+    config files themselves (about the file).
 
-    A config with per-module kinds (ModelOpt's MIXED_PRECISION) names each quantized module by the engine's runtime
-    name (``model.layers.61.mlp.gate_up_proj``) with its kinds, in ``module_kinds``; any module it does not name runs
-    unquantized, and ``kinds`` is then the kinds most named modules are in. Which canonical linears a runtime name
-    stands for is the engine's to say (:mod:`eaglequant.readback.module_kinds`)."""
+    A config with per-module kinds names each module of another kinds by the engine's runtime name
+    (``model.layers.61.mlp.gate_up_proj``), in ``module_kinds``; which canonical linears a runtime name stands for is
+    the engine's to say (:mod:`eaglequant.readback.module_kinds`)."""
 
     format_name: str
-    kinds: KindPair
-    patterns: list[str]  # exclusion rules, as the engines read them
-    problems: list[Finding]  # contradictions inside the config files themselves, about the file
-    module_kinds: dict[str, KindPair] = field(default_factory=dict)  # runtime name -> kinds; empty: one kinds for all
+    config: QuantConfig
+    problems: list[Finding] = field(default_factory=list)
+
+    @property
+    def kinds(self) -> KindPair:
+        """The default group's kinds (or, where every quantized module is listed, the kinds most are in)."""
+        return self.config.kinds
+
+    @property
+    def patterns(self) -> list[str]:
+        """The exclusion rules, as the engines read them."""
+        return list(self.config.exclude)
+
+    @property
+    def module_kinds(self) -> dict[str, KindPair]:
+        """Runtime name -> kinds, for each module a group names; empty: one kinds for all."""
+        return self.config.module_kinds
 
     @property
     def listed(self) -> frozenset[str] | None:
-        """The runtime modules a per-module config names as quantized; None: not a per-module config."""
-        return frozenset(self.module_kinds) if self.module_kinds else None
+        """The runtime modules a config that lists every quantized module names; None: a config with a default."""
+        return frozenset(self.module_kinds) if self.config.default is None else None
 
     @property
     def declared_kinds(self) -> list[KindPair]:
         """Every kinds the config declares, ``kinds`` first, each once."""
-        return list(dict.fromkeys([self.kinds, *self.module_kinds.values()]))
+        return self.config.declared_kinds
+
+
+@dataclass(frozen=True)
+class ConfigFiles:
+    """What :meth:`Format.write_config` writes: config.json's ``quantization_config`` and the format's JSON files
+    beside config.json, by name."""
+
+    quantization_config: dict[str, Any]
+    side_files: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -199,6 +222,11 @@ class Format(ABC):
         self.check_stores(scheme)
         return next(r for r in self.recipes if r.kind is scheme.kinds.weight_kind)
 
+    def recipe_for(self, kinds: KindPair) -> Recipe:
+        """This format's recipe for ``kinds`` (refused where it cannot store them)."""
+        self._algorithm_of(kinds)
+        return next(r for r in self.recipes if r.kind is kinds.weight_kind)
+
     def shape_problem(self, linear: HeadLinear, scheme: Scheme, fused_before_last: bool = False) -> Finding | None:
         """Why ``linear`` cannot be stored quantized in this format, about the linear, or None
         (``fused_before_last``: see :meth:`WeightKind.shape_problem`): the kind's problem, or ``columns-unaligned``."""
@@ -268,78 +296,64 @@ class Format(ABC):
         them, with this format's scale convention turned into a multiplier."""
         return self.recipe(scheme).stored(linear, scheme, tensors)
 
-    def quantization_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
-        """The ``quantization_config`` object for config.json; ``modules``: each runtime module -> its scheme (None:
-        unquantized); ``exclude``: the exclusion rules. One form for a checkpoint whose quantized modules share one
-        kind, the per-module form otherwise."""
-        shared = shared_scheme(modules)
-        return self.scheme_config(shared, exclude) if shared else self.per_module_config(modules, exclude)
-
-    def extra_files(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, dict[str, Any]]:
-        """Further JSON files the format writes beside config.json, as :meth:`quantization_config` decides."""
-        shared = shared_scheme(modules)
-        return self.scheme_files(shared, exclude) if shared else self.per_module_files(modules, exclude)
-
-    def declared_algorithm(self, modules: Mapping[str, Scheme | None]) -> str | None:
-        """The vendor's name :meth:`quantization_config` declares for ``modules``: the shared scheme's, or the
-        per-module form's (:attr:`per_module_algorithm`)."""
-        shared = shared_scheme(modules)
-        return self.algorithm(shared) if shared else self.per_module_algorithm
-
-    @abstractmethod
-    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        """The ``quantization_config`` of a checkpoint whose quantized linears are all in ``scheme``."""
-
-    def scheme_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
-        """The side files of a checkpoint whose quantized linears are all in ``scheme`` (none by default)."""
-        return {}
-
-    # Whether the format stores linears of different kinds in one checkpoint (per_module_config), and its name for
-    # that form of config.
-    stores_mixed: ClassVar[bool] = False
+    # Whether the format's per-module form lists every quantized module, so that a module it does not list runs
+    # unquantized (ModelOpt's MIXED_PRECISION); the others keep a default group beside the named ones.
+    names_every_module: ClassVar[bool] = False
+    # The vendor's name for a config with per-module kinds, where it has one (None: the groups' names joined).
     per_module_algorithm: ClassVar[str | None] = None
 
-    def per_module_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
-        """The ``quantization_config`` of a checkpoint whose quantized modules have different kinds."""
-        raise SchemeError(f"{self.title} cannot store linears of different kinds in one checkpoint")
+    @property
+    def stores_mixed(self) -> bool:
+        """Whether one checkpoint in this format can hold linears of different kinds (it stores more than one)."""
+        return len(self.algorithms) > 1
 
-    def per_module_files(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, dict[str, Any]]:
-        """The side files of a checkpoint whose quantized modules have different kinds (none by default)."""
-        return {}
+    def config_for(self, modules: Mapping[str, KindPair | None], exclude: list[str], main: KindPair) -> QuantConfig:
+        """The config of a checkpoint whose runtime modules are in ``modules``' kinds (None: unquantized), in this
+        format's form (:meth:`QuantConfig.of`)."""
+        return QuantConfig.of(modules, exclude, main, default_group=not self.names_every_module)
+
+    def declared_algorithm(self, config: QuantConfig) -> str:
+        """The vendor's name for what ``config`` declares: its one scheme's, or the per-module form's."""
+        if not config.per_module:
+            return self._algorithm_of(config.kinds)
+        return self.per_module_algorithm or " + ".join(self._algorithm_of(g.kinds) for g in config.groups)
+
+    def _algorithm_of(self, kinds: KindPair) -> str:
+        algorithm = self.algorithms.get(kinds)
+        if algorithm is None:
+            raise SchemeError(f"format {self.name!r} cannot store {kinds_title(kinds)}")
+        return algorithm
 
     @abstractmethod
-    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
-        """The parts of a config that decide the scheme, normalised so that two configs declaring the
-        same scheme compare equal (versions, observers and exclusions left out)."""
+    def write_config(self, config: QuantConfig) -> ConfigFiles:
+        """config.json's ``quantization_config`` and the side files that declare ``config``, as the vendor writes
+        them (a flat config as its export does, per-module kinds where the engines' readers look for them)."""
 
+    @abstractmethod
     def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
-        """Which scheme a config declares and which rules exclude modules; ``extra``: the format's own
-        files beside config.json (by name) that were found."""
-        from eaglequant.schemes.model import default_scheme_for
+        """The config that ``quantization_config`` and ``extra`` (the format's own files beside config.json, by name)
+        declare: the inverse of :meth:`write_config`. A scheme eaglequant does not model is refused."""
 
-        found = self.scheme_fields(quantization_config)
-        for kinds in self.algorithms:
-            if found == self.scheme_fields(self.scheme_config(default_scheme_for(kinds), [])):
-                return WrittenConfig(self.name, kinds, self._patterns(quantization_config), [])
-        raise InputError(
+    @abstractmethod
+    def matches_target(self, target: str, runtime_name: str) -> bool:
+        """Whether the engines' reader of this format gives a module named ``runtime_name`` the kinds of a group
+        naming ``target`` (vLLM and SGLang match group targets alike)."""
+
+    def unmodelled(self, found: object) -> InputError:
+        """The error for a config declaring a scheme eaglequant does not model (``found``: what it declares)."""
+        return InputError(
             f"config.json: the {self.title} quantization_config declares a scheme eaglequant does not model "
             f"({_short(found)})",
             hint=f"eaglequant reads {', '.join(sorted(set(self.algorithms.values())))}",
         )
 
-    def _patterns(self, quantization_config: dict[str, Any]) -> list[str]:
-        rules = quantization_config.get(self.exclude_key) or []
+    def read_exclude(self, quantization_config: dict[str, Any], key: str | None = None) -> tuple[str, ...]:
+        """The exclusion rules under ``key`` (default: :attr:`exclude_key`), checked to be a list of strings."""
+        key = key or self.exclude_key
+        rules = quantization_config.get(key) or []
         if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
-            raise InputError(f"config.json: quantization_config.{self.exclude_key} must be a list of strings")
-        return list(rules)
-
-
-def shared_scheme(modules: Mapping[str, Scheme | None]) -> Scheme | None:
-    """The scheme of every quantized module when they share one kind (the first one's), else None."""
-    quantized = [scheme for scheme in modules.values() if scheme is not None]
-    if not quantized or any(scheme.kinds != quantized[0].kinds for scheme in quantized):
-        return None
-    return quantized[0]
+            raise InputError(f"config.json: quantization_config.{key} must be a list of strings")
+        return tuple(rules)
 
 
 def _short(value: object, limit: int = 160) -> str:

@@ -19,12 +19,14 @@ linears stay unquantized.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.formats.base import Format, GroupScales, Recipe
+from eaglequant.formats.base import ConfigFiles, Format, GroupScales, Recipe, WrittenConfig
 from eaglequant.formats.compressed_tensors_args import COMPRESSED_TENSORS_VERSION, CtRecipe, PerChannelRecipe, ct_args
 from eaglequant.formats.compressed_tensors_int import Int4Group, Int4GroupAsym, Int8Channel
+from eaglequant.formats.quant_config import ConfigGroup, QuantConfig
 from eaglequant.formats.stored_tensors import (
     DtypeOf,
     StoredTensor,
@@ -35,12 +37,15 @@ from eaglequant.formats.stored_tensors import (
     single,
     weight_codes,
 )
-from eaglequant.kinds import FP8_BLOCK, FP8_CHANNEL, MXFP4, NVFP4, WeightKind
+from eaglequant.kinds import FP8_BLOCK, FP8_CHANNEL, MXFP4, NVFP4, KindPair, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
     import torch
+
+
+MIXED_PRECISION = "mixed-precision"  # the top-level format of groups in different formats (CompressionFormat)
 
 
 class _Fp8Channel(PerChannelRecipe):
@@ -164,45 +169,79 @@ class CompressedTensorsFormat(Format):
     )
     weight_params: ClassVar[tuple[str, ...]] = ("weight", "weight_packed")
 
-    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        recipe = self.recipe(scheme)
+    def write_config(self, config: QuantConfig) -> ConfigFiles:
+        """``model_free_ptq``'s config: one ``config_groups`` entry per group, named by its preset. The default group
+        targets the Linear class; a group naming modules lists their runtime names as its targets, which vLLM and
+        SGLang match before any class name. Groups in different formats make the top-level format
+        ``mixed-precision``, as compressed-tensors writes it."""
+        groups = {self._algorithm_of(group.kinds): self._group(group) for group in config.groups}
+        formats = {group["format"] for group in groups.values()}
+        fmt = formats.pop() if len(formats) == 1 else MIXED_PRECISION
+        return ConfigFiles(
+            {
+                "config_groups": groups,
+                "format": fmt,
+                "global_compression_ratio": None,
+                "ignore": list(config.exclude),
+                "kv_cache_scheme": None,
+                "quant_method": "compressed-tensors",
+                "quantization_status": "compressed",
+                "transform_config": {},
+                "version": COMPRESSED_TENSORS_VERSION,
+            }
+        )
+
+    def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
+        groups = quantization_config.get("config_groups")
+        if not isinstance(groups, dict) or not groups:
+            raise self.unmodelled(("config_groups", groups))
+        default: KindPair | None = None
+        module_kinds: dict[str, KindPair] = {}
+        for group in groups.values():
+            kinds = self._kinds_of(group, quantization_config.get("format"))
+            targets = group.get("targets")
+            if targets == ["Linear"] and default is None:
+                default = kinds
+            elif isinstance(targets, list) and targets and "Linear" not in targets:
+                module_kinds.update(dict.fromkeys(map(str, targets), kinds))
+            else:
+                raise self.unmodelled(("targets", targets))
+        if default is None:
+            raise self.unmodelled(("targets", "no group targets Linear"))
+        written = QuantConfig.listed(default, module_kinds, self.read_exclude(quantization_config))
+        return WrittenConfig(self.name, written)
+
+    def matches_target(self, target: str, runtime_name: str) -> bool:
+        # compressed_tensors/utils.py::find_matched_target: equal, or re: + re.match (class names do not name modules)
+        return re.match(target[3:], runtime_name) is not None if target.startswith("re:") else target == runtime_name
+
+    def _group(self, group: ConfigGroup) -> dict[str, Any]:
+        kinds = group.kinds
+        recipe = self.recipe_for(kinds)
         assert isinstance(recipe, CtRecipe)
-        algorithm = recipe.algorithms[scheme.kinds.activation]
-        fmt = recipe.compression_format
-        activation = None if scheme.activation is None else dict(recipe.input_args[scheme.activation.kind.name])
         return {
-            "config_groups": {
-                algorithm: {
-                    "format": fmt,
-                    "input_activations": activation,
-                    "output_activations": None,
-                    "targets": ["Linear"],
-                    "weights": dict(recipe.weight_args),
-                }
-            },
-            "format": fmt,
-            "global_compression_ratio": None,
-            "ignore": list(exclude),
-            "kv_cache_scheme": None,
-            "quant_method": "compressed-tensors",
-            "quantization_status": "compressed",
-            "transform_config": {},
-            "version": COMPRESSED_TENSORS_VERSION,
+            "format": recipe.compression_format,
+            "input_activations": None if kinds.activation is None else dict(recipe.input_args[kinds.activation]),
+            "output_activations": None,
+            "targets": list(group.targets) or ["Linear"],
+            "weights": dict(recipe.weight_args),
         }
 
-    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
-        groups = quantization_config.get("config_groups")
-        if not isinstance(groups, dict) or len(groups) != 1:
-            return ("config_groups", len(groups) if isinstance(groups, dict) else None)
-        group = next(iter(groups.values()))
-        if not isinstance(group, dict):
-            return ("config_groups", None)
-        return (
-            group.get("format", quantization_config.get("format")),
-            group.get("targets"),
+    def _kinds_of(self, group: object, top_format: object) -> KindPair:
+        """The kinds a ``config_groups`` entry declares, read by the fields that decide them."""
+        group = group if isinstance(group, dict) else {}
+        found = (
+            group.get("format", top_format),
             _args_fields(group.get("weights")),
             _args_fields(group.get("input_activations")),
         )
+        for kinds in self.algorithms:
+            recipe = self.recipe_for(kinds)
+            assert isinstance(recipe, CtRecipe)
+            inputs = recipe.input_args[kinds.activation] if kinds.activation else None
+            if found == (recipe.compression_format, _args_fields(recipe.weight_args), _args_fields(inputs)):
+                return kinds
+        raise self.unmodelled(found)
 
 
 _ARGS_KEYS = ("num_bits", "type", "strategy", "group_size", "dynamic", "symmetric")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.findings import Finding
-from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.formats.base import ConfigFiles, Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.formats.quant_config import QuantConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_block, weight_codes
 from eaglequant.kinds import FP8_BLOCK, WeightKind
 from eaglequant.layouts.head import HeadLinear
@@ -54,39 +55,46 @@ class Fp8Format(Format):
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Block(),)
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
 
-    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        block_size = self.recipe(scheme).kind.block_size
-        assert isinstance(block_size, tuple)
-        return {
-            "quant_method": "fp8",
-            "fmt": "e4m3",
-            "activation_scheme": "dynamic",
-            "weight_block_size": list(block_size),
-            "modules_to_not_convert": list(exclude),
-        }
-
-    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
-        return (
-            quantization_config.get("activation_scheme"),
-            quantization_config.get("weight_block_size"),
-            quantization_config.get("fmt", "e4m3"),
+    def write_config(self, config: QuantConfig) -> ConfigFiles:
+        block_size = self.recipe_for(config.kinds).kind.block_size
+        assert isinstance(block_size, tuple) and not config.per_module
+        return ConfigFiles(
+            {
+                "quant_method": "fp8",
+                "fmt": "e4m3",
+                "activation_scheme": "dynamic",
+                "weight_block_size": list(block_size),
+                "modules_to_not_convert": list(config.exclude),
+            }
         )
 
     def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
         """A config that also has ``ignored_layers`` is read differently by each engine: vLLM takes it unless it is
         empty, SGLang whenever it is present, TensorRT-LLM never. The rules are vLLM's; a disagreement is a problem
         (``exclusion-keys-disagree``, about config.json)."""
-        written = super().read_config(quantization_config, extra)
-        if IGNORED_LAYERS not in quantization_config:
-            return written
-        ignored = self._patterns({self.exclude_key: quantization_config[IGNORED_LAYERS]})
-        if ignored != written.patterns:
-            text = (
-                f"quantization_config has both {IGNORED_LAYERS} {ignored!r} and {self.exclude_key} "
-                f"{written.patterns!r}: vLLM and SGLang read the first (vLLM only when it is not empty), "
-                "TensorRT-LLM the second"
-            )
-            written.problems.append(Finding("exclusion-keys-disagree", "config.json", text))
-        if ignored:
-            written.patterns[:] = ignored
-        return written
+        found = (
+            quantization_config.get("activation_scheme"),
+            quantization_config.get("weight_block_size"),
+            quantization_config.get("fmt", "e4m3"),
+        )
+        kinds = next(iter(self.algorithms))
+        block_size = self.recipe_for(kinds).kind.block_size
+        assert isinstance(block_size, tuple)
+        if found != ("dynamic", list(block_size), "e4m3"):
+            raise self.unmodelled(found)
+        patterns = self.read_exclude(quantization_config)
+        problems = []
+        if IGNORED_LAYERS in quantization_config:
+            ignored = self.read_exclude(quantization_config, IGNORED_LAYERS)
+            if ignored != patterns:
+                text = (
+                    f"quantization_config has both {IGNORED_LAYERS} {list(ignored)!r} and {self.exclude_key} "
+                    f"{list(patterns)!r}: vLLM and SGLang read the first (vLLM only when it is not empty), "
+                    "TensorRT-LLM the second"
+                )
+                problems.append(Finding("exclusion-keys-disagree", "config.json", text))
+            patterns = ignored or patterns
+        return WrittenConfig(self.name, QuantConfig.flat(kinds, patterns), problems)
+
+    def matches_target(self, target: str, runtime_name: str) -> bool:
+        return False  # one kind per checkpoint: no group names a module

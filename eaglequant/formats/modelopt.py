@@ -14,20 +14,18 @@ unquantized. Exclusions are ModelOpt wildcards (``*``), matched by each engine's
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.errors import CheckpointError, suggested, words
 from eaglequant.common.findings import Finding
-from eaglequant.formats.base import Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.formats.base import ConfigFiles, Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.formats.quant_config import QuantConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, scalar, weight_codes
 from eaglequant.kinds import FP8_CHANNEL, NVFP4, KindPair, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     import torch
 
 MODELOPT_VERSION = "0.47.0"
@@ -42,7 +40,7 @@ class _ModelOptRecipe(Recipe):
 
     group_size: ClassVar[int | None] = None
 
-    def config_groups(self, scheme: Scheme) -> dict[str, Any] | None:
+    def config_groups(self, kinds: KindPair) -> dict[str, Any] | None:
         return None
 
 
@@ -73,9 +71,9 @@ class _Nvfp4(_ModelOptRecipe):
         StoredTensor("input_scale", "F32", scalar, with_activations=True),  # activation amax / 2688, shared too
     )
 
-    def config_groups(self, scheme: Scheme) -> dict[str, Any] | None:
+    def config_groups(self, kinds: KindPair) -> dict[str, Any] | None:
         group: dict[str, Any] = {}
-        if scheme.activation is not None:
+        if kinds.activation is not None:
             group["input_activations"] = dict(_FP4_ARGS)
         group["weights"] = dict(_FP4_ARGS)
         group["targets"] = ["Linear"]
@@ -110,67 +108,60 @@ class ModelOptFormat(Format):
     exclude_dialect: ClassVar[str] = "wildcard"
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Nvfp4())
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale")
-    stores_mixed: ClassVar[bool] = True
     per_module_algorithm: ClassVar[str | None] = MIXED
 
-    def _recipe(self, scheme: Scheme) -> _ModelOptRecipe:
-        recipe = self.recipe(scheme)
-        assert isinstance(recipe, _ModelOptRecipe)
-        return recipe
+    names_every_module: ClassVar[bool] = True
 
-    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        """The flat form ModelOpt's export writes into config.json."""
-        groups = self._recipe(scheme).config_groups(scheme)
-        config: dict[str, Any] = {} if groups is None else {"config_groups": groups}
-        config.update(
+    def write_config(self, config: QuantConfig) -> ConfigFiles:
+        """``export_hf_checkpoint``'s two files: config.json's flat form and hf_quant_config.json's nested one. A
+        config with per-module kinds is MIXED_PRECISION: each quantized module's algorithm in ``quantized_layers``,
+        keyed by the engine's runtime name (vLLM looks a module up by its exact prefix), the others excluded."""
+        exclude = list(config.exclude)
+        if config.per_module:
+            layers = {name: self._layer_entry(kinds) for name, kinds in sorted(config.module_kinds.items())}
+            flat = {
+                "ignore": exclude,
+                "quant_algo": MIXED,
+                "quantized_layers": layers,
+                "producer": dict(PRODUCER),
+                "quant_method": "modelopt",
+            }
+            nested: dict[str, Any] = {
+                "quant_algo": MIXED,
+                "kv_cache_quant_algo": None,
+                "exclude_modules": list(exclude),
+            }
+            nested["quantized_layers"] = {name: dict(entry) for name, entry in layers.items()}
+            return ConfigFiles(flat, {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": nested}})
+        kinds = config.kinds
+        recipe = self._recipe(kinds)
+        groups = recipe.config_groups(kinds)
+        flat = {} if groups is None else {"config_groups": groups}
+        flat.update(
             {
-                "ignore": list(exclude),
-                "quant_algo": self.algorithm(scheme),
+                "ignore": exclude,
+                "quant_algo": self.algorithms[kinds],
                 "producer": dict(PRODUCER),
                 "quant_method": "modelopt",
             }
         )
-        return config
+        nested = {"quant_algo": self.algorithms[kinds], "kv_cache_quant_algo": None}
+        if recipe.group_size is not None:
+            nested["group_size"] = recipe.group_size
+        nested["exclude_modules"] = list(exclude)
+        return ConfigFiles(flat, {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": nested}})
 
-    def scheme_files(self, scheme: Scheme, exclude: list[str]) -> dict[str, dict[str, Any]]:
-        quantization: dict[str, Any] = {"quant_algo": self.algorithm(scheme), "kv_cache_quant_algo": None}
-        group_size = self._recipe(scheme).group_size
-        if group_size is not None:
-            quantization["group_size"] = group_size
-        quantization["exclude_modules"] = list(exclude)
-        return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
+    def matches_target(self, target: str, runtime_name: str) -> bool:
+        return target == runtime_name  # ModelOptMixedPrecisionConfig: the exact runtime prefix
 
-    def _layer_entries(self, modules: Mapping[str, Scheme | None]) -> dict[str, dict[str, Any]]:
-        entries = {}
-        for name, scheme in sorted(modules.items()):
-            if scheme is None:
-                continue
-            group_size = self._recipe(scheme).group_size
-            entries[name] = {"quant_algo": self.algorithm(scheme), **({"group_size": group_size} if group_size else {})}
-        return entries
+    def _recipe(self, kinds: KindPair) -> _ModelOptRecipe:
+        recipe = self.recipe_for(kinds)
+        assert isinstance(recipe, _ModelOptRecipe)
+        return recipe
 
-    def per_module_config(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, Any]:
-        """ModelOpt's MIXED_PRECISION: each quantized module's algorithm in ``quantized_layers``, keyed by the
-        engine's runtime name (vLLM looks a module up by its exact prefix), the others excluded."""
-        return {
-            "ignore": list(exclude),
-            "quant_algo": MIXED,
-            "quantized_layers": self._layer_entries(modules),
-            "producer": dict(PRODUCER),
-            "quant_method": "modelopt",
-        }
-
-    def per_module_files(self, modules: Mapping[str, Scheme | None], exclude: list[str]) -> dict[str, dict[str, Any]]:
-        quantization: dict[str, Any] = {
-            "quant_algo": MIXED,
-            "kv_cache_quant_algo": None,
-            "exclude_modules": list(exclude),
-            "quantized_layers": self._layer_entries(modules),
-        }
-        return {HF_QUANT_CONFIG: {"producer": dict(PRODUCER), "quantization": quantization}}
-
-    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
-        return quantization_config.get("quant_algo")
+    def _layer_entry(self, kinds: KindPair) -> dict[str, Any]:
+        group_size = self._recipe(kinds).group_size
+        return {"quant_algo": self.algorithms[kinds], **({"group_size": group_size} if group_size else {})}
 
     def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
         """config.json's flat form is what vLLM reads; TensorRT-LLM prefers hf_quant_config.json. Both
@@ -181,7 +172,12 @@ class ModelOptFormat(Format):
         flat = quantization_config if "quant_algo" in quantization_config else None
         if flat is None and isinstance(nested, dict):
             flat = {"quant_algo": nested.get("quant_algo"), "ignore": nested.get("exclude_modules") or []}
-        written = super().read_config(flat or quantization_config, extra)
+        declared = (flat or quantization_config).get("quant_algo")
+        by_algo = {algo: kinds for kinds, algo in self.algorithms.items()}
+        if declared not in by_algo:
+            raise self.unmodelled(declared)
+        config = QuantConfig.flat(by_algo[declared], self.read_exclude(flat or quantization_config))
+        written = WrittenConfig(self.name, config)
         if flat is quantization_config and "exclude_modules" in flat and "ignore" not in flat:
             text = (
                 "config.json's quantization_config lists exclude_modules but no ignore: vLLM 0.32.0 reads ignore only "
@@ -216,8 +212,6 @@ class ModelOptFormat(Format):
                     hint=f"eaglequant reads {', '.join(sorted(by_algo))}",
                 )
             module_kinds[name] = by_algo[algo]
-        # the kinds most modules are in (ties: the first listed); only a default, each module keeps its own
-        main = Counter(module_kinds.values()).most_common(1)[0][0]
         problems = []
         if isinstance(nested, dict) and nested.get("quantized_layers") != listed:
             text = (
@@ -225,5 +219,5 @@ class ModelOptFormat(Format):
                 "the first, vLLM the second"
             )
             problems.append(Finding("configs-disagree", HF_QUANT_CONFIG, text))
-        patterns = self._patterns(flat if "quant_algo" in flat else {"ignore": (nested or {}).get("exclude_modules")})
-        return WrittenConfig(self.name, main, patterns, problems, module_kinds)
+        source = flat if "quant_algo" in flat else {"ignore": (nested or {}).get("exclude_modules")}
+        return WrittenConfig(self.name, QuantConfig.listed(None, module_kinds, self.read_exclude(source)), problems)

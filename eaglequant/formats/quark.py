@@ -16,11 +16,14 @@ per-tensor (unshared) ``weight_scale_2`` and no input scale, which vLLM's Quark 
 from __future__ import annotations
 
 import copy
+import fnmatch
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from eaglequant.formats.base import Format, GroupScales, Recipe
+from eaglequant.common.errors import InputError
+from eaglequant.formats.base import ConfigFiles, Format, GroupScales, Recipe, WrittenConfig
+from eaglequant.formats.quant_config import QuantConfig
 from eaglequant.formats.stored_tensors import StoredTensor, per_group, per_row, weight_codes
-from eaglequant.kinds import FP8_CHANNEL, INT8_CHANNEL, MXFP4, WeightKind
+from eaglequant.kinds import FP8_CHANNEL, INT8_CHANNEL, MXFP4, KindPair, WeightKind
 from eaglequant.layouts.head import HeadLinear
 from eaglequant.schemes.model import Scheme
 
@@ -134,44 +137,74 @@ class QuarkFormat(Format):
     recipes: ClassVar[tuple[Recipe, ...]] = (_Fp8Channel(), _Mxfp4(), _Int8Channel())
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale", "weight_scale_2", "input_scale", "input_scale_2")
 
-    def scheme_config(self, scheme: Scheme, exclude: list[str]) -> dict[str, Any]:
-        recipe = self.recipe(scheme)
+    def write_config(self, config: QuantConfig) -> ConfigFiles:
+        """Quark's export: the default group in ``global_quant_config``; a group naming modules puts each module's
+        spec in ``layer_quant_config``, keyed by its runtime name (which vLLM and SGLang look up first)."""
+        default = config.default
+        assert default is not None, "a Quark config always has a global_quant_config"
+        layers = {target: self._spec(kinds) for target, kinds in sorted(config.module_kinds.items())}
+        return ConfigFiles(
+            {
+                "global_quant_config": self._spec(default.kinds),
+                "exclude": list(config.exclude),
+                "algo_config": None,
+                "softmax_quant_spec": None,
+                "quant_method": "quark",
+                "layer_type_quant_config": {},
+                "layer_quant_config": layers,
+                "kv_cache_quant_config": {},
+                "kv_cache_post_rope": False,
+                "quant_mode": "eager_mode",
+                "version": QUARK_VERSION,
+                "export": {
+                    "kv_cache_group": [],
+                    "min_kv_scale": 0.0,
+                    "pack_method": "reorder",
+                    "weight_format": "real_quantized",
+                    "weight_merge_groups": None,
+                },
+            }
+        )
+
+    def read_config(self, quantization_config: dict[str, Any], extra: dict[str, dict[str, Any]]) -> WrittenConfig:
+        if quantization_config.get("layer_type_quant_config"):
+            raise self.unmodelled({"layer_type_quant_config": quantization_config["layer_type_quant_config"]})
+        default = self._kinds_of(quantization_config.get("global_quant_config"))
+        layers = quantization_config.get("layer_quant_config") or {}
+        if not isinstance(layers, dict):
+            raise InputError("config.json: quantization_config.layer_quant_config must be an object")
+        module_kinds = {str(target): self._kinds_of(spec) for target, spec in layers.items()}
+        return WrittenConfig(
+            self.name, QuantConfig.listed(default, module_kinds, self.read_exclude(quantization_config))
+        )
+
+    def matches_target(self, target: str, runtime_name: str) -> bool:
+        # QuarkConfig.get_layer_quant_config_from_name: fnmatch for a pattern with '*', else the name inside it
+        return fnmatch.fnmatch(runtime_name, target) if "*" in target else runtime_name in target
+
+    def _spec(self, kinds: KindPair) -> dict[str, Any]:
+        """A ``global_quant_config`` / ``layer_quant_config`` entry for ``kinds``."""
+        recipe = self.recipe_for(kinds)
         assert isinstance(recipe, _QuarkRecipe)
-        activation = None if scheme.activation is None else copy.deepcopy(recipe.input_spec)
         return {
-            "global_quant_config": {
-                "input_tensors": activation,
-                "output_tensors": None,
-                "weight": copy.deepcopy(recipe.weight_spec),
-                "bias": None,
-                "target_device": None,
-            },
-            "exclude": list(exclude),
-            "algo_config": None,
-            "softmax_quant_spec": None,
-            "quant_method": "quark",
-            "layer_type_quant_config": {},
-            "layer_quant_config": {},
-            "kv_cache_quant_config": {},
-            "kv_cache_post_rope": False,
-            "quant_mode": "eager_mode",
-            "version": QUARK_VERSION,
-            "export": {
-                "kv_cache_group": [],
-                "min_kv_scale": 0.0,
-                "pack_method": "reorder",
-                "weight_format": "real_quantized",
-                "weight_merge_groups": None,
-            },
+            "input_tensors": None if kinds.activation is None else copy.deepcopy(recipe.input_spec),
+            "output_tensors": None,
+            "weight": copy.deepcopy(recipe.weight_spec),
+            "bias": None,
+            "target_device": None,
         }
 
-    def scheme_fields(self, quantization_config: dict[str, Any]) -> object:
-        spec = quantization_config.get("global_quant_config")
+    def _kinds_of(self, spec: object) -> KindPair:
+        """The kinds a Quark spec entry declares, read by the fields that decide them."""
         spec = spec if isinstance(spec, dict) else {}
-        per_layer = bool(
-            quantization_config.get("layer_quant_config") or quantization_config.get("layer_type_quant_config")
-        )
-        return _spec_fields(spec.get("weight")), _spec_fields(spec.get("input_tensors")), per_layer
+        found = (_spec_fields(spec.get("weight")), _spec_fields(spec.get("input_tensors")))
+        for kinds in self.algorithms:
+            recipe = self.recipe_for(kinds)
+            assert isinstance(recipe, _QuarkRecipe)
+            declared = (_spec_fields(recipe.weight_spec), _spec_fields(recipe.input_spec) if kinds.activation else None)
+            if found == declared:
+                return kinds
+        raise self.unmodelled(found)
 
 
 _SPEC_KEYS = ("dtype", "qscheme", "ch_axis", "group_size", "scale_format", "is_dynamic")

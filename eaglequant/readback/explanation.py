@@ -279,7 +279,7 @@ def _read_module(
         excluded = sorted({n for (c, n), r in rules.items() if r is not None})
         why_partial = f"the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
         problems.append(Finding("excluded-in-some-spellings", shown, f"{shown}: {why_partial}"))
-    reason = engine.unquantized_reason(module, scheme.kinds, fmt) or (listed if rule is None else None)
+    reason = engine.decide(module, fmt, scheme.kinds).unquantized or (listed if rule is None else None)
     applies = reason is None and rule is None
     why = None if applies else (reason or f"excluded by {rule!r}")
     expects: list[ExpectedTensor] = []

@@ -77,11 +77,8 @@ def test_a_listed_name_for_another_target_is_caught(mixed: Path) -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"format": "compressed-tensors", "scheme_for": ["fc=nvfp4"]}, "cannot store linears of different kinds"),
-        (
-            {"format": "compressed-tensors"},
-            "compressed-tensors cannot store linears of different kinds.*format='modelopt'",
-        ),
+        ({"format": "compressed-tensors"}, "runs lm_head unquantized in compressed-tensors.*format='modelopt'"),
+        ({"format": "fp8", "scheme": "fp8-block", "scheme_for": ["fc=nvfp4"]}, "format 'fp8' cannot store scheme"),
         ({"format": "quark"}, "format 'quark' cannot store scheme 'nvfp4'"),
         (
             {"format": "modelopt", "engines": ["trtllm-main"], "scheme_for": ["fc=nvfp4"]},
@@ -189,7 +186,7 @@ def test_each_engine_module_is_judged_in_its_own_kinds() -> None:
     )
     kinds = {module.names[0]: view.kinds_of(module) for module in view.modules()}
     assert kinds["model.layers.61.mlp.down_proj"] == nvfp4 and kinds["model.layers.61.self_attn.o_proj"] == fp8
-    written = plan.quantization_config()
+    written = plan.config_files().quantization_config
     assert written["quant_algo"] == "MIXED_PRECISION"
     assert written["quantized_layers"]["model.layers.61.mlp.gate_up_proj"] == {
         "quant_algo": "W4A16_NVFP4",
@@ -201,8 +198,10 @@ def test_each_engine_module_is_judged_in_its_own_kinds() -> None:
 
 
 def test_modules_sharing_one_kind_get_the_single_scheme_form() -> None:
-    nvfp4 = load_scheme("nvfp4").without_calibration()
+    from eaglequant.formats.quant_config import QuantConfig
+
+    nvfp4, fp8 = load_scheme("nvfp4").without_calibration().kinds, load_scheme("fp8-per-channel").kinds
     fmt = get_format("modelopt")
-    assert fmt.quantization_config({"a": nvfp4, "b": None}, ["b"]) == fmt.scheme_config(nvfp4, ["b"])
-    mixed = fmt.quantization_config({"a": nvfp4, "b": load_scheme("fp8-per-channel")}, [])
+    assert fmt.config_for({"a": nvfp4, "b": None}, ["b"], fp8) == QuantConfig.flat(nvfp4, ["b"])
+    mixed = fmt.write_config(fmt.config_for({"a": nvfp4, "b": fp8}, [], fp8)).quantization_config
     assert mixed["quant_algo"] == "MIXED_PRECISION" and set(mixed["quantized_layers"]) == {"a", "b"}

@@ -16,6 +16,7 @@ from eaglequant.engines.support import MATRIX, support
 from eaglequant.engines.view import EngineView
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats import FORMATS
+from eaglequant.formats.quant_config import QuantConfig
 from eaglequant.kinds import KindPair
 from eaglequant.schemes.model import builtin_scheme_for
 from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_LAYERS
@@ -107,7 +108,7 @@ def test_written_config_makes_vllm_quantize_exactly_the_decoder_linears(fmt: str
         for module in engine.runtime_modules(head, target_layers):
             decisions = {engine.matching_rule(FORMATS[fmt], n, rules) is None for n in module.names}
             assert len(decisions) == 1, f"spellings of {module.names} disagree"
-            if engine.unquantized_reason(module, result.plan.scheme.kinds, FORMATS[fmt]) is None and decisions.pop():
+            if engine.decide(module, FORMATS[fmt], result.plan.scheme.kinds).unquantized is None and decisions.pop():
                 quantized.update(module.members)
         assert quantized == {lin.module for lin in head.decoder_linears}
 
@@ -223,7 +224,7 @@ def _engine_quantizes(engine, head, rules, fmt, kinds, target_layers) -> set[str
     for module in engine.runtime_modules(head, target_layers):
         decisions = {engine.matching_rule(FORMATS[fmt], name, rules) is None for name in module.names}
         assert len(decisions) == 1, f"{engine.name}: spellings of {module.names} disagree"
-        if engine.unquantized_reason(module, kinds, FORMATS[fmt]) is None and decisions.pop():
+        if engine.decide(module, FORMATS[fmt], kinds).unquantized is None and decisions.pop():
             quantized.update(module.members)
     return quantized
 
@@ -263,7 +264,8 @@ def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, 
             if plan is None:
                 continue  # block FP8 on a head without a 128-aligned linear: refused, nothing to read back
             fmt = FORMATS[fmt_name]
-            written = fmt.read_config(plan.quantization_config(), plan.format_files())
+            files = plan.config_files()
+            written = fmt.read_config(files.quantization_config, files.side_files)
             assert written.kinds == kinds and not written.problems
             intended = {lin.module for lin in plan.quantized}
             assert intended, "nothing quantized"
@@ -373,20 +375,21 @@ CHANNEL_FP8 = KindPair("fp8-channel", "fp8-token")
 def test_block_fp8_load_refusals(engine, names, members, rows, kinds, refused) -> None:  # type: ignore[no-untyped-def]
     from eaglequant.engines.base import RuntimeModule
 
-    module = RuntimeModule(names, members, out_features=rows)
-    assert (ENGINES[engine].load_refusal(module, kinds, FORMATS["fp8"]) is not None) is refused
+    module = RuntimeModule(names, members, out_features=rows, attention="mla" if "kv_b_proj" in names[0] else "mha")
+    fmt = FORMATS["fp8" if kinds == BLOCK_FP8 else "modelopt"]
+    assert (ENGINES[engine].decide(module, fmt, kinds).outcome == "refused") is refused
 
 
 def test_trtllm_main_needs_a_block_fp8_kv_b_proj() -> None:
     """Its native fp8 config always excludes *kv_b_proj*, and the MLA loader then reads weight_scale_inv."""
     from eaglequant.engines.base import RuntimeModule
 
-    module = RuntimeModule(("model.midlayer.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",))
+    module = RuntimeModule(("model.midlayer.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (256,), "mla")
     engine = ENGINES["trtllm-main"]
-    assert engine.needs_quantized(module, BLOCK_FP8, FORMATS["fp8"]) is not None
-    assert engine.unquantized_reason(module, BLOCK_FP8, FORMATS["fp8"]) is None
-    assert engine.needs_quantized(module, CHANNEL_FP8, FORMATS["modelopt"]) is None
-    assert engine.unquantized_reason(module, CHANNEL_FP8, FORMATS["modelopt"]) is not None
+    block = engine.decide(module, FORMATS["fp8"], BLOCK_FP8)
+    assert block.quantized and block.required is not None
+    channel = engine.decide(module, FORMATS["modelopt"], CHANNEL_FP8)
+    assert channel.outcome == "unquantized" and channel.required is None
 
 
 @pytest.mark.parametrize("engines", [["trtllm-main"], ["sglang", "trtllm-main"]])
@@ -408,7 +411,7 @@ def test_vllm_needs_the_target_layer_count_to_exclude_a_decoder_module_in_native
 
 def test_a_native_fp8_config_with_a_different_ignored_layers_is_a_problem() -> None:
     fmt = FORMATS["fp8"]
-    config = fmt.scheme_config(builtin_scheme_for(BLOCK_FP8), ["model.fc"])
+    config = fmt.write_config(QuantConfig.flat(BLOCK_FP8, ["model.fc"])).quantization_config
     assert fmt.read_config(config, {}).problems == []
     written = fmt.read_config({**config, "ignored_layers": ["lm_head"]}, {})
     assert written.patterns == ["lm_head"] and codes(written.problems) == ["exclusion-keys-disagree"]

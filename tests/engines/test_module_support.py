@@ -33,9 +33,15 @@ def test_docs_show_the_table_in_the_code() -> None:
     assert block.strip() == render_module_markdown().strip(), "run: python -m eaglequant.engines.module_support"
 
 
-def test_mixed_kinds_load_only_in_vllm_with_modelopt() -> None:
+def test_mixed_kinds_load_where_the_engines_read_per_module_configs() -> None:
+    """vLLM reads them from all three formats that store them; SGLang from Quark's layer_quant_config and
+    compressed-tensors' config_groups (its ModelOpt MIXED_PRECISION is not established); TensorRT-LLM from none."""
     mixed = {(row.engine, row.format) for row in module_table() if row.mark("module_kinds") != "no"}
-    assert mixed == {("vllm", "modelopt"), ("vllm==0.33.0", "modelopt")}
+    vllm = {(engine, fmt) for engine in ("vllm", "vllm==0.33.0") for fmt in ("quark", "modelopt", "compressed-tensors")}
+    assert mixed == vllm | {("sglang", "quark"), ("sglang", "compressed-tensors")}
+    for row in module_table():
+        if row.mark("module_kinds") != "no":
+            assert "::" in row.said("module_kinds")["mha"].why, row  # each answer cites the engine's function
 
 
 def test_an_engine_that_reads_no_scheme_in_a_format_answers_no_to_everything() -> None:

@@ -163,6 +163,7 @@ def test_asymmetric_zero_points_of_zero_negative_positive_and_constant_groups() 
 
 def test_the_kinds_and_their_recipes() -> None:
     from eaglequant.formats import get_format
+    from eaglequant.formats.quant_config import QuantConfig
     from eaglequant.schemes.model import load_scheme
 
     fmt = get_format("compressed-tensors")
@@ -175,7 +176,7 @@ def test_the_kinds_and_their_recipes() -> None:
         assert (kind.bits, kind.stored_dtype, kind.codes_per_element, kind.columns_per_scale) == (4, "I32", 8, 128)
         assert kind.rows_per_scale == (8 if zero_points else 1)  # eight rows share a packed word of zero points
         assert kind.shape_problem(60, 256, False) is not None and kind.shape_problem(64, 256, False) is None
-        config = fmt.scheme_config(scheme, [])
+        config = fmt.write_config(QuantConfig.flat(scheme.kinds)).quantization_config
         weights = config["config_groups"][preset]["weights"]
         assert (config["format"], weights["symmetric"], weights["zp_dtype"]) == (
             "pack-quantized",
@@ -289,12 +290,12 @@ def test_engines_refuse_int4_where_the_base_qkv_holds_partial_groups(engine: str
         inspect(FIXTURES / "awkward-fp32", scheme="int4-w4a16", format="compressed-tensors", engines=[engine])
     head, ct = inspect(FIXTURES / "awkward-fp32").head, get_format("compressed-tensors")
     qkv = next(m for m in ENGINES[engine].runtime_modules(head, 61) if "qkv_proj" in m.names[0])
-    refusal = ENGINES[engine].head_load_refusal(head, qkv, KindPair("int4-group-asym", None), ct)
-    assert refusal is not None and "create_weights" in refusal
-    assert ENGINES[engine].head_load_refusal(head, qkv, KindPair("fp8-block", "fp8-group"), ct) is None
+    refusal = ENGINES[engine].decide(qkv, ct, KindPair("int4-group-asym", None))
+    assert refusal.outcome == "refused" and "create_weights" in refusal.why
+    assert "create_weights" not in ENGINES[engine].decide(qkv, ct, KindPair("fp8-block", "fp8-group")).why
     wide = inspect(FIXTURES / "specforge-llama").head  # hidden size 128
     qkv = next(m for m in ENGINES[engine].runtime_modules(wide, 61) if "qkv_proj" in m.names[0])
-    assert ENGINES[engine].head_load_refusal(wide, qkv, KindPair("int4-group", None), ct) is None
+    assert ENGINES[engine].decide(qkv, ct, KindPair("int4-group", None)).quantized
 
 
 def _reverse_nibbles(tensors: dict) -> None:  # type: ignore[type-arg]

@@ -164,6 +164,7 @@ def test_token_ties_round_to_even_and_the_division_is_one_ieee_division() -> Non
 
 def test_the_kind_and_its_recipe() -> None:
     from eaglequant.formats import get_format
+    from eaglequant.formats.quant_config import QuantConfig
     from eaglequant.schemes.model import load_scheme
 
     kind = weight_kind("int8-channel")
@@ -173,14 +174,15 @@ def test_the_kind_and_its_recipe() -> None:
     fmt = get_format("compressed-tensors")
     assert fmt.algorithm(scheme) == "W8A8"
     assert [get_format(name).supports(scheme) for name in ("quark", "modelopt", "fp8")] == [True, False, False]
-    quark = get_format("quark").scheme_config(scheme, [])["global_quant_config"]
+    quark_config = get_format("quark").write_config(QuantConfig.flat(scheme.kinds)).quantization_config
+    quark = quark_config["global_quant_config"]
     assert quark["weight"]["dtype"] == quark["input_tensors"]["dtype"] == "int8"
     assert (quark["weight"]["ch_axis"], quark["input_tensors"]["ch_axis"], quark["input_tensors"]["is_dynamic"]) == (
         0,
         1,
         True,
     )
-    config = fmt.scheme_config(scheme, [])
+    config = fmt.write_config(QuantConfig.flat(scheme.kinds)).quantization_config
     group = config["config_groups"]["W8A8"]
     assert (
         config["format"] == "int-quantized" and group["weights"]["type"] == group["input_activations"]["type"] == "int"
