@@ -4,6 +4,10 @@ diffing this list before and after it.
 
     .venv/bin/python scripts/output_hashes.py > /tmp/hashes-before.txt
     .venv/bin/python scripts/output_hashes.py --only modelopt > /tmp/modelopt.txt   # cases whose name contains it
+    .venv/bin/python scripts/output_hashes.py --held > tests/project/output_hashes.tsv  # what the test holds
+
+``--held`` leaves out the card and the report, which name the destination; tests/project/test_output_hashes.py holds
+every other file of every case to the committed list, so a change to any checkpoint's bytes is a failing test.
 
 Every case is converted from a copy of the fixtures to one destination, both under ``--work`` (keep it the same
 across runs), so the paths the report and card name (the only run-to-run differences) are the same; a case the
@@ -57,7 +61,28 @@ MIXED_CASES: dict[str, dict[str, Any]] = {
         "format": "quark",
     },
     "quantize-lm_head,nvfp4,modelopt": {"scheme": "nvfp4", "quantize": ["lm_head"], "format": "modelopt"},
+    "mlp.*=mxfp4,quark,61": {
+        "scheme": "fp8-per-channel",
+        "scheme_for": ["mlp.*=mxfp4"],
+        "format": "quark",
+        "target_layers": 61,
+    },
+    "mlp.*=nvfp4,compressed-tensors,vllm,sglang,61": {
+        "scheme": "fp8-per-channel",
+        "scheme_for": ["mlp.*=nvfp4"],
+        "format": "compressed-tensors",
+        "engines": ["vllm", "sglang"],
+        "target_layers": 61,
+    },
+    "mlp.*=int4-w4a16,compressed-tensors,61": {
+        "scheme": "fp8-per-channel",
+        "scheme_for": ["mlp.*=int4-w4a16"],
+        "format": "compressed-tensors",
+        "target_layers": 61,
+    },
 }
+# Files that name the destination (the card, the report): left out of the held list.
+PATH_DEPENDENT = ("README.md", "eaglequant_report.json")
 
 
 # Each built-in scheme in each format is converted for each of these (no layer count: rules for any count).
@@ -95,21 +120,31 @@ def hashed_case(src: Path, dst: Path, settings: dict[str, Any]) -> list[tuple[st
     return [(p.name, hashlib.sha256(p.read_bytes()).hexdigest()) for p in sorted(dst.iterdir()) if p.is_file()]
 
 
+def hash_lines(work: Path, only: str = "", held: bool = False) -> list[str]:
+    """``case<TAB>file<TAB>sha256`` for every case of every fixture head (its name containing ``only``), converted
+    under ``work`` (emptied first, removed after); ``held``: without the files that name the destination."""
+    shutil.rmtree(work, ignore_errors=True)
+    dst = work / "out"
+    lines = []
+    for head in copied_heads(work):
+        for case, settings in cases().items():
+            name = f"{head.name}/{case}"
+            if only in name:
+                for file, digest in hashed_case(head, dst, settings):
+                    if not (held and file in PATH_DEPENDENT):
+                        lines.append(f"{name}\t{file}\t{digest}")
+    shutil.rmtree(work)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="run only the cases whose name contains this")
     parser.add_argument("--work", default="/tmp/eaglequant-output-hashes", help="the fixed destination's parent")
+    parser.add_argument("--held", action="store_true", help="leave out the files that name the destination")
     args = parser.parse_args()
-    work = Path(args.work)
-    shutil.rmtree(work, ignore_errors=True)
-    dst = work / "out"
-    for head in copied_heads(work):
-        for case, settings in cases().items():
-            name = f"{head.name}/{case}"
-            if args.only in name:
-                for file, digest in hashed_case(head, dst, settings):
-                    print(f"{name}\t{file}\t{digest}", flush=True)
-    shutil.rmtree(work)
+    for line in hash_lines(Path(args.work), args.only, args.held):
+        print(line)
     return 0
 
 

@@ -419,3 +419,43 @@ def test_vllm_loads_decoder_linears_in_different_kinds(tmp_path: Path) -> None:
     assert not by_name["model.fc"].quantized and not by_name["lm_head"].quantized
     result = run_cli_subprocess("verify", dst, "--load-with", "vllm", "--engine-python", engine_python("vllm"))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+# (format, the MLP's scheme, engine, the quant method the engine builds for the MLP, for attention): FP8 per channel
+# for attention and another kind for the MLP, written where each format's readers look for per-module kinds.
+PER_MODULE_CASES = [
+    ("quark", "mxfp4", "vllm", "QuarkOCP_MX", "QuarkW8A8Fp8"),
+    ("compressed-tensors", "nvfp4", "vllm", "weight_global_scale", "weight_scale"),
+    ("compressed-tensors", "nvfp4", "sglang", "CompressedTensorsW4A16Fp4", "CompressedTensorsW8A8Fp8"),
+    ("compressed-tensors", "int4-w4a16", "vllm", "weight_packed", "weight_scale"),
+]
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize(("fmt", "mlp", "engine", "mlp_method", "attention_method"), PER_MODULE_CASES)
+def test_engines_load_decoder_linears_in_different_kinds_from_quark_and_compressed_tensors(
+    fmt: str, mlp: str, engine: str, mlp_method: str, attention_method: str, tmp_path: Path
+) -> None:
+    """``--scheme-for 'mlp.*=KIND'`` under Quark (``layer_quant_config``) and compressed-tensors (a further
+    ``config_groups`` entry): the engine's own loader builds the MLP in its kind and attention in FP8, every value as
+    stored, and ``verify --load-with`` exits 0. vLLM names compressed-tensors' schemes only as ``scheme``, so there
+    the MLP is told apart by a tensor only its kind stores."""
+    dst = tmp_path / f"{fmt}-{mlp}"
+    convert(FIXTURES / "specforge-llama", dst, scheme="fp8-per-channel", scheme_for=[f"mlp.*={mlp}"], format=fmt,
+            engines=[engine], target_layers=TARGET_LAYERS)  # fmt: skip
+    result = run_cli_subprocess(
+        "verify", dst, "--load-with", engine, "--engine-python", engine_python(engine), "--json"
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (load,) = json.loads(result.stdout)["engine_loads"]
+    modules = {m["runtime_module"]: m for m in load["modules"]}
+    mlp_names = [name for name in modules if "gate_up_proj" in name or "down_proj" in name]
+    attention = [name for name in modules if "qkv_proj" in name or "o_proj" in name]
+    assert len(mlp_names) == 2 and len(attention) == 2, list(modules)
+    for name in mlp_names + attention:
+        module = modules[name]
+        assert module["quantized"] and module["planned_quantized"] and module["values_equal"], module
+        said = f"{module['quant_method']} {' '.join(module['tensors'])}"
+        in_mlp = name in mlp_names
+        assert (mlp_method if in_mlp else attention_method) in said, (name, said)
+        assert in_mlp or mlp_method not in said, (name, said)
