@@ -31,7 +31,7 @@ from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.cost import source_bytes_per_round
 from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, SearchRow
-from eaglequant.schemes.model import builtin_scheme_names
+from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 
 
 @dataclass(frozen=True)
@@ -182,9 +182,8 @@ def search(
                 hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
             )
         sizes = _vocab_sizes(head, counts, vocab_sizes)
-        priced, skipped = priced_candidates(
-            head, list(schemes) or builtin_scheme_names(), list(engines), sizes, target_layers
-        )
+        loaded = {name: load_scheme(name) for name in list(schemes) or builtin_scheme_names()}
+        priced, skipped = priced_candidates(head, loaded, list(engines), sizes, target_layers)
         if not priced:
             raise InputError(
                 f"no candidate loads in every targeted engine ({_titled(engines)}): {_skipped_text(skipped)}",
@@ -196,9 +195,8 @@ def search(
         source_length = predictor.source.length().value
         tokens = budget.tokens(source_length)
         points = _judged_from_smallest(
-            priced, outputs, predictor, lambda prediction: budget.drop(prediction) <= tokens,
-            (engines, target_layers), told, started,
-        )  # fmt: skip
+            priced, outputs, predictor, lambda prediction: budget.drop(prediction) <= tokens, told, started
+        )
         chosen = next((point for point in points if point.within), None)
         result = SearchResult(
             source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
@@ -255,7 +253,6 @@ def _judged_from_smallest(
     outputs: Any,
     predictor: Any,
     within: Callable[[Any], bool],
-    conversion: tuple[Sequence[str], int | None],
     told: Callable[[str], None],
     started: float,
 ) -> list[SearchPoint]:
@@ -267,7 +264,7 @@ def _judged_from_smallest(
     best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
 
     def converted(index: int) -> Path:
-        return outputs.converted(index, priced[index][0], *conversion)
+        return outputs.converted(index, priced[index][0])
 
     def done(index: int, prediction: Any) -> None:
         label = priced[index][0].label

@@ -12,29 +12,33 @@ scheme. Any other error is not a candidate's: it surfaces.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
 from eaglequant.conversion.options import ConversionOptions
-from eaglequant.conversion.plan import ModuleSchemesNeedLayerCount, build_plan
+from eaglequant.conversion.plan import ModuleSchemesNeedLayerCount, build_plan, written_assignment
 from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
 from eaglequant.engines.support import mixed_refusal, support
 from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.schemes.assignment import SchemeAssignment, SchemeRule
-from eaglequant.schemes.model import Scheme, load_scheme
+from eaglequant.schemes.model import Scheme
 
 
 @dataclass(frozen=True)
 class Candidate:
+    """One whole-draft choice, and, once priced, the options and the one :class:`ConversionRequest` made from them:
+    what was priced is what a search writes (:meth:`SearchOutputs.converted`)."""
+
     scheme: str
     format: str
     lm_head: bool  # quantized too
     vocab: int | None  # the pruned draft vocabulary; None: as the source has it
-    lm_head_scheme: str | None = None  # lm_head's own scheme (ModelOpt MIXED_PRECISION); None: the decoder's
+    lm_head_scheme: str | None = None  # lm_head's own scheme (a per-module config); None: the decoder's
+    options: ConversionOptions | None = field(default=None, compare=False, repr=False)
+    request: ConversionRequest | None = field(default=None, compare=False, repr=False)
 
     @property
     def label(self) -> str:
@@ -46,22 +50,35 @@ class Candidate:
         )
 
     def settings(self) -> dict[str, Any]:
-        """How ``convert`` writes it (the vocabulary aside)."""
+        """Its settings beyond the scheme and format, as ``convert`` takes them (the vocabulary aside)."""
         if self.lm_head_scheme:
             return {"scheme_for": [f"lm_head={self.lm_head_scheme}"]}
         return {"quantize": ["lm_head"] if self.lm_head else []}
 
+    def requested(self, head: HeadDescription, engines: tuple[str, ...], target_layers: int | None) -> Candidate:
+        """The candidate with its options (one worker: the predictions have the other cores) and the request made
+        from them for ``head`` (the source, or its pruned vocabulary), as ``convert`` makes it."""
+        options = ConversionOptions(
+            scheme=self.scheme, format=self.format, engines=engines, target_layers=target_layers, workers=1,
+            **self.settings(),
+        )  # fmt: skip
+        return replace(self, options=options, request=ConversionRequest.of(options, head.config))
+
 
 def priced_candidates(
-    head: HeadDescription, schemes: list[str], engines: list[str], sizes: list[int | None], target_layers: int | None
+    head: HeadDescription,
+    schemes: dict[str, Scheme],
+    engines: list[str],
+    sizes: list[int | None],
+    target_layers: int | None,
 ) -> tuple[list[tuple[Candidate, int]], dict[str, int]]:
-    """Every candidate the targeted engines load, with the bytes a round reads (largest over the engines), smallest
-    first (ties by name); and the others, counted by why they were skipped (:func:`_skip_reason`)."""
+    """Every candidate of ``schemes`` (name -> scheme) the targeted engines load, with the bytes a round reads
+    (largest over the engines), smallest first (ties by name); and the others, counted by why they were skipped
+    (:func:`_skip_reason`)."""
     from eaglequant.vocabulary.prune import pruned_description
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
-    loaded = {name: load_scheme(name) for name in schemes}
-    targeted = ConversionRequest.of(ConversionOptions(engines=tuple(engines), target_layers=target_layers), head.config)
+    loaded = schemes
     own_head = head.find_linear("lm_head") is not None
     priced, skipped = [], Counter[str]()
     for name, fmt, size in product(loaded, FORMATS.values(), sizes):
@@ -70,11 +87,11 @@ def priced_candidates(
         own_schemes = [other for other in loaded if other != name and fmt.stores_mixed and fmt.supports(loaded[other])]
         options = [Candidate(name, fmt.name, False, size)]
         options += [Candidate(name, fmt.name, True, size, other) for other in [None, *own_schemes] if own_head]
-        for candidate in options:
-            own = (SchemeRule("lm_head", loaded[candidate.lm_head_scheme]),) if candidate.lm_head_scheme else ()
-            quantize = tuple(candidate.settings().get("quantize", []))
-            request = replace(targeted, assignment=SchemeAssignment(loaded[name], own), format=fmt, quantize=quantize)
-            nbytes = _skip_reason(described[size], candidate.lm_head, request) or _round_bytes(described[size], request)
+        for option in options:
+            candidate = option.requested(described[size], tuple(engines), target_layers)
+            assert candidate.request is not None
+            skip = _skip_reason(described[size], candidate.lm_head, candidate.request)
+            nbytes = skip or _round_bytes(described[size], candidate.request)
             if isinstance(nbytes, str):
                 skipped[nbytes] += 1
             else:
@@ -91,7 +108,7 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
     per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and whether the engine
     runs lm_head quantized; None: it loads."""
     fmt, engines = request.format, request.engines
-    written = request.assignment.mapped(_without_calibration).resolved(head)  # a search converts without --calib
+    written = written_assignment(request.assignment, None).resolved(head)  # a search converts without --calib
     kinds = [scheme.kinds for scheme in written.schemes]
     for engine in engines:
         cell = support(written.main.kinds, fmt.name, engine, head.attention)
@@ -109,10 +126,6 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
         if "lm_head" in engine_requirements([view]):
             return f"{engine.titled} runs lm_head unquantized in that format"
     return None
-
-
-def _without_calibration(scheme: Scheme) -> Scheme:
-    return scheme.without_calibration() if scheme.needs_calibration else scheme
 
 
 def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | str:

@@ -7,7 +7,6 @@ head but the winner's, is removed, whether the search ends well or not.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from types import TracebackType
@@ -43,17 +42,16 @@ class SearchOutputs:
             if path != self.kept_pruned:
                 shutil.rmtree(path, ignore_errors=True)
 
-    def converted(self, index: int, candidate: Any, engines: Sequence[str], target_layers: int | None) -> Path:
-        """``candidate`` (an :class:`eaglequant.api.search.Candidate`) converted into a new stage of DST, with one
-        worker (the predictions have the other cores)."""
-        from eaglequant.api import convert
+    def converted(self, index: int, candidate: Any) -> Path:
+        """``candidate`` (a priced :class:`eaglequant.api.search_candidates.Candidate`) written into a new stage of
+        DST: its own request, the one it was priced by, planned as it is."""
+        from eaglequant.api.conversion import write_conversion
 
         stage = self._stack.enter_context(staged_directory(self.destination))
         self.stages[index] = stage
-        convert(
-            self._source_of(candidate.vocab), self.destination, scheme=candidate.scheme, format=candidate.format,
-            **candidate.settings(), engines=list(engines), target_layers=target_layers, overwrite=True, workers=1,
-            stage=stage,
+        write_conversion(
+            self._source_of(candidate.vocab), self.destination, candidate.options, request=candidate.request,
+            overwrite=True, stage=stage,
         )  # fmt: skip
         return stage.path
 

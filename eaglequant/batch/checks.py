@@ -31,7 +31,7 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
     """A job's :class:`ConversionOptions` (``settings``: its fields by name, paths already resolved), every error
     in the job file's words; then whether the format stores the scheme and the engines load it."""
     from eaglequant.engines.support import check_engines
-    from eaglequant.formats import FORMATS, get_format
+    from eaglequant.formats import FORMATS
     from eaglequant.schemes.model import builtin_names_by_kinds
 
     try:
@@ -39,10 +39,11 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
     except EagleQuantError as exc:
         hint = "paths are relative to the job file" if exc.message.endswith("no such file") else exc.hint_words
         raise InputError(f"{where}: {worded(exc.words, job_wording)}", hint=worded(hint, job_wording)) from exc
-    scheme, fmt = options.resolved_scheme, get_format(options.format)
+    scheme, fmt = options.resolved_scheme, options.resolved_format
+    engines = list(options.resolved_engines)
     try:  # "mha": what a targeted engine refuses for every head (an MLA head may be refused more at its turn)
         fmt.check_stores(scheme, FORMATS.values())
-        check_engines(scheme.kinds, scheme.name, fmt.name, list(options.engines), "mha", builtin_names_by_kinds())
+        check_engines(scheme.kinds, scheme.name, fmt, engines, "mha", builtin_names_by_kinds())
     except InputError as exc:
         raise InputError(f"{where}: {exc.message}", hint=worded(exc.hint_words, job_wording)) from exc
     return options

@@ -170,7 +170,7 @@ def _render_list(rows: list[SchemeRow], engines: tuple[str, ...]) -> None:
 
 
 def _row(scheme: Scheme) -> SchemeRow:
-    from eaglequant.engines import get_engine
+    from eaglequant.engines import ENGINES, get_engine
     from eaglequant.engines.support import ENGINE_NAMES, support
     from eaglequant.formats import FORMATS
 
@@ -181,7 +181,7 @@ def _row(scheme: Scheme) -> SchemeRow:
             continue
         engines: dict[str, EngineCell | None] = {}
         for engine in ENGINE_NAMES:
-            cell = support(scheme.kinds, fmt.name, engine)
+            cell = support(scheme.kinds, fmt.name, ENGINES[engine])
             engines[engine] = (
                 None
                 if cell is None

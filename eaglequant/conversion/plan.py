@@ -190,8 +190,7 @@ def build_plan(
     linear (see :mod:`eaglequant.draft.calibrate`), which only a scheme with calibrated activations is given
     (:class:`~eaglequant.conversion.options.ConversionOptions` refuses ``calib`` for the others)."""
     notes: list[str] = []
-    assignment = request.assignment.mapped(lambda scheme: _effective_scheme(scheme, input_amax, notes))
-    assignment = assignment.resolved(head)
+    assignment = written_assignment(request.assignment, input_amax, notes).resolved(head)
     keep = requested_exclusions(head, request.exclude, request.quantize, assignment)
     fmt = request.format
     storage = fmt.storage(head, assignment, FORMATS.values())
@@ -279,6 +278,15 @@ def check_groups(plan: ConversionPlan) -> None:
                 f"but it is stored as {stored}",
                 hint="report this as a bug in eaglequant",
             )
+
+
+def written_assignment(
+    assignment: SchemeAssignment, input_amax: dict[str, float] | None, notes: list[str] | None = None
+) -> SchemeAssignment:
+    """``assignment`` as it is written: a scheme with calibrated activations is written without them when there is
+    no ``input_amax`` (the one calibration rule; ``notes`` gains a finding for each)."""
+    found: list[str] = [] if notes is None else notes
+    return assignment.mapped(lambda scheme: _effective_scheme(scheme, input_amax, found))
 
 
 def _effective_scheme(scheme: Scheme, input_amax: dict[str, float] | None, notes: list[str]) -> Scheme:

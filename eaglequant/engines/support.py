@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
-from eaglequant.engines import ENGINES, Engine, RuntimeModule, get_engine
+from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
     FP8_W8A8,
@@ -34,7 +34,6 @@ from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
 ENGINE_NAMES = tuple(ENGINES)
-ENGINE_TITLES = {name: engine.title for name, engine in ENGINES.items()}
 RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 FORMAT_NAMES = tuple(FORMATS)
 SCHEME_KINDS: dict[KindPair, str] = {  # the matrix's rows, in order, as the docs title them
@@ -64,11 +63,10 @@ def _gathered() -> dict[tuple[KindPair, str], dict[str, Support]]:
 MATRIX = _gathered()
 
 
-def support(kinds: KindPair, format_name: str, engine: Engine | str, attention: str = "mha") -> Support | None:
-    """What ``engine`` (a release, or its registered name) says of ``kinds`` stored in ``format_name``; None when
-    the format cannot store the scheme at all."""
-    release = engine if isinstance(engine, Engine) else get_engine(engine)
-    return cell_for(release.cells, kinds, format_name, attention)
+def support(kinds: KindPair, format_name: str, engine: Engine, attention: str = "mha") -> Support | None:
+    """What the release ``engine`` says of ``kinds`` stored in ``format_name``; None when the format cannot store the
+    scheme at all."""
+    return cell_for(engine.cells, kinds, format_name, attention)
 
 
 def mixed_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
@@ -97,16 +95,15 @@ def engine_support(engines: list[Engine], fmt: Format, assignment: SchemeAssignm
     checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
     (refused later, after what the format cannot store: ``conversion.plan.check_assignment``)."""
     main = assignment.main
-    names = [engine.key for engine in engines]
-    notes = check_engines(main.kinds, main.name, fmt.name, names, attention, builtin_names_by_kinds())
-    loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f.name, names, attention))
+    notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
+    loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))
     kinds = [scheme.kinds for scheme in assignment.schemes]
     refusals = [mixed_refusal(engine, fmt, kinds, attention) for engine in engines] if assignment.mixed else []
     return EngineSupport(notes, loading, [refusal for refusal in refusals if refusal is not None])
 
 
-def _loads_everywhere(kinds: KindPair, fmt: str, engines: list[str], attention: str) -> bool:
-    return all((cell := support(kinds, fmt, e, attention)) is not None and cell.loads for e in engines)
+def _loads_everywhere(kinds: KindPair, fmt: Format, engines: list[Engine], attention: str) -> bool:
+    return all((cell := support(kinds, fmt.name, e, attention)) is not None and cell.loads for e in engines)
 
 
 def _weight_bits(kinds: KindPair) -> int:
@@ -116,8 +113,8 @@ def _weight_bits(kinds: KindPair) -> int:
 def check_engines(
     kinds: KindPair,
     scheme_name: str,
-    format_name: str,
-    engines: list[str],
+    fmt: Format,
+    engines: list[Engine],
     attention: str,
     scheme_names: dict[KindPair, str],
 ) -> list[str]:
@@ -128,42 +125,42 @@ def check_engines(
     """
     warnings = []
     for engine in engines:
-        cell = support(kinds, format_name, engine, attention)
+        cell = support(kinds, fmt.name, engine, attention)
         if cell is None:
             continue
         if cell.loads:
             if cell.conditional:
-                warnings.append(f"{ENGINE_TITLES[engine]}: {cell.note}")
+                warnings.append(f"{engine.title}: {cell.note}")
             continue
         others = sorted((k for k in scheme_names if k != kinds), key=lambda k: _weight_bits(k) != _weight_bits(kinds))
         candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit
-        working = [(k, f) for k in candidates for f in FORMAT_NAMES if _loads_everywhere(k, f, engines, attention)]
+        working = [(k, f) for k in candidates for f in FORMATS.values() if _loads_everywhere(k, f, engines, attention)]
         titles = _engines_words(engines)
         hint: str | Words
         if not working:
             hint = f"no built-in scheme loads in {titles}; target fewer engines"
         elif working[0][0] == kinds:
-            hint = words("use ", suggested("format", working[0][1]), f", which {titles} can load")
+            hint = words("use ", suggested("format", working[0][1].name), f", which {titles} can load")
         else:
-            (found, fmt), name = working[0], scheme_names[working[0][0]]
+            (found, able), name = working[0], scheme_names[working[0][0]]
             # a scheme named for two kinds (nvfp4: W4A4, W4A16 without calib) gives the first only with calib
             twice = list(scheme_names.values()).count(name) > 1
             calib = (" with captured inputs (convert ", placeholder("calib", "FILE"), ")") if twice and found[1] else ()
             scheme = () if name == scheme_name else (suggested("scheme", name), " ")
-            hint = words("use ", *scheme, suggested("format", fmt), *calib, f", which {titles} can load")
+            hint = words("use ", *scheme, suggested("format", able.name), *calib, f", which {titles} can load")
         raise InputError(
-            f"{ENGINE_TITLES[engine]} cannot load {scheme_name} ({SCHEME_KINDS.get(kinds, kinds)}) "
-            f"in {format_name} format: {cell.note}",
+            f"{engine.title} cannot load {scheme_name} ({SCHEME_KINDS.get(kinds, kinds)}) "
+            f"in {fmt.name} format: {cell.note}",
             hint=hint,
         )
     return warnings
 
 
-def _engines_words(engines: list[str]) -> str:
+def _engines_words(engines: list[Engine]) -> str:
     """``vLLM and SGLang``; ``vLLM, SGLang and TensorRT-LLM main``; every engine: ``every engine``."""
-    if set(engines) == set(ENGINE_NAMES) and len(engines) > 2:
+    if {e.key for e in engines} == set(ENGINE_NAMES) and len(engines) > 2:
         return "every engine"
-    titles = [ENGINE_TITLES[e] for e in engines]
+    titles = [e.title for e in engines]
     return titles[0] if len(titles) == 1 else f"{', '.join(titles[:-1])} and {titles[-1]}"
 
 
@@ -181,7 +178,7 @@ def _cell_text(cell: Support, engine: str) -> str:
 
 def render_markdown() -> str:
     """The matrix as a Markdown table (rows: scheme × format; columns: engines)."""
-    header = "| scheme | format | " + " | ".join(ENGINES[e].titled for e in ENGINE_NAMES) + " |"
+    header = "| scheme | format | " + " | ".join(engine.titled for engine in ENGINES.values()) + " |"
     lines = [header, "|" + "---|" * (2 + len(ENGINE_NAMES))]
     for kinds, title in SCHEME_KINDS.items():
         for fmt in FORMAT_NAMES:

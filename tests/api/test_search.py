@@ -19,6 +19,12 @@ PAIR = FIXTURES / "trained-pair"
 SCHEMES = ("fp8-per-channel", "nvfp4")
 
 
+def _loaded(names):  # type: ignore[no-untyped-def]
+    from eaglequant.schemes.model import load_scheme
+
+    return {name: load_scheme(name) for name in names}
+
+
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """Counts from three prompts; inputs from three others."""
@@ -116,9 +122,9 @@ def test_lm_head_in_a_scheme_of_its_own_is_priced_where_the_layer_count_is_known
 
     with Checkpoint.open(PAIR / "draft") as checkpoint:
         head = describe_head(checkpoint)
-    unpriced, skipped = priced_candidates(head, list(SCHEMES), ["vllm"], [None], None)
+    unpriced, skipped = priced_candidates(head, _loaded(SCHEMES), ["vllm"], [None], None)
     without = {c.label for c, _ in unpriced}
-    candidates, none_skipped = priced_candidates(head, list(SCHEMES), ["vllm"], [None], 4)
+    candidates, none_skipped = priced_candidates(head, _loaded(SCHEMES), ["vllm"], [None], 4)
     priced = {c.label: nbytes for c, nbytes in candidates}
     mixed = {"fp8-per-channel / modelopt + lm_head nvfp4", "nvfp4 / modelopt + lm_head fp8-per-channel"}
     assert mixed <= set(priced) and not mixed & without
@@ -221,7 +227,7 @@ def test_a_plan_error_that_is_no_engine_refusal_surfaces(monkeypatch: pytest.Mon
         head = describe_head(checkpoint)
     monkeypatch.setattr(search_candidates, "build_plan", unproven)
     with pytest.raises(ExclusionProofError, match="intended scheme"):
-        search_candidates.priced_candidates(head, ["fp8-per-channel"], ["vllm"], [None], None)
+        search_candidates.priced_candidates(head, _loaded(["fp8-per-channel"]), ["vllm"], [None], None)
 
 
 def test_an_error_after_the_choice_leaves_no_dst_and_nothing_beside_it(
@@ -255,4 +261,38 @@ def test_an_error_after_the_choice_leaves_no_dst_and_nothing_beside_it(
     report = json.loads((dst / "eaglequant_report.json").read_text())
     assert report["destination"] == str(dst) and json.loads((dst / SEARCH_RECORD).read_text())["destination"] == str(
         dst
+    )
+
+
+def test_the_pick_written_is_the_request_that_was_priced(
+    captured: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every candidate carries the one ConversionRequest its price was computed from; writing it plans that same
+    object, and no search module goes through the API's convert."""
+    import eaglequant.api as api
+    import eaglequant.api.conversion as conversion
+
+    planned: list[object] = []
+    build_plan = conversion.build_plan
+
+    def recording(head, request, **kwargs):  # type: ignore[no-untyped-def]
+        planned.append(request)
+        return build_plan(head, request, **kwargs)
+
+    def refused(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise AssertionError("search converted through eaglequant.api.convert")
+
+    monkeypatch.setattr(conversion, "build_plan", recording)
+    monkeypatch.setattr(api, "convert", refused)
+    _, inputs = captured
+    found = search(PAIR / "draft", tmp_path / "chosen", inputs=inputs, max_acceptance_drop="0.05", schemes=SCHEMES)
+    assert found.chosen is not None
+    request = found.chosen.candidate.request
+    assert request is not None and any(seen is request for seen in planned)
+    written = read_search(tmp_path / "chosen")
+    assert written is not None and written.chosen is not None
+    assert (
+        request.format.name
+        == found.chosen.candidate.format
+        == json.loads((tmp_path / "chosen" / "eaglequant_report.json").read_text())["format"]
     )

@@ -85,7 +85,7 @@ def matrix_cases(engine: str) -> list[LoadCase]:
                 continue
             if not stores_something(fixture, scheme, fmt):
                 continue
-            cell = support(kinds, fmt, engine, _attention(fixture))
+            cell = support(kinds, fmt, ENGINES[engine], _attention(fixture))
             assert cell is not None
             loads = cell.loads and _engine_loads_head(engine, fixture)
             convert_for = (engine,) if loads else ("vllm",)

@@ -215,7 +215,9 @@ def _loadable(engine: str, attention: str) -> list[tuple[tuple[str, str | None],
     return [
         (kinds, fmt)
         for (kinds, fmt) in MATRIX
-        if kinds != ("nvfp4", "nvfp4") and (cell := support(kinds, fmt, engine, attention)) is not None and cell.loads
+        if kinds != ("nvfp4", "nvfp4")
+        and (cell := support(kinds, fmt, ENGINES[engine], attention)) is not None
+        and cell.loads
     ]
 
 

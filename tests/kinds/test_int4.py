@@ -265,11 +265,12 @@ def test_any_stored_words_decode_like_the_reference(words: list[int], zero: list
 def test_every_loading_cell_is_an_engine_load_case(engine: str, scheme: str) -> None:
     """The engine-load tests build their cases from the matrix: each INT4 cell that loads is loaded on a Llama and an
     MLA fixture by the engine's own code (tests/engine_load/test_engine_load.py)."""
+    from eaglequant.engines import ENGINES
     from eaglequant.engines.support import support
     from eaglequant.schemes.model import load_scheme
     from tests.engine_load.test_engine_load import matrix_cases
 
-    cell = support(load_scheme(scheme).kinds, "compressed-tensors", engine)
+    cell = support(load_scheme(scheme).kinds, "compressed-tensors", ENGINES[engine])
     assert cell is not None and cell.loads
     cases = [c for c in matrix_cases(engine) if c.scheme == scheme]
     assert {c.fixture for c in cases if c.loads} >= {"specforge-llama", "torchspec-mla"}

@@ -236,11 +236,12 @@ def test_kernel_rounds_tokens_like_the_reference() -> None:
 def test_every_loading_cell_is_an_engine_load_case(engine: str) -> None:
     """The engine-load tests build their cases from the matrix: the int8 cell that loads is loaded on a Llama and an
     MLA fixture by the engine's own code (tests/engine_load/test_engine_load.py)."""
+    from eaglequant.engines import ENGINES
     from eaglequant.engines.support import support
     from tests.engine_load.test_engine_load import matrix_cases
 
     kinds = ("int8-channel", "int8-token")
-    cell = support(kinds, "compressed-tensors", engine)
+    cell = support(kinds, "compressed-tensors", ENGINES[engine])
     assert cell is not None and cell.loads
     cases = [c for c in matrix_cases(engine) if c.scheme == "int8"]
     assert {c.fixture for c in cases if c.loads} >= {"specforge-llama", "torchspec-mla"}  # a Llama and an MLA head

@@ -17,6 +17,7 @@ from test_import_cycles import PACKAGE, import_graph
 
 import eaglequant
 import eaglequant.api
+import eaglequant.api.conversion
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.request import ConversionRequest
@@ -40,8 +41,24 @@ def test_what_was_decided_once_is_not_asked_again(decider: str, takers: tuple[st
     assert asking == [], f"{asking} import {decider}; pass them its answer from the plan instead"
 
 
-# The modules a request passes through below the API, on its way to the plan.
-PLAN_FLOW = ("conversion/request.py", "conversion/plan.py", "engines/planning.py")
+# The modules a request passes through below the API, on its way to the plan and its config, and search's candidates,
+# which make their requests the same way.
+PLAN_FLOW = (
+    "conversion/request.py",
+    "conversion/plan.py",
+    "engines/planning.py",
+    "engines/support.py",
+    "engines/module_support.py",
+    "engines/exclusions.py",
+    "engines/view.py",
+    "engines/base.py",
+    "engines/vllm.py",
+    "engines/sglang.py",
+    "engines/trtllm.py",
+    "formats/base.py",
+    "api/search_candidates.py",
+    "api/search_outputs.py",
+)
 NAME_LOOKUPS = {"get_format", "get_engine", "load_scheme", "FORMATS", "ENGINES"}  # called, or subscripted
 
 
@@ -72,13 +89,13 @@ def test_a_conversion_request_crosses_from_the_api_to_the_plan(monkeypatch: pyte
     """The API hands build_plan one request made from the options, holding the objects the options resolved."""
     options = ConversionOptions(scheme="nvfp4", format="modelopt", engines=["vllm", "sglang"], target_layers=61)
     received: list[ConversionRequest] = []
-    build_plan = eaglequant.api.build_plan
+    build_plan = eaglequant.api.conversion.build_plan
 
     def spy(head: Any, request: ConversionRequest, **rest: Any) -> ConversionPlan:
         received.append(request)
         return build_plan(head, request, **rest)
 
-    monkeypatch.setattr(eaglequant.api, "build_plan", spy)
+    monkeypatch.setattr(eaglequant.api.conversion, "build_plan", spy)
     plan = eaglequant.inspect(FIXTURES / "specforge-llama", options).plan
     (request,) = received
     assert isinstance(request, ConversionRequest)

@@ -28,7 +28,7 @@ def _engines_loading(kinds: tuple[str, str | None], fmt: str, fixture: str) -> l
     return [
         e
         for e in ALL_ENGINES
-        if (cell := support(kinds, fmt, e, head.attention)) is not None
+        if (cell := support(kinds, fmt, ENGINES[e], head.attention)) is not None
         and cell.loads
         and ENGINES[e].head_refusal(head) is None
     ]
