@@ -17,9 +17,10 @@ from itertools import product
 from typing import Any
 
 from eaglequant.conversion.options import ConversionOptions
-from eaglequant.conversion.plan import ModuleSchemesNeedLayerCount, build_plan, written_assignment
+from eaglequant.conversion.plan import build_plan
 from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
+from eaglequant.engines.planning import ModuleSchemesNeedLayerCount
 from eaglequant.engines.support import mixed_refusal, support
 from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS
@@ -108,7 +109,7 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
     per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and whether the engine
     runs lm_head quantized; None: it loads."""
     fmt, engines = request.format, request.engines
-    written = written_assignment(request.assignment, None).resolved(head)  # a search converts without --calib
+    written = request.assignment.as_written(calibrated=False).resolved(head)  # a search converts without --calib
     kinds = [scheme.kinds for scheme in written.schemes]
     for engine in engines:
         cell = support(written.main.kinds, fmt.name, engine, head.attention)

@@ -93,7 +93,7 @@ class EngineSupport:
 def engine_support(engines: list[Engine], fmt: Format, assignment: SchemeAssignment, attention: str) -> EngineSupport:
     """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``fmt``
     checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
-    (refused later, after what the format cannot store: ``conversion.plan.check_assignment``)."""
+    (refused later, after what the format cannot store: ``engines.planning.check_assignment``)."""
     main = assignment.main
     notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
     loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 
 from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.findings import Finding
 from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.layouts.rules import match_rule
 from eaglequant.schemes.model import Scheme, VerifyThresholds
@@ -116,6 +117,13 @@ class SchemeAssignment:
         rules = tuple(SchemeRule(rule.pattern, change(rule.scheme)) for rule in self.rules)
         return SchemeAssignment(change(self.main), rules)
 
+    def as_written(self, calibrated: bool, notes: list[str] | None = None) -> SchemeAssignment:
+        """The assignment as a conversion writes it: without calibrated inputs (``calibrated`` false), a scheme with
+        calibrated activations is written weight-only (the one calibration rule; ``notes`` gains a finding,
+        ``no-calib-data`` about the scheme, for each)."""
+        found: list[str] = [] if notes is None else notes
+        return self.mapped(lambda scheme: _as_written(scheme, calibrated, found))
+
     def resolved(self, head: HeadDescription) -> SchemeAssignment:
         """Each of ``head``'s linears given the scheme of the first rule that matches it. A rule that matches no
         linear, or fused linears given different kinds, are refused."""
@@ -158,3 +166,15 @@ def _matches_nothing(rule: SchemeRule) -> InputError:
         words(given(PARAMETER, rule.text), f": this head has no {rule.pattern} of its own"),
         hint="a draft without it reads the target's, which the engine keeps as the target stores it",
     )
+
+
+def _as_written(scheme: Scheme, calibrated: bool, notes: list[str]) -> Scheme:
+    if not scheme.needs_calibration or calibrated:
+        return scheme
+    written = scheme.without_calibration()
+    text = (
+        f"{scheme.name}: no --calib data, so activations are not quantized: written as {written.label} "
+        f"(weight-only); pass --calib to get {scheme.label}"
+    )
+    notes.append(Finding("no-calib-data", scheme.name, text))
+    return written
