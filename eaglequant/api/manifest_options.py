@@ -16,6 +16,7 @@ from eaglequant.engines.target import TargetModel
 def manifest_options(options: ConversionOptions, target: TargetModel) -> dict[str, Any]:
     """``options`` as the manifest records them; ``target``: the target as the plan resolved it (its layer count
     from ``target_layers``, or read from ``target_config`` or the head)."""
+    calib = None if options.calib is None else inputs_sha256(options.calib)
     scheme = options.resolved_scheme
     matched = {"target_context": target.context} if options.match_target_context else {}
     rules = options.assignment.rules
@@ -34,7 +35,7 @@ def manifest_options(options: ConversionOptions, target: TargetModel) -> dict[st
         "target_layers": target.count,
         **matched,
         "max_shard_bytes": options.max_shard_bytes,
-        "calib_sha256": None if options.calib is None else inputs_sha256(options.calib),
+        "calib_sha256": calib,
         "verify": options.verify_output,
         "repo_id": options.repo_id,
     }

@@ -20,8 +20,7 @@ from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import build_plan
 from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
-from eaglequant.engines.planning import ModuleSchemesNeedLayerCount
-from eaglequant.engines.support import mixed_refusal, support
+from eaglequant.engines.support import ModuleSchemesNeedLayerCount, mixed_refusal, support
 from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription

@@ -19,7 +19,8 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.conversion.request import ConversionRequest, changed_config
 from eaglequant.engines import Engine
-from eaglequant.engines.exclusions import ModuleVerdict, requested_exclusions
+from eaglequant.engines.exclusions import ModuleVerdict
+from eaglequant.engines.keep import requested_exclusions
 from eaglequant.engines.planning import plan_engines
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format

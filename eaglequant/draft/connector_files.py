@@ -199,7 +199,8 @@ def inputs_sha256(path: Path) -> str:
 
     from eaglequant.checkpoint.hashing import file_sha256
 
-    if not path.is_dir():
-        return file_sha256(path)
-    listed = "".join(f"{file.name}:{file_sha256(file)}\n" for file in connector_files(path, "inputs"))
-    return hashlib.sha256(listed.encode()).hexdigest()
+    if path.is_dir():
+        files = connector_files(path, "inputs")
+        listed = "".join(f"{file.name}:{file_sha256(file)}\n" for file in files)
+        return hashlib.sha256(listed.encode()).hexdigest()
+    return file_sha256(path)

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from eaglequant.common.errors import ExclusionProofError, InputError, Param, Words, given, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
+from eaglequant.engines.keep import KeepRequest
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format
+from eaglequant.kinds import KindPair
 from eaglequant.layouts.detect import check_quantizable_dtype
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.layouts.rules import linears_matching
-from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import Scheme
 
 
@@ -31,61 +31,6 @@ class ModuleVerdict:
     quantized: bool
     rule: str | None  # the pattern that excluded it
     engine_reason: str | None = None  # why the engine runs it unquantized whatever the rules say
-
-
-@dataclass(frozen=True)
-class KeepRequest:
-    """What the user's rules and the defaults ask: linears to keep in the source dtype (canonical module -> why)
-    and linears a ``quantize`` rule asks to quantize (canonical module -> that rule)."""
-
-    kept: Mapping[str, str]
-    quantized: Mapping[str, str]
-    by_scheme_rule: frozenset[str] = frozenset()  # modules quantized because a --scheme-for rule gives them a scheme
-
-    def asked_by(self, module: str) -> str:
-        """The parameter that asks to quantize ``module``."""
-        return "scheme_for" if module in self.by_scheme_rule else "quantize"
-
-
-# Linears kept in the source dtype unless the user asks otherwise, and why.
-DEFAULT_EXCLUSIONS: dict[str, str] = {
-    "fc": "default: fc reads the target's hidden states (--quantize fc to quantize it)",
-    "lm_head": "default: the draft's logits decide acceptance (--quantize lm_head to quantize it)",
-}
-
-
-def requested_exclusions(
-    head: HeadDescription,
-    exclude: list[str] | tuple[str, ...] = (),
-    quantize: list[str] | tuple[str, ...] = (),
-    assignment: SchemeAssignment | None = None,
-) -> KeepRequest:
-    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize. ``quantize`` rules, and the
-    ``scheme_for`` rules of ``assignment`` (resolved on ``head``), lift the defaults; ``exclude`` rules add to them.
-    Each rule must match at least one linear, and no linear may be both quantized and excluded by the user."""
-    matched = linears_matching(head, {"quantize": quantize, "exclude": exclude})
-    opted_in = {lin.module: rule for rule, hits in matched["quantize"] for lin in hits}
-    ruled = {} if assignment is None else {module: rule.pattern for module, rule in assignment.by_module.items()}
-    opted_in.update(ruled)
-    kept = {
-        module: reason
-        for module, reason in DEFAULT_EXCLUSIONS.items()
-        if module not in opted_in and any(lin.module == module for lin in head.linears)
-    }
-    for rule, hits in matched["exclude"]:
-        for lin in hits:
-            if lin.module in opted_in:
-                raise InputError(
-                    words(
-                        f"{lin.checkpoint_module} is matched by ",
-                        given("quantize", opted_in[lin.module]),
-                        " and ",
-                        given("exclude", rule),
-                    ),
-                    hint="keep one of the two rules",
-                )
-            kept.setdefault(lin.module, f"--exclude {rule}")
-    return KeepRequest(kept, opted_in, frozenset(ruled))
 
 
 class LayerCountNeededError(InputError):
@@ -102,6 +47,10 @@ class ExclusionPlan:
     patterns: list[str]  # the exclusion rules written into config.json
     verdicts: list[ModuleVerdict]  # how each engine treats each runtime module under them
     notes: list[Finding]  # linears the format cannot store, kept with their fused group (kept-unstorable)
+    # runtime module -> the kinds it is stored in (None: run unquantized), by the first engine's runtime names, then
+    # the names of the modules other engines run quantized: a per-module config names each module as every engine
+    # that reads it does
+    stored: dict[str, KindPair | None]
 
 
 def plan_exclusions(
@@ -141,7 +90,20 @@ def plan_exclusions(
         check_quantizable_dtype(infos[linear.weight])
     patterns = synthesize_patterns(views, excluded)
     verdicts = prove(views, patterns, {lin.module for lin in quantized})
-    return ExclusionPlan(excluded, patterns, verdicts, notes)
+    return ExclusionPlan(excluded, patterns, verdicts, notes, _stored_kinds(views, verdicts))
+
+
+def _stored_kinds(views: list[EngineView], verdicts: list[ModuleVerdict]) -> dict[str, KindPair | None]:
+    first = views[0]
+    stored: dict[str, KindPair | None] = {
+        v.runtime_name: first.module_kinds.get(v.members[0], first.kinds) if v.quantized else None
+        for v in verdicts
+        if v.engine == first.engine.key
+    }
+    for v in verdicts:
+        if v.quantized:
+            stored[v.runtime_name] = first.module_kinds.get(v.members[0], first.kinds)
+    return stored
 
 
 def merged_exclusions(

@@ -11,7 +11,6 @@ names, so the table (``eaglequant schemes``, ``docs/engines.md``) and the refusa
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,7 @@ from eaglequant.common.errors import InputError, Words, suggested, words
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.cells import Answer
-from eaglequant.engines.support import MATRIX_END, MATRIX_START, SCHEME_KINDS, render_markdown, support
+from eaglequant.engines.support import MATRIX_END, MATRIX_START, loaded_kinds, render_markdown, support
 from eaglequant.formats import FORMATS, Format
 from eaglequant.kinds import KindPair, kinds_title
 
@@ -50,36 +49,16 @@ def _asked_module(question: str, attention: str) -> RuntimeModule:
     return RuntimeModule((names,), members, (0,), attention)
 
 
-def _loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair:
-    """The first scheme kinds ``engine`` loads from ``fmt`` for a draft of this ``attention``."""
-    return next(k for k in SCHEME_KINDS if (cell := support(k, fmt.name, engine, attention)) is not None and cell.loads)
-
-
-def format_refusal(engine: Engine, fmt: Format, attention: str) -> str | None:
-    """Why ``engine`` loads no scheme stored in ``fmt`` for a draft of this ``attention`` (None: it loads
-    some): the reason most of its cells give."""
-    notes = []
-    for kinds in SCHEME_KINDS:
-        cell = support(kinds, fmt.name, engine, attention)
-        if cell is not None and cell.loads:
-            return None
-        if cell is not None:
-            notes.append(cell.note)
-    if not notes:
-        return f"{fmt.title} stores none of the schemes {engine.titled} loads"
-    return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
-
-
 def answer(engine: Engine, fmt: Format, question: str, attention: str) -> Answer:
     """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``: its decision
-    (:meth:`Engine.decide`) on the module asked about, in the first kinds it loads from ``fmt``."""
-    refusal = format_refusal(engine, fmt, attention)
-    if refusal is not None:
-        return Answer(False, refusal)
+    (:meth:`Engine.decide`) on the module asked about, in the first kinds it loads from ``fmt``; where it loads no
+    scheme from ``fmt``, the reason most of its cells give."""
+    loaded = loaded_kinds(engine, fmt, attention)
+    if isinstance(loaded, str):
+        return Answer(False, loaded)
     if question == "pruned_vocabulary":
         return engine.loads_pruned_vocabulary(attention)
-    kinds = _loaded_kinds(engine, fmt, attention)
-    decision = engine.decide(_asked_module(question, attention), fmt, kinds, mixed=question == "module_kinds")
+    decision = engine.decide(_asked_module(question, attention), fmt, loaded, mixed=question == "module_kinds")
     return Answer(decision.quantized, decision.why)
 
 

@@ -11,10 +11,12 @@ says no must fail there. The others (TensorRT-LLM) are *read* from source.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
+from eaglequant.engines.base import TARGET_LAYERS_HINT
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
     FP8_W8A8,
@@ -29,7 +31,9 @@ from eaglequant.engines.cells import (
     Support,
     cell_for,
 )
+from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
+from eaglequant.formats.base import HeadStorage
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
@@ -69,6 +73,21 @@ def support(kinds: KindPair, format_name: str, engine: Engine, attention: str = 
     return cell_for(engine.cells, kinds, format_name, attention)
 
 
+def loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair | str:
+    """The first scheme kinds ``engine`` loads from ``fmt`` for a draft of this ``attention``; where it loads none,
+    why: the reason most of its cells give."""
+    notes = []
+    for kinds in SCHEME_KINDS:
+        cell = support(kinds, fmt.name, engine, attention)
+        if cell is not None and cell.loads:
+            return kinds
+        if cell is not None:
+            notes.append(cell.note)
+    if not notes:
+        return f"{fmt.title} stores none of the schemes {engine.titled} loads"
+    return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
+
+
 def mixed_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
     """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
     (None: it reads per-module kinds in that format and loads each of them): its decision on a decoder linear stored
@@ -87,19 +106,63 @@ class EngineSupport:
 
     notes: list[str]  # the conditions under which they load the main scheme (shown as warnings)
     loading_formats: tuple[Format, ...]  # every format in which each targeted engine loads the main scheme
-    mixed_refusals: list[str]  # why an engine cannot load the linears' different kinds from one checkpoint
 
 
-def engine_support(engines: list[Engine], fmt: Format, assignment: SchemeAssignment, attention: str) -> EngineSupport:
+def engine_support(
+    engines: list[Engine],
+    fmt: Format,
+    assignment: SchemeAssignment,
+    attention: str,
+    storage: HeadStorage,
+    target: TargetModel,
+) -> EngineSupport:
     """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``fmt``
-    checkpoint; else what the engines say of it, and of the linears' different kinds when ``assignment`` mixes them
-    (refused later, after what the format cannot store: ``engines.planning.check_assignment``)."""
+    checkpoint, then what cannot be written or served as ``assignment`` asks (:func:`check_assignment`; ``storage``:
+    how ``fmt`` stores each linear; ``target``: whose layer count names per-module entries); else what the engines
+    say of it."""
     main = assignment.main
     notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
     loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))
     kinds = [scheme.kinds for scheme in assignment.schemes]
     refusals = [mixed_refusal(engine, fmt, kinds, attention) for engine in engines] if assignment.mixed else []
-    return EngineSupport(notes, loading, [refusal for refusal in refusals if refusal is not None])
+    check_assignment(fmt, assignment, storage, [refusal for refusal in refusals if refusal is not None], target)
+    return EngineSupport(notes, loading)
+
+
+class ModuleSchemesNeedLayerCount(InputError):
+    """Per-module entries cannot be written without the target's layer count (``search`` counts what it skips)."""
+
+
+def check_assignment(
+    fmt: Format, assignment: SchemeAssignment, storage: HeadStorage, mixed_refusals: list[str], target: TargetModel
+) -> None:
+    """Refuse what cannot be written or served as ``assignment`` asks: a linear a rule gives a scheme that ``fmt``
+    cannot store it in (``storage``), then, for linears of different kinds, a format or an engine that does not hold
+    per-module kinds (``mixed_refusals``), or an unknown target layer count (per-module entries name each module as
+    the engine does, layer index included)."""
+    for module, rule in assignment.by_module.items():
+        problem = storage.problems.get(module)
+        if problem is not None:
+            raise InputError(words(suggested("scheme_for", rule.text), f": {problem}"))
+    if not assignment.mixed:
+        return
+    if not fmt.stores_mixed:
+        able = ", ".join(f.name for f in FORMATS.values() if f.stores_mixed)
+        raise InputError(
+            f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
+            hint=f"formats that can: {able}" if able else "give every linear one scheme",
+        )
+    if mixed_refusals:
+        raise InputError(
+            f"{mixed_refusals[0]} ({assignment.describe()})",
+            hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
+        )
+    if target.count is None:
+        raise ModuleSchemesNeedLayerCount(
+            f"{fmt.title}'s per-module entries name each module as the engine does, after the target's layers, so "
+            "writing them needs the target's layer count",
+            hint=TARGET_LAYERS_HINT,
+        )
 
 
 def _loads_everywhere(kinds: KindPair, fmt: Format, engines: list[Engine], attention: str) -> bool:

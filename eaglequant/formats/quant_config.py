@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from eaglequant.common.errors import ExclusionProofError
 from eaglequant.kinds import KindPair
 
 
@@ -46,10 +47,13 @@ class QuantConfig:
         main: KindPair,
         *,
         default_group: bool = True,
+        read_as: Callable[[str, str], bool] | None = None,
     ) -> QuantConfig:
         """The config of a checkpoint whose runtime modules are in ``modules``' kinds (None: unquantized): flat when
         the quantized ones share one kinds (``main`` when none is quantized), else a group per kinds naming its
-        modules, beside a default group (``main``'s, where some module is in it) when the format has one."""
+        modules, beside a default group (``main``'s, where some module is in it) when the format has one.
+        ``read_as(target, name)``: how the engines match a group's target; given, every quantized module must read
+        back in its own kinds (else ExclusionProofError, a bug)."""
         quantized = {name: kinds for name, kinds in modules.items() if kinds is not None}
         used = list(dict.fromkeys(quantized.values()))
         if len(used) <= 1:
@@ -63,7 +67,15 @@ class QuantConfig:
             if kinds != default
         ]
         named.sort(key=lambda group: group.targets[0])  # as a reader meets them in a listing sorted by name
-        return cls(tuple([ConfigGroup(default)] if default is not None else []) + tuple(named), tuple(exclude))
+        config = cls(tuple([ConfigGroup(default)] if default is not None else []) + tuple(named), tuple(exclude))
+        for name, kinds in quantized.items():
+            given = kinds if read_as is None else config.kinds_for((name,), read_as)
+            if given != kinds:
+                raise ExclusionProofError(
+                    f"an engine would read {name} as {given} from this config, but it is stored as {kinds}",
+                    hint="report this as a bug in eaglequant",
+                )
+        return config
 
     @classmethod
     def listed(

@@ -29,6 +29,10 @@ from eaglequant.schemes.model import Scheme, VerifyThresholds
 _LOWER_BOUNDS = frozenset({"min_sqnr_db", "min_cosine", "min_top1_agreement"})
 _LAYER_PREFIX = re.compile(r"^layers\.\d+\.")
 PARAMETER = "scheme_for"  # the option that gives the rules
+# A rule that matches no linear: a pattern, or a module the head does not have (it reads the target's).
+NO_MATCH = ": the pattern matches no linear of this head"
+NO_MATCH_HINT = "patterns match linear names as `eaglequant inspect` shows them, or inside their layer (mlp.*)"
+NO_OWN_HINT = "a draft without it reads the target's, which the engine keeps as the target stores it"
 
 
 @dataclass(frozen=True)
@@ -131,7 +135,14 @@ class SchemeAssignment:
         for rule in self.rules:
             hits = [linear for linear in head.linears if rule.matches(linear)]
             if not hits:
-                raise _matches_nothing(rule)
+                pattern = any(char in rule.pattern for char in "*?[") or rule.pattern.startswith("re:")
+                raise InputError(
+                    words(
+                        given(PARAMETER, rule.text),
+                        NO_MATCH if pattern else f": this head has no {rule.pattern} of its own",
+                    ),
+                    hint=NO_MATCH_HINT if pattern else NO_OWN_HINT,
+                )
             for linear in hits:
                 by_module.setdefault(linear.module, rule)
         assignment = SchemeAssignment(self.main, self.rules, by_module)
@@ -154,18 +165,6 @@ def check_fused_groups(head: HeadDescription, assignment: SchemeAssignment) -> N
                 ),
                 hint="give every member of a fused group the same scheme",
             )
-
-
-def _matches_nothing(rule: SchemeRule) -> InputError:
-    if any(char in rule.pattern for char in "*?[") or rule.pattern.startswith("re:"):
-        return InputError(
-            words(given(PARAMETER, rule.text), ": the pattern matches no linear of this head"),
-            hint="patterns match linear names as `eaglequant inspect` shows them, or inside their layer (mlp.*)",
-        )
-    return InputError(
-        words(given(PARAMETER, rule.text), f": this head has no {rule.pattern} of its own"),
-        hint="a draft without it reads the target's, which the engine keeps as the target stores it",
-    )
 
 
 def _as_written(scheme: Scheme, calibrated: bool, notes: list[str]) -> Scheme:

@@ -11,7 +11,8 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import codes, find
-from eaglequant.engines.exclusions import DEFAULT_EXCLUSIONS, merged_exclusions, requested_exclusions
+from eaglequant.engines.exclusions import merged_exclusions
+from eaglequant.engines.keep import DEFAULT_EXCLUSIONS, requested_exclusions
 from eaglequant.formats import get_format
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription

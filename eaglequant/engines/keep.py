@@ -1,0 +1,68 @@
+"""What the defaults and the user's rules ask a conversion to keep in the source dtype and to quantize, matched once
+on the head: :func:`requested_exclusions` gives the :class:`KeepRequest` the engines' part of the plan weighs against
+what each engine requires (:mod:`eaglequant.engines.exclusions`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from eaglequant.common.errors import InputError, given, words
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.rules import linears_matching
+from eaglequant.schemes.assignment import SchemeAssignment
+
+
+@dataclass(frozen=True)
+class KeepRequest:
+    """What the user's rules and the defaults ask: linears to keep in the source dtype (canonical module -> why)
+    and linears a ``quantize`` rule asks to quantize (canonical module -> that rule)."""
+
+    kept: Mapping[str, str]
+    quantized: Mapping[str, str]
+    by_scheme_rule: frozenset[str] = frozenset()  # modules quantized because a --scheme-for rule gives them a scheme
+
+    def asked_by(self, module: str) -> str:
+        """The parameter that asks to quantize ``module``."""
+        return "scheme_for" if module in self.by_scheme_rule else "quantize"
+
+
+# Linears kept in the source dtype unless the user asks otherwise, and why.
+DEFAULT_EXCLUSIONS: dict[str, str] = {
+    "fc": "default: fc reads the target's hidden states (--quantize fc to quantize it)",
+    "lm_head": "default: the draft's logits decide acceptance (--quantize lm_head to quantize it)",
+}
+
+
+def requested_exclusions(
+    head: HeadDescription,
+    exclude: list[str] | tuple[str, ...] = (),
+    quantize: list[str] | tuple[str, ...] = (),
+    assignment: SchemeAssignment | None = None,
+) -> KeepRequest:
+    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize. ``quantize`` rules, and the
+    ``scheme_for`` rules of ``assignment`` (resolved on ``head``), lift the defaults; ``exclude`` rules add to them.
+    Each rule must match at least one linear, and no linear may be both quantized and excluded by the user."""
+    matched = linears_matching(head, {"quantize": quantize, "exclude": exclude})
+    opted_in = {lin.module: rule for rule, hits in matched["quantize"] for lin in hits}
+    ruled = {} if assignment is None else {module: rule.pattern for module, rule in assignment.by_module.items()}
+    opted_in.update(ruled)
+    kept = {
+        module: reason
+        for module, reason in DEFAULT_EXCLUSIONS.items()
+        if module not in opted_in and any(lin.module == module for lin in head.linears)
+    }
+    for rule, hits in matched["exclude"]:
+        for lin in hits:
+            if lin.module in opted_in:
+                raise InputError(
+                    words(
+                        f"{lin.checkpoint_module} is matched by ",
+                        given("quantize", opted_in[lin.module]),
+                        " and ",
+                        given("exclude", rule),
+                    ),
+                    hint="keep one of the two rules",
+                )
+            kept.setdefault(lin.module, f"--exclude {rule}")
+    return KeepRequest(kept, opted_in, frozenset(ruled))
