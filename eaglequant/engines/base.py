@@ -126,6 +126,16 @@ def weight_only_integer_groups(kinds: KindPair, fmt: Format) -> bool:
     return isinstance(recipe, CtRecipe) and recipe.weight_args["type"] == "int"
 
 
+def base_qkv_partial_group(module: RuntimeModule, kinds: KindPair, fmt: Format) -> int | None:
+    """The integer group size a Llama draft's base ``qkv_proj`` cannot take: vLLM's and SGLang's first build one for
+    the hidden size at the fused module's name, and their integer weight-only method (``weight_only_integer_groups``)
+    refuses in-features that are not whole groups; None when ``module`` loads."""
+    group = kinds.weight_kind.columns_per_scale
+    if module.attention != "mha" or "qkv_proj" not in module.names[0] or not group or module.hidden_size % group == 0:
+        return None
+    return group if weight_only_integer_groups(kinds, fmt) else None
+
+
 def expected_tensors(fmt: Format, kinds: KindPair) -> tuple[str, ...]:
     """The parameters a module quantized in ``kinds`` loads from a ``fmt`` checkpoint (``weight``, ``weight_scale``,
     ...): what the format's recipe stores."""

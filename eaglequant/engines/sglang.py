@@ -41,10 +41,10 @@ from eaglequant.engines.base import (
     Engine,
     RuntimeModule,
     ServingSnippet,
+    base_qkv_partial_group,
     decided,
     exact_or_regex_rule,
     lm_head_config_kept,
-    weight_only_integer_groups,
 )
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
@@ -250,16 +250,13 @@ def _load_refusal(module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | 
 
 
 def _base_qkv_refusal(module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-    group = kinds.weight_kind.columns_per_scale
-    hidden = module.hidden_size
-    if module.attention == "mla" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
-        return None
-    if not weight_only_integer_groups(kinds, fmt):
+    group = base_qkv_partial_group(module, kinds, fmt)
+    if group is None:
         return None
     return (
-        f"SGLang's Llama draft first builds the base model.self_attn.qkv_proj for the hidden size ({hidden}), and "
-        f"its integer weight-only method asserts in-features that are a multiple of {group} "
-        "(compressed_tensors_wNa16.py::create_weights)"
+        "SGLang's Llama draft first builds the base model.self_attn.qkv_proj for the hidden size "
+        f"({module.hidden_size}), and its integer weight-only method asserts in-features that are a multiple of "
+        f"{group} (compressed_tensors_wNa16.py::create_weights)"
     )
 
 

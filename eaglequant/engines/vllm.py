@@ -50,10 +50,10 @@ from eaglequant.engines.base import (
     LayerCountNeeded,
     RuntimeModule,
     ServingSnippet,
+    base_qkv_partial_group,
     decided,
     exact_or_regex_rule,
     lm_head_config_kept,
-    weight_only_integer_groups,
 )
 from eaglequant.engines.cells import (
     FP8_BLOCK_W8A8,
@@ -207,15 +207,12 @@ def _kv_b_split_refusal(module: RuntimeModule, kinds: KindPair) -> str | None:
 
 
 def _base_qkv_refusal(module: RuntimeModule, kinds: KindPair, fmt: Format) -> str | None:
-    group = kinds.weight_kind.columns_per_scale
-    hidden = module.hidden_size
-    if module.attention != "mha" or "qkv_proj" not in module.names[0] or not group or hidden % group == 0:
-        return None
-    if not weight_only_integer_groups(kinds, fmt):
+    group = base_qkv_partial_group(module, kinds, fmt)
+    if group is None:
         return None
     return (
-        f"vLLM's Llama draft first builds a base qkv_proj for the hidden size ({hidden}) at the same name, and its "
-        f"integer weight-only method refuses in-features that are not a multiple of {group} "
+        f"vLLM's Llama draft first builds a base qkv_proj for the hidden size ({module.hidden_size}) at the same name, "
+        f"and its integer weight-only method refuses in-features that are not a multiple of {group} "
         "(compressed_tensors_wNa16.py::create_weights -> verify_group_size_divides_partition)"
     )
 
