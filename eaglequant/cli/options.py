@@ -87,7 +87,7 @@ EngineArgOpt = Annotated[
 ]
 TargetLayersOpt = Annotated[
     Optional[int],  # noqa: UP045
-    conversion_flag("target_layers", min=0, max=MAX_TARGET_LAYERS),
+    conversion_flag("target_layers", min=1, max=MAX_TARGET_LAYERS),
 ]
 WorkersOpt = Annotated[Optional[int], conversion_flag("workers", min=1, max=MAX_WORKERS)]  # noqa: UP045
 TargetConfigOpt = Annotated[Optional[Path], conversion_flag("target_config", show_default=False)]  # noqa: UP045

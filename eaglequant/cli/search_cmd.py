@@ -79,10 +79,10 @@ def search_command(
         Optional[int],  # noqa: UP045
         typer.Option(
             "--target-layers",
-            min=0,
+            min=1,
             max=MAX_TARGET_LAYERS,
             help="The target model's layer count (vLLM numbers the draft's layers after it). Without it, the "
-            "candidates with lm_head in a scheme of its own (ModelOpt MIXED_PRECISION) are skipped: their "
+            "candidates with lm_head in a scheme of its own (a per-module config) are skipped: their "
             "per-module entries name modules after the target's layers; the output says how many.",
             show_default=False,
         ),

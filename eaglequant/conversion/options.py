@@ -235,7 +235,7 @@ class ConversionOptions:
         _set(self, "engines", tuple(engine.key for engine in self.resolved_engines))
         _set(self, "exclude", _patterns("exclude", self.exclude))
         _set(self, "quantize", _patterns("quantize", self.quantize))
-        _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=0, maximum=MAX_TARGET_LAYERS))
+        _set(self, "target_layers", _count("target_layers", self.target_layers, minimum=1, maximum=MAX_TARGET_LAYERS))
         _set(self, "target_config", _existing("target_config", self.target_config))
         _set(self, "max_shard_bytes", parse_size(self.max_shard_size))
         _set(self, "calib", _existing("calib", self.calib))

@@ -85,8 +85,11 @@ def verifier_config(head_config: dict[str, Any]) -> Path | None:
 def resolve_target(explicit: int | None, target_config: str | Path | None, head_config: dict[str, Any]) -> TargetModel:
     found: list[TargetModel] = []
     if explicit is not None:
-        if explicit < 0:
-            raise InputError(words(Param("target_layers"), f" must be >= 0, not {explicit}"))
+        if explicit < 1:
+            raise InputError(
+                words(Param("target_layers"), f" must be >= 1, not {explicit}"),
+                hint="N is the target model's num_hidden_layers (in its config.json)",
+            )
         found.append(TargetModel(explicit, "--target-layers"))
     if target_config is not None:
         count, context = read_target_config(Path(target_config))

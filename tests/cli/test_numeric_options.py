@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import typer
@@ -132,3 +133,14 @@ def test_the_library_refuses_a_temperature_that_is_not_above_zero(temperature: f
 
     with pytest.raises(InputError, match="temperatures"):
         accept(["x"], target="x", temperatures=[temperature])
+
+
+@pytest.mark.parametrize("command", ["inspect", "explain", "search"])
+def test_a_target_of_no_layers_is_refused_in_one_line(command: str, tmp_path: Path) -> None:
+    """vLLM numbers the draft's layers after the target's: a target of 0 layers is no target (exit 2, no trace)."""
+    args = {"inspect": [FIXTURES / "specforge-llama"], "explain": [FIXTURES / "specforge-llama"],
+            "search": [FIXTURES / "specforge-llama", tmp_path / "out", "--inputs", tmp_path / "x.safetensors",
+                       "--max-acceptance-drop", "0.05"]}[command]  # fmt: skip
+    result = run_cli(command, *map(str, args), "--target-layers", "0")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "--target-layers" in result.stderr and "Traceback" not in result.stderr
