@@ -43,5 +43,5 @@ def read_prompts(path: Path | None, limit: int | None = None, parameter: str = "
         else:
             prompts.append(line)
     if not prompts:
-        raise InputError(f"{flag} {chosen}: holds no prompt", hint="one prompt a line")
+        raise InputError(words(flag, ": holds no prompt"), hint="one prompt a line")
     return prompts[:limit] if limit else prompts, where

@@ -79,7 +79,7 @@ def accept(
             words(Param("prompts"), f": {len(prompt_list)} prompt; the intervals are over prompts"),
             hint="give at least 2 prompts",
         )
-    destinations = [Path(d) for d in dsts]
+    destinations = [_model_dir(d, "dsts") for d in dsts]
     source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)
     target_path = _served_target(servers, reference_server) if servers else _model_dir(_given_target(target), "target")
     settings = Settings(

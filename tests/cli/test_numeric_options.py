@@ -144,3 +144,17 @@ def test_a_target_of_no_layers_is_refused_in_one_line(command: str, tmp_path: Pa
     result = run_cli(command, *map(str, args), "--target-layers", "0")
     assert result.exit_code == 2, result.stdout + result.stderr
     assert "--target-layers" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_errors_name_what_was_typed_without_internal_reprs(tmp_path: Path) -> None:
+    """An empty prompts file and a DST that does not exist: one line each naming the flag or argument as typed."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    pair = FIXTURES / "trained-pair"
+    captured = run_cli("capture", str(tmp_path / "c.safetensors"), "--target", str(pair / "target"), "--draft",
+                       str(pair / "draft"), "--prompts", str(empty))  # fmt: skip
+    assert captured.exit_code == 2 and f"--prompts {empty}: holds no prompt" in captured.stderr, captured.stderr
+    assert "Param(" not in captured.stderr
+    missing = tmp_path / "nope"
+    accepted = run_cli("accept", str(missing), "--target", str(pair / "target"))
+    assert accepted.exit_code == 2 and f"DST {missing}: does not exist" in accepted.stderr, accepted.stderr
