@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
-from eaglequant.engines.cells import Answer, Cells, cell_for
+from eaglequant.engines.cells import Answer, Cells
 from eaglequant.engines.decision import ModuleDecision, quantized, refused, unquantized
 from eaglequant.kinds import KindPair, kinds_title
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -162,7 +162,8 @@ def decided(
     ``refusal`` (it fails to load this module in ``kinds``), else quantized, with the source that builds it."""
     if kept is not None:
         return unquantized(kept)
-    cell = cell_for(engine.cells, kinds, fmt.name, module.attention)
+    entry = engine.cells.get((kinds, fmt.name))
+    cell = None if entry is None else entry.for_draft(module.attention)
     if cell is None:
         return refused(f"{fmt.title} cannot store {kinds_title(kinds)}")
     if not cell.loads:

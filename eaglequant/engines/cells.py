@@ -17,6 +17,14 @@ class Support:
     conditional: bool = False  # loads, but only under the stated conditions: shown to the user as a warning
     mla: bool | str = True  # also holds for MLA (DeepSeek / Kimi) drafts; a string says why not
 
+    def for_draft(self, attention: str) -> Support:
+        """The cell as it holds for a draft of this ``attention``: an MLA draft is refused where the cell says so."""
+        if attention != "mla" or not self.loads or self.mla is True:
+            return self
+        return Support(
+            False, f"not for MLA drafts: {self.mla}" if isinstance(self.mla, str) else f"{self.note}; not for MLA"
+        )
+
 
 Cells = dict[tuple[KindPair, str], Support]  # (scheme kinds, format) -> Support
 
@@ -28,19 +36,6 @@ class Answer(JsonRecord):
 
     yes: bool
     why: str
-
-
-def cell_for(cells: Cells, kinds: KindPair, format_name: str, attention: str = "mha") -> Support | None:
-    """What a release's ``cells`` say of ``kinds`` stored in ``format_name`` for a draft of this ``attention``; None
-    when the format cannot store the scheme at all."""
-    entry = cells.get((kinds, format_name))
-    if entry is None:
-        return None
-    if attention == "mla" and entry.loads and entry.mla is not True:
-        return Support(
-            False, f"not for MLA drafts: {entry.mla}" if isinstance(entry.mla, str) else f"{entry.note}; not for MLA"
-        )
-    return entry
 
 
 def loads(note: str, *, mla: bool | str = True) -> Support:
@@ -80,7 +75,6 @@ __all__ = [
     "Cells",
     "KindPair",
     "Support",
-    "cell_for",
     "loads",
     "loads_if",
     "refuses",

@@ -29,7 +29,6 @@ from eaglequant.engines.cells import (
     NVFP4_W4A16,
     KindPair,
     Support,
-    cell_for,
 )
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
@@ -70,7 +69,8 @@ MATRIX = _gathered()
 def support(kinds: KindPair, format_name: str, engine: Engine, attention: str = "mha") -> Support | None:
     """What the release ``engine`` says of ``kinds`` stored in ``format_name``; None when the format cannot store the
     scheme at all."""
-    return cell_for(engine.cells, kinds, format_name, attention)
+    entry = engine.cells.get((kinds, format_name))
+    return None if entry is None else entry.for_draft(attention)
 
 
 def loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair | str:
