@@ -24,6 +24,7 @@ from eaglequant.acceptance.measure import (
 from eaglequant.acceptance.prompts import read_prompts
 from eaglequant.acceptance.record import ACCEPT_NAME
 from eaglequant.acceptance.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
+from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 
@@ -319,8 +320,6 @@ def write_acceptance(dst: Path, report: AcceptanceReport, label: str) -> Path:
     data["ok"] = not [p for d in (report.source, *mine) for p in d.problems]
     data["problems"] = [p for d in (report.source, *mine) for p in d.problems]
     path = dst / ACCEPT_NAME
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    partial.replace(path)
+    write_text_whole(path, json.dumps(data, indent=2) + "\n")
     refresh_card(dst)
     return path

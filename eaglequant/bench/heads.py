@@ -15,7 +15,6 @@ an interrupted generation is never mistaken for a cached one.
 from __future__ import annotations
 
 import json
-import shutil
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
+from eaglequant.common.atomic import replaced_whole
 
 H = 7168
 VOCAB = 163840
@@ -181,11 +181,9 @@ def cached_head(name: str, cache_dir: Path) -> Path:
     if (target / "config.json").is_file():
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
-    tmp = cache_dir / f".{target.name}.partial"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    write_head(head, tmp)
-    tmp.rename(target)
+    with replaced_whole(target) as partial:
+        partial.mkdir()
+        write_head(head, partial)
     return target
 
 

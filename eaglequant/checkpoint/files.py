@@ -14,6 +14,7 @@ from typing import Any
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.reader import SAFETENSORS_INDEX, Checkpoint, resolve_inside, source_files
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
+from eaglequant.common.atomic import write_text_whole
 
 
 class OutputShards:
@@ -65,7 +66,8 @@ def write_index(directory: Path, shards: list[list[TensorSpec]], names: list[str
 
 
 def write_json(path: Path, content: dict[str, Any]) -> None:
-    path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    """``content`` as indented JSON at ``path``, whole or not at all."""
+    write_text_whole(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
 
 
 def copy_side_files(checkpoint: Checkpoint, directory: Path, replaced: Collection[str] = ()) -> list[str]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from eaglequant.common.atomic import replaced_whole
 from eaglequant.common.errors import InputError
 from eaglequant.common.json_fields import JsonRecord
 
@@ -102,8 +103,7 @@ class CaptureWriter:
         widths = {name: shapes[0][name][1:] for name, (_, padded) in SEQUENCE_TENSORS.items() if padded}
         _check_widths(files, shapes, widths)
         specs = [_spec(name, len(files), longest, widths) for name in (*SEQUENCE_TENSORS, "lengths")]
-        partial = self.path.with_name(f".{self.path.name}.partial")
-        with open(partial, "wb") as handle:
+        with replaced_whole(self.path) as partial, open(partial, "wb") as handle:
             handle.write(
                 safetensors_header(
                     [TensorSpec(*s) for s in specs], {**metadata, "aux_layer_ids": json.dumps(list(ids))}
@@ -113,7 +113,6 @@ class CaptureWriter:
                 for file in files:
                     handle.write(_row(file, name, longest))
             handle.write(torch.tensor([s["input_ids"][0] for s in shapes], dtype=torch.int64).numpy().tobytes())
-        partial.replace(self.path)
         return self._summary(files, shapes, ids, origin)
 
     def _summary(

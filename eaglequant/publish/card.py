@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines import ENGINES, engine_title
 from eaglequant.engines.module_support import MODULE_QUESTIONS, ModuleRequest, request_refusal
@@ -391,8 +392,4 @@ def renamed_draft(dst: Path, draft: str) -> Iterator[bool]:
 
 def _replace(path: Path, text: str) -> None:
     """Write ``path`` whole or not at all."""
-    import os
-
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
+    write_text_whole(path, text)

@@ -1,0 +1,40 @@
+"""Writing a file or a directory whole or not at all: the new content goes to a sibling ``.NAME.partial``, moved over
+``NAME`` in one rename once it is complete, and removed if writing it fails. A reader (or a later run) sees the old
+content or the new, never a part. Every file eaglequant replaces in place goes through here; an output directory is
+committed by :mod:`eaglequant.checkpoint.destination`, which keeps the one it replaces until the new one is in."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+@contextmanager
+def replaced_whole(path: Path) -> Iterator[Path]:
+    """The partial path to write ``path``'s new content to (a file, or a directory the caller makes); it replaces
+    ``path`` when the block ends, and is removed when the block raises. A directory may only take the place of
+    nothing: an existing ``path`` directory is the caller's to remove."""
+    partial = path.with_name(f".{path.name}.partial")
+    _remove(partial)
+    try:
+        yield partial
+        os.replace(partial, path)
+    except BaseException:
+        _remove(partial)
+        raise
+
+
+def write_text_whole(path: Path, text: str) -> None:
+    """``text`` (UTF-8) as ``path``, whole or not at all."""
+    with replaced_whole(path) as partial:
+        partial.write_text(text, encoding="utf-8")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
