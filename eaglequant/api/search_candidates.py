@@ -20,7 +20,7 @@ from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import build_plan
 from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
-from eaglequant.engines.support import ModuleSchemesNeedLayerCount, mixed_refusal, support
+from eaglequant.engines.support import ModuleSchemesNeedLayerCount, module_kinds_refusal, support
 from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
@@ -118,7 +118,7 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
         if "lm_head" in fmt.storage(head, written, FORMATS.values()).problems:
             return "the format cannot store lm_head in its own scheme"
         for engine in engines:
-            if mixed_refusal(engine, fmt, kinds, head.attention) is not None:
+            if module_kinds_refusal(engine, fmt, kinds, head.attention) is not None:
                 return f"{engine.titled} does not read lm_head's own scheme in that format"
     module_kinds = {module: ruled.kinds for module, ruled in written.module_schemes.items()}
     for engine in engines if lm_head else ():

@@ -88,7 +88,7 @@ def loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair | str:
     return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
 
 
-def mixed_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
+def module_kinds_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
     """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
     (None: it reads per-module kinds in that format and loads each of them): its decision on a decoder linear stored
     in each."""
@@ -124,7 +124,7 @@ def engine_support(
     notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
     loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))
     kinds = [scheme.kinds for scheme in assignment.schemes]
-    refusals = [mixed_refusal(engine, fmt, kinds, attention) for engine in engines] if assignment.mixed else []
+    refusals = [module_kinds_refusal(engine, fmt, kinds, attention) for engine in engines] if assignment.mixed else []
     check_assignment(fmt, assignment, storage, [refusal for refusal in refusals if refusal is not None], target)
     return EngineSupport(notes, loading)
 
@@ -134,11 +134,11 @@ class ModuleSchemesNeedLayerCount(InputError):
 
 
 def check_assignment(
-    fmt: Format, assignment: SchemeAssignment, storage: HeadStorage, mixed_refusals: list[str], target: TargetModel
+    fmt: Format, assignment: SchemeAssignment, storage: HeadStorage, refused_kinds: list[str], target: TargetModel
 ) -> None:
     """Refuse what cannot be written or served as ``assignment`` asks: a linear a rule gives a scheme that ``fmt``
     cannot store it in (``storage``), then, for linears of different kinds, a format or an engine that does not hold
-    per-module kinds (``mixed_refusals``), or an unknown target layer count (per-module entries name each module as
+    per-module kinds (``refused_kinds``), or an unknown target layer count (per-module entries name each module as
     the engine does, layer index included)."""
     for module, rule in assignment.by_module.items():
         problem = storage.problems.get(module)
@@ -152,9 +152,9 @@ def check_assignment(
             f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
             hint=f"formats that can: {able}" if able else "give every linear one scheme",
         )
-    if mixed_refusals:
+    if refused_kinds:
         raise InputError(
-            f"{mixed_refusals[0]} ({assignment.describe()})",
+            f"{refused_kinds[0]} ({assignment.describe()})",
             hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
         )
     if target.count is None:

@@ -21,7 +21,7 @@ from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.support import SCHEME_KINDS, mixed_refusal, support
+from eaglequant.engines.support import SCHEME_KINDS, module_kinds_refusal, support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
@@ -192,7 +192,7 @@ def _read_engine(
     draft_tokens: int,
 ) -> EngineReading:
     scheme, patterns = schemes.main, written.patterns
-    refusal = engine.head_refusal(head) or _mixed_refusal(engine, fmt, schemes, written, head.attention)
+    refusal = engine.head_refusal(head) or _module_kinds_refusal(engine, fmt, schemes, written, head.attention)
     cell = support(scheme.kinds, fmt.name, engine, head.attention)
     if cell is None or not cell.loads or refusal is not None:
         note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
@@ -219,13 +219,13 @@ def _read_engine(
     return EngineReading(engine.key, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
 
 
-def _mixed_refusal(
+def _module_kinds_refusal(
     engine: Engine, fmt: Format, schemes: SchemeAssignment, written: WrittenConfig, attention: str
 ) -> str | None:
     """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
     if written.listed is None:
         return None
-    return mixed_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention)
+    return module_kinds_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention)
 
 
 def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:
