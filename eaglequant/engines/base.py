@@ -7,11 +7,12 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
-from eaglequant.engines.cells import Answer, Cells
+from eaglequant.engines.cells import Answer, Cells, Support
 from eaglequant.engines.decision import ModuleDecision, quantized, refused, unquantized
 from eaglequant.kinds import KindPair, kinds_title
 from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
@@ -162,8 +163,7 @@ def decided(
     ``refusal`` (it fails to load this module in ``kinds``), else quantized, with the source that builds it."""
     if kept is not None:
         return unquantized(kept)
-    entry = engine.cells.get((kinds, fmt.name))
-    cell = None if entry is None else entry.for_draft(module.attention)
+    cell = engine.draft_cells.get((kinds, fmt.name, module.attention))
     if cell is None:
         return refused(f"{fmt.title} cannot store {kinds_title(kinds)}")
     if not cell.loads:
@@ -203,6 +203,16 @@ class Engine(ABC):
     key: ClassVar[str]
     hub_library: ClassVar[str]  # the Hub's library_name for a checkpoint this engine loads (the card's tag)
     cells: ClassVar[Cells]  # what this release loads: its column of the support matrix (engines/support.py)
+
+    @cached_property
+    def draft_cells(self) -> dict[tuple[KindPair, str, str], Support]:
+        """(scheme kinds, format, attention) -> what this release loads for a draft of that attention (its
+        :attr:`cells`, each as it holds for that draft: :meth:`Support.for_draft`)."""
+        return {
+            (kinds, fmt, attention): cell.for_draft(attention)
+            for (kinds, fmt), cell in self.cells.items()
+            for attention in ("mha", "mla")
+        }
 
     @property
     def spellings(self) -> tuple[str, str]:

@@ -1,31 +1,25 @@
-"""What each engine release runs per module, per format: ``lm_head`` quantized, ``fc`` quantized, per-module kinds
-(a checkpoint whose linears are stored in different kinds) and a pruned draft vocabulary (``d2t`` / ``t2d``).
+"""The two tables ``eaglequant schemes`` and ``docs/engines.md`` show, drawn from the engine models: the support
+matrix (scheme × format × engine release, :data:`eaglequant.engines.support.MATRIX`) and what each release runs per
+module, per format: ``lm_head`` quantized, ``fc`` quantized, per-module kinds (a checkpoint whose linears are stored
+in different kinds) and a pruned draft vocabulary (``d2t`` / ``t2d``).
 
-Every answer is the engine model's own decision on the module asked about (:meth:`Engine.decide`; the vocabulary's
-is :meth:`Engine.loads_pruned_vocabulary`), asked where the engine loads some scheme in the format at all (the
-support matrix, :mod:`eaglequant.engines.support`). The same answers decide what ``convert`` refuses for
-``--quantize fc|lm_head`` and ``--scheme-for`` (:func:`check_module_request`) and which combinations its hint
-names, so the table (``eaglequant schemes``, ``docs/engines.md``) and the refusals agree.
+Every answer is the engine model's own decision on the module asked about (:func:`eaglequant.engines.support.answer`),
+the very answers ``convert`` refuses by, so the tables and the refusals agree.
 ``python -m eaglequant.engines.module_support`` rewrites both tables in ``docs/engines.md``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from eaglequant.common.errors import InputError, Words, suggested, words
 from eaglequant.common.json_fields import JsonRecord, named
-from eaglequant.engines import ENGINES, Engine, RuntimeModule
-from eaglequant.engines.cells import Answer
-from eaglequant.engines.support import MATRIX_END, MATRIX_START, loaded_kinds, render_markdown, support
-from eaglequant.formats import FORMATS, Format
-from eaglequant.kinds import KindPair, kinds_title
+from eaglequant.engines import ENGINES
+from eaglequant.engines.cells import Answer, Support
+from eaglequant.engines.support import ENGINE_NAMES, FORMAT_NAMES, MATRIX, SCHEME_KINDS, answer
+from eaglequant.formats import FORMATS
 
 # The table's questions, in its column order: key -> column title; the first two are modules a conversion may ask
-# to run quantized (MODULE_QUESTIONS).
-MODULE_QUESTIONS = ("lm_head", "fc")
+# to run quantized (support.MODULE_QUESTIONS).
 QUESTIONS: dict[str, str] = {
     "lm_head": "lm_head quantized",
     "fc": "fc quantized",
@@ -33,33 +27,7 @@ QUESTIONS: dict[str, str] = {
     "pruned_vocabulary": "pruned vocabulary (d2t/t2d)",
 }
 ATTENTIONS = {"mha": "Llama", "mla": "MLA"}  # the drafts each answer is asked for, as the table titles them
-SEE_TABLE = "`eaglequant schemes` shows what each engine runs per module"
-
-# The module each question asks about (a decoder linear for per-module kinds), as the engine would build it.
-_ASKED_MODULES: dict[str, tuple[str, ...]] = {
-    "lm_head": ("lm_head",),
-    "fc": ("fc",),
-    "module_kinds": ("layers.0.mlp.down_proj",),
-}
-
-
-def _asked_module(question: str, attention: str) -> RuntimeModule:
-    members = _ASKED_MODULES[question]
-    names = {"lm_head": "lm_head", "fc": "model.fc"}.get(members[0], "model.layers.1.mlp.down_proj")
-    return RuntimeModule((names,), members, (0,), attention)
-
-
-def answer(engine: Engine, fmt: Format, question: str, attention: str) -> Answer:
-    """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``: its decision
-    (:meth:`Engine.decide`) on the module asked about, in the first kinds it loads from ``fmt``; where it loads no
-    scheme from ``fmt``, the reason most of its cells give."""
-    loaded = loaded_kinds(engine, fmt, attention)
-    if isinstance(loaded, str):
-        return Answer(False, loaded)
-    if question == "pruned_vocabulary":
-        return engine.loads_pruned_vocabulary(attention)
-    decision = engine.decide(_asked_module(question, attention), fmt, loaded, mixed=question == "module_kinds")
-    return Answer(decision.quantized, decision.why)
+RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 
 
 def _by_draft(said: dict[str, Answer]) -> dict[str, Answer]:
@@ -117,93 +85,34 @@ def module_table() -> list[ModuleRow]:
     ]
 
 
-@dataclass(frozen=True)
-class ModuleRequest:
-    """What a conversion asks of every targeted engine beyond its main scheme: each scheme's kinds, the modules
-    (fc, lm_head) it asks to run quantized, and whether its linears mix kinds."""
-
-    kinds: tuple[KindPair, ...]
-    modules: tuple[str, ...]
-    mixed: bool
-
-    @property
-    def what(self) -> str:
-        """The request in words, with its verb: ``linears of different kinds load``, ``lm_head quantized loads``."""
-        if self.mixed:
-            return "linears of different kinds load"
-        return " and ".join(self.modules) + (" quantized load" if len(self.modules) > 1 else " quantized loads")
+def evidence(engine: str) -> str:
+    """ "run" when the engine-load tests load every fixture in the engine's cells, else "read" (from source)."""
+    return "run" if engine in RUN_ENGINES else "read"
 
 
-def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: str) -> str | None:
-    """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint (None: it can)."""
-    title = fmt.title
-    if request.mixed:
-        said = answer(engine, fmt, "module_kinds", attention)
-        if not said.yes:
-            return said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
-    for kinds in request.kinds:
-        cell = support(kinds, fmt.name, engine, attention)
-        if cell is None:
-            return f"{title} cannot store {kinds_title(kinds)}"
-        if not cell.loads:
-            return f"{engine.titled} does not load {kinds_title(kinds)} in {title}: {cell.note}"
-    for module in request.modules:
-        said = answer(engine, fmt, module, attention)
-        if not said.yes:
-            return f"{engine.titled} runs {module} unquantized in {title}: {said.why}"
-    return None
+def _cell_text(cell: Support, engine: str) -> str:
+    text = f"{'yes' if cell.loads else 'no'} ({evidence(engine)}): {cell.note}"
+    if cell.loads and cell.mla is not True:
+        text += f"; MLA drafts: no{f', {cell.mla}' if isinstance(cell.mla, str) else ''}"
+    return text
 
 
-def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> list[Format]:
-    """The formats in which every one of ``engines`` serves ``request``."""
-    return [f for f in FORMATS.values() if all(request_refusal(e, f, request, attention) is None for e in engines)]
+def render_markdown() -> str:
+    """The matrix as a Markdown table (rows: scheme × format; columns: engines)."""
+    header = "| scheme | format | " + " | ".join(engine.titled for engine in ENGINES.values()) + " |"
+    lines = [header, "|" + "---|" * (2 + len(ENGINE_NAMES))]
+    for kinds, title in SCHEME_KINDS.items():
+        for fmt in FORMAT_NAMES:
+            cell = MATRIX.get((kinds, fmt))
+            if cell is None:
+                cells = ["— (format cannot store it)"] + [""] * (len(ENGINE_NAMES) - 1)
+            else:
+                cells = [_cell_text(cell[e], e) for e in ENGINE_NAMES]
+            lines.append(f"| {title} | {fmt} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
-def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> Words:
-    """What does work for ``request``: a format every targeted engine serves it in, else the engines and formats
-    that do, else that none does; each computed from :func:`request_refusal`, so none names a refused combination."""
-    formats = working_formats(engines, request, attention)
-    titles = _titles(list(engines))
-    if formats:
-        return words("use ", suggested("format", formats[0].name), f", which {titles} can load; {SEE_TABLE}")
-    able = {
-        f: [e for e in ENGINES.values() if request_refusal(e, f, request, attention) is None] for f in FORMATS.values()
-    }
-    found = [(f, serving) for f, serving in able.items() if serving]
-    if not found:
-        return words(f"{request.what} in no engine release with this scheme: drop that rule; {SEE_TABLE}")
-    (fmt, serving), only = found[0], " only" if len(found) == 1 else ""
-    targets = [suggested("engines", e.key) for e in serving]
-    return words(
-        f"{request.what}{only} in {_titles(serving)} with ",
-        suggested("format", fmt.name),
-        " (target ",
-        *_joined(targets),
-        f"); {SEE_TABLE}",
-    )
-
-
-def check_module_request(
-    engines: Sequence[Engine], fmt: Format, request: ModuleRequest, attention: str, described: str
-) -> None:
-    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``fmt``
-    checkpoint; ``described``: the conversion's schemes in words."""
-    for engine in engines:
-        refusal = request_refusal(engine, fmt, request, attention)
-        if refusal is not None:
-            raise InputError(f"{refusal} ({described})", hint=module_hint(engines, request, attention))
-
-
-def _titles(engines: list[Engine]) -> str:
-    names = [e.titled for e in engines]
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def _joined(pieces: list[Any]) -> list[Any]:
-    joined: list[Any] = []
-    for i, piece in enumerate(pieces):
-        joined += [", " if i else "", piece]
-    return joined
+MATRIX_START, MATRIX_END = "<!-- support-matrix:start -->", "<!-- support-matrix:end -->"
 
 
 def render_module_markdown() -> str:

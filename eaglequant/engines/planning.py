@@ -12,8 +12,7 @@ from eaglequant.common.errors import InputError
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import ModuleVerdict, plan_exclusions
 from eaglequant.engines.keep import KeepRequest
-from eaglequant.engines.module_support import MODULE_QUESTIONS, ModuleRequest, check_module_request
-from eaglequant.engines.support import engine_support
+from eaglequant.engines.support import MODULE_QUESTIONS, engine_support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format, HeadStorage
@@ -52,11 +51,7 @@ def plan_engines(
         if refusal is not None:
             raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
     asked = tuple(module for module in MODULE_QUESTIONS if module in request.quantized)
-    if asked or assignment.mixed:
-        kinds = tuple(scheme.kinds for scheme in assignment.schemes)
-        wanted = ModuleRequest(kinds, asked, assignment.mixed)
-        check_module_request(engines, fmt, wanted, head.attention, assignment.describe())
-    supported = engine_support(engines, fmt, assignment, head.attention, storage, target)
+    supported = engine_support(engines, fmt, assignment, head.attention, storage, target, asked)
     scheme = assignment.main
     module_kinds = {module: ruled.kinds for module, ruled in assignment.module_schemes.items()}
     views = [EngineView.of(engine, head, fmt, scheme.kinds, target.count, module_kinds) for engine in engines]

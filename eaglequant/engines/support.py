@@ -1,18 +1,23 @@
-"""Which engine loads which (scheme, format) for an EAGLE-3 draft's linear layers: one table.
+"""What the targeted engine releases support, and what a conversion asks of them, checked in one call.
 
-Rows are scheme kinds (weight kind, activation kind), so a user's own scheme file is judged like the
-built-in with the same kinds. ``docs/engines.md`` renders this table (``render_markdown``; rewritten by
-``python -m eaglequant.engines.module_support`` with the table of what each engine runs per module); a test keeps
-the two in step. Each entry names the engine source that decides it, for the release the engine's model
-describes (``Engine.release``). Cells of engines with a probe (:mod:`eaglequant.engine_load`: vLLM, SGLang)
-are *run*: the engine-load tests load every fixture in them with the engine's own code, and a cell that
-says no must fail there. The others (TensorRT-LLM) are *read* from source.
+The support matrix: which engine loads which (scheme, format) for an EAGLE-3 draft's linear layers, gathered from each
+release's own cells (rows are scheme kinds, so a user's own scheme file is judged like the built-in with the same
+kinds; each cell names the engine source that decides it, for the release the engine's model describes). Cells of
+engines with a probe (:mod:`eaglequant.engine_load`: vLLM, SGLang) are *run*: the engine-load tests load every fixture
+in them with the engine's own code, and a cell that says no must fail there. The others (TensorRT-LLM) are *read*.
+
+:func:`engine_support` is the plan's one question to it: the modules a conversion asks to run quantized and the
+linears' different kinds (each answered by the engine's decision on that module, :meth:`Engine.decide`), the main
+scheme, then what cannot be written as the assignment asks, each refused in one line naming what works. The tables
+``eaglequant schemes`` and ``docs/engines.md`` show are drawn from the same answers (:mod:`.module_support`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
@@ -27,17 +32,18 @@ from eaglequant.engines.cells import (
     MXFP4_W4A16,
     NVFP4_W4A4,
     NVFP4_W4A16,
+    Answer,
     KindPair,
     Support,
 )
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
 from eaglequant.formats.base import HeadStorage
+from eaglequant.kinds import kinds_title
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
 ENGINE_NAMES = tuple(ENGINES)
-RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 FORMAT_NAMES = tuple(FORMATS)
 SCHEME_KINDS: dict[KindPair, str] = {  # the matrix's rows, in order, as the docs title them
     FP8_W8A8: "FP8 per-channel W8A8 (dynamic per-token activations)",
@@ -69,8 +75,7 @@ MATRIX = _gathered()
 def support(kinds: KindPair, format_name: str, engine: Engine, attention: str = "mha") -> Support | None:
     """What the release ``engine`` says of ``kinds`` stored in ``format_name``; None when the format cannot store the
     scheme at all."""
-    entry = engine.cells.get((kinds, format_name))
-    return None if entry is None else entry.for_draft(attention)
+    return engine.draft_cells.get((kinds, format_name, attention))
 
 
 def loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair | str:
@@ -100,6 +105,127 @@ def module_kinds_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], att
     return None
 
 
+# Modules a conversion may ask to run quantized beyond the decoder (--quantize, --scheme-for), as the module table
+# asks about them.
+MODULE_QUESTIONS = ("lm_head", "fc")
+SEE_TABLE = "`eaglequant schemes` shows what each engine runs per module"
+
+# The module each question asks about (a decoder linear for per-module kinds), as the engine would build it.
+_ASKED_MODULES: dict[str, tuple[str, ...]] = {
+    "lm_head": ("lm_head",),
+    "fc": ("fc",),
+    "module_kinds": ("layers.0.mlp.down_proj",),
+}
+
+
+def _asked_module(question: str, attention: str) -> RuntimeModule:
+    members = _ASKED_MODULES[question]
+    names = {"lm_head": "lm_head", "fc": "model.fc"}.get(members[0], "model.layers.1.mlp.down_proj")
+    return RuntimeModule((names,), members, (0,), attention)
+
+
+def answer(engine: Engine, fmt: Format, question: str, attention: str) -> Answer:
+    """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``: its decision
+    (:meth:`Engine.decide`) on the module asked about, in the first kinds it loads from ``fmt``; where it loads no
+    scheme from ``fmt``, the reason most of its cells give."""
+    loaded = loaded_kinds(engine, fmt, attention)
+    if isinstance(loaded, str):
+        return Answer(False, loaded)
+    if question == "pruned_vocabulary":
+        return engine.loads_pruned_vocabulary(attention)
+    decision = engine.decide(_asked_module(question, attention), fmt, loaded, mixed=question == "module_kinds")
+    return Answer(decision.quantized, decision.why)
+
+
+@dataclass(frozen=True)
+class ModuleRequest:
+    """What a conversion asks of every targeted engine beyond its main scheme: each scheme's kinds, the modules
+    (fc, lm_head) it asks to run quantized, and whether its linears mix kinds."""
+
+    kinds: tuple[KindPair, ...]
+    modules: tuple[str, ...]
+    mixed: bool
+
+    @property
+    def what(self) -> str:
+        """The request in words, with its verb: ``linears of different kinds load``, ``lm_head quantized loads``."""
+        if self.mixed:
+            return "linears of different kinds load"
+        return " and ".join(self.modules) + (" quantized load" if len(self.modules) > 1 else " quantized loads")
+
+
+def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: str) -> str | None:
+    """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint (None: it can)."""
+    title = fmt.title
+    if request.mixed:
+        said = answer(engine, fmt, "module_kinds", attention)
+        if not said.yes:
+            return said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
+    for kinds in request.kinds:
+        cell = support(kinds, fmt.name, engine, attention)
+        if cell is None:
+            return f"{title} cannot store {kinds_title(kinds)}"
+        if not cell.loads:
+            return f"{engine.titled} does not load {kinds_title(kinds)} in {title}: {cell.note}"
+    for module in request.modules:
+        said = answer(engine, fmt, module, attention)
+        if not said.yes:
+            return f"{engine.titled} runs {module} unquantized in {title}: {said.why}"
+    return None
+
+
+def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> list[Format]:
+    """The formats in which every one of ``engines`` serves ``request``."""
+    return [f for f in FORMATS.values() if all(request_refusal(e, f, request, attention) is None for e in engines)]
+
+
+def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> Words:
+    """What does work for ``request``: a format every targeted engine serves it in, else the engines and formats
+    that do, else that none does; each computed from :func:`request_refusal`, so none names a refused combination."""
+    formats = working_formats(engines, request, attention)
+    titles = _titles(list(engines))
+    if formats:
+        return words("use ", suggested("format", formats[0].name), f", which {titles} can load; {SEE_TABLE}")
+    able = {
+        f: [e for e in ENGINES.values() if request_refusal(e, f, request, attention) is None] for f in FORMATS.values()
+    }
+    found = [(f, serving) for f, serving in able.items() if serving]
+    if not found:
+        return words(f"{request.what} in no engine release with this scheme: drop that rule; {SEE_TABLE}")
+    (fmt, serving), only = found[0], " only" if len(found) == 1 else ""
+    targets = [suggested("engines", e.key) for e in serving]
+    return words(
+        f"{request.what}{only} in {_titles(serving)} with ",
+        suggested("format", fmt.name),
+        " (target ",
+        *_joined(targets),
+        f"); {SEE_TABLE}",
+    )
+
+
+def check_module_request(
+    engines: Sequence[Engine], fmt: Format, request: ModuleRequest, attention: str, described: str
+) -> None:
+    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``fmt``
+    checkpoint; ``described``: the conversion's schemes in words."""
+    for engine in engines:
+        refusal = request_refusal(engine, fmt, request, attention)
+        if refusal is not None:
+            raise InputError(f"{refusal} ({described})", hint=module_hint(engines, request, attention))
+
+
+def _titles(engines: list[Engine]) -> str:
+    names = [e.titled for e in engines]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _joined(pieces: list[Any]) -> list[Any]:
+    joined: list[Any] = []
+    for i, piece in enumerate(pieces):
+        joined += [", " if i else "", piece]
+    return joined
+
+
 @dataclass(frozen=True)
 class EngineSupport:
     """What the targeted engines say of a conversion's schemes in its format, decided once for the plan."""
@@ -115,11 +241,16 @@ def engine_support(
     attention: str,
     storage: HeadStorage,
     target: TargetModel,
+    asked: tuple[str, ...] = (),
 ) -> EngineSupport:
-    """Refuse, in one line naming what works, a main scheme a targeted engine cannot load from a ``fmt``
-    checkpoint, then what cannot be written or served as ``assignment`` asks (:func:`check_assignment`; ``storage``:
-    how ``fmt`` stores each linear; ``target``: whose layer count names per-module entries); else what the engines
-    say of it."""
+    """Refuse, in one line naming what works: a module (``asked``: of :data:`MODULE_QUESTIONS`, to run quantized) or
+    the linears' different kinds a targeted engine cannot serve from ``fmt`` (:func:`check_module_request`); a main
+    scheme it cannot load; then what cannot be written or served as ``assignment`` asks (:func:`check_assignment`;
+    ``storage``: how ``fmt`` stores each linear; ``target``: whose layer count names per-module entries). Else what
+    the engines say of it."""
+    if asked or assignment.mixed:
+        wanted = ModuleRequest(tuple(scheme.kinds for scheme in assignment.schemes), asked, assignment.mixed)
+        check_module_request(engines, fmt, wanted, attention, assignment.describe())
     main = assignment.main
     notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
     loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))
@@ -225,33 +356,3 @@ def _engines_words(engines: list[Engine]) -> str:
         return "every engine"
     titles = [e.title for e in engines]
     return titles[0] if len(titles) == 1 else f"{', '.join(titles[:-1])} and {titles[-1]}"
-
-
-def evidence(engine: str) -> str:
-    """ "run" when the engine-load tests load every fixture in the engine's cells, else "read" (from source)."""
-    return "run" if engine in RUN_ENGINES else "read"
-
-
-def _cell_text(cell: Support, engine: str) -> str:
-    text = f"{'yes' if cell.loads else 'no'} ({evidence(engine)}): {cell.note}"
-    if cell.loads and cell.mla is not True:
-        text += f"; MLA drafts: no{f', {cell.mla}' if isinstance(cell.mla, str) else ''}"
-    return text
-
-
-def render_markdown() -> str:
-    """The matrix as a Markdown table (rows: scheme × format; columns: engines)."""
-    header = "| scheme | format | " + " | ".join(engine.titled for engine in ENGINES.values()) + " |"
-    lines = [header, "|" + "---|" * (2 + len(ENGINE_NAMES))]
-    for kinds, title in SCHEME_KINDS.items():
-        for fmt in FORMAT_NAMES:
-            cell = MATRIX.get((kinds, fmt))
-            if cell is None:
-                cells = ["— (format cannot store it)"] + [""] * (len(ENGINE_NAMES) - 1)
-            else:
-                cells = [_cell_text(cell[e], e) for e in ENGINE_NAMES]
-            lines.append(f"| {title} | {fmt} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-MATRIX_START, MATRIX_END = "<!-- support-matrix:start -->", "<!-- support-matrix:end -->"

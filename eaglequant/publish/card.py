@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.engines import ENGINES, engine_title
-from eaglequant.engines.module_support import MODULE_QUESTIONS, ModuleRequest, request_refusal
+from eaglequant.engines.support import MODULE_QUESTIONS, ModuleRequest, request_refusal
 from eaglequant.formats import FORMATS
 from eaglequant.publish.cost_sections import round_cost_section, search_section
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
