@@ -99,6 +99,7 @@ def write_conversion(
     staging = staged_directory(dst_path) if stage is None else nullcontext(stage)
     with planned(source, chosen, calibrate=True, request=request) as (checkpoint, plan), staging as staged:
         digests = background_digests(source.path)  # once the plan holds: hashing overlaps the conversion
+        source_meta = source_card_metadata(source.path, plan.notes)
         written = write_output(
             checkpoint,
             plan,
@@ -112,7 +113,7 @@ def write_conversion(
         progress.phase("hashing the source")  # what the background hashing has not read yet
         manifest = conversion_manifest(source, manifest_options(chosen, plan.target), digests.result())
         draft = chosen.repo_id or str(dst_path.resolve())
-        card = card_context(source_card_metadata(source.path), plan.head.config, source.repo_id, draft)
+        card = card_context(source_meta, plan.head.config, source.repo_id, draft)
         result = ConversionResult.of(dst_path, plan, written, checkpoint, manifest, card)
         if chosen.verify_output:
             progress.phase("verifying")

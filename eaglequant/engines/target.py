@@ -73,11 +73,12 @@ def verifier_config(head_config: dict[str, Any]) -> Path | None:
     local = Path(name).expanduser()
     if (local / "config.json").is_file():
         return local / "config.json"
-    try:
-        from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.utils import HFValidationError
 
+    try:
         cached = try_to_load_from_cache(name, "config.json")
-    except Exception:
+    except HFValidationError:  # neither a directory on disk nor a Hub repo id: nothing cached under it
         return None
     return Path(cached) if isinstance(cached, str) else None
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+from eaglequant.common.findings import Finding
 from eaglequant.engines import ENGINES, engine_title
 from eaglequant.engines.support import MODULE_QUESTIONS, ModuleRequest, request_refusal
 from eaglequant.formats import FORMATS
@@ -33,13 +34,24 @@ DRAFT_TOKENS = DEFAULT_DRAFT_TOKENS  # num_speculative_tokens / max_draft_len in
 LICENSE_KEYS = ("license", "license_name", "license_link")
 
 
-def source_card_metadata(source: Path) -> dict[str, Any]:
-    """The YAML metadata of the source's README.md ({} when it has none or it cannot be read)."""
+def source_card_metadata(source: Path, notes: list[str] | None = None) -> dict[str, Any]:
+    """The YAML metadata of the source's README.md ({} when it has none). A metadata block that is not YAML does not
+    stop a conversion: it is left out, and ``notes`` gains a finding (``source-card-unreadable``, about the card)
+    saying that the licence it may hold is not carried over."""
+    import yaml
     from huggingface_hub.repocard import metadata_load
 
+    card = source / CARD_NAME
     try:
-        data = metadata_load(source / CARD_NAME) if (source / CARD_NAME).is_file() else None
-    except Exception:  # a malformed card must not stop a conversion; it only loses the licence
+        data = metadata_load(card) if card.is_file() else None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        text = (
+            f"{card}: its metadata block cannot be read ({why}), so the card carries no licence from it; fix the "
+            "block and convert again, or add the licence to the written card"
+        )
+        if notes is not None:
+            notes.append(Finding("source-card-unreadable", str(card), text))
         return {}
     return data if isinstance(data, dict) else {}
 

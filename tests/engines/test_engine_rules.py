@@ -3,6 +3,8 @@ layout, engine and format, that the written config makes the engine quantize exa
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from eaglequant import inspect
@@ -453,3 +455,17 @@ def test_every_engine_builds_fc_and_lm_head_under_the_names_per_module_configs_a
     for engine in ENGINES.values():
         outer = {m.members[0]: m.names for m in engine.runtime_modules(head, 1) if m.members[0] in RUNTIME_NAMES}
         assert outer == {module: (name,) for module, name in RUNTIME_NAMES.items()}, engine.name
+
+
+def test_a_verifier_named_neither_on_disk_nor_as_a_repo_id_has_no_config(tmp_path: Path) -> None:
+    """A speculators head's verifier path that is not there and is no Hub repo id: no config, and no error swallowed
+    beyond huggingface_hub's own refusal of the name (HFValidationError)."""
+    from eaglequant.engines.target import verifier_config
+
+    config = {"speculators_config": {"verifier": {"name_or_path": str(tmp_path / "not" / "there")}}}
+    assert verifier_config(config) is None
+    on_disk = tmp_path / "verifier"
+    on_disk.mkdir()
+    (on_disk / "config.json").write_text("{}", encoding="utf-8")
+    config["speculators_config"]["verifier"]["name_or_path"] = str(on_disk)
+    assert verifier_config(config) == on_disk / "config.json"

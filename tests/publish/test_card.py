@@ -143,3 +143,17 @@ def test_mixed_card_names_no_refused_convert(tmp_path: Path) -> None:
             FIXTURES / "specforge-llama", tmp_path / engine, scheme="fp8-per-channel", scheme_for=["lm_head=nvfp4"],
             format="modelopt", target_layers=61, engines=[engine],
         )  # fmt: skip
+
+
+def test_a_source_card_whose_metadata_is_not_yaml_converts_and_says_the_licence_is_not_carried(tmp_path: Path) -> None:
+    """The source's card metadata block does not parse: the conversion goes on, and says what it left out."""
+    from eaglequant import convert
+    from eaglequant.common.findings import find
+    from tests.conftest import FIXTURES
+
+    source = Path(shutil.copytree(FIXTURES / "specforge-llama", tmp_path / "src"))
+    (source / "README.md").write_text("---\nlicense: [unclosed\n---\n# a head\n", encoding="utf-8")
+    result = convert(source, tmp_path / "out", scheme="fp8-per-channel", format="quark")
+    said = find(result.plan.notes, "source-card-unreadable")
+    assert said is not None and said.subject == str(source / "README.md")
+    assert "license:" not in (tmp_path / "out" / "README.md").read_text(encoding="utf-8").split("---")[1]
