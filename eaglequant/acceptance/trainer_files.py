@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from eaglequant.checkpoint.reader import TORCH_LOAD_ERRORS
 from eaglequant.common.errors import InputError
 
 SPECFORGE_KEYS = ("input_ids", "loss_mask", "aux_hidden_state", "hidden_state")
@@ -43,8 +44,12 @@ def _load(path: Path) -> dict[str, Any]:
                 record = torch.load(io.BytesIO(handle.read()), map_location="cpu", weights_only=True)
         else:
             record = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:
-        raise InputError(f"{path}: not a SpecForge hidden-state file ({type(exc).__name__})") from None
+    except TORCH_LOAD_ERRORS as exc:
+        why = str(exc).splitlines()[0] if str(exc) else ""
+        raise InputError(
+            f"{path}: not a SpecForge hidden-state file ({type(exc).__name__}{f': {why}' if why else ''})",
+            hint="give prepare_hidden_states.py's output dir",
+        ) from None
     missing = [k for k in SPECFORGE_KEYS if not isinstance(record, dict) or k not in record]
     if missing:
         raise InputError(f"{path}: no {missing[0]!r}", hint=f"SpecForge files hold {', '.join(SPECFORGE_KEYS)}")

@@ -30,6 +30,17 @@ SAFETENSORS_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
 SKIPPED_DIRS = {".git", ".cache", ".huggingface", ".eaglequant"}  # bookkeeping, never part of a checkpoint
 
+# What torch.load raises for a file that is not a checkpoint it can read: a pickle it refuses or cannot parse, a zip it
+# cannot open or a truncated one (RuntimeError), a bad header (ValueError), a short or unreadable file (EOFError,
+# OSError, which covers a .gz that is not gzip).
+TORCH_LOAD_ERRORS: tuple[type[BaseException], ...] = (
+    pickle.UnpicklingError,
+    RuntimeError,
+    ValueError,
+    OSError,
+    EOFError,
+)
+
 
 class ByteTarget(Protocol):
     """Where tensor bytes go (a :class:`~eaglequant.checkpoint.writer.SafetensorsShard`)."""
@@ -356,7 +367,7 @@ def _torch_load(path: Path) -> dict[str, Any]:
             f"{path}: refused to unpickle objects that are not tensors (weights_only=True)",
             hint="convert the checkpoint to safetensors with a tool you trust",
         ) from exc
-    except Exception as exc:
+    except TORCH_LOAD_ERRORS as exc:
         raise CheckpointError(f"{path}: cannot be read as a PyTorch checkpoint ({type(exc).__name__}: {exc})") from exc
     if isinstance(loaded, dict) and "state_dict" in loaded and isinstance(loaded["state_dict"], dict):
         loaded = loaded["state_dict"]
