@@ -112,10 +112,12 @@ def render(rows: list[SchemeRow]) -> None:
         _render_list(rows, ENGINE_NAMES)
     out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
     releases = "releases: " + "; ".join(_release(name) for name in ENGINE_NAMES)
-    for line in textwrap.wrap(releases, width=max(out.console.width, 40)):
+    for line in textwrap.wrap(releases, width=max(out.console.width, 40), break_on_hyphens=False):
         out.print(escape(line))
     if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
-        for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40)):
+        for line in textwrap.wrap(
+            f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40), break_on_hyphens=False
+        ):
             out.print(escape(line))
 
 
@@ -142,7 +144,7 @@ def render_modules(rows: list[ModuleRow]) -> None:
         "Llama / MLA: only for those drafts; the engine source behind each answer: eaglequant schemes --json, "
         "or docs/engines.md#what-each-engine-runs-per-module"
     )
-    for line in textwrap.wrap(note, width=max(out.console.width, 40)):
+    for line in textwrap.wrap(note, width=max(out.console.width, 40), break_on_hyphens=False):
         out.print(escape(line))
 
 

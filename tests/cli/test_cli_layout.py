@@ -41,6 +41,7 @@ def test_schemes_keeps_every_name_whole(columns: str) -> None:
     assert len(lines) < 7 * len(rows) + 3 * len(modules)  # and up to 3 a row of what each engine runs per module
     for engine in ("vllm", "vllm==0.33.0", "trtllm", "sglang", "trtllm-main"):  # the names --engine takes
         assert engine in shown.stdout
+    assert not any(line.endswith("--target-") for line in lines)  # the legend wraps between words, not in a flag
 
 
 # -- a usage error is one error: line; the bare command is its help ---------------------------------------
