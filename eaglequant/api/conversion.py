@@ -87,7 +87,8 @@ def write_conversion(
     from eaglequant.checkpoint.destination import staged_directory
     from eaglequant.conversion.devices import quantization_device
     from eaglequant.conversion.finisher import record_output
-    from eaglequant.publish.card import CARD_NAME, card_context, source_card_metadata, write_card
+    from eaglequant.publish.card import CARD_NAME, write_card
+    from eaglequant.publish.card_source import card_context, source_card_metadata
     from eaglequant.record.manifest import background_digests, conversion_manifest
 
     chosen = options

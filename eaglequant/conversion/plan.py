@@ -20,7 +20,7 @@ from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.conversion.request import ConversionRequest, changed_config
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import ModuleVerdict
-from eaglequant.engines.keep import requested_exclusions
+from eaglequant.engines.keep import user_request
 from eaglequant.engines.planning import plan_engines
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
@@ -134,8 +134,11 @@ def build_plan(
     linear (see :mod:`eaglequant.draft.calibrate`), which only a scheme with calibrated activations is given
     (:class:`~eaglequant.conversion.options.ConversionOptions` refuses ``calib`` for the others)."""
     notes: list[str] = []
-    assignment = request.assignment.as_written(bool(input_amax), notes).resolved(head)
-    keep = requested_exclusions(head, request.exclude, request.quantize, assignment)
+    resolved, keep = user_request(
+        head, request.exclude, request.quantize, request.assignment, calibrated=bool(input_amax), notes=notes
+    )
+    assert resolved is not None
+    assignment = resolved
     fmt = request.format
     storage = fmt.storage(head, assignment, FORMATS.values())
     decided = plan_engines(head, fmt, assignment, request.engines, keep, storage, request.target)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.layouts.rules import linears_matching
+from eaglequant.layouts.rules import SCHEME_FOR, linears_matching
 from eaglequant.schemes.assignment import SchemeAssignment
 
 
@@ -40,10 +40,32 @@ def requested_exclusions(
     quantize: list[str] | tuple[str, ...] = (),
     assignment: SchemeAssignment | None = None,
 ) -> KeepRequest:
-    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize. ``quantize`` rules, and the
-    ``scheme_for`` rules of ``assignment`` (resolved on ``head``), lift the defaults; ``exclude`` rules add to them.
-    Each rule must match at least one linear, and no linear may be both quantized and excluded by the user."""
-    matched = linears_matching(head, {"quantize": quantize, "exclude": exclude})
+    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize, ``assignment`` already
+    resolved on ``head`` (:func:`user_request` resolves it in the same pass)."""
+    return user_request(head, exclude, quantize, assignment, resolve=False)[1]
+
+
+def user_request(
+    head: HeadDescription,
+    exclude: list[str] | tuple[str, ...],
+    quantize: list[str] | tuple[str, ...],
+    assignment: SchemeAssignment | None,
+    *,
+    calibrated: bool = False,
+    notes: list[str] | None = None,
+    resolve: bool = True,
+) -> tuple[SchemeAssignment | None, KeepRequest]:
+    """Every rule the user wrote matched on ``head`` in one pass: the ``scheme_for`` rules of ``assignment`` resolve
+    it (as written: :meth:`SchemeAssignment.as_written`, ``calibrated`` and ``notes`` as it takes them; with
+    ``resolve`` false it is taken as resolved already); then what the defaults (fc, lm_head) and the ``exclude`` and
+    ``quantize`` rules ask to keep and to quantize. ``quantize`` rules, and the ``scheme_for`` rules, lift the
+    defaults; ``exclude`` rules add to them. Each rule must match at least one linear, and no linear may be both
+    quantized and excluded by the user."""
+    patterns = [rule.pattern for rule in assignment.rules] if assignment is not None and resolve else []
+    matched = linears_matching(head, {"quantize": quantize, "exclude": exclude}, patterns)
+    if assignment is not None and resolve:
+        scheme_hits = [linears for _, linears in matched[SCHEME_FOR]]
+        assignment = assignment.written_on(head, scheme_hits, calibrated, [] if notes is None else notes)
     opted_in = {lin.module: rule for rule, hits in matched["quantize"] for lin in hits}
     ruled = {} if assignment is None else {module: rule.pattern for module, rule in assignment.by_module.items()}
     opted_in.update(ruled)
@@ -65,4 +87,4 @@ def requested_exclusions(
                     hint="keep one of the two rules",
                 )
             kept.setdefault(lin.module, f"--exclude {rule}")
-    return KeepRequest(kept, opted_in, frozenset(ruled))
+    return assignment, KeepRequest(kept, opted_in, frozenset(ruled))

@@ -15,19 +15,17 @@ other choice; the decoder keeps the scheme its engines run fastest.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.findings import Finding
 from eaglequant.layouts.head import HeadDescription, HeadLinear
-from eaglequant.layouts.rules import match_rule
+from eaglequant.layouts.rules import match_rule, scheme_rule_names
 from eaglequant.schemes.model import Scheme, VerifyThresholds
 
 # Thresholds that bound from below (the rest bound from above).
 _LOWER_BOUNDS = frozenset({"min_sqnr_db", "min_cosine", "min_top1_agreement"})
-_LAYER_PREFIX = re.compile(r"^layers\.\d+\.")
 PARAMETER = "scheme_for"  # the option that gives the rules
 # A rule that matches no linear: a pattern, or a module the head does not have (it reads the target's).
 NO_MATCH = ": the pattern matches no linear of this head"
@@ -48,8 +46,7 @@ class SchemeRule:
         return f"{self.pattern}={self.scheme.name}"
 
     def matches(self, linear: HeadLinear) -> bool:
-        names = (linear.checkpoint_module, linear.module, _LAYER_PREFIX.sub("", linear.module))
-        return match_rule(self.pattern, names, PARAMETER)
+        return match_rule(self.pattern, scheme_rule_names(linear), PARAMETER)
 
 
 @dataclass(frozen=True)
@@ -131,10 +128,20 @@ class SchemeAssignment:
     def resolved(self, head: HeadDescription) -> SchemeAssignment:
         """Each of ``head``'s linears given the scheme of the first rule that matches it. A rule that matches no
         linear, or fused linears given different kinds, are refused."""
+        return self.resolved_from(head, [[lin for lin in head.linears if rule.matches(lin)] for rule in self.rules])
+
+    def written_on(
+        self, head: HeadDescription, hits: Sequence[Sequence[HeadLinear]], calibrated: bool, notes: list[str]
+    ) -> SchemeAssignment:
+        """:meth:`as_written`, then resolved on ``head`` from the linears each rule matched (``hits``, in the rules'
+        order, as :func:`eaglequant.layouts.rules.linears_matching` found them)."""
+        return self.as_written(calibrated, notes).resolved_from(head, hits)
+
+    def resolved_from(self, head: HeadDescription, hits: Sequence[Sequence[HeadLinear]]) -> SchemeAssignment:
+        """:meth:`resolved`, from the linears each rule matched (``hits``, in the rules' order)."""
         by_module: dict[str, SchemeRule] = {}
-        for rule in self.rules:
-            hits = [linear for linear in head.linears if rule.matches(linear)]
-            if not hits:
+        for rule, matched in zip(self.rules, hits, strict=True):
+            if not matched:
                 pattern = any(char in rule.pattern for char in "*?[") or rule.pattern.startswith("re:")
                 raise InputError(
                     words(
@@ -143,7 +150,7 @@ class SchemeAssignment:
                     ),
                     hint=NO_MATCH_HINT if pattern else NO_OWN_HINT,
                 )
-            for linear in hits:
+            for linear in matched:
                 by_module.setdefault(linear.module, rule)
         assignment = SchemeAssignment(self.main, self.rules, by_module)
         check_fused_groups(head, assignment)
