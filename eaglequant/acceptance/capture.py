@@ -38,6 +38,28 @@ def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
     return None
 
 
+def check_draft(draft: Path) -> None:
+    """Refuse a ``draft`` that is not an EAGLE-3 head (the target passed as the draft, say) before any model is
+    loaded: its tensors are read by their headers, as ``inspect`` reads them."""
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.common.errors import LayoutError
+    from eaglequant.layouts.detect import describe_head
+
+    if not draft.is_dir():
+        raise InputError(
+            words(given("draft", str(draft)), ": no such directory"), hint="give the draft head's directory"
+        )
+    try:
+        with Checkpoint.open(draft) as checkpoint:
+            describe_head(checkpoint)
+    except LayoutError as exc:
+        found = exc.message.split("; found ", 1)[-1] if "; found " in exc.message else exc.message
+        raise InputError(
+            words(given("draft", str(draft)), f": not an EAGLE-3 head (its tensors: {found})"),
+            hint="give the draft head's directory as --draft, and the model it drafts for as --target",
+        ) from None
+
+
 def draft_layer_ids(draft: Path, given_ids: tuple[int, ...] | None, target_layers: int) -> tuple[int, ...]:
     """The aux layer ids to capture: given, else the draft's config's, else vLLM's default for Llama-family
     targets; each must name a layer of the target (0 .. its depth; the depth itself is its last layer's output)."""
@@ -90,6 +112,7 @@ def capture(
     from eaglequant.acceptance.prompts import read_prompts
 
     target_path, draft_path = Path(target), Path(draft)
+    check_draft(draft_path)
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(target_path))

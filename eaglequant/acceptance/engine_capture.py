@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglequant.acceptance.capture import DEFAULT_TOP_K, draft_layer_ids
+from eaglequant.acceptance.capture import DEFAULT_TOP_K, check_draft, draft_layer_ids
 from eaglequant.acceptance.engine_args import model_length
 from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter
@@ -59,6 +59,7 @@ def capture_with_engine(
     from eaglequant.acceptance.prompts import read_prompts
 
     target_path, draft_path = Path(target), Path(draft)
+    check_draft(draft_path)
     config = _target_config(target_path)
     ids = draft_layer_ids(draft_path, layer_ids, _depth(config, target_path))
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)

@@ -228,3 +228,18 @@ def test_inputs_captured_for_another_draft_are_refused(
     result = run_cli(*args)
     assert result.exit_code == EXIT_BAD_INPUT, result.stderr
     assert "1536 wide; this draft reads 768" in result.stderr or "expected [S, T, 768]" in result.stderr
+
+
+@pytest.mark.parametrize("engine", [(), ("--engine", "vllm", "--engine-python", sys.executable)])
+def test_a_draft_that_is_no_eagle3_head_is_refused_before_the_target_loads(
+    engine: tuple[str, ...], tmp_path: Path
+) -> None:
+    """The target passed as --draft (issue 55): one line naming --draft, exit 2, nothing written; and a --draft that
+    is not there is named as --draft."""
+    out = tmp_path / "captured.safetensors"
+    target = str(PAIR / "target")
+    result = run_cli("capture", str(out), "--target", target, "--draft", target, *engine)
+    assert result.exit_code == 2, result.stderr
+    assert f"--draft '{target}': not an EAGLE-3 head" in result.stderr and not out.exists()
+    missing = run_cli("capture", str(out), "--target", target, "--draft", str(tmp_path / "nope"), *engine)
+    assert missing.exit_code == 2 and "--draft" in missing.stderr and "no such directory" in missing.stderr
