@@ -112,11 +112,6 @@ class ConversionPlan:
             costs.append(round_cost(self.head, engine.key, engine.release, quantized, draft_tokens))
         return costs
 
-    def quant_config(self) -> QuantConfig:
-        """The config the format writes: the schemes' kinds by the engines' runtime names, and the exclusion rules
-        (decided and proven with the engines' part of the plan)."""
-        return self.config
-
     def config_files(self) -> ConfigFiles:
         """config.json's ``quantization_config`` and the format's JSON files beside it."""
         return self.format.write_config(self.config)

@@ -97,7 +97,7 @@ class ConversionResult:
             scheme_toml=scheme_to_toml(plan.scheme),
             attention=plan.head.attention,
             format=plan.format.name,
-            algorithm=plan.format.declared_algorithm(plan.quant_config()),
+            algorithm=plan.format.declared_algorithm(plan.config),
             notes=tuple(plan.notes),
             calibrated_input_amax=plan.input_amax,
             engines=tuple(e.key for e in plan.engines),

@@ -307,11 +307,6 @@ class Format(ABC):
         """Whether one checkpoint in this format can hold linears of different kinds (it stores more than one)."""
         return len(self.algorithms) > 1
 
-    def config_for(self, modules: Mapping[str, KindPair | None], exclude: list[str], main: KindPair) -> QuantConfig:
-        """The config of a checkpoint whose runtime modules are in ``modules``' kinds (None: unquantized), in this
-        format's form (:meth:`QuantConfig.of`)."""
-        return QuantConfig.of(modules, exclude, main, default_group=not self.names_every_module)
-
     def declared_algorithm(self, config: QuantConfig) -> str:
         """The vendor's name for what ``config`` declares: its one scheme's, or the per-module form's."""
         if not config.per_module:

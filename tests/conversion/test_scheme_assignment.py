@@ -202,6 +202,6 @@ def test_modules_sharing_one_kind_get_the_single_scheme_form() -> None:
 
     nvfp4, fp8 = load_scheme("nvfp4").without_calibration().kinds, load_scheme("fp8-per-channel").kinds
     fmt = get_format("modelopt")
-    assert fmt.config_for({"a": nvfp4, "b": None}, ["b"], fp8) == QuantConfig.flat(nvfp4, ["b"])
-    mixed = fmt.write_config(fmt.config_for({"a": nvfp4, "b": fp8}, [], fp8)).quantization_config
+    assert QuantConfig.of({"a": nvfp4, "b": None}, ["b"], fp8, default_group=False) == QuantConfig.flat(nvfp4, ["b"])
+    mixed = fmt.write_config(QuantConfig.of({"a": nvfp4, "b": fp8}, [], fp8, default_group=False)).quantization_config
     assert mixed["quant_algo"] == "MIXED_PRECISION" and set(mixed["quantized_layers"]) == {"a", "b"}

@@ -38,7 +38,7 @@ def test_every_plan_reads_back_as_written(fixture: str) -> None:
             plan = inspect(FIXTURES / fixture, **chosen).plan
         except EagleQuantError:
             continue  # a head this scheme cannot quantize: held by the refusal tests
-        config = plan.quant_config()
+        config = plan.config
         assert _round_trip(plan.format.name, config) == config, chosen
         planned += 1
     assert planned > len(stored_cells()) // 2
@@ -48,7 +48,7 @@ def test_every_plan_reads_back_as_written(fixture: str) -> None:
 def test_per_module_kinds_go_where_each_format_keeps_them(fmt: str, mlp: str) -> None:
     plan = inspect(FIXTURES / "specforge-llama", scheme="fp8-per-channel", scheme_for=[f"mlp.*={mlp}"], format=fmt,
                    target_layers=61).plan  # fmt: skip
-    config = plan.quant_config()
+    config = plan.config
     mlp_kinds = plan.scheme_of("layers.0.mlp.down_proj").kinds
     mlp_names = ("model.layers.61.mlp.down_proj", "model.layers.61.mlp.gate_up_proj")
     assert ConfigGroup(mlp_kinds, mlp_names) in config.groups
