@@ -129,11 +129,9 @@ def build_plan(
     linear (see :mod:`eaglequant.draft.calibrate`), which only a scheme with calibrated activations is given
     (:class:`~eaglequant.conversion.options.ConversionOptions` refuses ``calib`` for the others)."""
     notes: list[str] = []
-    resolved, keep = user_request(
+    assignment, keep = user_request(
         head, request.exclude, request.quantize, request.assignment, calibrated=bool(input_amax), notes=notes
     )
-    assert resolved is not None
-    assignment = resolved
     fmt = request.format
     storage = fmt.storage(head, assignment, FORMATS.values())
     decided = plan_engines(head, fmt, assignment, request.engines, keep, storage, request.target)

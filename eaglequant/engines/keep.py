@@ -1,6 +1,6 @@
 """What the defaults and the user's rules ask a conversion to keep in the source dtype and to quantize, matched once
-on the head: :func:`requested_exclusions` gives the :class:`KeepRequest` the engines' part of the plan weighs against
-what each engine requires (:mod:`eaglequant.engines.exclusions`)."""
+on the head: :func:`user_request` resolves the scheme assignment and gives the :class:`KeepRequest` the engines'
+part of the plan weighs against what each engine requires (:mod:`eaglequant.engines.exclusions`)."""
 
 from __future__ import annotations
 
@@ -34,40 +34,26 @@ DEFAULT_EXCLUSIONS: dict[str, str] = {
 }
 
 
-def requested_exclusions(
-    head: HeadDescription,
-    exclude: list[str] | tuple[str, ...] = (),
-    quantize: list[str] | tuple[str, ...] = (),
-    assignment: SchemeAssignment | None = None,
-) -> KeepRequest:
-    """What the defaults (fc, lm_head) and the user's rules ask to keep and to quantize, ``assignment`` already
-    resolved on ``head`` (:func:`user_request` resolves it in the same pass)."""
-    return user_request(head, exclude, quantize, assignment, resolve=False)[1]
-
-
 def user_request(
     head: HeadDescription,
     exclude: list[str] | tuple[str, ...],
     quantize: list[str] | tuple[str, ...],
-    assignment: SchemeAssignment | None,
+    assignment: SchemeAssignment,
     *,
     calibrated: bool = False,
     notes: list[str] | None = None,
-    resolve: bool = True,
-) -> tuple[SchemeAssignment | None, KeepRequest]:
+) -> tuple[SchemeAssignment, KeepRequest]:
     """Every rule the user wrote matched on ``head`` in one pass: the ``scheme_for`` rules of ``assignment`` resolve
-    it (as written: :meth:`SchemeAssignment.as_written`, ``calibrated`` and ``notes`` as it takes them; with
-    ``resolve`` false it is taken as resolved already); then what the defaults (fc, lm_head) and the ``exclude`` and
-    ``quantize`` rules ask to keep and to quantize. ``quantize`` rules, and the ``scheme_for`` rules, lift the
-    defaults; ``exclude`` rules add to them. Each rule must match at least one linear, and no linear may be both
-    quantized and excluded by the user."""
-    patterns = [rule.pattern for rule in assignment.rules] if assignment is not None and resolve else []
+    it (as written: :meth:`SchemeAssignment.as_written`, ``calibrated`` and ``notes`` as it takes them); then what
+    the defaults (fc, lm_head) and the ``exclude`` and ``quantize`` rules ask to keep and to quantize. ``quantize``
+    rules, and the ``scheme_for`` rules, lift the defaults; ``exclude`` rules add to them. Each rule must match at
+    least one linear, and no linear may be both quantized and excluded by the user."""
+    patterns = [rule.pattern for rule in assignment.rules]
     matched = linears_matching(head, {"quantize": quantize, "exclude": exclude}, patterns)
-    if assignment is not None and resolve:
-        scheme_hits = [linears for _, linears in matched[SCHEME_FOR]]
-        assignment = assignment.written_on(head, scheme_hits, calibrated, [] if notes is None else notes)
+    scheme_hits = [linears for _, linears in matched[SCHEME_FOR]]
+    assignment = assignment.written_on(head, scheme_hits, calibrated, [] if notes is None else notes)
     opted_in = {lin.module: rule for rule, hits in matched["quantize"] for lin in hits}
-    ruled = {} if assignment is None else {module: rule.pattern for module, rule in assignment.by_module.items()}
+    ruled = {module: rule.pattern for module, rule in assignment.by_module.items()}
     opted_in.update(ruled)
     kept = {
         module: reason

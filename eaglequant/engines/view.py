@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from eaglequant.engines.base import Dialect, Engine, RuntimeModule
 from eaglequant.engines.decision import ModuleDecision
@@ -32,8 +33,6 @@ class EngineView:
     dialect: Dialect
     modules_by_count: dict[int, list[RuntimeModule]]
     decisions: dict[RuntimeModule, ModuleDecision]  # what the engine does with each module, in its own kinds
-    kept_reasons: dict[RuntimeModule, str]  # why the checkpoint must keep a module unquantized for this engine
-    quantized_needs: dict[RuntimeModule, str]  # why the engine cannot load a module unquantized (any count)
     module_kinds: Mapping[str, KindPair] = field(default_factory=dict)  # canonical linear -> its kinds, where not kinds
 
     @classmethod
@@ -54,10 +53,18 @@ class EngineView:
         decisions = {
             m: engine.decide(m, fmt, own_kinds.get(m.members[0], kinds)) for count in counts for m in modules[count]
         }
-        kept = {m: why for m in modules[counts[-1]] if (why := decisions[m].kept) is not None}
-        needs = {m: why for m, decision in decisions.items() if (why := decision.required) is not None}
         dialect = engine.dialect(fmt)
-        return cls(engine, head, fmt, kinds, target_layers, dialect, modules, decisions, kept, needs, own_kinds)
+        return cls(engine, head, fmt, kinds, target_layers, dialect, modules, decisions, own_kinds)
+
+    @cached_property
+    def kept_reasons(self) -> dict[RuntimeModule, str]:
+        """Why the checkpoint must keep a module unquantized for this engine (the last layer count's modules)."""
+        return {m: why for m in self.modules() if (why := self.decisions[m].kept) is not None}
+
+    @cached_property
+    def quantized_needs(self) -> dict[RuntimeModule, str]:
+        """Why the engine cannot load a module unquantized (any layer count)."""
+        return {m: why for m, decision in self.decisions.items() if (why := decision.required) is not None}
 
     def unquantized(self, module: RuntimeModule) -> str | None:
         """Why the engine runs ``module`` unquantized whatever the config says (None: the config decides)."""

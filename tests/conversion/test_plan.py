@@ -12,11 +12,12 @@ from eaglequant.cli.command import cli_wording
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import codes, find
 from eaglequant.engines.exclusions import merged_exclusions
-from eaglequant.engines.keep import DEFAULT_EXCLUSIONS, requested_exclusions
+from eaglequant.engines.keep import DEFAULT_EXCLUSIONS, user_request
 from eaglequant.formats import get_format
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.layouts.rules import match_rule
+from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURE_NAMES, FIXTURES
 from tests.plans import plan_for
@@ -39,7 +40,8 @@ def resolve_exclusions(
     head: HeadDescription, exclude: list[str] | tuple[str, ...], quantize=(), required: dict[str, str] | None = None
 ) -> dict[str, str]:
     """What the plan keeps, given the engines' requirements (``required``) instead of deciding them from views."""
-    return merged_exclusions(head, requested_exclusions(head, exclude, quantize), required or {})
+    _, keep = user_request(head, exclude, quantize, SchemeAssignment(load_scheme("fp8-per-channel")))
+    return merged_exclusions(head, keep, required or {})
 
 
 def test_the_default_plan_quantizes_the_decoder_and_keeps_the_rest_with_a_reason(llama: HeadDescription) -> None:
