@@ -312,12 +312,8 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
             _convert_unless_done(job, outcome, record)
     except EagleQuantError as exc:
         _fail(outcome, exc.one_line(), exc.exit_code)
-    except Exception as exc:
-        _fail(
-            outcome,
-            f"internal error: {type(exc).__name__}: {exc} (rerun it with `eaglequant --debug convert`)",
-            EXIT_INTERNAL,
-        )
+    except OSError as exc:  # the disk or the network failed this job; the others still run
+        _fail(outcome, _os_failure(exc), EXIT_INTERNAL)
     outcome.seconds = time.perf_counter() - started
     if record is not None and record.done:
         outcome.upload = UploadOutcome(UploadStatus.SKIPPED, record.repo_id, record.commit_url)
@@ -357,6 +353,12 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
         _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", EXIT_CHECK_FAILED)
 
 
+def _os_failure(exc: OSError) -> str:
+    """One line for a failed read, write or connection: what failed, on which file when it names one."""
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"{type(exc).__name__}{where}: {exc.strerror or exc}; fix it and rerun the batch (done jobs are skipped)"
+
+
 def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
     outcome.status, outcome.reason, outcome.exit_code = JobStatus.FAILED, reason, exit_code
 
@@ -382,7 +384,7 @@ def _upload(job: Job, key: str, *, trust_local_record: bool) -> UploadOutcome:
         )
     except EagleQuantError as exc:
         return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=exc.one_line(), exit_code=exc.exit_code)
-    except Exception as exc:
-        return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=f"internal error: {type(exc).__name__}: {exc}")
+    except OSError as exc:
+        return UploadOutcome(UploadStatus.FAILED, spec.repo_id, error=_os_failure(exc))
     record_upload(job.destination, target, Upload(key, result.commit_url, result.commit_oid))
     return UploadOutcome(UploadStatus.UPLOADED, spec.repo_id, result.commit_url)

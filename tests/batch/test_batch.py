@@ -296,3 +296,32 @@ def test_a_job_gives_lm_head_a_scheme_of_its_own_and_the_manifest_keeps_it(tmp_p
     job.write_text(f'[[job]]\nname = "mixed"\n{settings}scheme_for = ["lm_head=fp8-per-channel"]\n')
     again = run_batch(job).outcomes[0]
     assert again.status == "converted", again.reason
+
+
+def test_a_disk_failure_fails_its_job_alone_and_a_bug_stops_the_batch(
+    jobs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 54, item 5: a job's OSError (a full disk, a refused connection) is its own failure, named in one line,
+    and the batch goes on; anything else is a bug, which the command's guard reports instead of a job summary."""
+    from eaglequant import api
+
+    convert = api.convert
+
+    def full_disk(source: object, destination: Path, *args: object, **kwargs: object) -> object:
+        if "llama" in str(destination):
+            raise OSError(28, "No space left on device", str(destination))
+        return convert(source, destination, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(api, "convert", full_disk)
+    data = json.loads(run_cli("batch", jobs, "--json").stdout)
+    status = {job["name"]: job for job in data["jobs"]}
+    assert status["llama-fp8"]["status"] == "failed" and status["mla-nvfp4"]["status"] == "converted"
+    assert "OSError" in status["llama-fp8"]["reason"] and "No space left on device" in status["llama-fp8"]["reason"]
+    assert "internal error" not in status["llama-fp8"]["reason"]
+
+    def bug(*args: object, **kwargs: object) -> object:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(api, "convert", bug)
+    shown = run_cli("batch", jobs)
+    assert shown.exit_code == 1 and "ZeroDivisionError: a bug" in shown.stderr and "--debug" in shown.stderr
