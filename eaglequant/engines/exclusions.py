@@ -71,7 +71,7 @@ def plan_exclusions(
     required = engine_requirements(views)
     hint = _format_hint(views, request, required, loading_formats)
     excluded = merged_exclusions(head, request, required, hint)
-    check_fused_groups(head, set(excluded))
+    check_fused_exclusions(head, set(excluded))
     chosen = set(excluded)
     notes = _exclude_unstorable(head, unstorable, excluded, views)
     if all(lin.module in excluded for lin in head.linears):
@@ -381,7 +381,7 @@ def symbolic_name(runtime_name: str, target_layers: int) -> str:
     return re.sub(r"^model\.layers\.(\d+)\.", replace, runtime_name)
 
 
-def check_fused_groups(head: HeadDescription, excluded: set[str]) -> None:
+def check_fused_exclusions(head: HeadDescription, excluded: set[str]) -> None:
     """Engines run fused members (q/k/v, gate/up, q_a/kv_a) as one module with one scheme."""
     for group in head.fused_groups:
         chosen = [m for m in group.members if m in excluded]

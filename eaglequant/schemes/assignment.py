@@ -153,11 +153,11 @@ class SchemeAssignment:
             for linear in matched:
                 by_module.setdefault(linear.module, rule)
         assignment = SchemeAssignment(self.main, self.rules, by_module)
-        check_fused_groups(head, assignment)
+        check_fused_kinds(head, assignment)
         return assignment
 
 
-def check_fused_groups(head: HeadDescription, assignment: SchemeAssignment) -> None:
+def check_fused_kinds(head: HeadDescription, assignment: SchemeAssignment) -> None:
     """Engines run a fused group (q/k/v, gate/up, q_a + kv_a) as one module in one kind: refuse members of one group
     given different kinds, naming the group, its members and their schemes."""
     for group in head.fused_groups:

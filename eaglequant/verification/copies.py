@@ -96,7 +96,7 @@ def canonical_name(name: str) -> str:
     return f"{parsed.module}.{parsed.param}" if parsed.param else parsed.module
 
 
-def quantized_modules(checkpoint: Checkpoint, quantized: set[str]) -> set[str]:
+def stored_quantized_modules(checkpoint: Checkpoint, quantized: set[str]) -> set[str]:
     """Canonical modules whose linear DST stores quantized: those the engines run quantized (``quantized``,
     checkpoint module names) and any holding a scale or a quantized weight."""
     scales, weights = all_scale_params(), all_weight_params()
@@ -123,7 +123,7 @@ def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> Cop
     """Every tensor DST copied against the source's of the same canonical name; ``quantized``: the checkpoint
     modules verify runs parity on. Problems: a source tensor DST lacks (``copy-missing``), a DST tensor the source
     lacks (``not-in-source``), or one that differs (see :func:`compare_tensor`), each about the tensor."""
-    skipped = quantized_modules(dst, quantized)
+    skipped = stored_quantized_modules(dst, quantized)
     ours, theirs = _copied(dst, skipped), _copied(src, skipped)
     problems: list[Finding] = []
     identical: set[str] = set()
