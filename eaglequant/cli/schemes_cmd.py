@@ -61,6 +61,7 @@ class EngineCell(JsonRecord):
     conditional: bool
     note: str
     needs_target_layers: bool
+    where: str = ""  # a conditional cell's hardware or versions
 
 
 @dataclass(frozen=True)
@@ -110,15 +111,31 @@ def render(rows: list[SchemeRow]) -> None:
         out.print(table)
     else:
         _render_list(rows, ENGINE_NAMES)
-    out.print("yes: loads · yes*: on some hardware or versions (docs/engines.md) · no: refused")
-    releases = "releases: " + "; ".join(_release(name) for name in ENGINE_NAMES)
-    for line in textwrap.wrap(releases, width=max(out.console.width, 40), break_on_hyphens=False):
+    width = max(out.console.width, 40)
+    marks = ["yes: loads", "yes* (where): loads only on the hardware or versions named", "no: refused"]
+    for line in _packed("", marks, " · ", width):
+        out.print(escape(line))
+    for line in _packed("releases: ", [_release(name) for name in ENGINE_NAMES], "; ", width):
         out.print(escape(line))
     if any(cell and cell.needs_target_layers for row in rows for f in row.formats for cell in f.engines.values()):
-        for line in textwrap.wrap(
-            f"{NEEDS_L}: {NEEDS_L_MEANS}", width=max(out.console.width, 40), break_on_hyphens=False
-        ):
+        for line in textwrap.wrap(f"{NEEDS_L}: {NEEDS_L_MEANS}", width=width, break_on_hyphens=False):
             out.print(escape(line))
+    out.print("each cell's engine source: eaglequant schemes --json, or docs/engines.md")
+
+
+def _packed(first: str, entries: list[str], separator: str, width: int) -> list[str]:
+    """``first`` then ``entries`` joined by ``separator``, in lines of at most ``width``, never breaking an entry
+    (an entry wider than the line gets a line of its own)."""
+    lines, line = [], first
+    for i, entry in enumerate(entries):
+        piece = entry + (separator.rstrip() if i < len(entries) - 1 else "")
+        joined = f"{line}{' ' if line.strip() and i else ''}{piece}"
+        if len(joined) > width and line.strip():
+            lines.append(line)
+            line = "  " + piece
+        else:
+            line = joined
+    return [*lines, line]
 
 
 def render_modules(rows: list[ModuleRow]) -> None:
@@ -149,7 +166,9 @@ def render_modules(rows: list[ModuleRow]) -> None:
 
 
 def _answer_mark(mark: str) -> str:
-    return {"yes": "[green]yes[/]", "no": "[red]no[/]"}.get(mark, f"[yellow]{mark}[/]")
+    return {"yes": "[green]yes[/]", "no": "[red]no[/]", "not loaded": "[dim]not loaded[/]"}.get(
+        mark, f"[yellow]{mark}[/]"
+    )
 
 
 def _release(name: str) -> str:
@@ -192,6 +211,7 @@ def _row(scheme: Scheme) -> SchemeRow:
                     cell.conditional,
                     cell.note,
                     cell.loads and not get_engine(engine).dialect(fmt).any_layer,
+                    cell.where,
                 )
             )
         formats.append(FormatRow(fmt.name, fmt.algorithm(scheme), engines))
@@ -221,7 +241,7 @@ def _mark(cell: EngineCell | None) -> str:
         return ""
     if not cell.loads:
         return "[red]no[/]"
-    mark = "[yellow]yes*[/]" if cell.conditional else "[green]yes[/]"
+    mark = f"[yellow]yes* ({escape(cell.where)})[/]" if cell.conditional else "[green]yes[/]"
     return f"{mark} {NEEDS_L}" if cell.needs_target_layers else mark
 
 

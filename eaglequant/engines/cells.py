@@ -16,6 +16,7 @@ class Support:
     note: str  # why, and under which conditions (hardware, versions); source file in the engine
     conditional: bool = False  # loads, but only under the stated conditions: shown to the user as a warning
     mla: bool | str = True  # also holds for MLA (DeepSeek / Kimi) drafts; a string says why not
+    where: str = ""  # a conditional cell's hardware or versions, in a few words (``yes* (Blackwell)``)
 
     def for_draft(self, attention: str) -> Support:
         """The cell as it holds for a draft of this ``attention``: an MLA draft is refused where the cell says so."""
@@ -42,9 +43,10 @@ def loads(note: str, *, mla: bool | str = True) -> Support:
     return Support(True, note, mla=mla)
 
 
-def loads_if(note: str, *, mla: bool | str = True) -> Support:
-    """Loads under the conditions ``note`` states (hardware, versions): the user is warned of them."""
-    return Support(True, note, conditional=True, mla=mla)
+def loads_if(note: str, *, where: str, mla: bool | str = True) -> Support:
+    """Loads under the conditions ``note`` states, ``where`` in a few words (the hardware or versions that run it as
+    stored): the user is warned of them."""
+    return Support(True, note, conditional=True, mla=mla, where=where)
 
 
 def refuses(note: str) -> Support:

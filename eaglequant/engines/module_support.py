@@ -27,6 +27,7 @@ QUESTIONS: dict[str, str] = {
     "pruned_vocabulary": "pruned vocabulary (d2t/t2d)",
 }
 ATTENTIONS = {"mha": "Llama", "mla": "MLA"}  # the drafts each answer is asked for, as the table titles them
+NOT_LOADED = "not loaded"
 RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 
 
@@ -46,6 +47,7 @@ class ModuleRow(JsonRecord):
     engine: str
     title: str
     format: str
+    loads: bool  # the release loads some built-in scheme in this format; if not, its answers are moot
     lm_head: dict[str, Answer]
     fc: dict[str, Answer]
     module_kinds: dict[str, Answer]
@@ -57,13 +59,18 @@ class ModuleRow(JsonRecord):
         return answers
 
     def mark(self, question: str) -> str:
-        """``yes``, ``no``, or the drafts it holds for (``Llama``, ``MLA``)."""
+        """``yes``, ``no``, the drafts it holds for (``Llama``, ``MLA``), or ``not loaded`` for a format the release
+        loads in no scheme."""
+        if not self.loads:
+            return NOT_LOADED
         said = self.said(question)
         held = [ATTENTIONS[a] for a in ATTENTIONS if said[a].yes]
         return "yes" if len(held) == len(ATTENTIONS) else (" ".join(held) if held else "no")
 
     def text(self, question: str) -> str:
         """The answer with its source: ``yes: ...``, or one per kind of draft where they differ."""
+        if not self.loads:
+            return f"{NOT_LOADED}: {self.title} loads no scheme in {self.format}"
         said = self.said(question)
         first = said["mha"]
         if all(a == first for a in said.values()):
@@ -78,11 +85,16 @@ def module_table() -> list[ModuleRow]:
             name,
             engine.titled,
             fmt.name,
+            _loads_format(name, fmt.name),
             **{q: {a: answer(engine, fmt, q, a) for a in ATTENTIONS} for q in QUESTIONS},
         )
         for name, engine in ENGINES.items()
         for fmt in FORMATS.values()
     ]
+
+
+def _loads_format(engine: str, format_name: str) -> bool:
+    return any(cells[engine].loads for (_, fmt), cells in MATRIX.items() if fmt == format_name)
 
 
 def evidence(engine: str) -> str:

@@ -103,12 +103,14 @@ _SGL_WNA16 = (
 )
 CELLS: Cells = {
     (FP8_W8A8, "quark"): loads("QuarkW8A8Fp8 (srt/layers/quantization/quark/quark.py); SM89+ or ROCm"),
-    (MXFP4_W4A4, "quark"): loads_if("Quark W4A4 MXFP4 runs on ROCm only (AITER kernels)"),
+    (MXFP4_W4A4, "quark"): loads_if("Quark W4A4 MXFP4 runs on ROCm only (AITER kernels)", where="ROCm only"),
     (MXFP4_W4A16, "quark"): refuses("SGLang's Quark MXFP4 requires FP4 activations"),
     (FP8_W8A8, "modelopt"): refuses("ModelOptFp8Config accepts only per-tensor FP8 (modelopt_quant.py::from_config)"),
     (NVFP4_W4A16, "modelopt"): loads("ModelOptFp4Config W4A16_NVFP4 (Marlin, SM80+)", mla=_SGL_NO_MLA_FP4),
     (NVFP4_W4A4, "modelopt"): loads_if(
-        "ModelOptFp4Config: native on SM100+, weight-only Marlin on SM80-90", mla=_SGL_NO_MLA_FP4
+        "ModelOptFp4Config: native on SM100+, weight-only Marlin on SM80-90",
+        where="W4A4 on SM100+",
+        mla=_SGL_NO_MLA_FP4,
     ),
     (FP8_W8A8, "compressed-tensors"): loads("CompressedTensorsW8A8Fp8 (srt/layers/quantization/compressed_tensors)"),
     (FP8_BLOCK_W8A8, "compressed-tensors"): loads(
@@ -117,7 +119,7 @@ CELLS: Cells = {
     (FP8_BLOCK_W8A8, "fp8"): loads("Fp8Config with weight_block_size (srt/layers/quantization/fp8.py)"),
     (NVFP4_W4A16, "compressed-tensors"): loads("CompressedTensorsW4A16Fp4 (Marlin, SM80+)"),
     (NVFP4_W4A4, "compressed-tensors"): loads_if(
-        "CompressedTensorsW4A4Fp4: native on SM100+, weight-only Marlin below"
+        "CompressedTensorsW4A4Fp4: native on SM100+, weight-only Marlin below", where="W4A4 on SM100+"
     ),
     (MXFP4_W4A4, "compressed-tensors"): refuses("SGLang's compressed_tensors has no dense MXFP4 scheme"),
     (MXFP4_W4A16, "compressed-tensors"): refuses("SGLang's compressed_tensors has no dense MXFP4 scheme"),
@@ -129,8 +131,10 @@ CELLS: Cells = {
         "CompressedTensorsW8A8Int8 (compressed_tensors.py::_is_dynamic_token_w8a8; "
         "schemes/compressed_tensors_w8a8_int8.py): CUDA (sgl-kernel int8_scaled_mm)"
     ),
-    (INT4_W4A16, "compressed-tensors"): loads_if(_SGL_WNA16),
-    (INT4_W4A16_ASYM, "compressed-tensors"): loads_if(f"{_SGL_WNA16}; zero points through Marlin's uint4 path"),
+    (INT4_W4A16, "compressed-tensors"): loads_if(_SGL_WNA16, where="CUDA SM80+"),
+    (INT4_W4A16_ASYM, "compressed-tensors"): loads_if(
+        f"{_SGL_WNA16}; zero points through Marlin's uint4 path", where="CUDA SM80+"
+    ),
 }
 
 

@@ -121,7 +121,9 @@ CELLS: Cells = {
     (NVFP4_W4A16, "modelopt"): refuses(
         "W4A16_NVFP4 is not a QuantAlgo in 1.2.x (quantization/mode.py; added on main, PR #15703)"
     ),
-    (NVFP4_W4A4, "modelopt"): loads_if("NVFP4LinearMethod: Blackwell (SM100/SM120) only", mla=_TRT12_NO_MLA),
+    (NVFP4_W4A4, "modelopt"): loads_if(
+        "NVFP4LinearMethod: Blackwell (SM100/SM120) only", where="Blackwell", mla=_TRT12_NO_MLA
+    ),
     (FP8_W8A8, "compressed-tensors"): _TRT12_NO_CT,
     (FP8_BLOCK_W8A8, "compressed-tensors"): _TRT12_NO_CT,
     (FP8_BLOCK_W8A8, "fp8"): refuses(

@@ -46,7 +46,7 @@ _CHANGED: Cells = {
     (NVFP4_W4A16, "modelopt"): loads(
         "W4A16_NVFP4 → W4A16NVFP4LinearMethod (_torch/modules/linear.py; main since July 2026)"
     ),
-    (NVFP4_W4A4, "modelopt"): loads_if("NVFP4LinearMethod: Blackwell (SM100/SM120) only"),
+    (NVFP4_W4A4, "modelopt"): loads_if("NVFP4LinearMethod: Blackwell (SM100/SM120) only", where="Blackwell"),
     (FP8_W8A8, "compressed-tensors"): refuses(
         "its FP8 rowwise path expects a 1-D [N] weight_scale; compressed-tensors stores [N, 1]"
     ),

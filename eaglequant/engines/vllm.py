@@ -152,32 +152,44 @@ CELLS: Cells = {
         "QuarkW8A8Fp8, channel weights + dynamic token activations (quark/quark.py::_is_fp8_w8a8); SM89+"
     ),
     (MXFP4_W4A4, "quark"): loads_if(
-        "QuarkOCP_MX: native on Blackwell and MI355, Marlin weight-only on Hopper, emulated on MI300"
+        "QuarkOCP_MX: native on Blackwell and MI355, Marlin weight-only on Hopper, emulated on MI300",
+        where="W4A4 on Blackwell, MI355",
     ),
     (MXFP4_W4A16, "quark"): loads_if(
-        "QuarkOCP_MX weight-only: Marlin on CUDA, emulated on ROCm (needs amd-quark installed)"
+        "QuarkOCP_MX weight-only: Marlin on CUDA, emulated on ROCm (needs amd-quark installed)",
+        where="CUDA; ROCm emulated",
     ),
     (FP8_W8A8, "modelopt"): loads("FP8_PER_CHANNEL_PER_TOKEN (modelopt.py::ModelOptFp8Config), flat or nested config"),
     (NVFP4_W4A16, "modelopt"): loads_if(
-        "W4A16_NVFP4 from config.json's flat form only; Marlin on CUDA, no ROCm kernel"
+        "W4A16_NVFP4 from config.json's flat form only; Marlin on CUDA, no ROCm kernel", where="CUDA"
     ),
     (NVFP4_W4A4, "modelopt"): loads_if(
-        "ModelOptNvFp4Config: native on Blackwell; Hopper runs it weight-only (Marlin); ROCm emulated"
+        "ModelOptNvFp4Config: native on Blackwell; Hopper runs it weight-only (Marlin); ROCm emulated",
+        where="W4A4 on Blackwell",
     ),
     (FP8_W8A8, "compressed-tensors"): loads(
         "CompressedTensorsW8A8Fp8, channel weights ([N, 1] scale) + dynamic token activations"
     ),
-    (FP8_BLOCK_W8A8, "compressed-tensors"): loads_if(f"CompressedTensorsW8A8Fp8, block strategy: {_VLLM_FP8_BLOCK}"),
-    (FP8_BLOCK_W8A8, "fp8"): loads_if(f"Fp8Config with weight_block_size: {_VLLM_FP8_BLOCK}"),
-    (NVFP4_W4A16, "compressed-tensors"): loads_if("CompressedTensorsW4A4Fp4(use_a16) on CUDA (Marlin); no ROCm kernel"),
+    (FP8_BLOCK_W8A8, "compressed-tensors"): loads_if(
+        f"CompressedTensorsW8A8Fp8, block strategy: {_VLLM_FP8_BLOCK}", where="SM89+; CPU with AMX"
+    ),
+    (FP8_BLOCK_W8A8, "fp8"): loads_if(
+        f"Fp8Config with weight_block_size: {_VLLM_FP8_BLOCK}", where="SM89+; CPU with AMX"
+    ),
+    (NVFP4_W4A16, "compressed-tensors"): loads_if(
+        "CompressedTensorsW4A4Fp4(use_a16) on CUDA (Marlin); no ROCm kernel", where="CUDA"
+    ),
     (NVFP4_W4A4, "compressed-tensors"): loads_if(
-        "CompressedTensorsW4A4Fp4: native on Blackwell, weight-only Marlin on Hopper, ROCm emulated"
+        "CompressedTensorsW4A4Fp4: native on Blackwell, weight-only Marlin on Hopper, ROCm emulated",
+        where="W4A4 on Blackwell",
     ),
     (MXFP4_W4A4, "compressed-tensors"): loads_if(
-        "same OCP-MX kernels as Quark: native on Blackwell and MI355, else Marlin or emulation"
+        "same OCP-MX kernels as Quark: native on Blackwell and MI355, else Marlin or emulation",
+        where="W4A4 on Blackwell, MI355",
     ),
     (MXFP4_W4A16, "compressed-tensors"): loads_if(
-        "loads, but quantizes activations anyway on Blackwell and ROCm (runs W4A4); W4A16 on Hopper"
+        "loads, but quantizes activations anyway on Blackwell and ROCm (runs W4A4); W4A16 on Hopper",
+        where="W4A16 on Hopper only",
     ),
     (INT8_W8A8, "quark"): loads(
         "QuarkW8A8Int8, channel weights + dynamic per-token inputs (quark/quark.py::_is_w8a8_int8)"

@@ -44,6 +44,25 @@ def test_schemes_keeps_every_name_whole(columns: str) -> None:
     assert not any(line.endswith("--target-") for line in lines)  # the legend wraps between words, not in a flag
 
 
+def test_schemes_names_where_a_conditional_cell_loads_and_which_rows_do_not_load() -> None:
+    """Issue 55, item 8: ``yes*`` names the hardware or versions, a format a release loads in no scheme says so
+    instead of answering its questions, and the legend keeps each entry whole in 80 columns."""
+    data = json.loads(as_user("schemes", "--json").stdout)
+    cells = [cell for row in data["schemes"] for f in row["formats"] for cell in f["engines"].values() if cell]
+    assert all(cell["where"] for cell in cells if cell["conditional"]) and any(c["conditional"] for c in cells)
+    shown = as_user("schemes", env={"COLUMNS": "80"}).stdout
+    assert "yes* (W4A4 on Blackwell)" in shown and "yes* (ROCm only)" in shown
+    assert re.search(r"yes\*(?! \()", shown.split("what each engine runs")[0].replace("yes* (where)", "")) is None
+    trtllm_quark = next(row for row in data["modules"] if row["engine"] == "trtllm" and row["format"] == "quark")
+    assert trtllm_quark["loads"] is False and "trtllm quark: lm_head quantized not loaded" in " ".join(shown.split())
+    vllm_quark = next(row for row in data["modules"] if row["engine"] == "vllm" and row["format"] == "quark")
+    assert vllm_quark["loads"] is True
+    legend = " ".join(shown[shown.index("yes: loads") : shown.index("each cell's engine source")].split())
+    assert "yes* (where): loads only on the hardware or versions named · no: refused" in legend
+    for line in shown[shown.index("releases: ") :].splitlines()[:3]:
+        assert not line.rstrip().endswith(("vLLM", "TensorRT-LLM", "SGLang", "main")), line  # an entry kept whole
+
+
 # -- a usage error is one error: line; the bare command is its help ---------------------------------------
 
 

@@ -53,7 +53,7 @@ def test_schemes_marks_the_pairs_that_need_the_layer_count() -> None:
     assert marked == [("fp8-block", "fp8", "vllm"), ("fp8-block", "fp8", "vllm==0.33.0")]
     for columns in ("80", "200"):
         shown = as_user("schemes", env={"COLUMNS": columns}).stdout
-        assert "yes* +L" in shown and "+L: keeping a decoder linear unquantized" in shown, shown
+        assert "yes* (SM89+; CPU with AMX) +L" in shown and "+L: keeping a decoder linear unquantized" in shown, shown
 
 
 # -- one naming scheme, the checkpoint's, with the engines' runtime name beside it -------------------------
