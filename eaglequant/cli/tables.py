@@ -83,7 +83,7 @@ def _plain(cell: RenderableType) -> str:
 def show_round_costs(costs: list[RoundCost]) -> None:
     """The weight bytes each engine reads per speculative round, part by part, against the source's."""
     from eaglequant.common.sizes import decimal_bytes
-    from eaglequant.readback.cost import MODEL_NOTE, PARTS
+    from eaglequant.readback.cost import MODEL_NOTE, PARTS, lm_head_lever
 
     if not costs:
         return
@@ -115,3 +115,5 @@ def show_round_costs(costs: list[RoundCost]) -> None:
         )
     show(table)
     out.print(f"  [dim]{escape(MODEL_NOTE)}; green: run quantized[/]", soft_wrap=True)
+    for lever in filter(None, map(lm_head_lever, costs)):
+        out.print(f"note: {escape(lever)}", soft_wrap=True)

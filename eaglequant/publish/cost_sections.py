@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from eaglequant.acceptance.statistics import format_interval
 from eaglequant.common.sizes import decimal_bytes
-from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost
+from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost, lm_head_lever
 from eaglequant.record.report import ConversionReport
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ def round_cost_section(report: ConversionReport) -> str:
             f"| {cost.engine_release} | {' | '.join(cells)} | {totals[0]} | {totals[1]} | "
             f"{cost.reduction:.2f}× | {decimal_bytes(cost.resident_bytes)} |"
         )
+    levers = [lever for lever in map(lm_head_lever, report.round_costs) if lever]
+    if levers:
+        lines += ["", *(f"- `lm_head`{lever.removeprefix('lm_head')}." for lever in levers)]
     return "\n".join(lines) + "\n"
 
 

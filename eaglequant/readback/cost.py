@@ -136,6 +136,26 @@ class RoundCost(JsonRecord):
         )
 
 
+# From this share of a round's bytes, an unquantized lm_head is where the bytes are (a Kimi-K2.5 MLA head's BF16
+# lm_head is 7.05 of its 8.50 GB a round, as vLLM builds it without a quant config), and the user is told so.
+LM_HEAD_LEVER_SHARE = 0.3
+
+
+def lm_head_lever(cost: RoundCost) -> str | None:
+    """Where the draft's own ``lm_head`` runs unquantized and is a large share of the bytes a round reads: what that
+    share is, and that a smaller draft vocabulary (``eaglequant prune``) is what cuts it."""
+    part = cost.part("lm_head")
+    if part is None or part.quantized or part.shared or not cost.bytes_per_round:
+        return None
+    share = part.bytes_per_round / cost.bytes_per_round
+    if share < LM_HEAD_LEVER_SHARE:
+        return None
+    return (
+        f"lm_head runs unquantized in {cost.engine_release} and is {share:.0%} of the bytes a round reads: "
+        "quantizing the other modules cannot cut that share; a smaller draft vocabulary can (eaglequant prune)"
+    )
+
+
 def round_cost(
     head: HeadDescription,
     engine: str,

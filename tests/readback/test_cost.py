@@ -86,6 +86,29 @@ def test_the_full_size_mla_head_keeps_its_lm_head_for_vllm(tmp_path: Path) -> No
         eaglequant.inspect(tmp_path, engines=["vllm"], format="modelopt", quantize=["lm_head"])
 
 
+def test_where_lm_head_stays_unquantized_and_holds_the_bytes_the_user_is_told_prune_is_the_lever(
+    tmp_path: Path,
+) -> None:
+    """Issue 55, item 7: the full-size Kimi MLA head in vLLM reads 83% of a round in its BF16 lm_head; inspect,
+    explain and the card say so and name prune, and a plan whose lm_head runs quantized says nothing of it."""
+    from eaglequant.readback.cost import lm_head_lever
+
+    (tmp_path / "kimi").mkdir()
+    write_head_headers(kimi_mla(), tmp_path / "kimi")
+    lever = lm_head_lever(_vllm(eaglequant.inspect(tmp_path / "kimi", engines=["vllm"])))
+    assert lever is not None and "is 83% of the bytes a round reads" in lever and "eaglequant prune" in lever
+    shown = run_cli("inspect", tmp_path / "kimi", "--engine", "vllm")
+    assert "note: lm_head runs unquantized in vLLM 0.32.0 and is 83%" in " ".join(shown.stdout.split())
+    dst = tmp_path / "mla"
+    eaglequant.convert(FIXTURES / "torchspec-mla", dst, target_layers=61, engines=["vllm"])
+    card = " ".join((dst / "README.md").read_text().split())
+    assert "- `lm_head` runs unquantized in vLLM 0.32.0 and is " in card and "(eaglequant prune)." in card
+    explained = " ".join(run_cli("explain", dst, "--engine", "vllm").stdout.split())
+    assert "a smaller draft vocabulary can (eaglequant prune)" in explained
+    llama = eaglequant.inspect(FIXTURES / "specforge-llama", engines=["vllm"], format="modelopt", quantize=["lm_head"])
+    assert lm_head_lever(_vllm(llama)) is None  # run quantized: quantizing is the lever there
+
+
 @pytest.mark.parametrize("fixture", LAYOUT_FIXTURES)
 def test_every_fixture_has_a_cost_that_explain_reads_back_the_same(fixture: str, tmp_path: Path) -> None:
     planned = eaglequant.inspect(FIXTURES / fixture, target_layers=61)
