@@ -18,8 +18,10 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "eaglequant"
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+# Pages the docs link to that are not docs themselves: the log of past benchmark runs.
+LINKED_PAGES = (ROOT / "benchmarks" / "results-log.md",)
 DESIGN = ROOT / "docs" / "design.md"
-TOP_FOLDERS = frozenset({"eaglequant", "scripts", "tests", "fixtures", "schemes", "docs"})
+TOP_FOLDERS = frozenset({"eaglequant", "scripts", "tests", "fixtures", "schemes", "docs", "benchmarks"})
 FILE_SUFFIX = re.compile(r"\.(py|toml|sh|md|json|jsonl|txt|yml|yaml)$")
 # Flags of other programs that the docs name beside eaglequant's own.
 OTHER_PROGRAMS_FLAGS = frozenset(
@@ -96,6 +98,57 @@ def module_file(parts: list[str]) -> Path | None:
 def test_every_module_the_docs_name_by_its_dotted_path_exists() -> None:
     unknown = {doc.name: found for doc in DOCS if (found := unknown_dotted_names(doc.read_text()))}
     assert unknown == {}
+
+
+# -- links between pages ---------------------------------------------------------------------------------------
+
+
+def anchors(text: str) -> set[str]:
+    """The ``#anchor`` of each heading as GitHub makes it: lower case, punctuation but ``-`` and ``_`` dropped,
+    spaces as ``-``, a repeated heading numbered ``-1``, ``-2``, ..."""
+    seen: dict[str, int] = {}
+    found = set()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def has_heading(page: Path, anchor: str) -> bool:
+    return page.suffix != ".md" or anchor in anchors(page.read_text())
+
+
+def broken_links(page: Path) -> list[str]:
+    """Each relative link of ``page`` (``[x](cli.md#upload)``, ``[x](#streams)``) whose file or heading is not
+    there. Links to the web are left alone."""
+    text = page.read_text()
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (page.parent / file).resolve() if file else page
+        if not linked.exists() or (anchor and not has_heading(linked, anchor)):
+            broken.append(target)
+    return broken
+
+
+def test_every_link_between_pages_resolves() -> None:
+    broken = {page.name: found for page in (*DOCS, *LINKED_PAGES) if (found := broken_links(page))}
+    assert broken == {}
+
+
+def test_the_link_check_sees_a_missing_page_and_heading(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## Quantizing on a GPU (`convert --device cuda`)\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n## Same\n\n## Same\n\n[a](other.md) [b](other.md#quantizing-on-a-gpu-convert---device-cuda) "
+        "[c](gone.md#x) [d](other.md#gone) [e](#same-1) [f](#same-2) [g](https://example.com/x.md)\n"
+    )
+    assert broken_links(page) == ["gone.md#x", "other.md#gone", "#same-2"]
 
 
 # -- docs/design.md's map -------------------------------------------------------------------------------------
