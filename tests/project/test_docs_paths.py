@@ -1,5 +1,5 @@
-"""The docs cite what is there: every repository file, every module on docs/design.md's map and the names its rows
-cite, and every command-line option they show.
+"""The docs cite what is there: every repository file, every link between pages, every layer docs/design.md
+describes and every name it cites, and every command-line option they show.
 
 A cited path is checked when it starts at the repository's top (``eaglequant/``, ``scripts/``, ``tests/``,
 ``fixtures/``, ``schemes/``, ``docs/``) or at a layer of the package (``engines/view.py``, read under
@@ -18,8 +18,12 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "eaglequant"
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+# Pages the docs link to that are not docs themselves: the log of past benchmark runs.
+LINKED_PAGES = (ROOT / "benchmarks" / "results-log.md",)
 DESIGN = ROOT / "docs" / "design.md"
-TOP_FOLDERS = frozenset({"eaglequant", "scripts", "tests", "fixtures", "schemes", "docs"})
+DESIGN_MAX_LINES = 300
+PAGE_MAX_LINES = 500
+TOP_FOLDERS = frozenset({"eaglequant", "scripts", "tests", "fixtures", "schemes", "docs", "benchmarks"})
 FILE_SUFFIX = re.compile(r"\.(py|toml|sh|md|json|jsonl|txt|yml|yaml)$")
 # Flags of other programs that the docs name beside eaglequant's own.
 OTHER_PROGRAMS_FLAGS = frozenset(
@@ -98,6 +102,57 @@ def test_every_module_the_docs_name_by_its_dotted_path_exists() -> None:
     assert unknown == {}
 
 
+# -- links between pages ---------------------------------------------------------------------------------------
+
+
+def anchors(text: str) -> set[str]:
+    """The ``#anchor`` of each heading as GitHub makes it: lower case, punctuation but ``-`` and ``_`` dropped,
+    spaces as ``-``, a repeated heading numbered ``-1``, ``-2``, ..."""
+    seen: dict[str, int] = {}
+    found = set()
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    for heading in re.findall(r"^#{1,6} +(.+?) *$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        count = seen.get(slug, 0)
+        seen[slug] = count + 1
+        found.add(slug if count == 0 else f"{slug}-{count}")
+    return found
+
+
+def has_heading(page: Path, anchor: str) -> bool:
+    return page.suffix != ".md" or anchor in anchors(page.read_text())
+
+
+def broken_links(page: Path) -> list[str]:
+    """Each relative link of ``page`` (``[x](cli.md#upload)``, ``[x](#streams)``) whose file or heading is not
+    there. Links to the web are left alone."""
+    text = page.read_text()
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", re.sub(r"```.*?```", "", text, flags=re.S)):
+        if re.match(r"[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        linked = (page.parent / file).resolve() if file else page
+        if not linked.exists() or (anchor and not has_heading(linked, anchor)):
+            broken.append(target)
+    return broken
+
+
+def test_every_link_between_pages_resolves() -> None:
+    broken = {page.name: found for page in (*DOCS, *LINKED_PAGES) if (found := broken_links(page))}
+    assert broken == {}
+
+
+def test_the_link_check_sees_a_missing_page_and_heading(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## Quantizing on a GPU (`convert --device cuda`)\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Page\n\n## Same\n\n## Same\n\n[a](other.md) [b](other.md#quantizing-on-a-gpu-convert---device-cuda) "
+        "[c](gone.md#x) [d](other.md#gone) [e](#same-1) [f](#same-2) [g](https://example.com/x.md)\n"
+    )
+    assert broken_links(page) == ["gone.md#x", "other.md#gone", "#same-2"]
+
+
 # -- docs/design.md's map -------------------------------------------------------------------------------------
 
 
@@ -144,23 +199,38 @@ def test_each_design_row_cites_modules_and_names_that_exist() -> None:
     assert unknown == {}
 
 
-def unmapped_modules(rows: dict[str, str]) -> list[str]:
-    """Modules of the package that their folder's row does not name (``__init__.py`` aside)."""
-    unmapped = []
-    for folder in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists() or any(p.glob("*.py"))):
-        tokens = cited(rows.get(f"{folder.name}/", ""))
-        patterns = [re.sub(r"<[^>]+>", "*", t) for t in tokens if t.endswith(".py")]
-        stems = {t.split(".")[0] for t in tokens}
-        for module in sorted(folder.rglob("*.py")):
-            named = module.stem in stems or any(module.match(p) for p in patterns)
-            if module.name != "__init__.py" and not named:
-                unmapped.append(str(module.relative_to(PACKAGE)))
-    return unmapped
+def test_the_design_lists_the_layers_in_their_order() -> None:
+    """docs/design.md's layer table is the order ``test_package_order`` enforces, folder by folder."""
+    folders = [f"{layer}/" for layer in LAYERS if (PACKAGE / layer).is_dir()]
+    assert list(design_rows(DESIGN.read_text())) == folders
 
 
-def test_every_module_is_on_the_design_map() -> None:
-    unmapped = unmapped_modules(design_rows(DESIGN.read_text()))
-    assert unmapped == [], f"name {unmapped} in their folder's row of docs/design.md"
+def test_no_page_is_over_500_lines() -> None:
+    """A page longer than that is two pages, or a log (past benchmark runs live in ``benchmarks/``)."""
+    long = {page.name: n for page in DOCS if (n := len(page.read_text().splitlines())) > PAGE_MAX_LINES}
+    assert long == {}
+
+
+def test_the_design_is_a_page_not_an_index() -> None:
+    """The design in at most 300 lines; what each module does is in its docstring."""
+    assert len(DESIGN.read_text().splitlines()) <= DESIGN_MAX_LINES
+
+
+def unknown_names(text: str, words: set[str]) -> list[str]:
+    """Each name the page cites (``Engine.decide``, ``plan_engines()``, ``common/json_fields.JsonRecord``,
+    ``pipeline.py``) that the package does not have. Paths (``engines/view.py``) and dotted module names
+    (``eaglequant.engines.module_support``) are left to the checks above."""
+    unknown = []
+    for token in cited(text):
+        if (token.endswith(".py") and "/" in token) or token.startswith("eaglequant."):
+            continue
+        if not row_citation_exists(token, PACKAGE, words):
+            unknown.append(token)
+    return unknown
+
+
+def test_every_name_the_design_cites_exists() -> None:
+    assert unknown_names(DESIGN.read_text(), package_words()) == []
 
 
 def test_every_module_file_design_names_exists() -> None:
@@ -179,8 +249,8 @@ def test_the_checks_see_what_is_missing() -> None:
     assert unknown_in_row(PACKAGE / "engines", row, words) == ["gone.py", "base.NoSuchName", "no_such_function()"]
     dotted = "`eaglequant.batch.run_batch`, `eaglequant.engines.gone`, `eaglequant.api.no_such_name`"
     assert unknown_dotted_names(dotted) == ["eaglequant.api.no_such_name", "eaglequant.engines.gone"]
-    assert "engines/view.py" in unmapped_modules({"engines/": "`base.py`"})
-    assert "engines/vllm_0_33.py" not in unmapped_modules({"engines/": "`<engine>.py`"})
+    page = "`Engine.decide`, `Engine.no_such_method`, `QuantConfig.of`, `plan_engines()`, `gone_function()`, `gone.py`"
+    assert unknown_names(page, words) == ["Engine.no_such_method", "gone_function()", "gone.py"]
 
 
 # -- command-line options -------------------------------------------------------------------------------------

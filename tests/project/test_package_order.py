@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from test_import_cycles import import_graph
 
-# Lowest first. docs/design.md describes each layer in one line, in this order.
+# Lowest first. docs/design.md lists each layer in one line, in this order (test_docs_paths holds it to it).
 LAYERS = (
     "common",  # errors, environment switches, memory, progress, JSON fields, the version
     "checkpoint",  # safetensors files: read, write, hash
