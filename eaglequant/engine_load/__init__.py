@@ -34,6 +34,7 @@ from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engine_load.environment import engine_environment
 from eaglequant.engine_load.platform import kernel_bound
+from eaglequant.engine_load.probe_report import ModuleAnswer, ParamLoad, ProbeRun, read_probe_run
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,6 @@ class LoadJob(JsonRecord):
     target_layers: int | None = None
 
 
-@dataclass(frozen=True)
-class ProbeRun:
-    engine: str
-    version: str
-    patches: tuple[str, ...]
-    results: tuple[dict[str, Any], ...]  # one per job, in order
-    platform: dict[str, Any] = field(default_factory=dict)  # what the machine does to the engine's kernels
-
-
 @contextmanager
 def probe_workdir() -> Iterator[Path]:
     """A temporary directory holding the probes package (a link), the probe's working directory."""
@@ -179,17 +171,14 @@ def run_engine_job(
 ) -> dict[str, Any]:
     """``python -m <probes>.<module> JOB.json OUT.json`` in the engine's interpreter (:func:`run_probe_module`): the
     probe's result, or :class:`EngineJobError` with one line saying why there is none."""
-    with probe_workdir() as tmp:
-        job_file, out_file = tmp / "job.json", tmp / "out.json"
-        job_file.write_text(json.dumps(job), encoding="utf-8")
-        try:
-            done = run_probe_module(interpreter, module, [job_file, out_file], tmp, timeout, ranks)
-        except subprocess.TimeoutExpired:
-            raise EngineJobError(f"no result in {timeout:g} s") from None
-        if not out_file.is_file():
-            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-            raise EngineJobError(f"{interpreter} exited {done.returncode}: {tail}")
-        data: dict[str, Any] = json.loads(out_file.read_text(encoding="utf-8"))
+    try:
+        data = _answer(interpreter, module, job, timeout, ranks)
+    except subprocess.TimeoutExpired:
+        raise EngineJobError(f"no result in {timeout:g} s") from None
+    except _NoAnswer as exc:
+        raise EngineJobError(str(exc)) from None
+    if not isinstance(data, dict):
+        raise EngineJobError(f"{interpreter} -m {module} answered {type(data).__name__}, not an object")
     if "error" in data:
         raise EngineJobError(str(data["error"]))
     return data
@@ -199,26 +188,36 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     """Load every job's checkpoint with ``engine``'s own code, in one process of its interpreter."""
     probe = get_probe(engine)
     interpreter = engine_python(engine, python)
-    with probe_workdir() as tmp:
-        jobs_file = tmp / "jobs.json"
-        jobs_file.write_text(json.dumps({"jobs": [job.to_json() for job in jobs]}), encoding="utf-8")
-        try:
-            done = run_probe_module(interpreter, probe.script, [jobs_file], tmp, PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
+    request = {"jobs": [job.to_json() for job in jobs]}
     try:
-        data = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        tail = " | ".join(line for line in done.stderr.strip().splitlines()[-3:])
+        data = _answer(interpreter, probe.script, request, PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
+    except _NoAnswer as exc:
         raise EngineLoadError(
-            f"{probe.title} probe ({interpreter}) exited {done.returncode} without a report: {tail}",
-            hint=f"check that it has {probe.title} installed: {probe.install}",
+            f"{probe.title} probe: {exc}", hint=f"check that it has {probe.title} installed: {probe.install}"
         ) from None
-    results = tuple(data.get("results", ()))
-    if len(results) != len(jobs):
-        raise EngineLoadError(f"{probe.title} probe answered {len(results)} of {len(jobs)} checkpoints")
-    platform = data.get("platform") if isinstance(data.get("platform"), dict) else {}
-    return ProbeRun(engine, str(data.get("version")), tuple(data.get("patches", ())), results, platform)
+    run = read_probe_run(data, f"{probe.title} probe's answer", engine)
+    if len(run.results) != len(jobs):
+        raise EngineLoadError(f"{probe.title} probe answered {len(run.results)} of {len(jobs)} checkpoints")
+    return run
+
+
+class _NoAnswer(Exception):
+    """The probe exited without writing its answer file."""
+
+
+def _answer(interpreter: Path, module: str, request: object, timeout: float, ranks: int = 1) -> Any:
+    """The one transport: the request in a file, ``python -m <probes>.<module> IN.json OUT.json``, the answer read
+    from OUT.json (the probe's stdout is the engine's log, which native code may also write to)."""
+    with probe_workdir() as tmp:
+        request_file, answer_file = tmp / "request.json", tmp / "answer.json"
+        request_file.write_text(json.dumps(request), encoding="utf-8")
+        done = run_probe_module(interpreter, module, [request_file, answer_file], tmp, timeout, ranks)
+        if not answer_file.is_file():
+            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise _NoAnswer(f"{interpreter} exited {done.returncode} without an answer: {tail}")
+        return json.loads(answer_file.read_text(encoding="utf-8"))
 
 
 def _probe_environment(package_parent: str, ranks: int = 1) -> dict[str, str]:
@@ -298,29 +297,26 @@ def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
     engine's own GEMM within the scheme's error where it ran."""
     result = run.results[index]
     title = get_probe(run.engine).title
-    check = LoadCheck(
-        run.engine, run.version, Path(result["checkpoint"]), bool(result.get("ok")), result.get("error"), run.patches
-    )
+    check = LoadCheck(run.engine, run.version, result.checkpoint, result.ok, result.error, run.patches)
     skipped = get_probe(run.engine).skipped
-    check.unconsumed = [name for name in result.get("unconsumed") or [] if name not in skipped]
-    if result.get("postprocess"):
+    check.unconsumed = [name for name in result.unconsumed if name not in skipped]
+    if result.postprocess:
         check.notes.append(
-            Finding("postprocess-not-run", "", f"post-load processing not run on CPU: {result['postprocess']}")
+            Finding("postprocess-not-run", "", f"post-load processing not run on CPU: {result.postprocess}")
         )
     if not check.loaded:
         check.problems.append(Finding("cannot-load", "", f"{title} {run.version} cannot load it: {check.error}"))
     seen: set[str] = set()
-    for entry in result.get("modules") or []:
-        if entry.get("shared_from_target"):
-            seen.add(entry["name"])
-            replaced = f"{entry['name']}: {title}'s speculative worker replaces it with the target's"
-            check.notes.append(Finding("shared-from-target", entry["name"], replaced))
+    for entry in result.modules:
+        seen.add(entry.name)
+        if entry.shared_from_target:
+            replaced = f"{entry.name}: {title}'s speculative worker replaces it with the target's"
+            check.notes.append(Finding("shared-from-target", entry.name, replaced))
             continue
         module = _module_load(entry, expected.planned, expected.weight_only)
         check.modules.append(module)
-        seen.add(module.name)
         bound, why = kernel_bound(
-            module.quant_method, expected.max_relative_error, run.platform, f"{title} {run.version}"
+            module.quant_method, expected.max_relative_error, run.int8_gemm_relative_error, f"{title} {run.version}"
         )
         if why and why not in check.notes:
             check.notes.append(why)
@@ -349,33 +345,30 @@ def judge(run: ProbeRun, index: int, expected: Expectation) -> LoadCheck:
 _ACTIVATION_SCALES = ("input_scale", "input_global_scale")
 
 
-def _module_load(entry: dict[str, Any], planned: dict[str, bool], weight_only: bool) -> ModuleLoad:
+def _module_load(entry: ModuleAnswer, planned: dict[str, bool], weight_only: bool) -> ModuleLoad:
     unequal = tuple(
-        _unequal(entry["name"], param)
-        for param in entry.get("params") or []
-        if not param.get("equal")
-        and not (weight_only and param["name"] in _ACTIVATION_SCALES and not param.get("sources"))
+        _unequal(entry.name, param)
+        for param in entry.params
+        if not param.equal and not (weight_only and param.name in _ACTIVATION_SCALES and not param.sources)
     )
-    tensors = tuple(source for param in entry.get("params") or [] for source in param.get("sources") or [])
-    gemm = entry.get("gemm") or {}
-    relative = gemm.get("rel_err")
+    tensors = tuple(source for param in entry.params for source in param.sources)
     return ModuleLoad(
-        entry["name"],
-        entry.get("quant_method"),
-        bool(entry.get("quantized")),
-        planned.get(entry["name"]),
+        entry.name,
+        entry.quant_method,
+        entry.quantized,
+        planned.get(entry.name),
         tensors,
         unequal,
-        float(relative) if isinstance(relative, (int, float)) else None,
+        entry.gemm_relative_error,
     )
 
 
-def _unequal(module: str, param: dict[str, Any]) -> Finding:
+def _unequal(module: str, param: ParamLoad) -> Finding:
     """A parameter whose loaded values are not the file's: ``never-loaded`` (no checkpoint tensor reached it) or
     ``value-differs``, about the module's parameter, its text the parameter and the probe's detail."""
-    code = "value-differs" if param.get("sources") else "never-loaded"
-    text = f"{param['name']}: {param.get('detail') or 'values differ from the file'}"
-    return Finding(code, f"{module}.{param['name']}", text)
+    code = "value-differs" if param.sources else "never-loaded"
+    text = f"{param.name}: {param.detail or 'values differ from the file'}"
+    return Finding(code, f"{module}.{param.name}", text)
 
 
 def _module_problems(module: ModuleLoad, title: str, max_relative_error: float | None) -> list[Finding]:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from eaglequant.common.findings import codes
-from eaglequant.engine_load import Expectation, ProbeRun, judge
+from eaglequant.engine_load import Expectation, judge
+from eaglequant.engine_load.probe_report import read_probe_run
 
 PLANNED = {"model.layers.1.self_attn.qkv_proj": True, "model.fc": False}
 
@@ -23,7 +24,8 @@ def _module(name: str, quantized: bool, params: list[dict[str, Any]], **extra: A
 def _judged(modules: list[dict[str, Any]], loads: bool = True, **result: Any) -> Any:
     report = {"checkpoint": "out/fp8", "ok": True, "error": None, "modules": modules, **result}
     expected = Expectation("vllm", 2, PLANNED, 0.05, loads, "loads", weight_only=False)
-    return judge(ProbeRun("vllm", "0.32.0", (), (report,)), 0, expected)
+    answer = {"version": "0.32.0", "patches": [], "results": [report]}  # as the probe writes it
+    return judge(read_probe_run(answer, "answer.json", "vllm"), 0, expected)
 
 
 def test_a_load_as_planned_has_no_findings() -> None:
@@ -86,3 +88,17 @@ def test_what_the_cpu_could_not_run_is_a_note() -> None:
         ("postprocess-not-run", ""),
         ("shared-from-target", "model.embed_tokens"),
     ]
+
+
+def test_a_probe_answer_of_the_wrong_shape_is_named_by_its_key() -> None:
+    """Issue 54: the probes answer in one typed transport; a wrong value is one line naming its key."""
+    import pytest
+
+    from eaglequant.engine_load.probe_report import ProbeAnswerError
+
+    module = _module("model.fc", False, [_param("weight", ["fc.weight"], "yes")])  # type: ignore[arg-type]
+    answer = {"version": "0.32.0", "patches": [], "results": [{"checkpoint": "x", "ok": True, "modules": [module]}]}
+    with pytest.raises(ProbeAnswerError, match=r"'results\[0\]\.modules\[0\]\.params\[0\]\.equal' must be true"):
+        read_probe_run(answer, "answer.json", "vllm")
+    run = read_probe_run({**answer, "platform": {"int8_gemm_rel_err": 0.2}, "results": []}, "answer.json", "vllm")
+    assert run.int8_gemm_relative_error == 0.2 and run.results == ()

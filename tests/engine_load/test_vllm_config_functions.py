@@ -59,15 +59,15 @@ def run_config_probe(release: str, jobs: list[dict[str, Any]]) -> list[dict[str,
         path = [str(tmp)] + ([str(_sources_033())] if release == "0.33.0" else [])
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": os.pathsep.join(path)}
         done = subprocess.run(
-            [str(interpreter), "-m", f"{PROBE_PACKAGE}.vllm_config_probe", "jobs.json"],
+            [str(interpreter), "-m", f"{PROBE_PACKAGE}.vllm_config_probe", "jobs.json", "answer.json"],
             capture_output=True,
             text=True,
             cwd=tmp,
             env=env,
             timeout=600,
         )
-    assert done.returncode == 0, done.stderr[-2000:]
-    answer = json.loads(done.stdout)
+        assert done.returncode == 0, done.stderr[-2000:]
+        answer = json.loads((tmp / "answer.json").read_text(encoding="utf-8"))
     assert answer["version"] == release  # the release's own modules ran, not the other's
     return answer["results"]
 

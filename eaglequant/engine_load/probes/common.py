@@ -120,13 +120,12 @@ def serve(
     platform: Callable[[], dict[str, Any]] = dict,
 ) -> int:
     """Read the jobs file ``argv[1]``, ``start()`` the engine (its version and patches), run every job, write
-    one JSON report to stdout. Anything the engine prints goes to stderr, off the JSON channel; ``finish()``
-    adds the patches known only after the jobs ran."""
-    if len(argv) != 2:
-        print(f"usage: python -m probes.{engine}_probe JOBS.json", file=sys.stderr)
+    one JSON report to ``argv[2]``. Anything the engine prints goes to stderr; ``finish()`` adds the patches known
+    only after the jobs ran."""
+    if len(argv) != 3:
+        print(f"usage: python -m probes.{engine}_probe JOBS.json OUT.json", file=sys.stderr)
         return 2
     jobs = json.loads(Path(argv[1]).read_text(encoding="utf-8"))["jobs"]
-    out = sys.stdout
     log = logging.getLogger(f"{engine}_probe")
     with contextlib.redirect_stdout(sys.stderr):
         started = time.perf_counter()
@@ -140,8 +139,7 @@ def serve(
         patches = finish() + patches
         measured = platform()
     report = {"engine": engine, "version": version, "patches": patches, "platform": measured, "results": results}
-    out.write(json.dumps(report, indent=1) + "\n")
-    out.flush()
+    Path(argv[2]).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     return 0
 
 

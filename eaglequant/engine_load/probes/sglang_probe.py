@@ -3,10 +3,10 @@
 Standalone: imports only the standard library, torch, safetensors, sglang and its dependencies (it runs in
 the engine's own venv, where eaglequant is not installed).
 
-    VENV/bin/python -m probes.sglang_probe JOBS.json   (eaglequant.engine_load names the package)
+    VENV/bin/python -m probes.sglang_probe JOBS.json OUT.json   (eaglequant.engine_load names the package)
 
 JOBS.json: {"jobs": [{"checkpoint": DIR, "source": DIR or null, "target_layers": N or null,
-"capability": [major, minor] (optional, default 10.0)}, ...]}. One JSON object goes to stdout, logs to stderr.
+"capability": [major, minor] (optional, default 10.0)}, ...]}. One JSON object goes to OUT.json, logs to stderr.
 
 Each job follows SGLang's draft-model path: ServerArgs published as the scheduler's, the draft's ModelConfig,
 ``loader._get_quantization_config`` (config parsing, capability check), ``loader._initialize_model`` (the

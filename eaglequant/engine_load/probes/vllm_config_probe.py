@@ -1,8 +1,8 @@
 """vLLM's own configuration functions, run on what eaglequant writes: no model is built, no kernel needed.
 
-Run as ``python -m <probes>.vllm_config_probe JOBS.json`` in an interpreter that imports vLLM (the 0.32.0 CPU
-build, or 0.33.0's Python sources over its dependencies: these modules import without vLLM's ``_C``). Prints one
-JSON object: vLLM's version and one result per job. Jobs, each a dict with ``check``:
+Run as ``python -m <probes>.vllm_config_probe JOBS.json OUT.json`` in an interpreter that imports vLLM (the 0.32.0
+CPU build, or 0.33.0's Python sources over its dependencies: these modules import without vLLM's ``_C``). Writes
+one JSON object to OUT.json: vLLM's version and one result per job. Jobs, each a dict with ``check``:
 
 - ``excluded``: ``quantization_config`` (config.json's), ``names`` (runtime module prefixes): whether vLLM's own
   config class for that quant_method excludes each name, by its own matcher.
@@ -167,7 +167,8 @@ def main(argv: list[str]) -> int:
             results.append({"ok": True, **CHECKS[job["check"]](job)})
         except Exception as exc:  # one job's failure is its result, not the probe's
             results.append({"ok": False, "error": f"{type(exc).__name__}: {exc}"})
-    print(json.dumps({"version": vllm.__version__, "results": results}))
+    with open(argv[2], "w", encoding="utf-8") as handle:
+        json.dump({"version": vllm.__version__, "results": results}, handle)
     return 0
 
 

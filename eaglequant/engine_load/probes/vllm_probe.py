@@ -2,10 +2,10 @@
 
 Standalone: runs in a venv holding vllm (see scripts/engines/vllm.sh), never imports eaglequant.
 
-    VENV/bin/python -m probes.vllm_probe JOBS.json   (eaglequant.engine_load names the package)
+    VENV/bin/python -m probes.vllm_probe JOBS.json OUT.json   (eaglequant.engine_load names the package)
 
 JOBS.json is {"jobs": [{"checkpoint": DIR, "source": DIR | null, "target_layers": N | null}, ...]}.
-One JSON object goes to stdout; every log line goes to stderr. Each job is isolated: its failure is
+One JSON object goes to OUT.json; every log line goes to stderr. Each job is isolated: its failure is
 reported in its own result.
 
 Per job: vLLM's EngineArgs builds the config for a synthesized target (LlamaForCausalLM, or a
