@@ -1,7 +1,7 @@
 """The architecture's promises, checked on the source: a new kind or format is one module plus a registration,
 so nothing outside the registries branches on a kind's or a format's name; functions a reader holds in view; and the
 Triton kernel names its layouts. A module's length is not held to a number: a module is as long as its one concern
-needs, and splitting one to meet a count scatters a concern (design.md says how the code is divided)."""
+needs, and splitting one to meet a count scatters a concern (docs/design.md gives the layers and the jobs)."""
 
 from __future__ import annotations
 
