@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eaglequant.common.atomic import write_json
 from eaglequant.common.json_fields import JsonRecord
 
 UPLOADS_RECORD = Path(".eaglequant") / "uploads.json"
@@ -40,7 +41,7 @@ def record_upload(dst: Path, target: str, upload: Upload) -> None:
     entries[target] = upload.to_json()
     path = dst / UPLOADS_RECORD
     path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
+    write_json(path, entries)
 
 
 def _entries(dst: Path) -> dict[str, Any]:

@@ -4,17 +4,15 @@ write them alike."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from collections.abc import Collection
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.checkpoint.reader import SAFETENSORS_INDEX, Checkpoint, resolve_inside, source_files
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec, shard_names, split_into_shards
-from eaglequant.common.atomic import write_text_whole
+from eaglequant.common.atomic import write_json
 
 
 class OutputShards:
@@ -63,11 +61,6 @@ def write_index(directory: Path, shards: list[list[TensorSpec]], names: list[str
     total = sum(spec.nbytes for specs in shards for spec in specs)
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     write_json(directory / SAFETENSORS_INDEX, index)
-
-
-def write_json(path: Path, content: dict[str, Any]) -> None:
-    """``content`` as indented JSON at ``path``, whole or not at all."""
-    write_text_whole(path, json.dumps(content, indent=2, ensure_ascii=False) + "\n")
 
 
 def copy_side_files(checkpoint: Checkpoint, directory: Path, replaced: Collection[str] = ()) -> list[str]:

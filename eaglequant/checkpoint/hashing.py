@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from eaglequant.common.atomic import write_text_whole
+
 WINDOW_BYTES = 16 * 1024 * 1024  # a multiple of mmap.ALLOCATIONGRANULARITY
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 Source = tuple[int, int]  # an open file descriptor and a byte offset in it
@@ -150,8 +152,6 @@ def cached_file_sha256(path: Path) -> str:
 def _store(entry: Path, digest: str) -> None:
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)
-        tmp = entry.with_name(f".{entry.name}.{os.getpid()}.{threading.get_ident()}")
-        tmp.write_text(digest + "\n", encoding="ascii")
-        tmp.replace(entry)
+        write_text_whole(entry, digest + "\n", private=True)  # threads and processes may store one entry at once
     except OSError:
         pass  # a cache that cannot be written only costs time

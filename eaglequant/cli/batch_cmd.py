@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from eaglequant.batch.summary import JobStatus, UploadStatus
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import MODE, info, note, out, quiet_hub_progress, result
+from eaglequant.common.atomic import write_json
 from eaglequant.common.errors import EXIT_JOBS_FAILED, InputError
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def batch_command(
         outcome = run_batch(jobs_file, only=only or [], shard=selection, on_job=_report_job, on_note=note)
         data = outcome.to_json()
         summary.parent.mkdir(parents=True, exist_ok=True)
-        summary.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        write_json(summary, data)
         result(data, lambda: render(outcome, summary))
         return outcome.ok
 

@@ -7,7 +7,6 @@ file named ``merge`` mean something else.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -18,6 +17,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.output import out, plural, result
+from eaglequant.common.atomic import write_json
 from eaglequant.common.errors import EXIT_JOBS_FAILED
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def batch_merge_command(
         data = merged.to_json()
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)
-            output.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+            write_json(output, data)
         result(data, lambda: _print_table(merged))
         return merged.ok
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES
 from eaglequant.engines.cells import Answer, Support
@@ -151,7 +152,7 @@ def update_docs(path: str = "docs/engines.md") -> None:
         head, rest = text.split(start, 1)
         _, tail = rest.split(end, 1)
         text = f"{head}{start}\n{body or render_module_markdown()}{end}{tail}"
-    doc.write_text(text, encoding="utf-8")
+    write_text_whole(doc, text)
 
 
 if __name__ == "__main__":

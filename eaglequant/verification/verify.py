@@ -17,7 +17,6 @@ Thresholds come from the scheme file (``[verify]``). Parity needs the source che
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -389,5 +388,7 @@ def _check_scales(
 def write_verify_report(report: VerifyReport, directory: Path | None = None) -> Path:
     """Store ``report`` in ``directory`` (default: the checkpoint it describes)."""
     path = (directory or report.destination) / VERIFY_NAME
-    path.write_text(json.dumps(report.to_json(), indent=2) + "\n", encoding="utf-8")
+    from eaglequant.common.atomic import write_json
+
+    write_json(path, report.to_json())
     return path
