@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.common.version import __version__
 
 if TYPE_CHECKING:
-    from eaglequant.acceptance.capture import capture
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
     from eaglequant.api.acceptance import accept
     from eaglequant.api.pruning import prune
+    from eaglequant.capturing.transformers_capture import capture
     from eaglequant.conversion.options import ConversionOptions
 
 __all__ = [
@@ -52,7 +52,7 @@ def __getattr__(name: str) -> Any:
 
         return prune
     if name == "capture":
-        from eaglequant.acceptance.capture import capture
+        from eaglequant.capturing.transformers_capture import capture
 
         return capture
     raise AttributeError(f"module 'eaglequant' has no attribute {name!r}")

@@ -7,7 +7,7 @@ For each built-in scheme and each format vLLM loads it in: convert the bundled d
 acceptance with ``verify --inputs`` on inputs captured from the bundled target (``eaglequant capture``), and
 measure it with vLLM's own speculative decoding (``eaglequant accept``, every draft in one call so the target
 alone and the source draft run once). Prints a Markdown table (docs/acceptance.md shows one) and writes the
-JSON of every run under --out. ``--fault`` adds planted faults (see ``tests/acceptance/faults.py``).
+JSON of every run under --out. ``--fault`` adds planted faults (see ``tests/prediction/faults.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIR = ROOT / "fixtures" / "trained-pair"
-sys.path.insert(0, str(ROOT))  # the planted faults are test equipment: tests/acceptance/faults.py
+sys.path.insert(0, str(ROOT))  # the planted faults are test equipment: tests/prediction/faults.py
 
 
 def cells() -> list[tuple[str, str]]:
@@ -51,9 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from eaglequant import convert, verify
-    from eaglequant.acceptance.capture import capture
     from eaglequant.api.acceptance import accept
-    from tests.acceptance.faults import FAULTS, plant
+    from eaglequant.capturing.transformers_capture import capture
+    from tests.prediction.faults import FAULTS, plant
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def _lossless(record: dict) -> str:
 
 
 def _interval(figure: dict[str, float], signed: bool = False) -> str:
-    from eaglequant.acceptance.statistics import format_interval
+    from eaglequant.measurement.statistics import format_interval
 
     return format_interval(figure.get("value"), figure.get("low"), figure.get("high"), signed)
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import eaglequant
-from eaglequant.api.search import search
+from eaglequant.search.smallest import search
 
 PAIR = Path(__file__).resolve().parent.parent / "fixtures" / "trained-pair"
 

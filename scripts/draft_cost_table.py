@@ -35,9 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from eaglequant import convert, prune
-    from eaglequant.acceptance.capture import capture
     from eaglequant.api.acceptance import accept
-    from eaglequant.api.search import search
+    from eaglequant.capturing.transformers_capture import capture
+    from eaglequant.search.smallest import search
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -106,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def predicted_against_source(dst: Path, inputs: Path) -> dict:
     """The greedy acceptance of the unpruned BF16 source draft and of ``dst`` as vLLM runs it, on ``inputs``."""
-    from eaglequant.acceptance.predict import predict_written
-    from eaglequant.api.written import open_written
     from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.prediction.predict import predict_written
+    from eaglequant.record.written import open_written
 
     with open_written(dst, None, None) as (checkpoint, head, target), Checkpoint.open(PAIR / "draft") as source:
         prediction, why = predict_written(checkpoint, head, target, source, inputs, None)
@@ -127,8 +127,8 @@ def bytes_per_round(dst: Path) -> tuple[int, int]:
 
 
 def table(drafts: list[tuple[str, Path]], predicted: dict[str, dict], measured: dict) -> str:
-    from eaglequant.acceptance.statistics import format_interval
     from eaglequant.common.sizes import decimal_bytes
+    from eaglequant.measurement.statistics import format_interval
 
     def interval(figure: dict, signed: bool = False) -> str:
         return format_interval(figure.get("value"), figure.get("low"), figure.get("high"), signed)

@@ -14,17 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.api.conversion import planned, verify_written, write_conversion
-from eaglequant.api.manifest_options import manifest_options
-from eaglequant.api.written import open_written
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
 from eaglequant.common.progress import Progress
 from eaglequant.conversion.inspection import InspectReport
+from eaglequant.conversion.manifest_options import manifest_options
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.engines.target import resolve_target
 from eaglequant.hub.client import resolve_source
 from eaglequant.publish.upload import UploadResult
+from eaglequant.record.written import open_written
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
@@ -152,14 +152,14 @@ def verify(
     (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
     (default: this one)."""
     from eaglequant.engine_load import get_probe
-    from eaglequant.record.report import read_report
+    from eaglequant.record.report import read_report, recorded_source
 
     load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
     names = _engine_names(engines)
     dst_path = Path(dst)
     if source is None:
-        recorded = read_report(dst_path)
-        source = recorded.source if recorded and recorded.source and Path(recorded.source).is_dir() else None
+        recorded = recorded_source(read_report(dst_path))
+        source = recorded if recorded and Path(recorded).is_dir() else None
     source_path = None if source is None else resolve_source(source, param="source").path
     report = verify_written(
         dst_path,

@@ -9,12 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eaglequant.api.manifest_options import manifest_options
-from eaglequant.api.written import open_written
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError
 from eaglequant.common.progress import NoProgress, Progress
+from eaglequant.conversion.manifest_options import manifest_options
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.pipeline import write_output
 from eaglequant.conversion.plan import ConversionPlan, build_plan
@@ -24,6 +23,7 @@ from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef, resolve_source
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.record.written import open_written
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:

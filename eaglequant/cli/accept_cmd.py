@@ -28,7 +28,7 @@ from eaglequant.cli.tables import show
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
-    from eaglequant.acceptance.measure import AcceptanceReport, DraftResult, Mode
+    from eaglequant.measurement.measure import AcceptanceReport, DraftResult, Mode
 
 
 def accept_command(
@@ -149,8 +149,8 @@ def accept_command(
 
 
 def render(report: AcceptanceReport) -> None:
-    from eaglequant.acceptance.measure import GREEDY
     from eaglequant.engines import engine_title
+    from eaglequant.measurement.measure import GREEDY
 
     settings = report.settings
     out.print(

@@ -23,7 +23,7 @@ from eaglequant.cli.output import out, result
 from eaglequant.common.errors import InputError
 
 if TYPE_CHECKING:
-    from eaglequant.acceptance.capture import CaptureSummary
+    from eaglequant.capturing.transformers_capture import CaptureSummary
 
 
 def capture_command(
@@ -91,7 +91,11 @@ def capture_command(
     """
 
     def body() -> None:
-        from eaglequant.acceptance.capture import capture, capture_from_hidden_states, capture_from_specforge
+        from eaglequant.capturing.transformers_capture import (
+            capture,
+            capture_from_hidden_states,
+            capture_from_specforge,
+        )
 
         if engine is None:
             _no_engine_options(
@@ -104,7 +108,7 @@ def capture_command(
         elif target is None or draft is None:
             raise InputError("capture needs --target and --draft", hint="or --specforge DIR / --hidden-states DIR")
         elif engine is not None:
-            from eaglequant.acceptance.engine_capture import capture_through
+            from eaglequant.capturing.engine_capture import capture_through
 
             summary = capture_through(
                 engine,

@@ -19,7 +19,7 @@ from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_ENGINES, MAX_TARGET_LAYERS
 
 if TYPE_CHECKING:
-    from eaglequant.api.search import SearchResult
+    from eaglequant.search.smallest import SearchResult
 
 
 def search_command(
@@ -97,7 +97,7 @@ def search_command(
     """
 
     def body() -> bool:
-        from eaglequant.api.search import search
+        from eaglequant.search.smallest import search
 
         found = search(
             src,

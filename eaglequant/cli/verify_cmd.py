@@ -26,8 +26,8 @@ from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
-    from eaglequant.acceptance.predict import Prediction
     from eaglequant.engine_load import LoadCheck
+    from eaglequant.prediction.predict import Prediction
     from eaglequant.schemes.model import VerifyThresholds
     from eaglequant.verification.fidelity import HeadFidelity
     from eaglequant.verification.layer_parity import LayerParity
@@ -117,10 +117,10 @@ def verify_command(
 
 def _recorded_source(dst: Path) -> str | None:
     """The source DST's report records (where verify looks when --source is not given), absolute; None without."""
-    from eaglequant.record.report import read_report
+    from eaglequant.record.report import read_report, recorded_source
 
-    recorded = read_report(Path(dst))
-    return None if recorded is None or not recorded.source else absolute(recorded.source)
+    recorded = recorded_source(read_report(Path(dst)))
+    return None if recorded is None else absolute(recorded)
 
 
 def _without_count(inputs: str, tokens: int) -> str:

@@ -1,7 +1,7 @@
 """A server process eaglequant starts itself, on this machine: a free port on 127.0.0.1, its own process group,
 a bounded wait for it to answer, and a stop that ends the group whatever happened (an error, Ctrl-C).
 
-Nothing here knows which server it runs; ``acceptance/launch.py`` starts vLLM's OpenAI-compatible server with it,
+Nothing here knows which server it runs; ``measurement/launch.py`` starts vLLM's OpenAI-compatible server with it,
 and any other command that needs a served engine can do the same.
 """
 

@@ -114,7 +114,7 @@ class ConversionOptions:
     quantization math runs (``cpu``, ``cuda``, ``cuda:N``).
 
     The last two change how fast, never what is written: they are not part of the manifest
-    (:func:`eaglequant.api.manifest_options.manifest_options`).
+    (:func:`eaglequant.conversion.manifest_options.manifest_options`).
     Values are normalised on construction (names to the registries' spelling, lists to tuples, sizes to bytes).
     """
 

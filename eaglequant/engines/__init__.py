@@ -22,6 +22,11 @@ ENGINES: dict[str, Engine] = {
 }
 
 
+# The engines whose own speculative decoding ``accept`` drives, and whose own hidden-state extraction ``capture
+# --engine`` drives: a property of each registered release.
+MEASURING_ENGINES = tuple(key for key, engine in ENGINES.items() if engine.measures_acceptance)
+CAPTURING_ENGINES = tuple(key for key, engine in ENGINES.items() if engine.captures_hidden_states)
+
 # Every engine, wherever engines are chosen (convert, inspect, explain, verify, a batch job's engines).
 ALL_ENGINES = "all"
 
@@ -52,4 +57,14 @@ def engine_title(name: str, release: str | None = None) -> str:
     return f"{engine.title} {release or engine.release}"
 
 
-__all__ = ["ALL_ENGINES", "ENGINES", "Engine", "RuntimeModule", "engine_title", "expanded_engines", "get_engine"]
+__all__ = [
+    "ALL_ENGINES",
+    "CAPTURING_ENGINES",
+    "ENGINES",
+    "MEASURING_ENGINES",
+    "Engine",
+    "RuntimeModule",
+    "engine_title",
+    "expanded_engines",
+    "get_engine",
+]

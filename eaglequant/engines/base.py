@@ -276,6 +276,10 @@ class Engine(ABC):
     fc_source: ClassVar[str] = ""
     # Where the draft reads a vocabulary smaller than the target's (d2t: draft id -> target id; t2d).
     vocabulary_map_source: ClassVar[str] = ""
+    # Whether eaglequant drives this release's own speculative decoding (``accept``) and its own hidden-state
+    # extraction (``capture --engine``): the release its engine tests run in.
+    measures_acceptance: ClassVar[bool] = False
+    captures_hidden_states: ClassVar[bool] = False
 
     @abstractmethod
     def dialects(self) -> dict[str, Dialect]:

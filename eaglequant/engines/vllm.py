@@ -235,6 +235,8 @@ class VllmEngine(Engine):
     title: ClassVar[str] = "vLLM"
     release: ClassVar[str] = "0.32.0"
     hub_library: ClassVar[str] = "vllm"
+    measures_acceptance: ClassVar[bool] = True
+    captures_hidden_states: ClassVar[bool] = True
     cells: ClassVar[Cells] = CELLS
     lm_head_quant_methods: ClassVar[Mapping[str, str]] = {
         "modelopt": "ModelOpt's get_quant_method quantizes the ParallelLMHead (modelopt.py)"

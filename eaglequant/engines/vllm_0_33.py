@@ -161,6 +161,8 @@ class Vllm033Engine(VllmEngine):
     key: ClassVar[str] = "vllm==0.33.0"
     release: ClassVar[str] = "0.33.0"
     cells: ClassVar[Cells] = RELEASE_0_32_CELLS
+    measures_acceptance: ClassVar[bool] = False  # eaglequant runs vLLM 0.32.0 only
+    captures_hidden_states: ClassVar[bool] = False
 
     def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
         return []

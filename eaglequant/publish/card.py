@@ -24,7 +24,7 @@ from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
 from eaglequant.record.verification import VerificationRecord
 
 if TYPE_CHECKING:
-    from eaglequant.acceptance.record import AcceptanceRecord
+    from eaglequant.measurement.record import AcceptanceRecord
     from eaglequant.record.search import SearchRecord
     from eaglequant.verification.verify import VerifyReport
 
@@ -332,8 +332,8 @@ def refresh_card(dst: Path) -> bool:
 def _rerender(dst: Path, report: ConversionReport) -> None:
     from dataclasses import replace
 
-    from eaglequant.acceptance.record import read_acceptance
     from eaglequant.checkpoint.hashing import file_sha256
+    from eaglequant.measurement.record import read_acceptance
     from eaglequant.record.search import read_search
     from eaglequant.record.verification import read_verification
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from eaglequant.acceptance.statistics import format_interval
 from eaglequant.common.sizes import decimal_bytes
+from eaglequant.measurement.statistics import format_interval
 from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost, lm_head_lever
 from eaglequant.record.report import ConversionReport
 

@@ -322,3 +322,9 @@ def recorded_engines(report: ConversionReport | None) -> list[str] | None:
 
     names = [name for name in report.engines if name in ENGINES] if report is not None else []
     return names or None
+
+
+def recorded_source(report: ConversionReport | None) -> str | None:
+    """The source a conversion was made from, as its report records it (None: no report, or none recorded):
+    where ``verify``, ``upload`` and ``accept`` look when no source is given."""
+    return report.source if report is not None and report.source else None

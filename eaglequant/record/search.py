@@ -1,7 +1,7 @@
 """What ``search`` records in the draft it chose (``eaglequant_search.json``): one type, :class:`SearchRecord`,
 writes the file (and ``search --json``) and reads it back, for the model card and for tools.
 
-A candidate's prediction is kept as :mod:`eaglequant.acceptance.predict` wrote it (that layer sits above this one);
+A candidate's prediction is kept as :mod:`eaglequant.prediction.predict` wrote it (that layer sits above this one);
 :attr:`SearchRow.difference` reads the figures the card shows from it.
 """
 

@@ -21,7 +21,7 @@ def expectation(checkpoint: Checkpoint, head: HeadDescription, target: TargetMod
     unknown), as the plan the engine's own load is held against."""
     from eaglequant.readback.explanation import explain_checkpoint
     from eaglequant.record.report import read_report
-    from eaglequant.verification.verify import checkpoint_schemes
+    from eaglequant.record.schemes import checkpoint_schemes
 
     get_probe(engine)
     if target.count is None:

@@ -30,22 +30,28 @@ from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
-from eaglequant.kinds import KindPair
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
-from eaglequant.record.report import REPORT_NAME, ConversionReport, VerificationSummary, read_report, recorded_engines
+from eaglequant.record.report import (
+    ConversionReport,
+    VerificationSummary,
+    read_report,
+    recorded_engines,
+    recorded_source,
+)
+from eaglequant.record.schemes import checkpoint_schemes
 from eaglequant.record.verification import VERIFY_NAME, Verdict
 from eaglequant.schemes.assignment import SchemeAssignment
-from eaglequant.schemes.model import Scheme, VerifyThresholds, builtin_scheme_for
+from eaglequant.schemes.model import Scheme, VerifyThresholds
 from eaglequant.verification.against_source import compare_with_source
 from eaglequant.verification.copies import CopyCheck
 from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
 from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 
 if TYPE_CHECKING:
-    from eaglequant.acceptance.predict import Prediction
     from eaglequant.engine_load import LoadCheck
+    from eaglequant.prediction.predict import Prediction
 
 PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -203,7 +209,7 @@ def verify_checkpoint(
     if source is None:
         report.notes += _NO_SOURCE_NOTES
     else:
-        from eaglequant.acceptance.predict import predict_written
+        from eaglequant.prediction.predict import predict_written
 
         with Checkpoint.open(source) as src:
             _check_same_vocabulary(head, src, recorded)
@@ -260,7 +266,7 @@ def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: Con
     ours, theirs = rows(head), rows(describe_head(src))
     if ours is None or theirs is None or ours == theirs:
         return
-    named = None if recorded is None or not recorded.source else recorded.source
+    named = recorded_source(recorded)
     raise InputError(
         words(
             given("source", str(src.root)),
@@ -270,76 +276,6 @@ def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: Con
         if named
         else "pass the pruned head DST was converted from (what eaglequant prune wrote)",
     )
-
-
-def checkpoint_schemes(
-    checkpoint: Checkpoint,
-    recorded: ConversionReport | None,
-    written: tuple[ConversionReport, Scheme] | None = None,
-    head: HeadDescription | None = None,
-) -> tuple[SchemeAssignment, Finding | None]:
-    """Each linear's scheme, thresholds included: as the conversion recorded them (``written``: as it has just
-    written them), else the built-in schemes of the kinds config.json declares for it. ``head``: the written head
-    (default: described from ``checkpoint``)."""
-    from eaglequant.readback.explanation import read_written_config
-    from eaglequant.readback.module_kinds import linear_kinds
-    from eaglequant.readback.written import describe_written_head
-
-    _, config = read_written_config(checkpoint)
-    declared = linear_kinds(config, head or describe_written_head(checkpoint))
-    recorded = recorded if written is None else written[0]
-    recorded_own = {} if recorded is None else recorded.own_schemes
-    main_kinds = _main_kinds(config.kinds, declared, recorded_own)
-    if written is None:
-        main, note = recorded_scheme(recorded, main_kinds)
-    else:
-        main, note = declared_as(written[1], main_kinds), None
-    own = {}
-    for module, kinds in declared.items():
-        if kinds != main.kinds:
-            text = recorded_own.get(module)
-            own[module] = builtin_scheme_for(kinds) if text is None else declared_as(_parsed(text, module), kinds)
-    return SchemeAssignment.per_module(main, own), note
-
-
-def _main_kinds(config_kinds: KindPair, declared: dict[str, KindPair], recorded_own: dict[str, str]) -> KindPair:
-    """The kinds of the linears a report gives no scheme of their own (those the main scheme must have been written
-    as), where a per-module config declares one for them; else the config's main kinds."""
-    kinds = {kinds for module, kinds in declared.items() if module not in recorded_own}
-    return next(iter(kinds)) if len(kinds) == 1 else config_kinds
-
-
-def recorded_scheme(recorded: ConversionReport | None, kinds: KindPair) -> tuple[Scheme, Finding | None]:
-    """The scheme the conversion recorded (its thresholds included), or, for a checkpoint another tool wrote
-    (no report), the built-in scheme of the same kinds, with a note saying so (``no-recorded-scheme``, about the
-    built-in scheme)."""
-    if recorded is None:
-        fallback = builtin_scheme_for(kinds)
-        text = f"no scheme recorded (not written by eaglequant): the thresholds of {fallback.name}"
-        return fallback, Finding("no-recorded-scheme", fallback.name, text)
-    return declared_as(_parsed(recorded.scheme_toml, None), kinds), None
-
-
-def _parsed(text: str, module: str | None) -> Scheme:
-    from eaglequant.common import toml
-    from eaglequant.schemes.model import parse_scheme
-
-    where = f"{REPORT_NAME} " + ("scheme_toml" if module is None else f"own_schemes.{module}")
-    try:
-        return parse_scheme(toml.loads(text), where)
-    except toml.TOMLDecodeError as exc:
-        raise InputError(f"{where} is not TOML ({exc})", hint="convert it again") from None
-
-
-def declared_as(scheme: Scheme, kinds: KindPair) -> Scheme:
-    """The recorded scheme as config.json declares it (weight-only when it was written without calibration)."""
-    if kinds not in (scheme.kinds, scheme.without_calibration().kinds):
-        raise InputError(
-            f"{REPORT_NAME}: the recorded scheme {scheme.name} ({scheme.kinds}) is not what config.json declares "
-            f"({kinds})",
-            hint="the checkpoint was changed after conversion; convert it again",
-        )
-    return scheme if scheme.kinds == kinds else scheme.without_calibration()
 
 
 def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[Finding]:

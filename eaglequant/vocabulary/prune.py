@@ -11,7 +11,7 @@ caller names are always kept where the source draft can propose them.
 
 A target choice outside the kept tokens can never be drafted: ``coverage`` is the share of the counted choices the
 pruned draft can still propose (the source draft's beside it), and with captured inputs the predicted greedy
-acceptance of both drafts is replayed (:mod:`eaglequant.acceptance.predict`).
+acceptance of both drafts is replayed (:mod:`eaglequant.prediction.predict`).
 """
 
 from __future__ import annotations

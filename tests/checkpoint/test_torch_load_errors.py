@@ -11,7 +11,7 @@ import pytest
 def test_a_file_torch_cannot_load_is_one_line_naming_why(content: bytes, tmp_path: Path) -> None:
     """The checkpoint reader and the SpecForge reader refuse a file torch.load cannot read by the exceptions it
     raises for that (TORCH_LOAD_ERRORS), with its own words: no blanket catch."""
-    from eaglequant.acceptance.trainer_files import _load
+    from eaglequant.capturing.trainer_files import _load
     from eaglequant.checkpoint.reader import _torch_load as load_torch_file
     from eaglequant.common.errors import CheckpointError, InputError
 

@@ -99,7 +99,7 @@ def test_every_command_gives_one_json_result_on_stdout(tmp_path: Path) -> None:
         "batch": ["batch", jobs, "--summary", tmp_path / "summary.json"],
         "batch-merge": ["batch-merge", tmp_path / "summary.json"],  # the summary batch just wrote
         "schemes": ["schemes"],
-        # accept needs an engine (tests/acceptance/test_acceptance_engine.py); here its JSON error is the one document
+        # accept needs an engine (tests/measurement/test_acceptance_engine.py); here its JSON error is the one document
         "accept": ["accept", dst, "--target", tmp_path / "no-target"],
         "capture": [
             "capture",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant.acceptance.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
-from eaglequant.acceptance.statistics import Lossless, PromptCounts, paired_difference
+from eaglequant.measurement.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
+from eaglequant.measurement.statistics import Lossless, PromptCounts, paired_difference
 
 SAMPLED = Mode("T=1", 1.0)
 

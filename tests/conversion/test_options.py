@@ -35,8 +35,8 @@ def test_defaults_are_normalised_once() -> None:
 def test_convert_prune_and_search_take_their_defaults_from_one_place() -> None:
     import inspect
 
-    from eaglequant.api.search import search
     from eaglequant.conversion.pipeline import write_output
+    from eaglequant.search.smallest import search
 
     assert parse_size(DEFAULT_MAX_SHARD_SIZE) == DEFAULT_MAX_SHARD_BYTES == 5 * 10**9
     assert inspect.signature(write_output).parameters["max_shard_bytes"].default == DEFAULT_MAX_SHARD_BYTES

@@ -342,7 +342,7 @@ def test_a_pruned_vocabulary_loads_in_the_engine(engine: str, scheme: str, fmt: 
 def test_the_searched_draft_loads_in_vllm(tmp_path: Path) -> None:
     """What ``search`` writes on the bundled pair (the smallest within 0.05 of FP8 and NVFP4, lm_head included)
     loads with vLLM's own code, every module as planned."""
-    from eaglequant.api.search import search
+    from eaglequant.search.smallest import search
 
     pair = FIXTURES / "trained-pair"
     lines = (pair / "prompts.jsonl").read_text().splitlines()[:3]

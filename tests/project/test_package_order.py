@@ -26,11 +26,14 @@ LAYERS = (
     "record",  # the report and the manifest a conversion writes
     "conversion",  # options, plan, pipeline, finisher, result
     "engine_load",  # the engines' own loaders in the loop
-    "acceptance",  # acceptance length: measured with the engine, predicted from captured inputs
+    "measurement",  # acceptance length measured with the engine's own speculative decoding, wherever it runs
+    "capturing",  # captured draft inputs: through the engine, through transformers, from other pipelines' files
+    "prediction",  # acceptance predicted from captured inputs: the draft chained as the engine chains it
     "vocabulary",  # a pruned draft vocabulary: token counts, the tokens kept, the pruned head written
     "verification",  # structure, copies, parity, fidelity, the verdict
     "publish",  # the model card and the upload
     "api",  # the library's entry points
+    "search",  # the cheapest draft within an acceptance budget, over the api's convert and prune
     "batch",  # job files over the api
     "bench",  # benchmarks
     "cli",  # the command line

@@ -30,7 +30,7 @@ ASKED_ONCE = {
         "eaglequant.conversion.plan",  # the engines that do not read per-module kinds: EnginePlan
     ),
     "eaglequant.formats": ("eaglequant.engines.exclusions",),  # what the format cannot store: HeadStorage.problems
-    "eaglequant.checkpoint.hashing": ("eaglequant.conversion.options",),  # the manifest's digests: api.manifest_options
+    "eaglequant.checkpoint.hashing": ("eaglequant.conversion.options",),  # the digests: conversion.manifest_options
 }
 
 
@@ -56,8 +56,8 @@ PLAN_FLOW = (
     "engines/sglang.py",
     "engines/trtllm.py",
     "formats/base.py",
-    "api/search_candidates.py",
-    "api/search_outputs.py",
+    "search/candidates.py",
+    "search/outputs.py",
 )
 NAME_LOOKUPS = {"get_format", "get_engine", "load_scheme", "FORMATS", "ENGINES"}  # called, or subscripted
 

@@ -15,12 +15,6 @@ from typing import Any
 import pytest
 
 import eaglequant
-from eaglequant.acceptance.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
-from eaglequant.acceptance.predict import Prediction
-from eaglequant.acceptance.statistics import Acceptance, Interval, Lossless, PromptCounts
-from eaglequant.api.budget import Budget
-from eaglequant.api.search import SearchPoint, SearchResult
-from eaglequant.api.search_candidates import NEEDS_LAYER_COUNT, Candidate
 from eaglequant.batch.jobs import BatchResult, Job, JobOutcome, UploadSpec
 from eaglequant.batch.summary import JobStatus, MergedSummary, SummaryJob, UploadOutcome, UploadStatus
 from eaglequant.batch.uploads import Upload
@@ -40,6 +34,9 @@ from eaglequant.engines.module_support import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
 from eaglequant.kinds import KindPair
+from eaglequant.measurement.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
+from eaglequant.measurement.statistics import Acceptance, Interval, Lossless, PromptCounts
+from eaglequant.prediction.predict import Prediction
 from eaglequant.publish.upload import UploadResult
 from eaglequant.readback.cost import PartCost, RoundCost
 from eaglequant.readback.explanation import EngineReading, ExpectedTensor, Explanation, ModuleReading
@@ -55,6 +52,9 @@ from eaglequant.record.report import (
 from eaglequant.record.verification import Verdict
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import load_scheme
+from eaglequant.search.budget import Budget
+from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate
+from eaglequant.search.smallest import SearchPoint, SearchResult
 from eaglequant.verification.copies import CopyCheck
 from eaglequant.verification.fidelity import DistributionShift, HeadFidelity
 from eaglequant.verification.layer_parity import LayerParity

@@ -35,6 +35,6 @@ def test_every_name_a_script_imports_from_the_package_exists(script: Path) -> No
 
 def test_the_check_sees_a_missing_name(tmp_path: Path) -> None:
     script = tmp_path / "stale.py"
-    script.write_text("def f():\n    from eaglequant.acceptance.statistics import interval_text\n", encoding="utf-8")
+    script.write_text("def f():\n    from eaglequant.measurement.statistics import interval_text\n", encoding="utf-8")
     module, name = _package_imports(script)[0]
     assert not hasattr(importlib.import_module(module), name)

@@ -1,0 +1,326 @@
+"""``accept``: the acceptance length of quantized drafts against their source, served by the engine.
+
+Where the engine runs is one typed choice, :data:`Where`, and each choice is its own runner:
+
+- :class:`Offline`: one process of the engine's interpreter per run (``LLM(...)``);
+- :class:`Launched`: the engine's OpenAI-compatible server, started per run, measured through ``/metrics``;
+- :class:`Servers`: running servers, the source draft's first, then each DST's, with a reference serving the
+  target alone; the target is read from them.
+
+:func:`where_of` builds it from the API's and the CLI's options (one clear line for a combination that cannot run);
+:func:`accept` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
+from eaglequant.common.findings import Finding
+from eaglequant.engines import MEASURING_ENGINES
+from eaglequant.measurement.measure import (
+    SERVER,
+    AcceptanceReport,
+    QuantizedDraft,
+    Runner,
+    Settings,
+    measure,
+    modes_for,
+    offline_runner,
+)
+from eaglequant.measurement.prompts import read_prompts
+from eaglequant.measurement.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
+
+
+@dataclass(frozen=True)
+class Offline:
+    """The engine started by eaglequant in its interpreter (``engine_python``; default: found as ``accept`` finds
+    it), one process per run; each quantized draft served as ``served_as`` says; ``engine_args`` passed to it."""
+
+    engine: str = "vllm"
+    engine_python: str | Path | None = None
+    served_as: str = DEQUANTIZED
+    engine_args: Mapping[str, Any] = field(default_factory=dict)
+
+    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+        from eaglequant.engine_load import engine_python as find_engine_python
+
+        return offline_runner(find_engine_python(self.engine, self.engine_python), settings)
+
+
+@dataclass(frozen=True)
+class Launched(Offline):
+    """The engine's OpenAI-compatible server, started by eaglequant once per run and measured through ``/metrics``."""
+
+    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+        from eaglequant.engine_load import engine_python as find_engine_python
+        from eaglequant.measurement.launch import launch_runner
+
+        return launch_runner(find_engine_python(self.engine, self.engine_python), settings, log=progress)
+
+
+@dataclass(frozen=True)
+class Servers:
+    """Running servers (URLs): ``drafts`` the source draft's first, then each DST's in order; ``reference`` serves
+    the target alone (the greedy reference)."""
+
+    drafts: tuple[str, ...]
+    reference: str
+
+    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+        """The reference (the target alone), the source draft's, then each DST's, in that order."""
+        from eaglequant.measurement.server import Server, measure_on_server
+
+        urls = [self.reference, *self.drafts]
+        labels = ["the reference server (the target alone)", "the source draft's server"]
+        labels += [f"the server of DST {i}" for i in range(1, len(self.drafts))]
+        return lambda place, draft, _label: measure_on_server(
+            Server(urls[place], labels[place]), settings, draft is not None
+        )
+
+
+Where = Offline | Launched | Servers
+
+
+def check_settings(
+    engine: str, served_as: str, temperatures: Sequence[float], num_speculative_tokens: int, max_tokens: int
+) -> None:
+    """One clear line for a setting accept cannot run with."""
+    if engine not in MEASURING_ENGINES:
+        runs = f": accept runs {', '.join(MEASURING_ENGINES)}"
+        raise InputError(
+            words(given("engine", engine), runs), hint=words("use ", suggested("engine", MEASURING_ENGINES[0]))
+        )
+    if served_as not in SERVED_AS:
+        one_of = f": not one of {', '.join(SERVED_AS)}"
+        raise InputError(words(given("served_as", served_as), one_of), hint="use dequantized")
+    if any(not math.isfinite(t) or t <= 0 for t in temperatures):
+        raise InputError(
+            words(given("temperatures", list(temperatures)), ": each must be a finite number above 0"),
+            hint="greedy always runs; give the sampled temperatures beside it, e.g. 1.0",
+        )
+    if num_speculative_tokens < 1 or max_tokens < 1:
+        raise InputError(
+            words(Param("num_speculative_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
+            hint=words("e.g. ", suggested("num_speculative_tokens", 3), " ", suggested("max_tokens", 96)),
+        )
+
+
+def where_of(
+    *,
+    engine: str,
+    engine_python: str | Path | None,
+    served_as: str,
+    arguments: Mapping[str, Any],
+    server: str | Sequence[str],
+    reference_server: str | None,
+    launch: bool,
+    dsts: int,
+) -> Where:
+    """Running servers, launched ones, or the offline engine: one, with what it needs (``arguments``: the engine
+    arguments parsed, :func:`~eaglequant.measurement.engine_args.engine_arguments`)."""
+    servers = [server] if isinstance(server, str) else list(server)
+    if not servers:
+        if reference_server is not None:
+            raise InputError(
+                words(Param("reference_server"), " is for running servers: give ", Param("server"), " too")
+            )
+        return (Launched if launch else Offline)(engine, engine_python, served_as, arguments)
+    if launch:
+        raise InputError(words(Param("launch"), " starts its own servers: leave out ", Param("server")))
+    for url in (*servers, reference_server):
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise InputError(words(given("server", url), ": not an http:// URL"), hint="e.g. http://127.0.0.1:8000")
+    if arguments:
+        raise InputError(
+            words("engine arguments (", ", ".join(arguments), ") start an engine; running servers have their own"),
+            hint=words("leave them out with ", Param("server"), ", or ", Param("launch"), " the servers"),
+        )
+    if len(servers) != dsts + 1:
+        raise InputError(
+            words(f"{len(servers)} ", Param("server"), f" for {dsts} DST: one for the source draft, then one per DST"),
+            hint="give the source draft's server first, then each DST's in the order of the DSTs",
+        )
+    if reference_server is None:
+        raise InputError(
+            words(Param("reference_server"), " is needed with ", Param("server"),
+                  ": the target served alone, whose greedy output each draft must reproduce"),
+            hint="serve the same target without --speculative-config and give its URL",
+        )  # fmt: skip
+    return Servers(tuple(servers), reference_server)
+
+
+def accept(
+    dsts: Sequence[str | Path],
+    where: Where,
+    *,
+    target: str | Path | None,
+    source: str | Path | None,
+    prompts: str | Path | None,
+    max_prompts: int | None,
+    num_speculative_tokens: int,
+    max_tokens: int,
+    temperatures: Sequence[float],
+    dtype: str,
+    seed: int,
+    progress: Callable[[str], None],
+) -> AcceptanceReport:
+    """Serve the target with the source draft and with each quantized draft in ``dsts`` where ``where`` says, and
+    measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting)."""
+    prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
+    if len(prompt_list) < 2:
+        raise InputError(
+            words(Param("prompts"), f": {len(prompt_list)} prompt; the intervals are over prompts"),
+            hint="give at least 2 prompts",
+        )
+    destinations = [_model_dir(d, "dsts") for d in dsts]
+    source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)
+    on_servers = isinstance(where, Servers)
+    target_path = _served_target(where) if isinstance(where, Servers) else _model_dir(_given_target(target), "target")
+    settings = Settings(
+        target_path,
+        tuple(prompt_list),
+        prompts_from,
+        num_speculative_tokens,
+        max_tokens,
+        modes_for(temperatures, seed),
+        dtype,
+        seed,
+        dict(where.engine_args) if isinstance(where, Offline) else {},
+    )
+    with tempfile.TemporaryDirectory(prefix="eaglequant-served-") as tmp:
+        if isinstance(where, Servers):
+            drafts = [_on_server(dst) for dst in destinations]
+        else:
+            workdir = Path(tmp)
+            drafts = [
+                _served(dst, where.served_as, dtype, workdir / str(i), where.engine)
+                for i, dst in enumerate(destinations)
+            ]
+        runner = where.runner(settings, progress)
+        report = measure(settings, source_path, drafts, runner, progress, measure_same_bytes_once=not on_servers)
+    _add_notes(report, dtype, where)
+    return report
+
+
+def _given_target(target: str | Path | None) -> str | Path:
+    if target is None:
+        raise InputError(
+            words(placeholder("target", "TARGET"), " is needed: the model eaglequant serves"),
+            hint=words("give ", placeholder("target", "TARGET"), ", or measure running servers with ",
+                       placeholder("server", "URL")),
+        )  # fmt: skip
+    return target
+
+
+def _add_notes(report: AcceptanceReport, dtype: str, where: Where) -> None:
+    """What a reader of the figures should know: where the drafts ran (``running-servers``, about the target's
+    server; ``launched-servers``), how they were served (``served-dequantized``), how the engine drafts
+    (``draft-sample-method``)."""
+    from eaglequant.engines import engine_title
+
+    if isinstance(where, Servers):
+        where_run = (
+            f"measured on running servers through their /metrics counters: the target alone at {where.reference}, "
+            f"the source draft at {where.drafts[0]}, "
+            + ", ".join(f"{d.label} at {url}" for d, url in zip(report.quantized, where.drafts[1:], strict=True))
+        )
+        report.notes.append(Finding("running-servers", where.reference, where_run))
+    elif isinstance(where, Launched):
+        launched = "measured on vLLM servers eaglequant started, one per run, through their /metrics counters"
+        report.notes.append(Finding("launched-servers", "", launched))
+    if any(d.served_as == DEQUANTIZED for d in report.quantized):
+        dequantized = (
+            f"quantized drafts were served as their weights dequantized to {dtype} (exactly what the fused kernels "
+            "compute from the stored bytes, then rounded to the serving dtype): the weight-only effect; activation "
+            "quantization was not run"
+        )
+        report.notes.append(Finding("served-dequantized", "", dequantized))
+    sample_method = (report.speculative_config or {}).get("draft_sample_method")
+    if sample_method:
+        sampling = (
+            f"{engine_title(report.engine, report.version)} drafts with draft_sample_method={sample_method}: a "
+            "drafted token is accepted when the target's own sampling agrees with the draft's choice"
+        )
+        report.notes.append(Finding("draft-sample-method", "", sampling))
+
+
+def _model_dir(path: str | Path, parameter: str, recorded: bool = False) -> Path:
+    chosen = Path(path)
+    if not (chosen / "config.json").is_file():
+        what = "does not exist" if not chosen.exists() else "has no config.json"
+        named = words(placeholder(parameter, str(chosen)), " (recorded)" if recorded else "", f": {what}")
+        raise InputError(named, hint="give the model's directory (config.json and weights)")
+    return chosen
+
+
+def _recorded_source(dsts: list[Path]) -> Path:
+    from eaglequant.record.report import read_report, recorded_source
+
+    recorded = {source for source in (recorded_source(read_report(d)) for d in dsts) if source is not None}
+    if len(recorded) != 1:
+        what = "records no source" if not recorded else f"record different sources ({', '.join(sorted(recorded))})"
+        hint = words("pass ", placeholder("source", "SRC"), ", the BF16 draft they were made from")
+        raise InputError(f"the quantized drafts {what}", hint=hint)
+    return _model_dir(recorded.pop(), "source", recorded=True)
+
+
+def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -> QuantizedDraft:
+    """What the engine is given for ``dst``: a quantized draft dequantized (or as stored), a plain head (a pruned
+    vocabulary, say) as it is, with no scheme budget."""
+    from eaglequant.record.report import read_report
+    from eaglequant.record.schemes import checkpoint_schemes
+    from eaglequant.record.written import open_written
+
+    if not _is_quantized(dst):
+        return QuantizedDraft(dst, dst, STORED, [], None, None)
+    with open_written(dst, None, None) as (checkpoint, head, target):
+        schemes, _ = checkpoint_schemes(checkpoint, read_report(dst))
+        dequantized: list[str] = []
+        served = dst
+        if served_as != STORED:
+            modules = quantized_modules(checkpoint, head, target, engine)
+            dequantized = write_dequantized(checkpoint, head, modules, workdir, dtype)
+            served = workdir
+    budget = schemes.head_thresholds().max_acceptance_drop
+    return QuantizedDraft(dst, served, served_as, dequantized, schemes.describe(), budget)
+
+
+def _on_server(dst: Path) -> QuantizedDraft:
+    """``dst`` as a running server serves it (eaglequant cannot know how): its scheme and budget, if quantized."""
+    from eaglequant.record.report import read_report
+    from eaglequant.record.schemes import checkpoint_schemes
+    from eaglequant.record.written import open_written
+
+    if not _is_quantized(dst):
+        return QuantizedDraft(dst, dst, SERVER, [], None, None)
+    with open_written(dst, None, None) as (checkpoint, _head, _target):
+        schemes, _ = checkpoint_schemes(checkpoint, read_report(dst))
+    return QuantizedDraft(dst, dst, SERVER, [], schemes.describe(), schemes.head_thresholds().max_acceptance_drop)
+
+
+def _is_quantized(dst: Path) -> bool:
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.formats import format_for_side_files
+
+    config = load_json_object(_model_dir(dst, "dst") / "config.json", "config.json")
+    return "quantization_config" in config or format_for_side_files(dst) is not None
+
+
+def _served_target(where: Servers) -> Path:
+    """The model the servers serve (their /v1/models id), one for all: a paired comparison needs one target."""
+    from eaglequant.measurement.server import Server
+
+    models = {url: Server(url, "the server").model() for url in (where.reference, *where.drafts)}
+    if len(set(models.values())) != 1:
+        served = ", ".join(f"{url}: {model}" for url, model in models.items())
+        raise InputError(
+            f"the servers serve different models ({served}): the drafts are compared on one target",
+            hint="serve the same target everywhere (the same --model, or --served-model-name)",
+        )
+    return Path(next(iter(models.values())))

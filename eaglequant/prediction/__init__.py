@@ -1,0 +1,16 @@
+"""Predicted acceptance: the draft chained as the engine chains it, on captured inputs (``verify --inputs``).
+
+The engine's greedy drafting rule replayed along the target's own greedy continuation gives the engine's counters
+for a source draft and a quantized one on the same sequences, in the figures a measured run reports
+(:mod:`eaglequant.measurement.statistics`), so predicted and measured acceptance compare directly. Start at
+:func:`predict_written`: a written checkpoint, as the engine serves it, against its source.
+
+- :mod:`.predict`: captured sequences read, the engine's walk replayed, the prediction of one draft and of a pair.
+- :mod:`.chain`: the draft head run as the engine chains it: step 1 on the target's hidden states, steps 2..k on
+  its own.
+- :mod:`.shared`: what every candidate of a search computes alike, computed once from the source draft.
+"""
+
+from eaglequant.prediction.predict import predict_written
+
+__all__ = ["predict_written"]

@@ -1,0 +1,283 @@
+"""Predicted acceptance: the engine's greedy drafting rule, replayed on captured inputs.
+
+vLLM 0.32 drafts EAGLE-3 heads greedily by default (``SpeculativeConfig.draft_sample_method = "greedy"``): each
+drafted token is the draft's arg-max, its probability treated as 1 by the rejection sampler. At temperature 0 a
+drafted token is accepted exactly when it is the target's arg-max, so along the target's own greedy continuation (what
+``eaglequant capture`` records) acceptance is decided by the draft's arg-max alone. The prediction runs every
+chain the engine could start (:mod:`.chain`), then walks the continuation as the engine does: draft k tokens,
+keep the accepted prefix a, emit a + 1 tokens, draft again from there. Each sequence gives the engine's
+counters (drafts, accepted, accepted per position); the figures and their intervals are those of a measured
+run (:mod:`eaglequant.measurement.statistics`), so predicted and measured acceptance compare directly.
+
+A source draft and a quantized one are predicted on the same captured sequences, so their difference is
+paired. Files from trainers (teacher-forced on dataset text, not the target's continuation) predict step 1
+exactly, and later steps only where the text agrees with the target's arg-max.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from eaglequant.common.errors import InputError, Param, given, words
+from eaglequant.common.findings import Finding
+from eaglequant.common.json_fields import JsonRecord
+from eaglequant.measurement.statistics import Acceptance, Interval, PromptCounts, paired_difference
+
+if TYPE_CHECKING:
+    from eaglequant.layouts.head import HeadDescription
+    from eaglequant.prediction.shared import ChainInputs
+
+
+@dataclass(frozen=True)
+class CapturedSequence:
+    aux: torch.Tensor  # [T, n_aux * H]
+    ids: torch.Tensor  # [T]: the token each draft position reads
+    reference: torch.Tensor  # [T]: the target's arg-max after that token
+    start: int  # first draft position on the target's continuation
+    max_new_tokens: int | None = None  # the engine stops drafting once it has emitted this many (None: at the end)
+
+
+def load_captured(path: Path, parameter: str = "inputs", head: HeadDescription | None = None) -> list[CapturedSequence]:
+    """The sequences of a capture file that holds the target's next-token choices (``eaglequant capture``), or of
+    a directory of vLLM connector files; with ``head``, checked to be the inputs that draft reads."""
+    from safetensors import safe_open
+
+    from eaglequant.draft.connector_files import as_capture_file
+
+    where = given(parameter, str(path))
+    path = as_capture_file(path, parameter, None if head is None else head.dims.num_aux_hidden_states)
+    if not path.is_file():
+        raise InputError(words(where, ": no such file"), hint="write one with `eaglequant capture`")
+    with safe_open(str(path), "pt") as handle:
+        names = set(handle.keys())
+        missing = [k for k in ("hidden_states", "input_ids", "target_top_ids") if k not in names]
+        if missing:
+            raise InputError(
+                words(where, f": no {missing[0]!r}, so it cannot predict acceptance"),
+                hint="capture inputs with the target's choices: `eaglequant capture --target T --draft SRC OUT`",
+            )
+        tensors = {name: handle.get_tensor(name) for name in names}
+    hidden, ids, top = tensors["hidden_states"], tensors["input_ids"], tensors["target_top_ids"]
+    if head is not None:
+        _check_width(hidden, head, where)
+    if hidden.dim() == 2:
+        hidden, ids, top = hidden[None], ids[None], top[None]
+    count, length = ids.shape[:2]
+    lengths = tensors.get("lengths", torch.full((count,), length)).tolist()
+    starts = tensors.get("continuation_start", torch.zeros(count, dtype=torch.int64)).tolist()
+    limits = tensors.get("max_new_tokens", torch.full((count,), -1)).tolist()  # -1: not limited (trainer files)
+    return [
+        CapturedSequence(
+            hidden[i, : lengths[i]].to(torch.float32),
+            ids[i, : lengths[i]].long(),
+            top[i, : lengths[i], 0].long(),
+            starts[i],
+            None if limits[i] < 0 else limits[i],
+        )
+        for i in range(count)
+    ]
+
+
+def _check_width(hidden: torch.Tensor, head: HeadDescription, where: Param) -> None:
+    """Inputs captured for another draft or target are refused before any forward: their aux width differs."""
+    dims = head.dims
+    width = dims.num_aux_hidden_states * dims.target_hidden_size
+    if hidden.shape[-1] != width:
+        raise InputError(
+            words(
+                where,
+                f": hidden states are {hidden.shape[-1]} wide; this draft reads {width} "
+                f"({dims.num_aux_hidden_states} aux layers x {dims.target_hidden_size})",
+            ),
+            hint="capture the inputs for this draft and its target: `eaglequant capture --target T --draft SRC OUT`",
+        )
+
+
+def _as_target(choices: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
+    return choices if d2t is None else choices + d2t[choices]
+
+
+def replay(matches: list[list[bool]], start: int, steps: int, max_new_tokens: int | None = None) -> PromptCounts:
+    """The engine's walk along one sequence: ``matches[s][t]``: step s of the chain at t drafts the target's
+    token. The engine drafts k tokens whenever it has emitted fewer than ``max_new_tokens`` (when drafting at
+    t it has emitted t - start + 1), and a draft is only judged here where all k have a reference. Returns
+    the counters the engine would report."""
+    length = len(matches[0])
+    t, drafts, accepted = start, 0, 0
+    per_position = [0] * steps
+    while t + steps <= length and (max_new_tokens is None or t - start + 1 < max_new_tokens):
+        run = 0
+        while run < steps and matches[run][t]:
+            run += 1
+        drafts += 1
+        accepted += run
+        for j in range(run):
+            per_position[j] += 1
+        t += run + 1
+    return PromptCounts(drafts, accepted, tuple(per_position), ())
+
+
+@dataclass(frozen=True)
+class DraftModel:
+    """A draft to predict: its head, weights and d2t, from a checkpoint directory of plain weights."""
+
+    forward: Any  # ChainedDraft
+    d2t: torch.Tensor | None
+
+
+def open_draft(checkpoint: Any) -> DraftModel:
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.layouts.detect import describe_head
+    from eaglequant.prediction.chain import ChainedDraft
+
+    head = describe_head(checkpoint)
+    weights = CanonicalWeights(checkpoint, head)
+    d2t_name = next((t.name for t in head.tensors if t.module == "d2t"), None)
+    d2t = None if d2t_name is None else checkpoint.read(d2t_name).to(torch.int64)
+    return DraftModel(ChainedDraft(head, weights), d2t)
+
+
+@torch.no_grad()
+def predict(
+    draft: DraftModel, sequences: list[CapturedSequence], steps: int, shared: list[ChainInputs] | None = None
+) -> Acceptance:
+    """``draft``'s greedy acceptance on ``sequences``; ``shared``: each sequence's chain inputs, computed once by a
+    draft with the same tensors there (:mod:`.shared`), the same numbers as computing them again."""
+    counts = []
+    for index, seq in enumerate(sequences):
+        choices = draft.forward.chain(seq.aux, seq.ids, steps, None if shared is None else shared[index])
+        length = len(seq.ids)
+        matches = []
+        for s, chosen in enumerate(choices):
+            proposed = _as_target(chosen[: length - s], draft.d2t)
+            hit = (proposed == seq.reference[s:]).tolist() + [False] * s
+            matches.append(hit)
+        counts.append(replay(matches, seq.start, steps, seq.max_new_tokens))
+    return Acceptance(tuple(counts))
+
+
+@dataclass(frozen=True)
+class Prediction(JsonRecord):
+    json_computed = ("rule", "failed")
+    json_first = ("inputs", "rule")
+
+    source: Acceptance
+    quantized: Acceptance
+    difference: Interval
+    budget: float | None
+    inputs: str
+
+    @property
+    def drop(self) -> float:
+        return -self.difference.value
+
+    @property
+    def failed(self) -> bool:
+        return self.budget is not None and self.drop > self.budget
+
+    @property
+    def verdict(self) -> str:
+        d = self.difference
+        return (
+            f"predicted greedy acceptance length {self.source.length().value:.3f} → "
+            f"{self.quantized.length().value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]), "
+            + (
+                "no budget"
+                if self.budget is None
+                else f"{'over' if self.failed else 'within'} the budget (a drop of at most {self.budget:g} tokens)"
+            )
+        )
+
+    @property
+    def rule(self) -> str:
+        """How the prediction drafts and accepts, in words."""
+        return "greedy drafting, greedy target (temperature 0)"
+
+
+def predict_pair(
+    source: Any, quantized: Any, sequences: list[CapturedSequence], steps: int, budget: float | None, inputs: str
+) -> Prediction:
+    """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``."""
+    src = predict(open_draft(source), sequences, steps)
+    return predict_against(src, quantized, sequences, steps, budget, inputs)
+
+
+def predict_against(
+    source: Acceptance,
+    quantized: Any,
+    sequences: list[CapturedSequence],
+    steps: int,
+    budget: float | None,
+    inputs: str,
+) -> Prediction:
+    """The ``quantized`` checkpoint (plain weights) predicted on ``sequences``, against the source draft's acceptance
+    already predicted there (a search compares many drafts with one source)."""
+    dst = predict(open_draft(quantized), sequences, steps)
+    return Prediction(source, dst, paired_difference(dst, source), budget, inputs)
+
+
+def predict_as_served(
+    checkpoint: Any,
+    head: Any,
+    target: Any,
+    source: Acceptance,
+    sequences: list[CapturedSequence],
+    steps: int,
+    budget: float | None,
+    inputs: str,
+) -> Prediction:
+    """A quantized checkpoint as vLLM runs it (its quantized linears dequantized exactly, everything else its own),
+    predicted against the source draft's acceptance on ``sequences``."""
+    import tempfile
+
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.measurement.served import quantized_modules, write_dequantized
+
+    with tempfile.TemporaryDirectory(prefix="eaglequant-predict-") as tmp:
+        modules = quantized_modules(checkpoint, head, target, "vllm")
+        write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
+        with Checkpoint.open(Path(tmp), "DST") as dst:
+            return predict_against(source, dst, sequences, steps, budget, inputs)
+
+
+def predict_written(
+    checkpoint: Any, head: Any, target: Any, src: Any, inputs: Path | None, budget: float | None
+) -> tuple[Prediction | None, Finding | None]:
+    """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
+    quantized linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when
+    there are no inputs (``no-inputs``), when they hold no target choices (``no-target-choices``, about the inputs'
+    file), or when the head is not one the chained forward runs (``chain-unsupported``)."""
+    if inputs is None:
+        text = (
+            "acceptance not predicted: pass --inputs with captured inputs that hold the target's choices "
+            "(`eaglequant capture`); `eaglequant accept` measures it with the engine"
+        )
+        return None, Finding("no-inputs", "", text)
+    if not inputs.is_dir() and "target_top_ids" not in tensor_names(inputs):
+        text = (
+            f"acceptance not predicted: {inputs.name} holds no target choices (capture inputs with "
+            "`eaglequant capture`, which records them)"
+        )
+        return None, Finding("no-target-choices", inputs.name, text)
+    from eaglequant.prediction.chain import unsupported
+
+    why = unsupported(head.config, head.attention)
+    if why:
+        return None, Finding("chain-unsupported", "", f"acceptance not predicted: {why}")
+    sequences = load_captured(inputs, head=head)
+    steps = 3
+    described = f"{inputs.name} ({len(sequences)} sequences)"
+    source = predict(open_draft(src), sequences, steps)
+    return predict_as_served(checkpoint, head, target, source, sequences, steps, budget, described), None
+
+
+def tensor_names(path: Path) -> set[str]:
+    """The tensor names of a safetensors file (no tensor is read)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as handle:
+        return set(handle.keys())

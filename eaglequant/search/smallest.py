@@ -1,0 +1,306 @@
+"""``search()``: the smallest draft within an acceptance budget.
+
+The candidates are whole-draft choices: each built-in scheme in each format every targeted engine loads it from,
+with ``lm_head`` kept or quantized (where every targeted engine runs it quantized) in that scheme or, where the
+format stores per-module kinds and the target's layer count is known, in another built-in scheme of its own, and the
+draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from
+headers alone (the weight bytes a speculative round reads, the largest over the targeted engines:
+:mod:`eaglequant.readback.cost`), then they are tried from the smallest up: each is converted, and its greedy
+acceptance replayed on captured inputs against the source draft's (as ``verify --inputs``). The first within the
+budget is the smallest draft that meets it, so the search stops there; no candidate is chosen whose prediction has
+not run. Deterministic: ties in bytes go by name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.destination import check_destination
+from eaglequant.checkpoint.files import write_json
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.conversion.options import DEFAULT_ENGINES
+from eaglequant.engines import expanded_engines, get_engine
+from eaglequant.layouts.detect import describe_head
+from eaglequant.layouts.head import HeadDescription
+from eaglequant.readback.cost import source_bytes_per_round
+from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, SearchRow
+from eaglequant.schemes.model import builtin_scheme_names, load_scheme
+from eaglequant.search.budget import Budget
+from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    """A candidate priced, and predicted where the search got to it."""
+
+    candidate: Candidate
+    bytes_per_round: int  # the largest over the targeted engines
+    prediction: Any = None  # acceptance.predict.Prediction; None: not run (a smaller point met the budget first)
+    within: bool | None = None
+
+    def row(self) -> SearchRow:
+        """The point as the search record holds it."""
+        candidate = self.candidate
+        return SearchRow(
+            candidate.label,
+            candidate.scheme,
+            candidate.format,
+            candidate.lm_head,
+            candidate.lm_head_scheme or (candidate.scheme if candidate.lm_head else None),
+            candidate.vocab,
+            self.bytes_per_round,
+            None if self.prediction is None else self.prediction.to_json(),
+            self.within,
+        )
+
+
+@dataclass
+class SearchResult:
+    """A search's frontier and its choice, with the live objects behind them; :meth:`record` is what is written."""
+
+    source: Path
+    destination: Path | None
+    budget: Budget
+    budget_tokens: float
+    source_length: float
+    source_bytes_per_round: int
+    points: list[SearchPoint]
+    chosen: SearchPoint | None
+    seconds: float
+    pruned_source: Path | None = None
+    engines: tuple[str, ...] = field(default=())
+    skipped: dict[str, int] = field(default_factory=dict)  # candidates not priced: why -> how many
+    loaded_by: tuple[str, ...] = ()  # the engines whose readers load the written draft (explain --engine all)
+
+    @property
+    def ok(self) -> bool:
+        return self.chosen is not None
+
+    @property
+    def notes(self) -> list[str]:
+        """What the search left out or left behind, in words."""
+        found = []
+        unnamed = self.skipped.get(NEEDS_LAYER_COUNT, 0)
+        if unnamed:
+            found.append(
+                f"{unnamed} candidates were skipped for want of the target's layer count (--target-layers N): "
+                "their rules or per-module entries name modules after the target's layers"
+            )
+        if self.pruned_source is not None:
+            found.append(
+                f"the pruned BF16 source {self.pruned_source} was left beside the chosen draft: it is the source the "
+                "draft's report records (verify and upload compare against it), so keep it with the draft"
+            )
+        return found
+
+    @property
+    def stopped(self) -> str:
+        """Why the search stopped where it did, in words."""
+        tried = sum(point.prediction is not None for point in self.points)
+        if self.chosen is None:
+            return f"no candidate is within the budget: all {tried} predicted"
+        return (
+            f"the smallest within the budget: {tried} predicted from the smallest up; the {len(self.points) - tried} "
+            "larger need no prediction"
+        )
+
+    def record(self) -> SearchRecord:
+        """What ``eaglequant_search.json`` and ``search --json`` hold."""
+        budget = self.budget
+        return SearchRecord(
+            str(self.source),
+            None if self.destination is None else str(self.destination),
+            None if self.pruned_source is None else str(self.pruned_source),
+            self.engines,
+            self.loaded_by,
+            dict(self.skipped),
+            tuple(self.notes),
+            SearchBudget(
+                budget.value,
+                budget.relative,
+                "bound" if budget.bound else "point",
+                self.budget_tokens,
+                budget.text(self.budget_tokens),
+            ),
+            self.source_length,
+            self.source_bytes_per_round,
+            None if self.chosen is None else self.chosen.row(),
+            self.stopped,
+            round(self.seconds, 1),
+            tuple(point.row() for point in self.points),
+        )
+
+
+def search(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    inputs: str | Path,
+    max_acceptance_drop: str | float,
+    rule: str = "bound",
+    counts: str | Path | None = None,
+    vocab_sizes: Sequence[int] = (),
+    schemes: Sequence[str] = (),
+    engines: Sequence[str] = DEFAULT_ENGINES,
+    target_layers: int | None = None,
+    overwrite: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> SearchResult:
+    """Write into ``dst`` the smallest draft (weight bytes a round reads) whose predicted greedy acceptance on the
+    captured ``inputs`` loses at most ``max_acceptance_drop`` against ``src``'s: tokens (``0.05``) or a share of
+    the source's accepted tokens (``"5%"``); ``rule``: "bound" judges the 95% upper bound of the drop (many
+    candidates are tried, and the luckiest estimate would win), "point" its estimate, as ``verify``'s gate does.
+    ``counts`` (captured inputs or a token-count file) lets the search
+    prune the vocabulary, to each of ``vocab_sizes`` (default: a half, a quarter and an eighth of the draft's).
+    ``schemes``: the built-in schemes to try (default: all). A pruned choice writes its BF16 head beside ``dst``
+    (``DST-vocabN-bf16``), the source of the conversion in ``dst``. ``progress``: told, in words, how far it is."""
+    from eaglequant.prediction.predict import load_captured
+    from eaglequant.search.outputs import SearchOutputs
+    from eaglequant.search.predictions import CandidatePredictor, single_threaded_torch
+
+    started = time.monotonic()
+    budget = Budget.parse(max_acceptance_drop, rule)
+    engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
+    source, destination = Path(src), Path(dst)
+    check_destination(source, destination, overwrite)
+    told = progress or (lambda text: None)
+    with (
+        Checkpoint.open(source) as checkpoint,
+        single_threaded_torch(),
+        SearchOutputs(source, destination, counts) as outputs,
+    ):
+        head = describe_head(checkpoint)
+        sequences = load_captured(Path(inputs), head=head)
+        if budget.bound and len(sequences) < 2:
+            raise InputError(
+                words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
+                hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
+            )
+        sizes = _vocab_sizes(head, counts, vocab_sizes)
+        loaded = {name: load_scheme(name) for name in list(schemes) or builtin_scheme_names()}
+        priced, skipped = priced_candidates(head, loaded, list(engines), sizes, target_layers)
+        if not priced:
+            raise InputError(
+                f"no candidate loads in every targeted engine ({_titled(engines)}): {_skipped_text(skipped)}",
+                hint="target fewer engines",
+            )
+        told(_first_line(engines, len(priced), skipped))
+        told(f"predicting the source draft on {len(sequences)} sequences")
+        predictor = CandidatePredictor(checkpoint, sequences)
+        source_length = predictor.source.length().value
+        tokens = budget.tokens(source_length)
+        points = _judged_from_smallest(
+            priced, outputs, predictor, lambda prediction: budget.drop(prediction) <= tokens, told, started
+        )
+        chosen = next((point for point in points if point.within), None)
+        result = SearchResult(
+            source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
+            time.monotonic() - started,
+            None, engines, skipped,
+        )  # fmt: skip
+        if chosen is not None:
+            _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers: int | None, overwrite: bool) -> None:
+    """The chosen candidate's stage, with the search record and the card's section on it, made DST."""
+    from eaglequant.publish.card import refresh_card
+
+    stage = outputs.stages[index].path
+    assert result.chosen is not None
+    vocab = result.chosen.candidate.vocab
+    result.destination = outputs.destination
+    result.pruned_source = outputs.pruned_for(vocab)
+    result.loaded_by = _loaded_by(stage, target_layers)
+    write_json(stage / SEARCH_RECORD, result.record().to_json())
+    refresh_card(stage)
+    outputs.commit(index, vocab, overwrite)
+
+
+def _titled(engines: Sequence[str]) -> str:
+    return ", ".join(get_engine(engine).titled for engine in engines)
+
+
+def _skipped_text(skipped: dict[str, int]) -> str:
+    """How many candidates were skipped and why, largest first, in one line."""
+    ranked = sorted(skipped.items(), key=lambda item: (-item[1], item[0]))
+    return "; ".join(f"{count} where {why}" for why, count in ranked) or "none skipped"
+
+
+def _first_line(engines: Sequence[str], priced: int, skipped: dict[str, int]) -> str:
+    """What the search targets, prices and leaves out, said before it starts."""
+    left_out = f"; skipped: {_skipped_text(skipped)}" if skipped else ""
+    return f"searching for {_titled(engines)}: {priced} candidates priced from headers{left_out}"
+
+
+def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
+    """The engines (with their releases) whose readers load ``written`` as it is, as ``explain --engine all``."""
+    from eaglequant.api import explain
+
+    readings = explain(written, engines=["all"], target_layers=target_layers).engines
+    return tuple(reading.titled for reading in readings if reading.loads and not reading.all_problems)
+
+
+def _judged_from_smallest(
+    priced: list[tuple[Candidate, int]],
+    outputs: Any,
+    predictor: Any,
+    within: Callable[[Any], bool],
+    told: Callable[[str], None],
+    started: float,
+) -> list[SearchPoint]:
+    """Every candidate, the smallest predicted first until one is within the budget; the rest priced only. Each is
+    converted into a stage of DST (``outputs``: :class:`~eaglequant.search.outputs.SearchOutputs`), removed
+    once it misses the budget."""
+    from eaglequant.search.predictions import predicted_from_smallest, prediction_workers
+
+    best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
+
+    def converted(index: int) -> Path:
+        return outputs.converted(index, priced[index][0])
+
+    def done(index: int, prediction: Any) -> None:
+        label = priced[index][0].label
+        best[:] = [min([*best, (prediction.drop, label)])]
+        told(
+            f"predicted {index + 1} of at most {len(priced)}: {label} {prediction.difference.value:+.3f} "
+            f"({'within' if within(prediction) else 'over'} the budget); best so far: {best[0][1]} "
+            f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
+        )
+        if not within(prediction):
+            outputs.discard(index)
+
+    predictions = predicted_from_smallest(
+        len(priced), converted, predictor.predicted, within, done, prediction_workers()
+    )
+    points = [
+        SearchPoint(candidate, nbytes, prediction, within(prediction))
+        for (candidate, nbytes), prediction in zip(priced, predictions, strict=False)
+    ]
+    return points + [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
+
+
+def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
+    lm_head = head.find_linear("lm_head")
+    rows = None if lm_head is None else lm_head.out_features
+    if counts is None:
+        if sizes:
+            raise InputError(words("vocab_sizes need ", given("counts", None)), hint="give token counts to prune by")
+        return [None]
+    if rows is None:
+        raise InputError("the draft has no lm_head of its own, so there is no vocabulary to prune")
+    chosen = list(sizes) or [rows // 2, rows // 4, rows // 8]
+    bad = [size for size in chosen if type(size) is not int or not 1 <= size < rows]
+    if bad:
+        raise InputError(
+            words(given("vocab_sizes", list(sizes)), f": the draft's vocabulary has {rows} tokens"),
+            hint=words("sizes from 1 to ", suggested("vocab_sizes", rows - 1)),
+        )
+    return [None, *sorted(set(chosen), reverse=True)]

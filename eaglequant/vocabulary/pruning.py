@@ -1,0 +1,85 @@
+"""``prune()``: a draft head with a pruned vocabulary, written as a plain head every tool reads (see
+:mod:`eaglequant.vocabulary.prune`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from eaglequant.checkpoint.destination import check_destination, staged_directory
+from eaglequant.checkpoint.files import copy_side_files, write_json
+from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+from eaglequant.common.errors import InputError, given, words
+from eaglequant.layouts.detect import describe_head
+from eaglequant.vocabulary.counts import read_counts
+from eaglequant.vocabulary.prune import (
+    PRUNE_RECORD,
+    PruneResult,
+    choose_vocabulary,
+    pruned_config,
+    source_vocabulary,
+    special_tokens,
+    write_pruned,
+)
+
+
+def prune(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    size: int,
+    counts: str | Path,
+    keep: Sequence[int] = (),
+    inputs: str | Path | None = None,
+    overwrite: bool = False,
+) -> PruneResult:
+    """Write into ``dst`` the head in ``src`` with its draft vocabulary cut to the ``size`` tokens the target emits
+    most often. ``counts``: captured inputs (``eaglequant capture``: the target's own choices are counted) or a
+    token-count file (JSON, or one tensor of counts in safetensors). ``keep``: token ids always kept (besides
+    the special tokens config.json names). ``inputs``: captured inputs on which to predict the greedy acceptance of
+    the source draft and the pruned one (held-out text: the counts' own file predicts too well)."""
+    source, destination = Path(src), Path(dst)
+    if any(type(token) is not int or token < 0 for token in keep):
+        raise InputError(words(given("keep", list(keep)), ": token ids are whole numbers from 0"))
+    check_destination(source, destination, overwrite, marker=PRUNE_RECORD)
+    from eaglequant.prediction.predict import load_captured
+
+    with Checkpoint.open(source) as checkpoint:
+        head = describe_head(checkpoint)
+        lm_head, targets, vocab = source_vocabulary(head, checkpoint)
+        counted = read_counts(Path(counts), vocab)
+        sequences = None if inputs is None else load_captured(Path(inputs), head=head)  # checked before writing
+        choice = choose_vocabulary(targets, counted, size, [*special_tokens(head.config), *keep])
+        row_bytes = checkpoint.tensors[lm_head.weight].nbytes // lm_head.out_features
+        with staged_directory(destination) as stage:
+            write_pruned(checkpoint, head, lm_head, choice, vocab, stage.path)
+            write_json(stage.path / "config.json", pruned_config(checkpoint.config, choice.size))
+            copy_side_files(checkpoint, stage.path, replaced=(PRUNE_RECORD,))
+            result = PruneResult(
+                destination,
+                source,
+                lm_head.out_features,
+                choice.size,
+                counted.origin,
+                choice.special,
+                choice.coverage,
+                choice.source_coverage,
+                (row_bytes * lm_head.out_features, row_bytes * choice.size),
+                _predicted(checkpoint, stage.path, inputs, sequences),
+            )
+            write_json(stage.path / PRUNE_RECORD, result.to_json())
+            stage.commit(destination, overwrite)
+    return result
+
+
+def _predicted(source: Checkpoint, pruned: Path, inputs: str | Path | None, sequences: list[Any] | None) -> object:
+    """The greedy acceptance of both drafts replayed on the ``sequences`` of ``inputs`` (None without them)."""
+    if inputs is None or sequences is None:
+        return None
+    from eaglequant.prediction.predict import predict_pair
+
+    with Checkpoint.open(pruned, "DST") as written:
+        described = f"{Path(inputs).name} ({len(sequences)} sequences)"
+        return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described)
