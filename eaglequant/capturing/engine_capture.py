@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.capturing.transformers_capture import DEFAULT_TOP_K, check_draft, draft_layer_ids
-from eaglequant.common.errors import EagleQuantError, InputError, given, suggested, words
+from eaglequant.common.engine_failure import EngineFailure
+from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter
 from eaglequant.measurement.engine_args import model_length
 
@@ -26,7 +27,7 @@ CAPTURE_KEYS = {
 }
 
 
-class CaptureRunError(EagleQuantError):
+class CaptureRunError(EngineFailure):
     """The engine could not run the capture at all."""
 
 

@@ -17,6 +17,7 @@ EXIT_BAD_INPUT = 2
 EXIT_CHECK_FAILED = 3  # a check on a written checkpoint failed (explain found a mismatch, a parity threshold)
 EXIT_JOBS_FAILED = 4  # batch: at least one job failed (the others ran; see the summary)
 EXIT_NOT_VERIFIED = 5  # verify: the checks that ran hold, but parity and fidelity did not run (no source)
+EXIT_ENGINE_FAILED = 6  # a serving engine's process failed (its root cause and whole output are named)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_TERMINATED = 143  # SIGTERM
 

@@ -8,7 +8,6 @@ and any other command that needs a served engine can do the same.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -19,14 +18,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from eaglequant.common.errors import EagleQuantError
+from eaglequant.common.engine_failure import EngineFailure, failure_line
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 20.0  # after SIGTERM, before SIGKILL
 POLL_S = 1.0
 
 
-class ServerStartError(EagleQuantError):
+class ServerStartError(EngineFailure):
     """The server exited, or did not answer, before it was ready."""
 
 
@@ -44,14 +43,6 @@ def answers(url: str, timeout: float = 5.0) -> bool:
             return int(response.status) == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
-
-
-def log_tail(log: Path, lines: int = 3) -> str:
-    """The log's last error line (``...Error: ...``) if it has one, else its last ``lines`` lines, as one line."""
-    text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
-    every = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    errors = [line for line in every if re.match(r"^[\w.]*(Error|Exception)\b.*:", line)]
-    return errors[-1] if errors else " | ".join(every[-lines:])
 
 
 @contextmanager
@@ -84,11 +75,17 @@ def _wait_ready(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise ServerStartError(f"the server exited {process.returncode} before it answered: {log_tail(log)}")
+            said = failure_line(_read(log), "server")
+            raise ServerStartError(f"the server exited {process.returncode} before it answered: {said}")
         if is_ready(url):
             return
         time.sleep(POLL_S)
-    raise ServerStartError(f"the server did not answer {url} in {timeout_s:.0f} s: {log_tail(log)}")
+    said = failure_line(_read(log), "server")
+    raise ServerStartError(f"the server did not answer {url} in {timeout_s:.0f} s: {said}")
+
+
+def _read(log: Path) -> str:
+    return log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
 
 
 def stop_group(process: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:

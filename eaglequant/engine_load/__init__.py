@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.engine_failure import EngineFailure, failure_line
+from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engine_load.environment import engine_environment
@@ -77,7 +78,7 @@ PROBE_PACKAGE = "engine_probes"
 PROBE_TIMEOUT_S = 1800
 
 
-class EngineLoadError(EagleQuantError):
+class EngineLoadError(EngineFailure):
     """The engine's probe could not run at all (not a checkpoint that fails to load)."""
 
 
@@ -162,7 +163,7 @@ def run_probe_module(
     )
 
 
-class EngineJobError(EagleQuantError):
+class EngineJobError(EngineFailure):
     """A one-job probe gave no result: no answer in time, an exit without one, or the probe's own error line."""
 
 
@@ -172,15 +173,15 @@ def run_engine_job(
     """``python -m <probes>.<module> JOB.json OUT.json`` in the engine's interpreter (:func:`run_probe_module`): the
     probe's result, or :class:`EngineJobError` with one line saying why there is none."""
     try:
-        data = _answer(interpreter, module, job, timeout, ranks)
+        data, output = _answer(interpreter, module, job, timeout, ranks)
     except subprocess.TimeoutExpired:
         raise EngineJobError(f"no result in {timeout:g} s") from None
     except _NoAnswer as exc:
         raise EngineJobError(str(exc)) from None
     if not isinstance(data, dict):
         raise EngineJobError(f"{interpreter} -m {module} answered {type(data).__name__}, not an object")
-    if "error" in data:
-        raise EngineJobError(str(data["error"]))
+    if "error" in data:  # the job's own error, unless it only wraps the root cause its output names
+        raise EngineJobError(failure_line(output, module, str(data["error"])))
     return data
 
 
@@ -190,7 +191,7 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
     interpreter = engine_python(engine, python)
     request = {"jobs": [job.to_json() for job in jobs]}
     try:
-        data = _answer(interpreter, probe.script, request, PROBE_TIMEOUT_S)
+        data, _ = _answer(interpreter, probe.script, request, PROBE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise EngineLoadError(f"{probe.title} probe did not finish in {PROBE_TIMEOUT_S} s") from None
     except _NoAnswer as exc:
@@ -204,20 +205,22 @@ def run_probe(engine: str, jobs: Sequence[LoadJob], python: str | Path | None = 
 
 
 class _NoAnswer(Exception):
-    """The probe exited without writing its answer file."""
+    """The probe exited without writing its answer file: its root cause and where its output is kept."""
 
 
-def _answer(interpreter: Path, module: str, request: object, timeout: float, ranks: int = 1) -> Any:
+def _answer(interpreter: Path, module: str, request: object, timeout: float, ranks: int = 1) -> tuple[Any, str]:
     """The one transport: the request in a file, ``python -m <probes>.<module> IN.json OUT.json``, the answer read
-    from OUT.json (the probe's stdout is the engine's log, which native code may also write to)."""
+    from OUT.json (the probe's stdout is the engine's log, which native code may also write to); with the
+    engine's output."""
     with probe_workdir() as tmp:
         request_file, answer_file = tmp / "request.json", tmp / "answer.json"
         request_file.write_text(json.dumps(request), encoding="utf-8")
         done = run_probe_module(interpreter, module, [request_file, answer_file], tmp, timeout, ranks)
+        output = done.stderr + (f"\n{done.stdout}" if done.stdout.strip() else "")
         if not answer_file.is_file():
-            tail = " | ".join(done.stderr.strip().splitlines()[-3:])
-            raise _NoAnswer(f"{interpreter} exited {done.returncode} without an answer: {tail}")
-        return json.loads(answer_file.read_text(encoding="utf-8"))
+            said = failure_line(output, module)
+            raise _NoAnswer(f"{interpreter} exited {done.returncode} without an answer: {said}")
+        return json.loads(answer_file.read_text(encoding="utf-8")), output
 
 
 def _probe_environment(package_parent: str, ranks: int = 1) -> dict[str, str]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.engine_failure import EngineFailure
+from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.measurement.statistics import (
@@ -73,7 +74,7 @@ class Settings(JsonRecord):
         return serving_arguments(self.engine_args, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len())
 
 
-class AcceptanceRunError(EagleQuantError):
+class AcceptanceRunError(EngineFailure):
     """The engine could not run speculative decoding at all."""
 
 
