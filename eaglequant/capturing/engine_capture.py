@@ -15,7 +15,7 @@ from typing import Any
 from eaglequant.capturing.transformers_capture import DEFAULT_TOP_K, check_draft, draft_layer_ids
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError, given, suggested, words
-from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter
+from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, output_path
 from eaglequant.measurement.engine_args import model_length
 
 CAPTURE_TIMEOUT_S = 6 * 3600
@@ -59,6 +59,7 @@ def capture_with_engine(
     from eaglequant.measurement.prompts import read_prompts
 
     target_path, draft_path = Path(target), Path(draft)
+    output_path(out)
     check_draft(draft_path)
     config = _target_config(target_path)
     ids = draft_layer_ids(draft_path, layer_ids, _depth(config, target_path))

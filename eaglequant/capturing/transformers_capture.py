@@ -112,6 +112,7 @@ def capture(
     from eaglequant.measurement.prompts import read_prompts
 
     target_path, draft_path = Path(target), Path(draft)
+    output_path(out)
     check_draft(draft_path)
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
     try:

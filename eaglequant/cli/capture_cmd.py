@@ -96,6 +96,9 @@ def capture_command(
             capture_from_hidden_states,
             capture_from_specforge,
         )
+        from eaglequant.draft.capture_file import output_path
+
+        output_path(output)  # before any model loads
 
         if engine is None:
             _no_engine_options(

@@ -20,6 +20,7 @@ at a time, and renames it into place: memory holds one sequence, whatever the nu
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -56,9 +57,16 @@ class CaptureSummary(JsonRecord):
 
 
 def output_path(out: str | Path) -> Path:
+    """OUT, checked before anything is loaded: a ``.safetensors`` file (replaced if there) that is not a directory,
+    in a directory this process can write."""
     out_path = Path(out)
     if out_path.suffix != ".safetensors":
         raise InputError(f"{out_path}: the output must be a .safetensors file", hint="e.g. captured.safetensors")
+    if out_path.is_dir():
+        raise InputError(f"{out_path}: is a directory, not a capture file", hint="give a file name inside it")
+    parent = next((p for p in (out_path.parent, *out_path.parent.parents) if p.exists()), Path("."))
+    if not (parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)):
+        raise InputError(f"{out_path}: {parent} is not a directory this user can write", hint="choose another OUT")
     return out_path
 
 

@@ -243,3 +243,24 @@ def test_a_draft_that_is_no_eagle3_head_is_refused_before_the_target_loads(
     assert f"--draft '{target}': not an EAGLE-3 head" in result.stderr and not out.exists()
     missing = run_cli("capture", str(out), "--target", target, "--draft", str(tmp_path / "nope"), *engine)
     assert missing.exit_code == 2 and "--draft" in missing.stderr and "no such directory" in missing.stderr
+
+
+@pytest.mark.parametrize("engine", [(), ("--engine", "vllm", "--engine-python", sys.executable)])
+def test_an_out_that_cannot_be_written_is_refused_before_anything_loads(
+    engine: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 55, item 6: OUT is checked first: an existing directory is refused in one line naming it, exit 2, before
+    the draft or the target is read (neither exists here), by the CLI and by the library."""
+    from eaglequant.capturing.engine_capture import EngineCapture, capture_with_engine
+    from eaglequant.capturing.transformers_capture import capture
+    from eaglequant.common.errors import InputError
+
+    out = tmp_path / "captured.safetensors"
+    out.mkdir()
+    nowhere = str(tmp_path / "no-model")
+    result = run_cli("capture", str(out), "--target", nowhere, "--draft", nowhere, *engine)
+    assert result.exit_code == 2 and f"{out}: is a directory, not a capture file" in result.stderr, result.stderr
+    with pytest.raises(InputError, match="is a directory, not a capture file"):
+        capture(nowhere, nowhere, out)
+    with pytest.raises(InputError, match="is a directory, not a capture file"):
+        capture_with_engine(nowhere, nowhere, out, EngineCapture(Path(sys.executable), "bfloat16", 1, {}))
