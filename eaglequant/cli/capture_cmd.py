@@ -19,7 +19,7 @@ from eaglequant.cli.options import (
     PromptsOpt,
     TensorParallelOpt,
 )
-from eaglequant.cli.output import out, result
+from eaglequant.cli.output import note, out, result
 from eaglequant.common.errors import InputError
 
 if TYPE_CHECKING:
@@ -99,6 +99,11 @@ def capture_command(
         from eaglequant.draft.capture_file import output_path
 
         output_path(output)  # before any model loads
+        if prompts is None and target is not None and specforge is None and hidden_states is None:
+            from eaglequant.measurement.prompts import bundled_prompts_note
+
+            if bundled := bundled_prompts_note(target):
+                note(bundled)
 
         if engine is None:
             _no_engine_options(

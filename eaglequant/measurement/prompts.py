@@ -18,6 +18,19 @@ def bundled_prompts_path() -> Path:
     return Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair" / BUNDLED_NAME
 
 
+def bundled_prompts_note(target: str | Path) -> str | None:
+    """What to tell a user who gave no prompts for ``target``: that the bundled held-out prompts were written for the
+    bundled trained pair (None when ``target`` is that pair's target), and how to give their own."""
+    bundled = bundled_prompts_path()
+    given = Path(target)
+    if given.exists() and given.resolve().parent == bundled.resolve().parent:
+        return None
+    return (
+        f"no --prompts: using the bundled held-out prompts ({bundled.name}, prose written for the bundled trained "
+        f"pair), not prompts of {target}'s own traffic; acceptance depends on the prompts: give --prompts FILE"
+    )
+
+
 def read_prompts(path: Path | None, limit: int | None = None, parameter: str = "prompts") -> tuple[list[str], str]:
     """Prompts from ``path`` (JSON lines with a "prompt" string, or plain text with one prompt a line), and
     where they came from. None: the bundled held-out prompts."""

@@ -33,7 +33,7 @@ from eaglequant.measurement.measure import (
     modes_for,
     offline_runner,
 )
-from eaglequant.measurement.prompts import read_prompts
+from eaglequant.measurement.prompts import bundled_prompts_note, read_prompts
 from eaglequant.measurement.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
 
 
@@ -205,6 +205,8 @@ def accept(
         runner = where.runner(settings, progress)
         report = measure(settings, source_path, drafts, runner, progress, measure_same_bytes_once=not on_servers)
     _add_notes(report, dtype, where)
+    if prompts is None and (bundled := bundled_prompts_note(target_path)):
+        report.notes.append(Finding("bundled-prompts", str(target_path), bundled))
     return report
 
 

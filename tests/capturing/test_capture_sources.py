@@ -264,3 +264,22 @@ def test_an_out_that_cannot_be_written_is_refused_before_anything_loads(
         capture(nowhere, nowhere, out)
     with pytest.raises(InputError, match="is a directory, not a capture file"):
         capture_with_engine(nowhere, nowhere, out, EngineCapture(Path(sys.executable), "bfloat16", 1, {}))
+
+
+def test_without_prompts_a_target_other_than_the_bundled_pair_s_is_warned_in_one_line(tmp_path: Path) -> None:
+    """Issue 55, item 6: the bundled held-out prompts were written for the bundled pair; on any other target the
+    user is told, naming the bundled set and --prompts, and on the bundled pair's target nothing is said."""
+    from eaglequant.measurement.prompts import bundled_prompts_note
+
+    assert bundled_prompts_note(PAIR / "target") is None
+    said = bundled_prompts_note("/models/Kimi-K2.5")
+    assert said is not None and "bundled held-out prompts (prompts.jsonl" in said and "--prompts FILE" in said
+    other = tmp_path / "target"
+    shutil.copytree(PAIR / "target", other)
+    result = run_cli("capture", str(tmp_path / "c.safetensors"), "--target", other, "--draft", PAIR / "draft",
+                     "--max-prompts", "2", "--max-tokens", "4")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert "note: no --prompts: using the bundled held-out prompts" in " ".join(result.stderr.split())
+    quiet = run_cli("capture", str(tmp_path / "d.safetensors"), "--target", PAIR / "target", "--draft",
+                    PAIR / "draft", "--max-prompts", "2", "--max-tokens", "4")  # fmt: skip
+    assert quiet.exit_code == 0 and "no --prompts" not in quiet.stderr

@@ -320,6 +320,8 @@ def test_accept_pairs_the_drafts_on_running_servers(serve: Callable[[StandIn], s
     assert quantized.difference["greedy"].value == pytest.approx(0.0)  # the stand-ins draft alike
     running = find(report.notes, "running-servers")
     assert running is not None and running.subject == reference
+    bundled = find(report.notes, "bundled-prompts")  # no prompts given, and a target that is not the bundled pair's
+    assert bundled is not None and bundled.subject == "stand-in-target" and "--prompts FILE" in str(bundled)
 
 
 def test_the_command_line_refuses_in_one_line(serve: Callable[[StandIn], str]) -> None:
