@@ -9,6 +9,7 @@ from typing import Any
 
 from eaglequant.acceptance.statistics import format_interval
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonObject, read_json_file
 
 ACCEPT_NAME = "eaglequant_accept.json"
@@ -65,8 +66,8 @@ class AcceptanceRecord:
     max_tokens: int
     source: DraftRecord
     quantized: tuple[DraftRecord, ...]
-    notes: tuple[str, ...]
-    problems: tuple[str, ...]
+    notes: tuple[Finding, ...]
+    problems: tuple[Finding, ...]
 
     @classmethod
     def from_json(cls, data: Any, where: str = ACCEPT_NAME) -> AcceptanceRecord:
@@ -82,8 +83,8 @@ class AcceptanceRecord:
             max_tokens=settings.integer("max_tokens"),
             source=_draft(top.child("source")),
             quantized=tuple(_draft(row) for row in top.children("quantized")),
-            notes=top.texts("notes"),
-            problems=top.texts("problems"),
+            notes=top.findings("notes"),
+            problems=top.findings("problems"),
         )
 
 

@@ -86,7 +86,7 @@ def render(explanation: Explanation, destination: str) -> None:
         )
         return
     for problem in explanation.all_problems:
-        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
 
 
 def _render_engine(reading: EngineReading) -> None:

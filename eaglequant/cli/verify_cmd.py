@@ -158,7 +158,7 @@ def render(report: VerifyReport, destination: str, recorded_source: str | None =
             markup=True,
         )
     for problem in report.problems:
-        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
 
 
 def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Final, Protocol
 
 from eaglequant.common.errors import EagleQuantError
+from eaglequant.common.findings import Finding
 
 
 class ErrorType(Protocol):
@@ -95,6 +96,17 @@ class JsonObject:
         if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
             raise self.wrong(name, "a list of strings")
         return tuple(value)
+
+    def findings(self, name: str) -> tuple[Finding, ...]:
+        """A list of findings, each an object of code, subject and message, or a bare string (a record written
+        before findings had codes: an ``unrecorded`` finding)."""
+        value = self.get(name)
+        try:
+            if not isinstance(value, list):
+                raise ValueError
+            return tuple(Finding.from_json(item) for item in value)
+        except ValueError:
+            raise self.wrong(name, "a list of findings (code, subject, message)") from None
 
     def text_map(self, name: str) -> dict[str, str]:
         value = self.get(name)

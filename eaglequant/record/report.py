@@ -18,6 +18,7 @@ from typing import Any
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import CheckpointError, InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import NOT_WRITTEN, JsonObject, JsonRecord, named, read_json_file
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetModel
@@ -25,8 +26,9 @@ from eaglequant.kinds import KindPair
 from eaglequant.readback.cost import RoundCost
 
 # 2 added report_version and verification; 3 the cost of a round per engine (round_costs); 4 the config.json values
-# written other than the source's (config_changes) and the target's context length (target_layers.context)
-REPORT_VERSION = 4
+# written other than the source's (config_changes) and the target's context length (target_layers.context); 5 each
+# note as a finding with its code ({"code", "subject", "message"}: before, its message alone)
+REPORT_VERSION = 5
 _REPAIR = "it was changed after conversion or is damaged: convert the checkpoint again"
 
 
@@ -106,6 +108,7 @@ class ConversionReport(JsonRecord):
         config_changes="_since_version_4",
         own_schemes="_since_version_4",
         target_layers="_target_json",
+        notes="_notes_json",
         manifest=lambda manifest: {} if manifest is None else manifest,
         card=lambda card: {} if card is None else card,
         seconds=lambda seconds: NOT_WRITTEN if seconds is None else seconds,
@@ -123,7 +126,7 @@ class ConversionReport(JsonRecord):
     attention: str
     format: str
     algorithm: str | None  # the format's name for the scheme
-    notes: tuple[str, ...]
+    notes: tuple[Finding, ...]
     calibrated_input_amax: dict[str, float]
     engines: tuple[str, ...]  # the engines the conversion targeted
     target_layers: TargetModel
@@ -152,6 +155,9 @@ class ConversionReport(JsonRecord):
 
     def _since_version_4(self, value: Any) -> Any:
         return value if self.report_version >= 4 else NOT_WRITTEN
+
+    def _notes_json(self, notes: tuple[Finding, ...]) -> list[Any]:
+        return [note if self.report_version >= 5 else note.message for note in notes]
 
     def _target_json(self, target: TargetModel) -> dict[str, Any]:
         written = target.to_json()
@@ -182,7 +188,7 @@ class ConversionReport(JsonRecord):
             attention=top.text("attention"),
             format=top.text("format"),
             algorithm=top.optional_text("algorithm"),
-            notes=top.texts("notes"),
+            notes=top.findings("notes"),
             calibrated_input_amax=top.number_map("calibrated_input_amax"),
             engines=top.texts("engines"),
             target_layers=TargetModel(

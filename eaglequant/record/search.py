@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import CheckpointError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonObject, JsonRecord, read_json_file
 
 SEARCH_RECORD = "eaglequant_search.json"
@@ -102,8 +103,8 @@ class SearchRecord(JsonRecord):
     pruned_source: str | None  # the pruned BF16 head the chosen draft was converted from
     engines: tuple[str, ...]  # targeted
     loaded_by: tuple[str, ...]  # the engines whose readers load the written draft (explain --engine all)
-    skipped: dict[str, int]  # candidates not priced: why -> how many
-    notes: tuple[str, ...]
+    skipped: dict[str, int]  # candidates not priced: the code of why -> how many
+    notes: tuple[Finding, ...]
     budget: SearchBudget
     source_acceptance_length: float
     source_bytes_per_round: int
@@ -126,7 +127,7 @@ class SearchRecord(JsonRecord):
             top.texts("engines"),
             top.texts("loaded_by"),
             {why: int(count) for why, count in skipped.items()},
-            top.texts("notes"),
+            top.findings("notes"),
             SearchBudget.from_json(top.child("budget")),
             top.number("source_acceptance_length"),
             top.integer("source_bytes_per_round"),

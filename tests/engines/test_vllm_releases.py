@@ -112,7 +112,7 @@ def test_a_local_verifier_is_explained_and_a_hub_id_is_not(tmp_path: Path) -> No
     assert local_verifier({"architectures": ["LlamaForCausalLMEagle3"]}) is None
     for name in (str(tmp_path), "./target", "not a repo id", None):
         said = local_verifier(head(name))
-        assert said is not None and "--speculative-config" in said
+        assert said is not None and "--speculative-config" in said.message
 
 
 def _short_yarn(tmp_path: Path) -> tuple[Path, Path]:
