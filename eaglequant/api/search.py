@@ -102,7 +102,8 @@ class SearchResult:
                     "pruned-source-kept",
                     str(self.pruned_source),
                     f"the pruned BF16 source {self.pruned_source} was left beside the chosen draft: it is the "
-                    "source the draft's report records (verify and upload compare against it), so keep it with the draft",
+                    "source the draft's report records (verify and upload compare against it), so keep it with the "
+                    "draft",
                 )
             )
         return found
