@@ -4,15 +4,19 @@ record declaring only where its JSON is not its fields."""
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
+import enum
 import functools
 import json
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
-from eaglequant.common.errors import EagleQuantError
+from eaglequant.common.errors import EagleQuantError, InputError
 from eaglequant.common.findings import Finding
 
 
@@ -173,6 +177,12 @@ def json_value(value: Any) -> Any:
     return value
 
 
+class JsonReadError(InputError):
+    """A record's JSON that is not what its declaration reads."""
+
+
+R = TypeVar("R", bound="JsonRecord")
+
 # What a value rule gives for an entry that is not written.
 NOT_WRITTEN: Final = object()
 
@@ -193,7 +203,9 @@ class JsonRecord:
     - ``json_values``: field or computed entry -> how its value is written (a :data:`ValueRule`); a rule giving
       :data:`NOT_WRITTEN` leaves the entry out (an entry the record's version does not have);
     - ``json_first``: fields or computed entries written before the others, in this order (the order of keys a
-      reader already knows, where it is not the fields' own).
+      reader already knows, where it is not the fields' own);
+    - ``json_read``: field -> how its value is read back, given the object read and the field's key (where the value
+      written is not the field's own by its type: the inverse of its ``json_values`` rule).
 
     A name that is neither a field nor a declared computed entry is refused (``TypeError``) when the record is
     first written."""
@@ -203,10 +215,23 @@ class JsonRecord:
     json_omitted: ClassVar[tuple[str, ...]] = ()
     json_values: ClassVar[Mapping[str, ValueRule]] = {}
     json_first: ClassVar[tuple[str, ...]] = ()
+    json_read: ClassVar[Mapping[str, Callable[[JsonObject, str], Any]]] = {}
 
     def to_json(self) -> dict[str, Any]:
         entries = ((key, write(self)) for key, write in json_plan(type(self)))
         return {key: json_value(value) for key, value in entries if value is not NOT_WRITTEN}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "JSON", error: ErrorType | None = None, hint: str = "") -> Self:
+        """The record :meth:`to_json` wrote as ``data``, by the same declarations: each written field from its key
+        (renamed as declared), by its type (a nested record by its own ``from_json``, a finding, a tuple, a path,
+        an enum), or by its ``json_read`` rule where its written value is not its field's; a field not written
+        (omitted, or absent in the record's version) takes its default. Computed entries are not read. A value
+        that is not what its field takes raises ``error`` (:class:`JsonReadError`), with ``hint``, naming ``where``
+        and the key (``data`` may be a :class:`JsonObject`, whose error and place are then used)."""
+        error = error or JsonReadError
+        obj = data if isinstance(data, JsonObject) else JsonObject(data, where, error, hint)
+        return _read_record(cls, obj)
 
 
 Writer = Callable[[Any], Any]
@@ -274,3 +299,117 @@ def named(**entries: Any) -> Mapping[str, Any]:
 def rounded(digits: int) -> Callable[[float], float]:
     """A :data:`ValueRule`: the value rounded to ``digits`` decimals."""
     return functools.partial(round, ndigits=digits)
+
+
+def _read_record(record_type: type[R], obj: JsonObject) -> R:
+    hints = typing.get_type_hints(record_type)
+    fields = [f for f in dataclasses.fields(record_type) if f.init]  # type: ignore[arg-type]
+    values: dict[str, Any] = {}
+    for field in fields:
+        if field.name in record_type.json_omitted:
+            continue
+        key = record_type.json_renamed.get(field.name, field.name)
+        if key not in obj.data:
+            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                obj.get(key)  # raises: the key is missing
+            continue
+        read = record_type.json_read.get(field.name)
+        values[field.name] = read(obj, key) if read else _read_value(hints[field.name], obj, key, obj.data[key])
+    return record_type(**values)
+
+
+_PLURAL = {str: "strings", int: "integers", float: "numbers", bool: "true or false values"}
+
+
+def _expected(hint: Any) -> str:
+    """What a value of type ``hint`` is in JSON, in words (``an object of strings``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (types.UnionType, typing.Union):
+        return " or ".join(_expected(a) for a in args if a is not type(None)) + (
+            " or null" if type(None) in args else ""
+        )
+    if origin in (dict, collections.abc.Mapping) or hint is dict:
+        return f"an object of {_PLURAL[args[1]]}" if args and args[1] in _PLURAL else "an object"
+    if origin in (tuple, list, frozenset, set, collections.abc.Sequence):
+        return f"a list of {_PLURAL[args[0]]}" if args and args[0] in _PLURAL else "a list"
+    if hint in (str, Path) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        return "a string"
+    return {int: "an integer", float: "a number", bool: "true or false", Finding: "a finding"}.get(hint, "an object")
+
+
+def _read_value(hint: Any, obj: JsonObject, key: str, value: Any) -> Any:
+    """``value``, written under ``key`` of ``obj`` (as :func:`json_value` wrote it), as a value of type ``hint``;
+    a value that is not raises ``obj``'s error naming the key."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    wrong = obj.error(
+        f"{obj.where}: {obj.key(key)!r} must be {_expected(hint)}, not {_json_type(value)}", hint=obj.hint
+    )
+    if origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return None
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _read_value(arg, obj, key, value)
+            except EagleQuantError:
+                if len(args) <= 2:  # an optional value: the error names what is wrong inside it
+                    raise
+        raise wrong
+    if hint is Any or hint is object or origin is typing.Literal:
+        return value
+    if isinstance(hint, type) and issubclass(hint, JsonRecord):
+        return _read_record(hint, obj._child(value, obj.key(key)))
+    if hint is Finding:
+        try:
+            return Finding.from_json(value)
+        except ValueError:
+            raise wrong from None
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            raise wrong from None
+    if hint is Path:
+        if not isinstance(value, str):
+            raise wrong
+        return Path(value)
+    if isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields"):  # a NamedTuple
+        if not isinstance(value, list) or len(value) != len(hint._fields):
+            raise wrong
+        inner = typing.get_type_hints(hint)
+        return hint(
+            *(_item(inner[n], obj, key, i, v) for i, (n, v) in enumerate(zip(hint._fields, value, strict=True)))
+        )
+    if origin in (tuple, list, frozenset, set, collections.abc.Sequence):
+        if not isinstance(value, list):
+            raise wrong
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(args) != len(value):
+                raise wrong
+            return tuple(_item(a, obj, key, i, v) for i, (a, v) in enumerate(zip(args, value, strict=True)))
+        items = [_item(args[0] if args else Any, obj, key, i, v) for i, v in enumerate(value)]
+        return (tuple if origin is collections.abc.Sequence else origin)(items)
+    if origin in (dict, collections.abc.Mapping) or hint is dict:
+        if not isinstance(value, dict):
+            raise wrong
+        item = args[1] if args else Any
+        entries = obj._child(value, obj.key(key))
+        return {k: _read_value(item, entries, k, v) for k, v in value.items()}
+    if hint is float:
+        if type(value) not in (int, float):
+            raise wrong
+        return float(value)
+    if hint in (int, str, bool):
+        if type(value) is not hint:
+            raise wrong
+        return value
+    if hint is type(None):
+        if value is not None:
+            raise wrong
+        return None
+    raise TypeError(f"no JSON reader for {hint} ({obj.key(key)})")
+
+
+def _item(hint: Any, obj: JsonObject, key: str, index: int, value: Any) -> Any:
+    """Item ``index`` of the list under ``key``, named ``key[index]`` in an error."""
+    holder = obj._child({f"{key}[{index}]": value}, obj.path)
+    return _read_value(hint, holder, f"{key}[{index}]", value)
