@@ -44,6 +44,7 @@ _CODES = {
     "exclude-modules-without-ignore": "the config has exclude_modules without ignore",
     "configs-disagree": "config.json and the format's own quantization config disagree",
     "config-contradiction": "the checkpoint's quantization config contradicts itself",
+    "rule-breaks-loader": "an exclusion rule of the config breaks the engine's loader",
     # planning a conversion
     "no-calib-data": "a scheme with calibrated activations was given no captured inputs: it is written without them",
     "kept-unstorable": "a linear the format cannot store is kept in its source dtype with its fused group",
