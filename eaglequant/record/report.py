@@ -180,7 +180,8 @@ class ConversionReport(JsonRecord):
         the fields' declarations, the keys of the report's version only."""
         top = JsonObject(data, where, ReportError, _REPAIR)
         version = _report_version(top)
-        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4) * 2])
+        known = _V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4) * 2]
+        top.refuse_unknown((*known, "seconds"))  # seconds: in convert --json only
         filled = {**top.data, "report_version": version} if version >= 2 else {**top.data, "report_version": 1}
         if version < 2:
             filled["verification"] = None
