@@ -6,6 +6,7 @@ import json
 import math
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -314,12 +315,9 @@ def write_acceptance(dst: Path, report: AcceptanceReport, label: str) -> Path:
     """Record in ``dst`` what was measured of it (and of its source, the reference), and refresh its card."""
     from eaglequant.publish.card import refresh_card
 
-    mine = [d for d in report.quantized if d.label == label]
-    data = report.to_json()
-    data["quantized"] = [d.to_json(report.settings.modes) for d in mine]
-    data["ok"] = not [p for d in (report.source, *mine) for p in d.problems]
-    data["problems"] = [p for d in (report.source, *mine) for p in d.problems]
+    # the record: the report narrowed to this draft (its ok and problems are then the source's and this draft's)
+    recorded = replace(report, quantized=[d for d in report.quantized if d.label == label])
     path = dst / ACCEPT_NAME
-    write_text_whole(path, json.dumps(data, indent=2) + "\n")
+    write_text_whole(path, json.dumps(recorded.to_json(), indent=2) + "\n")
     refresh_card(dst)
     return path

@@ -204,6 +204,8 @@ class JsonRecord:
       :data:`NOT_WRITTEN` leaves the entry out (an entry the record's version does not have);
     - ``json_first``: fields or computed entries written before the others, in this order (the order of keys a
       reader already knows, where it is not the fields' own);
+    - ``json_inlined``: fields holding a record whose entries are written in place of the field, first (a wrapper
+      record: its own entries then replace theirs in place, or follow them);
     - ``json_read``: field -> how its value is read back, given the object read and the field's key (where the value
       written is not the field's own by its type: the inverse of its ``json_values`` rule).
 
@@ -216,10 +218,15 @@ class JsonRecord:
     json_values: ClassVar[Mapping[str, ValueRule]] = {}
     json_first: ClassVar[tuple[str, ...]] = ()
     json_read: ClassVar[Mapping[str, Callable[[JsonObject, str], Any]]] = {}
+    json_inlined: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for name in type(self).json_inlined:
+            data.update(json_value(getattr(self, name)))
         entries = ((key, write(self)) for key, write in json_plan(type(self)))
-        return {key: json_value(value) for key, value in entries if value is not NOT_WRITTEN}
+        data.update((key, json_value(value)) for key, value in entries if value is not NOT_WRITTEN)
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str = "JSON", error: ErrorType | None = None, hint: str = "") -> Self:
@@ -249,7 +256,7 @@ def json_plan(record_type: type[JsonRecord]) -> tuple[tuple[str, Writer], ...]:
 
 def _plan(record_type: type[JsonRecord]) -> tuple[tuple[str, Writer], ...]:
     fields = [f.name for f in dataclasses.fields(record_type)]  # type: ignore[arg-type]
-    written = [name for name in fields if name not in record_type.json_omitted]
+    written = [name for name in fields if name not in (*record_type.json_omitted, *record_type.json_inlined)]
     wrong = _undeclared(record_type, fields, written)
     if wrong:
         raise TypeError(f"{record_type.__name__}: JSON declarations name {wrong[0]!r}, which it does not write")
@@ -306,6 +313,9 @@ def _read_record(record_type: type[R], obj: JsonObject) -> R:
     fields = [f for f in dataclasses.fields(record_type) if f.init]  # type: ignore[arg-type]
     values: dict[str, Any] = {}
     for field in fields:
+        if field.name in record_type.json_inlined:
+            values[field.name] = _read_record(hints[field.name], obj)
+            continue
         if field.name in record_type.json_omitted:
             continue
         key = record_type.json_renamed.get(field.name, field.name)

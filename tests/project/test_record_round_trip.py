@@ -49,6 +49,8 @@ WRITE_ONLY = {
     "Mode": "written inside Settings",
     "CaptureSummary": "writes what capture wrote, never read back",
     "Machine": "written inside ConvertBench",
+    "VerifyOutput": "verify --json: a VerifyReport, which is written only",
+    "ConvertOutput": "convert --json: with --verify, a VerifyReport, which is written only",
     "RoundCost": "writes its reduction rounded (read back equal where the reduction is computed, see below)",
 }
 
