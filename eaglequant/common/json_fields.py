@@ -4,13 +4,9 @@ record declaring only where its JSON is not its fields."""
 
 from __future__ import annotations
 
-import collections.abc
 import dataclasses
-import enum
 import functools
 import json
-import types
-import typing
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -18,13 +14,11 @@ from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
 from eaglequant.common.errors import EagleQuantError, InputError
 from eaglequant.common.findings import Finding
+from eaglequant.common.record_reading import json_type, read_record
 
 
 class ErrorType(Protocol):
     def __call__(self, message: str, *, hint: str | None = None) -> EagleQuantError: ...
-
-
-_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
 
 
 class JsonObject:
@@ -34,7 +28,7 @@ class JsonObject:
     def __init__(self, data: Any, where: str, error: ErrorType, hint: str, path: str = "") -> None:
         self.where, self.error, self.hint, self.path = where, error, hint, path
         if not isinstance(data, dict):
-            raise error(f"{where}: {path or 'the content'} is {_json_type(data)}, not an object", hint=hint)
+            raise error(f"{where}: {path or 'the content'} is {json_type(data)}, not an object", hint=hint)
         self.data: dict[str, Any] = data
 
     def _child(self, data: Any, path: str) -> JsonObject:
@@ -46,7 +40,7 @@ class JsonObject:
     def wrong(self, name: str, expected: str) -> EagleQuantError:
         value = self.data.get(name)
         return self.error(
-            f"{self.where}: {self.key(name)!r} must be {expected}, not {_json_type(value)}", hint=self.hint
+            f"{self.where}: {self.key(name)!r} must be {expected}, not {json_type(value)}", hint=self.hint
         )
 
     def get(self, name: str) -> Any:
@@ -155,14 +149,6 @@ def read_json_file(path: Path, error: ErrorType, hint: str) -> Any:
         raise error(f"{path}: not JSON ({exc})", hint=hint) from None
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
 def json_value(value: Any) -> Any:
     """``value`` as JSON: a record by its own ``to_json``, a path as its string, a tuple or list as a list, a mapping
     value by value."""
@@ -238,7 +224,7 @@ class JsonRecord:
         and the key (``data`` may be a :class:`JsonObject`, whose error and place are then used)."""
         error = error or JsonReadError
         obj = data if isinstance(data, JsonObject) else JsonObject(data, where, error, hint)
-        return _read_record(cls, obj)
+        return read_record(cls, obj)
 
 
 Writer = Callable[[Any], Any]
@@ -306,120 +292,3 @@ def named(**entries: Any) -> Mapping[str, Any]:
 def rounded(digits: int) -> Callable[[float], float]:
     """A :data:`ValueRule`: the value rounded to ``digits`` decimals."""
     return functools.partial(round, ndigits=digits)
-
-
-def _read_record(record_type: type[R], obj: JsonObject) -> R:
-    hints = typing.get_type_hints(record_type)
-    fields = [f for f in dataclasses.fields(record_type) if f.init]  # type: ignore[arg-type]
-    values: dict[str, Any] = {}
-    for field in fields:
-        if field.name in record_type.json_inlined:
-            values[field.name] = _read_record(hints[field.name], obj)
-            continue
-        if field.name in record_type.json_omitted:
-            continue
-        key = record_type.json_renamed.get(field.name, field.name)
-        if key not in obj.data:
-            if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-                obj.get(key)  # raises: the key is missing
-            continue
-        read = record_type.json_read.get(field.name)
-        values[field.name] = read(obj, key) if read else _read_value(hints[field.name], obj, key, obj.data[key])
-    return record_type(**values)
-
-
-_PLURAL = {str: "strings", int: "integers", float: "numbers", bool: "true or false values"}
-
-
-def _expected(hint: Any) -> str:
-    """What a value of type ``hint`` is in JSON, in words (``an object of strings``)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (types.UnionType, typing.Union):
-        return " or ".join(_expected(a) for a in args if a is not type(None)) + (
-            " or null" if type(None) in args else ""
-        )
-    if origin in (dict, collections.abc.Mapping) or hint is dict:
-        return f"an object of {_PLURAL[args[1]]}" if args and args[1] in _PLURAL else "an object"
-    if origin in (tuple, list, frozenset, set, collections.abc.Sequence):
-        return f"a list of {_PLURAL[args[0]]}" if args and args[0] in _PLURAL else "a list"
-    if hint in (str, Path) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
-        return "a string"
-    return {int: "an integer", float: "a number", bool: "true or false", Finding: "a finding"}.get(hint, "an object")
-
-
-def _read_value(hint: Any, obj: JsonObject, key: str, value: Any) -> Any:
-    """``value``, written under ``key`` of ``obj`` (as :func:`json_value` wrote it), as a value of type ``hint``;
-    a value that is not raises ``obj``'s error naming the key."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    wrong = obj.error(
-        f"{obj.where}: {obj.key(key)!r} must be {_expected(hint)}, not {_json_type(value)}", hint=obj.hint
-    )
-    if origin in (types.UnionType, typing.Union):
-        if value is None and type(None) in args:
-            return None
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _read_value(arg, obj, key, value)
-            except EagleQuantError:
-                if len(args) <= 2:  # an optional value: the error names what is wrong inside it
-                    raise
-        raise wrong
-    if hint is Any or hint is object or origin is typing.Literal:
-        return value
-    if isinstance(hint, type) and issubclass(hint, JsonRecord):
-        return _read_record(hint, obj._child(value, obj.key(key)))
-    if hint is Finding:
-        try:
-            return Finding.from_json(value)
-        except ValueError:
-            raise wrong from None
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        try:
-            return hint(value)
-        except ValueError:
-            raise wrong from None
-    if hint is Path:
-        if not isinstance(value, str):
-            raise wrong
-        return Path(value)
-    if isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields"):  # a NamedTuple
-        if not isinstance(value, list) or len(value) != len(hint._fields):
-            raise wrong
-        inner = typing.get_type_hints(hint)
-        return hint(
-            *(_item(inner[n], obj, key, i, v) for i, (n, v) in enumerate(zip(hint._fields, value, strict=True)))
-        )
-    if origin in (tuple, list, frozenset, set, collections.abc.Sequence):
-        if not isinstance(value, list):
-            raise wrong
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(args) != len(value):
-                raise wrong
-            return tuple(_item(a, obj, key, i, v) for i, (a, v) in enumerate(zip(args, value, strict=True)))
-        items = [_item(args[0] if args else Any, obj, key, i, v) for i, v in enumerate(value)]
-        return (tuple if origin is collections.abc.Sequence else origin)(items)
-    if origin in (dict, collections.abc.Mapping) or hint is dict:
-        if not isinstance(value, dict):
-            raise wrong
-        item = args[1] if args else Any
-        entries = obj._child(value, obj.key(key))
-        return {k: _read_value(item, entries, k, v) for k, v in value.items()}
-    if hint is float:
-        if type(value) not in (int, float):
-            raise wrong
-        return float(value)
-    if hint in (int, str, bool):
-        if type(value) is not hint:
-            raise wrong
-        return value
-    if hint is type(None):
-        if value is not None:
-            raise wrong
-        return None
-    raise TypeError(f"no JSON reader for {hint} ({obj.key(key)})")
-
-
-def _item(hint: Any, obj: JsonObject, key: str, index: int, value: Any) -> Any:
-    """Item ``index`` of the list under ``key``, named ``key[index]`` in an error."""
-    holder = obj._child({f"{key}[{index}]": value}, obj.path)
-    return _read_value(hint, holder, f"{key}[{index}]", value)

@@ -72,7 +72,8 @@ def test_only_a_draft_whose_rope_keeps_its_length_is_warned_about() -> None:
     assert "--match-context" in said.message
     unknown = shorter_context(short, UNKNOWN)
     assert unknown is not None and "pass --target-config" in unknown.message
-    for text in (said, unknown):  # issue 48, item 15: short enough to read, the sources in the docs it names
+    # issue 48, item 15: short enough to read, the sources in the docs it names
+    for text in (said.message, unknown.message):
         assert len(text) <= 250 and "docs/engines.md#vllm-releases-0320-and-0330" in text, text
 
 
