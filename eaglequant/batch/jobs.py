@@ -267,7 +267,7 @@ def run_batch(
     only: Sequence[str] = (),
     shard: tuple[int, int] | None = None,
     on_job: Callable[[int, int, JobOutcome], None] | None = None,
-    on_note: Callable[[str], None] | None = None,
+    on_note: Callable[[Finding], None] | None = None,
 ) -> BatchResult:
     """Run the jobs of ``path`` that :func:`select_jobs` picks, in order; ``on_job`` hears of each one done,
     ``on_note`` of what the summary's ``notes`` say. The whole file is checked first."""

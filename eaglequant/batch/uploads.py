@@ -22,7 +22,7 @@ class Upload(JsonRecord):
     commit_oid: str | None
 
     @classmethod
-    def from_json(cls, value: object) -> Upload | None:
+    def from_entry(cls, value: object) -> Upload | None:
         """None for an entry that is not one (hand-edited, or from another version): it records nothing."""
         if not isinstance(value, dict) or not isinstance(value.get("manifest_key"), str):
             return None
@@ -32,7 +32,7 @@ class Upload(JsonRecord):
 
 def read_uploads(dst: Path) -> dict[str, Upload]:
     """``repo_id@revision`` -> what was uploaded there from ``dst``; empty when there is no readable record."""
-    return {target: upload for target, entry in _entries(dst).items() if (upload := Upload.from_json(entry))}
+    return {target: upload for target, entry in _entries(dst).items() if (upload := Upload.from_entry(entry))}
 
 
 def record_upload(dst: Path, target: str, upload: Upload) -> None:

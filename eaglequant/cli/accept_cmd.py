@@ -174,7 +174,7 @@ def render(report: AcceptanceReport) -> None:
     if report.ok:
         out.print("[green]ok[/]: every draft lossless, every quantized draft within its budget", markup=True)
     for problem in report.problems:
-        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
 
 
 def _add_draft_rows(table: Table, draft: DraftResult, modes: tuple[Mode, ...]) -> None:

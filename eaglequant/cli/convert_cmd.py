@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -29,11 +30,26 @@ from eaglequant.cli.output import MODE, absolute, info, note, out, quiet_hub_pro
 from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.common.errors import EXIT_CHECK_FAILED
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord, named
 from eaglequant.common.sizes import decimal_bytes
 from eaglequant.conversion.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
 
 if TYPE_CHECKING:
     from eaglequant.conversion.result import ConversionResult
+    from eaglequant.record.report import ConversionReport
+    from eaglequant.verification.verify import VerifyReport
+
+
+@dataclass(frozen=True)
+class ConvertOutput(JsonRecord):
+    """What ``convert --json`` prints: the report (its destination absolute, with the conversion's seconds), its
+    ``verification`` the full verification where ``--verify`` ran (its destination absolute too)."""
+
+    json_inlined = ("report",)
+    json_values = named(verification=lambda verification: NOT_WRITTEN if verification is None else verification)
+
+    report: ConversionReport
+    verification: VerifyReport | None
 
 
 def convert_command(
@@ -87,13 +103,12 @@ def convert_command(
                 overwrite_any=overwrite_any,
                 progress=display,
             )
-        destination = absolute(converted.destination)
-        data = converted.report(timed=True).to_json()
-        data["destination"] = destination
-        if converted.verification is not None:
-            data["verification"] = converted.verification.to_json()
-            data["verification"]["destination"] = destination
-        result(data, lambda: render(converted))
+        destination = str(converted.destination.absolute())
+        verification = converted.verification
+        if verification is not None:
+            verification = replace(verification, destination=converted.destination.absolute())
+        printed = ConvertOutput(replace(converted.report(timed=True), destination=destination), verification)
+        result(printed.to_json(), lambda: render(converted))
         for text in converted.plan.notes:
             note(text)
         if converted.verification is not None and not converted.verification.ok:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -48,9 +49,8 @@ def explain_command(
             dst, engines=engine or [], target_layers=target_layers, target_config=target_config, draft_tokens=k
         )
         destination = absolute(explanation.destination)
-        data = explanation.to_json()
-        data["destination"] = destination
-        result(data, lambda: render(explanation, str(destination)))
+        shown = replace(explanation, destination=explanation.destination.absolute())
+        result(shown.to_json(), lambda: render(explanation, str(destination)))
         return explanation.ok
 
     if not run_guarded(body):
@@ -86,7 +86,7 @@ def render(explanation: Explanation, destination: str) -> None:
         )
         return
     for problem in explanation.all_problems:
-        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
 
 
 def _render_engine(reading: EngineReading) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import typer
@@ -61,9 +62,8 @@ def inspect_command(
             draft_tokens=k,
         )
         source = absolute(report.source)
-        data = report.to_json()
-        data["source"] = source
-        result(data, lambda: render(report, str(source)))
+        shown = replace(report, source=report.source.absolute())
+        result(shown.to_json(), lambda: render(report, str(source)))
 
     run_guarded(body)
 

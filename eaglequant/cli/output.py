@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from eaglequant.common.environment import env_true
+from eaglequant.common.findings import Finding
 
 PROGRESS_SWITCHES = ("EAGLEQUANT_DISABLE_PROGRESS_BARS", "HF_HUB_DISABLE_PROGRESS_BARS")
 
@@ -165,10 +166,10 @@ def absolute(path: str | Path | None) -> str | None:
     return None if path is None else str(Path(path).absolute())
 
 
-def note(text: str) -> None:
+def note(text: str | Finding) -> None:
     """Something the user should know (a warning); not shown with --quiet."""
     if not MODE.quiet:
-        err.print(f"[yellow]note[/]: {escape(text)}", markup=True, soft_wrap=True)
+        err.print(f"[yellow]note[/]: {escape(str(text))}", markup=True, soft_wrap=True)
 
 
 def info(text: str, *, markup: bool = False) -> None:

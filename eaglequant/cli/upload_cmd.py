@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
@@ -61,9 +62,8 @@ def upload_command(
                 source=source,
             )
         destination = absolute(uploaded.destination)
-        data = uploaded.to_json()
-        data["destination"] = destination
-        result(data, lambda: render(uploaded, str(destination)))
+        shown = replace(uploaded, destination=uploaded.destination.absolute())
+        result(shown.to_json(), lambda: render(uploaded, str(destination)))
         for text in uploaded.notes:
             note(text)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -22,6 +23,7 @@ from eaglequant.cli.options import (
 from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
@@ -104,15 +106,24 @@ def verify_command(
                 inputs=inputs,
             )
         destination, recorded_source = absolute(report.destination), _recorded_source(dst)
-        data = report.to_json()
-        data["destination"] = destination
-        data["recorded_source"] = recorded_source
-        result(data, lambda: render(report, str(destination), recorded_source))
+        shown = VerifyOutput(replace(report, destination=report.destination.absolute()), recorded_source)
+        result(shown.to_json(), lambda: render(report, str(destination), recorded_source))
         return report.verdict
 
     verdict = run_guarded(body)
     if verdict.exit_code:
         raise typer.Exit(verdict.exit_code)
+
+
+@dataclass(frozen=True)
+class VerifyOutput(JsonRecord):
+    """What ``verify --json`` prints: the report (its destination absolute), then the source DST's report records
+    (absolute; None without), where verify looks when --source is not given."""
+
+    json_inlined = ("report",)
+
+    report: VerifyReport
+    recorded_source: str | None
 
 
 def _recorded_source(dst: Path) -> str | None:
@@ -158,7 +169,7 @@ def render(report: VerifyReport, destination: str, recorded_source: str | None =
             markup=True,
         )
     for problem in report.problems:
-        out.print(f"[bold red]problem[/]: {escape(problem)}", markup=True, soft_wrap=True)
+        out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
 
 
 def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:

@@ -10,16 +10,15 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Protocol
+from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
 
-from eaglequant.common.errors import EagleQuantError
+from eaglequant.common.errors import EagleQuantError, InputError
+from eaglequant.common.findings import Finding
+from eaglequant.common.record_reading import json_type, read_record
 
 
 class ErrorType(Protocol):
     def __call__(self, message: str, *, hint: str | None = None) -> EagleQuantError: ...
-
-
-_JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "an integer", float: "a number"}
 
 
 class JsonObject:
@@ -29,7 +28,7 @@ class JsonObject:
     def __init__(self, data: Any, where: str, error: ErrorType, hint: str, path: str = "") -> None:
         self.where, self.error, self.hint, self.path = where, error, hint, path
         if not isinstance(data, dict):
-            raise error(f"{where}: {path or 'the content'} is {_json_type(data)}, not an object", hint=hint)
+            raise error(f"{where}: {path or 'the content'} is {json_type(data)}, not an object", hint=hint)
         self.data: dict[str, Any] = data
 
     def _child(self, data: Any, path: str) -> JsonObject:
@@ -41,7 +40,7 @@ class JsonObject:
     def wrong(self, name: str, expected: str) -> EagleQuantError:
         value = self.data.get(name)
         return self.error(
-            f"{self.where}: {self.key(name)!r} must be {expected}, not {_json_type(value)}", hint=self.hint
+            f"{self.where}: {self.key(name)!r} must be {expected}, not {json_type(value)}", hint=self.hint
         )
 
     def get(self, name: str) -> Any:
@@ -96,6 +95,17 @@ class JsonObject:
             raise self.wrong(name, "a list of strings")
         return tuple(value)
 
+    def findings(self, name: str) -> tuple[Finding, ...]:
+        """A list of findings, each an object of code, subject and message, or a bare string (a record written
+        before findings had codes: an ``unrecorded`` finding)."""
+        value = self.get(name)
+        try:
+            if not isinstance(value, list):
+                raise ValueError
+            return tuple(Finding.from_json(item) for item in value)
+        except ValueError:
+            raise self.wrong(name, "a list of findings (code, subject, message)") from None
+
     def text_map(self, name: str) -> dict[str, str]:
         value = self.get(name)
         if not (isinstance(value, dict) and all(isinstance(v, str) for v in value.values())):
@@ -139,14 +149,6 @@ def read_json_file(path: Path, error: ErrorType, hint: str) -> Any:
         raise error(f"{path}: not JSON ({exc})", hint=hint) from None
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true/false"
-    return _JSON_TYPES.get(type(value), type(value).__name__)
-
-
 def json_value(value: Any) -> Any:
     """``value`` as JSON: a record by its own ``to_json``, a path as its string, a tuple or list as a list, a mapping
     value by value."""
@@ -160,6 +162,12 @@ def json_value(value: Any) -> Any:
         return {k: json_value(v) for k, v in value.items()}
     return value
 
+
+class JsonReadError(InputError):
+    """A record's JSON that is not what its declaration reads."""
+
+
+R = TypeVar("R", bound="JsonRecord")
 
 # What a value rule gives for an entry that is not written.
 NOT_WRITTEN: Final = object()
@@ -181,7 +189,11 @@ class JsonRecord:
     - ``json_values``: field or computed entry -> how its value is written (a :data:`ValueRule`); a rule giving
       :data:`NOT_WRITTEN` leaves the entry out (an entry the record's version does not have);
     - ``json_first``: fields or computed entries written before the others, in this order (the order of keys a
-      reader already knows, where it is not the fields' own).
+      reader already knows, where it is not the fields' own);
+    - ``json_inlined``: fields holding a record whose entries are written in place of the field, first (a wrapper
+      record: its own entries then replace theirs in place, or follow them);
+    - ``json_read``: field -> how its value is read back, given the object read and the field's key (where the value
+      written is not the field's own by its type: the inverse of its ``json_values`` rule).
 
     A name that is neither a field nor a declared computed entry is refused (``TypeError``) when the record is
     first written."""
@@ -191,10 +203,28 @@ class JsonRecord:
     json_omitted: ClassVar[tuple[str, ...]] = ()
     json_values: ClassVar[Mapping[str, ValueRule]] = {}
     json_first: ClassVar[tuple[str, ...]] = ()
+    json_read: ClassVar[Mapping[str, Callable[[JsonObject, str], Any]]] = {}
+    json_inlined: ClassVar[tuple[str, ...]] = ()
 
     def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for name in type(self).json_inlined:
+            data.update(json_value(getattr(self, name)))
         entries = ((key, write(self)) for key, write in json_plan(type(self)))
-        return {key: json_value(value) for key, value in entries if value is not NOT_WRITTEN}
+        data.update((key, json_value(value)) for key, value in entries if value is not NOT_WRITTEN)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, where: str = "JSON", error: ErrorType | None = None, hint: str = "") -> Self:
+        """The record :meth:`to_json` wrote as ``data``, by the same declarations: each written field from its key
+        (renamed as declared), by its type (a nested record by its own ``from_json``, a finding, a tuple, a path,
+        an enum), or by its ``json_read`` rule where its written value is not its field's; a field not written
+        (omitted, or absent in the record's version) takes its default. Computed entries are not read. A value
+        that is not what its field takes raises ``error`` (:class:`JsonReadError`), with ``hint``, naming ``where``
+        and the key (``data`` may be a :class:`JsonObject`, whose error and place are then used)."""
+        error = error or JsonReadError
+        obj = data if isinstance(data, JsonObject) else JsonObject(data, where, error, hint)
+        return read_record(cls, obj)
 
 
 Writer = Callable[[Any], Any]
@@ -212,7 +242,7 @@ def json_plan(record_type: type[JsonRecord]) -> tuple[tuple[str, Writer], ...]:
 
 def _plan(record_type: type[JsonRecord]) -> tuple[tuple[str, Writer], ...]:
     fields = [f.name for f in dataclasses.fields(record_type)]  # type: ignore[arg-type]
-    written = [name for name in fields if name not in record_type.json_omitted]
+    written = [name for name in fields if name not in (*record_type.json_omitted, *record_type.json_inlined)]
     wrong = _undeclared(record_type, fields, written)
     if wrong:
         raise TypeError(f"{record_type.__name__}: JSON declarations name {wrong[0]!r}, which it does not write")

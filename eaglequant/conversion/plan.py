@@ -16,6 +16,7 @@ from typing import Any
 from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+from eaglequant.common.findings import Finding
 from eaglequant.conversion.outputs import OutputTensor, planned_outputs
 from eaglequant.conversion.request import ConversionRequest, changed_config
 from eaglequant.engines import Engine
@@ -54,7 +55,7 @@ class ConversionPlan:
     config: QuantConfig  # what config.json declares: the schemes' groups by runtime names, and the exclusions
     verdicts: list[ModuleVerdict] = field(default_factory=list)
     input_amax: dict[str, float] = field(default_factory=dict)  # calibrated activation amax per linear
-    notes: list[str] = field(default_factory=list)  # what the user should know: downgrades, layers kept
+    notes: list[Finding] = field(default_factory=list)  # what the user should know: downgrades, layers kept
     config_changes: list[ConfigChange] = field(default_factory=list)  # config.json values written other than SRC's
 
     @property
@@ -128,7 +129,7 @@ def build_plan(
     """The plan for converting ``head`` as ``request`` asks; ``input_amax``: the calibrated activation amax per
     linear (see :mod:`eaglequant.draft.calibrate`), which only a scheme with calibrated activations is given
     (:class:`~eaglequant.conversion.options.ConversionOptions` refuses ``calib`` for the others)."""
-    notes: list[str] = []
+    notes: list[Finding] = []
     assignment, keep = user_request(
         head, request.exclude, request.quantize, request.assignment, calibrated=bool(input_amax), notes=notes
     )

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
+from eaglequant.common.findings import Finding
 from eaglequant.engines.cells import Answer, Cells, Support
 from eaglequant.engines.decision import ModuleDecision, quantized, refused, unquantized
 from eaglequant.kinds import KindPair, kinds_title
@@ -309,13 +310,13 @@ class Engine(ABC):
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
         return None
 
-    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
+    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[Finding]:
         """Settings of the serving environment (environment variables, platform defaults) under which this release
         runs a checkpoint of this scheme other than as stored, each with its fix; [] when none. Whatever the draft's
         config and target: the card's serving section and ``explain`` show them."""
         return []
 
-    def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
+    def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[Finding]:
         """What this release does with this draft and target that the draft's config.json does not say: what it
         would serve otherwise without an error (a shorter context, a refused verifier), each with its fix, and
         settings that change what a round reads; [] when nothing. ``convert``, ``explain`` and ``verify`` show them."""

@@ -59,7 +59,7 @@ def plan_exclusions(
     fmt: Format,
     scheme: Scheme,
     request: KeepRequest,
-    unstorable: Mapping[str, str],
+    unstorable: Mapping[str, Finding],
     loading_formats: Sequence[Format] = (),
 ) -> ExclusionPlan:
     """The one decision of which linears stay in the source dtype, and why: what a targeted engine cannot run
@@ -78,7 +78,7 @@ def plan_exclusions(
         if any(lin.module not in chosen for lin in head.linears):
             raise NothingQuantizedError(
                 f"{fmt.title} {scheme.name} can store none of this head's linears; nothing would be quantized "
-                f"({notes[-1].removeprefix('kept ')})",
+                f"({notes[-1].message.removeprefix('kept ')})",
                 hint="choose another scheme (eaglequant schemes lists them)",
             )
         raise NothingQuantizedError(
@@ -177,7 +177,7 @@ def engine_requirements(views: list[EngineView]) -> dict[str, str]:
 
 
 def _exclude_unstorable(
-    head: HeadDescription, unstorable: Mapping[str, str], excluded: dict[str, str], views: list[EngineView]
+    head: HeadDescription, unstorable: Mapping[str, Finding], excluded: dict[str, str], views: list[EngineView]
 ) -> list[Finding]:
     """Keep in the source dtype every linear the format cannot store (``unstorable``: module -> why) and the rest
     of its fused group; one note for each (``kept-unstorable``, about the linear's checkpoint module), said in the
@@ -191,7 +191,8 @@ def _exclude_unstorable(
         members = group.members if group else (linear.module,)
         for member in members:
             excluded.setdefault(
-                member, problem if member == linear.module else fused_reason(head, linear.module, problem)
+                member,
+                problem.message if member == linear.module else fused_reason(head, linear.module, problem.message),
             )
         fused = runtime_spellings(views, members)
         run_as = f" (one module at run time: {fused})" if fused else ""

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.findings import Finding
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.layouts.rules import SCHEME_FOR, linears_matching
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -41,7 +42,7 @@ def user_request(
     assignment: SchemeAssignment,
     *,
     calibrated: bool = False,
-    notes: list[str] | None = None,
+    notes: list[Finding] | None = None,
 ) -> tuple[SchemeAssignment, KeepRequest]:
     """Every rule the user wrote matched on ``head`` in one pass: the ``scheme_for`` rules of ``assignment`` resolve
     it (as written: :meth:`SchemeAssignment.as_written`, ``calibrated`` and ``notes`` as it takes them); then what

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import Finding
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import ModuleVerdict, plan_exclusions
 from eaglequant.engines.keep import KeepRequest
@@ -28,7 +29,7 @@ class EnginePlan:
     excluded: dict[str, str]  # canonical linear -> why it keeps its source dtype
     patterns: list[str]  # the exclusion rules written into config.json
     verdicts: list[ModuleVerdict]
-    notes: list[str]  # the conditions under which the engines load it, the linears the format cannot store
+    notes: list[Finding]  # the conditions under which the engines load it, the linears the format cannot store
     config: QuantConfig  # what the format writes: the schemes' groups by runtime names, and the exclusion rules
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.errors import InputError, Words, placeholder, suggested, words
+from eaglequant.common.findings import Finding
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.base import TARGET_LAYERS_HINT
 from eaglequant.engines.cells import (
@@ -230,7 +231,7 @@ def _joined(pieces: list[Any]) -> list[Any]:
 class EngineSupport:
     """What the targeted engines say of a conversion's schemes in its format, decided once for the plan."""
 
-    notes: list[str]  # the conditions under which they load the main scheme (shown as warnings)
+    notes: list[Finding]  # the conditions under which they load the main scheme (shown as warnings)
     loading_formats: tuple[Format, ...]  # every format in which each targeted engine loads the main scheme
 
 
@@ -311,7 +312,7 @@ def check_engines(
     engines: list[Engine],
     attention: str,
     scheme_names: dict[KindPair, str],
-) -> list[str]:
+) -> list[Finding]:
     """Refuse, in one line naming a combination that works, what a targeted engine cannot load.
 
     Returns the conditions under which the targeted engines load it (to show as warnings).
@@ -324,7 +325,7 @@ def check_engines(
             continue
         if cell.loads:
             if cell.conditional:
-                warnings.append(f"{engine.title}: {cell.note}")
+                warnings.append(Finding("engine-condition", engine.key, f"{engine.title}: {cell.note}"))
             continue
         others = sorted((k for k in scheme_names if k != kinds), key=lambda k: _weight_bits(k) != _weight_bits(kinds))
         candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit

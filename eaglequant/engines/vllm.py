@@ -44,6 +44,7 @@ import re
 from collections.abc import Mapping
 from typing import ClassVar
 
+from eaglequant.common.findings import Finding
 from eaglequant.engines.base import (
     Dialect,
     Engine,
@@ -97,10 +98,12 @@ def _modelopt_rule(runtime_name: str, patterns: list[str]) -> str | None:
     return None
 
 
-_ROCM_AITER_MLA = (
+_ROCM_AITER_MLA = Finding(
+    "rocm-aiter-mla",
+    "kv_b_proj",
     "vLLM 0.32 on ROCm with VLLM_ROCM_USE_AITER=1 re-quantizes an MLA draft's kv_b_proj online whatever the "
     "checkpoint stores (VLLM_ROCM_USE_AITER_FP8BMM and VLLM_ROCM_USE_AITER_FP4BMM default to true; 0.33 defaults "
-    "both to false): set both to 0 to run kv_b_proj as stored (vllm/envs.py, attention/backends/mla)"
+    "both to false): set both to 0 to run kv_b_proj as stored (vllm/envs.py, attention/backends/mla)",
 )
 
 
@@ -257,7 +260,7 @@ class VllmEngine(Engine):
         "(llama_eagle3.py, deepseek_eagle3.py)"
     )
 
-    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
+    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[Finding]:
         return [_ROCM_AITER_MLA] if attention == "mla" else []
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:

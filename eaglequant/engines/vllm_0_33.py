@@ -114,7 +114,7 @@ def target_context_change(head_config: dict[str, Any], target_context: int | Non
     )
 
 
-def local_verifier(head_config: dict[str, Any]) -> str | None:
+def local_verifier(head_config: dict[str, Any]) -> Finding | None:
     """Why ``vllm serve DRAFT`` fails on 0.33 for a speculators head whose verifier is not a Hub repo id."""
     speculators = head_config.get("speculators_config")
     verifier = speculators.get("verifier") if isinstance(speculators, dict) else None
@@ -123,23 +123,27 @@ def local_verifier(head_config: dict[str, Any]) -> str | None:
     name = verifier["name_or_path"]
     if isinstance(name, str) and _hub_repo_id(name):
         return None
-    return (
+    return Finding(
+        "local-verifier",
+        "speculators_config.verifier.name_or_path",
         f"vLLM 0.33 refuses `vllm serve DRAFT` for this speculators head: its verifier {name!r} is not a Hub repo id "
         "(transformers_utils/config.py::maybe_override_with_speculators: 'Speculators verifier must name a remote "
         "model repository'); serve the target with --speculative-config naming the draft, or set "
-        "speculators_config.verifier.name_or_path to the target's Hub repo id"
+        "speculators_config.verifier.name_or_path to the target's Hub repo id",
     )
 
 
-def shared_lm_head(head: HeadDescription) -> str | None:
+def shared_lm_head(head: HeadDescription) -> Finding | None:
     """How a draft that reads the target's lm_head can read fewer bytes a round on 0.33 (None: it has its own)."""
     if head.find_linear("lm_head") is not None:
         return None
-    return (
+    return Finding(
+        "shared-lm-head",
+        "lm_head",
         "this draft reads the target's lm_head: vLLM 0.33 can quantize the drafter's copy of it online with "
         '--speculative-config \'{..., "draft_lm_head_quantization": "fp8"}\' (or "nvfp4", weight-only; Model '
         "Runner V2 only; config/speculative.py), which cuts the lm_head's share of a round's bytes; the target "
-        "verifies with its own, so only acceptance can change: measure it"
+        "verifies with its own, so only acceptance can change: measure it",
     )
 
 
@@ -164,10 +168,10 @@ class Vllm033Engine(VllmEngine):
     measures_acceptance: ClassVar[bool] = False  # eaglequant runs vLLM 0.32.0 only
     captures_hidden_states: ClassVar[bool] = False
 
-    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[str]:
+    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[Finding]:
         return []
 
-    def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[str]:
+    def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[Finding]:
         found = (shorter_context(head.config, target), local_verifier(head.config), shared_lm_head(head))
         return [note for note in found if note is not None]
 

@@ -233,7 +233,7 @@ class Format(ABC):
         kind = scheme.kinds.weight_kind
         problem = kind.shape_problem(linear.out_features, linear.in_features, fused_before_last)
         if problem is not None:
-            return Finding(problem.code, linear.module, problem)
+            return Finding(problem.code, linear.module, problem.message)
         block = kind.columns_per_scale
         if block and linear.in_features % block and not self.recipe(scheme).pads_blocks:
             text = (

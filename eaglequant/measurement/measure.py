@@ -198,7 +198,7 @@ class AcceptanceReport(JsonRecord):
     settings: Settings
     source: DraftResult
     quantized: list[DraftResult]
-    notes: list[str] = field(default_factory=list)
+    notes: list[Finding] = field(default_factory=list)
 
     @property
     def problems(self) -> list[Finding]:

@@ -4,12 +4,13 @@ card shows of it. ``accept`` writes the file from :class:`~eaglequant.measuremen
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.errors import InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.measurement.statistics import format_interval
 
@@ -70,8 +71,8 @@ class AcceptanceRecord:
     max_tokens: int
     source: DraftRecord
     quantized: tuple[DraftRecord, ...]
-    notes: tuple[str, ...]
-    problems: tuple[str, ...]
+    notes: tuple[Finding, ...]
+    problems: tuple[Finding, ...]
 
     @classmethod
     def from_json(cls, data: Any, where: str = ACCEPT_NAME) -> AcceptanceRecord:
@@ -87,8 +88,8 @@ class AcceptanceRecord:
             max_tokens=settings.integer("max_tokens"),
             source=_draft(top.child("source")),
             quantized=tuple(_draft(row) for row in top.children("quantized")),
-            notes=top.texts("notes"),
-            problems=top.texts("problems"),
+            notes=top.findings("notes"),
+            problems=top.findings("problems"),
         )
 
 
@@ -130,11 +131,8 @@ def _draft(row: JsonObject) -> DraftRecord:
 def write_acceptance(dst: Path, report: AcceptanceReport, label: str) -> Path:
     """Record in ``dst`` what was measured of it (and of its source, the reference); its card, which shows it, is
     the caller's to refresh (:func:`eaglequant.publish.card.refresh_card`)."""
-    mine = [d for d in report.quantized if d.label == label]
-    data = report.to_json()
-    data["quantized"] = [d.to_json(report.settings.modes) for d in mine]
-    data["ok"] = not [p for d in (report.source, *mine) for p in d.problems]
-    data["problems"] = [p for d in (report.source, *mine) for p in d.problems]
+    # the record: the report narrowed to this draft (its ok and problems are then the source's and this draft's)
+    recorded = replace(report, quantized=[d for d in report.quantized if d.label == label])
     path = dst / ACCEPT_NAME
-    write_text_whole(path, json.dumps(data, indent=2) + "\n")
+    write_text_whole(path, json.dumps(recorded.to_json(), indent=2) + "\n")
     return path

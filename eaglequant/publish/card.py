@@ -170,7 +170,7 @@ def _verification(verification: VerificationRecord | None) -> str:
             "## Verification\n\nNot verified when written. Run `eaglequant verify <this directory> --source "
             "<the BF16 head>` for per-layer kernel parity and draft-head agreement.\n"
         )
-    verdict = "passed" if verification.ok else "**FAILED**: " + "; ".join(verification.problems)
+    verdict = "passed" if verification.ok else "**FAILED**: " + "; ".join(map(str, verification.problems))
     if not verification.ok and not verification.problems:
         verdict = "not verified numerically (no source checkpoint)"
     limits = verification.thresholds

@@ -14,7 +14,7 @@ CARD_NAME = "README.md"  # the model card, in the source and in every converted 
 LICENSE_KEYS = ("license", "license_name", "license_link")
 
 
-def source_card_metadata(source: Path, notes: list[str] | None = None) -> dict[str, Any]:
+def source_card_metadata(source: Path, notes: list[Finding] | None = None) -> dict[str, Any]:
     """The YAML metadata of the source's README.md ({} when it has none). A metadata block that is not YAML does not
     stop a conversion: it is left out, and ``notes`` gains a finding (``source-card-unreadable``, about the card)
     saying that the licence it may hold is not carried over."""

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
-from eaglequant.common.json_fields import JsonObject, JsonRecord, named, rounded
+from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.layouts.head import HeadDescription, Role
 
 SERVING_WEIGHT_BYTES = 2  # an unquantized module at run time: BF16 or FP16, whatever the source stored
@@ -61,17 +61,6 @@ class PartCost(JsonRecord):
     @property
     def source_bytes_per_round(self) -> int:
         return self.reads * self.source_bytes_per_read
-
-    @classmethod
-    def from_json(cls, fields: JsonObject) -> PartCost:
-        return cls(
-            fields.text("part"),
-            fields.integer("reads_per_round"),
-            fields.integer("bytes_per_read"),
-            fields.integer("source_bytes_per_read"),
-            fields.boolean("quantized"),
-            fields.boolean("shared_with_target"),
-        )
 
 
 @dataclass(frozen=True)
@@ -123,17 +112,6 @@ class RoundCost(JsonRecord):
 
     def part(self, name: str) -> PartCost | None:
         return next((part for part in self.parts if part.part == name), None)
-
-    @classmethod
-    def from_json(cls, fields: JsonObject) -> RoundCost:
-        return cls(
-            fields.text("engine"),
-            fields.text("release"),
-            fields.integer("draft_tokens"),
-            tuple(PartCost.from_json(part) for part in fields.children("parts")),
-            fields.integer("resident_bytes"),
-            fields.integer("source_resident_bytes"),
-        )
 
 
 # From this share of a round's bytes, an unquantized lm_head is where the bytes are (a Kimi-K2.5 MLA head's BF16

@@ -66,7 +66,7 @@ class EngineReading(JsonRecord):
     note: str  # the support matrix's word on this scheme and format
     modules: tuple[ModuleReading, ...]
     problems: tuple[Finding, ...]  # engine-wide: cannot load it, or a rule that breaks its loader
-    notes: tuple[str, ...] = ()  # deployment settings that change what the engine runs
+    notes: tuple[Finding, ...] = ()  # deployment settings that change what the engine runs
     # False for an engine listed but not required to load DST (every engine shown, for --engine all or a checkpoint
     # another tool wrote, and this one cannot load its scheme and format): its not loading is no problem.
     judged: bool = True
@@ -175,7 +175,7 @@ def explain_checkpoint(
     return Explanation(checkpoint.root, fmt.name, label, written.kinds, written.patterns, target, readings, problems)
 
 
-def _finding(code: str, problem: str) -> Finding:
+def _finding(code: str, problem: str | Finding) -> Finding:
     """``problem`` as a finding with ``code``, unless its producer already made it one."""
     return problem if isinstance(problem, Finding) else Finding(code, "", problem)
 

@@ -61,7 +61,9 @@ def completed_with(dst: Path, key: str) -> str | None:
     return reuse_problem(report, key, lambda files: changed_files(dst, files))
 
 
-def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[str, str]], Sequence[str]]) -> str | None:
+def reuse_problem(
+    report: ConversionReport, key: str, changed: Callable[[dict[str, str]], Sequence[Finding]]
+) -> str | None:
     """Why the output ``report`` describes cannot stand for a conversion with manifest ``key`` (None when it
     can); ``changed``: the files of a name -> SHA-256 map that are missing or differ where the output is."""
     if report.manifest is None or report.manifest.key != key:
@@ -69,7 +71,7 @@ def reuse_problem(report: ConversionReport, key: str, changed: Callable[[dict[st
     if not report.files:
         return "report lists no files"
     problems = changed(report.files)
-    return problems[0] if problems else None
+    return problems[0].message if problems else None
 
 
 def changed_files(dst: Path, files: dict[str, str]) -> list[Finding]:

@@ -18,15 +18,17 @@ from typing import Any
 from eaglequant.checkpoint.destination import REPORT_NAME
 from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import CheckpointError, InputError
-from eaglequant.common.json_fields import NOT_WRITTEN, JsonObject, JsonRecord, named, read_json_file
+from eaglequant.common.findings import Finding
+from eaglequant.common.json_fields import NOT_WRITTEN, ErrorType, JsonObject, JsonRecord, R, named, read_json_file
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetModel
 from eaglequant.kinds import KindPair
 from eaglequant.readback.cost import RoundCost
 
 # 2 added report_version and verification; 3 the cost of a round per engine (round_costs); 4 the config.json values
-# written other than the source's (config_changes) and the target's context length (target_layers.context)
-REPORT_VERSION = 4
+# written other than the source's (config_changes) and the target's context length (target_layers.context); 5 each
+# note as a finding with its code ({"code", "subject", "message"}: before, its message alone)
+REPORT_VERSION = 5
 _REPAIR = "it was changed after conversion or is damaged: convert the checkpoint again"
 
 
@@ -99,6 +101,10 @@ class ConversionReport(JsonRecord):
     """What a conversion did, as ``eaglequant_report.json`` records it: each version's keys, a missing manifest or
     card as {} (a report read is written back in its own version: a version-1 report stays version 1)."""
 
+    json_read = named(
+        manifest=lambda top, key: _or_none(ManifestRecord, top, key),
+        card=lambda top, key: _or_none(CardContext, top, key),
+    )
     json_values = named(
         report_version="_since_version_2",
         verification="_since_version_2",
@@ -106,6 +112,7 @@ class ConversionReport(JsonRecord):
         config_changes="_since_version_4",
         own_schemes="_since_version_4",
         target_layers="_target_json",
+        notes="_notes_json",
         manifest=lambda manifest: {} if manifest is None else manifest,
         card=lambda card: {} if card is None else card,
         seconds=lambda seconds: NOT_WRITTEN if seconds is None else seconds,
@@ -123,7 +130,7 @@ class ConversionReport(JsonRecord):
     attention: str
     format: str
     algorithm: str | None  # the format's name for the scheme
-    notes: tuple[str, ...]
+    notes: tuple[Finding, ...]
     calibrated_input_amax: dict[str, float]
     engines: tuple[str, ...]  # the engines the conversion targeted
     target_layers: TargetModel
@@ -153,6 +160,9 @@ class ConversionReport(JsonRecord):
     def _since_version_4(self, value: Any) -> Any:
         return value if self.report_version >= 4 else NOT_WRITTEN
 
+    def _notes_json(self, notes: tuple[Finding, ...]) -> list[Any]:
+        return [note if self.report_version >= 5 else note.message for note in notes]
+
     def _target_json(self, target: TargetModel) -> dict[str, Any]:
         written = target.to_json()
         return written if self.report_version >= 4 else {k: v for k, v in written.items() if k != "context"}
@@ -162,53 +172,23 @@ class ConversionReport(JsonRecord):
         return json.dumps(self.to_json(), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, data: Any, where: str = REPORT_NAME) -> ConversionReport:
+    def from_json(
+        cls, data: Any, where: str = REPORT_NAME, error: ErrorType | None = None, hint: str = ""
+    ) -> ConversionReport:
         """``data``: a report's parsed JSON; ``where``: its file, named in errors (:class:`ReportError` for a
-        missing or wrong-typed key, :class:`NewerReportError` for a version newer than this eaglequant's)."""
+        missing or wrong-typed key, :class:`NewerReportError` for a version newer than this eaglequant's). Read by
+        the fields' declarations, the keys of the report's version only."""
         top = JsonObject(data, where, ReportError, _REPAIR)
         version = _report_version(top)
-        top.refuse_unknown(_V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4) * 2])
-        target = top.child("target_layers")
-        return cls(
-            eaglequant_version=top.text("eaglequant_version"),
-            report_version=version,
-            destination=top.text("destination"),
-            source=top.optional_text("source"),
-            layout=top.text("layout"),
-            scheme=top.text("scheme"),
-            scheme_label=top.text("scheme_label"),
-            scheme_kinds=_kinds(top),
-            scheme_toml=top.text("scheme_toml"),
-            attention=top.text("attention"),
-            format=top.text("format"),
-            algorithm=top.optional_text("algorithm"),
-            notes=top.texts("notes"),
-            calibrated_input_amax=top.number_map("calibrated_input_amax"),
-            engines=top.texts("engines"),
-            target_layers=TargetModel(
-                target.optional_integer("count"),
-                target.text("source"),
-                target.optional_integer("context") if version >= 4 else None,
-            ),
-            quantized=tuple(_linear(row) for row in top.children("quantized")),
-            kept=top.text_map("kept"),
-            excluded_linears=top.text_map("excluded_linears"),
-            exclude=top.texts("exclude"),
-            tensor_dtypes={
-                dtype: DtypeTotal(row.integer("count"), row.integer("bytes"))
-                for dtype, row in top.child_map("tensor_dtypes").items()
-            },
-            source_bytes=top.integer("source_bytes"),
-            output_bytes=top.integer("output_bytes"),
-            files=top.text_map("files"),
-            copied_files=top.texts("copied_files"),
-            manifest=_manifest(top.child("manifest")),
-            card=_card(top.child("card")),
-            verification=_verification(top) if version >= 2 else None,
-            round_costs=tuple(RoundCost.from_json(row) for row in top.children("round_costs")) if version >= 3 else (),
-            config_changes=tuple(_config_change(row) for row in top.children("config_changes")) if version >= 4 else (),
-            own_schemes=top.text_map("own_schemes") if version >= 4 else {},
-        )
+        known = _V1_KEYS + _VERSIONED_KEYS[: (version >= 2) * 2 + (version >= 3) + (version >= 4) * 2]
+        top.refuse_unknown((*known, "seconds"))  # seconds: in convert --json only
+        filled = {**top.data, "report_version": version} if version >= 2 else {**top.data, "report_version": 1}
+        if version < 2:
+            filled["verification"] = None
+        if version < 4:
+            target = top.child("target_layers")
+            filled["target_layers"] = {k: v for k, v in target.data.items() if k != "context"}
+        return super().from_json(JsonObject(filled, where, ReportError, _REPAIR))
 
 
 # version 2 added two, 3 one, 4 two
@@ -264,56 +244,9 @@ def _report_version(top: JsonObject) -> int:
     return version
 
 
-def _config_change(row: JsonObject) -> ConfigChange:
-    return ConfigChange(row.text("key"), row.get("source"), row.get("written"), row.text("reason"))
-
-
-def _kinds(top: JsonObject) -> KindPair:
-    kinds = top.get("scheme_kinds")
-    if not (isinstance(kinds, list) and len(kinds) == 2 and isinstance(kinds[0], str)) or not (
-        kinds[1] is None or isinstance(kinds[1], str)
-    ):
-        raise top.wrong("scheme_kinds", "a list of a weight kind and an activation kind (or null)")
-    return KindPair(kinds[0], kinds[1])
-
-
-def _linear(row: JsonObject) -> RecordedLinear:
-    shape = row.get("shape")
-    if not (isinstance(shape, list) and all(type(d) is int for d in shape)):
-        raise row.wrong("shape", "a list of integers")
-    return RecordedLinear(row.text("module"), tuple(shape), row.number("relative_error"), row.number("sqnr_db"))
-
-
-def _manifest(fields: JsonObject) -> ManifestRecord | None:
-    if not fields.data:
-        return None  # a conversion run without one (the library's run_conversion alone)
-    source = fields.child("source")
-    recorded = RecordedSource(
-        source.text("path"),
-        source.optional_text("repo_id"),
-        source.optional_text("revision"),
-        source.optional_text("commit"),
-        source.text_map("files"),
-    )
-    return ManifestRecord(fields.text("key"), recorded, dict(fields.child("options").data))
-
-
-def _card(fields: JsonObject) -> CardContext | None:
-    if not fields.data:
-        return None
-    return CardContext(
-        fields.optional_text("base_model"),
-        fields.text("draft"),
-        fields.optional_text("target"),
-        fields.text_map("license"),
-    )
-
-
-def _verification(top: JsonObject) -> VerificationSummary | None:
-    if top.get("verification") is None:
-        return None
-    fields = top.child("verification")
-    return VerificationSummary(fields.boolean("ok"), fields.text("verdict"))
+def _or_none(record: type[R], top: JsonObject, key: str) -> R | None:
+    """The record under ``key``, None where it is written as {} (a conversion run without one)."""
+    return record.from_json(top.child(key)) if top.get(key) != {} else None
 
 
 def recorded_engines(report: ConversionReport | None) -> list[str] | None:

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import CheckpointError
-from eaglequant.common.json_fields import JsonObject, JsonRecord, read_json_file
+from eaglequant.common.findings import Finding
+from eaglequant.common.json_fields import JsonRecord, read_json_file
 
 SEARCH_RECORD = "eaglequant_search.json"
 _REPAIR = "it was changed after the search or is damaged: run eaglequant search again"
@@ -47,29 +48,6 @@ class SearchRow(JsonRecord):
         diff = self.predicted["difference"]
         return (diff["value"], diff["low"], diff["high"])
 
-    @classmethod
-    def from_json(cls, row: JsonObject) -> SearchRow:
-        predicted = row.get("predicted")
-        if predicted is not None:
-            diff = row.child("predicted").child("difference")
-            for bound in ("value", "low", "high"):
-                if diff.get(bound) is not None:
-                    diff.number(bound)
-        within = row.get("within_budget")
-        if not (within is None or type(within) is bool):
-            raise row.wrong("within_budget", "true, false or null")
-        return cls(
-            row.text("candidate"),
-            row.text("scheme"),
-            row.text("format"),
-            row.boolean("lm_head_quantized"),
-            row.optional_text("lm_head_scheme"),
-            row.optional_integer("draft_vocab_size"),
-            row.integer("bytes_per_round"),
-            predicted,
-            within,
-        )
-
 
 @dataclass(frozen=True)
 class SearchBudget(JsonRecord):
@@ -82,16 +60,6 @@ class SearchBudget(JsonRecord):
     tokens: float
     text: str
 
-    @classmethod
-    def from_json(cls, budget: JsonObject) -> SearchBudget:
-        return cls(
-            budget.number("value"),
-            budget.boolean("relative"),
-            budget.text("rule"),
-            budget.number("tokens"),
-            budget.text("text"),
-        )
-
 
 @dataclass(frozen=True)
 class SearchRecord(JsonRecord):
@@ -102,8 +70,8 @@ class SearchRecord(JsonRecord):
     pruned_source: str | None  # the pruned BF16 head the chosen draft was converted from
     engines: tuple[str, ...]  # targeted
     loaded_by: tuple[str, ...]  # the engines whose readers load the written draft (explain --engine all)
-    skipped: dict[str, int]  # candidates not priced: why -> how many
-    notes: tuple[str, ...]
+    skipped: dict[str, int]  # candidates not priced: the code of why -> how many
+    notes: tuple[Finding, ...]
     budget: SearchBudget
     source_acceptance_length: float
     source_bytes_per_round: int
@@ -112,33 +80,9 @@ class SearchRecord(JsonRecord):
     seconds: float
     frontier: tuple[SearchRow, ...]
 
-    @classmethod
-    def from_json(cls, data: object, where: str) -> SearchRecord:
-        top = JsonObject(data, where, SearchRecordError, _REPAIR)
-        skipped = top.number_map("skipped")
-        if any(type(count) is not int for count in skipped.values()):
-            raise top.wrong("skipped", "an object of integers")
-        chosen = top.get("chosen")
-        return cls(
-            top.text("source"),
-            top.optional_text("destination"),
-            top.optional_text("pruned_source"),
-            top.texts("engines"),
-            top.texts("loaded_by"),
-            {why: int(count) for why, count in skipped.items()},
-            top.texts("notes"),
-            SearchBudget.from_json(top.child("budget")),
-            top.number("source_acceptance_length"),
-            top.integer("source_bytes_per_round"),
-            None if chosen is None else SearchRow.from_json(top.child("chosen")),
-            top.text("stopped"),
-            top.number("seconds"),
-            tuple(SearchRow.from_json(row) for row in top.children("frontier")),
-        )
-
 
 def read_search(dst: Path) -> SearchRecord | None:
     """The search recorded in ``dst``; None when ``dst`` was not chosen by a search."""
     path = dst / SEARCH_RECORD
     data = read_json_file(path, SearchRecordError, _REPAIR)
-    return None if data is None else SearchRecord.from_json(data, str(path))
+    return None if data is None else SearchRecord.from_json(data, str(path), SearchRecordError, _REPAIR)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED, InputError
+from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.common.text_enum import TextEnum
 from eaglequant.schemes.model import VerifyThresholds
@@ -66,12 +67,12 @@ class FidelityRecord:
 class VerificationRecord:
     ok: bool
     verdict: Verdict
-    problems: tuple[str, ...]
+    problems: tuple[Finding, ...]
     thresholds: VerifyThresholds
     parity_rows: int
     layers: tuple[ParityRecord, ...]
     fidelity: FidelityRecord | None
-    notes: tuple[str, ...]
+    notes: tuple[Finding, ...]
 
     @property
     def passed(self) -> bool:
@@ -87,12 +88,12 @@ class VerificationRecord:
         return cls(
             ok=top.boolean("ok"),
             verdict=_verdict(top),
-            problems=top.texts("problems"),
+            problems=top.findings("problems"),
             thresholds=_thresholds(top.child("thresholds")),
             parity_rows=top.integer("parity_rows"),
             layers=tuple(_parity(row) for row in top.children("layers")),
             fidelity=None if not fidelity else _fidelity(top.child("fidelity")),
-            notes=top.texts("notes"),
+            notes=top.findings("notes"),
         )
 
 

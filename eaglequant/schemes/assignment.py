@@ -118,11 +118,11 @@ class SchemeAssignment:
         rules = tuple(SchemeRule(rule.pattern, change(rule.scheme)) for rule in self.rules)
         return SchemeAssignment(change(self.main), rules)
 
-    def as_written(self, calibrated: bool, notes: list[str] | None = None) -> SchemeAssignment:
+    def as_written(self, calibrated: bool, notes: list[Finding] | None = None) -> SchemeAssignment:
         """The assignment as a conversion writes it: without calibrated inputs (``calibrated`` false), a scheme with
         calibrated activations is written weight-only (the one calibration rule; ``notes`` gains a finding,
         ``no-calib-data`` about the scheme, for each)."""
-        found: list[str] = [] if notes is None else notes
+        found: list[Finding] = [] if notes is None else notes
         return self.mapped(lambda scheme: _as_written(scheme, calibrated, found))
 
     def resolved(self, head: HeadDescription) -> SchemeAssignment:
@@ -131,7 +131,7 @@ class SchemeAssignment:
         return self.resolved_from(head, [[lin for lin in head.linears if rule.matches(lin)] for rule in self.rules])
 
     def written_on(
-        self, head: HeadDescription, hits: Sequence[Sequence[HeadLinear]], calibrated: bool, notes: list[str]
+        self, head: HeadDescription, hits: Sequence[Sequence[HeadLinear]], calibrated: bool, notes: list[Finding]
     ) -> SchemeAssignment:
         """:meth:`as_written`, then resolved on ``head`` from the linears each rule matched (``hits``, in the rules'
         order, as :func:`eaglequant.layouts.rules.linears_matching` found them)."""
@@ -174,7 +174,7 @@ def check_fused_kinds(head: HeadDescription, assignment: SchemeAssignment) -> No
             )
 
 
-def _as_written(scheme: Scheme, calibrated: bool, notes: list[str]) -> Scheme:
+def _as_written(scheme: Scheme, calibrated: bool, notes: list[Finding]) -> Scheme:
     if not scheme.needs_calibration or calibrated:
         return scheme
     written = scheme.without_calibration()

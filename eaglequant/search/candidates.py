@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from itertools import product
 from typing import Any
 
+from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import build_plan
 from eaglequant.conversion.request import ConversionRequest
@@ -71,7 +72,7 @@ def priced_candidates(
     engines: list[str],
     sizes: list[int | None],
     target_layers: int | None,
-) -> tuple[list[tuple[Candidate, int]], dict[str, int]]:
+) -> tuple[list[tuple[Candidate, int]], dict[Finding, int]]:
     """Every candidate of ``schemes`` (name -> scheme) the targeted engines load, with the bytes a round reads
     (largest over the engines), smallest first (ties by name); and the others, counted by why they were skipped
     (:func:`_skip_reason`)."""
@@ -80,7 +81,7 @@ def priced_candidates(
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
     loaded = schemes
     own_head = head.find_linear("lm_head") is not None
-    priced, skipped = [], Counter[str]()
+    priced, skipped = [], Counter[Finding]()
     for name, fmt, size in product(loaded, FORMATS.values(), sizes):
         if not fmt.supports(loaded[name]):
             continue
@@ -92,17 +93,17 @@ def priced_candidates(
             assert candidate.request is not None
             skip = _skip_reason(described[size], candidate.lm_head, candidate.request)
             nbytes = skip or _round_bytes(described[size], candidate.request)
-            if isinstance(nbytes, str):
+            if isinstance(nbytes, Finding):
                 skipped[nbytes] += 1
             else:
                 priced.append((candidate, nbytes))
     return sorted(priced, key=lambda pair: (pair[1], pair[0].label)), dict(skipped)
 
 
-NEEDS_LAYER_COUNT = "the target's layer count is needed (--target-layers)"
+NEEDS_LAYER_COUNT = Finding("needs-layer-count", "", "the target's layer count is needed (--target-layers)")
 
 
-def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionRequest) -> str | None:
+def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionRequest) -> Finding | None:
     """Why a targeted engine cannot load a candidate (``lm_head``: quantized too; ``request``: its schemes, format
     and engines), as the engine model says and ``convert`` refuses it: the scheme's support cell in the format, the
     per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and whether the engine
@@ -113,22 +114,27 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
     for engine in engines:
         cell = support(written.main.kinds, fmt.name, engine, head.attention)
         if cell is None or not cell.loads:
-            return f"{engine.titled} does not load the scheme in that format"
+            return Finding(
+                "engine-does-not-load", engine.key, f"{engine.titled} does not load the scheme in that format"
+            )
     if written.mixed:
         if "lm_head" in fmt.storage(head, written, FORMATS.values()).problems:
-            return "the format cannot store lm_head in its own scheme"
+            return Finding("lm-head-unstorable", "lm_head", "the format cannot store lm_head in its own scheme")
         for engine in engines:
             if module_kinds_refusal(engine, fmt, kinds, head.attention) is not None:
-                return f"{engine.titled} does not read lm_head's own scheme in that format"
+                why = f"{engine.titled} does not read lm_head's own scheme in that format"
+                return Finding("lm-head-scheme-unread", engine.key, why)
     module_kinds = {module: ruled.kinds for module, ruled in written.module_schemes.items()}
     for engine in engines if lm_head else ():
         view = EngineView.of(engine, head, fmt, written.main.kinds, request.target.count, module_kinds)
         if "lm_head" in engine_requirements([view]):
-            return f"{engine.titled} runs lm_head unquantized in that format"
+            return Finding(
+                "lm-head-unquantized", engine.key, f"{engine.titled} runs lm_head unquantized in that format"
+            )
     return None
 
 
-def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | str:
+def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | Finding:
     """The bytes a round of the candidate ``request`` asks for reads, the largest over the engines; or, where its
     rules can only be written with the target's layer count or the format stores none of the head's linears in its
     scheme, why not."""
@@ -137,5 +143,5 @@ def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | str
     except (ModuleSchemesNeedLayerCount, LayerCountNeededError):
         return NEEDS_LAYER_COUNT
     except NothingQuantizedError:
-        return "the format stores none of the head's linears in that scheme"
+        return Finding("nothing-quantized", "", "the format stores none of the head's linears in that scheme")
     return max(cost.bytes_per_round for cost in plan.round_costs())

@@ -23,6 +23,7 @@ from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.engines import expanded_engines, get_engine
 from eaglequant.layouts.detect import describe_head
@@ -74,7 +75,7 @@ class SearchResult:
     seconds: float
     pruned_source: Path | None = None
     engines: tuple[str, ...] = field(default=())
-    skipped: dict[str, int] = field(default_factory=dict)  # candidates not priced: why -> how many
+    skipped: dict[Finding, int] = field(default_factory=dict)  # candidates not priced: why -> how many
     loaded_by: tuple[str, ...] = ()  # the engines whose readers load the written draft (explain --engine all)
 
     @property
@@ -82,19 +83,28 @@ class SearchResult:
         return self.chosen is not None
 
     @property
-    def notes(self) -> list[str]:
+    def notes(self) -> list[Finding]:
         """What the search left out or left behind, in words."""
         found = []
-        unnamed = self.skipped.get(NEEDS_LAYER_COUNT, 0)
+        unnamed = sum(n for why, n in self.skipped.items() if why.code == NEEDS_LAYER_COUNT.code)
         if unnamed:
             found.append(
-                f"{unnamed} candidates were skipped for want of the target's layer count (--target-layers N): "
-                "their rules or per-module entries name modules after the target's layers"
+                Finding(
+                    NEEDS_LAYER_COUNT.code,
+                    "",
+                    f"{unnamed} candidates were skipped for want of the target's layer count (--target-layers N): "
+                    "their rules or per-module entries name modules after the target's layers",
+                )
             )
         if self.pruned_source is not None:
             found.append(
-                f"the pruned BF16 source {self.pruned_source} was left beside the chosen draft: it is the source the "
-                "draft's report records (verify and upload compare against it), so keep it with the draft"
+                Finding(
+                    "pruned-source-kept",
+                    str(self.pruned_source),
+                    f"the pruned BF16 source {self.pruned_source} was left beside the chosen draft: it is the "
+                    "source the draft's report records (verify and upload compare against it), so keep it with the "
+                    "draft",
+                )
             )
         return found
 
@@ -118,7 +128,7 @@ class SearchResult:
             None if self.pruned_source is None else str(self.pruned_source),
             self.engines,
             self.loaded_by,
-            dict(self.skipped),
+            _by_code(self.skipped),
             tuple(self.notes),
             SearchBudget(
                 budget.value,
@@ -228,13 +238,21 @@ def _titled(engines: Sequence[str]) -> str:
     return ", ".join(get_engine(engine).titled for engine in engines)
 
 
-def _skipped_text(skipped: dict[str, int]) -> str:
+def _by_code(skipped: dict[Finding, int]) -> dict[str, int]:
+    """How many candidates were skipped, by the code of why."""
+    counts: dict[str, int] = {}
+    for why, count in skipped.items():
+        counts[why.code] = counts.get(why.code, 0) + count
+    return counts
+
+
+def _skipped_text(skipped: dict[Finding, int]) -> str:
     """How many candidates were skipped and why, largest first, in one line."""
-    ranked = sorted(skipped.items(), key=lambda item: (-item[1], item[0]))
+    ranked = sorted(skipped.items(), key=lambda item: (-item[1], item[0].message))
     return "; ".join(f"{count} where {why}" for why, count in ranked) or "none skipped"
 
 
-def _first_line(engines: Sequence[str], priced: int, skipped: dict[str, int]) -> str:
+def _first_line(engines: Sequence[str], priced: int, skipped: dict[Finding, int]) -> str:
     """What the search targets, prices and leaves out, said before it starts."""
     left_out = f"; skipped: {_skipped_text(skipped)}" if skipped else ""
     return f"searching for {_titled(engines)}: {priced} candidates priced from headers{left_out}"

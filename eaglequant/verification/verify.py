@@ -80,7 +80,7 @@ class VerifyReport(JsonRecord):
     structure: list[Finding]  # problems
     layers: list[LayerParity] = field(default_factory=list)
     fidelity: HeadFidelity | None = None
-    notes: list[str] = field(default_factory=list)  # findings, and the engines' notes
+    notes: list[Finding] = field(default_factory=list)  # findings, and the engines' notes
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
     acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
     hashes_read: bool = True  # the files were read again against the report's SHA-256s

@@ -376,6 +376,7 @@ def test_a_hub_upload_whose_verification_failed_is_redone_and_offline_the_destin
         assert job["status"] == "skipped" and job["reason"] == "complete, from the same source and options"
         notes = [line for line in offline.stderr.splitlines() if line.startswith("note:")]
         assert notes == [f"note: {OFFLINE_NOTE}"]
-        assert json.loads(offline.stdout)["notes"] == [notes[0].removeprefix("note: ")]
+        assert json.loads(offline.stdout)["notes"] == [OFFLINE_NOTE.to_json()]
+        assert OFFLINE_NOTE.message == notes[0].removeprefix("note: ")
     finally:
         hub.stop()

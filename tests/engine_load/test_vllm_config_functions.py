@@ -162,7 +162,7 @@ def test_a_short_yarn_draft_lowers_the_served_context_on_033_only(tmp_path: Path
     assert not answers["0.33.0"][0]["raised"] and answers["0.32.0"][0]["raised"]  # the override skips yarn on 0.33
     warned = {
         release: [
-            any("max_model_len 4096" in note for note in reading.notes)
+            any("max_model_len 4096" in note.message for note in reading.notes)
             for path in (plain, matched)
             for reading in explain(path, engines=[engine], target_config=target).engines
         ]

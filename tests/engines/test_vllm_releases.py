@@ -68,10 +68,12 @@ def test_only_a_draft_whose_rope_keeps_its_length_is_warned_about() -> None:
     assert shorter_context({"max_position_embeddings": 262144, "rope_scaling": YARN}, target) is None
     short = {"max_position_embeddings": 4096, "rope_scaling": YARN}
     said = shorter_context(short, target)
-    assert said is not None and "max_model_len 4096, not its 262144" in said and "--match-context" in said
+    assert said is not None and "max_model_len 4096, not its 262144" in said.message
+    assert "--match-context" in said.message
     unknown = shorter_context(short, UNKNOWN)
-    assert unknown is not None and "pass --target-config" in unknown
-    for text in (said, unknown):  # issue 48, item 15: short enough to read, the sources in the docs it names
+    assert unknown is not None and "pass --target-config" in unknown.message
+    # issue 48, item 15: short enough to read, the sources in the docs it names
+    for text in (said.message, unknown.message):
         assert len(text) <= 250 and "docs/engines.md#vllm-releases-0320-and-0330" in text, text
 
 
@@ -112,7 +114,7 @@ def test_a_local_verifier_is_explained_and_a_hub_id_is_not(tmp_path: Path) -> No
     assert local_verifier({"architectures": ["LlamaForCausalLMEagle3"]}) is None
     for name in (str(tmp_path), "./target", "not a repo id", None):
         said = local_verifier(head(name))
-        assert said is not None and "--speculative-config" in said
+        assert said is not None and "--speculative-config" in said.message
 
 
 def _short_yarn(tmp_path: Path) -> tuple[Path, Path]:
@@ -165,9 +167,11 @@ def test_matching_the_context_without_the_targets_config_is_a_usage_error(tmp_pa
 
 def test_a_draft_reading_the_targets_lm_head_is_told_how_0_33_quantizes_its_copy() -> None:
     shared = inspect(FIXTURES / "modelopt-llama", engines=["vllm", "vllm==0.33.0"]).plan.notes
-    assert sum("draft_lm_head_quantization" in note for note in shared) == 1  # 0.33's, not 0.32's
+    assert sum("draft_lm_head_quantization" in note.message for note in shared) == 1  # 0.33's, not 0.32's
     own = inspect(FIXTURES / "specforge-llama", engines=["vllm==0.33.0"]).plan.notes
-    assert not any("draft_lm_head_quantization" in note for note in own)  # 0.33 refuses it for a draft's own lm_head
+    assert not any(
+        "draft_lm_head_quantization" in note.message for note in own
+    )  # 0.33 refuses it for a draft's own lm_head
 
 
 def test_a_release_without_a_formats_dialect_names_the_module_that_declares_its_dialects(

@@ -60,6 +60,7 @@ def test_a_report_written_before_versioning_is_read_as_version_1(verified: Path,
             data["own_schemes"],
         )
         del data["target_layers"]["context"]
+        _plain_notes(data)
 
     dst = _copy_with(verified, tmp_path, unversioned)
     data = json.loads((dst / REPORT_NAME).read_text())
@@ -73,6 +74,7 @@ def test_a_version_2_report_is_read_without_round_costs(verified: Path, tmp_path
     def version_2(data: dict) -> None:
         del data["round_costs"], data["config_changes"], data["own_schemes"], data["target_layers"]["context"]
         data["report_version"] = 2
+        _plain_notes(data)
 
     dst = _copy_with(verified, tmp_path, version_2)
     report = read_report(dst)
@@ -86,11 +88,33 @@ def test_a_version_3_report_is_read_without_config_changes_or_the_targets_contex
     def version_3(data: dict) -> None:
         del data["config_changes"], data["own_schemes"], data["target_layers"]["context"]
         data["report_version"] = 3
+        _plain_notes(data)
 
     dst = _copy_with(verified, tmp_path, version_3)
     report = read_report(dst)
     assert report is not None and report.config_changes == () and report.target_layers.context is None
     assert report.to_json() == json.loads((dst / REPORT_NAME).read_text())
+
+
+def _plain_notes(data: dict) -> None:
+    """The notes as reports before version 5 wrote them: each its message alone."""
+    data["notes"] = [note["message"] for note in data["notes"]]
+
+
+def test_a_version_4_report_reads_its_notes_as_unrecorded_findings(verified: Path, tmp_path: Path) -> None:
+    def version_4(data: dict) -> None:
+        data["report_version"] = 4
+        _plain_notes(data)
+
+    written = read_report(verified)
+    dst = _copy_with(verified, tmp_path, version_4)
+    report = read_report(dst)
+    assert written is not None and written.notes and all(note.code != "unrecorded" for note in written.notes)
+    assert report is not None and report.report_version == 4
+    assert [(n.code, n.subject, n.message) for n in report.notes] == [
+        ("unrecorded", "", n.message) for n in written.notes
+    ]
+    assert report.to_json() == json.loads((dst / REPORT_NAME).read_text())  # written back as version 4
 
 
 def test_the_report_records_the_cost_of_a_round_per_engine(verified: Path) -> None:

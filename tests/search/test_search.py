@@ -164,7 +164,7 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     assert f"the pruned BF16 source {pruned} was left beside the chosen draft: it is the source the draft's" in stderr
     data = json.loads(run_cli(*args, "--overwrite", "--json").stdout)
     assert data["engines"] == ["vllm"] and data["loaded_by"][0] == "vLLM 0.32.0"
-    assert data["skipped"]["the target's layer count is needed (--target-layers)"] == 4 and len(data["notes"]) == 2
+    assert data["skipped"]["needs-layer-count"] == 4 and len(data["notes"]) == 2
     assert data["budget"]["text"].startswith("a drop of at most 5 tokens")
     verified = run_cli("verify", dst, "--inputs", inputs)  # against its recorded source, the pruned head
     assert verified.exit_code == 0, verified.stderr

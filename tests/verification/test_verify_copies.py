@@ -273,7 +273,8 @@ def test_cli_shows_the_problem_and_exits_3(converted, tmp_path: Path) -> None:
     assert "problem: d2t: 200 of 256 values differ from the source's d2t" in result.stdout
     assert "model.safetensors: SHA-256 differs" in result.stdout  # the digests kept: the hash check fails too
     data = json.loads(run_cli("verify", dst, "--source", FIXTURES / LLAMA_FP8[0], "--json").stdout)
-    assert "d2t: 200 of 256 values differ from the source's d2t" in data["structure"]
+    message = "d2t: 200 of 256 values differ from the source's d2t"
+    assert {"code": "values-differ", "subject": "d2t", "message": message} in data["structure"]  # with its code
 
 
 def test_without_a_source_copies_are_not_compared_and_it_says_so(converted, tmp_path: Path) -> None:

@@ -1,0 +1,108 @@
+"""Every record reads back what it writes: ``from_json(to_json(x)) == x``, by the one declaration of its fields.
+Every :class:`JsonRecord` in eaglequant (found by importing every module) has an instance in test_record_json's
+RECORDS, or is listed in WRITE_ONLY with why it cannot be read back; a new record with neither fails here."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from typing import Any
+
+import pytest
+
+import eaglequant
+from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
+from eaglequant.common.json_fields import JsonRecord
+from eaglequant.engines.cells import Answer
+from eaglequant.record.report import REPORT_VERSION
+from eaglequant.record.search import SearchBudget
+from tests.project.test_record_json import RECORDS, _load_check
+
+# Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
+WRITE_ONLY = {
+    "Acceptance": "writes its prompts as their count",
+    "Settings": "writes its prompts as their count",
+    "AcceptanceReport": "writes each draft through what it was served as",
+    "CopyCheck": "writes its tensor sets as their counts, and not its problems",
+    "InspectReport": "holds the head and the plan, which it does not write",
+    "JobOutcome": "holds its job, which it does not write",
+    "UploadResult": "holds its verification, which it does not write",
+    "KernelBench": "writes its timings as rows",
+    "Explanation": "writes its problems with its engines' (all_problems)",
+    "VerifyReport": "holds the schemes and hash readings, which it does not write; writes its thresholds as a dict",
+    "ModuleRow": "writes its answers by draft",
+    "LoadJob": "writes its paths resolved",
+    "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
+    "Interval": "writes its figures rounded (and non-finite ones as text)",
+    "Lossless": "computes what it writes from its counts",
+    "Prediction": "writes its acceptances, which write their prompts as counts",
+    "LayerParity": "writes a non-finite SQNR as text",
+    "Run": "holds its destination, which it does not write",
+    "ConvertBench": "writes its runs, which do not write their destination",
+    "BatchResult": "writes its shard as text and its jobs as outcomes",
+    "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
+    "EngineReading": "writes its round cost, not the engine it came from, and reads back through Explanation",
+    "ModuleReading": "read back through Explanation only",
+    "HeadFidelity": "writes its shifts rounded",
+    "DistributionShift": "writes its figures rounded",
+    "Mode": "written inside Settings",
+    "CaptureSummary": "writes what capture wrote, never read back",
+    "Machine": "written inside ConvertBench",
+    "VerifyOutput": "verify --json: a VerifyReport, which is written only",
+    "ConvertOutput": "convert --json: with --verify, a VerifyReport, which is written only",
+    "RoundCost": "writes its reduction rounded (read back equal where the reduction is computed, see below)",
+}
+
+
+def _all_records() -> list[type[JsonRecord]]:
+    for module in pkgutil.walk_packages(eaglequant.__path__, "eaglequant."):
+        if module.name.endswith("__main__") or ".probes." in module.name:  # runs a program when imported
+            continue
+        try:
+            importlib.import_module(module.name)
+        except ImportError:  # an optional engine or vendor package
+            continue
+
+    def below(base: type) -> list[type]:
+        return [found for sub in base.__subclasses__() for found in (sub, *below(sub))]
+
+    return sorted({r for r in below(JsonRecord) if r.__module__.startswith("eaglequant.")}, key=lambda r: r.__name__)
+
+
+# Records whose JSON test_record_json does not hold (each is written only inside another's).
+def _format_row() -> FormatRow:
+    return FormatRow("quark", "fp8_w8a8", {"vllm": EngineCell(True, True, "on CUDA", False), "trtllm": None})
+
+
+EXTRA = {
+    "Answer": lambda: Answer(True, "vllm/model_executor/models/llama_eagle3.py"),
+    "EngineCell": lambda: EngineCell(True, False, "loads", True),
+    "FormatRow": _format_row,
+    "ModuleLoad": lambda: _load_check().modules[1],
+    "SearchBudget": lambda: SearchBudget(0.05, True, "bound", 0.13, "a drop of at most 5.0%"),
+}
+
+
+def _examples() -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    for build in (*RECORDS.values(), *EXTRA.values()):
+        record = build()
+        found.setdefault(type(record).__name__, []).append(record)
+    return found
+
+
+@pytest.mark.parametrize("record_type", _all_records(), ids=lambda r: r.__name__)
+def test_each_record_reads_back_what_it_writes(record_type: type[JsonRecord]) -> None:
+    name = record_type.__name__
+    examples = _examples().get(name, [])
+    if name in WRITE_ONLY:
+        pytest.skip(f"{name}: {WRITE_ONLY[name]}")
+    assert examples, f"{name} has no instance in test_record_json's RECORDS: add one (and its JSON)"
+    for record in examples:
+        written = json.loads(json.dumps(record.to_json()))
+        read = record_type.from_json(written)
+        if getattr(record, "report_version", REPORT_VERSION) < REPORT_VERSION:
+            assert read.to_json() == written  # an older report keeps only what its version writes (notes as text)
+        else:
+            assert read == record
