@@ -22,7 +22,7 @@ def accept(
     source: str | Path | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    num_speculative_tokens: int = 3,
+    draft_tokens: int = 3,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     served_as: str = DEQUANTIZED,
@@ -60,7 +60,7 @@ def accept(
     from eaglequant.publish.card import refresh_card
 
     arguments = engine_arguments(engine_args, tensor_parallel_size)
-    measurement.check_settings(engine, served_as, temperatures, num_speculative_tokens, max_tokens)
+    measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
     where = measurement.where_of(
         engine=engine,
         engine_python=engine_python,
@@ -78,7 +78,7 @@ def accept(
         source=source,
         prompts=prompts,
         max_prompts=max_prompts,
-        num_speculative_tokens=num_speculative_tokens,
+        draft_tokens=draft_tokens,
         max_tokens=max_tokens,
         temperatures=temperatures,
         dtype=dtype,

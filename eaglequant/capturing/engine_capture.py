@@ -52,7 +52,7 @@ def capture_with_engine(
     max_tokens: int = 96,
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
-    num_speculative_tokens: int = 3,
+    draft_tokens: int = 3,
 ) -> CaptureSummary:
     """The capture :func:`~.transformers_capture.capture` writes, with vLLM serving ``target`` (any model vLLM serves:
     quantized, MoE, MLA, across ``engine.tensor_parallel_size`` devices)."""
@@ -64,7 +64,7 @@ def capture_with_engine(
     config = _target_config(target_path)
     ids = draft_layer_ids(draft_path, layer_ids, _depth(config, target_path))
     prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
-    generated = max_tokens + num_speculative_tokens - 1  # as the transformers capture: the last draft is judged
+    generated = max_tokens + draft_tokens - 1  # as the transformers capture: the last draft is judged
     job = {
         "target": str(target_path.resolve()),
         "layer_ids": list(ids),

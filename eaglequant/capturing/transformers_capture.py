@@ -92,11 +92,11 @@ def capture(
     max_tokens: int = 96,
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
-    num_speculative_tokens: int = 3,
+    draft_tokens: int = 3,
 ) -> CaptureSummary:
     """Capture draft inputs from ``target`` (a transformers model directory) for the draft in ``draft``:
     ``max_tokens`` of greedy continuation a prompt, as an engine generating ``max_tokens`` with
-    ``num_speculative_tokens`` drafted a step sees them."""
+    ``draft_tokens`` drafted a step sees them."""
     try:
         import transformers
     except ImportError:
@@ -128,7 +128,7 @@ def capture(
             tokens = tokenizer(prompt, return_tensors="pt").input_ids[0]
             # k - 1 tokens past the engine's budget: its last draft, with fewer than max_tokens emitted, still
             # proposes k tokens and the target judges each
-            sequence = _greedy(model, tokens, max_tokens + num_speculative_tokens - 1)
+            sequence = _greedy(model, tokens, max_tokens + draft_tokens - 1)
             record = _record(model, sequence, ids, top_k, len(tokens))
             writer.add({**record, "max_new_tokens": max_tokens})
         return writer.finish(ids, prompts_from, {"target": str(target_path), "decoding": "greedy"})

@@ -12,10 +12,10 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
-    MAX_DRAFT_TOKENS,
     MAX_GENERATED_TOKENS,
     MAX_SEED,
     MAX_TEMPERATURE,
+    DraftTokensOpt,
     EngineArgOpt,
     EnginePythonOpt,
     MaxPromptsOpt,
@@ -25,6 +25,7 @@ from eaglequant.cli.options import (
 )
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def accept_command(
     ] = None,
     prompts: PromptsOpt = None,
     max_prompts: MaxPromptsOpt = None,
-    k: Annotated[int, typer.Option("--k", min=1, max=MAX_DRAFT_TOKENS, help="Speculative tokens per draft.")] = 3,
+    draft_tokens: DraftTokensOpt = DEFAULT_DRAFT_TOKENS,
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", min=1, max=MAX_GENERATED_TOKENS, help="Tokens generated per prompt.")
     ] = 96,
@@ -126,7 +127,7 @@ def accept_command(
             source=source,
             prompts=prompts,
             max_prompts=max_prompts,
-            num_speculative_tokens=k,
+            draft_tokens=draft_tokens,
             max_tokens=max_tokens,
             temperatures=temperature or [],
             served_as=served_as,
@@ -154,7 +155,7 @@ def render(report: AcceptanceReport) -> None:
 
     settings = report.settings
     out.print(
-        f"[bold]{engine_title(report.engine, report.version)}[/], k = {settings.num_speculative_tokens}: "
+        f"[bold]{engine_title(report.engine, report.version)}[/], k = {settings.draft_tokens}: "
         f"{len(settings.prompts)} prompts ({escape(settings.prompts_from)}) × {settings.max_tokens} tokens",
         markup=True,
     )

@@ -186,9 +186,9 @@ def _flags() -> dict[str, str]:
 
     declared = {name: spec.flag for name, spec in OPTION_SPECS.items()}
     own = {"overwrite": "--overwrite", "overwrite_any": "--overwrite-any", "force": "--force"}
-    flags = {**declared, **own, "source": "--source", "inputs": "--inputs", "num_speculative_tokens": "--k"}
+    flags = {**declared, **own, "source": "--source", "inputs": "--inputs", "draft_tokens": "--draft-tokens"}
     positional = {"dsts": "DST"}  # arguments, named as the usage line names them
-    return {**flags, **positional, "draft_tokens": "--k"}
+    return {**flags, **positional}
 
 
 _FLAGS = _flags()

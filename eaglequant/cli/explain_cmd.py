@@ -11,9 +11,15 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import DraftTokensOpt, QuantizedDstArg, TargetConfigOpt, TargetLayersOpt
+from eaglequant.cli.options import (
+    DraftTokensOpt,
+    QuantizedDstArg,
+    TargetConfigOpt,
+    TargetLayersOpt,
+)
 from eaglequant.cli.output import absolute, note, out, result
 from eaglequant.cli.tables import name_column, show, show_round_costs
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
@@ -34,7 +40,7 @@ def explain_command(
     ] = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    k: DraftTokensOpt = 3,
+    draft_tokens: DraftTokensOpt = DEFAULT_DRAFT_TOKENS,
 ) -> None:
     """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors, and the weight bytes it
     reads per speculative round.
@@ -46,7 +52,11 @@ def explain_command(
         from eaglequant.api import explain
 
         explanation = explain(
-            dst, engines=engine or [], target_layers=target_layers, target_config=target_config, draft_tokens=k
+            dst,
+            engines=engine or [],
+            target_layers=target_layers,
+            target_config=target_config,
+            draft_tokens=draft_tokens,
         )
         destination = absolute(explanation.destination)
         shown = replace(explanation, destination=explanation.destination.absolute())

@@ -25,6 +25,7 @@ from eaglequant.cli.options import (
 )
 from eaglequant.cli.output import absolute, note, out, quiet_hub_progress, result
 from eaglequant.cli.tables import name_column, show, show_round_costs
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.sizes import decimal_bytes
 from eaglequant.conversion.options import DEFAULT_FORMAT, DEFAULT_SCHEME
 
@@ -42,7 +43,7 @@ def inspect_command(
     engine: EngineOpt = None,
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
-    k: DraftTokensOpt = 3,
+    draft_tokens: DraftTokensOpt = DEFAULT_DRAFT_TOKENS,
 ) -> None:
     """Show the detected layout and why, every tensor, what SCHEME would quantize, the output size, and the weight
     bytes each engine would read per speculative round."""
@@ -59,7 +60,7 @@ def inspect_command(
         report = inspect(
             src,
             given_options(parameters),
-            draft_tokens=k,
+            draft_tokens=draft_tokens,
         )
         source = absolute(report.source)
         shown = replace(report, source=report.source.absolute())

@@ -134,10 +134,11 @@ MaxPromptsOpt = Annotated[
 DraftTokensOpt = Annotated[
     int,
     typer.Option(
-        "--k",
+        "--draft-tokens",
         min=1,
         max=MAX_DRAFT_TOKENS,
-        help="Tokens drafted per speculative round (num_speculative_tokens) in the cost of a round.",
+        help="k, the tokens drafted per speculative round (vLLM's num_speculative_tokens, TensorRT-LLM's "
+        "max_draft_len).",
     ),
 ]
 

@@ -20,7 +20,7 @@ from eaglequant.common.errors import InputError, given, placeholder, words
 # Keys eaglequant sets itself, and the parameter that sets each (None: no parameter, eaglequant needs it as is).
 OWNED_KEYS: dict[str, tuple[str, str] | None] = {
     "model": ("target", "TARGET"),
-    "speculative_config": ("num_speculative_tokens", "K"),  # and the drafts: the source, then each DST
+    "speculative_config": ("draft_tokens", "K"),  # and the drafts: the source, then each DST
     "dtype": ("dtype", "DTYPE"),
     "tensor_parallel_size": ("tensor_parallel_size", "N"),
     "seed": ("seed", "SEED"),

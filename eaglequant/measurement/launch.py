@@ -31,7 +31,7 @@ def server_command(interpreter: Path, settings: Settings, draft: Path | None, po
         speculative = {
             "method": "eagle3",
             "model": str(draft.resolve()),
-            "num_speculative_tokens": settings.num_speculative_tokens,
+            "num_speculative_tokens": settings.draft_tokens,
         }
         command += ["--speculative-config", json.dumps(speculative)]
     return command

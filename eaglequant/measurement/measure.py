@@ -54,7 +54,7 @@ class Settings(JsonRecord):
     target: Path
     prompts: tuple[str, ...]
     prompts_from: str
-    num_speculative_tokens: int = 3
+    draft_tokens: int = 3
     max_tokens: int = 96
     modes: tuple[Mode, ...] = (GREEDY,)
     dtype: str = "bfloat16"
@@ -65,7 +65,7 @@ class Settings(JsonRecord):
         """Room for the prompts, the generation and a draft, within the target's own context."""
         from eaglequant.measurement.engine_args import model_length
 
-        return model_length(self.target, self.prompts, self.max_tokens + self.num_speculative_tokens)
+        return model_length(self.target, self.prompts, self.max_tokens + self.draft_tokens)
 
     def served_arguments(self) -> dict[str, Any]:
         """The engine arguments every run is served with (offline or a launched server)."""
@@ -99,7 +99,7 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
     job = {
         "target": str(settings.target.resolve()),
         "draft": None if draft is None else str(draft.resolve()),
-        "num_speculative_tokens": settings.num_speculative_tokens,
+        "draft_tokens": settings.draft_tokens,
         "max_tokens": settings.max_tokens,
         "prompts": list(settings.prompts),
         "modes": [m.to_json() for m in modes],

@@ -65,7 +65,7 @@ class AcceptanceRecord:
     engine: str
     version: str
     target: str
-    num_speculative_tokens: int
+    draft_tokens: int
     prompts: int
     prompts_from: str
     max_tokens: int
@@ -82,7 +82,10 @@ class AcceptanceRecord:
             engine=top.text("engine"),
             version=top.text("version"),
             target=settings.text("target"),
-            num_speculative_tokens=settings.integer("num_speculative_tokens"),
+            # records before the one name for k wrote it by vLLM's name
+            draft_tokens=settings.integer(
+                "draft_tokens" if "draft_tokens" in settings.data else "num_speculative_tokens"
+            ),
             prompts=settings.integer("prompts"),
             prompts_from=settings.text("prompts_from"),
             max_tokens=settings.integer("max_tokens"),

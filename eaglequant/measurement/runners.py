@@ -88,7 +88,7 @@ Where = Offline | Launched | Servers
 
 
 def check_settings(
-    engine: str, served_as: str, temperatures: Sequence[float], num_speculative_tokens: int, max_tokens: int
+    engine: str, served_as: str, temperatures: Sequence[float], draft_tokens: int, max_tokens: int
 ) -> None:
     """One clear line for a setting accept cannot run with."""
     if engine not in MEASURING_ENGINES:
@@ -104,10 +104,10 @@ def check_settings(
             words(given("temperatures", list(temperatures)), ": each must be a finite number above 0"),
             hint="greedy always runs; give the sampled temperatures beside it, e.g. 1.0",
         )
-    if num_speculative_tokens < 1 or max_tokens < 1:
+    if draft_tokens < 1 or max_tokens < 1:
         raise InputError(
-            words(Param("num_speculative_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
-            hint=words("e.g. ", suggested("num_speculative_tokens", 3), " ", suggested("max_tokens", 96)),
+            words(Param("draft_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
+            hint=words("e.g. ", suggested("draft_tokens", 3), " ", suggested("max_tokens", 96)),
         )
 
 
@@ -163,7 +163,7 @@ def accept(
     source: str | Path | None,
     prompts: str | Path | None,
     max_prompts: int | None,
-    num_speculative_tokens: int,
+    draft_tokens: int,
     max_tokens: int,
     temperatures: Sequence[float],
     dtype: str,
@@ -186,7 +186,7 @@ def accept(
         target_path,
         tuple(prompt_list),
         prompts_from,
-        num_speculative_tokens,
+        draft_tokens,
         max_tokens,
         modes_for(temperatures, seed),
         dtype,

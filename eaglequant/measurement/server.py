@@ -141,7 +141,7 @@ def measure_on_server(server: Server, settings: Settings, drafting: bool) -> Eng
             prompts.append(PromptCounts.from_json(record))
             last = after
         modes[mode.name] = tuple(prompts)
-    resolved = {"num_speculative_tokens": settings.num_speculative_tokens, "server": server.url} if drafting else None
+    resolved = {"num_speculative_tokens": settings.draft_tokens, "server": server.url} if drafting else None
     return EngineRun(server.version(), resolved, round(time.monotonic() - started, 1), modes)
 
 
@@ -179,10 +179,10 @@ def _check_drafting(server: Server, counters: SpecCounters | None, settings: Set
             hint="""serve the target with --speculative-config '{"method": "eagle3", "model": DRAFT, ...}'""",
         )
     served_k = 0 if counters is None else len(counters.accepted_per_position)
-    if drafting and served_k != settings.num_speculative_tokens:
+    if drafting and served_k != settings.draft_tokens:
         raise ServerError(
-            f"{where} drafts {served_k} tokens a round, not the {settings.num_speculative_tokens} asked",
-            hint=words("give ", suggested("num_speculative_tokens", served_k), ", or serve the draft with that many"),
+            f"{where} drafts {served_k} tokens a round, not the {settings.draft_tokens} asked",
+            hint=words("give ", suggested("draft_tokens", served_k), ", or serve the draft with that many"),
         )
 
 
@@ -194,7 +194,7 @@ def _prompt_figures(
             f"{server.label} ({server.url}) ran no draft on prompt {index}: its spec-decode counters did not move",
             hint="check the server's --speculative-config and that its draft loaded",
         )
-    problem = one_request_problem(delta, settings.num_speculative_tokens, generated)
+    problem = one_request_problem(delta, settings.draft_tokens, generated)
     if problem is not None:
         raise _traffic(server, f"prompt {index} moved its counters more than one request can: {problem}")
     return {"drafts": delta.drafts, "accepted": delta.accepted, "accepted_per_position": delta.accepted_per_position}

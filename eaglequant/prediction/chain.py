@@ -71,18 +71,18 @@ def _chained_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Te
 
 
 class ChainedDraft(DraftForward):
-    """``chain(aux, ids, steps)``: the draft's arg-max (draft ids) at every position, for each step."""
+    """``chain(aux, ids, draft_tokens)``: the draft's arg-max (draft ids) at every position, for each step."""
 
     def chain(
-        self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int, inputs: ChainInputs | None = None
+        self, aux_hidden: torch.Tensor, ids: torch.Tensor, draft_tokens: int, inputs: ChainInputs | None = None
     ) -> list[torch.Tensor]:
-        """aux_hidden [T, n_aux * H_t], ids [T] (the token each draft position reads) -> steps x [T] arg-maxes;
+        """aux_hidden [T, n_aux * H_t], ids [T] (the token each draft position reads) -> draft_tokens x [T] arg-maxes;
         positions past T - s have no token for step s and are left to the caller to ignore. ``inputs``: ``fc`` of
         ``aux_hidden`` and each step's embeddings, already computed (by a draft with the same tensors there)."""
-        return [logits.argmax(-1) for logits in self.chain_logits(aux_hidden, ids, steps, inputs)]
+        return [logits.argmax(-1) for logits in self.chain_logits(aux_hidden, ids, draft_tokens, inputs)]
 
     def chain_logits(
-        self, aux_hidden: torch.Tensor, ids: torch.Tensor, steps: int, inputs: ChainInputs | None = None
+        self, aux_hidden: torch.Tensor, ids: torch.Tensor, draft_tokens: int, inputs: ChainInputs | None = None
     ) -> list[torch.Tensor]:
         """The draft's logits [T, V_draft] at every position, for each step of the chain."""
         why = unsupported(self.head.config, self.head.attention)
@@ -92,7 +92,7 @@ class ChainedDraft(DraftForward):
         hidden = self.fc_of(aux_hidden) if inputs is None else inputs.fc
         self._keys: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         logits = []
-        for step in range(steps):
+        for step in range(draft_tokens):
             embeds = self.step_embeds(ids, step) if inputs is None else inputs.embeds[step]
             positions = torch.arange(length) + step
             for layer in range(self.head.num_layers):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, Param, given, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord
@@ -101,17 +102,17 @@ def _as_target(choices: torch.Tensor, d2t: torch.Tensor | None) -> torch.Tensor:
     return choices if d2t is None else choices + d2t[choices]
 
 
-def replay(matches: list[list[bool]], start: int, steps: int, max_new_tokens: int | None = None) -> PromptCounts:
+def replay(matches: list[list[bool]], start: int, draft_tokens: int, max_new_tokens: int | None = None) -> PromptCounts:
     """The engine's walk along one sequence: ``matches[s][t]``: step s of the chain at t drafts the target's
     token. The engine drafts k tokens whenever it has emitted fewer than ``max_new_tokens`` (when drafting at
     t it has emitted t - start + 1), and a draft is only judged here where all k have a reference. Returns
     the counters the engine would report."""
     length = len(matches[0])
     t, drafts, accepted = start, 0, 0
-    per_position = [0] * steps
-    while t + steps <= length and (max_new_tokens is None or t - start + 1 < max_new_tokens):
+    per_position = [0] * draft_tokens
+    while t + draft_tokens <= length and (max_new_tokens is None or t - start + 1 < max_new_tokens):
         run = 0
-        while run < steps and matches[run][t]:
+        while run < draft_tokens and matches[run][t]:
             run += 1
         drafts += 1
         accepted += run
@@ -143,20 +144,20 @@ def open_draft(checkpoint: Any) -> DraftModel:
 
 @torch.no_grad()
 def predict(
-    draft: DraftModel, sequences: list[CapturedSequence], steps: int, shared: list[ChainInputs] | None = None
+    draft: DraftModel, sequences: list[CapturedSequence], draft_tokens: int, shared: list[ChainInputs] | None = None
 ) -> Acceptance:
     """``draft``'s greedy acceptance on ``sequences``; ``shared``: each sequence's chain inputs, computed once by a
     draft with the same tensors there (:mod:`.shared`), the same numbers as computing them again."""
     counts = []
     for index, seq in enumerate(sequences):
-        choices = draft.forward.chain(seq.aux, seq.ids, steps, None if shared is None else shared[index])
+        choices = draft.forward.chain(seq.aux, seq.ids, draft_tokens, None if shared is None else shared[index])
         length = len(seq.ids)
         matches = []
         for s, chosen in enumerate(choices):
             proposed = _as_target(chosen[: length - s], draft.d2t)
             hit = (proposed == seq.reference[s:]).tolist() + [False] * s
             matches.append(hit)
-        counts.append(replay(matches, seq.start, steps, seq.max_new_tokens))
+        counts.append(replay(matches, seq.start, draft_tokens, seq.max_new_tokens))
     return Acceptance(tuple(counts))
 
 
@@ -199,24 +200,24 @@ class Prediction(JsonRecord):
 
 
 def predict_pair(
-    source: Any, quantized: Any, sequences: list[CapturedSequence], steps: int, budget: float | None, inputs: str
+    source: Any, quantized: Any, sequences: list[CapturedSequence], draft_tokens: int, budget: float | None, inputs: str
 ) -> Prediction:
     """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``."""
-    src = predict(open_draft(source), sequences, steps)
-    return predict_against(src, quantized, sequences, steps, budget, inputs)
+    src = predict(open_draft(source), sequences, draft_tokens)
+    return predict_against(src, quantized, sequences, draft_tokens, budget, inputs)
 
 
 def predict_against(
     source: Acceptance,
     quantized: Any,
     sequences: list[CapturedSequence],
-    steps: int,
+    draft_tokens: int,
     budget: float | None,
     inputs: str,
 ) -> Prediction:
     """The ``quantized`` checkpoint (plain weights) predicted on ``sequences``, against the source draft's acceptance
     already predicted there (a search compares many drafts with one source)."""
-    dst = predict(open_draft(quantized), sequences, steps)
+    dst = predict(open_draft(quantized), sequences, draft_tokens)
     return Prediction(source, dst, paired_difference(dst, source), budget, inputs)
 
 
@@ -226,7 +227,7 @@ def predict_as_served(
     target: Any,
     source: Acceptance,
     sequences: list[CapturedSequence],
-    steps: int,
+    draft_tokens: int,
     budget: float | None,
     inputs: str,
 ) -> Prediction:
@@ -241,7 +242,7 @@ def predict_as_served(
         modules = quantized_modules(checkpoint, head, target, "vllm")
         write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
         with Checkpoint.open(Path(tmp), "DST") as dst:
-            return predict_against(source, dst, sequences, steps, budget, inputs)
+            return predict_against(source, dst, sequences, draft_tokens, budget, inputs)
 
 
 def predict_written(
@@ -269,10 +270,10 @@ def predict_written(
     if why:
         return None, Finding("chain-unsupported", "", f"acceptance not predicted: {why}")
     sequences = load_captured(inputs, head=head)
-    steps = 3
+    draft_tokens = DEFAULT_DRAFT_TOKENS  # what verify and prune predict at; the card's serving lines draft as many
     described = f"{inputs.name} ({len(sequences)} sequences)"
-    source = predict(open_draft(src), sequences, steps)
-    return predict_as_served(checkpoint, head, target, source, sequences, steps, budget, described), None
+    source = predict(open_draft(src), sequences, draft_tokens)
+    return predict_as_served(checkpoint, head, target, source, sequences, draft_tokens, budget, described), None
 
 
 def tensor_names(path: Path) -> set[str]:

@@ -28,17 +28,17 @@ class ChainInputs:
     each step's token embeddings, float32."""
 
     fc: torch.Tensor  # [T, H]
-    embeds: tuple[torch.Tensor, ...]  # steps x [T, H]
+    embeds: tuple[torch.Tensor, ...]  # draft_tokens x [T, H]
 
 
 @torch.no_grad()
-def chain_inputs(draft: Any, sequences: list[Any], steps: int) -> list[ChainInputs]:
+def chain_inputs(draft: Any, sequences: list[Any], draft_tokens: int) -> list[ChainInputs]:
     """Each sequence's :class:`ChainInputs`, as ``draft``'s chained forward computes them (``draft``: a
     :class:`~eaglequant.prediction.predict.DraftModel`; ``sequences``: its ``CapturedSequence`` list)."""
     return [
         ChainInputs(
             draft.forward.fc_of(seq.aux),
-            tuple(draft.forward.step_embeds(seq.ids, step) for step in range(steps)),
+            tuple(draft.forward.step_embeds(seq.ids, step) for step in range(draft_tokens)),
         )
         for seq in sequences
     ]

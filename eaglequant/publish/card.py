@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from eaglequant.record.search import SearchRecord
     from eaglequant.verification.verify import VerifyReport
 
-DRAFT_TOKENS = DEFAULT_DRAFT_TOKENS  # num_speculative_tokens / max_draft_len in the serving lines, and k in a round
+DRAFT_TOKENS = DEFAULT_DRAFT_TOKENS  # k: num_speculative_tokens / max_draft_len in the serving lines, and in a round
 
 
 def render_card(
@@ -211,7 +211,7 @@ def _acceptance(acceptance: AcceptanceRecord | None) -> str:
         "## Acceptance",
         "",
         f"Measured with {engine_title(acceptance.engine, acceptance.version)}'s own EAGLE-3 speculative decoding "
-        f"(`eaglequant accept`): target `{acceptance.target}`, {acceptance.num_speculative_tokens} speculative "
+        f"(`eaglequant accept`): target `{acceptance.target}`, {acceptance.draft_tokens} speculative "
         f"tokens, {acceptance.prompts} prompts ({acceptance.prompts_from}) × {acceptance.max_tokens} tokens. "
         "Acceptance length: tokens per target forward (1 + accepted drafted tokens); 95% intervals over prompts.",
         "",

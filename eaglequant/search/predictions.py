@@ -45,14 +45,14 @@ def single_threaded_torch() -> Iterator[None]:
 class CandidatePredictor:
     """Predictions of converted candidates against the source draft (``checkpoint``, open) on ``sequences``."""
 
-    def __init__(self, checkpoint: Checkpoint, sequences: list[Any], steps: int = DEFAULT_DRAFT_TOKENS) -> None:
+    def __init__(self, checkpoint: Checkpoint, sequences: list[Any], draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> None:
         from eaglequant.prediction.predict import open_draft, predict
         from eaglequant.prediction.shared import chain_inputs
 
-        self.sequences, self.steps = sequences, steps
+        self.sequences, self.draft_tokens = sequences, draft_tokens
         self.draft = open_draft(checkpoint)
-        self.shared = chain_inputs(self.draft, sequences, steps)
-        self.source = predict(self.draft, sequences, steps, self.shared)
+        self.shared = chain_inputs(self.draft, sequences, draft_tokens)
+        self.source = predict(self.draft, sequences, draft_tokens, self.shared)
         self._by_served: dict[tuple[str, str], Any] = {}
         self.reused = 0  # predictions taken from an earlier candidate with the same served copy
 
@@ -82,7 +82,7 @@ class CandidatePredictor:
             with Checkpoint.open(served, "DST") as copy:
                 draft = open_draft(copy)
                 shared = self.shared if shares_inputs(self.draft.forward.weight, draft.forward.weight) else None
-                acceptance = predict(draft, self.sequences, self.steps, shared)
+                acceptance = predict(draft, self.sequences, self.draft_tokens, shared)
         difference = paired_difference(acceptance, self.source)
         prediction = Prediction(self.source, acceptance, difference, None, f"{len(self.sequences)} sequences")
         self._by_served[key] = prediction

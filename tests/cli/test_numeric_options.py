@@ -60,7 +60,9 @@ def numeric_options() -> list[NumericOption]:
                 infos = [m for m in getattr(hint, "__metadata__", ()) if isinstance(m, OptionInfo)]
                 kind = _number_type(typing.get_args(hint)[0]) if infos else None
                 if kind is not None:
-                    flag = (*infos[0].param_decls, infos[0].default)[0]  # typer.Option("--k"): the flag is the default
+                    flag = (*infos[0].param_decls, infos[0].default)[
+                        0
+                    ]  # typer.Option("--draft-tokens"): the flag is the default
                     found.append(NumericOption((*path, command.name or ""), flag, kind, infos[0]))
         for sub in group.registered_groups:
             assert sub.typer_instance is not None
@@ -75,7 +77,13 @@ OPTIONS = numeric_options()
 
 def test_the_walk_finds_the_numeric_options() -> None:
     flags = {str(option) for option in OPTIONS}
-    assert {"inspect --k", "convert --workers", "accept --temperature", "verify --seed", "capture --top-k"} <= flags
+    assert {
+        "inspect --draft-tokens",
+        "convert --workers",
+        "accept --temperature",
+        "verify --seed",
+        "capture --top-k",
+    } <= flags
     assert {"bench convert --workers", "explain --target-layers", "accept --max-prompts"} <= flags
 
 

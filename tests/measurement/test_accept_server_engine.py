@@ -93,7 +93,7 @@ def test_a_drafting_server_is_no_reference_and_k_must_match(running: dict[str, s
     with pytest.raises(InputError, match="serves no draft"):
         measured(server=[running["reference"]] * 2, reference_server=running["reference"])
     with pytest.raises(InputError, match="drafts 3 tokens a round, not the 2 asked"):
-        measured(server=[running["draft"]] * 2, reference_server=running["reference"], num_speculative_tokens=2)
+        measured(server=[running["draft"]] * 2, reference_server=running["reference"], draft_tokens=2)
 
 
 def test_engine_arguments_reach_the_engine_offline_and_launched() -> None:

@@ -78,7 +78,7 @@ def test_replay_walks_like_the_engine() -> None:
         [True, False, False, True, False, True, True, True, True, True],
         [False, False, False, True, False, True, True, True, True, True],
     ]
-    found = replay(matches, start=0, steps=3)
+    found = replay(matches, start=0, draft_tokens=3)
     # t=0: a=2 -> t=3: a=3 -> t=7: a=3 (t + 3 <= 10) -> t=11 stops
     assert (found.drafts, found.accepted, found.accepted_per_position) == (3, 8, (3, 3, 2))
 

@@ -75,3 +75,11 @@ def test_a_wrong_record_is_one_line_naming_the_key() -> None:
     broken = {**RECORD, "settings": {**RECORD["settings"], "max_tokens": "96"}}  # type: ignore[dict-item]
     with pytest.raises(AcceptanceRecordError, match=r"'settings\.max_tokens' must be an integer"):
         AcceptanceRecord.from_json(broken)
+
+
+def test_k_reads_by_its_one_name_and_by_the_name_older_records_wrote() -> None:
+    """Issue 54, item 4: k is ``draft_tokens`` in the CLI, JSON and code; a record written before (vLLM's
+    ``num_speculative_tokens``) still reads."""
+    settings = {k: v for k, v in RECORD["settings"].items() if k != "num_speculative_tokens"}  # type: ignore[attr-defined]
+    current = AcceptanceRecord.from_json({**RECORD, "settings": {**settings, "draft_tokens": 5}})
+    assert current.draft_tokens == 5 and AcceptanceRecord.from_json(RECORD).draft_tokens == 3

@@ -155,11 +155,11 @@ def test_a_k_outside_1_to_64_is_refused(k: object) -> None:
 
 
 def test_the_cli_shows_and_refuses_k() -> None:
-    shown = run_cli("inspect", FIXTURES / "specforge-llama", "--k", "2")
+    shown = run_cli("inspect", FIXTURES / "specforge-llama", "--draft-tokens", "2")
     assert shown.exit_code == 0 and "weight bytes read per speculative round (k = 2)" in shown.stdout
     for bad in ("0", "nan", "1e400"):
-        refused = run_cli("inspect", FIXTURES / "specforge-llama", "--k", bad)
-        assert refused.exit_code == 2 and "--k" in refused.stderr
+        refused = run_cli("inspect", FIXTURES / "specforge-llama", "--draft-tokens", bad)
+        assert refused.exit_code == 2 and "--draft-tokens" in refused.stderr
 
 
 def test_quantizing_lm_head_where_an_engine_keeps_it_bf16_names_the_format_that_works() -> None:

@@ -64,7 +64,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     import vllm
     from vllm import LLM, SamplingParams
 
-    k = int(job["num_speculative_tokens"])
+    k = int(job["draft_tokens"])
     speculative = None
     if job.get("draft"):
         speculative = {"method": "eagle3", "model": job["draft"], "num_speculative_tokens": k}
