@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,28 +37,29 @@ class ServerError(InputError):
 
 @dataclass(frozen=True)
 class Server:
-    """An OpenAI-compatible vLLM server at ``url`` (``http://host:port``), read with the standard library."""
+    """An OpenAI-compatible vLLM server at ``url`` (``http://host:port``), read with httpx."""
 
     url: str
     label: str
 
     def _open(self, path: str, body: dict[str, Any] | None = None, timeout: float = READ_TIMEOUT_S) -> bytes:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url.rstrip("/") + path, data=data)
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
+        import httpx
+
+        address = self.url.rstrip("/") + path
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return bytes(response.read())
-        except urllib.error.HTTPError as error:
-            detail = error.read().decode("utf-8", errors="replace").strip().replace("\n", " ")[:300]
-            raise ServerError(f"{self.label} ({self.url}): {path} answered {error.code}: {detail}") from None
-        except (urllib.error.URLError, OSError, ValueError) as error:
-            reason = getattr(error, "reason", error)
+            if body is None:
+                response = httpx.get(address, timeout=timeout)
+            else:
+                response = httpx.post(address, json=body, timeout=timeout)
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as error:
             raise ServerError(
-                f"{self.label} ({self.url}): unreachable ({reason})",
+                f"{self.label} ({self.url}): unreachable ({error or type(error).__name__})",
                 hint="give the URL of a running vLLM server, e.g. http://127.0.0.1:8000",
             ) from None
+        if response.is_error:
+            detail = response.text.strip().replace("\n", " ")[:300]
+            raise ServerError(f"{self.label} ({self.url}): {path} answered {response.status_code}: {detail}")
+        return response.content
 
     def _json(self, path: str, body: dict[str, Any] | None = None, timeout: float = READ_TIMEOUT_S) -> Any:
         raw = self._open(path, body, timeout)

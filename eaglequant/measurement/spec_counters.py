@@ -9,7 +9,6 @@ here). A server that serves no draft has none of them. Series of several engines
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 PREFIX = "vllm:spec_decode_"
@@ -19,8 +18,6 @@ _TOTALS = {
     f"{PREFIX}num_accepted_tokens_total": "accepted",
 }
 PER_POSITION = f"{PREFIX}num_accepted_tokens_per_pos_total"
-_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$")
-_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
 class MetricsFormatError(ValueError):
@@ -55,50 +52,35 @@ def _padded(values: tuple[int, ...], length: int) -> tuple[int, ...]:
     return values + (0,) * (length - len(values))
 
 
-def _labels(text: str) -> dict[str, str]:
-    found: dict[str, str] = {}
-    position = 0
-    while position < len(text):
-        match = _LABEL.match(text, position)
-        if match is None:
-            raise MetricsFormatError(f"labels {{{text}}}")
-        found[match.group(1)] = match.group(2)
-        position = match.end()
-    return found
-
-
-def _count(value: str, line: str) -> int:
-    try:
-        number = float(value)
-    except ValueError:
-        raise MetricsFormatError(line) from None
-    if not number >= 0 or number != int(number):
+def _count(value: float, line: str) -> int:
+    if not value >= 0 or value != int(value):
         raise MetricsFormatError(line)
-    return int(number)
+    return int(value)
 
 
 def parse_spec_counters(text: str) -> SpecCounters | None:
-    """The spec-decode counters in a /metrics page (Prometheus text), summed over engines; None when the page has
-    none (the server serves no draft)."""
+    """The spec-decode counters in a /metrics page (Prometheus text, read by ``prometheus_client``'s own parser),
+    summed over engines; None when the page has none (the server serves no draft). Only the spec-decode samples are
+    read: the rest of the page is the server's business."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    lines = [line for line in text.splitlines() if line.startswith(PREFIX)]
     totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0}
     per_position: dict[int, int] = {}
     seen = False
-    for line in text.splitlines():
-        if not line.startswith(PREFIX):
-            continue
-        match = _SAMPLE.match(line.strip())
-        if match is None:
-            raise MetricsFormatError(line)
-        name, labels = match.group("name"), _labels(match.group("labels") or "")
-        if name in _TOTALS:
-            totals[_TOTALS[name]] += _count(match.group("value"), line)
-            seen = True
-        elif name == PER_POSITION:
-            position = labels.get("position")
-            if position is None or not position.isdigit():
+    for line in lines:
+        try:
+            (sample,) = (s for family in text_string_to_metric_families(line + "\n") for s in family.samples)
+        except ValueError:
+            raise MetricsFormatError(line) from None
+        seen = seen or sample.name in (*_TOTALS, PER_POSITION)
+        if sample.name in _TOTALS:
+            totals[_TOTALS[sample.name]] += _count(sample.value, line)
+        elif sample.name == PER_POSITION:
+            position = sample.labels.get("position", "")
+            if not position.isdigit():
                 raise MetricsFormatError(line)
-            per_position[int(position)] = per_position.get(int(position), 0) + _count(match.group("value"), line)
-            seen = True
+            per_position[int(position)] = per_position.get(int(position), 0) + _count(sample.value, line)
     if not seen:
         return None
     positions = tuple(per_position.get(j, 0) for j in range(max(per_position, default=-1) + 1))
