@@ -13,6 +13,7 @@ from typing import Any
 
 from eaglequant.common.errors import EagleQuantError, InputError, Param, Style, worded
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
+from eaglequant.layouts.head import Attention
 
 # A job name is a CI matrix value, an ``--only`` argument and part of a summary's file name: keep it plain.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -41,9 +42,9 @@ def conversion_options(where: str, settings: dict[str, Any]) -> ConversionOption
         raise InputError(f"{where}: {worded(exc.words, job_wording)}", hint=worded(hint, job_wording)) from exc
     scheme, fmt = options.resolved_scheme, options.resolved_format
     engines = list(options.resolved_engines)
-    try:  # "mha": what a targeted engine refuses for every head (an MLA head may be refused more at its turn)
+    try:  # MHA: what a targeted engine refuses for every head (an MLA head may be refused more at its turn)
         fmt.check_stores(scheme, FORMATS.values())
-        check_engines(scheme.kinds, scheme.name, fmt, engines, "mha", builtin_names_by_kinds())
+        check_engines(scheme.kinds, scheme.name, fmt, engines, Attention.MHA, builtin_names_by_kinds())
     except InputError as exc:
         raise InputError(f"{where}: {exc.message}", hint=worded(exc.hint_words, job_wording)) from exc
     return options

@@ -46,7 +46,7 @@ import torch
 
 from eaglequant.draft.weights import CanonicalWeights, by_output_rows, widened
 from eaglequant.layouts.detect import dims_source
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.head import Attention, HeadDescription
 
 LinearFn = Callable[[str, torch.Tensor], torch.Tensor]  # canonical module, input -> output
 
@@ -155,7 +155,7 @@ class DraftForward:
     def _rotary(self, head: HeadDescription, config: dict[str, Any]) -> tuple[Rotary, float]:
         """The rotary embedding of the head's attention and its softmax scale."""
         d = head.dims
-        if head.attention != "mla":
+        if head.attention != Attention.MLA:
             return Rotary(_inv_freq(self.theta, d.head_dim), interleaved=False), 1 / math.sqrt(d.head_dim)
         assert d.qk_nope_head_dim is not None and d.qk_rope_head_dim
         rotary, softmax = mla_rotary(config, d.qk_rope_head_dim, self.theta)
@@ -205,7 +205,7 @@ class DraftForward:
             x = torch.cat((self.norm(f"{p}.input_layernorm", embeds), self.norm(f"{p}.hidden_norm", hidden)), -1)
         else:
             x = self.norm(f"{p}.input_layernorm", hidden)
-        attention = self.mla if self.head.attention == "mla" else self.gqa
+        attention = self.mla if self.head.attention == Attention.MLA else self.gqa
         hidden = residual + attention(p, x, positions)
         residual = hidden
         x = self.norm(f"{p}.post_attention_layernorm", hidden)

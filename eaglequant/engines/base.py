@@ -16,7 +16,7 @@ from eaglequant.common.findings import Finding
 from eaglequant.engines.cells import Answer, Cells, Support
 from eaglequant.engines.decision import ModuleDecision, quantized, refused, unquantized
 from eaglequant.kinds import KindPair, kinds_title
-from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
+from eaglequant.layouts.head import Attention, FusedGroup, HeadDescription, HeadLinear
 from eaglequant.layouts.names import RUNTIME_NAMES
 
 if TYPE_CHECKING:
@@ -31,14 +31,14 @@ class RuntimeModule:
     ``names``: the runtime prefix the engine matches rules against; further entries are spellings
     other engine versions use, and written rules must treat all of them alike.
     ``members``: the canonical head linears it computes (several when the engine fuses them).
-    ``attention``: the draft's ("mha", "mla"); ``hidden_size``: the draft's, for modules the engine first builds at
+    ``attention``: the draft's; ``hidden_size``: the draft's, for modules the engine first builds at
     the target's width.
     """
 
     names: tuple[str, ...]
     members: tuple[str, ...]
     out_features: tuple[int, ...] = ()  # each member's, in the order the engine stacks them
-    attention: str = "mha"
+    attention: Attention = Attention.MHA
     hidden_size: int = 0
 
     @property
@@ -133,7 +133,12 @@ def base_qkv_partial_group(module: RuntimeModule, kinds: KindPair, fmt: Format) 
     the hidden size at the fused module's name, and their integer weight-only method (``weight_only_integer_groups``)
     refuses in-features that are not whole groups; None when ``module`` loads."""
     group = kinds.weight_kind.columns_per_scale
-    if module.attention != "mha" or "qkv_proj" not in module.names[0] or not group or module.hidden_size % group == 0:
+    if (
+        module.attention != Attention.MHA
+        or "qkv_proj" not in module.names[0]
+        or not group
+        or module.hidden_size % group == 0
+    ):
         return None
     return group if weight_only_integer_groups(kinds, fmt) else None
 
@@ -212,7 +217,7 @@ class Engine(ABC):
         return {
             (kinds, fmt, attention): cell.for_draft(attention)
             for (kinds, fmt), cell in self.cells.items()
-            for attention in ("mha", "mla")
+            for attention in Attention
         }
 
     @property
@@ -300,7 +305,7 @@ class Engine(ABC):
         """The first pattern that makes the engine exclude ``runtime_name``, or None."""
         return self.dialect(fmt).match(runtime_name, patterns)
 
-    def loads_pruned_vocabulary(self, attention: str) -> Answer:
+    def loads_pruned_vocabulary(self, attention: Attention) -> Answer:
         """Whether the engine loads a draft whose vocabulary is smaller than the target's (``d2t``, ``t2d``)."""
         if not self.vocabulary_map_source:
             return Answer(False, f"eaglequant has no model of how {self.titled} reads d2t")
@@ -310,7 +315,7 @@ class Engine(ABC):
         """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
         return None
 
-    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[Finding]:
+    def environment_notes(self, attention: Attention, kinds: KindPair, fmt: Format) -> list[Finding]:
         """Settings of the serving environment (environment variables, platform defaults) under which this release
         runs a checkpoint of this scheme other than as stored, each with its fix; [] when none. Whatever the draft's
         config and target: the card's serving section and ``explain`` show them."""

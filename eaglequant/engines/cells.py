@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.kinds import KindPair
+from eaglequant.layouts.head import Attention
 
 
 @dataclass(frozen=True)
@@ -18,9 +19,9 @@ class Support:
     mla: bool | str = True  # also holds for MLA (DeepSeek / Kimi) drafts; a string says why not
     where: str = ""  # a conditional cell's hardware or versions, in a few words (``yes* (Blackwell)``)
 
-    def for_draft(self, attention: str) -> Support:
+    def for_draft(self, attention: Attention) -> Support:
         """The cell as it holds for a draft of this ``attention``: an MLA draft is refused where the cell says so."""
-        if attention != "mla" or not self.loads or self.mla is True:
+        if attention != Attention.MLA or not self.loads or self.mla is True:
             return self
         return Support(
             False, f"not for MLA drafts: {self.mla}" if isinstance(self.mla, str) else f"{self.note}; not for MLA"

@@ -18,6 +18,7 @@ from eaglequant.engines import ENGINES
 from eaglequant.engines.cells import Answer, Support
 from eaglequant.engines.support import ENGINE_NAMES, FORMAT_NAMES, MATRIX, SCHEME_KINDS, answer
 from eaglequant.formats import FORMATS
+from eaglequant.layouts.head import Attention
 
 # The table's questions, in its column order: key -> column title; the first two are modules a conversion may ask
 # to run quantized (support.MODULE_QUESTIONS).
@@ -27,12 +28,15 @@ QUESTIONS: dict[str, str] = {
     "module_kinds": "per-module kinds (mixed)",
     "pruned_vocabulary": "pruned vocabulary (d2t/t2d)",
 }
-ATTENTIONS = {"mha": "Llama", "mla": "MLA"}  # the drafts each answer is asked for, as the table titles them
+ATTENTIONS = {
+    Attention.MHA: "Llama",
+    Attention.MLA: "MLA",
+}  # the drafts each answer is asked for, as the table titles them
 NOT_LOADED = "not loaded"
 RUN_ENGINES = ("vllm", "sglang")  # loaded by the engine-load tests (eaglequant.engine_load.PROBES)
 
 
-def _by_draft(said: dict[str, Answer]) -> dict[str, Answer]:
+def _by_draft(said: dict[Attention, Answer]) -> dict[str, Answer]:
     """attention -> answer, keyed as the table titles the drafts (``llama``, ``mla``)."""
     return {ATTENTIONS[attention].lower(): answer for attention, answer in said.items()}
 
@@ -49,14 +53,14 @@ class ModuleRow(JsonRecord):
     title: str
     format: str
     loads: bool  # the release loads some built-in scheme in this format; if not, its answers are moot
-    lm_head: dict[str, Answer]
-    fc: dict[str, Answer]
-    module_kinds: dict[str, Answer]
-    pruned_vocabulary: dict[str, Answer]
+    lm_head: dict[Attention, Answer]
+    fc: dict[Attention, Answer]
+    module_kinds: dict[Attention, Answer]
+    pruned_vocabulary: dict[Attention, Answer]
 
-    def said(self, question: str) -> dict[str, Answer]:
+    def said(self, question: str) -> dict[Attention, Answer]:
         """attention -> the answer to ``question``."""
-        answers: dict[str, Answer] = getattr(self, question)
+        answers: dict[Attention, Answer] = getattr(self, question)
         return answers
 
     def mark(self, question: str) -> str:
@@ -73,7 +77,7 @@ class ModuleRow(JsonRecord):
         if not self.loads:
             return f"{NOT_LOADED}: {self.title} loads no scheme in {self.format}"
         said = self.said(question)
-        first = said["mha"]
+        first = said[Attention.MHA]
         if all(a == first for a in said.values()):
             return f"{'yes' if first.yes else 'no'}: {first.why}"
         return "; ".join(f"{ATTENTIONS[a]}: {'yes' if said[a].yes else 'no'}, {said[a].why}" for a in ATTENTIONS)

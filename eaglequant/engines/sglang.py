@@ -64,7 +64,7 @@ from eaglequant.engines.cells import (
 from eaglequant.engines.decision import ModuleDecision
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
-from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
+from eaglequant.layouts.head import Attention, FusedGroup, HeadDescription, HeadLinear
 
 # The Llama draft's layer first builds the base LlamaAttention / LlamaMLP modules (``model.self_attn.qkv_proj``,
 # ``model.mlp.gate_up_proj``), then replaces them: a quantization method whose weights cannot be created for the
@@ -194,7 +194,7 @@ class SglangEngine(Engine):
         if module.is_lm_head:
             return lm_head_config_kept(self, fmt)
         if module.is_fc:
-            return None if module.attention == "mla" else _LLAMA_FC
+            return None if module.attention == Attention.MLA else _LLAMA_FC
         leaves = module.leaves
         if "kv_b_proj" in leaves and kinds.weight_kind.rows_per_scale == 1:
             return _MLA_KV_B
@@ -203,11 +203,11 @@ class SglangEngine(Engine):
         return None
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
-        return (_MLA_FUSED if head.attention == "mla" else _LLAMA_FUSED)[group.module_type]
+        return (_MLA_FUSED if head.attention == Attention.MLA else _LLAMA_FUSED)[group.module_type]
 
     def linear_names(self, head: HeadDescription, linear: HeadLinear, target_layers: int) -> tuple[str, ...]:
         local = linear.module.split(".", 2)[2]  # "self_attn.o_proj", "mlp.down_proj"
-        if head.attention != "mla":
+        if head.attention != Attention.MLA:
             local = local.removeprefix("mlp.")
         return (f"model.{local}",)
 

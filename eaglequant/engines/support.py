@@ -41,6 +41,7 @@ from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
 from eaglequant.formats.base import HeadStorage
 from eaglequant.kinds import kinds_title
+from eaglequant.layouts.head import Attention
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
@@ -73,13 +74,13 @@ def _gathered() -> dict[tuple[KindPair, str], dict[str, Support]]:
 MATRIX = _gathered()
 
 
-def support(kinds: KindPair, format_name: str, engine: Engine, attention: str = "mha") -> Support | None:
+def support(kinds: KindPair, format_name: str, engine: Engine, attention: Attention = Attention.MHA) -> Support | None:
     """What the release ``engine`` says of ``kinds`` stored in ``format_name``; None when the format cannot store the
     scheme at all."""
     return engine.draft_cells.get((kinds, format_name, attention))
 
 
-def loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair | str:
+def loaded_kinds(engine: Engine, fmt: Format, attention: Attention) -> KindPair | str:
     """The first scheme kinds ``engine`` loads from ``fmt`` for a draft of this ``attention``; where it loads none,
     why: the reason most of its cells give."""
     notes = []
@@ -94,7 +95,7 @@ def loaded_kinds(engine: Engine, fmt: Format, attention: str) -> KindPair | str:
     return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
 
 
-def module_kinds_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: str) -> str | None:
+def module_kinds_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: Attention) -> str | None:
     """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
     (None: it reads per-module kinds in that format and loads each of them): its decision on a decoder linear stored
     in each."""
@@ -119,13 +120,13 @@ _ASKED_MODULES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _asked_module(question: str, attention: str) -> RuntimeModule:
+def _asked_module(question: str, attention: Attention) -> RuntimeModule:
     members = _ASKED_MODULES[question]
     names = {"lm_head": "lm_head", "fc": "model.fc"}.get(members[0], "model.layers.1.mlp.down_proj")
     return RuntimeModule((names,), members, (0,), attention)
 
 
-def answer(engine: Engine, fmt: Format, question: str, attention: str) -> Answer:
+def answer(engine: Engine, fmt: Format, question: str, attention: Attention) -> Answer:
     """The engine's answer to one of :data:`QUESTIONS` for a ``fmt`` checkpoint of this ``attention``: its decision
     (:meth:`Engine.decide`) on the module asked about, in the first kinds it loads from ``fmt``; where it loads no
     scheme from ``fmt``, the reason most of its cells give."""
@@ -155,7 +156,7 @@ class ModuleRequest:
         return " and ".join(self.modules) + (" quantized load" if len(self.modules) > 1 else " quantized loads")
 
 
-def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: str) -> str | None:
+def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: Attention) -> str | None:
     """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint (None: it can)."""
     title = fmt.title
     if request.mixed:
@@ -175,12 +176,12 @@ def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attenti
     return None
 
 
-def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> list[Format]:
+def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: Attention) -> list[Format]:
     """The formats in which every one of ``engines`` serves ``request``."""
     return [f for f in FORMATS.values() if all(request_refusal(e, f, request, attention) is None for e in engines)]
 
 
-def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: str) -> Words:
+def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: Attention) -> Words:
     """What does work for ``request``: a format every targeted engine serves it in, else the engines and formats
     that do, else that none does; each computed from :func:`request_refusal`, so none names a refused combination."""
     formats = working_formats(engines, request, attention)
@@ -205,7 +206,7 @@ def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: st
 
 
 def check_module_request(
-    engines: Sequence[Engine], fmt: Format, request: ModuleRequest, attention: str, described: str
+    engines: Sequence[Engine], fmt: Format, request: ModuleRequest, attention: Attention, described: str
 ) -> None:
     """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``fmt``
     checkpoint; ``described``: the conversion's schemes in words."""
@@ -239,7 +240,7 @@ def engine_support(
     engines: list[Engine],
     fmt: Format,
     assignment: SchemeAssignment,
-    attention: str,
+    attention: Attention,
     storage: HeadStorage,
     target: TargetModel,
     asked: tuple[str, ...] = (),
@@ -297,7 +298,7 @@ def check_assignment(
         )
 
 
-def _loads_everywhere(kinds: KindPair, fmt: Format, engines: list[Engine], attention: str) -> bool:
+def _loads_everywhere(kinds: KindPair, fmt: Format, engines: list[Engine], attention: Attention) -> bool:
     return all((cell := support(kinds, fmt.name, e, attention)) is not None and cell.loads for e in engines)
 
 
@@ -310,7 +311,7 @@ def check_engines(
     scheme_name: str,
     fmt: Format,
     engines: list[Engine],
-    attention: str,
+    attention: Attention,
     scheme_names: dict[KindPair, str],
 ) -> list[Finding]:
     """Refuse, in one line naming a combination that works, what a targeted engine cannot load.

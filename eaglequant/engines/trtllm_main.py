@@ -35,7 +35,7 @@ from eaglequant.engines.trtllm import CELLS as RELEASE_1_2_CELLS
 from eaglequant.engines.trtllm import NO_DENSE_MXFP4, TrtllmEngine, _excludes
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
-from eaglequant.layouts.head import HeadDescription
+from eaglequant.layouts.head import Attention, HeadDescription
 
 _TRT_MAIN_NO_INT4 = refuses(
     "main maps 4-bit compressed-tensors groups to float formats only: an INT4 group without input_activations "
@@ -92,7 +92,7 @@ class TrtllmMainEngine(TrtllmEngine):
     def pattern_problems(
         self, head: HeadDescription, fmt: Format, patterns: list[str], kinds: KindPair | None = None
     ) -> list[str]:
-        if head.attention != "mla" or (kinds is not None and kinds.weight_kind.rows_per_scale > 1):
+        if head.attention != Attention.MLA or (kinds is not None and kinds.weight_kind.rows_per_scale > 1):
             return []  # a block-FP8 kv_b_proj is what the dequant path reads
         return [
             f"TensorRT-LLM asks whether the bare name 'kv_b_proj' is excluded, and {p!r} matches it: the BF16 "

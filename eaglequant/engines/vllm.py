@@ -73,7 +73,7 @@ from eaglequant.engines.cells import (
 from eaglequant.engines.decision import ModuleDecision
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
-from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadLinear
+from eaglequant.layouts.head import Attention, FusedGroup, HeadDescription, HeadLinear
 
 _LAYER_NUMBER = re.compile(r"(?<=^model\.layers\.)\d+(?=\.)")
 _ESCAPED_LAYER_NUMBER = re.compile(r"(?<=^model\\\.layers\\\.)\d+(?=\\\.)")
@@ -260,8 +260,8 @@ class VllmEngine(Engine):
         "(llama_eagle3.py, deepseek_eagle3.py)"
     )
 
-    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[Finding]:
-        return [_ROCM_AITER_MLA] if attention == "mla" else []
+    def environment_notes(self, attention: Attention, kinds: KindPair, fmt: Format) -> list[Finding]:
+        return [_ROCM_AITER_MLA] if attention == Attention.MLA else []
 
     def fused_names(self, head: HeadDescription, group: FusedGroup, target_layers: int) -> tuple[str, ...]:
         layer = f"model.layers.{target_layers + group.layer}"
@@ -278,7 +278,7 @@ class VllmEngine(Engine):
     def decide(self, module: RuntimeModule, fmt: Format, kinds: KindPair, mixed: bool = False) -> ModuleDecision:
         kept = None
         if module.is_lm_head:
-            kept = _MLA_LM_HEAD if module.attention == "mla" else lm_head_config_kept(self, fmt)
+            kept = _MLA_LM_HEAD if module.attention == Attention.MLA else lm_head_config_kept(self, fmt)
         refusal = _kv_b_split_refusal(module, kinds) or _base_qkv_refusal(module, kinds, fmt)
         return decided(self, module, fmt, kinds, mixed, kept=kept, refusal=refusal)
 

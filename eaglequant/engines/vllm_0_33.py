@@ -38,6 +38,7 @@ from eaglequant.engines.vllm import CELLS as RELEASE_0_32_CELLS
 from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
+from eaglequant.layouts.head import Attention
 
 if TYPE_CHECKING:
     from eaglequant.engines.target import TargetModel
@@ -168,7 +169,7 @@ class Vllm033Engine(VllmEngine):
     measures_acceptance: ClassVar[bool] = False  # eaglequant runs vLLM 0.32.0 only
     captures_hidden_states: ClassVar[bool] = False
 
-    def environment_notes(self, attention: str, kinds: KindPair, fmt: Format) -> list[Finding]:
+    def environment_notes(self, attention: Attention, kinds: KindPair, fmt: Format) -> list[Finding]:
         return []
 
     def draft_notes(self, head: HeadDescription, target: TargetModel) -> list[Finding]:

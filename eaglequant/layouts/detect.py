@@ -10,7 +10,7 @@ from eaglequant.checkpoint.dtypes import FLOAT_SOURCE_DTYPES
 from eaglequant.checkpoint.safetensors_file import TensorInfo
 from eaglequant.common.errors import LayoutError
 from eaglequant.layouts.families import LayoutEvidence, identify
-from eaglequant.layouts.head import FusedGroup, HeadDescription, HeadDims, HeadLinear, HeadTensor, Role
+from eaglequant.layouts.head import Attention, FusedGroup, HeadDescription, HeadDims, HeadLinear, HeadTensor, Role
 from eaglequant.layouts.names import ParsedName, parse_name
 
 EXPECTED = (
@@ -51,7 +51,7 @@ def describe_head(checkpoint: TensorSource) -> HeadDescription:
     if len(styles) > 1:
         raise LayoutError(f"{checkpoint.root}: mixes midlayer.* and layers.N.* tensor names; expected one naming")
     kinds = {p.kind for p in linears_by_layer}
-    attention = "mla" if kinds & {"q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj"} else "mha"
+    attention = Attention.MLA if kinds & {"q_a_proj", "kv_a_proj_with_mqa", "kv_b_proj"} else Attention.MHA
     layers = sorted({p.layer for p in linears_by_layer if p.layer is not None})
     if layers != list(range(len(layers))):
         raise LayoutError(f"{checkpoint.root}: decoder layers {layers} are not numbered 0..N-1")
@@ -117,7 +117,7 @@ def _num_aux(config: dict[str, Any]) -> int:
     return 3
 
 
-def read_dims(checkpoint: TensorSource, parsed: dict[str, ParsedName], attention: str) -> HeadDims:
+def read_dims(checkpoint: TensorSource, parsed: dict[str, ParsedName], attention: Attention) -> HeadDims:
     source = dims_source(checkpoint.config)
     hidden = _int(source, "hidden_size", checkpoint)
     heads = _int(source, "num_attention_heads", checkpoint)
@@ -142,7 +142,7 @@ def read_dims(checkpoint: TensorSource, parsed: dict[str, ParsedName], attention
         target_hidden_size=target_hidden,
         num_aux_hidden_states=num_aux,
     )
-    if attention == "mla":
+    if attention == Attention.MLA:
         dims = HeadDims(
             **{
                 **dims.__dict__,
@@ -227,7 +227,7 @@ def _check_shape(checkpoint: TensorSource, tensor: HeadTensor, p: ParsedName, di
 
 
 def _linears_and_groups(
-    tensors: tuple[HeadTensor, ...], parsed: dict[str, ParsedName], attention: str, checkpoint: TensorSource
+    tensors: tuple[HeadTensor, ...], parsed: dict[str, ParsedName], attention: Attention, checkpoint: TensorSource
 ) -> tuple[tuple[HeadLinear, ...], tuple[FusedGroup, ...]]:
     present = {parsed[t.name].module for t in tensors if t.role is Role.LINEAR}
     groups: list[FusedGroup] = []

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from eaglequant.layouts.head import Attention
+
 MODELOPT_EAGLE_FLAGS = ("next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers")
 
 
@@ -18,7 +20,7 @@ class LayoutEvidence:
     config: dict[str, Any]
     source_format: str
     prefix_style: str  # "midlayer" | "layers"
-    attention: str  # "mha" | "mla"
+    attention: Attention
     num_layers: int
 
 
@@ -56,7 +58,7 @@ def _eagle_original(e: LayoutEvidence) -> str | None:
 
 
 def _torchspec_mla(e: LayoutEvidence) -> str | None:
-    if e.attention == "mla":
+    if e.attention == Attention.MLA:
         arch = ", ".join(_architectures(e.config)) or "no architectures"
         return f"MLA attention tensors (q_a_proj / kv_a_proj_with_mqa, {e.prefix_style}.*) and {arch}"
     return None

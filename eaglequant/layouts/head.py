@@ -12,6 +12,14 @@ from enum import Enum
 from typing import Any
 
 from eaglequant.checkpoint.safetensors_file import TensorInfo
+from eaglequant.common.text_enum import TextEnum
+
+
+class Attention(TextEnum):
+    """A draft head's attention, which decides its modules, its forward and what engines do with it."""
+
+    MHA = "mha"  # multi-head (grouped-query) attention: Llama's q/k/v, fused as qkv_proj
+    MLA = "mla"  # multi-head latent attention: DeepSeek's and Kimi's q_a/q_b, kv_a (with the rope key), kv_b
 
 
 class Role(str, Enum):
@@ -79,7 +87,7 @@ class HeadDescription:
     layout: str  # family name, e.g. "specforge-llama"
     layout_title: str
     reason: str  # why this layout was chosen, in words
-    attention: str  # "mha" | "mla"
+    attention: Attention
     num_layers: int
     dims: HeadDims
     tensors: tuple[HeadTensor, ...]

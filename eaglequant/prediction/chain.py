@@ -24,6 +24,7 @@ import torch
 
 from eaglequant.common.errors import InputError
 from eaglequant.draft.forward import DraftForward, rope_scaling
+from eaglequant.layouts.head import Attention
 
 if TYPE_CHECKING:
     from eaglequant.prediction.shared import ChainInputs
@@ -34,11 +35,11 @@ _UNSUPPORTED_OPTIONS = ("norm_before_residual", "norm_output")
 _UNSUPPORTED_MLA_OPTIONS = ("index_topk",)  # DeepSeek-V3.2's sparse attention
 
 
-def unsupported(config: dict[str, Any], attention: str) -> str | None:
+def unsupported(config: dict[str, Any], attention: Attention) -> str | None:
     """Why the chained forward cannot run this head as vLLM does (None: it can)."""
     nested = config.get("transformer_layer_config")
     holders = (config, nested if isinstance(nested, dict) else {})
-    mla = attention == "mla"
+    mla = attention == Attention.MLA
     options = _UNSUPPORTED_OPTIONS + (_UNSUPPORTED_MLA_OPTIONS if mla else ("rope_scaling",))
     for holder in holders:
         for option in options:

@@ -26,7 +26,7 @@ from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import KindPair, kinds_title
-from eaglequant.layouts.head import HeadDescription, HeadLinear
+from eaglequant.layouts.head import Attention, HeadDescription, HeadLinear
 from eaglequant.readback.cost import RoundCost, round_cost
 from eaglequant.readback.module_kinds import written_schemes
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -220,7 +220,7 @@ def _read_engine(
 
 
 def _module_kinds_refusal(
-    engine: Engine, fmt: Format, schemes: SchemeAssignment, written: WrittenConfig, attention: str
+    engine: Engine, fmt: Format, schemes: SchemeAssignment, written: WrittenConfig, attention: Attention
 ) -> str | None:
     """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
     if written.listed is None:

@@ -23,6 +23,7 @@ from eaglequant.common.json_fields import NOT_WRITTEN, ErrorType, JsonObject, Js
 from eaglequant.common.version import __version__
 from eaglequant.engines.target import TargetModel
 from eaglequant.kinds import KindPair
+from eaglequant.layouts.head import Attention
 from eaglequant.readback.cost import RoundCost
 
 # 2 added report_version and verification; 3 the cost of a round per engine (round_costs); 4 the config.json values
@@ -127,7 +128,7 @@ class ConversionReport(JsonRecord):
     scheme_label: str
     scheme_kinds: KindPair
     scheme_toml: str  # the scheme actually used, thresholds included: verify applies these
-    attention: str
+    attention: Attention
     format: str
     algorithm: str | None  # the format's name for the scheme
     notes: tuple[Finding, ...]

@@ -20,6 +20,7 @@ from eaglequant.engines.vllm import VllmEngine
 from eaglequant.formats import FORMATS
 from eaglequant.formats.quant_config import QuantConfig
 from eaglequant.kinds import KindPair
+from eaglequant.layouts.head import Attention
 from eaglequant.schemes.model import builtin_scheme_for
 from tests.conftest import FIXTURE_NAMES, FIXTURES, NOTHING_TO_QUANTIZE, TARGET_LAYERS
 from tests.plans import plan_for
@@ -256,7 +257,7 @@ def test_written_rules_make_each_engine_quantize_exactly_the_plan(fixture: str, 
     """Engine x layout x format: the config read back as the engine reads it quantizes exactly the plan."""
     head = inspect(FIXTURES / fixture).head
     cases = _loadable(engine_name, head.attention)
-    if (engine_name, head.attention) == ("trtllm", "mla"):
+    if (engine_name, head.attention) == ("trtllm", Attention.MLA):
         assert not cases, "TensorRT-LLM 1.2.x has no MLA draft model"
         return
     if ENGINES[engine_name].head_refusal(head) is not None:
@@ -379,7 +380,9 @@ CHANNEL_FP8 = KindPair("fp8-channel", "fp8-token")
 def test_block_fp8_load_refusals(engine, names, members, rows, kinds, refused) -> None:  # type: ignore[no-untyped-def]
     from eaglequant.engines.base import RuntimeModule
 
-    module = RuntimeModule(names, members, out_features=rows, attention="mla" if "kv_b_proj" in names[0] else "mha")
+    module = RuntimeModule(
+        names, members, out_features=rows, attention=Attention.MLA if "kv_b_proj" in names[0] else Attention.MHA
+    )
     fmt = FORMATS["fp8" if kinds == BLOCK_FP8 else "modelopt"]
     assert (ENGINES[engine].decide(module, fmt, kinds).outcome == "refused") is refused
 
@@ -388,7 +391,9 @@ def test_trtllm_main_needs_a_block_fp8_kv_b_proj() -> None:
     """Its native fp8 config always excludes *kv_b_proj*, and the MLA loader then reads weight_scale_inv."""
     from eaglequant.engines.base import RuntimeModule
 
-    module = RuntimeModule(("model.midlayer.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (256,), "mla")
+    module = RuntimeModule(
+        ("model.midlayer.self_attn.kv_b_proj",), ("layers.0.self_attn.kv_b_proj",), (256,), Attention.MLA
+    )
     engine = ENGINES["trtllm-main"]
     block = engine.decide(module, FORMATS["fp8"], BLOCK_FP8)
     assert block.quantized and block.required is not None

@@ -22,6 +22,7 @@ from eaglequant.engines.module_support import (
 )
 from eaglequant.engines.support import FORMAT_NAMES
 from eaglequant.formats import FORMATS
+from eaglequant.layouts.head import Attention
 from tests.conftest import FIXTURES, ROOT, run_cli
 
 SOURCE = FIXTURES / "specforge-llama"
@@ -41,13 +42,13 @@ def test_mixed_kinds_load_where_the_engines_read_per_module_configs() -> None:
     assert mixed == vllm | {("sglang", "quark"), ("sglang", "compressed-tensors")}
     for row in module_table():
         if row.mark("module_kinds") not in ("no", "not loaded"):
-            assert "::" in row.said("module_kinds")["mha"].why, row  # each answer cites the engine's function
+            assert "::" in row.said("module_kinds")[Attention.MHA].why, row  # each answer cites the engine's function
 
 
 def test_an_engine_that_reads_no_scheme_in_a_format_answers_no_to_everything() -> None:
     trtllm = ENGINES["trtllm"]
     for question in QUESTIONS:
-        said = answer(trtllm, FORMATS["quark"], question, "mha")
+        said = answer(trtllm, FORMATS["quark"], question, Attention.MHA)
         assert not said.yes and "quark" in said.why
 
 
