@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +61,12 @@ def fused_global_scales(checkpoint: Checkpoint, head: HeadDescription, modules: 
 def write_dequantized(
     checkpoint: Checkpoint, head: HeadDescription, modules: set[str], out: Path, dtype: str
 ) -> list[str]:
-    """Write ``checkpoint`` to ``out`` with the linears in ``modules`` dequantized to ``dtype``; returns them."""
+    """Write ``checkpoint`` to ``out`` with the linears in ``modules`` dequantized to ``dtype``; returns them. The
+    file's header is laid out first and each tensor is made and written in turn, so memory holds one at a time."""
     import torch
-    from safetensors.torch import save_file
 
+    from eaglequant.checkpoint.dtypes import from_torch
+    from eaglequant.checkpoint.writer import TensorSpec, safetensors_header
     from eaglequant.readback.explanation import read_written_config
     from eaglequant.readback.module_kinds import written_schemes
 
@@ -71,29 +75,36 @@ def write_dequantized(
     if dtype not in _DTYPES:
         raise InputError(words(given("dtype", dtype), f": not one of {', '.join(_DTYPES)}"), hint="use bfloat16")
     torch_dtype = getattr(torch, dtype)
-    tensors: dict[str, torch.Tensor] = {}
-    consumed: set[str] = set()
-    done = []
     shared = fused_global_scales(checkpoint, head, modules)
+    planned: list[tuple[TensorSpec, Callable[[], torch.Tensor]]] = []
+    consumed: set[str] = set()
     for linear in head.linears:
         if linear.checkpoint_module not in modules:
             continue
         scheme = schemes.of(linear.module)
         names = [spec.name for spec in fmt.tensor_specs(linear, scheme)]
-        read = {name: shared.get(name, checkpoint.read(name)) for name in names}
-        stored = fmt.stored_linear(linear, scheme, read)
-        tensors[f"{linear.checkpoint_module}.weight"] = stored.dequantize().to(torch_dtype).contiguous()
         consumed.update(names)
-        done.append(linear.checkpoint_module)
-    for name in checkpoint.tensors:
-        module = name.rpartition(".")[0]
-        if name not in consumed and (module not in modules or name.endswith(".bias")):  # a bias stays as it is
-            tensors[name] = checkpoint.read(name).contiguous()
+
+        def dequantized(linear: Any = linear, scheme: Any = scheme, names: list[str] = names) -> torch.Tensor:
+            read = {name: shared.get(name, checkpoint.read(name)) for name in names}
+            return fmt.stored_linear(linear, scheme, read).dequantize().to(torch_dtype)
+
+        shape = (linear.out_features, linear.in_features)
+        planned.append((TensorSpec(f"{linear.checkpoint_module}.weight", from_torch(torch_dtype), shape), dequantized))
+    for name, info in checkpoint.tensors.items():
+        if name not in consumed and (name.rpartition(".")[0] not in modules or name.endswith(".bias")):  # biases stay
+            planned.append((TensorSpec(name, info.dtype, info.shape), partial(checkpoint.read, name)))
     out.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+    with open(out / "model.safetensors", "wb") as handle:
+        handle.write(safetensors_header([spec for spec, _ in planned], {"format": "pt"}))
+        for spec, make in planned:
+            tensor = make().contiguous()
+            if tuple(tensor.shape) != spec.shape or from_torch(tensor.dtype) != spec.dtype:
+                raise InputError(f"{checkpoint.root}: {spec.name} is {tuple(tensor.shape)}, not {spec.shape}")
+            handle.write(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
     config = {k: v for k, v in checkpoint.config.items() if k not in _QUANTIZATION_KEYS}
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
     for extra in ("generation_config.json",):
         if (checkpoint.root / extra).is_file():
             shutil.copyfile(checkpoint.root / extra, out / extra)
-    return sorted(done)
+    return sorted(linear.checkpoint_module for linear in head.linears if linear.checkpoint_module in modules)
