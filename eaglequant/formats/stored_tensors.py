@@ -31,7 +31,7 @@ def _columns(kind: WeightKind) -> int:
     return kind.columns_per_scale
 
 
-def codes(n: int, k: int, kind: WeightKind) -> tuple[int, ...]:
+def stored_weight_shape(n: int, k: int, kind: WeightKind) -> tuple[int, ...]:
     """[N, K / values per element]: the weight as stored."""
     return (n, k // kind.codes_per_element)
 
@@ -81,7 +81,7 @@ class Placement(Enum):
 
 
 PLACEMENTS: dict[Shape, Placement] = {
-    codes: Placement.ROWS,
+    stored_weight_shape: Placement.ROWS,
     per_row: Placement.ROWS,
     per_row_as_column: Placement.ROWS,
     per_group: Placement.ROWS,
@@ -155,4 +155,4 @@ class StoredTensor:
 
 def weight_codes(suffix: str = "weight") -> StoredTensor:
     """The quantized weight: the kind's codes in its own dtype."""
-    return StoredTensor(suffix, DtypeOf.KIND, codes, feeds="weight")
+    return StoredTensor(suffix, DtypeOf.KIND, stored_weight_shape, feeds="weight")
