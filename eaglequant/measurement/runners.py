@@ -23,6 +23,7 @@ from typing import Any
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.engines import MEASURING_ENGINES
+from eaglequant.measurement.engine_limits import check_cpu_build_serves
 from eaglequant.measurement.measure import (
     SERVER,
     AcceptanceReport,
@@ -47,10 +48,15 @@ class Offline:
     served_as: str = DEQUANTIZED
     engine_args: Mapping[str, Any] = field(default_factory=dict)
 
-    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+    def interpreter(self) -> Path:
+        """The engine's interpreter: ``engine_python``, else found as :func:`~eaglequant.engine_load.engine_python`
+        finds it."""
         from eaglequant.engine_load import engine_python as find_engine_python
 
-        return offline_runner(find_engine_python(self.engine, self.engine_python), settings)
+        return find_engine_python(self.engine, self.engine_python)
+
+    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+        return offline_runner(self.interpreter(), settings)
 
 
 @dataclass(frozen=True)
@@ -58,10 +64,9 @@ class Launched(Offline):
     """The engine's OpenAI-compatible server, started by eaglequant once per run and measured through ``/metrics``."""
 
     def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
-        from eaglequant.engine_load import engine_python as find_engine_python
         from eaglequant.measurement.launch import launch_runner
 
-        return launch_runner(find_engine_python(self.engine, self.engine_python), settings, log=progress)
+        return launch_runner(self.interpreter(), settings, log=progress)
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,8 @@ def accept(
         seed,
         dict(where.engine_args) if isinstance(where, Offline) else {},
     )
+    if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
+        check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
     with tempfile.TemporaryDirectory(prefix="eaglequant-served-") as tmp:
         if isinstance(where, Servers):
             drafts = [_on_server(dst) for dst in destinations]
