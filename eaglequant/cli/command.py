@@ -186,7 +186,15 @@ def _flags() -> dict[str, str]:
 
     declared = {name: spec.flag for name, spec in OPTION_SPECS.items()}
     own = {"overwrite": "--overwrite", "overwrite_any": "--overwrite-any", "force": "--force"}
-    flags = {**declared, **own, "source": "--source", "inputs": "--inputs", "draft_tokens": "--draft-tokens"}
+    flags = {
+        **declared,
+        **own,
+        "source": "--source",
+        "inputs": "--inputs",
+        "draft_tokens": "--draft-tokens",
+        "vocab_sizes": "--vocab-size",
+        "counts": "--counts",
+    }
     positional = {"dsts": "DST"}  # arguments, named as the usage line names them
     return {**flags, **positional}
 

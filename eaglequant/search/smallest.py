@@ -22,7 +22,7 @@ from typing import Any
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.errors import InputError, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.engines import expanded_engines, get_engine
@@ -310,7 +310,11 @@ def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequen
     rows = None if lm_head is None else lm_head.out_features
     if counts is None:
         if sizes:
-            raise InputError(words("vocab_sizes need ", given("counts", None)), hint="give token counts to prune by")
+            raise InputError(
+                words(given("vocab_sizes", sizes[0]), " prunes the vocabulary by token counts: give ",
+                      placeholder("counts", "FILE")),
+                hint="the counts of a capture (eaglequant capture) or a token-count file",
+            )  # fmt: skip
         return [None]
     if rows is None:
         raise InputError("the draft has no lm_head of its own, so there is no vocabulary to prune")
@@ -318,7 +322,7 @@ def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequen
     bad = [size for size in chosen if type(size) is not int or not 1 <= size < rows]
     if bad:
         raise InputError(
-            words(given("vocab_sizes", list(sizes)), f": the draft's vocabulary has {rows} tokens"),
+            words(given("vocab_sizes", bad[0]), f": the draft's vocabulary has {rows} tokens"),
             hint=words("sizes from 1 to ", suggested("vocab_sizes", rows - 1)),
         )
     return [None, *sorted(set(chosen), reverse=True)]

@@ -105,11 +105,14 @@ def test_bad_search_input_is_one_line(captured: tuple[Path, Path], tmp_path: Pat
     for args, message in (
         (["--max-acceptance-drop", "lots"], "--max-acceptance-drop 'lots': not a budget"),
         (["--max-acceptance-drop", "0.05", "--rule", "maybe"], "--rule 'maybe'"),
-        (["--max-acceptance-drop", "0.05", "--vocab-size", "64"], "need --counts"),
-        (["--max-acceptance-drop", "0.05", "--counts", counts, "--vocab-size", "4096"], "vocabulary has 2048"),
-    ):
+        (["--max-acceptance-drop", "0.05", "--vocab-size", "64"], "--vocab-size 64 prunes the vocabulary by token "
+         "counts: give --counts FILE"),
+        (["--max-acceptance-drop", "0.05", "--counts", counts, "--vocab-size", "512", "--vocab-size", "4096"],
+         "--vocab-size 4096: the draft's vocabulary has 2048 tokens; sizes from 1 to --vocab-size 2047"),
+    ):  # fmt: skip
         result = run_cli("search", PAIR / "draft", tmp_path / "x", "--inputs", inputs, *args)
         assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+        assert "None" not in result.stderr and "[" not in result.stderr  # flags as typed, no Python reprs
         assert len(result.stderr.strip().splitlines()) == 1
 
 
