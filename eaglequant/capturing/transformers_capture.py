@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
-from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, made_for, output_path
+from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, aux_layer_ids, made_for, output_path
 
 DEFAULT_TOP_K = 8
 DEFAULT_AUX_LAYERS = 3  # vLLM's default aux layers, where a draft names none
@@ -27,15 +27,6 @@ __all__ = [
     "capture_from_hidden_states",
     "capture_from_specforge",
 ]
-
-
-def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
-    """The draft's aux hidden-state layer ids from its config.json (SpecForge/vLLM or speculators keys)."""
-    for holder in (config, config.get("eagle_config")):  # vLLM reads the top level first
-        ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
-        if isinstance(ids, list) and ids and all(type(i) is int for i in ids):
-            return tuple(ids)
-    return None
 
 
 def check_draft(draft: Path) -> None:

@@ -78,6 +78,15 @@ class CaptureProvenance:
     prompts_sha256: str | None = None  # ``prompts_sha256``: see :func:`prompts_sha256`
 
 
+def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
+    """The draft's aux hidden-state layer ids from its config.json (SpecForge/vLLM or speculators keys)."""
+    for holder in (config, config.get("eagle_config")):  # vLLM reads the top level first
+        ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
+        if isinstance(ids, list) and ids and all(type(i) is int for i in ids):
+            return tuple(ids)
+    return None
+
+
 def prompts_sha256(prompts: Iterable[str]) -> str:
     """The SHA-256 of the prompts' texts in order: of their JSON list (UTF-8, not ASCII-escaped)."""
     return hashlib.sha256(json.dumps(list(prompts), ensure_ascii=False).encode("utf-8")).hexdigest()
@@ -149,8 +158,6 @@ def check_capture_for(
     layer ids (the draft's config's, else their count) and their hidden size, where ``inputs`` (the draft reads the
     hidden states); the target's vocabulary against the draft's ``vocab_size`` in every case (token counts too).
     A field the file does not record is not checked."""
-    from eaglequant.capturing.transformers_capture import aux_layer_ids
-
     dims = head.dims
     captured = provenance.aux_layer_ids
     if inputs and captured is not None:
