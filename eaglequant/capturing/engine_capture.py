@@ -15,7 +15,7 @@ from typing import Any
 from eaglequant.capturing.transformers_capture import DEFAULT_TOP_K, check_draft, draft_layer_ids
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError, given, suggested, words
-from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, output_path
+from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, made_for, output_path
 from eaglequant.measurement.engine_args import model_length
 
 CAPTURE_TIMEOUT_S = 6 * 3600
@@ -79,8 +79,14 @@ def capture_with_engine(
     }
     with CaptureWriter(out) as writer:
         result = _run(engine.python, {**job, "spill": str(writer.parts.resolve())})
+        known = made_for(
+            target=target_path,
+            target_layers=_depth(config, target_path),
+            target_vocab_size=_vocab_size(config),
+            prompts=prompt_list,
+        )
         metadata = {
-            "target": str(target_path),
+            **known,
             "decoding": "greedy",
             "engine": f"vllm {result['version']}",
             "dtype": engine.dtype,
@@ -103,6 +109,14 @@ def _depth(config: dict[str, Any], target: Path) -> int:
     from eaglequant.engines.target import layer_count
 
     return layer_count(config, f"{target}/config.json")
+
+
+def _vocab_size(config: dict[str, Any]) -> int | None:
+    """The target config's ``vocab_size`` (its ``text_config`` first), None where it names none."""
+    from eaglequant.engines.served_length import text_config
+
+    value = text_config(config).get("vocab_size", config.get("vocab_size"))
+    return value if type(value) is int and value > 0 else None
 
 
 def _run(interpreter: Path, job: dict[str, Any]) -> dict[str, Any]:

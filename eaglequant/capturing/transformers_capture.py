@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
-from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, output_path
+from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, aux_layer_ids, made_for, output_path
 
 DEFAULT_TOP_K = 8
 DEFAULT_AUX_LAYERS = 3  # vLLM's default aux layers, where a draft names none
@@ -27,15 +27,6 @@ __all__ = [
     "capture_from_hidden_states",
     "capture_from_specforge",
 ]
-
-
-def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
-    """The draft's aux hidden-state layer ids from its config.json (SpecForge/vLLM or speculators keys)."""
-    for holder in (config, config.get("eagle_config")):  # vLLM reads the top level first
-        ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
-        if isinstance(ids, list) and ids and all(type(i) is int for i in ids):
-            return tuple(ids)
-    return None
 
 
 def check_draft(draft: Path) -> None:
@@ -131,7 +122,13 @@ def capture(
             sequence = _greedy(model, tokens, max_tokens + draft_tokens - 1)
             record = _record(model, sequence, ids, top_k, len(tokens))
             writer.add({**record, "max_new_tokens": max_tokens})
-        return writer.finish(ids, prompts_from, {"target": str(target_path), "decoding": "greedy"})
+        known = made_for(
+            target=target_path,
+            target_layers=int(model.config.num_hidden_layers),
+            target_vocab_size=int(model.config.vocab_size),
+            prompts=prompt_list,
+        )
+        return writer.finish(ids, prompts_from, {**known, "decoding": "greedy"})
 
 
 def _greedy(model: Any, tokens: Any, count: int) -> Any:
@@ -181,6 +178,7 @@ def capture_from_specforge(
     lm_head = None if target is None else target_lm_head(Path(target))
     reference = "the target's lm_head" if lm_head is not None else "the dataset's next token"
     metadata = {"trainer": "specforge", "text": "dataset (teacher-forced)", "reference": reference}
+    metadata.update(_target_known(target, None if lm_head is None else int(lm_head.shape[0])))
     with CaptureWriter(out) as writer:
         writer.add_all(read_specforge(Path(directory), lm_head, top_k))
         return writer.finish(layer_ids, str(directory), metadata)
@@ -206,6 +204,20 @@ def capture_from_hidden_states(
     head = None if target is None else target_output_head(Path(target))
     reference = "the target's final norm and lm_head" if head is not None else "the files' next token"
     metadata = {"hidden_states_from": "vllm connector", "text": "the files' (teacher-forced)", "reference": reference}
+    metadata.update(_target_known(target, None if head is None else int(head.lm_head.shape[0])))
     with CaptureWriter(out) as writer:
         writer.add_all(read_hidden_states(Path(directory), aux_count, head, top_k))
         return writer.finish(ids or (), str(directory), metadata)
+
+
+def _target_known(target: str | Path | None, vocab_size: int | None) -> dict[str, str]:
+    """What a trainer's or the connector's files record of their target, where it was given: its name, its layer
+    count (config.json) and its vocabulary (its lm_head's rows). The prompts are the files' text: not recorded."""
+    if target is None:
+        return {}
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.engines.target import layer_count
+
+    config_file = Path(target) / "config.json"
+    layers = layer_count(load_json_object(config_file, "config.json"), str(config_file))
+    return made_for(target=target, target_layers=layers, target_vocab_size=vocab_size)

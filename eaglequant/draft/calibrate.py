@@ -43,6 +43,9 @@ def load_calibration(
         raise InputError(words(where, ": no such file"), hint="give the captured draft inputs' .safetensors file")
     if not path.is_file() or path.suffix != ".safetensors":
         raise InputError(words(where, ": not a .safetensors file"))
+    from eaglequant.draft.capture_file import check_capture_for, read_provenance
+
+    check_capture_for(head, read_provenance(path, parameter), where)
     try:
         calib = Checkpoint.open_file(path)
     except EagleQuantError as exc:

@@ -15,23 +15,32 @@ One safetensors file holds S sequences padded to the longest, T positions:
 :class:`CaptureWriter` keeps each sequence in a file of its own beside OUT as it arrives (from any producer: the
 transformers target, an engine's probe, a trainer's files), then writes OUT tensor by tensor, one sequence row
 at a time, and renames it into place: memory holds one sequence, whatever the number of prompts.
+
+The header's ``__metadata__`` records what the capture was made for (:class:`CaptureProvenance`): the aux layer
+ids captured and each one's hidden size, the target (as given), its layer count and vocabulary size, and the
+SHA-256 of the prompts' texts; a producer that does not know one leaves it out. :func:`check_capture_for` refuses
+a capture whose aux layer ids, hidden size or target vocabulary are not the draft's, naming the field.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eaglequant.common.atomic import replaced_whole
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, Param, given, words
 from eaglequant.common.json_fields import JsonRecord
+
+if TYPE_CHECKING:
+    from eaglequant.layouts.head import HeadDescription
 
 # Each sequence's tensors, by name: (dtype, whether the tensor has a position axis to pad). The hidden states keep
 # the dtype their producer computed them in (an engine serving in bf16 gives 2 bytes a value, half of float32's).
@@ -54,6 +63,132 @@ class CaptureSummary(JsonRecord):
     continuation_positions: int
     aux_layer_ids: tuple[int, ...]
     prompts_from: str
+
+
+@dataclass(frozen=True)
+class CaptureProvenance:
+    """What a capture file records it was made for; None where the file does not say (files written before these
+    were recorded, and producers that do not know one: a trainer's files say nothing of the prompts)."""
+
+    aux_layer_ids: tuple[int, ...] | None = None  # ``aux_layer_ids``: the target layers captured, in order
+    hidden_size: int | None = None  # ``draft_hidden_size``: the width of one aux layer's state, as the draft reads it
+    target: str | None = None  # ``target``: the target as it was given
+    target_layers: int | None = None  # ``target_layers``
+    target_vocab_size: int | None = None  # ``target_vocab_size``
+    prompts_sha256: str | None = None  # ``prompts_sha256``: see :func:`prompts_sha256`
+
+
+def aux_layer_ids(config: dict[str, Any]) -> tuple[int, ...] | None:
+    """The draft's aux hidden-state layer ids from its config.json (SpecForge/vLLM or speculators keys)."""
+    for holder in (config, config.get("eagle_config")):  # vLLM reads the top level first
+        ids = holder.get("eagle_aux_hidden_state_layer_ids") if isinstance(holder, dict) else None
+        if isinstance(ids, list) and ids and all(type(i) is int for i in ids):
+            return tuple(ids)
+    return None
+
+
+def prompts_sha256(prompts: Iterable[str]) -> str:
+    """The SHA-256 of the prompts' texts in order: of their JSON list (UTF-8, not ASCII-escaped)."""
+    return hashlib.sha256(json.dumps(list(prompts), ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def made_for(
+    *,
+    target: str | Path | None = None,
+    target_layers: int | None = None,
+    target_vocab_size: int | None = None,
+    prompts: Iterable[str] | None = None,
+) -> dict[str, str]:
+    """The ``__metadata__`` entries a producer knows of the target and the prompts (those it does not, left out);
+    :meth:`CaptureWriter.finish` adds the aux layer ids and their hidden size."""
+    known = {
+        "target": None if target is None else str(target),
+        "target_layers": None if target_layers is None else str(target_layers),
+        "target_vocab_size": None if target_vocab_size is None else str(target_vocab_size),
+        "prompts_sha256": None if prompts is None else prompts_sha256(prompts),
+    }
+    return {key: value for key, value in known.items() if value is not None}
+
+
+def read_provenance(path: Path, parameter: str = "inputs") -> CaptureProvenance:
+    """The provenance a capture file's header records (every field None for a file without any)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), "pt") as handle:
+            metadata = handle.metadata() or {}
+    except SafetensorError:
+        return CaptureProvenance()  # not a safetensors file: its reader says so
+    where = given(parameter, str(path))
+    ids = _recorded(metadata, "aux_layer_ids", where)
+    if ids is not None and not (isinstance(ids, list) and all(type(i) is int for i in ids)):
+        raise InputError(words(where, f": aux_layer_ids is {ids!r}, not a list of layer ids"), hint=_AGAIN)
+    numbers = {}
+    for key in ("draft_hidden_size", "target_layers", "target_vocab_size"):
+        value = _recorded(metadata, key, where)
+        if value is not None and (type(value) is not int or value <= 0):
+            raise InputError(words(where, f": {key} is {value!r}, not a positive integer"), hint=_AGAIN)
+        numbers[key] = value
+    return CaptureProvenance(
+        tuple(ids) if ids else None,  # [] where the producer did not know them
+        numbers["draft_hidden_size"],
+        metadata.get("target"),
+        numbers["target_layers"],
+        numbers["target_vocab_size"],
+        metadata.get("prompts_sha256"),
+    )
+
+
+_AGAIN = "capture the inputs again: `eaglequant capture --target T --draft DRAFT OUT`"
+
+
+def _recorded(metadata: dict[str, str], key: str, where: Param) -> Any:
+    if key not in metadata:
+        return None
+    try:
+        return json.loads(metadata[key])
+    except json.JSONDecodeError:
+        raise InputError(words(where, f": {key} is {metadata[key]!r}, not JSON"), hint=_AGAIN) from None
+
+
+def check_capture_for(
+    head: HeadDescription, provenance: CaptureProvenance, where: Param, *, inputs: bool = True
+) -> None:
+    """Refuse a capture made for another draft or target, in one line naming the field and both values: the aux
+    layer ids (the draft's config's, else their count) and their hidden size, where ``inputs`` (the draft reads the
+    hidden states); the target's vocabulary against the draft's ``vocab_size`` in every case (token counts too).
+    A field the file does not record is not checked."""
+    dims = head.dims
+    captured = provenance.aux_layer_ids
+    if inputs and captured is not None:
+        reads = aux_layer_ids(head.config)
+        if reads is not None and captured != reads:
+            _refuse(where, f"aux_layer_ids {list(captured)} were captured; this draft reads {list(reads)}")
+        if reads is None and len(captured) != dims.num_aux_hidden_states:
+            _refuse(
+                where,
+                f"aux_layer_ids {list(captured)} were captured; "
+                f"this draft reads {dims.num_aux_hidden_states} aux layers",
+            )
+    if inputs and provenance.hidden_size is not None and provenance.hidden_size != dims.target_hidden_size:
+        _refuse(
+            where,
+            f"draft_hidden_size {provenance.hidden_size} was captured; this draft reads {dims.target_hidden_size}",
+        )
+    vocab = provenance.target_vocab_size
+    if vocab is not None and dims.vocab_size is not None and vocab != dims.vocab_size:
+        _refuse(
+            where,
+            f"target_vocab_size {vocab} was captured (target {provenance.target or 'unnamed'}); "
+            f"this draft's vocab_size is {dims.vocab_size}",
+        )
+
+
+def _refuse(where: Param, what: str) -> None:
+    raise InputError(
+        words(where, f": {what}"),
+        hint="capture again for this draft and its target: `eaglequant capture --target T --draft DRAFT OUT`",
+    )
 
 
 def output_path(out: str | Path) -> Path:
@@ -111,12 +246,12 @@ class CaptureWriter:
         widths = {name: shapes[0][name][1:] for name, (_, padded) in SEQUENCE_TENSORS.items() if padded}
         _check_widths(files, shapes, widths)
         specs = [_spec(name, len(files), longest, widths) for name in (*SEQUENCE_TENSORS, "lengths")]
+        recorded = {**metadata, "aux_layer_ids": json.dumps(list(ids))}
+        width = widths["hidden_states"][-2]  # the last item is the dtype
+        if ids and width % len(ids) == 0:
+            recorded["draft_hidden_size"] = str(width // len(ids))
         with replaced_whole(self.path) as partial, open(partial, "wb") as handle:
-            handle.write(
-                safetensors_header(
-                    [TensorSpec(*s) for s in specs], {**metadata, "aux_layer_ids": json.dumps(list(ids))}
-                )
-            )
+            handle.write(safetensors_header([TensorSpec(*s) for s in specs], recorded))
             for name in SEQUENCE_TENSORS:
                 for file in files:
                     handle.write(_row(file, name, longest))

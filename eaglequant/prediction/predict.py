@@ -53,6 +53,10 @@ def load_captured(path: Path, parameter: str = "inputs", head: HeadDescription |
     path = as_capture_file(path, parameter, None if head is None else head.dims.num_aux_hidden_states)
     if not path.is_file():
         raise InputError(words(where, ": no such file"), hint="write one with `eaglequant capture`")
+    if head is not None:  # what the file records it was made for, before its tensors are read
+        from eaglequant.draft.capture_file import check_capture_for, read_provenance
+
+        check_capture_for(head, read_provenance(path, parameter), where)
     with safe_open(str(path), "pt") as handle:
         names = set(handle.keys())
         missing = [k for k in ("hidden_states", "input_ids", "target_top_ids") if k not in names]

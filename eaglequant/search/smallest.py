@@ -318,6 +318,9 @@ def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequen
         return [None]
     if rows is None:
         raise InputError("the draft has no lm_head of its own, so there is no vocabulary to prune")
+    from eaglequant.vocabulary.counts import check_counts_for
+
+    check_counts_for(head, Path(counts))  # before any candidate is priced: captured from this draft's target
     chosen = list(sizes) or [rows // 2, rows // 4, rows // 8]
     bad = [size for size in chosen if type(size) is not int or not 1 <= size < rows]
     if bad:

@@ -10,10 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
 from eaglequant.common.errors import InputError, Param, given, words
+
+if TYPE_CHECKING:
+    from eaglequant.layouts.head import HeadDescription
 
 
 @dataclass(frozen=True)
@@ -26,15 +30,19 @@ class TokenCounts:
         return int(self.counts.sum())
 
 
-def read_counts(path: Path, vocab_size: int, parameter: str = "counts") -> TokenCounts:
+def read_counts(
+    path: Path, vocab_size: int, parameter: str = "counts", head: HeadDescription | None = None
+) -> TokenCounts:
     """The counts in ``path`` (captured inputs, a directory of vLLM connector files, or a token-count file), checked
-    against the target's vocabulary."""
+    against the target's vocabulary; with ``head``, captured inputs are checked to be of the target it drafts for."""
     from eaglequant.draft.connector_files import as_capture_file
 
     where = given(parameter, str(path))
     path = as_capture_file(path, parameter) if path.is_dir() else path
     if not path.is_file():
         raise InputError(words(where, ": no such file"), hint="give captured inputs or a token-count file")
+    if head is not None:
+        check_counts_for(head, path, parameter)
     if path.suffix == ".json":
         counts, origin = _json_counts(path, where), f"token counts in {path.name}"
     else:
@@ -53,6 +61,15 @@ def read_counts(path: Path, vocab_size: int, parameter: str = "counts") -> Token
     if int(padded.sum()) == 0:
         raise InputError(words(where, ": every count is zero"), hint="count the target's tokens on real text")
     return TokenCounts(padded, origin)
+
+
+def check_counts_for(head: HeadDescription, path: Path, parameter: str = "counts") -> None:
+    """Captured inputs given as counts were captured from the target ``head`` drafts for: its vocabulary (their aux
+    layers do not matter to counts). A token-count file records nothing to check."""
+    from eaglequant.draft.capture_file import check_capture_for, read_provenance
+
+    if path.is_file() and path.suffix == ".safetensors":
+        check_capture_for(head, read_provenance(path, parameter), given(parameter, str(path)), inputs=False)
 
 
 def _json_counts(path: Path, where: Param) -> torch.Tensor:

@@ -49,7 +49,7 @@ def prune(
     with Checkpoint.open(source) as checkpoint:
         head = describe_head(checkpoint)
         lm_head, targets, vocab = source_vocabulary(head, checkpoint)
-        counted = read_counts(Path(counts), vocab)
+        counted = read_counts(Path(counts), vocab, head=head)
         sequences = None if inputs is None else load_captured(Path(inputs), head=head)  # checked before writing
         choice = choose_vocabulary(targets, counted, size, [*special_tokens(head.config), *keep])
         row_bytes = checkpoint.tensors[lm_head.weight].nbytes // lm_head.out_features
