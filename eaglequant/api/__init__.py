@@ -157,8 +157,12 @@ def verify(
     load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
     names = _engine_names(engines)
     dst_path = Path(dst)
-    if source is None:
-        recorded = recorded_source(read_report(dst_path))
+    if source is None:  # the source search judged its pick against, else the one DST was converted from
+        from eaglequant.record.search import searched_judge
+
+        judge = searched_judge(dst_path)
+        recorded = judge.source if judge is not None and Path(judge.source).is_dir() else None
+        recorded = recorded or recorded_source(read_report(dst_path))
         source = recorded if recorded and Path(recorded).is_dir() else None
     source_path = None if source is None else resolve_source(source, param="source").path
     report = verify_written(

@@ -152,6 +152,7 @@ def accept_command(
 def render(report: AcceptanceReport) -> None:
     from eaglequant.engines import engine_title
     from eaglequant.measurement.measure import GREEDY
+    from eaglequant.measurement.statistics import change_text, gate_text
 
     settings = report.settings
     out.print(
@@ -160,16 +161,19 @@ def render(report: AcceptanceReport) -> None:
         markup=True,
     )
     table = Table(title="acceptance length (95% interval over prompts)", title_justify="left")
-    for column in ("draft", "mode", "acceptance length", "per position", "vs source", "greedy = target"):
+    for column in ("draft", "mode", "acceptance length", "per position", "change vs source", "greedy = target"):
         table.add_column(column, justify="left" if column in ("draft", "mode") else "right", overflow="fold")
     for draft in (report.source, *report.quantized):
         _add_draft_rows(table, draft, settings.modes)
     show(table)
     for draft in report.quantized:
         diff = draft.reported_difference(GREEDY.name)
-        drop = None if diff is None or diff.reported_value is None else -diff.reported_value
-        if draft.budget is not None and drop is not None:
-            info(f"{draft.label}: greedy drop {drop:.3f} tokens, budget {draft.budget} ({draft.scheme})")
+        if draft.budget is not None and diff is not None and diff.reported_value is not None:
+            whose = draft.budget_from or f"the {draft.scheme} budget"
+            info(
+                f"{escape(draft.label)}: greedy change {escape(change_text(diff))}; "
+                f"{escape(gate_text(diff, draft.budget))} ({escape(whose)})"
+            )
     for text in report.notes:
         note(text)
     if report.ok:

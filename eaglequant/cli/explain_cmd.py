@@ -80,7 +80,10 @@ def render(explanation: Explanation, destination: str) -> None:
                 f"[dim]{reading.titled} does not load this checkpoint: {escape(reading.note)}[/]",
                 soft_wrap=True,
             )
-    show_round_costs([r.round_cost for r in explanation.engines if r.round_cost is not None])
+    from eaglequant.record.search import read_search, searched_baseline
+
+    baseline = searched_baseline(read_search(explanation.destination))
+    show_round_costs([r.round_cost for r in explanation.engines if r.round_cost is not None], baseline)
     listed = [r.titled for r in explanation.engines if not r.judged]
     if explanation.ok:
         if not listed:

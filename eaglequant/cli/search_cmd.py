@@ -130,17 +130,16 @@ def render(found: SearchResult) -> None:
 
     table = Table(title="candidates, smallest first (bytes a round reads, the largest over the engines)")
     name_column(table, "candidate")
-    for header in ("bytes / round", "fewer", "predicted Δ", "within"):
-        table.add_column(header, justify="right" if header != "within" else "left", no_wrap=True)
+    for header in ("bytes / round", "fewer than SRC", "predicted change [95%]: the bound that decided", "within"):
+        table.add_column(header, justify="right" if header != "within" else "left", no_wrap=header != "within")
     for point in found.points:
         if point.prediction is None:
             continue
-        d = point.prediction.difference
         table.add_row(
             escape(point.candidate.label),
             decimal_bytes(point.bytes_per_round),
             f"{found.source_bytes_per_round / max(point.bytes_per_round, 1):.2f}×",
-            f"{d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]",
+            escape(found.budget.judged_text(point.prediction, found.budget_tokens)),
             "[green]yes[/]" if point.within else "no",
         )
     show(table)

@@ -17,7 +17,7 @@ from rich.text import Text
 from eaglequant.cli.output import out
 
 if TYPE_CHECKING:
-    from eaglequant.readback.cost import RoundCost
+    from eaglequant.readback.cost import Baseline, RoundCost
 
 
 def name_column(table: Table, header: str) -> None:
@@ -80,10 +80,11 @@ def _plain(cell: RenderableType) -> str:
     return escape(str(cell))
 
 
-def show_round_costs(costs: list[RoundCost]) -> None:
-    """The weight bytes each engine reads per speculative round, part by part, against the source's."""
+def show_round_costs(costs: list[RoundCost], baseline: Baseline | None = None) -> None:
+    """The weight bytes each engine reads per speculative round, part by part, against ``baseline``'s (default: the
+    head it was converted from), which is named."""
     from eaglequant.common.sizes import decimal_bytes
-    from eaglequant.readback.cost import MODEL_NOTE, PARTS, lm_head_lever
+    from eaglequant.readback.cost import MODEL_NOTE, PARTS, fewer, lm_head_lever
 
     if not costs:
         return
@@ -95,7 +96,10 @@ def show_round_costs(costs: list[RoundCost]) -> None:
         table.add_column(part, justify="right")
     for header in ("per round", "source", "fewer", "resident"):
         table.add_column(header, justify="right", no_wrap=True)
+    against = set()
     for cost in costs:
+        ratio, used = fewer(cost, baseline)
+        against.add(used.name)
         cells = []
         for name in shown:
             found = cost.part(name)
@@ -109,11 +113,12 @@ def show_round_costs(costs: list[RoundCost]) -> None:
             f"{cost.engine_release}",
             *cells,
             decimal_bytes(cost.bytes_per_round),
-            decimal_bytes(cost.source_bytes_per_round),
-            f"{cost.reduction:.2f}×",
+            decimal_bytes(used.bytes_per_round),
+            f"{ratio:.2f}×",
             decimal_bytes(cost.resident_bytes),
         )
     show(table)
     out.print(f"  [dim]{escape(MODEL_NOTE)}; green: run quantized[/]", soft_wrap=True)
+    out.print(f"  [dim]source and fewer: against {escape(' / '.join(sorted(against)))}[/]", soft_wrap=True)
     for lever in filter(None, map(lm_head_lever, costs)):
         out.print(f"note: {escape(lever)}", soft_wrap=True)

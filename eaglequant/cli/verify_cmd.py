@@ -193,17 +193,21 @@ def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:
 
 
 def _render_acceptance(prediction: Prediction) -> None:
+    """The change (DST minus source) with the bound that decided against the budget (a drop, positive)."""
+    from eaglequant.measurement.statistics import gate_text
+
     source, quantized = prediction.source.length(), prediction.quantized.length()
+    budget = prediction.budget
+    judged = (
+        f"{prediction.difference.text(signed=True)} (no budget)"
+        if budget is None
+        else gate_text(prediction.difference, budget)
+    )
     out.print(
         f"acceptance predicted on {escape(prediction.inputs)} ({prediction.rule}): "
-        f"{source.value_text(3)} → {quantized.value_text(3)} tokens, "
-        f"{prediction.difference.text(signed=True)} ({_budget_text(prediction.budget)})"
+        f"{source.value_text(3)} → {quantized.value_text(3)} tokens, change {escape(judged)}",
+        soft_wrap=True,
     )
-
-
-def _budget_text(budget: float | None) -> str:
-    """``budget: a drop of at most 0.05 tokens``: the budget said once, as the amount it allows to be lost."""
-    return "no budget" if budget is None else f"budget: a drop of at most {budget:g} tokens"
 
 
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:

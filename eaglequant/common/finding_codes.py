@@ -24,6 +24,9 @@ _CODES = {
     "fidelity-failed": "the draft head's output distribution moved further than the thresholds allow",
     "acceptance-failed": "the measured acceptance is below what the scheme allows",
     "no-source": "no source checkpoint was given: parity and fidelity were not checked",
+    "judged-as-searched": "acceptance judged against the source and budget `search` recorded",
+    "source-vocabulary-differs": "the source's vocabulary differs from DST's: parity and fidelity ran against "
+    "the head DST was converted from, or not at all",
     "parity-not-checked": "a layer's parity could not be checked",
     "fidelity-not-checked": "the draft head's fidelity could not be checked",
     # verify: the copied tensors and config against the source

@@ -23,8 +23,10 @@ from eaglequant.measurement.statistics import (
     Interval,
     Lossless,
     PromptCounts,
+    gate_text,
     lossless,
     paired_difference,
+    within_budget,
 )
 
 RUN_TIMEOUT_S = 3600
@@ -129,13 +131,16 @@ class DraftResult:
     lossless: Lossless
     dequantized: list[str] = field(default_factory=list)  # linears served dequantized
     scheme: str | None = None
-    budget: float | None = None  # tokens of greedy acceptance length the scheme allows to lose
+    budget: float | None = None  # tokens of greedy acceptance length the scheme (or the search) allows to lose
     difference: dict[str, Interval] = field(default_factory=dict)  # per mode, against the source draft
+    budget_from: str | None = None  # whose budget it is, in words (None: the scheme's)
 
     @property
     def over_budget(self) -> bool:
-        drop = self.difference.get(GREEDY.name)
-        return self.budget is not None and drop is not None and -drop.value > self.budget
+        """The one gate (:func:`~eaglequant.measurement.statistics.within_budget`) on the greedy change: the drop's
+        95% upper bound past the budget."""
+        change = self.reported_difference(GREEDY.name)  # none where the drafts cannot be compared
+        return self.budget is not None and change is not None and not within_budget(change, self.budget)
 
     def reported_difference(self, mode: str) -> Interval | None:
         """The difference from the source draft in ``mode`` as reports give it: None for the source draft, and
@@ -156,11 +161,11 @@ class DraftResult:
                 f"{index}, token {token}); speculative decoding must be lossless"
             )
             found.append(Finding("not-lossless", self.label, lossy))
-        if self.over_budget:
-            drop = -self.difference[GREEDY.name].value
+        if self.over_budget and self.budget is not None:
+            whose = f"the {self.scheme} budget"
             over = (
-                f"{self.label}: greedy acceptance length {drop:.3f} tokens below the source draft's, over the "
-                f"{self.scheme} budget of {self.budget}"
+                f"{self.label}: greedy acceptance length change against the source draft "
+                f"{gate_text(self.difference[GREEDY.name], self.budget)} ({self.budget_from or whose})"
             )
             found.append(Finding("over-budget", self.label, over))
         return found
@@ -226,6 +231,7 @@ class QuantizedDraft:
     dequantized: list[str]
     scheme: str | None
     budget: float | None
+    budget_from: str | None = None  # whose budget it is, in words (None: the scheme's)
 
 
 def served_digest(directory: Path) -> str:
@@ -291,6 +297,7 @@ def measure(
             draft.dequantized,
             draft.scheme,
             draft.budget,
+            budget_from=draft.budget_from,
         )
         result.difference = {
             m.name: paired_difference(engine_run.acceptance(m.name), source_run.acceptance(m.name))

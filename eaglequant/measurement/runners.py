@@ -209,9 +209,14 @@ def accept(
                 _served(dst, where.served_as, dtype, workdir / str(i), where.engine)
                 for i, dst in enumerate(destinations)
             ]
+        drafts = [_as_searched(draft, source_path) for draft in drafts]
         runner = where.runner(settings, progress)
         report = measure(settings, source_path, drafts, runner, progress, measure_same_bytes_once=not on_servers)
     _add_notes(report, dtype, where)
+    for draft in drafts:
+        if draft.budget_from:
+            text = f"{draft.path}: acceptance judged against {draft.budget_from}"
+            report.notes.append(Finding("judged-as-searched", str(draft.path), text))
     if prompts is None and (bundled := bundled_prompts_note(target_path)):
         report.notes.append(Finding("bundled-prompts", str(target_path), bundled))
     return report
@@ -268,9 +273,27 @@ def _model_dir(path: str | Path, parameter: str, recorded: bool = False) -> Path
     return chosen
 
 
-def _recorded_source(dsts: list[Path]) -> Path:
-    from eaglequant.record.report import read_report, recorded_source
+def _as_searched(draft: QuantizedDraft, source: Path) -> QuantizedDraft:
+    """``draft`` judged by the budget ``search`` recorded in it, when ``source`` is the one it searched from."""
+    from dataclasses import replace
 
+    from eaglequant.record.search import same_place, searched_judge
+
+    judge = searched_judge(draft.path)
+    if judge is None or not same_place(judge.source, source):
+        return draft
+    return replace(draft, budget=judge.budget, budget_from=judge.text)
+
+
+def _recorded_source(dsts: list[Path]) -> Path:
+    """The source the drafts were judged against: the one ``search`` recorded where every DST has one and it is
+    there (the search's budget is then theirs too), else the one each DST's report records it was converted from."""
+    from eaglequant.record.report import read_report, recorded_source
+    from eaglequant.record.search import searched_judge
+
+    searched = {judge.source for judge in map(searched_judge, dsts) if judge is not None}
+    if len(searched) == 1 and all(map(searched_judge, dsts)) and (Path(next(iter(searched))) / "config.json").is_file():
+        return Path(searched.pop())
     recorded = {source for source in (recorded_source(read_report(d)) for d in dsts) if source is not None}
     if len(recorded) != 1:
         what = "records no source" if not recorded else f"record different sources ({', '.join(sorted(recorded))})"

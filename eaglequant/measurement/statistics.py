@@ -174,6 +174,41 @@ def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
     return _clustered(r_q - r_s, residuals)
 
 
+def within_budget(difference: Interval, budget: float) -> bool:
+    """The one gate every command judges a change in acceptance by (``verify --inputs``, ``convert --verify``,
+    ``search``, ``accept``): the change (DST minus source, negative a loss) is within a budget (a drop in tokens,
+    positive) when its 95% interval's lower bound is at least ``-budget``: the drop's 95% upper bound is within the
+    budget. A bound that is not known (one prompt has no spread) is not within."""
+    return math.isfinite(difference.low) and difference.low >= -budget
+
+
+def change_text(difference: Interval) -> str:
+    """A change in acceptance length in words, one sign convention (DST minus source, negative a loss):
+    ``-0.011 tokens (a loss)``, ``+0.011 tokens (a gain)``."""
+    value = difference.reported_value
+    if value is None:
+        return "n/a"
+    return f"{value:+.3f} tokens" + (" (a loss)" if value < 0 else " (a gain)" if value > 0 else " (no change)")
+
+
+def gate_text(difference: Interval, budget: float) -> str:
+    """The change, its interval, and the bound that decided against the budget (a drop, positive):
+    ``-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061 past the 0.05 budget``."""
+    decided = bound_text(_reported(difference.low), budget, within_budget(difference, budget))
+    return f"{difference.text(signed=True)}: {decided}"
+
+
+def bound_text(low: float | None, budget: float, within: bool) -> str:
+    """What decided: the change's lower bound as a drop against the budget (``bound -0.061, a drop of 0.061 past
+    the 0.05 budget``; ``bound +0.010, no drop, within the 0.05 budget``)."""
+    verdict = f"{'within' if within else 'past'} the {budget:g} budget"
+    if low is None:
+        return f"no bound (one prompt has no spread), {verdict}"
+    if low >= 0:
+        return f"bound {low:+.3f}, no drop, {verdict}"
+    return f"bound {low:+.3f}, a drop of {-low:.3f} {verdict}"
+
+
 # How close two tokens' log-probabilities may be for the serving dtype's arithmetic to order them either way: a
 # verification pass scores k + 1 positions at once, the target alone one, and their sums round differently
 # (bf16 logits near 10 are 1/16 apart). Measured on the bundled pair in bf16: both divergences from the target

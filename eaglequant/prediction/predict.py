@@ -26,7 +26,14 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, Param, given, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord
-from eaglequant.measurement.statistics import Acceptance, Interval, PromptCounts, paired_difference
+from eaglequant.measurement.statistics import (
+    Acceptance,
+    Interval,
+    PromptCounts,
+    gate_text,
+    paired_difference,
+    within_budget,
+)
 
 if TYPE_CHECKING:
     from eaglequant.layouts.head import HeadDescription
@@ -182,19 +189,16 @@ class Prediction(JsonRecord):
 
     @property
     def failed(self) -> bool:
-        return self.budget is not None and self.drop > self.budget
+        """The one gate (:func:`~eaglequant.measurement.statistics.within_budget`): the drop's 95% upper bound past
+        the budget."""
+        return self.budget is not None and not within_budget(self.difference, self.budget)
 
     @property
     def verdict(self) -> str:
-        d = self.difference
+        judged = "no budget" if self.budget is None else gate_text(self.difference, self.budget)
         return (
             f"predicted greedy acceptance length {self.source.length().value:.3f} → "
-            f"{self.quantized.length().value:.3f} ({d.value:+.3f} [{d.low:+.3f}, {d.high:+.3f}]), "
-            + (
-                "no budget"
-                if self.budget is None
-                else f"{'over' if self.failed else 'within'} the budget (a drop of at most {self.budget:g} tokens)"
-            )
+            f"{self.quantized.length().value:.3f}, change {judged}"
         )
 
     @property

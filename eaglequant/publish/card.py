@@ -50,7 +50,7 @@ def render_card(
         _kept_table(report),
         _dtype_table(report),
         _size_table(report),
-        round_cost_section(report),
+        round_cost_section(report, search),
         search_section(search),
         _verification(verification),
         _acceptance(acceptance),

@@ -11,12 +11,18 @@ from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost, lm_head_lever
 from eaglequant.record.report import ConversionReport
 
 if TYPE_CHECKING:
-    from eaglequant.record.search import SearchRecord
+    from eaglequant.record.search import Interval, SearchRecord
 
 
-def round_cost_section(report: ConversionReport) -> str:
+def round_cost_section(report: ConversionReport, search: SearchRecord | None = None) -> str:
+    """``search``: what the search that chose the draft recorded; "fewer" is then against the source it started
+    from, as ``search`` said it, else against the head the draft was converted from (named either way)."""
+    from eaglequant.readback.cost import fewer
+    from eaglequant.record.search import searched_baseline
+
     if not report.round_costs:
         return ""
+    baseline = searched_baseline(search)
     k = report.round_costs[0].draft_tokens
     lines = [
         f"## Cost of a draft round (k = {k})",
@@ -27,13 +33,17 @@ def round_cost_section(report: ConversionReport) -> str:
         "| engine | " + " | ".join(PARTS) + " | per round | source | fewer | resident |",
         "|---|" + "---:|" * (len(PARTS) + 4),
     ]
+    against = set()
     for cost in report.round_costs:
+        ratio, used = fewer(cost, baseline)
+        against.add(used.name)
         cells = [_part_cell(cost.part(name)) for name in PARTS]
-        totals = (decimal_bytes(cost.bytes_per_round), decimal_bytes(cost.source_bytes_per_round))
+        totals = (decimal_bytes(cost.bytes_per_round), decimal_bytes(used.bytes_per_round))
         lines.append(
             f"| {cost.engine_release} | {' | '.join(cells)} | {totals[0]} | {totals[1]} | "
-            f"{cost.reduction:.2f}× | {decimal_bytes(cost.resident_bytes)} |"
+            f"{ratio:.2f}× | {decimal_bytes(cost.resident_bytes)} |"
         )
+    lines += ["", f"*source* and *fewer*: against {' / '.join(sorted(against))}."]
     levers = [lever for lever in map(lm_head_lever, report.round_costs) if lever]
     if levers:
         lines += ["", *(f"- `lm_head`{lever.removeprefix('lm_head')}." for lever in levers)]
@@ -60,7 +70,7 @@ def search_section(search: SearchRecord | None) -> str:
         f"of at most {given.tokens:.3f} tokens ({budget}; judged on the drop's "
         f"{'95% bound' if given.rule == 'bound' else 'estimate'}), replayed on captured inputs.",
         "",
-        "| candidate | bytes / round | fewer | predicted Δ | within |",
+        "| candidate | bytes / round | fewer | predicted change [95%]: the bound that decided | within |",
         "|---|---:|---:|---|---|",
     ]
     for row in search.frontier:
@@ -69,6 +79,18 @@ def search_section(search: SearchRecord | None) -> str:
         fewer = search.source_bytes_per_round / max(row.bytes_per_round, 1)
         lines.append(
             f"| {row.candidate} | {decimal_bytes(row.bytes_per_round)} | {fewer:.2f}× | "
-            f"{format_interval(*row.difference, True)} | {'yes' if row.within_budget else 'no'} |"
+            f"{_judged(row.difference, given.tokens, given.rule, row.within_budget)} | "
+            f"{'yes' if row.within_budget else 'no'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _judged(difference: Interval, tokens: float, rule: str, within: bool | None) -> str:
+    """``-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061 past the 0.05 budget``, as ``search`` printed it."""
+    from eaglequant.measurement.statistics import bound_text
+
+    value, low, _ = difference
+    shown = format_interval(*difference, True)
+    if rule != "bound":
+        return f"{shown}: estimate {'within' if within else 'past'} the {tokens:g} budget"
+    return f"{shown}: {bound_text(None if value is None else low, tokens, bool(within))}"

@@ -114,6 +114,30 @@ class RoundCost(JsonRecord):
         return next((part for part in self.parts if part.part == name), None)
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What "fewer bytes" counts against, named: the BF16 draft a user started from. For a draft ``search`` chose,
+    the source it searched from (its unpruned head, where the pick has a pruned vocabulary), so ``search``,
+    ``explain``, ``inspect`` and the card give one ratio for one checkpoint; else the head it was converted from."""
+
+    name: str
+    bytes_per_round: int
+    draft_tokens: int
+
+
+def converted_from_baseline(cost: RoundCost) -> Baseline:
+    """The head the draft was converted from, at the serving dtype (:attr:`RoundCost.source_bytes_per_round`)."""
+    return Baseline("the BF16 head it was converted from", cost.source_bytes_per_round, cost.draft_tokens)
+
+
+def fewer(cost: RoundCost, baseline: Baseline | None) -> tuple[float, Baseline]:
+    """How many times fewer bytes a round of ``cost`` reads than ``baseline``'s (None, or one priced at another
+    k: the head it was converted from), and the baseline that ratio is against."""
+    if baseline is None or baseline.draft_tokens != cost.draft_tokens:
+        baseline = converted_from_baseline(cost)
+    return baseline.bytes_per_round / max(cost.bytes_per_round, 1), baseline
+
+
 # From this share of a round's bytes, an unquantized lm_head is where the bytes are (a Kimi-K2.5 MLA head's BF16
 # lm_head is 7.05 of its 8.50 GB a round, as vLLM builds it without a quant config), and the user is told so.
 LM_HEAD_LEVER_SHARE = 0.3

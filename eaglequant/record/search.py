@@ -86,3 +86,47 @@ def read_search(dst: Path) -> SearchRecord | None:
     path = dst / SEARCH_RECORD
     data = read_json_file(path, SearchRecordError, _REPAIR)
     return None if data is None else SearchRecord.from_json(data, str(path), SearchRecordError, _REPAIR)
+
+
+@dataclass(frozen=True)
+class SearchedJudge:
+    """What ``search`` judged the draft it chose against: its source (the BF16 draft it searched from) and its
+    budget in tokens. ``verify`` and ``accept`` judge the pick against them by default."""
+
+    source: str
+    budget: float
+
+    @property
+    def text(self) -> str:
+        return (
+            f"the source and budget `eaglequant search` recorded ({self.source}, a drop of at most "
+            f"{self.budget:g} tokens)"
+        )
+
+
+def searched_judge(dst: Path) -> SearchedJudge | None:
+    """The source and budget the search that chose ``dst`` recorded (None: ``dst`` was not chosen by a search)."""
+    record = read_search(dst)
+    if record is None or record.chosen is None:
+        return None
+    return SearchedJudge(record.source, record.budget.tokens)
+
+
+def same_place(a: str | Path, b: str | Path) -> bool:
+    """Two paths name the same directory."""
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
+
+
+def searched_baseline(record: SearchRecord | None) -> Any:
+    """The bytes a round of the source ``search`` started from reads (a
+    :class:`~eaglequant.readback.cost.Baseline`), what its "fewer" counted against; None without a search."""
+    if record is None:
+        return None
+    from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+    from eaglequant.readback.cost import Baseline
+
+    name = f"the BF16 source `eaglequant search` started from ({record.source})"
+    return Baseline(name, record.source_bytes_per_round, DEFAULT_DRAFT_TOKENS)

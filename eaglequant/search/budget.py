@@ -41,6 +41,23 @@ class Budget:
         """The drop this budget judges: the predicted difference's upper bound of loss, or its estimate."""
         return -prediction.difference.low if self.bound else prediction.drop
 
+    def within(self, prediction: Any, tokens: float) -> bool:
+        """``prediction`` within this budget of ``tokens``: the one gate (the drop's 95% upper bound,
+        :func:`~eaglequant.measurement.statistics.within_budget`), or with ``--rule point`` its estimate."""
+        from eaglequant.measurement.statistics import within_budget
+
+        return within_budget(prediction.difference, tokens) if self.bound else prediction.drop <= tokens
+
+    def judged_text(self, prediction: Any, tokens: float) -> str:
+        """The change that was judged and what decided it: ``-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061
+        past the 0.05 budget`` (with ``--rule point``: the estimate against it)."""
+        from eaglequant.measurement.statistics import gate_text
+
+        if self.bound:
+            return gate_text(prediction.difference, tokens)
+        verdict = "within" if self.within(prediction, tokens) else "past"
+        return f"{prediction.difference.text(signed=True)}: estimate {verdict} the {tokens:g} budget"
+
     def tokens(self, source_length: float) -> float:
         """The budget in tokens, for a source draft of greedy acceptance length ``source_length``."""
         return self.value * (source_length - 1) if self.relative else self.value

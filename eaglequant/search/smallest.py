@@ -205,7 +205,13 @@ def search(
         source_length = predictor.source.length().value
         tokens = budget.tokens(source_length)
         points = _judged_from_smallest(
-            priced, outputs, predictor, lambda prediction: budget.drop(prediction) <= tokens, told, started
+            priced,
+            outputs,
+            predictor,
+            lambda prediction: budget.within(prediction, tokens),
+            told,
+            started,
+            lambda prediction: budget.judged_text(prediction, tokens),
         )
         chosen = next((point for point in points if point.within), None)
         result = SearchResult(
@@ -273,6 +279,7 @@ def _judged_from_smallest(
     within: Callable[[Any], bool],
     told: Callable[[str], None],
     started: float,
+    judged: Callable[[Any], str] = lambda prediction: prediction.difference.text(signed=True),
 ) -> list[SearchPoint]:
     """Every candidate, the smallest predicted first until one is within the budget; the rest priced only. Each is
     converted into a stage of DST (``outputs``: :class:`~eaglequant.search.outputs.SearchOutputs`), removed
@@ -288,8 +295,7 @@ def _judged_from_smallest(
         label = priced[index][0].label
         best[:] = [min([*best, (prediction.drop, label)])]
         told(
-            f"predicted {index + 1} of at most {len(priced)}: {label} {prediction.difference.value:+.3f} "
-            f"({'within' if within(prediction) else 'over'} the budget); best so far: {best[0][1]} "
+            f"predicted {index + 1} of at most {len(priced)}: {label} {judged(prediction)}; best so far: {best[0][1]} "
             f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
         )
         if not within(prediction):

@@ -17,14 +17,15 @@ Thresholds come from the scheme file (``[verify]``). Parity needs the source che
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
-from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES
@@ -212,15 +213,23 @@ def verify_checkpoint(
         from eaglequant.prediction.predict import predict_written
 
         with Checkpoint.open(source) as src:
-            _check_same_vocabulary(head, src, recorded)
-            changes = () if recorded is None else recorded.config_changes
-            compared = compare_with_source(
-                checkpoint, src, head, fmt, schemes, quantized, (seed, tokens, inputs), changes
-            )
-            report.structure += compared.problems
-            report.notes += compared.notes
-            report.layers, report.fidelity, report.copies = compared.layers, compared.fidelity, compared.copies
-            budget = report.thresholds.max_acceptance_drop
+            converted_from = _converted_from(head, src, recorded)
+            if converted_from is None:
+                report.notes.append(_unpruned_source_note(src, recorded))
+            else:
+                with _opened(converted_from, src) as parent:
+                    changes = () if recorded is None else recorded.config_changes
+                    compared = compare_with_source(
+                        checkpoint, parent, head, fmt, schemes, quantized, (seed, tokens, inputs), changes
+                    )
+                report.structure += compared.problems
+                report.notes += compared.notes
+                report.layers, report.fidelity, report.copies = compared.layers, compared.fidelity, compared.copies
+                if converted_from != src.root:
+                    report.notes.append(_unpruned_source_note(src, recorded, converted_from))
+            budget, judged = _acceptance_budget(dst if written is None else None, src.root, report.thresholds)
+            if judged is not None and inputs is not None:
+                report.notes.append(judged)
             report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget)
         if why:
             report.notes.append(why)
@@ -254,28 +263,65 @@ def _activation_notes(schemes: SchemeAssignment) -> list[Finding]:
     return notes
 
 
-def _check_same_vocabulary(head: HeadDescription, src: Checkpoint, recorded: ConversionReport | None) -> None:
-    """Refuse a source whose draft vocabulary differs from DST's (DST converted from a pruned head, ``src`` the
-    unpruned one), naming the source DST's report records."""
+def _vocabulary_rows(described: HeadDescription) -> int | None:
+    lm_head = described.find_linear("lm_head")
+    return None if lm_head is None else lm_head.out_features
+
+
+def _converted_from(head: HeadDescription, src: Checkpoint, recorded: ConversionReport | None) -> Path | None:
+    """The checkpoint parity and fidelity compare DST with: ``src`` when its draft vocabulary is DST's, else (``src``
+    the unpruned head a pruned DST came from, as ``search`` records it) the head DST's report records it was
+    converted from, when that is there and has DST's vocabulary; None when there is none (acceptance is still
+    predicted against ``src``: the engine compares drafts in target token ids)."""
     from eaglequant.layouts.detect import describe_head
 
-    def rows(described: HeadDescription) -> int | None:
-        lm_head = described.find_linear("lm_head")
-        return None if lm_head is None else lm_head.out_features
-
-    ours, theirs = rows(head), rows(describe_head(src))
+    ours, theirs = _vocabulary_rows(head), _vocabulary_rows(describe_head(src))
     if ours is None or theirs is None or ours == theirs:
-        return
+        return src.root
     named = recorded_source(recorded)
-    raise InputError(
-        words(
-            given("source", str(src.root)),
-            f": its draft vocabulary has {theirs} tokens, DST's {ours}: not the head DST was converted from",
-        ),
-        hint=words("pass the head DST was converted from: ", suggested("source", named))
-        if named
-        else "pass the pruned head DST was converted from (what eaglequant prune wrote)",
-    )
+    if named is None or not Path(named).is_dir():
+        return None
+    with Checkpoint.open(Path(named)) as parent:
+        return parent.root if _vocabulary_rows(describe_head(parent)) == ours else None
+
+
+@contextmanager
+def _opened(path: Path, src: Checkpoint) -> Iterator[Checkpoint]:
+    """``src`` when it is at ``path``, else ``path`` opened for the block."""
+    if path == src.root:
+        yield src
+        return
+    with Checkpoint.open(path) as parent:
+        yield parent
+
+
+def _unpruned_source_note(src: Checkpoint, recorded: ConversionReport | None, parent: Path | None = None) -> Finding:
+    """``source-vocabulary-differs``: ``src`` has another vocabulary than DST's; what parity and fidelity ran
+    against instead, or that they did not."""
+    if parent is not None:
+        text = (
+            f"{src.root} has another draft vocabulary than DST's: parity and fidelity ran against the head DST was "
+            f"converted from ({parent}); acceptance is predicted against {src.root}"
+        )
+    else:
+        named = recorded_source(recorded)
+        text = (
+            f"{src.root} has another draft vocabulary than DST's and the head DST was converted from "
+            f"({named or 'not recorded'}) is not there: parity and fidelity did not run; acceptance is predicted "
+            f"against {src.root}"
+        )
+    return Finding("source-vocabulary-differs", str(src.root), text)
+
+
+def _acceptance_budget(dst: Path | None, source: Path, thresholds: VerifyThresholds) -> tuple[float, Finding | None]:
+    """The budget acceptance is judged by: the one ``search`` recorded in ``dst`` when ``source`` is the source it
+    searched from (with a ``judged-as-searched`` note saying so), else the scheme's ``max_acceptance_drop``."""
+    from eaglequant.record.search import same_place, searched_judge
+
+    judge = None if dst is None else searched_judge(dst)
+    if judge is None or not same_place(judge.source, source):
+        return thresholds.max_acceptance_drop, None
+    return judge.budget, Finding("judged-as-searched", judge.source, f"acceptance judged against {judge.text}")
 
 
 def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[Finding]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from eaglequant.measurement.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
-from eaglequant.measurement.statistics import Lossless, PromptCounts, paired_difference
+from eaglequant.measurement.statistics import Interval, Lossless, PromptCounts, paired_difference
 
 SAMPLED = Mode("T=1", 1.0)
 
@@ -31,7 +31,7 @@ def accept_report() -> AcceptanceReport:
     settings = Settings(Path("target"), ("a", "b", "c"), "bundled prompts", 3, 8, (GREEDY, SAMPLED))
     source_run = _run([12, 14, 10], [9, 11, 8])
     source = DraftResult("source", Path("src"), "source", source_run, Lossless(3, 0, 3, None))
-    close = _quantized("close", _run([12, 13, 10], [9, 10, 8]), source_run, Lossless(2, 1, 3, None), 0.1)
+    close = _quantized("close", _run([12, 13, 10], [9, 10, 8]), source_run, Lossless(2, 1, 3, None), 0.2)
     worse = _quantized("worse", _run([2, 3, 1], [1, 2, 1]), source_run, Lossless(1, 0, 3, (1, 4)), 0.1)
     unpaired = _quantized("unpaired", _run([5, 6], [5, 6]), source_run, Lossless(3, 0, 3, None), 0.1)  # 2 prompts of 3
     return AcceptanceReport("vllm", "0.32.0", None, settings, source, [close, worse, unpaired], notes=["a note"])
@@ -72,12 +72,39 @@ def test_accept_renders_each_draft_and_mode_from_the_report(
         ["unpaired (dequantized)", "greedy", "1.550 [0.915, 2.185]", "0.55 / 0.25 / 0.10", "", "3/3"],  # not paired
         ["", "T=1", "1.550 [0.915, 2.185]", "0.55 / 0.25 / 0.10", "", ""],
     ]
-    assert "close: greedy drop 0.033 tokens, budget 0.1 (nvfp4)\n" in shown.err
-    assert "worse: greedy drop 1.000 tokens, budget 0.1 (nvfp4)\n" in shown.err and "unpaired:" not in shown.err
+    close = "close: greedy change -0.033 tokens (a loss); -0.033 [-0.177, +0.110]: bound -0.177, a drop of 0.177 "
+    assert close + "within the 0.2 budget (the nvfp4 budget)\n" in shown.err
+    worse = "worse: greedy change -1.000 tokens (a loss); -1.000 [-1.248, -0.752]: bound -1.248, a drop of 1.248 past "
+    assert worse + "the 0.1 budget (the nvfp4 budget)\n" in shown.err and "unpaired:" not in shown.err
     assert "note: a note" in shown.err
     problems = [line for line in lines if line.startswith("problem: ")]
     assert len(problems) == 2 and all(p.startswith("problem: worse: greedy ") for p in problems)
     assert "ok:" not in shown.out
+
+
+def test_accept_judges_the_bound_not_the_estimate_and_says_a_gain_is_a_gain(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 55, item 4: one gate (the drop's 95% upper bound within the budget), one sign (DST minus source): a
+    draft whose estimate (-0.033) is within a 0.1 budget but whose bound (-0.177) is past it is over; a gain is
+    never called a drop."""
+    from dataclasses import replace
+
+    from eaglequant.cli.accept_cmd import render
+
+    monkeypatch.setenv("COLUMNS", "200")
+    report = accept_report()
+    close = replace(report.quantized[0], budget=0.1)
+    assert close.over_budget and [p.code for p in close.problems] == ["over-budget"]
+    assert "bound -0.177, a drop of 0.177 past the 0.1 budget" in close.problems[0].message
+    gained = replace(report.source, label="gained", served_as="dequantized", scheme="nvfp4", budget=0.1)
+    gained.difference = {GREEDY.name: Interval(0.011, -0.02, 0.042)}
+    report.quantized = [close, gained]
+    render(report)
+    err = capsys.readouterr().err
+    gained_line = "gained: greedy change +0.011 tokens (a gain); +0.011 [-0.020, +0.042]: bound -0.020, a drop of 0.020"
+    assert gained_line in err
+    assert "drop -" not in err and "greedy drop" not in err
 
 
 def test_accept_renders_a_draft_that_never_drafted(

@@ -169,9 +169,22 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     assert data["engines"] == ["vllm"] and data["loaded_by"][0] == "vLLM 0.32.0"
     assert data["skipped"]["needs-layer-count"] == 4 and len(data["notes"]) == 2
     assert data["budget"]["text"].startswith("a drop of at most 5 tokens")
-    verified = run_cli("verify", dst, "--inputs", inputs)  # against its recorded source, the pruned head
+    # Issue 55, item 4: verify judges the pick against the source and budget search recorded (the unpruned
+    # source, 5 tokens), not the pruned head and the scheme's own 0.1, and says so
+    verified = run_cli("verify", dst, "--inputs", inputs)
     assert verified.exit_code == 0, verified.stderr
-    assert "(budget: a drop of at most 0.1 tokens)" in verified.stdout and "budget -" not in verified.stdout  # nvfp4
+    told = " ".join((verified.stdout + verified.stderr).split())
+    assert "within the 5 budget" in told and "0.1 budget" not in told and "budget -" not in told
+    assert f"acceptance judged against the source and budget `eaglequant search` recorded ({PAIR / 'draft'}" in told
+    assert "parity and fidelity ran against the head DST was converted from" in told  # the pruned head
+    # one bytes ratio for one checkpoint, against one named baseline: the source search started from
+    fewer = f"{data['source_bytes_per_round'] / data['chosen']['bytes_per_round']:.2f}×"
+    explained = run_cli("explain", dst, "--engine", "vllm")
+    vllm_row = next(line for line in explained.stdout.splitlines() if "vLLM" in line and "×" in line)
+    assert fewer in vllm_row, (fewer, vllm_row)
+    assert "against the BF16 source `eaglequant search` started from" in " ".join(explained.stdout.split())
+    card = (dst / "README.md").read_text()
+    assert f"| {fewer} |" in card and "against the BF16 source `eaglequant search` started from" in card
     assert " → " in verified.stdout and "->" not in verified.stdout  # one arrow form
     help_text = " ".join(run_cli_subprocess("search", "--help", env={"COLUMNS": "300"}).stdout.split())
     assert "Without it, the candidates with lm_head in a scheme of its own" in help_text

@@ -168,9 +168,12 @@ def test_convert_verify_cli_stores_the_report(tmp_path: Path) -> None:
     assert data["verification"]["ok"] and (tmp_path / "out" / "eaglequant_verify.json").is_file()
 
 
-def test_verify_against_the_unpruned_source_names_the_pruned_one(tmp_path: Path) -> None:
-    """A draft converted from a pruned head, verified against the unpruned source: one line, exit 2, naming the
-    source DST's report records (issue 48, item 1)."""
+def test_verify_against_the_unpruned_source_works_and_names_the_pruned_one(tmp_path: Path) -> None:
+    """Issue 55, item 4: ``verify --source ORIGINAL`` (the unpruned head a pruned DST came from) works as
+    ``accept --source ORIGINAL`` does: parity and fidelity run against the pruned head DST's report records, and
+    the note says so; with that head gone, they do not run, and the note says that (issue 48, item 1 refused it)."""
+    import shutil
+
     import eaglequant
 
     counts = tmp_path / "counts.json"
@@ -178,8 +181,13 @@ def test_verify_against_the_unpruned_source_names_the_pruned_one(tmp_path: Path)
     source = FIXTURES / "specforge-llama"
     pruned = eaglequant.prune(source, tmp_path / "dst-vocab64-bf16", size=64, counts=counts).destination
     convert(pruned, tmp_path / "dst", scheme="fp8-per-channel", format="modelopt")
-    result = run_cli("verify", tmp_path / "dst", "--source", source)
-    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert "draft vocabulary has 256 tokens, DST's 64" in result.stderr
-    assert f"--source {pruned.resolve()}" in result.stderr or f"--source {pruned}" in result.stderr
-    assert verify(tmp_path / "dst").ok
+    result = run_cli("verify", tmp_path / "dst", "--source", source, "--json")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    notes = {note["code"]: note["message"] for note in data["notes"]}
+    assert "parity" in data["checks"] and str(pruned) in notes["source-vocabulary-differs"]
+    shutil.rmtree(pruned)
+    gone = run_cli("verify", tmp_path / "dst", "--source", source, "--json")
+    assert gone.exit_code == 5, gone.stderr
+    gone_notes = {note["code"]: note["message"] for note in json.loads(gone.stdout)["notes"]}
+    assert "parity and fidelity did not run" in gone_notes["source-vocabulary-differs"]
