@@ -1,6 +1,6 @@
 """``accept --server URL`` with no DST (one running server measured on its own, over the prompts or over a window of
 its live traffic), ``accept --launch --port``, and accept's per-prompt progress on stderr, against the stand-in vLLM
-server of ``test_accept_server.py``."""
+server of ``test_accept_server.py`` (its ``serve`` fixture, shared through this folder's ``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from eaglequant.measurement.runners import Launched, OneServer, where_of
 from eaglequant.measurement.server import ServerError
 from tests.conftest import run_cli
 from tests.measurement.test_accept_server import StandIn, walk
-from tests.measurement.test_accept_server import serve as _stand_in_fixture  # noqa: F401  (registers `serve`)
 
 PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
 
