@@ -56,13 +56,11 @@ def accept(
     - ``launch``: the engine's OpenAI-compatible server, started per run (at ``port``, checked free first; default
       a free one), measured through ``/metrics``;
     - ``server``: running servers (URLs), the source draft's first, then each DST's in order, with
-      ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them.
+      ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them
+      (one server with no DST: :func:`accept_server`).
 
-    One running server with no DST is measured on its own with :func:`accept_server`.
-
-    ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card. ``steps``
-    (:class:`~eaglequant.common.progress.Steps`) is told of each prompt answered (offline, each run), with the
-    whole command's count for an ETA."""
+    ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card. ``steps``: told
+    of each prompt answered (offline, each run), with the whole command's count for an ETA."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.engine_args import engine_arguments
     from eaglequant.measurement.record import write_acceptance
@@ -71,16 +69,9 @@ def accept(
     arguments = engine_arguments(engine_args, tensor_parallel_size)
     measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
     where = measurement.where_of(
-        engine=engine,
-        engine_python=engine_python,
-        served_as=served_as,
-        arguments=arguments,
-        server=server,
-        reference_server=reference_server,
-        launch=launch,
-        dsts=len(dsts),
-        port=port,
-    )
+        engine=engine, engine_python=engine_python, served_as=served_as, arguments=arguments, server=server,
+        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port,
+    )  # fmt: skip
     report = measurement.accept(
         dsts,
         where,
