@@ -15,6 +15,7 @@ from eaglequant.cli.options import (
     MAX_GENERATED_TOKENS,
     MAX_SEED,
     MAX_TEMPERATURE,
+    MAX_WINDOW_S,
     DraftTokensOpt,
     EngineArgOpt,
     EnginePythonOpt,
@@ -22,6 +23,7 @@ from eaglequant.cli.options import (
     PromptsOpt,
     TensorParallelOpt,
     positive,
+    positive_number,
 )
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
@@ -124,6 +126,8 @@ def accept_command(
         typer.Option(
             "--window",
             min=0,
+            max=MAX_WINDOW_S,
+            callback=positive_number,
             help="With one --server and no DST: send nothing, read its counters over SECONDS of its live traffic.",
             show_default=False,
             metavar="SECONDS",
