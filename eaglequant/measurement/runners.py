@@ -323,6 +323,11 @@ def accept(
     told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
     if isinstance(where, OneServer):
         raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
+    if not dsts:
+        raise InputError(
+            "no quantized draft to measure",
+            hint=words("give at least one DST, or one ", placeholder("server", "URL"), " to measure that server"),
+        )
     prompt_list, prompts_from = _enough_prompts(prompts, max_prompts)
     destinations = [_model_dir(d, "dsts") for d in dsts]
     source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)

@@ -173,3 +173,10 @@ def test_the_tally_counts_over_the_command() -> None:
     tally.finished("run 2/2 (draft)")
     tally.finished("one more than foreseen")
     assert [s[1:] for s in shown.steps] == [(1, 2), (2, 2), (3, 3)]
+
+
+def test_no_dst_and_no_server_says_what_to_give() -> None:
+    done = run_cli("accept", "--target", str(PAIR / "target"))
+    assert done.exit_code == 2, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert "no quantized draft to measure" in last and "--server URL" in last, done.stderr
