@@ -180,3 +180,19 @@ def test_no_dst_and_no_server_says_what_to_give() -> None:
     assert done.exit_code == 2, done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert "no quantized draft to measure" in last and "--server URL" in last, done.stderr
+
+
+def test_offline_accept_counts_one_step_a_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Offline, the prompts run inside the engine's process: progress is one line a run, with the runs' ETA."""
+    from eaglequant.measurement import runners
+    from eaglequant.measurement.measure import Settings
+    from eaglequant.measurement.runners import Offline
+
+    monkeypatch.setattr(runners, "offline_runner", lambda _python, _settings: lambda *_run: "ran")
+    monkeypatch.setattr("eaglequant.engine_load.engine_python", lambda _engine, _python: Path("/engine/python"))
+    shown = Recorded()
+    chosen = Settings(PAIR / "target", ("a", "b"), "test")
+    run = Offline().runner(chosen, lambda _: None, Tally(shown, Offline().steps(chosen, 1)))
+    run(0, None, "no draft")
+    run(1, PAIR / "draft", "draft d")
+    assert shown.steps == [("run 1/3 (no draft)", 1, 3), ("run 2/3 (draft d)", 2, 3)]
