@@ -56,6 +56,10 @@ class Tally:
     def __init__(self, steps: Steps, total: int) -> None:
         self.steps, self.total, self.done = steps, total, 0
 
+    def skipped(self, steps: int) -> None:
+        """``steps`` foreseen will not run (a draft serving bytes already measured)."""
+        self.total = max(self.total - steps, self.done)
+
     def finished(self, text: str) -> None:
         self.done += 1
         self.total = max(self.total, self.done)

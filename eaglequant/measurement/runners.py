@@ -354,9 +354,19 @@ def accept(
                 for i, dst in enumerate(destinations)
             ]
         shown = steps or NoSteps()
-        runner = where.runner(settings, progress, Tally(shown, where.steps(settings, len(drafts))))
+        tally = Tally(shown, where.steps(settings, len(drafts)))
+        runner = where.runner(settings, progress, tally)
+        per_run = where.steps(settings, 1) - where.steps(settings, 0)
         try:
-            report = measure(settings, source_path, drafts, runner, progress, measure_same_bytes_once=not on_servers)
+            report = measure(
+                settings,
+                source_path,
+                drafts,
+                runner,
+                progress,
+                measure_same_bytes_once=not on_servers,
+                run_skipped=lambda: tally.skipped(per_run),
+            )
         finally:
             shown.stop()
     _add_notes(report, dtype, where)

@@ -173,6 +173,11 @@ def test_the_tally_counts_over_the_command() -> None:
     tally.finished("run 2/2 (draft)")
     tally.finished("one more than foreseen")
     assert [s[1:] for s in shown.steps] == [(1, 2), (2, 2), (3, 3)]
+    skipping = Tally(shown, 6)  # a DST serving the source's bytes is measured once: its run's steps go
+    skipping.finished("prompt 1/2")
+    skipping.skipped(2)
+    skipping.skipped(9)
+    assert (skipping.done, skipping.total) == (1, 1)
 
 
 def test_no_dst_and_no_server_says_what_to_give() -> None:
