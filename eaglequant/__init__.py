@@ -1,7 +1,7 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
 The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, ``accept``,
-``capture``, ``prune``, the options type ``ConversionOptions``; ``eaglequant.batch.jobs.run_batch``)
+``accept_server``, ``capture``, ``prune``, the options type ``ConversionOptions``; ``eaglequant.batch.jobs.run_batch``)
 is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
 the work that needs it.
 """
@@ -14,7 +14,7 @@ from eaglequant.common.version import __version__
 
 if TYPE_CHECKING:
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
-    from eaglequant.api.acceptance import accept
+    from eaglequant.api.acceptance import accept, accept_server
     from eaglequant.api.pruning import prune
     from eaglequant.capturing.transformers_capture import capture
     from eaglequant.conversion.options import ConversionOptions
@@ -23,6 +23,7 @@ __all__ = [
     "ConversionOptions",
     "__version__",
     "accept",
+    "accept_server",
     "capture",
     "convert",
     "explain",
@@ -43,10 +44,10 @@ def __getattr__(name: str) -> Any:
         from eaglequant import api
 
         return getattr(api, name)
-    if name == "accept":
-        from eaglequant.api.acceptance import accept
+    if name in ("accept", "accept_server"):
+        from eaglequant.api import acceptance
 
-        return accept
+        return getattr(acceptance, name)
     if name == "prune":
         from eaglequant.api.pruning import prune
 

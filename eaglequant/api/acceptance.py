@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING, Any
 from eaglequant.measurement.served import DEQUANTIZED
 
 if TYPE_CHECKING:
+    from eaglequant.common.progress import Steps
     from eaglequant.measurement.measure import AcceptanceReport
+    from eaglequant.measurement.one_server import ServerAcceptance
 
 DEFAULT_TEMPERATURES: tuple[float, ...] = ()  # greedy only: vLLM 0.32's CPU build accepts nothing at T > 0
 
@@ -34,9 +36,11 @@ def accept(
     server: Sequence[str] = (),
     reference_server: str | None = None,
     launch: bool = False,
+    port: int | None = None,
     seed: int = 0,
     record: bool = True,
     progress: Callable[[str], None] = lambda _: None,
+    steps: Steps | None = None,
 ) -> AcceptanceReport:
     """Serve ``target`` with the source draft and with each quantized draft in ``dsts`` using ``engine``'s own
     speculative decoding (greedy, and sampled at each of ``temperatures``), and measure each one's acceptance.
@@ -49,11 +53,14 @@ def accept(
     or ``["max_model_len=4096"]``) are passed to the engine as it is started. Where it runs:
 
     - by default, offline: one process of the engine's interpreter per run (``LLM(...)``);
-    - ``launch``: the engine's OpenAI-compatible server, started per run, measured through ``/metrics``;
+    - ``launch``: the engine's OpenAI-compatible server, started per run (at ``port``, checked free first; default
+      a free one), measured through ``/metrics``;
     - ``server``: running servers (URLs), the source draft's first, then each DST's in order, with
-      ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them.
+      ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them
+      (one server with no DST: :func:`accept_server`).
 
-    ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card."""
+    ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card. ``steps``: told
+    of each prompt answered (offline, each run), with the whole command's count for an ETA."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.engine_args import engine_arguments
     from eaglequant.measurement.record import write_acceptance
@@ -62,15 +69,9 @@ def accept(
     arguments = engine_arguments(engine_args, tensor_parallel_size)
     measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
     where = measurement.where_of(
-        engine=engine,
-        engine_python=engine_python,
-        served_as=served_as,
-        arguments=arguments,
-        server=server,
-        reference_server=reference_server,
-        launch=launch,
-        dsts=len(dsts),
-    )
+        engine=engine, engine_python=engine_python, served_as=served_as, arguments=arguments, server=server,
+        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port,
+    )  # fmt: skip
     report = measurement.accept(
         dsts,
         where,
@@ -84,9 +85,55 @@ def accept(
         dtype=dtype,
         seed=seed,
         progress=progress,
+        steps=steps,
     )
     if record:
         for draft in report.quantized:
             write_acceptance(draft.path, report, draft.label)
             refresh_card(draft.path)
     return report
+
+
+def accept_server(
+    server: str,
+    *,
+    window_s: float | None = None,
+    prompts: str | Path | None = None,
+    max_prompts: int | None = None,
+    draft_tokens: int = 3,
+    max_tokens: int = 96,
+    temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
+    seed: int = 0,
+    steps: Steps | None = None,
+) -> ServerAcceptance:
+    """The acceptance length of the one running vLLM server at ``server`` (a URL), read from its spec-decode
+    counters on ``/metrics``: by default over the prompts, sent one at a time (the server must be eaglequant's
+    alone meanwhile), with 95% intervals over prompts per mode; with ``window_s``, over that many seconds of the
+    server's live traffic, eaglequant sending nothing (no interval: there are no prompts to cluster by). No
+    reference (nothing checked lossless) and no DST (nothing recorded)."""
+    from eaglequant.measurement import runners as measurement
+    from eaglequant.measurement.runners import OneServer
+
+    measurement.check_settings("vllm", DEQUANTIZED, temperatures, draft_tokens, max_tokens)
+    where = measurement.where_of(
+        engine="vllm",
+        engine_python=None,
+        served_as=DEQUANTIZED,
+        arguments={},
+        server=[server],
+        reference_server=None,
+        launch=False,
+        dsts=0,
+        window_s=window_s,
+    )
+    assert isinstance(where, OneServer)
+    return measurement.accept_one_server(
+        where,
+        prompts=prompts,
+        max_prompts=max_prompts,
+        draft_tokens=draft_tokens,
+        max_tokens=max_tokens,
+        temperatures=temperatures,
+        seed=seed,
+        steps=steps,
+    )

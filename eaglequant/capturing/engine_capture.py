@@ -2,12 +2,15 @@
 (``extract_hidden_states`` with a hidden-states connector) and its ``prompt_logprobs``, at whatever
 tensor-parallel size the target needs. The probe (``engine_load/probes/vllm_capture.py``) writes one sequence
 file at a time into the :class:`~eaglequant.draft.capture_file.CaptureWriter`'s parts; this side checks the request
-first and assembles the capture file after.
+first and assembles the capture file after. Progress is read from those parts as they land: one a prompt, with
+no channel to the engine's process beyond the files it already writes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,10 +18,12 @@ from typing import Any
 from eaglequant.capturing.transformers_capture import DEFAULT_TOP_K, check_draft, draft_layer_ids
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError, given, suggested, words
+from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, made_for, output_path
 from eaglequant.measurement.engine_args import model_length
 
 CAPTURE_TIMEOUT_S = 6 * 3600
+WATCH_S = 1.0  # how often the parts the engine writes are counted for progress
 DTYPES = ("bfloat16", "float16", "float32")
 # engine arguments the capture sets for its hidden-state extraction, beside those every run sets (engine_args.py)
 CAPTURE_KEYS = {
@@ -53,9 +58,11 @@ def capture_with_engine(
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
     draft_tokens: int = 3,
+    steps: Steps | None = None,
 ) -> CaptureSummary:
     """The capture :func:`~.transformers_capture.capture` writes, with vLLM serving ``target`` (any model vLLM serves:
-    quantized, MoE, MLA, across ``engine.tensor_parallel_size`` devices)."""
+    quantized, MoE, MLA, across ``engine.tensor_parallel_size`` devices); ``steps`` is told of each prompt as its
+    sequence file lands."""
     from eaglequant.measurement.prompts import read_prompts
 
     target_path, draft_path = Path(target), Path(draft)
@@ -78,7 +85,8 @@ def capture_with_engine(
         "max_model_len": model_length(target_path, prompt_list, generated),
     }
     with CaptureWriter(out) as writer:
-        result = _run(engine.python, {**job, "spill": str(writer.parts.resolve())})
+        with _watched(writer.parts, len(prompt_list), steps or NoSteps()):
+            result = _run(engine.python, {**job, "spill": str(writer.parts.resolve())})
         known = made_for(
             target=target_path,
             target_layers=_depth(config, target_path),
@@ -94,6 +102,32 @@ def capture_with_engine(
             "hidden_states_from": str(result["connector"]),
         }
         return writer.finish(ids, prompts_from, metadata)
+
+
+@contextmanager
+def _watched(parts: Path, prompts: int, steps: Steps) -> Iterator[None]:
+    """While the block runs, count the sequence files the engine's process writes into ``parts`` (one a prompt) and
+    tell ``steps`` of each new one."""
+    tally = Tally(steps, prompts)
+    done = threading.Event()
+
+    def count() -> None:
+        while True:
+            finished = done.wait(WATCH_S)
+            landed = len(list(parts.glob("sequence-*.safetensors"))) if parts.is_dir() else 0
+            while tally.done < min(landed, prompts):
+                tally.finished(f"prompt {tally.done + 1}/{prompts} (vLLM)")
+            if finished:
+                return
+
+    watcher = threading.Thread(target=count, name="capture-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        steps.stop()
 
 
 def _target_config(target: Path) -> dict[str, Any]:

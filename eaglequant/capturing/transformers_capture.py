@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, aux_layer_ids, made_for, output_path
 
 DEFAULT_TOP_K = 8
@@ -84,10 +85,11 @@ def capture(
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
     draft_tokens: int = 3,
+    steps: Steps | None = None,
 ) -> CaptureSummary:
     """Capture draft inputs from ``target`` (a transformers model directory) for the draft in ``draft``:
     ``max_tokens`` of greedy continuation a prompt, as an engine generating ``max_tokens`` with
-    ``draft_tokens`` drafted a step sees them."""
+    ``draft_tokens`` drafted a step sees them; ``steps`` is told of each prompt captured."""
     try:
         import transformers
     except ImportError:
@@ -114,21 +116,27 @@ def capture(
         raise InputError(words(given("target", str(target_path)), f": transformers cannot load it ({why})")) from None
     model.eval()
     ids = draft_layer_ids(draft_path, layer_ids, int(model.config.num_hidden_layers))
-    with CaptureWriter(out) as writer, torch.no_grad():
-        for prompt in prompt_list:
-            tokens = tokenizer(prompt, return_tensors="pt").input_ids[0]
-            # k - 1 tokens past the engine's budget: its last draft, with fewer than max_tokens emitted, still
-            # proposes k tokens and the target judges each
-            sequence = _greedy(model, tokens, max_tokens + draft_tokens - 1)
-            record = _record(model, sequence, ids, top_k, len(tokens))
-            writer.add({**record, "max_new_tokens": max_tokens})
-        known = made_for(
-            target=target_path,
-            target_layers=int(model.config.num_hidden_layers),
-            target_vocab_size=int(model.config.vocab_size),
-            prompts=prompt_list,
-        )
-        return writer.finish(ids, prompts_from, {**known, "decoding": "greedy"})
+    shown = steps or NoSteps()
+    tally = Tally(shown, len(prompt_list))
+    try:
+        with CaptureWriter(out) as writer, torch.no_grad():
+            for index, prompt in enumerate(prompt_list, start=1):
+                tokens = tokenizer(prompt, return_tensors="pt").input_ids[0]
+                # k - 1 tokens past the engine's budget: its last draft, with fewer than max_tokens emitted, still
+                # proposes k tokens and the target judges each
+                sequence = _greedy(model, tokens, max_tokens + draft_tokens - 1)
+                record = _record(model, sequence, ids, top_k, len(tokens))
+                writer.add({**record, "max_new_tokens": max_tokens})
+                tally.finished(f"prompt {index}/{len(prompt_list)} (transformers)")
+            known = made_for(
+                target=target_path,
+                target_layers=int(model.config.num_hidden_layers),
+                target_vocab_size=int(model.config.vocab_size),
+                prompts=prompt_list,
+            )
+            return writer.finish(ids, prompts_from, {**known, "decoding": "greedy"})
+    finally:
+        shown.stop()
 
 
 def _greedy(model: Any, tokens: Any, count: int) -> Any:

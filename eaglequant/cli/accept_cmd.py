@@ -15,6 +15,7 @@ from eaglequant.cli.options import (
     MAX_GENERATED_TOKENS,
     MAX_SEED,
     MAX_TEMPERATURE,
+    MAX_WINDOW_S,
     DraftTokensOpt,
     EngineArgOpt,
     EnginePythonOpt,
@@ -22,6 +23,7 @@ from eaglequant.cli.options import (
     PromptsOpt,
     TensorParallelOpt,
     positive,
+    positive_number,
 )
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
@@ -30,12 +32,17 @@ from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
     from eaglequant.measurement.measure import AcceptanceReport, DraftResult, Mode
+    from eaglequant.measurement.one_server import ServerAcceptance
 
 
 def accept_command(
     dst: Annotated[
-        list[Path], typer.Argument(help="Quantized drafts (directories `convert` wrote).", show_default=False)
-    ],
+        Optional[list[Path]],  # noqa: UP045
+        typer.Argument(
+            help="Quantized drafts (directories `convert` wrote); none with one --server: that server alone.",
+            show_default=False,
+        ),
+    ] = None,
     target: Annotated[
         Optional[Path],  # noqa: UP045
         typer.Option(
@@ -86,7 +93,7 @@ def accept_command(
         typer.Option(
             "--server",
             help="A running vLLM server's URL: the source draft's first, then one per DST in order (repeatable); "
-            "needs --reference-server.",
+            "needs --reference-server. Once with no DST: that server's own acceptance length.",
             show_default=False,
         ),
     ] = None,
@@ -104,6 +111,28 @@ def accept_command(
             "--launch", help="Start vLLM's OpenAI-compatible server for each run (127.0.0.1) and measure it there."
         ),
     ] = False,
+    port: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--port",
+            min=1,
+            max=65535,
+            help="With --launch: the port the servers listen on (checked free first).",
+            show_default=False,
+        ),
+    ] = None,
+    window: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            "--window",
+            min=0,
+            max=MAX_WINDOW_S,
+            callback=positive_number,
+            help="With one --server and no DST: send nothing, read its counters over SECONDS of its live traffic.",
+            show_default=False,
+            metavar="SECONDS",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the sampled modes.")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write eaglequant_accept.json and the card's figures into DST.")
@@ -115,14 +144,31 @@ def accept_command(
     sampled: offline by default, on vLLM servers it starts (--launch), or on running ones (--server). Reports
     acceptance length and per-position rates with 95% intervals over prompts, the difference from the source,
     and whether greedy output equals the target's alone. Exits 3 when a draft's greedy output
-    differs from the target's or a DST loses more than its scheme's acceptance budget.
+    differs from the target's or a DST loses more than its scheme's acceptance budget. With one --server and no
+    DST: that server's acceptance length on the prompts, or over --window SECONDS of its live traffic.
+    Per-prompt progress (offline: per run) and an ETA go to stderr; -q turns them off.
     """
 
     def body() -> bool:
-        from eaglequant.api.acceptance import accept
+        from eaglequant.api.acceptance import accept, accept_server
+        from eaglequant.cli.progress_display import steps_display
 
+        if not dst and len(server or []) == 1:
+            alone = accept_server(
+                (server or [])[0],
+                window_s=window,
+                prompts=prompts,
+                max_prompts=max_prompts,
+                draft_tokens=draft_tokens,
+                max_tokens=max_tokens,
+                temperatures=temperature or [],
+                seed=seed,
+                steps=steps_display(),
+            )
+            result(alone.to_json(), lambda: render_server(alone))
+            return True
         report = accept(
-            dst,
+            dst or [],
             target=target,
             source=source,
             prompts=prompts,
@@ -138,15 +184,48 @@ def accept_command(
             server=server or [],
             reference_server=reference_server,
             launch=launch,
+            port=port,
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
+            steps=steps_display(),
         )
         result(report.to_json(), lambda: render(report))
         return report.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def render_server(report: ServerAcceptance) -> None:
+    """One server's acceptance: over the prompts, a row per mode with intervals; over a window, its counts."""
+    from eaglequant.engines import engine_title
+
+    title = f"[bold]{engine_title('vllm', report.version)}[/] at {escape(report.server)} ({escape(report.model)})"
+    window, settings = report.window, report.settings
+    if window is not None:
+        out.print(f"{title}, k = {report.draft_tokens}: {window.seconds:g} s of live traffic", markup=True)
+        per_position = " / ".join(f"{rate:.2f}" for rate in window.per_position)
+        out.print(
+            f"acceptance length {window.acceptance_length:.3f} over {window.drafts} drafts "
+            f"({window.accepted} of {window.draft_tokens} draft tokens accepted); per position {per_position}",
+            soft_wrap=True,
+        )
+    elif settings is not None:
+        out.print(
+            f"{title}, k = {report.draft_tokens}: {len(settings.prompts)} prompts ({escape(settings.prompts_from)}) "
+            f"× {settings.max_tokens} tokens",
+            markup=True,
+        )
+        table = Table(title="acceptance length (95% interval over prompts)", title_justify="left")
+        for column in ("mode", "acceptance length", "per position", "drafts"):
+            table.add_column(column, justify="left" if column == "mode" else "right", overflow="fold")
+        for name, acceptance in report.modes.items():
+            per_position = " / ".join(p.value_text() for p in acceptance.per_position())
+            table.add_row(name, acceptance.length().text(), per_position, str(acceptance.drafts))
+        show(table)
+    for text in report.notes:
+        note(text)
 
 
 def render(report: AcceptanceReport) -> None:

@@ -96,6 +96,7 @@ def capture_command(
             capture_from_hidden_states,
             capture_from_specforge,
         )
+        from eaglequant.cli.progress_display import steps_display
         from eaglequant.draft.capture_file import output_path
 
         output_path(output)  # before any model loads
@@ -131,10 +132,18 @@ def capture_command(
                 tensor_parallel_size=tensor_parallel_size or 1,
                 engine_args=engine_arg or [],
                 engine_python=engine_python,
+                steps=steps_display(),
             )
         else:
             summary = capture(
-                target, draft, output, prompts=prompts, max_prompts=max_prompts, max_tokens=max_tokens, top_k=top_k
+                target,
+                draft,
+                output,
+                prompts=prompts,
+                max_prompts=max_prompts,
+                max_tokens=max_tokens,
+                top_k=top_k,
+                steps=steps_display(),
             )
         result(summary.to_json(), lambda: render(summary))
 

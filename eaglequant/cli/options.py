@@ -54,6 +54,7 @@ MAX_SEED = 2**32 - 1
 MAX_GENERATED_TOKENS = 32_768
 MAX_PROMPTS = 1_000_000
 MAX_TEMPERATURE = 10.0
+MAX_WINDOW_S = 7 * 24 * 3600.0  # accept --window: a week of a server's traffic
 MAX_TOP_K = 1024
 MAX_VOCABULARY = 2**31 - 1  # token ids and vocabulary sizes
 MAX_PARALLEL = 1024  # devices an engine splits a model over
@@ -141,6 +142,12 @@ DraftTokensOpt = Annotated[
         "max_draft_len).",
     ),
 ]
+
+
+def positive_number(value: float | None) -> float | None:
+    """:func:`positive` for an option given once."""
+    positive(None if value is None else [value])
+    return value
 
 
 def positive(values: list[float] | None) -> list[float] | None:

@@ -17,7 +17,7 @@ from rich.progress import Progress as RichProgress
 from rich.text import Text
 
 from eaglequant.cli.output import MODE, err, progress_enabled
-from eaglequant.common.progress import NoProgress, Progress
+from eaglequant.common.progress import NoProgress, NoSteps, Progress
 from eaglequant.common.sizes import decimal_bytes
 
 RATE_WINDOW_S = 3.0  # the rate shown is over this many recent seconds, not since the start
@@ -137,3 +137,55 @@ def phase(name: str) -> Iterator[Progress]:
     with shown(progress_display()) as display:
         display.phase(name)
         yield display
+
+
+def eta_text(seconds: float) -> str:
+    """``1m20s``, ``2h05m``, ``45s``."""
+    whole = max(round(seconds), 0)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class StepDisplay:
+    """Implements :class:`eaglequant.common.progress.Steps`: a live bar on a terminal, else one line a step
+    (``prompt 3/22 (the source draft) … ETA 1m20s``), the ETA from the steps done so far."""
+
+    def __init__(self, *, bars: bool) -> None:
+        self._started = time.perf_counter()
+        self._bars: RichProgress | None = None
+        self._task_id: TaskID | None = None
+        if bars:
+            self._bars = RichProgress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}", style="dim"),
+                console=err.console,
+                transient=True,
+            )
+
+    def step(self, text: str, done: int, total: int) -> None:
+        elapsed = time.perf_counter() - self._started
+        eta = f"ETA {eta_text(elapsed / done * (total - done))}" if done else ""
+        if self._bars is None:
+            err.print(f"[dim]{escape(f'{text} … {eta}')}[/]", markup=True, soft_wrap=True)
+            return
+        if self._task_id is None:
+            self._bars.start()
+            self._task_id = self._bars.add_task(text, total=total, eta=eta)
+        self._bars.update(self._task_id, description=text, completed=done, total=total, eta=eta)
+
+    def stop(self) -> None:
+        if self._bars is not None and self._task_id is not None:
+            self._bars.stop()
+            self._task_id = None
+
+
+def steps_display() -> StepDisplay | NoSteps:
+    """Per-step progress with an ETA on stderr: a bar on a terminal, lines elsewhere; nothing with --quiet."""
+    if MODE.quiet:
+        return NoSteps()
+    return StepDisplay(bars=progress_enabled())

@@ -67,8 +67,18 @@ def prune_command(
 
     def body() -> None:
         from eaglequant.api.pruning import prune
+        from eaglequant.cli.progress_display import steps_display
 
-        pruned = prune(src, dst, size=size, counts=counts, keep=keep or (), inputs=inputs, overwrite=overwrite)
+        pruned = prune(
+            src,
+            dst,
+            size=size,
+            counts=counts,
+            keep=keep or (),
+            inputs=inputs,
+            overwrite=overwrite,
+            steps=steps_display(),
+        )
         result(pruned.to_json(), lambda: render(pruned))
 
     run_guarded(body)

@@ -80,6 +80,8 @@ _CODES = {
     # acceptance
     "running-servers": "acceptance was measured on servers already running",
     "launched-servers": "acceptance was measured on servers eaglequant started",
+    "one-server": "acceptance was measured on one running server: no reference, no DST",
+    "live-traffic": "acceptance was read over a window of a server's live traffic",
     "bundled-prompts": "no prompts were given: the bundled held-out prompts, written for the bundled pair, were used",
     "served-dequantized": "a quantized module was served dequantized",
     "draft-sample-method": "the draft's sampling method in the speculative config",

@@ -31,3 +31,36 @@ class NoProgress:
 
     def stop(self) -> None:
         pass
+
+
+class Steps(Protocol):
+    """Countable steps of a long run (a prompt, or a run of the engine): ``text`` says which one just finished
+    (``prompt 3/22 (the source draft)``); ``done`` of ``total`` over the whole command give the ETA."""
+
+    def step(self, text: str, done: int, total: int) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class NoSteps:
+    def step(self, text: str, done: int, total: int) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+class Tally:
+    """Steps counted over a whole command of ``total`` steps, each reported to ``steps`` as it finishes."""
+
+    def __init__(self, steps: Steps, total: int) -> None:
+        self.steps, self.total, self.done = steps, total, 0
+
+    def skipped(self, steps: int) -> None:
+        """``steps`` foreseen will not run (a draft serving bytes already measured)."""
+        self.total = max(self.total - steps, self.done)
+
+    def finished(self, text: str) -> None:
+        self.done += 1
+        self.total = max(self.total, self.done)
+        self.steps.step(text, self.done, self.total)

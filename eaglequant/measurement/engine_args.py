@@ -25,8 +25,8 @@ OWNED_KEYS: dict[str, tuple[str, str] | None] = {
     "tensor_parallel_size": ("tensor_parallel_size", "N"),
     "seed": ("seed", "SEED"),
     "disable_log_stats": None,  # the spec-decode counters are the measurement
-    "host": None,  # a launched server listens on 127.0.0.1 at a free port
-    "port": None,
+    "host": None,  # a launched server listens on 127.0.0.1, at a free port or the one --port gives
+    "port": ("port", "N"),
 }
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 

@@ -262,9 +262,11 @@ def measure(
     run: Runner,
     progress: Callable[[str], None] = lambda _: None,
     measure_same_bytes_once: bool = True,
+    run_skipped: Callable[[], None] = lambda: None,
 ) -> AcceptanceReport:
     """The target alone (the greedy reference), the source draft, then each quantized draft, each served by
-    ``run``; each draft's difference from the source, paired by prompt."""
+    ``run``; each draft's difference from the source, paired by prompt (``run_skipped`` is told of a draft whose
+    bytes were measured already)."""
     if not drafts:
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
@@ -284,6 +286,7 @@ def measure(
         if digest in served:
             engine_run, first = served[digest]
             progress(f"{draft.path}: serves the same bytes as {first}, measured once")
+            run_skipped()
         else:
             progress(f"{draft.path} ({draft.served_as})")
             engine_run = run(place, draft.served, f"draft {draft.path}")

@@ -5,7 +5,9 @@ Where the engine runs is one typed choice, :data:`Where`, and each choice is its
 - :class:`Offline`: one process of the engine's interpreter per run (``LLM(...)``);
 - :class:`Launched`: the engine's OpenAI-compatible server, started per run, measured through ``/metrics``;
 - :class:`Servers`: running servers, the source draft's first, then each DST's, with a reference serving the
-  target alone; the target is read from them.
+  target alone; the target is read from them;
+- :class:`OneServer`: one running server and no DST: its own acceptance, over the prompts or over a window of its
+  live traffic (``one_server.py``).
 
 :func:`where_of` builds it from the API's and the CLI's options (one clear line for a combination that cannot run);
 :func:`accept` runs it.
@@ -22,11 +24,13 @@ from typing import Any
 
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
+from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.engines import MEASURING_ENGINES
 from eaglequant.measurement.engine_limits import check_cpu_build_serves
 from eaglequant.measurement.measure import (
     SERVER,
     AcceptanceReport,
+    EngineRun,
     QuantizedDraft,
     Runner,
     Settings,
@@ -34,6 +38,7 @@ from eaglequant.measurement.measure import (
     modes_for,
     offline_runner,
 )
+from eaglequant.measurement.one_server import ServerAcceptance, measure_one_server
 from eaglequant.measurement.prompts import bundled_prompts_note, read_prompts
 from eaglequant.measurement.served import DEQUANTIZED, SERVED_AS, STORED, quantized_modules, write_dequantized
 
@@ -55,18 +60,42 @@ class Offline:
 
         return find_engine_python(self.engine, self.engine_python)
 
-    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
-        return offline_runner(self.interpreter(), settings)
+    def runner(self, settings: Settings, progress: Callable[[str], None], tally: Tally) -> Runner:
+        """One run a step: the engine runs the prompts in its own process."""
+        run = offline_runner(self.interpreter(), settings)
+
+        def counted(place: int, draft: Path | None, label: str) -> EngineRun:
+            done = run(place, draft, label)
+            tally.finished(f"run {tally.done + 1}/{tally.total} ({label})")
+            return done
+
+        return counted
+
+    def steps(self, settings: Settings, dsts: int) -> int:
+        """The steps progress counts: one a run (the target alone, the source draft, each DST)."""
+        return 2 + dsts
 
 
 @dataclass(frozen=True)
 class Launched(Offline):
     """The engine's OpenAI-compatible server, started by eaglequant once per run and measured through ``/metrics``."""
 
-    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+    port: int | None = None  # where each launched server listens (None: a free port)
+
+    def runner(self, settings: Settings, progress: Callable[[str], None], tally: Tally) -> Runner:
         from eaglequant.measurement.launch import launch_runner
 
-        return launch_runner(self.interpreter(), settings, log=progress)
+        return launch_runner(
+            self.interpreter(),
+            settings,
+            log=progress,
+            port=self.port,
+            prompt_done=lambda what, label: tally.finished(f"{what} ({label})"),
+        )
+
+    def steps(self, settings: Settings, dsts: int) -> int:
+        """The steps progress counts: one a prompt in every mode of every run (the target alone: greedy only)."""
+        return _prompt_steps(settings, dsts)
 
 
 @dataclass(frozen=True)
@@ -77,7 +106,7 @@ class Servers:
     drafts: tuple[str, ...]
     reference: str
 
-    def runner(self, settings: Settings, progress: Callable[[str], None]) -> Runner:
+    def runner(self, settings: Settings, progress: Callable[[str], None], tally: Tally) -> Runner:
         """The reference (the target alone), the source draft's, then each DST's, in that order."""
         from eaglequant.measurement.server import Server, measure_on_server
 
@@ -85,11 +114,31 @@ class Servers:
         labels = ["the reference server (the target alone)", "the source draft's server"]
         labels += [f"the server of DST {i}" for i in range(1, len(self.drafts))]
         return lambda place, draft, _label: measure_on_server(
-            Server(urls[place], labels[place]), settings, draft is not None
+            Server(urls[place], labels[place]),
+            settings,
+            draft is not None,
+            lambda what: tally.finished(f"{what} ({labels[place]})"),
         )
 
+    def steps(self, settings: Settings, dsts: int) -> int:
+        """One a prompt in every mode of every run, as :meth:`Launched.steps`."""
+        return _prompt_steps(settings, dsts)
 
-Where = Offline | Launched | Servers
+
+@dataclass(frozen=True)
+class OneServer:
+    """One running server (a URL) and no DST: its acceptance over the prompts, or, ``window_s`` given, over that
+    many seconds of its live traffic (eaglequant sends nothing)."""
+
+    url: str
+    window_s: float | None = None
+
+
+Where = Offline | Launched | Servers | OneServer
+
+
+def _prompt_steps(settings: Settings, dsts: int) -> int:
+    return len(settings.prompts) * (1 + (1 + dsts) * len(settings.modes))
 
 
 def check_settings(
@@ -126,16 +175,28 @@ def where_of(
     reference_server: str | None,
     launch: bool,
     dsts: int,
+    window_s: float | None = None,
+    port: int | None = None,
 ) -> Where:
-    """Running servers, launched ones, or the offline engine: one, with what it needs (``arguments``: the engine
-    arguments parsed, :func:`~eaglequant.measurement.engine_args.engine_arguments`)."""
+    """Running servers (one with no DST: :class:`OneServer`), launched ones, or the offline engine: one, with what
+    it needs (``arguments``: the engine arguments parsed, :func:`~eaglequant.measurement.engine_args.engine_arguments`;
+    ``window_s``: one server's live traffic read for that long; ``port``: where a launched server listens)."""
     servers = [server] if isinstance(server, str) else list(server)
+    if window_s is not None and not (servers and dsts == 0):
+        raise InputError(
+            words(Param("window"), " reads one running server's live traffic: give one ", Param("server"),
+                  " and no DST"),
+        )  # fmt: skip
+    if port is not None and not launch:
+        raise InputError(words(Param("port"), " is where a launched server listens: give ", Param("launch"), " too"))
     if not servers:
         if reference_server is not None:
             raise InputError(
                 words(Param("reference_server"), " is for running servers: give ", Param("server"), " too")
             )
-        return (Launched if launch else Offline)(engine, engine_python, served_as, arguments)
+        if launch:
+            return Launched(engine, engine_python, served_as, arguments, _free(port) if port is not None else None)
+        return Offline(engine, engine_python, served_as, arguments)
     if launch:
         raise InputError(words(Param("launch"), " starts its own servers: leave out ", Param("server")))
     for url in (*servers, reference_server):
@@ -146,6 +207,8 @@ def where_of(
             words("engine arguments (", ", ".join(arguments), ") start an engine; running servers have their own"),
             hint=words("leave them out with ", Param("server"), ", or ", Param("launch"), " the servers"),
         )
+    if dsts == 0:
+        return _one_server(servers, reference_server, window_s)
     if len(servers) != dsts + 1:
         raise InputError(
             words(f"{len(servers)} ", Param("server"), f" for {dsts} DST: one for the source draft, then one per DST"),
@@ -158,6 +221,90 @@ def where_of(
             hint="serve the same target without --speculative-config and give its URL",
         )  # fmt: skip
     return Servers(tuple(servers), reference_server)
+
+
+def _one_server(servers: list[str], reference_server: str | None, window_s: float | None) -> OneServer:
+    if len(servers) != 1:
+        raise InputError(
+            words(f"{len(servers)} ", Param("server"), " and no DST: one server is measured on its own"),
+            hint="give one server, or the DSTs the servers serve (the source draft's server first)",
+        )
+    if reference_server is not None:
+        raise InputError(
+            words(Param("reference_server"), " is for comparing DSTs: leave it out to measure one server"),
+        )
+    if window_s is not None and not (math.isfinite(window_s) and window_s > 0):
+        raise InputError(words(given("window", window_s), ": must be a number of seconds above 0"), hint="e.g. 60")
+    return OneServer(servers[0], window_s)
+
+
+def _free(port: int) -> int:
+    """``port`` if nothing listens on it at 127.0.0.1 (checked now, so a taken port is one line, not a failed
+    launch)."""
+    import socket
+
+    from eaglequant.common.local_server import HOST
+
+    if not 1 <= port <= 65535:
+        raise InputError(words(given("port", port), ": not a TCP port (1 to 65535)"))
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((HOST, port))
+        except OSError as error:
+            raise InputError(
+                words(given("port", port), f": taken on {HOST} ({error.strerror or error})"),
+                hint=words("give a free port, or leave out ", Param("port"), " for one eaglequant picks"),
+            ) from None
+    return port
+
+
+def accept_one_server(
+    where: OneServer,
+    *,
+    prompts: str | Path | None,
+    max_prompts: int | None,
+    draft_tokens: int,
+    max_tokens: int,
+    temperatures: Sequence[float],
+    seed: int,
+    steps: Steps | None = None,
+    sleep: Callable[[float], None] | None = None,
+) -> ServerAcceptance:
+    """The one server ``where`` names measured on its own (see :mod:`eaglequant.measurement.one_server`)."""
+    import time
+
+    shown = steps or NoSteps()
+    settings = None
+    if where.window_s is None:
+        prompt_list, prompts_from = _enough_prompts(prompts, max_prompts)
+        target = Path(_server_model(where.url))
+        settings = Settings(
+            target, tuple(prompt_list), prompts_from, draft_tokens, max_tokens, modes_for(temperatures, seed), seed=seed
+        )
+    total = 1 if settings is None else len(settings.prompts) * len(settings.modes)
+    try:
+        report = measure_one_server(where.url, where.window_s, settings, Tally(shown, total), sleep or time.sleep)
+    finally:
+        shown.stop()
+    if settings is not None and prompts is None and (bundled := bundled_prompts_note(settings.target)):
+        report.notes.append(Finding("bundled-prompts", str(settings.target), bundled))
+    return report
+
+
+def _server_model(url: str) -> str:
+    from eaglequant.measurement.server import Server
+
+    return Server(url, "the server").model()
+
+
+def _enough_prompts(prompts: str | Path | None, max_prompts: int | None) -> tuple[list[str], str]:
+    prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
+    if len(prompt_list) < 2:
+        raise InputError(
+            words(Param("prompts"), f": {len(prompt_list)} prompt; the intervals are over prompts"),
+            hint="give at least 2 prompts",
+        )
+    return prompt_list, prompts_from
 
 
 def accept(
@@ -174,15 +321,19 @@ def accept(
     dtype: str,
     seed: int,
     progress: Callable[[str], None],
+    steps: Steps | None = None,
 ) -> AcceptanceReport:
     """Serve the target with the source draft and with each quantized draft in ``dsts`` where ``where`` says, and
-    measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting)."""
-    prompt_list, prompts_from = read_prompts(None if prompts is None else Path(prompts), max_prompts)
-    if len(prompt_list) < 2:
+    measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting); ``steps`` is
+    told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
+    if isinstance(where, OneServer):
+        raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
+    if not dsts:
         raise InputError(
-            words(Param("prompts"), f": {len(prompt_list)} prompt; the intervals are over prompts"),
-            hint="give at least 2 prompts",
+            "no quantized draft to measure",
+            hint=words("give at least one DST, or one ", placeholder("server", "URL"), " to measure that server"),
         )
+    prompt_list, prompts_from = _enough_prompts(prompts, max_prompts)
     destinations = [_model_dir(d, "dsts") for d in dsts]
     source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)
     on_servers = isinstance(where, Servers)
@@ -210,8 +361,22 @@ def accept(
                 for i, dst in enumerate(destinations)
             ]
         drafts = [_as_searched(draft, source_path) for draft in drafts]
-        runner = where.runner(settings, progress)
-        report = measure(settings, source_path, drafts, runner, progress, measure_same_bytes_once=not on_servers)
+        shown = steps or NoSteps()
+        tally = Tally(shown, where.steps(settings, len(drafts)))
+        runner = where.runner(settings, progress, tally)
+        per_run = where.steps(settings, 1) - where.steps(settings, 0)
+        try:
+            report = measure(
+                settings,
+                source_path,
+                drafts,
+                runner,
+                progress,
+                measure_same_bytes_once=not on_servers,
+                run_skipped=lambda: tally.skipped(per_run),
+            )
+        finally:
+            shown.stop()
     _add_notes(report, dtype, where)
     for draft in drafts:
         if draft.budget_from:

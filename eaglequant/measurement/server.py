@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,16 +119,20 @@ def _top2_gap(top: dict[str, float] | None) -> float | None:
     return round(values[0] - values[1], 6) if len(values) > 1 else None
 
 
-def measure_on_server(server: Server, settings: Settings, drafting: bool) -> EngineRun:
+def measure_on_server(
+    server: Server, settings: Settings, drafting: bool, prompt_done: Callable[[str], None] = lambda _: None
+) -> EngineRun:
     """Every prompt of ``settings`` on ``server``, one at a time, in every mode (the target alone, ``drafting``
-    False: greedy only), with the counters' change around each as its figures."""
+    False: greedy only), with the counters' change around each as its figures; ``prompt_done`` is told of each
+    prompt as it is answered (``prompt 3/22, greedy``)."""
     started = time.monotonic()
     model = server.model()
     quiet = _quiet_counters(server)
     _check_drafting(server, quiet, settings, drafting)
     last = quiet
     modes: dict[str, tuple[PromptCounts, ...]] = {}
-    for mode in settings.modes if drafting else (GREEDY,):
+    measured_modes = settings.modes if drafting else (GREEDY,)
+    for mode in measured_modes:
         prompts = []
         for index, prompt in enumerate(settings.prompts):
             before = server.counters()
@@ -139,6 +144,8 @@ def measure_on_server(server: Server, settings: Settings, drafting: bool) -> Eng
                 record |= _prompt_figures(server, after.minus(before), settings, len(record["token_ids"]), index)
             prompts.append(PromptCounts.from_json(record))
             last = after
+            in_mode = f", {mode.name}" if len(measured_modes) > 1 else ""
+            prompt_done(f"prompt {index + 1}/{len(settings.prompts)}{in_mode}")
         modes[mode.name] = tuple(prompts)
     resolved = {"num_speculative_tokens": settings.draft_tokens, "server": server.url} if drafting else None
     return EngineRun(server.version(), resolved, round(time.monotonic() - started, 1), modes)
@@ -204,3 +211,26 @@ def _traffic(server: Server, what: str) -> ServerError:
         f"{server.label} ({server.url}): {what}; its figures would not be eaglequant's",
         hint="measure on a server no one else sends requests to",
     )
+
+
+def counters_over_window(server: Server, window_s: float, sleep: Callable[[float], None] = time.sleep) -> SpecCounters:
+    """The spec-decode counters' change over ``window_s`` seconds of whatever traffic ``server`` serves (eaglequant
+    sends nothing): refused when the server serves no draft, a counter went down, or no draft ran."""
+    where = f"{server.label} ({server.url})"
+    before = server.counters()
+    if before is None:
+        raise ServerError(
+            f"{where} serves no draft: /metrics has no vllm:spec_decode_ counters",
+            hint="""serve the target with --speculative-config '{"method": "eagle3", "model": DRAFT, ...}'""",
+        )
+    sleep(window_s)
+    after = server.counters()
+    delta = after.minus(before) if after is not None else None
+    if delta is None or min(delta.drafts, delta.draft_tokens, delta.accepted, *delta.accepted_per_position) < 0:
+        raise ServerError(f"{where}: its spec-decode counters went down in the window (the server restarted?)")
+    if not delta.drafts:
+        raise ServerError(
+            f"{where}: no draft ran in the {window_s:g} s window (its spec-decode counters did not move)",
+            hint="give a longer --window while the server serves requests, or leave out --window to send prompts",
+        )
+    return delta

@@ -16,6 +16,7 @@ exactly, and later steps only where the text agrees with the target's arg-max.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -155,10 +156,15 @@ def open_draft(checkpoint: Any) -> DraftModel:
 
 @torch.no_grad()
 def predict(
-    draft: DraftModel, sequences: list[CapturedSequence], draft_tokens: int, shared: list[ChainInputs] | None = None
+    draft: DraftModel,
+    sequences: list[CapturedSequence],
+    draft_tokens: int,
+    shared: list[ChainInputs] | None = None,
+    sequence_done: Callable[[int], None] = lambda _: None,
 ) -> Acceptance:
     """``draft``'s greedy acceptance on ``sequences``; ``shared``: each sequence's chain inputs, computed once by a
-    draft with the same tensors there (:mod:`.shared`), the same numbers as computing them again."""
+    draft with the same tensors there (:mod:`.shared`), the same numbers as computing them again;
+    ``sequence_done`` is told each sequence's index as it is replayed."""
     counts = []
     for index, seq in enumerate(sequences):
         choices = draft.forward.chain(seq.aux, seq.ids, draft_tokens, None if shared is None else shared[index])
@@ -169,6 +175,7 @@ def predict(
             hit = (proposed == seq.reference[s:]).tolist() + [False] * s
             matches.append(hit)
         counts.append(replay(matches, seq.start, draft_tokens, seq.max_new_tokens))
+        sequence_done(index)
     return Acceptance(tuple(counts))
 
 
@@ -208,11 +215,19 @@ class Prediction(JsonRecord):
 
 
 def predict_pair(
-    source: Any, quantized: Any, sequences: list[CapturedSequence], draft_tokens: int, budget: float | None, inputs: str
+    source: Any,
+    quantized: Any,
+    sequences: list[CapturedSequence],
+    draft_tokens: int,
+    budget: float | None,
+    inputs: str,
+    sequence_done: Callable[[str, int], None] = lambda _draft, _index: None,
 ) -> Prediction:
-    """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``."""
-    src = predict(open_draft(source), sequences, draft_tokens)
-    return predict_against(src, quantized, sequences, draft_tokens, budget, inputs)
+    """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``;
+    ``sequence_done`` is told of each sequence replayed (``"source"`` or ``"quantized"``, its index)."""
+    src = predict(open_draft(source), sequences, draft_tokens, sequence_done=lambda i: sequence_done("source", i))
+    dst = predict(open_draft(quantized), sequences, draft_tokens, sequence_done=lambda i: sequence_done("quantized", i))
+    return Prediction(src, dst, paired_difference(dst, src), budget, inputs)
 
 
 def predict_against(

@@ -12,6 +12,7 @@ from eaglequant.checkpoint.files import copy_side_files, write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
+from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.layouts.detect import describe_head
 from eaglequant.vocabulary.counts import read_counts
 from eaglequant.vocabulary.prune import (
@@ -34,12 +35,14 @@ def prune(
     keep: Sequence[int] = (),
     inputs: str | Path | None = None,
     overwrite: bool = False,
+    steps: Steps | None = None,
 ) -> PruneResult:
     """Write into ``dst`` the head in ``src`` with its draft vocabulary cut to the ``size`` tokens the target emits
     most often. ``counts``: captured inputs (``eaglequant capture``: the target's own choices are counted) or a
     token-count file (JSON, or one tensor of counts in safetensors). ``keep``: token ids always kept (besides
     the special tokens config.json names). ``inputs``: captured inputs on which to predict the greedy acceptance of
-    the source draft and the pruned one (held-out text: the counts' own file predicts too well)."""
+    the source draft and the pruned one (held-out text: the counts' own file predicts too well); ``steps`` is told
+    of each prompt replayed for it."""
     source, destination = Path(src), Path(dst)
     if any(type(token) is not int or token < 0 for token in keep):
         raise InputError(words(given("keep", list(keep)), ": token ids are whole numbers from 0"))
@@ -67,19 +70,31 @@ def prune(
                 choice.coverage,
                 choice.source_coverage,
                 (row_bytes * lm_head.out_features, row_bytes * choice.size),
-                _predicted(checkpoint, stage.path, inputs, sequences),
+                _predicted(checkpoint, stage.path, inputs, sequences, steps or NoSteps()),
             )
             write_json(stage.path / PRUNE_RECORD, result.to_json())
             stage.commit(destination, overwrite)
     return result
 
 
-def _predicted(source: Checkpoint, pruned: Path, inputs: str | Path | None, sequences: list[Any] | None) -> object:
-    """The greedy acceptance of both drafts replayed on the ``sequences`` of ``inputs`` (None without them)."""
+def _predicted(
+    source: Checkpoint, pruned: Path, inputs: str | Path | None, sequences: list[Any] | None, steps: Steps
+) -> object:
+    """The greedy acceptance of both drafts replayed on the ``sequences`` of ``inputs`` (None without them), each
+    prompt replayed told to ``steps``."""
     if inputs is None or sequences is None:
         return None
     from eaglequant.prediction.predict import predict_pair
 
-    with Checkpoint.open(pruned, "DST") as written:
-        described = f"{Path(inputs).name} ({len(sequences)} sequences)"
-        return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described)
+    tally = Tally(steps, 2 * len(sequences))
+    drafts = {"source": "the source draft", "quantized": "the pruned draft"}
+
+    def replayed(draft: str, index: int) -> None:
+        tally.finished(f"prompt {index + 1}/{len(sequences)} ({drafts[draft]})")
+
+    try:
+        with Checkpoint.open(pruned, "DST") as written:
+            described = f"{Path(inputs).name} ({len(sequences)} sequences)"
+            return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described, replayed)
+    finally:
+        steps.stop()

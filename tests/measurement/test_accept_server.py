@@ -144,7 +144,7 @@ def test_engine_arguments_parse_json_values_else_strings() -> None:
         (["seed=3"], "use seed=SEED"),
         (["speculative_config={}"], "source=SRC"),
         (["disable_log_stats=false"], "leave it out"),
-        (["port=8000"], "leave it out"),
+        (["port=8000"], "use port=N"),
     ],
 )
 def test_a_malformed_or_conflicting_engine_argument_is_refused(pairs: list[str], said: str) -> None:

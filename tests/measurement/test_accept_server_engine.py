@@ -105,3 +105,24 @@ def test_engine_arguments_reach_the_engine_offline_and_launched() -> None:
         measured(target=PAIR / "target", engine_python=python, engine_args=["no_such_engine_arg=1"])
     with pytest.raises(AcceptanceRunError, match=r"exited .* before it answered: .*--no-such-engine-arg"):
         measured(target=PAIR / "target", engine_python=python, engine_args=["no_such_engine_arg=1"], launch=True)
+
+
+def test_one_running_server_is_measured_on_its_own_and_over_a_window(running: dict[str, str]) -> None:
+    """Issue 55, item 1: the one server a team runs, on the prompts (intervals) and over a window of traffic that
+    is not eaglequant's (here: the prompts of another accept, sent meanwhile)."""
+    import threading
+
+    from eaglequant.api.acceptance import accept_server
+
+    alone = accept_server(running["draft"], max_prompts=PROMPTS, max_tokens=MAX_TOKENS)
+    length = alone.modes["greedy"].length()
+    assert length.value >= SOURCE_FLOOR and length.low < length.value < length.high, alone.to_json()
+    traffic = threading.Thread(
+        target=accept_server, args=(running["draft"],), kwargs={"max_prompts": PROMPTS, "max_tokens": MAX_TOKENS}
+    )
+    traffic.start()
+    try:
+        window = accept_server(running["draft"], window_s=5.0).window
+    finally:
+        traffic.join()
+    assert window is not None and window.drafts > 0 and window.acceptance_length >= 1.0, window

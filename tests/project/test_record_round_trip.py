@@ -24,6 +24,7 @@ WRITE_ONLY = {
     "Acceptance": "writes its prompts as their count",
     "Settings": "writes its prompts as their count",
     "AcceptanceReport": "writes each draft through what it was served as",
+    "ServerAcceptance": "writes its acceptances, which write their prompts as counts",
     "CopyCheck": "writes its tensor sets as their counts, and not its problems",
     "InspectReport": "holds the head and the plan, which it does not write",
     "JobOutcome": "holds its job, which it does not write",
