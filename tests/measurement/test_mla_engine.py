@@ -1,28 +1,25 @@
-"""The bundled MLA draft (``fixtures/trained-pair/draft-mla``) against vLLM 0.32.0's own code (CPU build).
+"""The MLA pair (``fixtures/trained-pair-mla``: a DeepSeek-V3-shaped target, its MLA EAGLE-3 draft) against vLLM
+0.32.0's own code (CPU build).
 
 vLLM's RoPE for the draft's config (read with vLLM's config loader, built as ``DeepseekV2MLAAttention`` builds it)
-must be the chained forward's, bit for bit. Predicted and measured acceptance would be compared for the source
-draft and its FP8 and NVFP4 conversions, but vLLM 0.32.0's CPU build cannot serve an MLA draft beside the pair's
-GQA target: its CPU_MLA backend takes only 16-token KV blocks, CPU_ATTN only multiples of 32 (and the CPU MLA
-decode kernel only a 576-wide latent + rope key). That test is a strict xfail on that exact error, so it fails
-the day the engine serves the draft and the figures can be measured (docs/acceptance.md, MLA draft heads).
+must be the chained forward's, bit for bit. And vLLM serves the pair (CPU_MLA on both sides: the target's latent is
+DeepSeek's 512 + 64, the only one the CPU MLA decode kernel takes), so each draft's acceptance as the engine
+measures it (the source, FP8, NVFP4, and the vocabulary pruned to 1/2 and 1/4) must lie within the interval that
+``verify --inputs`` (``prune --inputs`` for the pruned ones) predicted (docs/acceptance.md, MLA draft heads).
 """
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from eaglequant.measurement.measure import AcceptanceRunError
 from tests.engine_load.test_engine_load import engine_python
 
-PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
-MLA_DRAFT = PAIR / "draft-mla"
-ENGINE_ERROR = "No common block size for 128 (CPU_ATTN: [MultipleOf(32)]; CPU_MLA: [16])"
+PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair-mla"
+MLA_DRAFT = PAIR / "draft"
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -77,38 +74,39 @@ def test_the_chains_mla_rope_and_softmax_scale_are_vllms(tmp_path: Path) -> None
     assert forward.attention_scale == pytest.approx(vllm["scale"], rel=1e-12)
 
 
-def _agree(predicted: dict, measured: dict) -> bool:
-    """Two acceptance lengths (JSON, with their 95% intervals) whose intervals overlap."""
-    return predicted["low"] <= measured["high"] and measured["low"] <= predicted["high"]
-
-
-@pytest.mark.xfail(strict=True, raises=AcceptanceRunError, reason=f"vLLM 0.32.0's CPU build: {ENGINE_ERROR}")
-def test_predicted_and_measured_acceptance_of_the_mla_draft_agree(tmp_path: Path) -> None:
+def test_measured_acceptance_of_the_mla_pair_lies_in_the_predicted_interval(tmp_path: Path) -> None:
+    """Counts from the target's choices on the first 12 held-out prompts, prediction and measurement on 6 others
+    (48 tokens each, k = 3, bf16, quantized drafts served dequantized): about 5 minutes on two shared cores."""
     import eaglequant
     from eaglequant.api.acceptance import accept
 
-    prompts = tmp_path / "prompts.jsonl"
-    prompts.write_text("\n".join((PAIR / "prompts.jsonl").read_text().splitlines()[:6]) + "\n")
-    inputs = tmp_path / "inputs.safetensors"
+    lines = (PAIR / "prompts.jsonl").read_text().splitlines()
+    counted, prompts = tmp_path / "counted.jsonl", tmp_path / "prompts.jsonl"
+    counted.write_text("\n".join(lines[:12]) + "\n")
+    prompts.write_text("\n".join(lines[12:18]) + "\n")
+    counts, inputs = tmp_path / "counts.safetensors", tmp_path / "inputs.safetensors"
+    eaglequant.capture(PAIR / "target", MLA_DRAFT, counts, prompts=counted, max_tokens=48)
     eaglequant.capture(PAIR / "target", MLA_DRAFT, inputs, prompts=prompts, max_tokens=48)
     dsts = [tmp_path / "fp8", tmp_path / "nvfp4"]
-    eaglequant.convert(MLA_DRAFT, dsts[0], scheme="fp8-per-channel", format="quark")
-    eaglequant.convert(MLA_DRAFT, dsts[1], scheme="nvfp4", format="modelopt")
+    eaglequant.convert(MLA_DRAFT, dsts[0], scheme="fp8-per-channel", format="quark", target_config=PAIR / "target")
+    eaglequant.convert(MLA_DRAFT, dsts[1], scheme="nvfp4", format="modelopt", target_config=PAIR / "target")
     predicted = [eaglequant.verify(dst, source=MLA_DRAFT, inputs=inputs).acceptance for dst in dsts]
+    for size in (1024, 512):
+        pruned = eaglequant.prune(MLA_DRAFT, tmp_path / f"pruned-{size}", size=size, counts=counts, inputs=inputs)
+        dsts.append(pruned.destination)
+        predicted.append(pruned.prediction)
     assert all(p is not None for p in predicted)
-    try:
-        report = accept(
-            dsts, target=PAIR / "target", source=MLA_DRAFT, prompts=prompts, max_tokens=48, record=False,
-            engine_python=engine_python("vllm"),
-        )  # fmt: skip
-    except AcceptanceRunError as error:
-        if ENGINE_ERROR not in str(error):
-            raise AssertionError(f"not the known engine limitation: {error}") from error
-        raise
+    report = accept(
+        dsts, target=PAIR / "target", source=MLA_DRAFT, prompts=prompts, max_tokens=48, record=False,
+        engine_python=engine_python("vllm"),
+    )  # fmt: skip
     measured = report.to_json()
-    rows = [(predicted[0].source, measured["source"])] + [
-        (p.quantized, m) for p, m in zip(predicted, measured["quantized"], strict=True)
+    assert measured["source"]["modes"]["greedy"]["accepted"] > 0  # the trained draft drafts on its target's text
+    rows = [("source", predicted[0].source, measured["source"])] + [
+        (str(dst.name), p.quantized, m) for dst, p, m in zip(dsts, predicted, measured["quantized"], strict=True)
     ]
-    for prediction, figures in rows:
-        length = figures["modes"]["greedy"]["acceptance_length"]
-        assert _agree(prediction.length().to_json(), length), json.dumps(figures)
+    for name, prediction, figures in rows:
+        assert figures["lossless"]["ok"], (name, figures["lossless"])
+        value = figures["modes"]["greedy"]["acceptance_length"]["value"]
+        interval = prediction.length().to_json()
+        assert interval["low"] <= value <= interval["high"], (name, value, interval)

@@ -18,8 +18,8 @@ import torch
 import eaglequant
 from tests.conftest import FIXTURES
 
-PAIR = FIXTURES / "trained-pair"
-MLA_DRAFT = PAIR / "draft-mla"
+PAIR = FIXTURES / "trained-pair-mla"
+MLA_DRAFT = PAIR / "draft"
 HEADS = [FIXTURES / "torchspec-mla", MLA_DRAFT]
 
 
@@ -182,7 +182,7 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
 
 @pytest.fixture(scope="module")
 def captured_mla(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Inputs captured from the bundled target for the MLA draft: four held-out prompts, 32 tokens each."""
+    """Inputs captured from the MLA pair's target for its draft: four held-out prompts, 32 tokens each."""
     tmp = tmp_path_factory.mktemp("captured-mla")
     prompts = tmp / "prompts.jsonl"
     prompts.write_text("\n".join((PAIR / "prompts.jsonl").read_text().splitlines()[:4]) + "\n")
