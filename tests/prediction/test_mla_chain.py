@@ -18,8 +18,8 @@ import torch
 import eaglequant
 from tests.conftest import FIXTURES
 
-PAIR = FIXTURES / "trained-pair"
-MLA_DRAFT = PAIR / "draft-mla"
+PAIR = FIXTURES / "trained-pair-mla"
+MLA_DRAFT = PAIR / "draft"
 HEADS = [FIXTURES / "torchspec-mla", MLA_DRAFT]
 
 
@@ -182,10 +182,42 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
 
 @pytest.fixture(scope="module")
 def captured_mla(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Inputs captured from the bundled target for the MLA draft: four held-out prompts, 32 tokens each."""
+    """Inputs captured from the MLA pair's target for its draft: four held-out prompts, 32 tokens each."""
     tmp = tmp_path_factory.mktemp("captured-mla")
     prompts = tmp / "prompts.jsonl"
     prompts.write_text("\n".join((PAIR / "prompts.jsonl").read_text().splitlines()[:4]) + "\n")
     path = tmp / "inputs.safetensors"
     eaglequant.capture(PAIR / "target", MLA_DRAFT, path, prompts=prompts, max_tokens=32)
     return path
+
+
+def test_the_mla_target_as_transformers_runs_it_is_the_training_scripts() -> None:
+    """``capture`` runs the MLA pair's target with transformers (``DeepseekV3ForCausalLM``); the training script's
+    plain-torch model of it (``fixtures/train_pair_deepseek.py``) gives the same logits and aux hidden states."""
+    import importlib.util
+    import sys
+
+    import transformers
+    from safetensors.torch import load_file
+
+    spec = importlib.util.spec_from_file_location("train_pair", FIXTURES / "train_pair.py")
+    assert spec is not None and spec.loader is not None
+    train = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = train  # its dataclasses look their module up
+    spec.loader.exec_module(train)
+    d, attention = train.deepseek_dims(
+        train._sibling("train_pair_mla"), deepseek := train._sibling("train_pair_deepseek")
+    )
+    target = deepseek.DeepseekTarget(d, attention, torch.Generator())
+    tensors = load_file(str(PAIR / "target" / "model.safetensors"))
+    with torch.no_grad():
+        for name, param in zip(target.names, target.params, strict=True):
+            param.copy_(tensors[name].to(torch.float32))
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(PAIR / "target"), dtype=torch.float32)
+    ids = torch.randint(0, d.vocab, (1, 48), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        logits, aux = target(ids, (1, 2, 3))
+        output = model(ids, output_hidden_states=True)
+    assert (output.logits - logits).abs().max() < 1e-3 * logits.std()
+    for layer, state in zip((1, 2, 3), aux, strict=True):
+        assert torch.allclose(output.hidden_states[layer], state, atol=1e-4)

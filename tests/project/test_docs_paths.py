@@ -35,7 +35,7 @@ OTHER_PROGRAMS_FLAGS = frozenset(
         "--test",  # scripts/setup.sh
         "--check",  # fixtures/generate.py, ruff format
         "--fault",  # scripts/acceptance_table.py
-        "--mla",  # fixtures/train_pair.py
+        "--deepseek",  # fixtures/train_pair.py
         "--compare",  # scripts/bench_search.py
         "--verdicts",  # scripts/verify_sweep.py
     }

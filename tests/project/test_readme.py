@@ -29,27 +29,31 @@ def test_readme_main_job_names_a_bundled_fixture() -> None:
     assert fixture and (ROOT / fixture.group(1) / "config.json").exists()
 
 
-TRAINED_PAIR = FIXTURES / "trained-pair"
+TRAINED_PAIRS = (FIXTURES / "trained-pair", FIXTURES / "trained-pair-mla")
 
 
 def test_fixtures_are_small_and_match_the_generator() -> None:
     for path in FIXTURES.rglob("*"):
-        if path.is_file() and TRAINED_PAIR not in path.parents:
+        if path.is_file() and not set(TRAINED_PAIRS) & set(path.parents):
             assert path.stat().st_size < 900_000, path
     subprocess.run([sys.executable, str(FIXTURES / "generate.py"), "--check"], check=True, timeout=300)
 
 
-def test_the_trained_pair_is_what_its_script_recorded() -> None:
-    """The one trained target and its drafts: at most 16 MB, every file the SHA-256 its training run recorded."""
+def test_the_trained_pairs_are_what_their_script_recorded() -> None:
+    """The two trained targets and their drafts: at most 16 MB together, every file the SHA-256 its training run
+    recorded."""
     import hashlib
     import json
 
-    manifest = json.loads((TRAINED_PAIR / "MANIFEST.json").read_text())
-    files = [p for p in TRAINED_PAIR.rglob("*") if p.is_file() and p.name != "MANIFEST.json"]
-    assert sum(p.stat().st_size for p in files) <= 16_000_000
-    assert {str(p.relative_to(TRAINED_PAIR)) for p in files} == set(manifest["files"])
-    for name, digest in manifest["files"].items():
-        assert hashlib.sha256((TRAINED_PAIR / name).read_bytes()).hexdigest() == digest, name
+    total = 0
+    for pair in TRAINED_PAIRS:
+        manifest = json.loads((pair / "MANIFEST.json").read_text())
+        files = [p for p in pair.rglob("*") if p.is_file() and p.name != "MANIFEST.json"]
+        total += sum(p.stat().st_size for p in files)
+        assert {str(p.relative_to(pair)) for p in files} == set(manifest["files"])
+        for name, digest in manifest["files"].items():
+            assert hashlib.sha256((pair / name).read_bytes()).hexdigest() == digest, name
+    assert total <= 16_000_000
 
 
 def test_no_two_fixture_names_differ_only_by_dash_or_underscore() -> None:
