@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, ClassVar, Final, Protocol, Self, TypeVar
+from typing import Any, ClassVar, Final, Protocol, TypeVar
 
 from eaglequant.common.errors import EagleQuantError, InputError
 from eaglequant.common.findings import Finding
@@ -215,7 +215,7 @@ class JsonRecord:
         return data
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "JSON", error: ErrorType | None = None, hint: str = "") -> Self:
+    def from_json(cls: type[R], data: Any, where: str = "JSON", error: ErrorType | None = None, hint: str = "") -> R:
         """The record :meth:`to_json` wrote as ``data``, by the same declarations: each written field from its key
         (renamed as declared), by its type (a nested record by its own ``from_json``, a finding, a tuple, a path,
         an enum), or by its ``json_read`` rule where its written value is not its field's; a field not written
