@@ -173,6 +173,16 @@ class DraftForward:
     def norm(self, module: str, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight(f"{module}.weight"), self.eps)
 
+    def fc_of(self, aux_hidden: torch.Tensor) -> torch.Tensor:
+        """Step 1's hidden state: ``fc`` of the (normed) aux states."""
+        aux_hidden = aux_hidden.to(torch.float32)
+        if "input_norm.weight" in self.present:
+            aux_hidden = self.norm("input_norm", aux_hidden)
+        if "fc_norm.0.weight" in self.present:
+            chunks = aux_hidden.chunk(self.head.dims.num_aux_hidden_states, dim=-1)
+            aux_hidden = torch.cat([self.norm(f"fc_norm.{i}", c) for i, c in enumerate(chunks)], -1)
+        return self.linear("fc", aux_hidden)
+
     def __call__(
         self,
         aux_hidden: torch.Tensor,
@@ -183,13 +193,7 @@ class DraftForward:
     ) -> torch.Tensor:
         """aux_hidden [T, n_aux * H_target], embeds [T, H] -> logits [T, V_draft] (or final hidden). ``sequences``:
         the lengths of the sequences stacked in the T rows, each attending only to itself (default: one)."""
-        aux_hidden = aux_hidden.to(torch.float32)
-        if "input_norm.weight" in self.present:
-            aux_hidden = self.norm("input_norm", aux_hidden)
-        if "fc_norm.0.weight" in self.present:
-            chunks = aux_hidden.chunk(self.head.dims.num_aux_hidden_states, dim=-1)
-            aux_hidden = torch.cat([self.norm(f"fc_norm.{i}", c) for i, c in enumerate(chunks)], -1)
-        hidden = self.linear("fc", aux_hidden)
+        hidden = self.fc_of(aux_hidden)
         positions = torch.cat([torch.arange(length) for length in sequences or (hidden.shape[0],)])
         for layer in range(self.head.num_layers):
             hidden = self.layer(layer, hidden, embeds.to(torch.float32), positions)

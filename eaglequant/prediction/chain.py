@@ -106,16 +106,6 @@ class ChainedDraft(DraftForward):
         tokens = torch.cat((ids[step:], ids.new_zeros(step)))
         return self.weight.gather("embed_tokens.weight", tokens).to(torch.float32)
 
-    def fc_of(self, aux_hidden: torch.Tensor) -> torch.Tensor:
-        """Step 1's hidden state: ``fc`` of the (normed) aux states."""
-        aux_hidden = aux_hidden.to(torch.float32)
-        if "input_norm.weight" in self.present:
-            aux_hidden = self.norm("input_norm", aux_hidden)
-        if "fc_norm.0.weight" in self.present:
-            chunks = aux_hidden.chunk(self.head.dims.num_aux_hidden_states, dim=-1)
-            aux_hidden = torch.cat([self.norm(f"fc_norm.{i}", c) for i, c in enumerate(chunks)], -1)
-        return self.linear("fc", aux_hidden)
-
     def attend(
         self, p: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
