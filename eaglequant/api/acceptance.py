@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.measurement.served import DEQUANTIZED
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ def accept(
     source: str | Path | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    draft_tokens: int = 3,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     served_as: str = DEQUANTIZED,
@@ -100,7 +101,7 @@ def accept_server(
     window_s: float | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    draft_tokens: int = 3,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     seed: int = 0,

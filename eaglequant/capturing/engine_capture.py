@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.capturing.transformers_capture import DEFAULT_TOP_K, check_draft, draft_layer_ids
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.common.progress import NoSteps, Steps, Tally
@@ -57,7 +58,7 @@ def capture_with_engine(
     max_tokens: int = 96,
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
-    draft_tokens: int = 3,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
     steps: Steps | None = None,
 ) -> CaptureSummary:
     """The capture :func:`~.transformers_capture.capture` writes, with vLLM serving ``target`` (any model vLLM serves:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, aux_layer_ids, made_for, output_path
@@ -84,7 +85,7 @@ def capture(
     max_tokens: int = 96,
     top_k: int = DEFAULT_TOP_K,
     layer_ids: tuple[int, ...] | None = None,
-    draft_tokens: int = 3,
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
     steps: Steps | None = None,
 ) -> CaptureSummary:
     """Capture draft inputs from ``target`` (a transformers model directory) for the draft in ``draft``:

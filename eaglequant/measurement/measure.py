@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
@@ -56,7 +57,7 @@ class Settings(JsonRecord):
     target: Path
     prompts: tuple[str, ...]
     prompts_from: str
-    draft_tokens: int = 3
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS
     max_tokens: int = 96
     modes: tuple[Mode, ...] = (GREEDY,)
     dtype: str = "bfloat16"
