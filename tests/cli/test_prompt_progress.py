@@ -58,17 +58,7 @@ def test_the_engines_capture_is_counted_from_the_files_its_process_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from eaglequant.capturing import engine_capture
-
-    class Recorded:
-        def __init__(self) -> None:
-            self.steps: list[tuple[str, int, int]] = []
-            self.stopped = False
-
-        def step(self, text: str, done: int, total: int) -> None:
-            self.steps.append((text, done, total))
-
-        def stop(self) -> None:
-            self.stopped = True
+    from tests.measurement.test_accept_one_server import Recorded
 
     shown = Recorded()
     parts = tmp_path / "parts"
