@@ -6,6 +6,7 @@ from __future__ import annotations
 from eaglequant.common.errors import InputError, given, suggested, words
 
 DEFAULT_DRAFT_TOKENS = 3  # as the card's serving lines draft
+DEFAULT_MAX_DRAFT_TOKENS = 8
 MAX_DRAFT_TOKENS = 64
 
 

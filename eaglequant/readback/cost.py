@@ -13,6 +13,7 @@ The counts are the same in every engine; an engine decides only which linears it
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -113,6 +114,20 @@ class RoundCost(JsonRecord):
     def part(self, name: str) -> PartCost | None:
         return next((part for part in self.parts if part.part == name), None)
 
+    def at(self, draft_tokens: int) -> RoundCost:
+        """The same draft in the same engine priced for a round of ``draft_tokens``: each part read as often as
+        such a round reads it, each read the same bytes (the speed-up model prices every k from one pricing)."""
+        reads = reads_per_round(draft_tokens)
+        parts = tuple(dataclasses.replace(part, reads=reads[part.part]) for part in self.parts)
+        return dataclasses.replace(self, draft_tokens=draft_tokens, parts=parts)
+
+    def as_source(self) -> RoundCost:
+        """The head it was converted from in the same engine: every part at the serving dtype."""
+        parts = tuple(
+            dataclasses.replace(part, bytes_per_read=part.source_bytes_per_read, quantized=False) for part in self.parts
+        )
+        return dataclasses.replace(self, parts=parts, resident_bytes=self.source_resident_bytes)
+
 
 @dataclass(frozen=True)
 class Baseline:
@@ -178,12 +193,18 @@ def source_bytes_per_round(head: HeadDescription, draft_tokens: int = DEFAULT_DR
     return sum(part.source_bytes_per_round for part in parts)
 
 
+def reads_per_round(draft_tokens: int) -> dict[str, int]:
+    """How many times a round of ``draft_tokens`` reads each part: ``fc`` once, the embedding a row a token and
+    one more, everything else once a drafted token."""
+    check_draft_tokens(draft_tokens)
+    k = draft_tokens
+    return {"fc": 1, "decoder": k, "lm_head": k, "embedding": k + 1, "norms": k}
+
+
 def _part_costs(
     head: HeadDescription, run_quantized: Mapping[str, int], draft_tokens: int
 ) -> tuple[tuple[PartCost, ...], _Tally]:
-    check_draft_tokens(draft_tokens)
-    k = draft_tokens
-    reads = {"fc": 1, "decoder": k, "lm_head": k, "embedding": k + 1, "norms": k}
+    reads = reads_per_round(draft_tokens)
     tally = _Tally()
     for linear in head.linears:
         source = linear.out_features * linear.in_features * SERVING_WEIGHT_BYTES

@@ -29,6 +29,7 @@ LAYERS = (
     "measurement",  # acceptance length measured with the engine's own speculative decoding, wherever it runs
     "capturing",  # captured draft inputs: through the engine, through transformers, from other pipelines' files
     "prediction",  # acceptance predicted from captured inputs: the draft chained as the engine chains it
+    "speedup",  # the decode speed-up: the target's bytes a forward, the cost model, calibrated on a measurement
     "vocabulary",  # a pruned draft vocabulary: token counts, the tokens kept, the pruned head written
     "verification",  # structure, copies, parity, fidelity, the verdict
     "publish",  # the model card and the upload

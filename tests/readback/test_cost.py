@@ -16,6 +16,7 @@ from eaglequant.readback.cost import RoundCost, source_bytes_per_round
 from tests.conftest import run_cli
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+PAIR_DRAFT = FIXTURES / "trained-pair" / "draft"
 LAYOUT_FIXTURES = sorted(p.name for p in FIXTURES.iterdir() if (p / "config.json").is_file() and "pair" not in p.name)
 
 
@@ -168,3 +169,14 @@ def test_quantizing_lm_head_where_an_engine_keeps_it_bf16_names_the_format_that_
     assert "use --format modelopt, which vLLM 0.32.0 can load" in refused.stderr
     mla = run_cli("inspect", FIXTURES / "torchspec-mla", "--quantize", "lm_head")
     assert mla.exit_code == 2 and "lm_head quantized loads in no engine release with this scheme" in mla.stderr
+
+
+def test_a_round_priced_at_one_k_is_priced_at_another_as_round_cost_prices_it() -> None:
+    from eaglequant import inspect
+
+    (at_three,) = inspect(PAIR_DRAFT, scheme="fp8-per-channel", format="quark").round_costs
+    (at_five,) = inspect(PAIR_DRAFT, scheme="fp8-per-channel", format="quark", draft_tokens=5).round_costs
+    assert at_three.at(5) == at_five
+    source = at_three.as_source()
+    assert source.bytes_per_round == at_three.source_bytes_per_round
+    assert not any(part.quantized for part in source.parts)

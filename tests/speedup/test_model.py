@@ -1,0 +1,110 @@
+"""The speed-up model's arithmetic: the prediction, its calibration on measured rounds, and acceptance from one
+figure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from eaglequant.common.errors import InputError
+from eaglequant.readback.cost import PartCost, RoundCost
+from eaglequant.speedup.model import Timing, calibrate, geometric_acceptance, predict_speedup
+from eaglequant.speedup.target_step import TargetWeights
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _target(tp: int = 1) -> TargetWeights:
+    return TargetWeights("t", "test", 4, 1_000_000, 1000, 2, 8, 2, 50_000.0, 10.0, False, tp)
+
+
+def _draft() -> RoundCost:
+    parts = (PartCost("fc", 1, 300, 600, True), PartCost("decoder", 3, 1000, 2000, True),
+             PartCost("lm_head", 3, 5000, 5000, False), PartCost("embedding", 4, 100, 100, False))  # fmt: skip
+    return RoundCost("vllm", "0.32.0", 3, parts, 0, 0)
+
+
+TIMING = Timing(bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, context=100)
+
+
+def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
+    table = predict_speedup("d", _target(), _draft(), {1: 1.7, 3: 2.5}, TIMING)
+    step = (1_000_000 + 2 * 2 * 50_000 + 1000 + 100 * 10) / 1e9 + 2e-4  # 2 experts of 8 for one token
+    distinct4 = 8 * (1 - (1 - 2 / 8) ** 4)
+    verify = (1_000_000 + 2 * distinct4 * 50_000 + 4 * 1000 + 100 * 10) / 1e9 + 2e-4
+    draft3 = (300 + 3 * 1000 + 3 * 5000 + 4 * 100) / 1e9 + 3 * 5e-5
+    point = table.at(3)
+    assert point is not None
+    assert (point.step_s, point.verify_s, point.draft_s) == pytest.approx((step, verify, draft3), rel=1e-12)
+    assert point.speedup == pytest.approx(2.5 * step / (verify + draft3), rel=1e-12)
+
+
+def test_the_best_k_is_the_highest_speedup_and_ties_go_to_the_smaller_k() -> None:
+    table = predict_speedup("d", _target(), _draft(), {1: 1.9, 2: 2.7, 3: 2.75}, TIMING)
+    assert table.best_draft_tokens == max(table.points, key=lambda p: p.speedup).draft_tokens
+    flat = Timing(1e30, 1e-3, 0.0, 0)  # no bytes cost, no draft cost: every k with the same length ties
+    assert predict_speedup("d", _target(), _draft(), {2: 2.0, 4: 2.0}, flat).best_draft_tokens == 2
+
+
+def test_tensor_parallelism_divides_the_target_and_the_draft_bytes() -> None:
+    one = predict_speedup("d", _target(1), _draft(), {3: 2.5}, TIMING).at(3)
+    eight = predict_speedup("d", _target(8), _draft(), {3: 2.5}, TIMING).at(3)
+    assert one is not None and eight is not None
+    assert eight.draft_s - 3 * 5e-5 == pytest.approx((one.draft_s - 3 * 5e-5) / 8, rel=1e-12)
+
+
+@dataclass(frozen=True)
+class Round:
+    draft_tokens: int
+    acceptance_length: float
+    alone_seconds_per_token: float
+    drafted_seconds_per_token: float
+
+
+def _measured(timing: Timing, lengths: dict[int, float]) -> list[Round]:
+    """What an engine that runs exactly as ``timing`` says would measure."""
+    table = predict_speedup("d", _target(), _draft(), lengths, timing)
+    return [Round(p.draft_tokens, p.acceptance_length, p.step_s, (p.verify_s + p.draft_s) / p.acceptance_length)
+            for p in table.points]  # fmt: skip
+
+
+def test_calibration_recovers_the_overheads_an_engine_ran_with() -> None:
+    true = Timing(1e9, 3e-3, 7e-4, 100)
+    fitted = calibrate(_target(), _draft(), _measured(true, {3: 2.4}), Timing(1e9, 0.0, 0.0, 100), "a test run")
+    assert (fitted.target_overhead_s, fitted.draft_overhead_s) == pytest.approx((3e-3, 7e-4), rel=1e-9)
+    assert fitted.calibrated_on == "a test run"
+    several = calibrate(_target(), _draft(), _measured(true, {1: 1.6, 2: 2.1, 4: 2.6}), Timing(1e9, 1.0, 1.0, 100), "x")
+    assert several.draft_overhead_s == pytest.approx(7e-4, rel=1e-9)
+    assert "fitted to x" in " ".join(several.assumptions())
+
+
+def test_calibration_predicts_other_k_on_a_model_engine() -> None:
+    true = Timing(1e9, 3e-3, 7e-4, 100)
+    lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
+    fitted = calibrate(_target(), _draft(), _measured(true, {3: 2.4}), Timing(1e9, 0.0, 0.0, 100), "k = 3")
+    predicted = predict_speedup("d", _target(), _draft(), lengths, fitted)
+    actual = predict_speedup("d", _target(), _draft(), lengths, true)
+    assert [p.speedup for p in predicted.points] == pytest.approx([p.speedup for p in actual.points], rel=1e-9)
+
+
+def test_calibration_needs_a_measurement() -> None:
+    with pytest.raises(InputError, match="no draft measured"):
+        calibrate(_target(), _draft(), [], TIMING, "empty.json")
+
+
+def test_geometric_acceptance_holds_the_given_figure_and_grows_with_k() -> None:
+    lengths = geometric_acceptance(2.62, 3, 8)
+    assert lengths[3] == pytest.approx(2.62, abs=1e-9)
+    assert all(lengths[k] < lengths[k + 1] for k in range(1, 8))
+    rate = lengths[1] - 1  # k = 1 accepts its one token at the per-token rate
+    assert lengths[8] == pytest.approx(sum(rate**j for j in range(9)), rel=1e-9)
+    assert geometric_acceptance(4.0, 3, 4)[4] == 5.0  # every token accepted
+    with pytest.raises(InputError, match="must be from 1 to 4"):
+        geometric_acceptance(4.5, 3, 8)
+
+
+def test_no_acceptance_is_one_line() -> None:
+    with pytest.raises(InputError, match="no acceptance length"):
+        predict_speedup("d", _target(), _draft(), {}, TIMING)
