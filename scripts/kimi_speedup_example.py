@@ -31,13 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|" + "---|" * len(ks) + "---|")
     for table in tables:
         cells = [f"{p.speedup:.2f}×" for p in table.points]
-        draft_ms = table.at(3)
-        assert draft_ms is not None
-        print(f"| {table.draft} | {draft_ms.draft_s * 1e3:.2f} ms | " + " | ".join(cells) + f" | {table.best_draft_tokens} |")
+        three = table.at(3)
+        assert three is not None
+        row = [table.draft, f"{three.draft_s * 1e3:.2f} ms", *cells, str(table.best_draft_tokens)]
+        print("| " + " | ".join(row) + " |")
     first = tables[0]
     step, three = first.points[0].step_s, first.at(3)
     assert three is not None
-    print(f"\nt_step {step * 1e3:.2f} ms; t_verify(3) {three.verify_s * 1e3:.2f} ms ({three.verify_s / step:.2f} steps)")
+    verify = three.verify_s
+    print(f"\nt_step {step * 1e3:.2f} ms; t_verify(3) {verify * 1e3:.2f} ms ({verify / step:.2f} steps)")
     print("\nAssumptions:")
     for line in first.assumptions:
         print(f"- {line}")
