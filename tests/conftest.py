@@ -191,6 +191,18 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> ConvertedCases:
     return ConvertedCases(tmp_path_factory.mktemp("eaglequant"))
 
 
+@pytest.fixture(scope="session")
+def pair_captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled trained pair's 24 held-out prompts, 32 tokens each, captured with the target's choices: enough
+    sequences for the acceptance table's intervals and a sequential search's looks (2, 4, 8, 16, 24)."""
+    import eaglequant
+
+    path = tmp_path_factory.mktemp("pair-captured") / "captured.safetensors"
+    pair = FIXTURES / "trained-pair"
+    eaglequant.capture(pair / "target", pair / "draft", path, prompts=pair / "prompts.jsonl", max_tokens=32)
+    return path
+
+
 def safetensors_source(name: str, work: Path) -> Path:
     """The fixture as safetensors (the vendors' file-to-file paths read safetensors only)."""
     src = FIXTURES / name

@@ -8,7 +8,9 @@ any interim interval misses the true difference is at most (L - 1) x 5%/L < 5%, 
 probability under 5%. At the last look the one gate (the 95% interval,
 :func:`~eaglequant.measurement.statistics.within_budget`) decides, as without looks. The wider interval is the
 95% one's centre and standard error (:func:`~eaglequant.measurement.statistics.paired_difference`, prompts as
-clusters, Student's t on prompts - 1 degrees of freedom) with the quantile for the smaller error rate.
+clusters, Student's t on prompts - 1 degrees of freedom) with the quantile for the smaller error rate. An
+interval of no width (every sequence so far gave the same difference, often none at all, which two or four
+sequences of a close draft do by chance) settles nothing: the t interval estimates no spread from it.
 """
 
 from __future__ import annotations
@@ -117,8 +119,8 @@ class SequentialPlan:
     def settled(self, difference: Interval, sequences: int, budget: float) -> bool | None:
         """At an interim look after ``sequences``: True (within the budget) or False (past it) where the wide
         interval settles it; None where it does not, at the last look, and between looks."""
-        if sequences not in self.looks[:-1]:
-            return None
+        if sequences not in self.looks[:-1] or not difference.half_width > 0:
+            return None  # no spread: every sequence so far differed alike, which a few can do by chance
         wide = widened(difference, sequences, 1 - self.interim_confidence)
         if wide.low >= -budget:
             return True
