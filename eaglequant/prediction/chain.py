@@ -121,11 +121,16 @@ class ChainedDraft(DraftForward):
     """``chain(aux, ids, draft_tokens)``: the draft's arg-max (draft ids) at every position, for each step; on
     ``device`` (``cuda``: the weights held there, :class:`DeviceWeights`)."""
 
-    def __init__(self, head: HeadDescription, weight: CanonicalWeights, device: str = "cpu") -> None:
+    def __init__(
+        self, head: HeadDescription, weight: CanonicalWeights, device: str = "cpu", held: bool | None = None
+    ) -> None:
+        """``held``: the weights held whole on ``device`` (default: off the CPU only, where they stream from the
+        file a block of rows at a time)."""
         device = check_device(device)
-        super().__init__(head, weight if device == "cpu" else DeviceWeights(weight, device))  # type: ignore[arg-type]
+        held = device != "cpu" if held is None else held
+        super().__init__(head, DeviceWeights(weight, device) if held else weight)  # type: ignore[arg-type]
         self.device = torch.device(device)
-        if device != "cpu":
+        if held:
             self.linear = self.device_linear
             self.rotary = replace(self.rotary, inv_freq=self.rotary.inv_freq.to(self.device))
 

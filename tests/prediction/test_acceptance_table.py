@@ -27,13 +27,13 @@ from tests.conftest import FIXTURES, run_cli
 PAIR = FIXTURES / "trained-pair"
 
 
-def _sequences(count: int = 3, length: int = 24) -> list[CapturedSequence]:
+def _sequences(count: int = 3, length: int = 24, width: int = 3 * 256) -> list[CapturedSequence]:
     """Seeded inputs of the bundled draft's width; the references are the ids shifted, so some drafts match."""
     generator = torch.Generator().manual_seed(11)
     sequences = []
     for _ in range(count):
         ids = torch.randint(0, 2048, (length,), generator=generator)
-        aux = torch.randn(length, 3 * 256, generator=generator) * 2
+        aux = torch.randn(length, width, generator=generator) * 2
         sequences.append(CapturedSequence(aux, ids, torch.roll(ids, -1), 2, 16))
     return sequences
 
@@ -75,6 +75,29 @@ def test_the_table_reaches_the_verdict_k_and_the_device_is_checked() -> None:
 def test_cuda_asked_for_without_one_is_one_line_and_exit_2(tmp_path: Path) -> None:
     result = run_cli("verify", PAIR / "draft", "--inputs", tmp_path / "none.safetensors", "--device", "cuda")
     assert result.exit_code == 2 and "CUDA" in result.stderr and len(result.stderr.strip().splitlines()) <= 2
+
+
+@pytest.mark.parametrize("pair", ["trained-pair", "trained-pair-mla"])
+def test_weights_held_whole_predict_what_streamed_weights_predict(pair: str) -> None:
+    """The code path ``--device cuda`` takes (whole weights, products and positions on the device), on the CPU."""
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.layouts.detect import describe_head
+    from eaglequant.prediction.chain import ChainedDraft
+    from eaglequant.prediction.predict import DraftModel
+
+    with Checkpoint.open(FIXTURES / pair / "draft") as source:
+        head = describe_head(source)
+        sequences = _sequences(width=head.dims.num_aux_hidden_states * head.dims.target_hidden_size)
+        streamed = open_draft(source)
+        held = DraftModel(ChainedDraft(head, CanonicalWeights(source, head), held=True), streamed.d2t)
+        for seq in sequences:
+            for a, b in zip(
+                held.forward.chain_logits(seq.aux, seq.ids, 4),
+                streamed.forward.chain_logits(seq.aux, seq.ids, 4),
+                strict=True,
+            ):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+        assert predict_table(held, sequences, 4) == predict_table(streamed, sequences, 4)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
