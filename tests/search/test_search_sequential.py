@@ -4,6 +4,7 @@ verdict, and picks what the search without looks picks; the looks' intervals are
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -48,9 +49,12 @@ def _search(inputs: Path, dst: Path, budget: str, sequential: bool, **settings: 
     )  # fmt: skip
 
 
-def test_sequential_verdicts_take_3x_fewer_positions_for_the_same_pick(pair_captured: Path, tmp_path: Path) -> None:
+def test_sequential_verdicts_take_3x_fewer_positions_for_the_same_pick(
+    pair_captured: Callable[[str], Path], tmp_path: Path
+) -> None:
     """With a budget the smallest candidate meets by far, its verdict settles at an early look (4 or 8 of 24)."""
-    found = {seq: _search(pair_captured, tmp_path / str(seq), "1.0", seq, schemes=["nvfp4"]) for seq in (True, False)}
+    inputs = pair_captured("trained-pair")
+    found = {seq: _search(inputs, tmp_path / str(seq), "1.0", seq, schemes=["nvfp4"]) for seq in (True, False)}
     early, every = found[True], found[False]
     assert early.chosen is not None and every.chosen is not None
     assert early.chosen.candidate.label == every.chosen.candidate.label
@@ -63,8 +67,11 @@ def test_sequential_verdicts_take_3x_fewer_positions_for_the_same_pick(pair_capt
 
 
 @pytest.mark.slow
-def test_at_the_readme_budget_the_sequential_pick_is_the_same(pair_captured: Path, tmp_path: Path) -> None:
-    found = {seq: _search(pair_captured, tmp_path / str(seq), "0.05", seq) for seq in (True, False)}
+def test_at_the_readme_budget_the_sequential_pick_is_the_same(
+    pair_captured: Callable[[str], Path], tmp_path: Path
+) -> None:
+    inputs = pair_captured("trained-pair")
+    found = {seq: _search(inputs, tmp_path / str(seq), "0.05", seq) for seq in (True, False)}
     assert found[True].chosen is not None and found[False].chosen is not None
     assert found[True].chosen.candidate.label == found[False].chosen.candidate.label
     assert found[True].positions_predicted <= found[False].positions_predicted
