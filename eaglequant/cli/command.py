@@ -193,7 +193,6 @@ def _flags() -> dict[str, str]:
         "inputs": "--inputs",
         "draft_tokens": "--draft-tokens",
         "max_draft_tokens": "--max-draft-tokens",
-        "sequential": "--sequential",
         "vocab_sizes": "--vocab-size",
         "counts": "--counts",
     }
