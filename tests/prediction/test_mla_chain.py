@@ -181,7 +181,12 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
     assert pruned.prediction is not None  # the same chain on the same sequences as verify's source
     assert pruned.prediction.source.length().value == report.acceptance.source.length().value
     found = search(
-        MLA_DRAFT, tmp_path / "chosen", inputs=captured_mla, max_acceptance_drop="0.5", schemes=("fp8-per-channel",)
+        MLA_DRAFT,
+        tmp_path / "chosen",
+        inputs=captured_mla,
+        max_acceptance_drop="0.5",
+        schemes=("fp8-per-channel",),
+        max_draft_tokens=3,
     )
     assert found.chosen is not None and found.chosen.prediction is not None
 
