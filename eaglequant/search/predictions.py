@@ -100,19 +100,25 @@ class CandidatePredictor:
     def _looked_at(self, draft: Any, shared: list[Any] | None) -> Any:
         """``draft`` predicted sequence by sequence, up to the look that settles its verdict (all sequences when
         not sequential or none settles it)."""
-        from eaglequant.prediction.predict import AcceptanceTable, Prediction, predicted_sequences
+        from eaglequant.prediction.predict import predicted_sequences
 
-        counts = []
+        counts: list[Any] = []
         for row in predicted_sequences(draft, self.sequences, self.max_draft_tokens, shared):
             counts.append(row)
-            taken = len(counts)
-            table = AcceptanceTable(tuple(counts), tuple(len(seq.ids) for seq in self.sequences[:taken]))
-            prediction = Prediction.of(self.table, table, None, f"{taken} sequences")
             if self.sequential is not None:
                 plan, budget = self.sequential
-                if plan.settled(prediction.difference, taken, budget) is not None:
+                prediction = self._prediction(counts)
+                if plan.settled(prediction.difference, len(counts), budget) is not None:
                     return prediction
-        return prediction
+        return self._prediction(counts)
+
+    def _prediction(self, counts: list[Any]) -> Any:
+        """The prediction on the first ``len(counts)`` sequences, paired with the source's on the same ones."""
+        from eaglequant.prediction.predict import AcceptanceTable, Prediction
+
+        taken = len(counts)
+        table = AcceptanceTable(tuple(counts), tuple(len(seq.ids) for seq in self.sequences[:taken]))
+        return Prediction.of(self.table, table, None, f"{taken} sequences")
 
 
 def _tensors_digest(path: Path) -> str:
