@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,26 @@ class ConvertedCases:
 @pytest.fixture(scope="session")
 def converted(tmp_path_factory: pytest.TempPathFactory) -> ConvertedCases:
     return ConvertedCases(tmp_path_factory.mktemp("eaglequant"))
+
+
+@pytest.fixture(scope="session")
+def pair_captured(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """A bundled trained pair's (``trained-pair``, ``trained-pair-mla``) 24 held-out prompts, 32 tokens each,
+    captured with the target's choices, once a session: enough sequences for the acceptance table's intervals and
+    a sequential search's looks (2, 4, 8, 16, 24)."""
+    import eaglequant
+
+    captured: dict[str, Path] = {}
+
+    def capture(pair: str) -> Path:
+        if pair not in captured:
+            path = tmp_path_factory.mktemp(f"{pair}-captured") / "captured.safetensors"
+            where = FIXTURES / pair
+            eaglequant.capture(where / "target", where / "draft", path, prompts=where / "prompts.jsonl", max_tokens=32)
+            captured[pair] = path
+        return captured[pair]
+
+    return capture
 
 
 def safetensors_source(name: str, work: Path) -> Path:

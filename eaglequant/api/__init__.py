@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eaglequant.api.conversion import planned, verify_written, write_conversion
-from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
 from eaglequant.common.progress import Progress
 from eaglequant.conversion.inspection import InspectReport
@@ -140,6 +140,8 @@ def verify(
     load_with: list[str] | tuple[str, ...] = (),
     engine_python: str | Path | None = None,
     inputs: str | Path | None = None,
+    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
+    device: str = "cpu",
 ) -> VerifyReport:
     """Check the quantized checkpoint in ``dst``: structure for each engine (all, the ones recorded in its
     report, or ``engines``), and with ``source`` (default: the source recorded in its report, if it is still
@@ -150,9 +152,14 @@ def verify(
     seeded synthetic inputs (``seed``, ``tokens`` positions).
     ``load_with``: engines ("vllm", "sglang") whose own code then loads ``dst`` on CPU, module by module
     (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
-    (default: this one)."""
+    (default: this one). With ``inputs`` that hold the target's choices, acceptance is predicted for every k (tokens
+    drafted a round) from 1 to ``max_draft_tokens`` from one chain, on ``device`` (``cuda`` where there is one),
+    and judged at k = 3."""
     from eaglequant.engine_load import get_probe
+    from eaglequant.prediction.predict import PredictionSettings
     from eaglequant.record.report import read_report, recorded_source
+
+    prediction = PredictionSettings(max_draft_tokens, device)
 
     load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
     names = _engine_names(engines)
@@ -175,6 +182,7 @@ def verify(
         seed=seed,
         tokens=tokens,
         inputs=None if inputs is None else Path(inputs),
+        prediction=prediction,
     )
     for engine in load_engines:
         report.engine_loads += load_checks(

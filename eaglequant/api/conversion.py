@@ -28,6 +28,7 @@ from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
     from eaglequant.checkpoint.destination import StagedDirectory
+    from eaglequant.prediction.predict import PredictionSettings
     from eaglequant.record.report import ConversionReport
     from eaglequant.schemes.model import Scheme
     from eaglequant.verification.verify import VerifyReport
@@ -165,9 +166,11 @@ def verify_written(
     hashed_while_writing: bool = False,
     written: tuple[ConversionReport, Scheme] | None = None,
     target: TargetModel | None = None,
+    prediction: PredictionSettings | None = None,
 ) -> VerifyReport:
     """``target``: the target's layer count when already known (``convert --verify``: the plan's), else resolved
-    from ``target_layers``, ``target_config`` or DST's report."""
+    from ``target_layers``, ``target_config`` or DST's report; ``prediction``: how acceptance is predicted on
+    ``inputs`` (default: every k to 8, on the CPU)."""
     from eaglequant.verification.verify import verify_checkpoint
 
     with open_written(dst, target_layers, target_config, target) as (checkpoint, head, target):
@@ -184,4 +187,5 @@ def verify_written(
             inputs=inputs,
             hashed_while_writing=hashed_while_writing,
             written=written,
+            prediction=prediction,
         )

@@ -192,6 +192,7 @@ def _flags() -> dict[str, str]:
         "source": "--source",
         "inputs": "--inputs",
         "draft_tokens": "--draft-tokens",
+        "max_draft_tokens": "--max-draft-tokens",
         "vocab_sizes": "--vocab-size",
         "counts": "--counts",
     }

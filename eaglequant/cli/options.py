@@ -144,6 +144,21 @@ DraftTokensOpt = Annotated[
 ]
 
 
+MaxDraftTokensOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-draft-tokens",
+        min=1,
+        max=MAX_DRAFT_TOKENS,
+        help="Predict acceptance for every k from 1 to K from one chain of K steps (the verdict stays at k = 3).",
+    ),
+]
+PredictDeviceOpt = Annotated[
+    str,
+    typer.Option("--device", help="Where the chained prediction runs: cpu, or cuda where torch sees a GPU."),
+]
+
+
 def positive_number(value: float | None) -> float | None:
     """:func:`positive` for an option given once."""
     positive(None if value is None else [value])

@@ -12,9 +12,11 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt
+from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt, MaxDraftTokensOpt, PredictDeviceOpt
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import name_column, show
+from eaglequant.cli.verify_cmd import acceptance_table
+from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_ENGINES, MAX_TARGET_LAYERS
 
@@ -88,6 +90,17 @@ def search_command(
         ),
     ] = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace DST if eaglequant wrote it.")] = False,
+    max_draft_tokens: MaxDraftTokensOpt = DEFAULT_MAX_DRAFT_TOKENS,
+    device: PredictDeviceOpt = "cpu",
+    sequential: Annotated[
+        bool,
+        typer.Option(
+            "--sequential/--no-sequential",
+            help="Stop predicting a candidate at the first planned look (2, 4, 8, ... sequences) whose wider "
+            "interval settles its verdict (any early stop wrong with probability at most 5%); the last look is the "
+            "one gate. With --rule point every sequence is predicted.",
+        ),
+    ] = True,
 ) -> None:
     """Write the smallest draft within an acceptance budget: the fewest weight bytes a speculative round reads.
 
@@ -112,6 +125,9 @@ def search_command(
             target_layers=target_layers,
             overwrite=overwrite,
             progress=_progress_line,
+            max_draft_tokens=max_draft_tokens,
+            device=device,
+            sequential=sequential,
         )
         result(found.record().to_json(), lambda: render(found))
         return found.ok
@@ -130,7 +146,8 @@ def render(found: SearchResult) -> None:
 
     table = Table(title="candidates, smallest first (bytes a round reads, the largest over the engines)")
     name_column(table, "candidate")
-    for header in ("bytes / round", "fewer than SRC", "predicted change [95%]: the bound that decided", "within"):
+    headers = ("bytes / round", "fewer than SRC", "sequences", "predicted change [95%]: the bound that decided")
+    for header in (*headers, "within"):
         table.add_column(header, justify="right" if header != "within" else "left", no_wrap=header != "within")
     for point in found.points:
         if point.prediction is None:
@@ -139,6 +156,7 @@ def render(found: SearchResult) -> None:
             escape(point.candidate.label),
             decimal_bytes(point.bytes_per_round),
             f"{found.source_bytes_per_round / max(point.bytes_per_round, 1):.2f}×",
+            str(point.prediction.sequences),
             escape(found.budget.judged_text(point.prediction, found.budget_tokens)),
             "[green]yes[/]" if point.within else "no",
         )
@@ -150,6 +168,9 @@ def render(found: SearchResult) -> None:
     )
     out.print(f"engines targeted: {escape(_titled(found.engines))}", soft_wrap=True)
     out.print(f"{escape(found.stopped)} ({found.seconds:.0f} s)", soft_wrap=True)
+    if found.sequential is not None:
+        positions = found.positions_predicted
+        out.print(f"{escape(found.sequential.text)}; {positions} draft positions predicted", soft_wrap=True)
     for text in found.notes:
         note(text)
     if found.chosen is None:
@@ -161,6 +182,7 @@ def render(found: SearchResult) -> None:
         soft_wrap=True,
     )
     out.print(f"  loaded by: {escape(', '.join(found.loaded_by) or 'no engine eaglequant knows')}", soft_wrap=True)
+    show(acceptance_table(found.chosen.prediction))
 
 
 def _titled(engines: tuple[str, ...]) -> str:

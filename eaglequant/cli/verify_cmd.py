@@ -15,6 +15,8 @@ from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
     MAX_GENERATED_TOKENS,
     MAX_SEED,
+    MaxDraftTokensOpt,
+    PredictDeviceOpt,
     QuantizedDstArg,
     SourceOpt,
     TargetConfigOpt,
@@ -23,7 +25,8 @@ from eaglequant.cli.options import (
 from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import name_column, show
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
@@ -82,6 +85,8 @@ def verify_command(
             show_default=False,
         ),
     ] = None,
+    max_draft_tokens: MaxDraftTokensOpt = DEFAULT_MAX_DRAFT_TOKENS,
+    device: PredictDeviceOpt = "cpu",
 ) -> None:
     """Check DST: structure per engine, per-layer kernel parity, draft-head fidelity.
 
@@ -104,6 +109,8 @@ def verify_command(
                 load_with=load_with or [],
                 engine_python=engine_python,
                 inputs=inputs,
+                max_draft_tokens=max_draft_tokens,
+                device=device,
             )
         destination, recorded_source = absolute(report.destination), _recorded_source(dst)
         shown = VerifyOutput(replace(report, destination=report.destination.absolute()), recorded_source)
@@ -208,6 +215,21 @@ def _render_acceptance(prediction: Prediction) -> None:
         f"{source.value_text(3)} → {quantized.value_text(3)} tokens, change {escape(judged)}",
         soft_wrap=True,
     )
+    if prediction.by_draft_tokens is not NOT_WRITTEN:
+        show(acceptance_table(prediction))
+
+
+def acceptance_table(prediction: Prediction) -> Table:
+    """Predicted acceptance length for every k (tokens drafted a round): the source's, DST's and the change, each
+    with its 95% interval."""
+    table = Table(title="predicted acceptance length by k, tokens drafted a round [95%]", title_justify="left")
+    for header in ("k", "source", "DST", "change"):
+        table.add_column(header, justify="right")
+    assert prediction.source_table is not None and prediction.quantized_table is not None
+    for k in range(1, prediction.quantized_table.max_draft_tokens + 1):
+        row = prediction.table_row(k)
+        table.add_row(str(k), row.source.text(), row.quantized.text(), row.difference.text(signed=True))
+    return table
 
 
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from eaglequant.common.errors import InputError, given, suggested, words
 
 DEFAULT_DRAFT_TOKENS = 3  # as the card's serving lines draft
+# The longest k a prediction tabulates (acceptance for every k from 1 to it, from one chain of this many steps).
 DEFAULT_MAX_DRAFT_TOKENS = 8
 MAX_DRAFT_TOKENS = 64
 

@@ -18,15 +18,18 @@ are ``kv_b_proj`` products of them, so the keys and values cached here per step 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import InputError, given, suggested, words
 from eaglequant.draft.forward import DraftForward, rope_scaling
 from eaglequant.layouts.head import Attention
 
 if TYPE_CHECKING:
+    from eaglequant.draft.weights import CanonicalWeights
+    from eaglequant.layouts.head import HeadDescription
     from eaglequant.prediction.shared import ChainInputs
 
 # Draft config options vLLM honours that this forward does not implement (llama_eagle3.py, llama.py,
@@ -62,7 +65,7 @@ def _chained_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Te
     keys = [(widened(k), widened(v)) for k, v in cache]
     first_k, first_v = keys[0]
     scores = torch.einsum("thd,shd->hts", q, first_k) * scale  # [heads, T, T] against step 1
-    scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool).tril(), float("-inf"))
+    scores = scores.masked_fill(~torch.ones(t, t, dtype=torch.bool, device=q.device).tril(), float("-inf"))
     own = [torch.einsum("thd,thd->ht", q, key)[..., None] * scale for key, _ in keys[1:]]
     probs = torch.softmax(torch.cat((scores, *own), -1), -1)
     out = torch.einsum("hts,shd->thd", probs[..., :t], first_v)
@@ -71,8 +74,72 @@ def _chained_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Te
     return out.reshape(t, -1)
 
 
+def check_device(device: str) -> str:
+    """``cpu``, or ``cuda`` where torch sees a CUDA device; anything else is one line (exit 2)."""
+    if device == "cpu":
+        return device
+    if device != "cuda" and not device.startswith("cuda:"):
+        raise InputError(words(given("device", device), ": not a device"), hint="use cpu or cuda")
+    if not torch.cuda.is_available():
+        raise InputError(
+            words(given("device", device), ": torch sees no CUDA device here"),
+            hint=words("predict on the CPU: ", suggested("device", "cpu")),
+        )
+    return device
+
+
+class DeviceWeights:
+    """The head's tensors held whole on a device as float32, each read once on first use: the chain's products run
+    there instead of a block of rows at a time from the file. Answers what :class:`CanonicalWeights` answers."""
+
+    def __init__(self, weights: CanonicalWeights, device: str) -> None:
+        self.source, self.device, self.names = weights, torch.device(device), weights.names
+        self._held: dict[str, torch.Tensor] = {}
+
+    def __call__(self, name: str) -> torch.Tensor:
+        if name not in self._held:
+            self._held[name] = self.source(name).to(self.device, torch.float32)
+        return self._held[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.source.shape(name)
+
+    def dtype(self, name: str) -> str:
+        return self.source.dtype(name)
+
+    def rows(self, name: str, rows: slice) -> torch.Tensor:
+        return self(name)[rows]
+
+    def row_blocks(self, name: str, align: int = 1) -> list[slice]:
+        return [slice(0, self.shape(name)[0])]
+
+    def gather(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        return self(name)[ids.to(self.device)]
+
+
 class ChainedDraft(DraftForward):
-    """``chain(aux, ids, draft_tokens)``: the draft's arg-max (draft ids) at every position, for each step."""
+    """``chain(aux, ids, draft_tokens)``: the draft's arg-max (draft ids) at every position, for each step; on
+    ``device`` (``cuda``: the weights held there, :class:`DeviceWeights`)."""
+
+    def __init__(
+        self, head: HeadDescription, weight: CanonicalWeights, device: str = "cpu", held: bool | None = None
+    ) -> None:
+        """``held``: the weights held whole on ``device`` (default: off the CPU only, where they stream from the
+        file a block of rows at a time)."""
+        device = check_device(device)
+        held = device != "cpu" if held is None else held
+        super().__init__(head, DeviceWeights(weight, device) if held else weight)  # type: ignore[arg-type]
+        self.device = torch.device(device)
+        if held:
+            self.linear = self.device_linear
+            self.rotary = replace(self.rotary, inv_freq=self.rotary.inv_freq.to(self.device))
+
+    def device_linear(self, module: str, x: torch.Tensor) -> torch.Tensor:
+        """float32 x @ W^T with W whole on the device."""
+        return x @ self.weight(f"{module}.weight").T
+
+    def fc_of(self, aux_hidden: torch.Tensor) -> torch.Tensor:
+        return super().fc_of(aux_hidden.to(self.device))
 
     def chain(
         self, aux_hidden: torch.Tensor, ids: torch.Tensor, draft_tokens: int, inputs: ChainInputs | None = None
@@ -89,13 +156,13 @@ class ChainedDraft(DraftForward):
         why = unsupported(self.head.config, self.head.attention)
         if why:
             raise InputError(f"acceptance prediction: {why}")
-        length = ids.shape[0]
+        length, ids = ids.shape[0], ids.to(self.device)
         hidden = self.fc_of(aux_hidden) if inputs is None else inputs.fc
         self._keys: dict[str, list[tuple[torch.Tensor, torch.Tensor]]] = {}
         logits = []
         for step in range(draft_tokens):
             embeds = self.step_embeds(ids, step) if inputs is None else inputs.embeds[step]
-            positions = torch.arange(length) + step
+            positions = torch.arange(length, device=self.device) + step
             for layer in range(self.head.num_layers):
                 hidden = self.layer(layer, hidden, embeds, positions)
             logits.append(self.linear("lm_head", self.norm("norm", hidden)))
@@ -103,6 +170,7 @@ class ChainedDraft(DraftForward):
 
     def step_embeds(self, ids: torch.Tensor, step: int) -> torch.Tensor:
         """The embeddings step ``step`` reads: of the token ``step`` places on from each position."""
+        ids = ids.to(self.device)
         tokens = torch.cat((ids[step:], ids.new_zeros(step)))
         return self.weight.gather("embed_tokens.weight", tokens).to(torch.float32)
 

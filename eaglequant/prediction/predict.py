@@ -16,17 +16,17 @@ exactly, and later steps only where the text agrees with the target's arg-max.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
-from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-from eaglequant.common.errors import InputError, Param, given, words
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_DRAFT_TOKENS, check_draft_tokens
+from eaglequant.common.errors import InputError, Param, given, suggested, words
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.measurement.statistics import (
     Acceptance,
     Interval,
@@ -142,7 +142,8 @@ class DraftModel:
     d2t: torch.Tensor | None
 
 
-def open_draft(checkpoint: Any) -> DraftModel:
+def open_draft(checkpoint: Any, device: str = "cpu") -> DraftModel:
+    """The draft in ``checkpoint``, its chain run on ``device`` (``cuda``: its weights moved there, float32)."""
     from eaglequant.draft.weights import CanonicalWeights
     from eaglequant.layouts.detect import describe_head
     from eaglequant.prediction.chain import ChainedDraft
@@ -151,10 +152,90 @@ def open_draft(checkpoint: Any) -> DraftModel:
     weights = CanonicalWeights(checkpoint, head)
     d2t_name = next((t.name for t in head.tensors if t.module == "d2t"), None)
     d2t = None if d2t_name is None else checkpoint.read(d2t_name).to(torch.int64)
-    return DraftModel(ChainedDraft(head, weights), d2t)
+    return DraftModel(ChainedDraft(head, weights, device=device), d2t)
 
 
 @torch.no_grad()
+def chain_matches(
+    draft: DraftModel, seq: CapturedSequence, steps: int, inputs: ChainInputs | None = None
+) -> list[list[bool]]:
+    """``matches[s][t]``: step s of the chain that starts at t drafts the target's token (``steps`` steps; a step
+    with no reference, past the sequence's end, is no match)."""
+    choices = draft.forward.chain(seq.aux, seq.ids, steps, inputs)
+    length = len(seq.ids)
+    matches = []
+    for s, chosen in enumerate(choices):
+        proposed = _as_target(chosen[: length - s].cpu(), draft.d2t)
+        matches.append((proposed == seq.reference[s:]).tolist() + [False] * s)
+    return matches
+
+
+def counts_by_draft_tokens(matches: list[list[bool]], seq: CapturedSequence) -> tuple[PromptCounts, ...]:
+    """The engine's counters for every k from 1 to ``len(matches)``: the walk with k tokens drafted reads only the
+    first k steps' matches (step s of a chain depends on steps before it alone), so one chain gives them all."""
+    return tuple(replay(matches[:k], seq.start, k, seq.max_new_tokens) for k in range(1, len(matches) + 1))
+
+
+@dataclass(frozen=True)
+class AcceptanceTable:
+    """One draft's acceptance for every k (tokens drafted a round) from 1 to :attr:`max_draft_tokens`, from one
+    chain of that many steps, over sequences in order; ``positions``: each sequence's captured draft positions,
+    run through the chain."""
+
+    counts: tuple[tuple[PromptCounts, ...], ...]  # per sequence, per k from 1
+    positions: tuple[int, ...] = ()
+
+    @property
+    def max_draft_tokens(self) -> int:
+        return min((len(row) for row in self.counts), default=0)
+
+    @property
+    def sequences(self) -> int:
+        return len(self.counts)
+
+    def __getitem__(self, draft_tokens: int) -> Acceptance:
+        """The acceptance with ``draft_tokens`` tokens drafted a round."""
+        if not 1 <= draft_tokens <= self.max_draft_tokens:
+            raise KeyError(draft_tokens)
+        return Acceptance(tuple(row[draft_tokens - 1] for row in self.counts))
+
+    def lengths(self) -> dict[int, float]:
+        """k -> greedy acceptance length with k tokens drafted a round."""
+        return {k: self[k].length().value for k in range(1, self.max_draft_tokens + 1)}
+
+    def first(self, sequences: int) -> AcceptanceTable:
+        """The table over the first ``sequences`` sequences (what a candidate stopped early is paired with)."""
+        return AcceptanceTable(self.counts[:sequences], self.positions[:sequences])
+
+
+def predicted_sequences(
+    draft: DraftModel, sequences: list[CapturedSequence], max_draft_tokens: int, shared: list[ChainInputs] | None = None
+) -> Iterator[tuple[PromptCounts, ...]]:
+    """Each sequence's counters for every k from 1 to ``max_draft_tokens``, in order, one chain each (a caller
+    may stop early)."""
+    for index, seq in enumerate(sequences):
+        inputs = None if shared is None else shared[index]
+        yield counts_by_draft_tokens(chain_matches(draft, seq, max_draft_tokens, inputs), seq)
+
+
+@torch.no_grad()
+def predict_table(
+    draft: DraftModel,
+    sequences: list[CapturedSequence],
+    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
+    shared: list[ChainInputs] | None = None,
+    sequence_done: Callable[[int], None] = lambda _: None,
+) -> AcceptanceTable:
+    """``draft``'s greedy acceptance on ``sequences`` for every k from 1 to ``max_draft_tokens``; ``shared``: each
+    sequence's chain inputs, computed once by a draft with the same tensors there (:mod:`.shared`), the same numbers
+    as computing them again; ``sequence_done`` is told each sequence's index as it is replayed."""
+    counts = []
+    for index, row in enumerate(predicted_sequences(draft, sequences, max_draft_tokens, shared)):
+        counts.append(row)
+        sequence_done(index)
+    return AcceptanceTable(tuple(counts), tuple(len(seq.ids) for seq in sequences))
+
+
 def predict(
     draft: DraftModel,
     sequences: list[CapturedSequence],
@@ -162,33 +243,65 @@ def predict(
     shared: list[ChainInputs] | None = None,
     sequence_done: Callable[[int], None] = lambda _: None,
 ) -> Acceptance:
-    """``draft``'s greedy acceptance on ``sequences``; ``shared``: each sequence's chain inputs, computed once by a
-    draft with the same tensors there (:mod:`.shared`), the same numbers as computing them again;
-    ``sequence_done`` is told each sequence's index as it is replayed."""
-    counts = []
-    for index, seq in enumerate(sequences):
-        choices = draft.forward.chain(seq.aux, seq.ids, draft_tokens, None if shared is None else shared[index])
-        length = len(seq.ids)
-        matches = []
-        for s, chosen in enumerate(choices):
-            proposed = _as_target(chosen[: length - s], draft.d2t)
-            hit = (proposed == seq.reference[s:]).tolist() + [False] * s
-            matches.append(hit)
-        counts.append(replay(matches, seq.start, draft_tokens, seq.max_new_tokens))
-        sequence_done(index)
-    return Acceptance(tuple(counts))
+    """``draft``'s greedy acceptance on ``sequences`` with ``draft_tokens`` drafted a round (the last row of
+    :func:`predict_table` for a chain of that many steps)."""
+    return predict_table(draft, sequences, draft_tokens, shared, sequence_done)[draft_tokens]
+
+
+def check_max_draft_tokens(max_draft_tokens: object) -> int:
+    """A table's longest k: a k the engines take, and at least the k the verdict is judged at (a row of it)."""
+    check_draft_tokens(max_draft_tokens)
+    assert isinstance(max_draft_tokens, int)
+    if max_draft_tokens < DEFAULT_DRAFT_TOKENS:
+        raise InputError(
+            words(
+                given("max_draft_tokens", max_draft_tokens),
+                f": the verdict is judged at k = {DEFAULT_DRAFT_TOKENS}, a row of the table",
+            ),
+            hint=words("tabulate at least as far: ", suggested("max_draft_tokens", DEFAULT_DRAFT_TOKENS)),
+        )
+    return max_draft_tokens
+
+
+@dataclass(frozen=True)
+class TableRow(JsonRecord):
+    """Greedy acceptance length with ``draft_tokens`` drafted a round: the source's, the quantized draft's and their
+    paired difference, each with its 95% interval."""
+
+    draft_tokens: int
+    source: Interval
+    quantized: Interval
+    difference: Interval
 
 
 @dataclass(frozen=True)
 class Prediction(JsonRecord):
-    json_computed = ("rule", "failed")
+    json_computed = ("rule", "failed", "sequences", "positions", "by_draft_tokens")
     json_first = ("inputs", "rule")
+    json_omitted = ("source_table", "quantized_table")
 
     source: Acceptance
     quantized: Acceptance
     difference: Interval
     budget: float | None
     inputs: str
+    source_table: AcceptanceTable | None = None  # every k; source and quantized are the row at DEFAULT_DRAFT_TOKENS
+    quantized_table: AcceptanceTable | None = None
+
+    @classmethod
+    def of(
+        cls,
+        source: AcceptanceTable,
+        quantized: AcceptanceTable,
+        budget: float | None,
+        inputs: str,
+        draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+    ) -> Prediction:
+        """The verdict's figures at ``draft_tokens`` (a row of the tables), with the tables beside them; the source's
+        table is cut to the sequences the quantized draft was predicted on, so the difference stays paired."""
+        source = source.first(quantized.sequences)
+        src, dst = source[draft_tokens], quantized[draft_tokens]
+        return cls(src, dst, paired_difference(dst, src), budget, inputs, source, quantized)
 
     @property
     def drop(self) -> float:
@@ -213,6 +326,43 @@ class Prediction(JsonRecord):
         """How the prediction drafts and accepts, in words."""
         return "greedy drafting, greedy target (temperature 0)"
 
+    @property
+    def sequences(self) -> int | object:
+        """The captured sequences the quantized draft was predicted on (fewer than the inputs hold where a search
+        settled its verdict early)."""
+        return NOT_WRITTEN if self.quantized_table is None else self.quantized_table.sequences
+
+    @property
+    def positions(self) -> int | object:
+        """The captured draft positions the quantized draft's chain ran over."""
+        return NOT_WRITTEN if self.quantized_table is None else sum(self.quantized_table.positions)
+
+    @property
+    def by_draft_tokens(self) -> tuple[TableRow, ...] | object:
+        """The table: for every k from 1, the source's and the quantized draft's acceptance length and their paired
+        difference (the row at the verdict's k holds the figures above)."""
+        if self.source_table is None or self.quantized_table is None:
+            return NOT_WRITTEN
+        return tuple(self.table_row(k) for k in range(1, self.quantized_table.max_draft_tokens + 1))
+
+    def table_row(self, draft_tokens: int) -> TableRow:
+        assert self.source_table is not None and self.quantized_table is not None
+        src, dst = self.source_table[draft_tokens], self.quantized_table[draft_tokens]
+        return TableRow(draft_tokens, src.length(), dst.length(), paired_difference(dst, src))
+
+    def acceptance_by_draft_tokens(self) -> dict[int, float]:
+        """k -> the quantized draft's predicted greedy acceptance length with k drafted a round (only the verdict's
+        k where no table was predicted)."""
+        if self.quantized_table is None:
+            return {self.quantized.k: self.quantized.length().value}
+        return self.quantized_table.lengths()
+
+    def source_acceptance_by_draft_tokens(self) -> dict[int, float]:
+        """k -> the source draft's, on the same sequences."""
+        if self.source_table is None:
+            return {self.source.k: self.source.length().value}
+        return self.source_table.lengths()
+
 
 def predict_pair(
     source: Any,
@@ -223,39 +373,45 @@ def predict_pair(
     inputs: str,
     sequence_done: Callable[[str, int], None] = lambda _draft, _index: None,
 ) -> Prediction:
-    """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``;
-    ``sequence_done`` is told of each sequence replayed (``"source"`` or ``"quantized"``, its index)."""
-    src = predict(open_draft(source), sequences, draft_tokens, sequence_done=lambda i: sequence_done("source", i))
-    dst = predict(open_draft(quantized), sequences, draft_tokens, sequence_done=lambda i: sequence_done("quantized", i))
-    return Prediction(src, dst, paired_difference(dst, src), budget, inputs)
+    """Predicted greedy acceptance of the ``source`` and ``quantized`` checkpoints (plain weights) on ``sequences``,
+    for every k up to ``draft_tokens``, judged at ``draft_tokens``; ``sequence_done`` is told of each sequence
+    replayed (``"source"`` or ``"quantized"``, its index)."""
+    src = predict_table(open_draft(source), sequences, draft_tokens, sequence_done=lambda i: sequence_done("source", i))
+    dst = predict_table(
+        open_draft(quantized), sequences, draft_tokens, sequence_done=lambda i: sequence_done("quantized", i)
+    )
+    return Prediction.of(src, dst, budget, inputs, draft_tokens)
 
 
 def predict_against(
-    source: Acceptance,
+    source: AcceptanceTable,
     quantized: Any,
     sequences: list[CapturedSequence],
     draft_tokens: int,
     budget: float | None,
     inputs: str,
+    device: str = "cpu",
 ) -> Prediction:
-    """The ``quantized`` checkpoint (plain weights) predicted on ``sequences``, against the source draft's acceptance
-    already predicted there (a search compares many drafts with one source)."""
-    dst = predict(open_draft(quantized), sequences, draft_tokens)
-    return Prediction(source, dst, paired_difference(dst, source), budget, inputs)
+    """The ``quantized`` checkpoint (plain weights) predicted on ``sequences`` for every k of the source's table,
+    judged at ``draft_tokens``, against the source draft's table already predicted there (a search compares many
+    drafts with one source)."""
+    dst = predict_table(open_draft(quantized, device), sequences, source.max_draft_tokens)
+    return Prediction.of(source, dst, budget, inputs, draft_tokens)
 
 
 def predict_as_served(
     checkpoint: Any,
     head: Any,
     target: Any,
-    source: Acceptance,
+    source: AcceptanceTable,
     sequences: list[CapturedSequence],
     draft_tokens: int,
     budget: float | None,
     inputs: str,
+    device: str = "cpu",
 ) -> Prediction:
     """A quantized checkpoint as vLLM runs it (its quantized linears dequantized exactly, everything else its own),
-    predicted against the source draft's acceptance on ``sequences``."""
+    predicted against the source draft's table on ``sequences``."""
     import tempfile
 
     from eaglequant.checkpoint.reader import Checkpoint
@@ -265,14 +421,35 @@ def predict_as_served(
         modules = quantized_modules(checkpoint, head, target, "vllm")
         write_dequantized(checkpoint, head, modules, Path(tmp), "float32")
         with Checkpoint.open(Path(tmp), "DST") as dst:
-            return predict_against(source, dst, sequences, draft_tokens, budget, inputs)
+            return predict_against(source, dst, sequences, draft_tokens, budget, inputs, device)
+
+
+@dataclass(frozen=True)
+class PredictionSettings:
+    """How ``verify --inputs`` predicts: the longest k it tabulates and the device the chain runs on."""
+
+    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        from eaglequant.prediction.chain import check_device
+
+        check_max_draft_tokens(self.max_draft_tokens)
+        check_device(self.device)
 
 
 def predict_written(
-    checkpoint: Any, head: Any, target: Any, src: Any, inputs: Path | None, budget: float | None
+    checkpoint: Any,
+    head: Any,
+    target: Any,
+    src: Any,
+    inputs: Path | None,
+    budget: float | None,
+    settings: PredictionSettings = PredictionSettings(),
 ) -> tuple[Prediction | None, Finding | None]:
     """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
-    quantized linears dequantized exactly, everything else DST's own), on the captured sequences. (None, why) when
+    quantized linears dequantized exactly, everything else DST's own), on the captured sequences, for every k up to
+    ``settings.max_draft_tokens`` from one chain, judged at :data:`DEFAULT_DRAFT_TOKENS`. (None, why) when
     there are no inputs (``no-inputs``), when they hold no target choices (``no-target-choices``, about the inputs'
     file), or when the head is not one the chained forward runs (``chain-unsupported``)."""
     if inputs is None:
@@ -293,10 +470,12 @@ def predict_written(
     if why:
         return None, Finding("chain-unsupported", "", f"acceptance not predicted: {why}")
     sequences = load_captured(inputs, head=head)
-    draft_tokens = DEFAULT_DRAFT_TOKENS  # what verify and prune predict at; the card's serving lines draft as many
+    draft_tokens = DEFAULT_DRAFT_TOKENS  # what verify and prune judge at; the card's serving lines draft as many
     described = f"{inputs.name} ({len(sequences)} sequences)"
-    source = predict(open_draft(src), sequences, draft_tokens)
-    return predict_as_served(checkpoint, head, target, source, sequences, draft_tokens, budget, described), None
+    k, device = settings.max_draft_tokens, settings.device
+    source = predict_table(open_draft(src, device), sequences, k)
+    prediction = predict_as_served(checkpoint, head, target, source, sequences, draft_tokens, budget, described, device)
+    return prediction, None
 
 
 def tensor_names(path: Path) -> set[str]:

@@ -39,6 +39,8 @@ class SearchRow(JsonRecord):
     bytes_per_round: int
     predicted: dict[str, Any] | None  # acceptance.predict.Prediction's JSON
     within_budget: bool | None
+    sequences_predicted: int | None = None  # the captured sequences its verdict took (None: not predicted)
+    positions_predicted: int | None = None  # their draft positions, run through the chain
 
     @property
     def difference(self) -> Interval | None:
@@ -62,6 +64,18 @@ class SearchBudget(JsonRecord):
 
 
 @dataclass(frozen=True)
+class SearchSequential(JsonRecord):
+    """How a sequential search looked at each candidate: after ``looks`` sequences (the last: all), an interim look
+    judging the change's interval at ``interim_confidence``, so that any early stop is wrong with probability at
+    most ``error_rate``."""
+
+    looks: tuple[int, ...]
+    interim_confidence: float
+    error_rate: float
+    text: str
+
+
+@dataclass(frozen=True)
 class SearchRecord(JsonRecord):
     """A search's frontier and its choice, as written."""
 
@@ -79,6 +93,8 @@ class SearchRecord(JsonRecord):
     stopped: str  # why the search stopped where it did, in words
     seconds: float
     frontier: tuple[SearchRow, ...]
+    sequential: SearchSequential | None = None  # None: every candidate predicted on every sequence
+    max_draft_tokens: int | None = None  # each prediction's table runs k = 1 to this (None: written before tables)
 
 
 def read_search(dst: Path) -> SearchRecord | None:

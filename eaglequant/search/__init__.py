@@ -8,6 +8,7 @@ converted and predicted from the smallest up until one is within the budget. It 
 - :mod:`.budget`: the acceptance a candidate may lose (``--max-acceptance-drop``, ``--rule``).
 - :mod:`.candidates`: the candidates, each priced or skipped for a stated reason.
 - :mod:`.predictions`: the source predicted once, each candidate predicted while the next one converts.
+- :mod:`.sequential`: the planned looks at a candidate, and when an interim look settles its verdict.
 - :mod:`.outputs`: where the candidates are written, and the winner moved into place.
 """
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_DRAFT_TOKENS
+from eaglequant.search.sequential import SequentialPlan
 
 
 def prediction_workers() -> int:
@@ -43,16 +44,27 @@ def single_threaded_torch() -> Iterator[None]:
 
 
 class CandidatePredictor:
-    """Predictions of converted candidates against the source draft (``checkpoint``, open) on ``sequences``."""
+    """Predictions of converted candidates against the source draft (``checkpoint``, open) on ``sequences``, for
+    every k up to ``max_draft_tokens``, on ``device``; with ``sequential`` (and the ``budget`` in tokens it judges),
+    each candidate stops at the first planned look that settles its verdict (:mod:`.sequential`)."""
 
-    def __init__(self, checkpoint: Checkpoint, sequences: list[Any], draft_tokens: int = DEFAULT_DRAFT_TOKENS) -> None:
-        from eaglequant.prediction.predict import open_draft, predict
+    def __init__(
+        self,
+        checkpoint: Checkpoint,
+        sequences: list[Any],
+        max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
+        device: str = "cpu",
+        sequential: tuple[SequentialPlan, float] | None = None,
+    ) -> None:
+        from eaglequant.prediction.predict import open_draft, predict_table
         from eaglequant.prediction.shared import chain_inputs
 
-        self.sequences, self.draft_tokens = sequences, draft_tokens
-        self.draft = open_draft(checkpoint)
-        self.shared = chain_inputs(self.draft, sequences, draft_tokens)
-        self.source = predict(self.draft, sequences, draft_tokens, self.shared)
+        self.sequences, self.max_draft_tokens, self.device = sequences, max_draft_tokens, device
+        self.sequential = sequential
+        self.draft = open_draft(checkpoint, device)
+        self.shared = chain_inputs(self.draft, sequences, max_draft_tokens)
+        self.table = predict_table(self.draft, sequences, max_draft_tokens, self.shared)
+        self.source = self.table[DEFAULT_DRAFT_TOKENS]
         self._by_served: dict[tuple[str, str], Any] = {}
         self.reused = 0  # predictions taken from an earlier candidate with the same served copy
 
@@ -60,8 +72,7 @@ class CandidatePredictor:
         """``converted``'s :class:`~eaglequant.prediction.predict.Prediction` as vLLM runs it."""
         from eaglequant.checkpoint.hashing import file_sha256
         from eaglequant.measurement.served import quantized_modules, write_dequantized
-        from eaglequant.measurement.statistics import paired_difference
-        from eaglequant.prediction.predict import Prediction, open_draft, predict
+        from eaglequant.prediction.predict import open_draft
         from eaglequant.prediction.shared import shares_inputs
         from eaglequant.record.written import open_written
 
@@ -80,13 +91,34 @@ class CandidatePredictor:
                 self.reused += 1
                 return self._by_served[key]
             with Checkpoint.open(served, "DST") as copy:
-                draft = open_draft(copy)
+                draft = open_draft(copy, self.device)
                 shared = self.shared if shares_inputs(self.draft.forward.weight, draft.forward.weight) else None
-                acceptance = predict(draft, self.sequences, self.draft_tokens, shared)
-        difference = paired_difference(acceptance, self.source)
-        prediction = Prediction(self.source, acceptance, difference, None, f"{len(self.sequences)} sequences")
+                prediction = self._looked_at(draft, shared)
         self._by_served[key] = prediction
         return prediction
+
+    def _looked_at(self, draft: Any, shared: list[Any] | None) -> Any:
+        """``draft`` predicted sequence by sequence, up to the look that settles its verdict (all sequences when
+        not sequential or none settles it)."""
+        from eaglequant.prediction.predict import predicted_sequences
+
+        counts: list[Any] = []
+        for row in predicted_sequences(draft, self.sequences, self.max_draft_tokens, shared):
+            counts.append(row)
+            if self.sequential is not None:
+                plan, budget = self.sequential
+                prediction = self._prediction(counts)
+                if plan.settled(prediction.difference, len(counts), budget) is not None:
+                    return prediction
+        return self._prediction(counts)
+
+    def _prediction(self, counts: list[Any]) -> Any:
+        """The prediction on the first ``len(counts)`` sequences, paired with the source's on the same ones."""
+        from eaglequant.prediction.predict import AcceptanceTable, Prediction
+
+        taken = len(counts)
+        table = AcceptanceTable(tuple(counts), tuple(len(seq.ids) for seq in self.sequences[:taken]))
+        return Prediction.of(self.table, table, None, f"{taken} sequences")
 
 
 def _tensors_digest(path: Path) -> str:

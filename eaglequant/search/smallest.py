@@ -22,6 +22,7 @@ from typing import Any
 from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
+from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import DEFAULT_ENGINES
@@ -33,6 +34,7 @@ from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, 
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 from eaglequant.search.budget import Budget
 from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
+from eaglequant.search.sequential import SequentialPlan
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,8 @@ class SearchPoint:
 
     def row(self) -> SearchRow:
         """The point as the search record holds it."""
-        candidate = self.candidate
+        candidate, prediction = self.candidate, self.prediction
+        table = None if prediction is None else prediction.quantized_table
         return SearchRow(
             candidate.label,
             candidate.scheme,
@@ -55,8 +58,10 @@ class SearchPoint:
             candidate.lm_head_scheme or (candidate.scheme if candidate.lm_head else None),
             candidate.vocab,
             self.bytes_per_round,
-            None if self.prediction is None else self.prediction.to_json(),
+            None if prediction is None else prediction.to_json(),
             self.within,
+            None if table is None else table.sequences,
+            None if table is None else sum(table.positions),
         )
 
 
@@ -77,6 +82,8 @@ class SearchResult:
     engines: tuple[str, ...] = field(default=())
     skipped: dict[Finding, int] = field(default_factory=dict)  # candidates not priced: why -> how many
     loaded_by: tuple[str, ...] = ()  # the engines whose readers load the written draft (explain --engine all)
+    sequential: SequentialPlan | None = None  # None: every candidate predicted on every sequence
+    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS
 
     @property
     def ok(self) -> bool:
@@ -143,7 +150,14 @@ class SearchResult:
             self.stopped,
             round(self.seconds, 1),
             tuple(point.row() for point in self.points),
+            None if self.sequential is None else self.sequential.record(),
+            self.max_draft_tokens,
         )
+
+    @property
+    def positions_predicted(self) -> int:
+        """The captured draft positions run through the chain for the candidates' verdicts, all together."""
+        return sum(row.positions_predicted or 0 for row in (point.row() for point in self.points))
 
 
 def search(
@@ -160,6 +174,9 @@ def search(
     target_layers: int | None = None,
     overwrite: bool = False,
     progress: Callable[[str], None] | None = None,
+    max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
+    device: str = "cpu",
+    sequential: bool = True,
 ) -> SearchResult:
     """Write into ``dst`` the smallest draft (weight bytes a round reads) whose predicted greedy acceptance on the
     captured ``inputs`` loses at most ``max_acceptance_drop`` against ``src``'s: tokens (``0.05``) or a share of
@@ -168,13 +185,17 @@ def search(
     ``counts`` (captured inputs or a token-count file) lets the search
     prune the vocabulary, to each of ``vocab_sizes`` (default: a half, a quarter and an eighth of the draft's).
     ``schemes``: the built-in schemes to try (default: all). A pruned choice writes its BF16 head beside ``dst``
-    (``DST-vocabN-bf16``), the source of the conversion in ``dst``. ``progress``: told, in words, how far it is."""
-    from eaglequant.prediction.predict import load_captured
+    (``DST-vocabN-bf16``), the source of the conversion in ``dst``. ``progress``: told, in words, how far it is.
+    Each prediction tabulates every k from 1 to ``max_draft_tokens`` (judged at k = 3) on ``device``;
+    ``sequential`` (with the bound rule) stops a candidate at the first planned look that settles its verdict
+    (:mod:`eaglequant.search.sequential`)."""
+    from eaglequant.prediction.predict import PredictionSettings, load_captured
     from eaglequant.search.outputs import SearchOutputs
     from eaglequant.search.predictions import CandidatePredictor, single_threaded_torch
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
+    PredictionSettings(max_draft_tokens, device)  # checked before any work
     engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
     source, destination = Path(src), Path(dst)
     check_destination(source, destination, overwrite)
@@ -201,9 +222,11 @@ def search(
             )
         told(_first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
-        predictor = CandidatePredictor(checkpoint, sequences)
+        predictor = CandidatePredictor(checkpoint, sequences, max_draft_tokens, device)
         source_length = predictor.source.length().value
         tokens = budget.tokens(source_length)
+        plan = SequentialPlan.of(len(sequences)) if sequential and budget.bound else None
+        predictor.sequential = None if plan is None else (plan, tokens)
         points = _judged_from_smallest(
             priced,
             outputs,
@@ -217,7 +240,7 @@ def search(
         result = SearchResult(
             source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
             time.monotonic() - started,
-            None, engines, skipped,
+            None, engines, skipped, sequential=plan, max_draft_tokens=max_draft_tokens,
         )  # fmt: skip
         if chosen is not None:
             _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
@@ -295,7 +318,8 @@ def _judged_from_smallest(
         label = priced[index][0].label
         best[:] = [min([*best, (prediction.drop, label)])]
         told(
-            f"predicted {index + 1} of at most {len(priced)}: {label} {judged(prediction)}; best so far: {best[0][1]} "
+            f"predicted {index + 1} of at most {len(priced)}: {label} on {prediction.sequences} sequences "
+            f"{judged(prediction)}; best so far: {best[0][1]} "
             f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
         )
         if not within(prediction):

@@ -52,7 +52,7 @@ from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 
 if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
-    from eaglequant.prediction.predict import Prediction
+    from eaglequant.prediction.predict import Prediction, PredictionSettings
 
 PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -171,12 +171,14 @@ def verify_checkpoint(
     inputs: Path | None = None,
     hashed_while_writing: bool = False,
     written: tuple[ConversionReport, Scheme] | None = None,
+    prediction: PredictionSettings | None = None,
 ) -> VerifyReport:
     """``engines``: the engines that must load it (default: those its conversion targeted, or with
     ``every_engine``, or for a checkpoint another tool wrote, every engine that can). ``hashed_while_writing``:
     the report's SHA-256s were just taken from these files as they were written (``convert --verify``), so they
     are not read a second time. ``written``: the report and scheme of the conversion that has just written
-    ``dst`` (``convert --verify``), used as they are instead of read back from its report."""
+    ``dst`` (``convert --verify``), used as they are instead of read back from its report. ``prediction``: how
+    acceptance is predicted on ``inputs`` (the longest k tabulated, the device; default: its defaults)."""
     recorded = read_report(dst) if written is None else written[0]
     if engines is None and not every_engine:
         engines = recorded_engines(recorded)
@@ -210,7 +212,7 @@ def verify_checkpoint(
     if source is None:
         report.notes += _NO_SOURCE_NOTES
     else:
-        from eaglequant.prediction.predict import predict_written
+        from eaglequant.prediction.predict import PredictionSettings, predict_written
 
         with Checkpoint.open(source) as src:
             converted_from = _converted_from(head, src, recorded)
@@ -230,7 +232,8 @@ def verify_checkpoint(
             budget, judged = _acceptance_budget(dst if written is None else None, src.root, report.thresholds)
             if judged is not None and inputs is not None:
                 report.notes.append(judged)
-            report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget)
+            settings = prediction or PredictionSettings()
+            report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget, settings)
         if why:
             report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems

@@ -119,7 +119,9 @@ def test_a_capture_recording_another_draft_or_target_is_refused_by_verify(
     changes: dict[str, str], said: str, captures: dict[str, Path], tmp_path: Path
 ) -> None:
     inputs = _edited(captures["right"], tmp_path / "edited.safetensors", **changes)
-    result = run_cli("verify", captures["converted"], "--source", PAIR / "draft", "--inputs", inputs)
+    result = run_cli(
+        "verify", captures["converted"], "--source", PAIR / "draft", "--inputs", inputs, "--max-draft-tokens", "3"
+    )
     assert result.exit_code == EXIT_BAD_INPUT, result.stderr
     assert said in " ".join(result.stderr.split())
 

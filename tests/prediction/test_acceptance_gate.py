@@ -48,7 +48,7 @@ def test_a_correct_conversion_is_within_its_acceptance_budget(captured: Path, tm
 
     dst = tmp_path / "dst"
     convert(PAIR / "draft", dst, scheme=scheme, format=fmt)
-    report = verify(dst, source=PAIR / "draft", inputs=captured)
+    report = verify(dst, source=PAIR / "draft", inputs=captured, max_draft_tokens=3)
     assert report.acceptance is not None
     assert report.acceptance.source.length().value > 1.8  # the trained draft drafts well on its target's text
     assert not report.acceptance.failed, report.acceptance.verdict
@@ -81,7 +81,7 @@ def test_a_planted_fault_fails_on_predicted_acceptance(captured: Path, tmp_path:
     dst = tmp_path / "dst"
     convert(PAIR / "draft", dst, scheme=spec.scheme, format=spec.format, **spec.options)
     plant(dst, fault)
-    report = verify(dst, source=PAIR / "draft", inputs=captured)
+    report = verify(dst, source=PAIR / "draft", inputs=captured, max_draft_tokens=3)
     assert report.acceptance is not None and report.acceptance.failed, report.acceptance
     assert "acceptance-failed" in codes(report.problems)
     assert "sha256-differs" not in codes(report.problems)  # the digests were updated: the numbers caught it

@@ -175,11 +175,18 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
     # four prompts give a wide interval: the one gate (the drop's 95% bound within 0.05) decides, and says its bound
     assert report.acceptance.failed == (change.low < -0.05)
     assert report.ok or "bound" in str(report.problems[0]), report.problems
+    # every k from one chain; on four prompts of 32 tokens the finite walk may dip in k (24 prompts do not)
+    assert list(report.acceptance.acceptance_by_draft_tokens()) == list(range(1, 9))
     pruned = eaglequant.prune(MLA_DRAFT, tmp_path / "pruned", size=512, counts=captured_mla, inputs=captured_mla)
     assert pruned.prediction is not None  # the same chain on the same sequences as verify's source
     assert pruned.prediction.source.length().value == report.acceptance.source.length().value
     found = search(
-        MLA_DRAFT, tmp_path / "chosen", inputs=captured_mla, max_acceptance_drop="0.5", schemes=("fp8-per-channel",)
+        MLA_DRAFT,
+        tmp_path / "chosen",
+        inputs=captured_mla,
+        max_acceptance_drop="0.5",
+        schemes=("fp8-per-channel",),
+        max_draft_tokens=3,
     )
     assert found.chosen is not None and found.chosen.prediction is not None
 

@@ -59,8 +59,8 @@ def test_the_first_candidate_within_the_budget_from_the_smallest_up_is_written(
     counts, inputs = captured
     dst = tmp_path / "chosen"
     found = search(
-        PAIR / "draft", dst, inputs=inputs, max_acceptance_drop="0.05", counts=counts, vocab_sizes=[1024],
-        schemes=SCHEMES,
+        PAIR / "draft", dst, inputs=inputs, max_draft_tokens=3, max_acceptance_drop="0.05", counts=counts,
+        vocab_sizes=[1024], schemes=SCHEMES,
     )  # fmt: skip
     sizes = [point.bytes_per_round for point in found.points]
     assert sizes == sorted(sizes) and found.chosen is not None
@@ -79,8 +79,8 @@ def test_the_first_candidate_within_the_budget_from_the_smallest_up_is_written(
     cost = eaglequant.explain(dst).engines[0].round_cost
     assert cost is not None and cost.bytes_per_round <= found.chosen.bytes_per_round
     again = search(
-        PAIR / "draft", tmp_path / "again", inputs=inputs, max_acceptance_drop="0.05", counts=counts,
-        vocab_sizes=[1024], schemes=SCHEMES,
+        PAIR / "draft", tmp_path / "again", inputs=inputs, max_draft_tokens=3, max_acceptance_drop="0.05",
+        counts=counts, vocab_sizes=[1024], schemes=SCHEMES,
     )  # fmt: skip
     first, second = (json.loads((d / SEARCH_RECORD).read_text()) for d in (dst, tmp_path / "again"))
     for data in (first, second):
@@ -171,7 +171,7 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     assert data["budget"]["text"].startswith("a drop of at most 5 tokens")
     # Issue 55, item 4: verify judges the pick against the source and budget search recorded (the unpruned
     # source, 5 tokens), not the pruned head and the scheme's own 0.1, and says so
-    verified = run_cli("verify", dst, "--inputs", inputs)
+    verified = run_cli("verify", dst, "--inputs", inputs, "--max-draft-tokens", "3")
     assert verified.exit_code == 0, verified.stderr
     told = " ".join((verified.stdout + verified.stderr).split())
     assert "within the 5 budget" in told and "0.1 budget" not in told and "budget -" not in told
@@ -264,14 +264,14 @@ def test_an_error_after_the_choice_leaves_no_dst_and_nothing_beside_it(
     monkeypatch.setattr(search_module, "_loaded_by", broken)
     with pytest.raises(RuntimeError, match="injected"):
         search(
-            PAIR / "draft", dst, inputs=inputs, max_acceptance_drop="5", counts=counts, vocab_sizes=[256],
-            schemes=["nvfp4"],
+            PAIR / "draft", dst, inputs=inputs, max_draft_tokens=3, max_acceptance_drop="5", counts=counts,
+            vocab_sizes=[256], schemes=["nvfp4"],
         )  # fmt: skip
     assert not out.exists() or list(out.iterdir()) == []
     monkeypatch.undo()
     found = search(
-        PAIR / "draft", dst, inputs=inputs, max_acceptance_drop="5", counts=counts, vocab_sizes=[256],
-        schemes=["nvfp4"],
+        PAIR / "draft", dst, inputs=inputs, max_draft_tokens=3, max_acceptance_drop="5", counts=counts,
+        vocab_sizes=[256], schemes=["nvfp4"],
     )  # fmt: skip
     assert found.chosen is not None and found.chosen.candidate.vocab == 256
     assert sorted(path.name for path in out.iterdir()) == ["dst", "dst-vocab256-bf16"]  # the others removed
@@ -302,7 +302,14 @@ def test_the_pick_written_is_the_request_that_was_priced(
     monkeypatch.setattr(conversion, "build_plan", recording)
     monkeypatch.setattr(api, "convert", refused)
     _, inputs = captured
-    found = search(PAIR / "draft", tmp_path / "chosen", inputs=inputs, max_acceptance_drop="0.05", schemes=SCHEMES)
+    found = search(
+        PAIR / "draft",
+        tmp_path / "chosen",
+        inputs=inputs,
+        max_draft_tokens=3,
+        max_acceptance_drop="0.05",
+        schemes=SCHEMES,
+    )
     assert found.chosen is not None
     request = found.chosen.candidate.request
     assert request is not None and any(seen is request for seen in planned)

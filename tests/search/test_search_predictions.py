@@ -10,7 +10,7 @@ import torch
 
 import eaglequant
 from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.prediction.predict import CapturedSequence, open_draft, predict, predict_as_served
+from eaglequant.prediction.predict import CapturedSequence, open_draft, predict_as_served, predict_table
 from eaglequant.prediction.shared import chain_inputs, shares_inputs
 from eaglequant.record.written import open_written
 from eaglequant.search.predictions import CandidatePredictor, predicted_from_smallest, single_threaded_torch
@@ -42,7 +42,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _direct(source: Checkpoint, dst: Path, sequences: list[CapturedSequence]) -> object:
-    reference = predict(open_draft(source), sequences, 3)
+    reference = predict_table(open_draft(source), sequences, 8)
     with open_written(dst, None, None) as (checkpoint, head, target):
         return predict_as_served(checkpoint, head, target, reference, sequences, 3, None, f"{len(sequences)} sequences")
 

@@ -108,7 +108,7 @@ def _fails_with(
     about ``subject`` (a tensor, or a config.json key's dotted path), the SHA-256 check having nothing to say."""
     reports = []
     for inputs in (None, captured[key[0]]):
-        report = verify(dst, source=FIXTURES / key[0], inputs=inputs)
+        report = verify(dst, source=FIXTURES / key[0], inputs=inputs, max_draft_tokens=3)
         assert report.verdict == "failed", (inputs, report.problems)
         assert (code, subject) in {(found.code, found.subject) for found in report.problems}, report.problems
         assert "sha256-differs" not in codes(report.problems), report.problems
@@ -125,7 +125,7 @@ def _copy_problems(report: VerifyReport) -> list[str]:
 )
 def test_untouched_conversions_pass_with_every_copy_identical(converted, captured, key) -> None:  # type: ignore[no-untyped-def]
     for inputs in (None, captured[key[0]]):
-        report = verify(converted[key], source=FIXTURES / key[0], inputs=inputs)
+        report = verify(converted[key], source=FIXTURES / key[0], inputs=inputs, max_draft_tokens=3)
         assert report.verdict == "passed" and not _copy_problems(report), report.problems
         assert report.copies is not None and report.copies.compared
         assert report.copies.identical == report.copies.compared
