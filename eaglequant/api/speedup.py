@@ -8,9 +8,9 @@ from pathlib import Path
 
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
-from eaglequant.readback.cost import RoundCost
-from eaglequant.speedup.model import SpeedupTable, Timing, calibrate, predict_speedup, stated_timing
-from eaglequant.speedup.target_step import TargetWeights, target_weights
+from eaglequant.speedup.calibration import timing_for
+from eaglequant.speedup.model import SpeedupTable, predict_speedup
+from eaglequant.speedup.target_step import target_weights
 
 
 def speedup(
@@ -39,21 +39,9 @@ def speedup(
     for reading in explain(dst, engines=list(engines)).engines:
         if reading.round_cost is None:
             continue
-        timing = _timing(weights, reading.round_cost, measured)
+        timing = timing_for(weights, reading.round_cost, None if measured is None else Path(measured))
         tables.append(predict_speedup(reading.titled, weights, reading.round_cost, acceptance, timing, acceptance_from))
     return tables
-
-
-def _timing(weights: TargetWeights, draft: RoundCost, measured: str | Path | None) -> Timing:
-    stated = stated_timing(weights)
-    if measured is None:
-        return stated
-    from eaglequant.checkpoint.reader import load_json_object
-    from eaglequant.measurement.speed import measured_speeds
-
-    path = Path(measured)
-    rounds = [m for m in measured_speeds(load_json_object(path, path.name)) if m.label == "source"]
-    return calibrate(weights, draft.as_source(), rounds, stated, f"{path.name}'s source draft")
 
 
 def acceptance_at(text: str, up_to: int = DEFAULT_MAX_DRAFT_TOKENS) -> tuple[dict[int, float], str]:

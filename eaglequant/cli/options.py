@@ -157,6 +157,15 @@ PredictDeviceOpt = Annotated[
     str,
     typer.Option("--device", help="Where the chained prediction runs: cpu, or cuda where torch sees a GPU."),
 ]
+MeasuredOpt = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--measured",
+        help="An `eaglequant accept` record (its --json output or eaglequant_accept.json): the speed-up model's "
+        "overheads are fitted to the source draft's rounds it timed, instead of the stated ones.",
+        show_default=False,
+    ),
+]
 
 
 def positive_number(value: float | None) -> float | None:

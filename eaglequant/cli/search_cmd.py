@@ -12,9 +12,16 @@ from rich.table import Table
 
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
-from eaglequant.cli.options import MAX_VOCABULARY, EngineOpt, MaxDraftTokensOpt, PredictDeviceOpt
+from eaglequant.cli.options import (
+    MAX_VOCABULARY,
+    EngineOpt,
+    MaxDraftTokensOpt,
+    MeasuredOpt,
+    PredictDeviceOpt,
+    TensorParallelOpt,
+)
 from eaglequant.cli.output import info, note, out, result
-from eaglequant.cli.tables import name_column, show
+from eaglequant.cli.tables import name_column, show, speedup_table
 from eaglequant.cli.verify_cmd import acceptance_table
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
@@ -101,8 +108,29 @@ def search_command(
             "one gate. With --rule point every sequence is predicted.",
         ),
     ] = True,
+    objective: Annotated[
+        str,
+        typer.Option(
+            "--objective",
+            help="'bytes': the smallest draft within the budget; 'speedup': every candidate predicted, and the "
+            "candidate and k (num_speculative_tokens) with the highest predicted decode speed-up over the target "
+            "alone, within the budget at that k (docs/speedup.md).",
+        ),
+    ] = "bytes",
+    target: Annotated[
+        Optional[Path],  # noqa: UP045
+        typer.Option(
+            "--target",
+            help="With --objective speedup: the target's checkpoint directory or config.json, whose forwards the "
+            "model prices (default: the target the --inputs capture records, where it is a local directory).",
+            show_default=False,
+        ),
+    ] = None,
+    tensor_parallel_size: TensorParallelOpt = None,
+    measured: MeasuredOpt = None,
 ) -> None:
-    """Write the smallest draft within an acceptance budget: the fewest weight bytes a speculative round reads.
+    """Write the smallest draft within an acceptance budget (the fewest weight bytes a speculative round reads), or
+    with --objective speedup the fastest one and its k.
 
     Tries each built-in scheme in each format the engines load, with lm_head kept or quantized (where the engines
     run it quantized) and, with --counts, the vocabulary pruned; from the smallest up, each is converted and its
@@ -128,12 +156,26 @@ def search_command(
             max_draft_tokens=max_draft_tokens,
             device=device,
             sequential=sequential,
+            objective=objective,
+            target=target or (recorded_target(inputs) if objective == "speedup" else None),
+            tensor_parallel_size=tensor_parallel_size or 1,
+            measured=measured,
         )
         result(found.record().to_json(), lambda: render(found))
         return found.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def recorded_target(inputs: Path) -> Path | None:
+    """The target the capture at ``inputs`` records, where it is a local directory (None: it is not)."""
+    from eaglequant.draft.capture_file import read_provenance
+
+    if not inputs.is_file():
+        return None
+    given = read_provenance(inputs, "inputs").target
+    return Path(given) if given and Path(given).is_dir() else None
 
 
 def _progress_line(text: str) -> None:
@@ -183,6 +225,10 @@ def render(found: SearchResult) -> None:
     )
     out.print(f"  loaded by: {escape(', '.join(found.loaded_by) or 'no engine eaglequant knows')}", soft_wrap=True)
     show(acceptance_table(found.chosen.prediction))
+    if found.pick is not None:
+        show(speedup_table(found.pick.table, "predicted speed-up over the target alone"))
+        for line in found.pick.table.assumptions:
+            note(line)
 
 
 def _titled(engines: tuple[str, ...]) -> str:

@@ -18,6 +18,7 @@ from eaglequant.cli.output import out
 
 if TYPE_CHECKING:
     from eaglequant.readback.cost import Baseline, RoundCost
+    from eaglequant.speedup.model import SpeedupTable
 
 
 def name_column(table: Table, header: str) -> None:
@@ -122,3 +123,21 @@ def show_round_costs(costs: list[RoundCost], baseline: Baseline | None = None) -
     out.print(f"  [dim]source and fewer: against {escape(' / '.join(sorted(against)))}[/]", soft_wrap=True)
     for lever in filter(None, map(lm_head_lever, costs)):
         out.print(f"note: {escape(lever)}", soft_wrap=True)
+
+
+def speedup_table(table: SpeedupTable, title: str) -> Table:
+    """k against the predicted acceptance length, the times a round is made of and the speed-up (best k marked)."""
+    shown = Table(title=f"{title} ({table.draft})", title_justify="left")
+    for header in ("k", "acceptance", "t_verify / t_step", "t_draft / t_step", "speed-up"):
+        shown.add_column(header, justify="right")
+    best = table.best_draft_tokens
+    for point in table.points:
+        mark = " [green]best[/]" if point.draft_tokens == best else ""
+        shown.add_row(
+            str(point.draft_tokens),
+            f"{point.acceptance_length:.3f}",
+            f"{point.verify_s / point.step_s:.2f}",
+            f"{point.draft_s / point.step_s:.2f}",
+            f"{point.speedup:.3f}×{mark}",
+        )
+    return shown

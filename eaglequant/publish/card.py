@@ -19,7 +19,7 @@ from eaglequant.engines import ENGINES, engine_title
 from eaglequant.engines.support import MODULE_QUESTIONS, ModuleRequest, request_refusal
 from eaglequant.formats import FORMATS
 from eaglequant.publish.card_source import CARD_NAME
-from eaglequant.publish.cost_sections import round_cost_section, search_section
+from eaglequant.publish.cost_sections import round_cost_section, search_section, speedup_section
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
 from eaglequant.record.verification import VerificationRecord
 
@@ -52,9 +52,10 @@ def render_card(
         _size_table(report),
         round_cost_section(report, search),
         search_section(search),
+        speedup_section(search),
         _verification(verification),
         _acceptance(acceptance),
-        _serving(report, context),
+        _serving(report, context, served_draft_tokens(search)),
         f"---\n\nWritten by eaglequant {report.eaglequant_version}; `{REPORT_NAME}` holds "
         "every figure above and the SHA-256 of each file.\n",
     ]
@@ -241,7 +242,12 @@ def _acceptance(acceptance: AcceptanceRecord | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _serving(report: ConversionReport, context: CardContext) -> str:
+def served_draft_tokens(search: SearchRecord | None) -> int:
+    """The k the serving lines draft: the one ``search --objective speedup`` chose, else :data:`DRAFT_TOKENS`."""
+    return DRAFT_TOKENS if search is None or search.speedup is None else search.speedup.draft_tokens
+
+
+def _serving(report: ConversionReport, context: CardContext, draft_tokens: int = DRAFT_TOKENS) -> str:
     target = context.target or "<target-model>"
     lines = ["## Serving", ""]
     if not context.target:
@@ -249,7 +255,7 @@ def _serving(report: ConversionReport, context: CardContext) -> str:
     kinds, fmt = report.scheme_kinds, FORMATS[report.format]
     for name, engine in ENGINES.items():
         if name in report.engines:
-            for snippet in engine.serving_snippets(target, context.draft, DRAFT_TOKENS):
+            for snippet in engine.serving_snippets(target, context.draft, draft_tokens):
                 caption = f"{snippet.caption} (release {engine.release})"
                 lines += [f"{caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
             lines += [f"Note: {note}.\n" for note in engine.environment_notes(report.attention, kinds, fmt)]

@@ -94,3 +94,39 @@ def _judged(difference: Interval, tokens: float, rule: str, within: bool | None)
     if rule != "bound":
         return f"{shown}: estimate {'within' if within else 'past'} the {tokens:g} budget"
     return f"{shown}: {bound_text(None if value is None else low, tokens, bool(within))}"
+
+
+def speedup_section(search: SearchRecord | None) -> str:
+    """For a draft ``search --objective speedup`` chose: the predicted speed-up at each k the budget allowed, the k
+    the serving lines draft, the runner-up, and what the model assumed."""
+    if search is None or search.speedup is None:
+        return ""
+    speed = search.speedup
+    runner = (
+        ""
+        if speed.runner_up is None
+        else f" The runner-up was {speed.runner_up} at k = {speed.runner_up_draft_tokens} "
+        f"({speed.runner_up_speedup:.3f}×)."
+    )
+    lines = [
+        "## Predicted speed-up",
+        "",
+        f"`eaglequant search --objective speedup` chose this draft and **k = {speed.draft_tokens}** (the serving lines "
+        f"below draft as many): a predicted decode speed-up of **{speed.speedup:.3f}×** over `{speed.target}` alone "
+        f"on {speed.tensor_parallel_size} rank(s), this draft's rounds priced in {speed.engine}. The BF16 source "
+        f"draft: {speed.source_speedup:.3f}× at k = {speed.source_draft_tokens}.{runner}",
+        "",
+        "| k | predicted acceptance length | predicted speed-up |",
+        "|---:|---:|---:|",
+        *(
+            f"| {at.draft_tokens} | {at.acceptance_length:.3f} | {at.speedup:.3f}×"
+            + (" (chosen)" if at.draft_tokens == speed.draft_tokens else "")
+            + " |"
+            for at in speed.by_draft_tokens
+        ),
+        "",
+        "A k missing from the table lost more acceptance than the budget allows. The model assumed:",
+        "",
+        *(f"- {line}" for line in speed.assumptions),
+    ]
+    return "\n".join(lines) + "\n"

@@ -52,6 +52,34 @@ class SearchRow(JsonRecord):
 
 
 @dataclass(frozen=True)
+class SpeedupAt(JsonRecord):
+    """One k of a draft's predicted speed-up: the acceptance length it was predicted from, and the speed-up."""
+
+    draft_tokens: int
+    acceptance_length: float
+    speedup: float
+
+
+@dataclass(frozen=True)
+class SearchSpeedup(JsonRecord):
+    """What ``search --objective speedup`` chose by: the k and predicted speed-up of its pick, at each k the budget
+    allows, the runner-up, the source draft at its best k, and what the model assumed (target, terms)."""
+
+    engine: str  # whose round the draft's bytes are priced in
+    target: str
+    tensor_parallel_size: int
+    draft_tokens: int
+    speedup: float
+    by_draft_tokens: tuple[SpeedupAt, ...]
+    runner_up: str | None
+    runner_up_draft_tokens: int | None
+    runner_up_speedup: float | None
+    source_draft_tokens: int
+    source_speedup: float
+    assumptions: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SearchBudget(JsonRecord):
     """The budget as given (``value``: tokens, or a share of the source's accepted tokens where ``relative``), the
     rule that judges it (``bound``: the drop's 95% bound; ``point``: its estimate), in tokens and in words."""
@@ -95,6 +123,8 @@ class SearchRecord(JsonRecord):
     frontier: tuple[SearchRow, ...]
     sequential: SearchSequential | None = None  # None: every candidate predicted on every sequence
     max_draft_tokens: int | None = None  # each prediction's table runs k = 1 to this (None: written before tables)
+    objective: str = "bytes"  # "bytes": the smallest within the budget; "speedup": the fastest, with its k
+    speedup: SearchSpeedup | None = None  # with the speedup objective: the pick's k and speed-up
 
 
 def read_search(dst: Path) -> SearchRecord | None:

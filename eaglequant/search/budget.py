@@ -44,9 +44,13 @@ class Budget:
     def within(self, prediction: Any, tokens: float) -> bool:
         """``prediction`` within this budget of ``tokens``: the one gate (the drop's 95% upper bound,
         :func:`~eaglequant.measurement.statistics.within_budget`), or with ``--rule point`` its estimate."""
+        return self.change_within(prediction.difference, tokens)
+
+    def change_within(self, difference: Any, tokens: float) -> bool:
+        """A change in acceptance length (an Interval, DST minus source) within this budget of ``tokens``."""
         from eaglequant.measurement.statistics import within_budget
 
-        return within_budget(prediction.difference, tokens) if self.bound else prediction.drop <= tokens
+        return within_budget(difference, tokens) if self.bound else -difference.value <= tokens
 
     def judged_text(self, prediction: Any, tokens: float) -> str:
         """The change that was judged and what decided it: ``-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061

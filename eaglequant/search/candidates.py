@@ -25,6 +25,7 @@ from eaglequant.engines.support import ModuleSchemesNeedLayerCount, module_kinds
 from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.readback.cost import RoundCost
 from eaglequant.schemes.model import Scheme
 
 
@@ -40,6 +41,7 @@ class Candidate:
     lm_head_scheme: str | None = None  # lm_head's own scheme (a per-module config); None: the decoder's
     options: ConversionOptions | None = field(default=None, compare=False, repr=False)
     request: ConversionRequest | None = field(default=None, compare=False, repr=False)
+    round_cost: RoundCost | None = field(default=None, compare=False, repr=False)  # the largest over the engines
 
     @property
     def label(self) -> str:
@@ -92,11 +94,11 @@ def priced_candidates(
             candidate = option.requested(described[size], tuple(engines), target_layers)
             assert candidate.request is not None
             skip = _skip_reason(described[size], candidate.lm_head, candidate.request)
-            nbytes = skip or _round_bytes(described[size], candidate.request)
-            if isinstance(nbytes, Finding):
-                skipped[nbytes] += 1
+            cost = skip or _round_cost(described[size], candidate.request)
+            if isinstance(cost, Finding):
+                skipped[cost] += 1
             else:
-                priced.append((candidate, nbytes))
+                priced.append((replace(candidate, round_cost=cost), cost.bytes_per_round))
     return sorted(priced, key=lambda pair: (pair[1], pair[0].label)), dict(skipped)
 
 
@@ -134,8 +136,8 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
     return None
 
 
-def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | Finding:
-    """The bytes a round of the candidate ``request`` asks for reads, the largest over the engines; or, where its
+def _round_cost(head: HeadDescription, request: ConversionRequest) -> RoundCost | Finding:
+    """What a round of the candidate ``request`` asks for reads in the engine that reads the most; or, where its
     rules can only be written with the target's layer count or the format stores none of the head's linears in its
     scheme, why not."""
     try:
@@ -144,4 +146,4 @@ def _round_bytes(head: HeadDescription, request: ConversionRequest) -> int | Fin
         return NEEDS_LAYER_COUNT
     except NothingQuantizedError:
         return Finding("nothing-quantized", "", "the format stores none of the head's linears in that scheme")
-    return max(cost.bytes_per_round for cost in plan.round_costs())
+    return max(plan.round_costs(), key=lambda cost: cost.bytes_per_round)

@@ -61,6 +61,7 @@ class CandidatePredictor:
 
         self.sequences, self.max_draft_tokens, self.device = sequences, max_draft_tokens, device
         self.sequential = sequential
+        self.stop_within = True  # a look that settles a pass stops the candidate (the speedup objective goes on)
         self.draft = open_draft(checkpoint, device)
         self.shared = chain_inputs(self.draft, sequences, max_draft_tokens)
         self.table = predict_table(self.draft, sequences, max_draft_tokens, self.shared)
@@ -108,7 +109,8 @@ class CandidatePredictor:
             if self.sequential is not None:
                 plan, budget = self.sequential
                 prediction = self._prediction(counts)
-                if plan.settled(prediction.difference, len(counts), budget) is not None:
+                settled = plan.settled(prediction.difference, len(counts), budget)
+                if settled is False or (settled and self.stop_within):
                     return prediction
         return self._prediction(counts)
 

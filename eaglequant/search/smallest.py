@@ -29,11 +29,12 @@ from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.engines import expanded_engines, get_engine
 from eaglequant.layouts.detect import describe_head
 from eaglequant.layouts.head import HeadDescription
-from eaglequant.readback.cost import source_bytes_per_round
+from eaglequant.readback.cost import round_cost, source_bytes_per_round
 from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, SearchRow
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 from eaglequant.search.budget import Budget
 from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
+from eaglequant.search.fastest import FastestPick, SpeedModel, check_objective, fastest
 from eaglequant.search.sequential import SequentialPlan
 
 
@@ -84,6 +85,9 @@ class SearchResult:
     loaded_by: tuple[str, ...] = ()  # the engines whose readers load the written draft (explain --engine all)
     sequential: SequentialPlan | None = None  # None: every candidate predicted on every sequence
     max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS
+    objective: str = "bytes"
+    pick: FastestPick | None = None  # with the speedup objective: the chosen candidate's k and speed-up
+    speed: SpeedModel | None = None
 
     @property
     def ok(self) -> bool:
@@ -119,6 +123,10 @@ class SearchResult:
     def stopped(self) -> str:
         """Why the search stopped where it did, in words."""
         tried = sum(point.prediction is not None for point in self.points)
+        if self.objective == "speedup":
+            if self.pick is None:
+                return f"no candidate is within the budget at any k: all {tried} predicted"
+            return f"{self.pick.text()}; all {tried} predicted"
         if self.chosen is None:
             return f"no candidate is within the budget: all {tried} predicted"
         return (
@@ -152,6 +160,8 @@ class SearchResult:
             tuple(point.row() for point in self.points),
             None if self.sequential is None else self.sequential.record(),
             self.max_draft_tokens,
+            self.objective,
+            None if self.pick is None or self.speed is None else self.pick.record(self.speed),
         )
 
     @property
@@ -177,6 +187,10 @@ def search(
     max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS,
     device: str = "cpu",
     sequential: bool = True,
+    objective: str = "bytes",
+    target: str | Path | None = None,
+    tensor_parallel_size: int = 1,
+    measured: str | Path | None = None,
 ) -> SearchResult:
     """Write into ``dst`` the smallest draft (weight bytes a round reads) whose predicted greedy acceptance on the
     captured ``inputs`` loses at most ``max_acceptance_drop`` against ``src``'s: tokens (``0.05``) or a share of
@@ -188,13 +202,17 @@ def search(
     (``DST-vocabN-bf16``), the source of the conversion in ``dst``. ``progress``: told, in words, how far it is.
     Each prediction tabulates every k from 1 to ``max_draft_tokens`` (judged at k = 3) on ``device``;
     ``sequential`` (with the bound rule) stops a candidate at the first planned look that settles its verdict
-    (:mod:`eaglequant.search.sequential`)."""
+    (:mod:`eaglequant.search.sequential`). ``objective``: "bytes" (the smallest within the budget) or "speedup"
+    (every candidate predicted, and the candidate and k of the highest predicted speed-up over ``target``, a
+    checkpoint directory or its config.json, on ``tensor_parallel_size`` ranks, within the budget at that k:
+    :mod:`eaglequant.search.fastest`; ``measured``, an ``accept`` record, calibrates the model)."""
     from eaglequant.prediction.predict import PredictionSettings, load_captured
     from eaglequant.search.outputs import SearchOutputs
     from eaglequant.search.predictions import CandidatePredictor, single_threaded_torch
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
+    check_objective(objective, target)
     PredictionSettings(max_draft_tokens, device)  # checked before any work
     engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
     source, destination = Path(src), Path(dst)
@@ -227,6 +245,14 @@ def search(
         tokens = budget.tokens(source_length)
         plan = SequentialPlan.of(len(sequences)) if sequential and budget.bound else None
         predictor.sequential = None if plan is None else (plan, tokens)
+        speed = None
+        if objective == "speedup":
+            assert target is not None
+            engine = get_engine(engines[0])
+            speed = SpeedModel.of(
+                target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {})
+            )
+            predictor.stop_within = False  # the pick's k needs its table on every sequence
         points = _judged_from_smallest(
             priced,
             outputs,
@@ -235,12 +261,18 @@ def search(
             told,
             started,
             lambda prediction: budget.judged_text(prediction, tokens),
+            stop_at_within=speed is None,
         )
-        chosen = next((point for point in points if point.within), None)
+        pick = None if speed is None else fastest(points, budget, tokens, speed, predictor.table.lengths())
+        if speed is None:
+            chosen = next((point for point in points if point.within), None)
+        else:
+            chosen = None if pick is None else points[pick.index]
         result = SearchResult(
             source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
             time.monotonic() - started,
             None, engines, skipped, sequential=plan, max_draft_tokens=max_draft_tokens,
+            objective=objective, pick=pick, speed=speed,
         )  # fmt: skip
         if chosen is not None:
             _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
@@ -303,10 +335,11 @@ def _judged_from_smallest(
     told: Callable[[str], None],
     started: float,
     judged: Callable[[Any], str] = lambda prediction: prediction.difference.text(signed=True),
+    stop_at_within: bool = True,
 ) -> list[SearchPoint]:
-    """Every candidate, the smallest predicted first until one is within the budget; the rest priced only. Each is
-    converted into a stage of DST (``outputs``: :class:`~eaglequant.search.outputs.SearchOutputs`), removed
-    once it misses the budget."""
+    """Every candidate, the smallest predicted first until one is within the budget (all of them without
+    ``stop_at_within``); the rest priced only. Each is converted into a stage of DST (``outputs``:
+    :class:`~eaglequant.search.outputs.SearchOutputs`), removed once it misses the budget."""
     from eaglequant.search.predictions import predicted_from_smallest, prediction_workers
 
     best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
@@ -325,9 +358,10 @@ def _judged_from_smallest(
         if not within(prediction):
             outputs.discard(index)
 
-    predictions = predicted_from_smallest(
-        len(priced), converted, predictor.predicted, within, done, prediction_workers()
-    )
+    def stop(prediction: Any) -> bool:
+        return stop_at_within and within(prediction)
+
+    predictions = predicted_from_smallest(len(priced), converted, predictor.predicted, stop, done, prediction_workers())
     points = [
         SearchPoint(candidate, nbytes, prediction, within(prediction))
         for (candidate, nbytes), prediction in zip(priced, predictions, strict=False)

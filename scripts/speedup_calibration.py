@@ -1,0 +1,126 @@
+"""Does the speed-up model, calibrated on one k, predict the others? On the bundled trained pair, with vLLM's own
+speculative decoding (its CPU build here: the figures are that build's, not a GPU's).
+
+    .venv/bin/python scripts/speedup_calibration.py [--out out/speedup] [--calibrate-on 3] [--k 1,2,3,4]
+                                                    [--engine-python .venv-vllm/bin/python]
+
+One run: the 12 held-out prompts' target choices are captured (``eaglequant capture``), the source draft and its FP8
+conversion are predicted for every k from one chain (``verify --inputs``), and ``eaglequant accept`` measures both
+at every k of ``--k`` with the target alone once. The model's overheads are fitted to the source draft's round at
+``--calibrate-on`` alone; then it predicts every draft at every k from the *predicted* acceptance, and each is set
+beside the speed-up the engine measured. Prints a Markdown table (docs/speedup.md shows one) and writes the JSON
+of the run under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAIR = ROOT / "fixtures" / "trained-pair"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "out" / "speedup")
+    parser.add_argument("--k", default="1,2,3,4", help="the k accept measures, comma-separated")
+    parser.add_argument("--calibrate-on", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--engine-python", type=Path, default=None)
+    args = parser.parse_args(argv)
+    ks = [int(k) for k in args.k.split(",")]
+    if args.calibrate_on not in ks:
+        parser.error("--calibrate-on must be one of --k")
+
+    from eaglequant import convert
+    from eaglequant.api.acceptance import accept
+    from eaglequant.capturing.transformers_capture import capture
+
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+
+    def said(what: str) -> None:
+        print(f"[{time.monotonic() - started:.0f} s] {what}", file=sys.stderr)
+
+    prompts = (PAIR / "prompts.jsonl").read_text(encoding="utf-8").splitlines()
+    held_out = out / "heldout-prompts.jsonl"
+    held_out.write_text("\n".join(prompts[len(prompts) // 2 :]) + "\n", encoding="utf-8")
+    inputs = out / "captured.safetensors"
+    if not inputs.is_file():
+        capture(PAIR / "target", PAIR / "draft", inputs, prompts=held_out, max_tokens=args.max_tokens)
+    dst = out / "fp8"
+    convert(PAIR / "draft", dst, scheme="fp8-per-channel", format="quark", target_config=PAIR / "target", overwrite=True)
+    said("captured and converted")
+    predicted = predicted_tables(dst, inputs, max(ks))
+    said("predicted")
+    report = accept(
+        [dst], target=PAIR / "target", source=PAIR / "draft", prompts=held_out, max_tokens=args.max_tokens,
+        draft_tokens=ks, engine_python=args.engine_python, record=False, temperatures=(),
+        progress=lambda what: said(f"serving {what}"),
+    ).to_json()  # fmt: skip
+    (out / "accept.json").write_text(json.dumps(report, indent=2))
+    (out / "predicted.json").write_text(json.dumps(predicted, indent=2))
+    said("measured")
+    print(table(dst, report, predicted, ks, args.calibrate_on, out / "accept.json"))
+    return 0
+
+
+def predicted_tables(dst: Path, inputs: Path, up_to: int) -> dict[str, dict[int, float]]:
+    """The predicted greedy acceptance length of the source draft and of ``dst`` as vLLM runs it, at k = 1..``up_to``."""
+    from eaglequant.api import verify
+
+    prediction = verify(dst, source=PAIR / "draft", inputs=inputs, max_draft_tokens=up_to).prediction
+    if prediction is None:
+        raise SystemExit(f"{dst}: acceptance was not predicted")
+    return {"source": prediction.source_by_draft_tokens(), "fp8": prediction.acceptance_by_draft_tokens()}
+
+
+def table(dst: Path, report: dict, predicted: dict, ks: list[int], calibrate_on: int, record: Path) -> str:
+    from eaglequant import explain
+    from eaglequant.measurement.speed import measured_speeds
+    from eaglequant.speedup.model import calibrate, predict_speedup, stated_timing
+    from eaglequant.speedup.target_step import target_weights
+
+    target = target_weights(PAIR / "target")
+    (cost,) = [r.round_cost for r in explain(dst, engines=["vllm"]).engines if r.round_cost is not None]
+    drafts = {"source": cost.as_source(), "fp8": cost}
+    speeds = measured_speeds(report)
+    labels = {"source": "source", str(dst): "fp8"}
+    measured = {(labels.get(m.label, m.label), m.draft_tokens): m for m in speeds}
+    fitted_on = [measured[("source", calibrate_on)]]
+    timing = calibrate(target, drafts["source"], fitted_on, stated_timing(target), f"the source draft at k = {calibrate_on}")
+    lines = [
+        "| draft | k | acceptance predicted | measured | speed-up predicted | measured [95%] | error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    worst = 0.0
+    for name, cost_of in drafts.items():
+        lengths = {int(k): v for k, v in predicted[name].items() if int(k) in ks}
+        model = predict_speedup(name, target, cost_of, lengths, timing)
+        for point in model.points:
+            m = measured[(name, point.draft_tokens)]
+            error = point.speedup / m.speedup.value - 1
+            if (name, point.draft_tokens) != ("source", calibrate_on):
+                worst = max(worst, abs(error))
+            mark = " (calibrated here)" if (name, point.draft_tokens) == ("source", calibrate_on) else ""
+            lines.append(
+                f"| {name} | {point.draft_tokens}{mark} | {point.acceptance_length:.3f} | {m.acceptance_length:.3f} "
+                f"| {point.speedup:.3f}× | {m.speedup.text()} | {error:+.1%} |"
+            )
+    alone = measured[("source", calibrate_on)].alone_seconds_per_token
+    lines.append("")
+    lines.append(
+        f"vLLM's CPU build; target alone {1 / alone:.0f} tokens/s; fitted: {timing.target_overhead_s * 1e3:.3f} ms a "
+        f"target forward, {timing.draft_overhead_s * 1e3:.3f} ms a draft step; the largest error away from the "
+        f"calibration point: {worst:.1%} (record: {record})"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
