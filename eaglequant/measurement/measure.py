@@ -362,7 +362,7 @@ def measure(
     if not drafts:
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
-    alone = runner_at(settings)(0, None, "no draft")
+    alone = runner_at(settings.at(settings.draft_tokens))(0, None, "no draft")
     several = len(settings.each_draft_tokens) > 1
     runs_by_k = [
         (k, _runs_at(settings.at(k), source, drafts, runner_at, progress, measure_same_bytes_once, run_skipped,

@@ -150,9 +150,10 @@ def each_draft_tokens(draft_tokens: DraftTokens) -> tuple[int, ...]:
     """Every k to measure, the primary first, from one k, a sequence of them, or the command line's ``1,2,3``: one
     clear line, naming the value as given, for one that is not a whole number from 1 to the bound, or repeated."""
     given_value = draft_tokens
-    pieces = draft_tokens.split(",") if isinstance(draft_tokens, str) else draft_tokens
-    if isinstance(pieces, int):
-        pieces = [pieces]
+    if isinstance(draft_tokens, str):
+        pieces: Sequence[object] = draft_tokens.split(",")
+    else:
+        pieces = list(draft_tokens) if isinstance(draft_tokens, Sequence) else [draft_tokens]
     ks: list[int] = []
     for piece in pieces:
         k = _whole(piece)
