@@ -25,7 +25,7 @@ def accept(
     source: str | Path | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    draft_tokens: int | Sequence[int] = DEFAULT_DRAFT_TOKENS,
+    draft_tokens: int | str | Sequence[int] = DEFAULT_DRAFT_TOKENS,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     served_as: str = DEQUANTIZED,
@@ -48,12 +48,13 @@ def accept(
 
     ``source``: the BF16 draft (default: the one recorded in the first DST's report). ``prompts``: a .jsonl
     file of {"prompt": ...} or a text file with one prompt a line (default: the held-out prompts bundled with
-    the trained pair). ``draft_tokens``: k, or several (``[1, 2, 3, 4]``): the target alone runs once, each draft
-    once per k, and the budget is judged at the first (each draft's decode speed-up over the target alone is
-    reported at every k). ``served_as``: "dequantized" serves each quantized draft as its weights dequantized to
-    ``dtype`` (the weight-only effect; what runs where the engine has no kernel for the format, as vLLM on CPU),
-    "stored" serves DST as written. ``tensor_parallel_size`` and ``engine_args`` (``{"max_model_len": 4096}``,
-    or ``["max_model_len=4096"]``) are passed to the engine as it is started. Where it runs:
+    the trained pair). ``draft_tokens``: k, or several (``[1, 2, 3, 4]``, or ``"1,2,3,4"`` as the command line
+    takes them): the target alone runs once, each draft once per k, and the budget is judged at the first (each
+    draft's decode speed-up over the target alone is reported at every k). ``served_as``: "dequantized" serves
+    each quantized draft as its weights dequantized to ``dtype`` (the weight-only effect; what runs where the
+    engine has no kernel for the format, as vLLM on CPU), "stored" serves DST as written.
+    ``tensor_parallel_size`` and ``engine_args`` (``{"max_model_len": 4096}``, or ``["max_model_len=4096"]``) are
+    passed to the engine as it is started. Where it runs:
 
     - by default, offline: one process of the engine's interpreter per run (``LLM(...)``);
     - ``launch``: the engine's OpenAI-compatible server, started per run (at ``port``, checked free first; default
@@ -103,7 +104,7 @@ def accept_server(
     window_s: float | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    draft_tokens: int | Sequence[int] = DEFAULT_DRAFT_TOKENS,
+    draft_tokens: int | str | Sequence[int] = DEFAULT_DRAFT_TOKENS,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     seed: int = 0,

@@ -160,9 +160,6 @@ def accept_command(
     def body() -> bool:
         from eaglequant.api.acceptance import accept, accept_server
         from eaglequant.cli.progress_display import steps_display
-        from eaglequant.measurement.runners import each_draft_tokens
-
-        ks = each_draft_tokens(draft_tokens)
 
         if not dst and len(server or []) == 1:
             alone = accept_server(
@@ -170,7 +167,7 @@ def accept_command(
                 window_s=window,
                 prompts=prompts,
                 max_prompts=max_prompts,
-                draft_tokens=ks,
+                draft_tokens=draft_tokens,
                 max_tokens=max_tokens,
                 temperatures=temperature or [],
                 seed=seed,
@@ -184,7 +181,7 @@ def accept_command(
             source=source,
             prompts=prompts,
             max_prompts=max_prompts,
-            draft_tokens=ks,
+            draft_tokens=draft_tokens,
             max_tokens=max_tokens,
             temperatures=temperature or [],
             served_as=served_as,
@@ -209,8 +206,10 @@ def accept_command(
 
 
 def render_server(report: ServerAcceptance) -> None:
-    """One server's acceptance: over the prompts, a row per mode with intervals; over a window, its counts."""
+    """One server's acceptance: over the prompts, a row per mode with intervals and its decode rate; over a
+    window, its counts."""
     from eaglequant.engines import engine_title
+    from eaglequant.measurement.statistics import decode_rate
 
     title = f"[bold]{engine_title('vllm', report.version)}[/] at {escape(report.server)} ({escape(report.model)})"
     window, settings = report.window, report.settings
@@ -229,11 +228,14 @@ def render_server(report: ServerAcceptance) -> None:
             markup=True,
         )
         table = Table(title="acceptance length (95% interval over prompts)", title_justify="left")
-        for column in ("mode", "acceptance length", "per position", "drafts"):
+        clock = f"decode tok/s ({report.clock} clock)" if report.clock else "decode tok/s"
+        for column in ("mode", "acceptance length", "per position", "drafts", clock):
             table.add_column(column, justify="left" if column == "mode" else "right", overflow="fold")
         for name, acceptance in report.modes.items():
             per_position = " / ".join(p.value_text() for p in acceptance.per_position())
-            table.add_row(name, acceptance.length().text(), per_position, str(acceptance.drafts))
+            rate = decode_rate(acceptance.prompts)
+            speed = "n/a" if rate is None else f"{rate:.1f}"
+            table.add_row(name, acceptance.length().text(), per_position, str(acceptance.drafts), speed)
         show(table)
     for text in report.notes:
         note(text)

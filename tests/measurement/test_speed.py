@@ -133,6 +133,20 @@ def test_running_servers_draft_one_k(serve: Callable[[StandIn], str]) -> None:
                draft_tokens=[3, 2], record=False)  # fmt: skip
     with pytest.raises(InputError, match="drafts the one k it was started with"):
         accept_server(source, draft_tokens=(3, 4))
+    draft = str(PAIR / "draft")
+    done = run_cli(
+        "accept", draft, "--source", draft, "--server", source, "--server", dst, "--reference-server", reference,
+        "--draft-tokens", "3,2", "--no-record",
+    )  # fmt: skip
+    assert done.exit_code == 2 and "--draft-tokens '3,2': each running server drafts the one k" in done.stderr
+
+
+def test_progress_counts_each_run_at_each_k() -> None:
+    from eaglequant.measurement.runners import Offline, Servers
+
+    chosen = Settings(PAIR / "target", ("a", "b"), "test", 3, more_draft_tokens=(1, 2))
+    assert Offline().steps(chosen, 2) == 1 + 3 * 3  # the target alone once; the source and 2 DSTs at 3 k
+    assert Servers(("u", "v"), "r").steps(chosen, 1) == 2 * (1 + 2 * 3)  # a step a prompt
 
 
 # ---- several k through measure(), with a runner that makes each run's figures from its k -----------------------
@@ -338,6 +352,8 @@ def test_one_server_gives_its_decode_rate_and_clock(serve: Callable[[StandIn], s
     assert record["clock"] == "engine"
     expected = 2 * 6 / sum(StandIn.decode_seconds(p, 7) for p in prompts)
     assert record["modes"]["greedy"]["decode_tokens_per_second"] == pytest.approx(expected, rel=1e-4)
+    shown = run_cli("accept", "--server", url, "--max-prompts", "2", "--max-tokens", "7")
+    assert f"{expected:.1f}" in shown.stdout and "engine clock" in " ".join(shown.stdout.split()), shown.stdout
 
 
 def test_the_command_line_shows_each_drafts_speedup(serve: Callable[[StandIn], str]) -> None:
