@@ -25,7 +25,7 @@ def accept(
     source: str | Path | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+    draft_tokens: int | str | Sequence[int] = DEFAULT_DRAFT_TOKENS,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     served_as: str = DEQUANTIZED,
@@ -48,10 +48,13 @@ def accept(
 
     ``source``: the BF16 draft (default: the one recorded in the first DST's report). ``prompts``: a .jsonl
     file of {"prompt": ...} or a text file with one prompt a line (default: the held-out prompts bundled with
-    the trained pair). ``served_as``: "dequantized" serves each quantized draft as its weights dequantized to
-    ``dtype`` (the weight-only effect; what runs where the engine has no kernel for the format, as vLLM on CPU),
-    "stored" serves DST as written. ``tensor_parallel_size`` and ``engine_args`` (``{"max_model_len": 4096}``,
-    or ``["max_model_len=4096"]``) are passed to the engine as it is started. Where it runs:
+    the trained pair). ``draft_tokens``: k, or several (``[1, 2, 3, 4]``, or ``"1,2,3,4"`` as the command line
+    takes them): the target alone runs once, each draft once per k, and the budget is judged at the first (each
+    draft's decode speed-up over the target alone is reported at every k). ``served_as``: "dequantized" serves
+    each quantized draft as its weights dequantized to ``dtype`` (the weight-only effect; what runs where the
+    engine has no kernel for the format, as vLLM on CPU), "stored" serves DST as written.
+    ``tensor_parallel_size`` and ``engine_args`` (``{"max_model_len": 4096}``, or ``["max_model_len=4096"]``) are
+    passed to the engine as it is started. Where it runs:
 
     - by default, offline: one process of the engine's interpreter per run (``LLM(...)``);
     - ``launch``: the engine's OpenAI-compatible server, started per run (at ``port``, checked free first; default
@@ -101,7 +104,7 @@ def accept_server(
     window_s: float | None = None,
     prompts: str | Path | None = None,
     max_prompts: int | None = None,
-    draft_tokens: int = DEFAULT_DRAFT_TOKENS,
+    draft_tokens: int | str | Sequence[int] = DEFAULT_DRAFT_TOKENS,
     max_tokens: int = 96,
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     seed: int = 0,
@@ -111,7 +114,8 @@ def accept_server(
     counters on ``/metrics``: by default over the prompts, sent one at a time (the server must be eaglequant's
     alone meanwhile), with 95% intervals over prompts per mode; with ``window_s``, over that many seconds of the
     server's live traffic, eaglequant sending nothing (no interval: there are no prompts to cluster by). No
-    reference (nothing checked lossless) and no DST (nothing recorded)."""
+    reference (nothing checked lossless) and no DST (nothing recorded). ``draft_tokens``: the one k the server
+    drafts (checked against its counters)."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.runners import OneServer
 

@@ -16,7 +16,6 @@ from eaglequant.cli.options import (
     MAX_SEED,
     MAX_TEMPERATURE,
     MAX_WINDOW_S,
-    DraftTokensOpt,
     EngineArgOpt,
     EnginePythonOpt,
     MaxPromptsOpt,
@@ -61,7 +60,15 @@ def accept_command(
     ] = None,
     prompts: PromptsOpt = None,
     max_prompts: MaxPromptsOpt = None,
-    draft_tokens: DraftTokensOpt = DEFAULT_DRAFT_TOKENS,
+    draft_tokens: Annotated[
+        str,
+        typer.Option(
+            "--draft-tokens",
+            help="k, the tokens drafted per speculative round (vLLM's num_speculative_tokens); several separated by "
+            "commas (1,2,3,4): each draft is measured at each, the target alone once, the budget judged at the first.",
+            metavar="K[,K...]",
+        ),
+    ] = str(DEFAULT_DRAFT_TOKENS),
     max_tokens: Annotated[
         int, typer.Option("--max-tokens", min=1, max=MAX_GENERATED_TOKENS, help="Tokens generated per prompt.")
     ] = 96,
@@ -141,9 +148,10 @@ def accept_command(
     """Measure acceptance length with vLLM's own EAGLE-3 speculative decoding: the source draft and each DST.
 
     Runs the target alone (the greedy reference), then with the source draft and with each DST, greedy and
-    sampled: offline by default, on vLLM servers it starts (--launch), or on running ones (--server). Reports
-    acceptance length and per-position rates with 95% intervals over prompts, the difference from the source,
-    and whether greedy output equals the target's alone. Exits 3 when a draft's greedy output
+    sampled, at each --draft-tokens k: offline by default, on vLLM servers it starts (--launch), or on running
+    ones (--server). Reports acceptance length and per-position rates with 95% intervals over prompts, the
+    difference from the source, whether greedy output equals the target's alone, and decode tokens per second
+    with the speed-up over the target alone. Exits 3 when a draft's greedy output
     differs from the target's or a DST loses more than its scheme's acceptance budget. With one --server and no
     DST: that server's acceptance length on the prompts, or over --window SECONDS of its live traffic.
     Per-prompt progress (offline: per run) and an ETA go to stderr; -q turns them off.
@@ -198,8 +206,10 @@ def accept_command(
 
 
 def render_server(report: ServerAcceptance) -> None:
-    """One server's acceptance: over the prompts, a row per mode with intervals; over a window, its counts."""
+    """One server's acceptance: over the prompts, a row per mode with intervals and its decode rate; over a
+    window, its counts."""
     from eaglequant.engines import engine_title
+    from eaglequant.measurement.statistics import decode_rate
 
     title = f"[bold]{engine_title('vllm', report.version)}[/] at {escape(report.server)} ({escape(report.model)})"
     window, settings = report.window, report.settings
@@ -218,24 +228,26 @@ def render_server(report: ServerAcceptance) -> None:
             markup=True,
         )
         table = Table(title="acceptance length (95% interval over prompts)", title_justify="left")
-        for column in ("mode", "acceptance length", "per position", "drafts"):
+        clock = f"decode tok/s ({report.clock} clock)" if report.clock else "decode tok/s"
+        for column in ("mode", "acceptance length", "per position", "drafts", clock):
             table.add_column(column, justify="left" if column == "mode" else "right", overflow="fold")
         for name, acceptance in report.modes.items():
             per_position = " / ".join(p.value_text() for p in acceptance.per_position())
-            table.add_row(name, acceptance.length().text(), per_position, str(acceptance.drafts))
+            rate = decode_rate(acceptance.prompts)
+            speed = "n/a" if rate is None else f"{rate:.1f}"
+            table.add_row(name, acceptance.length().text(), per_position, str(acceptance.drafts), speed)
         show(table)
     for text in report.notes:
         note(text)
 
 
 def render(report: AcceptanceReport) -> None:
-    from eaglequant.engines import engine_title
     from eaglequant.measurement.measure import GREEDY
     from eaglequant.measurement.statistics import change_text, gate_text
 
     settings = report.settings
     out.print(
-        f"[bold]{engine_title(report.engine, report.version)}[/], k = {settings.draft_tokens}: "
+        f"[bold]{escape(report.engine_build)}[/], k = {settings.draft_tokens}: "
         f"{len(settings.prompts)} prompts ({escape(settings.prompts_from)}) × {settings.max_tokens} tokens",
         markup=True,
     )
@@ -245,6 +257,7 @@ def render(report: AcceptanceReport) -> None:
     for draft in (report.source, *report.quantized):
         _add_draft_rows(table, draft, settings.modes)
     show(table)
+    _show_speeds(report)
     for draft in report.quantized:
         diff = draft.reported_difference(GREEDY.name)
         if draft.budget is not None and diff is not None and diff.reported_value is not None:
@@ -259,6 +272,38 @@ def render(report: AcceptanceReport) -> None:
         out.print("[green]ok[/]: every draft lossless, every quantized draft within its budget", markup=True)
     for problem in report.problems:
         out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
+
+
+CLOCKS = {"engine": "the engine's own clock", "wall": "the client's wall time around each request"}
+
+
+def _show_speeds(report: AcceptanceReport) -> None:
+    """Per draft and k, greedy: acceptance length, decode tokens per second and the speed-up over the target
+    alone with its interval; the target alone's own rate and its clock in the title."""
+    from eaglequant.measurement.measure import GREEDY
+
+    alone = report.alone
+    rate = None if alone is None else alone.decode_tokens_per_second()
+    if alone is None or rate is None:
+        return
+    clock = CLOCKS.get(alone.clock or "", "an unknown clock")
+    title = f"decode speed, greedy ({report.engine_build}; the target alone {rate:.1f} tok/s, by {clock})"
+    table = Table(title=escape(title), title_justify="left")
+    for column in ("draft", "k", "acceptance length", "tok/s", "speed-up (95% interval)", "greedy = target"):
+        table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
+    for draft in (report.source, *report.quantized):
+        for index, at in enumerate(draft.by_draft_tokens):
+            drafted = at.run.decode_tokens_per_second()
+            same = f"{at.lossless.equal + at.lossless.near_ties}/{at.lossless.prompts}"
+            table.add_row(
+                escape(draft.label) if index == 0 else "",
+                str(at.draft_tokens),
+                at.run.acceptance(GREEDY.name).length().text(),
+                "n/a" if drafted is None else f"{drafted:.1f}",
+                at.speedup.text(),
+                same if at.lossless.ok else f"[red]{same}[/]",
+            )
+    show(table)
 
 
 def _add_draft_rows(table: Table, draft: DraftResult, modes: tuple[Mode, ...]) -> None:

@@ -2,9 +2,10 @@
 
 ``accept`` serves a target with the source draft and with each quantized draft (vLLM's
 ``speculative_config={"method": "eagle3", ...}``, in the engine's own interpreter), reads the engine's own
-spec-decode counters per prompt, and reports for each draft and decoding mode the acceptance length and the
-per-position acceptance rate with confidence intervals, the difference against the source draft, and whether
-greedy output equals the target's alone (speculative decoding is lossless: a difference is a defect). Where the
+spec-decode counters per prompt and times its decode, and reports for each draft, decoding mode and k the
+acceptance length and the per-position acceptance rate with confidence intervals, the difference against the
+source draft, whether greedy output equals the target's alone (speculative decoding is lossless: a difference is
+a defect), and the decode tokens per second with the speed-up over the target alone. Where the
 engine runs is one typed choice (:data:`~.runners.Where`): offline, launched servers, or running servers. Start at
 :func:`accept`.
 
@@ -20,6 +21,7 @@ engine runs is one typed choice (:data:`~.runners.Where`): offline, launched ser
 - :mod:`.prompts`: prompt files, and the bundled held-out prompts.
 - :mod:`.statistics`: acceptance figures and their intervals from per-prompt counters (prompts as clusters).
 - :mod:`.record`: ``eaglequant_accept.json``, written and read back as the model card shows it.
+- :mod:`.speed`: the decode speed-ups measured, read back typed per draft and k (:func:`~.speed.measured_speeds`).
 """
 
 from eaglequant.measurement.runners import accept

@@ -1,15 +1,16 @@
 """Acceptance runs: the target alone, the source draft and each quantized draft, served by the engine.
 
 Each run is one process of the engine's interpreter (``engine_load/probes/vllm_accept.py``): the engine is
-built once per (target, draft) and every prompt is generated on its own in every decoding mode, its counters
-read before and after. The target alone gives the greedy reference that speculative decoding must reproduce.
+built once per (target, draft, k) and every prompt is generated on its own in every decoding mode, its counters
+read before and after and its decode timed. The target alone, run once, gives the greedy reference that
+speculative decoding must reproduce at every k, and the decode throughput each draft's speed-up is over.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +25,11 @@ from eaglequant.measurement.statistics import (
     Interval,
     Lossless,
     PromptCounts,
+    decode_rate,
     gate_text,
     lossless,
     paired_difference,
+    speedup,
     within_budget,
 )
 
@@ -52,6 +55,9 @@ def modes_for(temperatures: Sequence[float], seed: int = 0) -> tuple[Mode, ...]:
 
 @dataclass(frozen=True)
 class Settings(JsonRecord):
+    """What every run is served with. ``draft_tokens`` is the primary k, the one the gate judges; each draft is
+    also measured at every k of ``more_draft_tokens`` (one engine per (draft, k): vLLM fixes k when it builds)."""
+
     json_values = named(prompts=len)
 
     target: Path
@@ -63,6 +69,16 @@ class Settings(JsonRecord):
     dtype: str = "bfloat16"
     seed: int = 0
     engine_args: dict[str, Any] = field(default_factory=dict)  # the user's, over eaglequant's defaults
+    more_draft_tokens: tuple[int, ...] = ()
+
+    @property
+    def each_draft_tokens(self) -> tuple[int, ...]:
+        """Every k measured, the primary first."""
+        return (self.draft_tokens, *self.more_draft_tokens)
+
+    def at(self, draft_tokens: int) -> Settings:
+        """These settings for one run at ``draft_tokens``."""
+        return replace(self, draft_tokens=draft_tokens, more_draft_tokens=())
 
     def max_model_len(self) -> int:
         """Room for the prompts, the generation and a draft, within the target's own context."""
@@ -83,15 +99,22 @@ class AcceptanceRunError(EngineFailure):
 
 @dataclass(frozen=True)
 class EngineRun:
-    """What one engine process measured: per mode, the prompts' counters and tokens."""
+    """What one engine process measured: per mode, the prompts' counters, tokens and decode times, and the clock
+    that timed the greedy mode's decode ("engine": the engine's own timestamps or histograms; "wall": the
+    client's wall time around each request; None: not timed)."""
 
     version: str
     speculative_config: dict[str, Any] | None
     seconds: float
     modes: dict[str, tuple[PromptCounts, ...]]
+    clock: str | None = None
 
     def acceptance(self, mode: str) -> Acceptance:
         return Acceptance(self.modes[mode])
+
+    def decode_tokens_per_second(self, mode: str = GREEDY.name) -> float | None:
+        """Decode throughput in ``mode`` over the prompts (None: not timed)."""
+        return decode_rate(self.modes[mode])
 
 
 def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label: str) -> EngineRun:
@@ -113,11 +136,52 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         data = run_engine_job(interpreter, "vllm_accept", job, RUN_TIMEOUT_S, ranks)
     except EngineJobError as error:
         raise AcceptanceRunError(f"vLLM could not serve {settings.target} with {label}: {error.message}") from None
+    clocks = {m["name"]: m.get("clock") for m in data["modes"]}
     return EngineRun(
         str(data["version"]),
         data.get("speculative_config"),
         float(data["seconds"]),
         {m["name"]: tuple(PromptCounts.from_json(p) for p in m["prompts"]) for m in data["modes"]},
+        clocks.get(GREEDY.name),
+    )
+
+
+def _rate_json(rate: float | None) -> float | None:
+    return None if rate is None else round(rate, 4)
+
+
+@dataclass(frozen=True)
+class AtDraftTokens:
+    """One draft served at one k: its run, its greedy output against the target alone's, its greedy change
+    against the source draft at the same k (None for the source itself, or none to report) and its decode
+    speed-up over the target alone (greedy, paired by prompt)."""
+
+    draft_tokens: int
+    run: EngineRun
+    lossless: Lossless
+    difference: Interval | None
+    speedup: Interval
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "draft_tokens": self.draft_tokens,
+            "acceptance_length": self.run.acceptance(GREEDY.name).length().to_json(),
+            "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second()),
+            "clock": self.run.clock,
+            "speedup": self.speedup.to_json(),
+            "difference": _json(self.difference),
+            "lossless": self.lossless.to_json(),
+        }
+
+
+def lossy_text(label: str, found: Lossless) -> str:
+    """Why ``label``'s greedy output is not the target's alone, in words."""
+    index, token = found.first_difference or (0, 0)
+    differ = found.prompts - found.equal - found.near_ties
+    return (
+        f"{label}: greedy output differs from the target's alone on {differ}"
+        f" of {found.prompts} prompts where the target's choice was no near-tie (first: prompt "
+        f"{index}, token {token}); speculative decoding must be lossless"
     )
 
 
@@ -135,6 +199,7 @@ class DraftResult:
     budget: float | None = None  # tokens of greedy acceptance length the scheme (or the search) allows to lose
     difference: dict[str, Interval] = field(default_factory=dict)  # per mode, against the source draft
     budget_from: str | None = None  # whose budget it is, in words (None: the scheme's)
+    by_draft_tokens: list[AtDraftTokens] = field(default_factory=list)  # every k measured, the primary first
 
     @property
     def over_budget(self) -> bool:
@@ -154,14 +219,11 @@ class DraftResult:
         """``not-lossless`` and ``over-budget``, about the draft's label."""
         found = []
         if not self.lossless.ok:
-            index, token = self.lossless.first_difference or (0, 0)
-            differ = self.lossless.prompts - self.lossless.equal - self.lossless.near_ties
-            lossy = (
-                f"{self.label}: greedy output differs from the target's alone on {differ}"
-                f" of {self.lossless.prompts} prompts where the target's choice was no near-tie (first: prompt "
-                f"{index}, token {token}); speculative decoding must be lossless"
-            )
-            found.append(Finding("not-lossless", self.label, lossy))
+            found.append(Finding("not-lossless", self.label, lossy_text(self.label, self.lossless)))
+        for other in self.by_draft_tokens[1:]:  # lossless at every k; the budget is judged at the primary k
+            if not other.lossless.ok:
+                at = f"{self.label} at k = {other.draft_tokens}"
+                found.append(Finding("not-lossless", self.label, lossy_text(at, other.lossless)))
         if self.over_budget and self.budget is not None:
             whose = f"the {self.scheme} budget"
             over = (
@@ -181,9 +243,14 @@ class DraftResult:
             "budget": self.budget,
             "lossless": self.lossless.to_json(),
             "modes": {
-                m.name: {**self.run.acceptance(m.name).to_json(), "difference": _json(self.reported_difference(m.name))}
+                m.name: {
+                    **self.run.acceptance(m.name).to_json(),
+                    "difference": _json(self.reported_difference(m.name)),
+                    "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second(m.name)),
+                }
                 for m in modes
             },
+            "by_draft_tokens": [at.to_json() for at in self.by_draft_tokens],
             "seconds": self.run.seconds,
             "problems": self.problems,
         }
@@ -195,8 +262,13 @@ def _json(value: Interval | None) -> dict[str, float | None] | None:
 
 @dataclass
 class AcceptanceReport(JsonRecord):
-    json_values = named(source="_served", quantized="_each_served")
-    json_computed = ("ok", "problems")
+    """The target alone (``alone``, its decode throughput the speed-ups are over), the source draft and each
+    quantized draft, at every k measured; ``device`` is "cpu" where the engine's CPU build ran them (None: not
+    known, as on running servers)."""
+
+    json_values = named(source="_served", quantized="_each_served", alone="_alone")
+    json_renamed = named(alone="target_alone")
+    json_computed = ("engine_build", "ok", "problems")
 
     engine: str
     version: str
@@ -205,6 +277,24 @@ class AcceptanceReport(JsonRecord):
     source: DraftResult
     quantized: list[DraftResult]
     notes: list[Finding] = field(default_factory=list)
+    alone: EngineRun | None = None
+    device: str | None = None
+
+    @property
+    def engine_build(self) -> str:
+        """The engine release that measured, and its CPU build where that ran it: the figures' context,
+        speeds most of all (``vLLM 0.32.0 CPU build``)."""
+        from eaglequant.engines import engine_title
+
+        title = engine_title(self.engine, self.version)
+        return f"{title} CPU build" if self.device == "cpu" else title
+
+    @staticmethod
+    def _alone(run: EngineRun | None) -> dict[str, Any] | None:
+        """The target alone's decode throughput, and the clock that timed it."""
+        if run is None:
+            return None
+        return {"decode_tokens_per_second": _rate_json(run.decode_tokens_per_second()), "clock": run.clock}
 
     @property
     def problems(self) -> list[Finding]:
@@ -260,25 +350,66 @@ def measure(
     settings: Settings,
     source: Path,
     drafts: Sequence[QuantizedDraft],
-    run: Runner,
+    runner_at: Callable[[Settings], Runner],
     progress: Callable[[str], None] = lambda _: None,
     measure_same_bytes_once: bool = True,
     run_skipped: Callable[[], None] = lambda: None,
 ) -> AcceptanceReport:
-    """The target alone (the greedy reference), the source draft, then each quantized draft, each served by
-    ``run``; each draft's difference from the source, paired by prompt (``run_skipped`` is told of a draft whose
-    bytes were measured already)."""
+    """The target alone (the greedy reference and the decode throughput speed-ups are over), once; then at each k
+    of ``settings`` the source draft and each quantized draft, each served by the runner ``runner_at`` gives for
+    the settings at that k; each draft's difference from the source at the same k, paired by prompt
+    (``run_skipped`` is told of a draft whose bytes were measured already at that k)."""
     if not drafts:
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
-    alone = run(0, None, "no draft").modes[GREEDY.name]
-    tolerance = NEAR_TIE_NATS.get(settings.dtype, 0.0)
-    progress(f"the source draft {source}")
-    source_run = run(1, source, f"draft {source}")
+    alone = runner_at(settings.at(settings.draft_tokens))(0, None, "no draft")
+    several = len(settings.each_draft_tokens) > 1
+    runs_by_k = [
+        (k, _runs_at(settings.at(k), source, drafts, runner_at, progress, measure_same_bytes_once, run_skipped,
+                     f", k = {k}" if several else ""))
+        for k in settings.each_draft_tokens
+    ]  # fmt: skip
+    each = [
+        [_at(k, runs[place], runs[0], alone, place == 0, settings) for k, runs in runs_by_k]
+        for place in range(1 + len(drafts))
+    ]
+    source_at = each[0]
     source_result = DraftResult(
-        "source", source, "source", source_run, lossless(source_run.modes[GREEDY.name], alone, tolerance)
+        "source", source, "source", source_at[0].run, source_at[0].lossless, by_draft_tokens=source_at
     )
     results = []
+    for draft, at in zip(drafts, each[1:], strict=True):
+        result = DraftResult(
+            str(draft.path), draft.path, draft.served_as, at[0].run, at[0].lossless, draft.dequantized,
+            draft.scheme, draft.budget, budget_from=draft.budget_from, by_draft_tokens=at,
+        )  # fmt: skip
+        result.difference = {
+            m.name: paired_difference(at[0].run.acceptance(m.name), source_result.run.acceptance(m.name))
+            for m in settings.modes
+        }
+        results.append(result)
+    source_run = source_result.run
+    return AcceptanceReport(
+        "vllm", source_run.version, source_run.speculative_config, settings, source_result, results, alone=alone
+    )
+
+
+def _runs_at(
+    settings: Settings,
+    source: Path,
+    drafts: Sequence[QuantizedDraft],
+    runner_at: Callable[[Settings], Runner],
+    progress: Callable[[str], None],
+    measure_same_bytes_once: bool,
+    run_skipped: Callable[[], None],
+    at_k: str,
+) -> list[EngineRun]:
+    """The source draft's run, then each quantized draft's, at ``settings``' one k (a draft serving bytes already
+    measured at this k takes that run)."""
+    run = runner_at(settings)
+    progress(f"the source draft {source}{at_k}")
+    source_run = run(1, source, f"draft {source}{at_k}")
+    runs = [source_run]
     served: dict[str, tuple[EngineRun, Path]] = {}  # the served files' digest -> the run that served them
     if measure_same_bytes_once:
         served[served_digest(source)] = (source_run, source)
@@ -286,26 +417,25 @@ def measure(
         digest = served_digest(draft.served) if measure_same_bytes_once else str(len(served))
         if digest in served:
             engine_run, first = served[digest]
-            progress(f"{draft.path}: serves the same bytes as {first}, measured once")
+            progress(f"{draft.path}: serves the same bytes as {first}, measured once{at_k}")
             run_skipped()
         else:
-            progress(f"{draft.path} ({draft.served_as})")
-            engine_run = run(place, draft.served, f"draft {draft.path}")
+            progress(f"{draft.path} ({draft.served_as}){at_k}")
+            engine_run = run(place, draft.served, f"draft {draft.path}{at_k}")
             served[digest] = (engine_run, draft.path)
-        result = DraftResult(
-            str(draft.path),
-            draft.path,
-            draft.served_as,
-            engine_run,
-            lossless(engine_run.modes[GREEDY.name], alone, tolerance),
-            draft.dequantized,
-            draft.scheme,
-            draft.budget,
-            budget_from=draft.budget_from,
-        )
-        result.difference = {
-            m.name: paired_difference(engine_run.acceptance(m.name), source_run.acceptance(m.name))
-            for m in settings.modes
-        }
-        results.append(result)
-    return AcceptanceReport("vllm", source_run.version, source_run.speculative_config, settings, source_result, results)
+        runs.append(engine_run)
+    return runs
+
+
+def _at(
+    k: int, run: EngineRun, source_run: EngineRun, alone: EngineRun, is_source: bool, settings: Settings
+) -> AtDraftTokens:
+    """One draft's figures at one k: lossless against the target alone, its greedy change against the source
+    draft at the same k (none for the source), its decode speed-up over the target alone."""
+    tolerance = NEAR_TIE_NATS.get(settings.dtype, 0.0)
+    greedy, alone_greedy = run.modes[GREEDY.name], alone.modes[GREEDY.name]
+    difference = None
+    if not is_source:
+        change = paired_difference(run.acceptance(GREEDY.name), source_run.acceptance(GREEDY.name))
+        difference = None if math.isnan(change.value) else change
+    return AtDraftTokens(k, run, lossless(greedy, alone_greedy, tolerance), difference, speedup(greedy, alone_greedy))

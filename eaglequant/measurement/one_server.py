@@ -16,13 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.common.progress import Tally
 from eaglequant.measurement.measure import Settings
 from eaglequant.measurement.spec_counters import SpecCounters
-from eaglequant.measurement.statistics import Acceptance
+from eaglequant.measurement.statistics import Acceptance, decode_rate
 
 
 @dataclass(frozen=True)
@@ -48,12 +49,18 @@ class WindowCounts(JsonRecord):
         return [round(a / self.drafts, 5) for a in self.accepted_per_position]
 
 
+def _timed_mode(acceptance: Acceptance) -> dict[str, Any]:
+    """A mode's acceptance and its decode tokens per second over the prompts (None: not timed)."""
+    rate = decode_rate(acceptance.prompts)
+    return {**acceptance.to_json(), "decode_tokens_per_second": None if rate is None else round(rate, 4)}
+
+
 @dataclass
 class ServerAcceptance(JsonRecord):
-    """One running server's acceptance: over the prompts (``settings`` and ``modes``) or over a window of its
-    traffic (``window``)."""
+    """One running server's acceptance: over the prompts (``settings`` and ``modes``, each mode's decode throughput
+    timed by ``clock``) or over a window of its traffic (``window``)."""
 
-    json_values = named(modes=lambda modes: {name: a.to_json() for name, a in modes.items()})
+    json_values = named(modes=lambda modes: {name: _timed_mode(a) for name, a in modes.items()})
     json_computed = ("ok",)
 
     server: str
@@ -64,6 +71,7 @@ class ServerAcceptance(JsonRecord):
     modes: dict[str, Acceptance] = field(default_factory=dict)  # per decoding mode, over the prompts
     window: WindowCounts | None = None
     notes: list[Finding] = field(default_factory=list)
+    clock: str | None = None  # "engine": the server's decode histograms; "wall": the client's; None: not timed
 
     @property
     def ok(self) -> bool:
@@ -96,7 +104,9 @@ def measure_one_server(
     assert settings is not None
     run = measure_on_server(server, settings, True, lambda what: tally.finished(f"{what} ({url})"))
     modes = {mode.name: run.acceptance(mode.name) for mode in settings.modes}
-    return ServerAcceptance(url, model, run.version, settings.draft_tokens, settings, modes, notes=[_one(url)])
+    return ServerAcceptance(
+        url, model, run.version, settings.draft_tokens, settings, modes, notes=[_one(url)], clock=run.clock
+    )
 
 
 def _one(url: str) -> Finding:

@@ -54,10 +54,35 @@ class LosslessRecord:
 
 
 @dataclass(frozen=True)
+class AtDraftTokensRecord:
+    """One draft at one k: its greedy acceptance length, decode tokens per second (None: not timed) and the clock
+    that timed it, its speed-up over the target alone, and its change against the source draft at that k (None
+    for the source)."""
+
+    draft_tokens: int
+    acceptance_length: IntervalRecord
+    decode_tokens_per_second: float | None
+    clock: str | None
+    speedup: IntervalRecord
+    difference: IntervalRecord | None
+    lossless: LosslessRecord
+
+
+@dataclass(frozen=True)
+class AloneRecord:
+    """The target alone's decode throughput, and the clock that timed it."""
+
+    decode_tokens_per_second: float | None
+    clock: str | None
+
+
+@dataclass(frozen=True)
 class DraftRecord:
     served_as: str  # "source", "stored" or "dequantized"
     modes: dict[str, ModeRecord]
     lossless: LosslessRecord
+    label: str = ""
+    by_draft_tokens: tuple[AtDraftTokensRecord, ...] = ()  # every k measured, the primary first (older: none)
 
 
 @dataclass(frozen=True)
@@ -73,6 +98,8 @@ class AcceptanceRecord:
     quantized: tuple[DraftRecord, ...]
     notes: tuple[Finding, ...]
     problems: tuple[Finding, ...]
+    target_alone: AloneRecord | None = None  # records before decode throughput was measured have none
+    device: str | None = None  # "cpu": the engine's CPU build measured
 
     @classmethod
     def from_json(cls, data: Any, where: str = ACCEPT_NAME) -> AcceptanceRecord:
@@ -93,6 +120,8 @@ class AcceptanceRecord:
             quantized=tuple(_draft(row) for row in top.children("quantized")),
             notes=top.findings("notes"),
             problems=top.findings("problems"),
+            target_alone=None if top.data.get("target_alone") is None else _alone(top.child("target_alone")),
+            device=_optional_text(top, "device"),
         )
 
 
@@ -117,17 +146,50 @@ def _mode(row: JsonObject) -> ModeRecord:
     )
 
 
+def _lossless(lossless: JsonObject) -> LosslessRecord:
+    return LosslessRecord(
+        lossless.integer("equal"),
+        lossless.integer("near_ties") if "near_ties" in lossless.data else 0,
+        lossless.integer("prompts"),
+        lossless.number("near_tie_nats") if "near_tie_nats" in lossless.data else 0.0,
+    )
+
+
+def _optional_number(row: JsonObject, key: str) -> float | None:
+    return None if row.data.get(key) is None else row.number(key)
+
+
+def _optional_text(row: JsonObject, key: str) -> str | None:
+    return None if row.data.get(key) is None else row.text(key)
+
+
+def _alone(row: JsonObject) -> AloneRecord:
+    return AloneRecord(_optional_number(row, "decode_tokens_per_second"), _optional_text(row, "clock"))
+
+
+def _at_draft_tokens(row: JsonObject) -> AtDraftTokensRecord:
+    difference = None if row.data.get("difference") is None else _interval(row.child("difference"))
+    return AtDraftTokensRecord(
+        draft_tokens=row.integer("draft_tokens"),
+        acceptance_length=_interval(row.child("acceptance_length")),
+        decode_tokens_per_second=_optional_number(row, "decode_tokens_per_second"),
+        clock=_optional_text(row, "clock"),
+        speedup=_interval(row.child("speedup")),
+        difference=difference,
+        lossless=_lossless(row.child("lossless")),
+    )
+
+
 def _draft(row: JsonObject) -> DraftRecord:
-    lossless = row.child("lossless")
+    served_as = row.text("served_as")
     return DraftRecord(
-        served_as=row.text("served_as"),
+        served_as=served_as,
         modes={name: _mode(mode) for name, mode in row.child_map("modes").items()},
-        lossless=LosslessRecord(
-            lossless.integer("equal"),
-            lossless.integer("near_ties") if "near_ties" in lossless.data else 0,
-            lossless.integer("prompts"),
-            lossless.number("near_tie_nats") if "near_tie_nats" in lossless.data else 0.0,
-        ),
+        lossless=_lossless(row.child("lossless")),
+        label=row.text("label") if "label" in row.data else served_as,
+        by_draft_tokens=tuple(_at_draft_tokens(at) for at in row.children("by_draft_tokens"))
+        if "by_draft_tokens" in row.data
+        else (),
     )
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eaglequant.common.draft_tokens import MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.progress import NoSteps, Steps, Tally
@@ -72,8 +73,8 @@ class Offline:
         return counted
 
     def steps(self, settings: Settings, dsts: int) -> int:
-        """The steps progress counts: one a run (the target alone, the source draft, each DST)."""
-        return 2 + dsts
+        """The steps progress counts: one a run (the target alone, then the source draft and each DST at each k)."""
+        return 1 + (1 + dsts) * len(settings.each_draft_tokens)
 
 
 @dataclass(frozen=True)
@@ -138,11 +139,55 @@ Where = Offline | Launched | Servers | OneServer
 
 
 def _prompt_steps(settings: Settings, dsts: int) -> int:
-    return len(settings.prompts) * (1 + (1 + dsts) * len(settings.modes))
+    drafted = (1 + dsts) * len(settings.modes) * len(settings.each_draft_tokens)
+    return len(settings.prompts) * (1 + drafted)
+
+
+DraftTokens = int | str | Sequence[int]  # one k, or several: the first is the primary, the one the gate judges
+
+
+def each_draft_tokens(draft_tokens: DraftTokens) -> tuple[int, ...]:
+    """Every k to measure, the primary first, from one k, a sequence of them, or the command line's ``1,2,3``: one
+    clear line, naming the value as given, for one that is not a whole number from 1 to the bound, or repeated."""
+    given_value = draft_tokens
+    if isinstance(draft_tokens, str):
+        pieces: Sequence[object] = draft_tokens.split(",")
+    else:
+        pieces = list(draft_tokens) if isinstance(draft_tokens, Sequence) else [draft_tokens]
+    ks: list[int] = []
+    for piece in pieces:
+        k = _whole(piece)
+        if k is None or not 1 <= k <= MAX_DRAFT_TOKENS:
+            raise InputError(
+                words(given("draft_tokens", given_value), f": {str(piece).strip() or 'an empty entry'} is not a "
+                      f"whole number of tokens from 1 to {MAX_DRAFT_TOKENS}"),
+                hint=words("give k, or several separated by commas, e.g. ", suggested("draft_tokens", "1,2,3")),
+            )  # fmt: skip
+        if k in ks:
+            raise InputError(
+                words(given("draft_tokens", given_value), f": {k} is given twice"),
+                hint="give each k once; the first is the one the budget is judged at",
+            )
+        ks.append(k)
+    if not ks:
+        raise InputError(
+            words(given("draft_tokens", given_value), ": no k"), hint=words("e.g. ", suggested("draft_tokens", 3))
+        )
+    return tuple(ks)
+
+
+def _whole(piece: object) -> int | None:
+    """``piece`` as a whole number (an int, or its decimal digits as text), else None."""
+    if isinstance(piece, bool):
+        return None
+    if isinstance(piece, int):
+        return piece
+    text = piece.strip() if isinstance(piece, str) else None
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def check_settings(
-    engine: str, served_as: str, temperatures: Sequence[float], draft_tokens: int, max_tokens: int
+    engine: str, served_as: str, temperatures: Sequence[float], draft_tokens: DraftTokens, max_tokens: int
 ) -> None:
     """One clear line for a setting accept cannot run with."""
     if engine not in MEASURING_ENGINES:
@@ -158,10 +203,11 @@ def check_settings(
             words(given("temperatures", list(temperatures)), ": each must be a finite number above 0"),
             hint="greedy always runs; give the sampled temperatures beside it, e.g. 1.0",
         )
-    if draft_tokens < 1 or max_tokens < 1:
+    each_draft_tokens(draft_tokens)
+    if max_tokens < 1:
         raise InputError(
-            words(Param("draft_tokens"), " and ", Param("max_tokens"), " must be at least 1"),
-            hint=words("e.g. ", suggested("draft_tokens", 3), " ", suggested("max_tokens", 96)),
+            words(given("max_tokens", max_tokens), ": must be at least 1"),
+            hint=words("e.g. ", suggested("max_tokens", 96)),
         )
 
 
@@ -263,7 +309,7 @@ def accept_one_server(
     *,
     prompts: str | Path | None,
     max_prompts: int | None,
-    draft_tokens: int,
+    draft_tokens: DraftTokens,
     max_tokens: int,
     temperatures: Sequence[float],
     seed: int,
@@ -273,6 +319,7 @@ def accept_one_server(
     """The one server ``where`` names measured on its own (see :mod:`eaglequant.measurement.one_server`)."""
     import time
 
+    draft_tokens = _one_k(draft_tokens, "a running server")
     shown = steps or NoSteps()
     settings = None
     if where.window_s is None:
@@ -289,6 +336,18 @@ def accept_one_server(
     if settings is not None and prompts is None and (bundled := bundled_prompts_note(settings.target)):
         report.notes.append(Finding("bundled-prompts", str(settings.target), bundled))
     return report
+
+
+def _one_k(draft_tokens: DraftTokens, where: str) -> int:
+    """The one k ``where`` drafts with: a running server was started with its own, so several are refused."""
+    ks = each_draft_tokens(draft_tokens)
+    if len(ks) > 1:
+        raise InputError(
+            words(given("draft_tokens", draft_tokens), f": {where} drafts the one k it was started with"),
+            hint=words("give that k alone, e.g. ", suggested("draft_tokens", ks[0]), ", or measure several with ",
+                       Param("launch"), " or offline"),
+        )  # fmt: skip
+    return ks[0]
 
 
 def _server_model(url: str) -> str:
@@ -315,7 +374,7 @@ def accept(
     source: str | Path | None,
     prompts: str | Path | None,
     max_prompts: int | None,
-    draft_tokens: int,
+    draft_tokens: DraftTokens,
     max_tokens: int,
     temperatures: Sequence[float],
     dtype: str,
@@ -333,6 +392,11 @@ def accept(
             "no quantized draft to measure",
             hint=words("give at least one DST, or one ", placeholder("server", "URL"), " to measure that server"),
         )
+    ks = (
+        (_one_k(draft_tokens, "each running server"),)
+        if isinstance(where, Servers)
+        else each_draft_tokens(draft_tokens)
+    )
     prompt_list, prompts_from = _enough_prompts(prompts, max_prompts)
     destinations = [_model_dir(d, "dsts") for d in dsts]
     source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)
@@ -342,12 +406,13 @@ def accept(
         target_path,
         tuple(prompt_list),
         prompts_from,
-        draft_tokens,
+        ks[0],
         max_tokens,
         modes_for(temperatures, seed),
         dtype,
         seed,
         dict(where.engine_args) if isinstance(where, Offline) else {},
+        ks[1:],
     )
     if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
         check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
@@ -363,20 +428,21 @@ def accept(
         drafts = [_as_searched(draft, source_path) for draft in drafts]
         shown = steps or NoSteps()
         tally = Tally(shown, where.steps(settings, len(drafts)))
-        runner = where.runner(settings, progress, tally)
-        per_run = where.steps(settings, 1) - where.steps(settings, 0)
+        one_k = settings.at(settings.draft_tokens)
+        per_run = where.steps(one_k, 1) - where.steps(one_k, 0)
         try:
             report = measure(
                 settings,
                 source_path,
                 drafts,
-                runner,
+                lambda at: where.runner(at, progress, tally),
                 progress,
                 measure_same_bytes_once=not on_servers,
                 run_skipped=lambda: tally.skipped(per_run),
             )
         finally:
             shown.stop()
+    report.device = _device(where)
     _add_notes(report, dtype, where)
     for draft in drafts:
         if draft.budget_from:
@@ -385,6 +451,16 @@ def accept(
     if prompts is None and (bundled := bundled_prompts_note(target_path)):
         report.notes.append(Finding("bundled-prompts", str(target_path), bundled))
     return report
+
+
+def _device(where: Where) -> str | None:
+    """ "cpu" where eaglequant ran the engine's CPU build (offline, launched); None on running servers, whose
+    hardware eaglequant does not see."""
+    from eaglequant.measurement.engine_limits import is_cpu_build
+
+    if isinstance(where, Offline) and is_cpu_build(where.interpreter()):
+        return "cpu"
+    return None
 
 
 def _given_target(target: str | Path | None) -> str | Path:

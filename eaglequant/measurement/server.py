@@ -3,8 +3,10 @@ read around each of eaglequant's requests.
 
 The prompts are sent one at a time (``/v1/completions``: greedy or sampled, ``ignore_eos``, ``max_tokens``, the
 token ids and, greedy, the top two log-probabilities for the near-tie check), and the counters are read before
-and after each; the difference is that prompt's figures, as the offline run reads ``LLM.get_metrics()``. The
-server must be eaglequant's alone while it measures: counters that move between two reads with no request in
+and after each; the difference is that prompt's figures, as the offline run reads ``LLM.get_metrics()``. Each
+prompt's decode is timed the same way, by the server's own decode histograms (``vllm:request_decode_time_seconds``
+and ``vllm:request_generation_tokens``) where it exposes them, else by the client's wall time around the request.
+The server must be eaglequant's alone while it measures: counters that move between two reads with no request in
 flight, or by more than one request can, are refused, as is a server that serves no draft.
 """
 
@@ -19,9 +21,11 @@ from typing import Any
 from eaglequant.common.errors import InputError, suggested, words
 from eaglequant.measurement.measure import GREEDY, EngineRun, Mode, Settings
 from eaglequant.measurement.spec_counters import (
+    DecodeTotals,
     MetricsFormatError,
     SpecCounters,
     one_request_problem,
+    parse_decode_totals,
     parse_spec_counters,
 )
 from eaglequant.measurement.statistics import PromptCounts
@@ -34,6 +38,15 @@ SETTLE_READS = 8  # reads after a response until two agree (the counters are rec
 
 class ServerError(InputError):
     """The server cannot be measured: unreachable, not vLLM, no draft, or counters eaglequant did not move."""
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One read of a server's /metrics: its spec-decode counters and its decode histograms' totals (each None
+    where the server has none)."""
+
+    spec: SpecCounters | None
+    decode: DecodeTotals | None
 
 
 @dataclass(frozen=True)
@@ -84,8 +97,13 @@ class Server:
             return "unknown"
 
     def counters(self) -> SpecCounters | None:
+        return self.reading().spec
+
+    def reading(self) -> Reading:
+        """The spec-decode counters and the decode histograms, from one read of /metrics."""
+        page = self._open("/metrics").decode("utf-8", errors="replace")
         try:
-            return parse_spec_counters(self._open("/metrics").decode("utf-8", errors="replace"))
+            return Reading(parse_spec_counters(page), parse_decode_totals(page))
         except MetricsFormatError as error:
             raise ServerError(f"{self.label} ({self.url}): /metrics is not Prometheus text at: {error}") from None
 
@@ -127,45 +145,80 @@ def measure_on_server(
     prompt as it is answered (``prompt 3/22, greedy``)."""
     started = time.monotonic()
     model = server.model()
-    quiet = _quiet_counters(server)
-    _check_drafting(server, quiet, settings, drafting)
+    quiet = _quiet_reading(server)
+    _check_drafting(server, quiet.spec, settings, drafting)
     last = quiet
     modes: dict[str, tuple[PromptCounts, ...]] = {}
+    clocks: dict[str, str] = {}
     measured_modes = settings.modes if drafting else (GREEDY,)
     for mode in measured_modes:
-        prompts = []
+        records: list[dict[str, Any]] = []
+        by_server: list[tuple[int, float] | None] = []
+        by_client: list[float] = []
         for index, prompt in enumerate(settings.prompts):
-            before = server.counters()
+            before = server.reading()
             if before != last:
                 raise _traffic(server, f"its counters moved with no request in flight, before prompt {index}")
+            sent = time.monotonic()
             record = server.complete(model, prompt, settings, mode, mode.seed + index)
+            by_client.append(time.monotonic() - sent)
             after = _settled(server)
-            if drafting and after is not None and before is not None:
-                record |= _prompt_figures(server, after.minus(before), settings, len(record["token_ids"]), index)
-            prompts.append(PromptCounts.from_json(record))
+            if drafting and after.spec is not None and before.spec is not None:
+                record |= _prompt_figures(
+                    server, after.spec.minus(before.spec), settings, len(record["token_ids"]), index
+                )
+            by_server.append(_server_decode(server, before, after, index))
+            records.append(record)
             last = after
             in_mode = f", {mode.name}" if len(measured_modes) > 1 else ""
             prompt_done(f"prompt {index + 1}/{len(settings.prompts)}{in_mode}")
-        modes[mode.name] = tuple(prompts)
+        clocks[mode.name] = timed(records, by_server, by_client)
+        modes[mode.name] = tuple(PromptCounts.from_json(record) for record in records)
     resolved = {"num_speculative_tokens": settings.draft_tokens, "server": server.url} if drafting else None
-    return EngineRun(server.version(), resolved, round(time.monotonic() - started, 1), modes)
+    return EngineRun(server.version(), resolved, round(time.monotonic() - started, 1), modes, clocks[GREEDY.name])
 
 
-def _quiet_counters(server: Server) -> SpecCounters | None:
-    first = server.counters()
+def _server_decode(server: Server, before: Reading, after: Reading, index: int) -> tuple[int, float] | None:
+    """One request's decode tokens and seconds by the server's histograms (None where it has none, or they did
+    not record the request); more than one request finished is someone else's traffic."""
+    if before.decode is None or after.decode is None:
+        return None
+    delta = after.decode.minus(before.decode)
+    if delta.requests > 1:
+        raise _traffic(server, f"prompt {index} finished {delta.requests} requests in its decode histograms")
+    if delta.requests != 1 or delta.decode_tokens < 1 or delta.seconds <= 0:
+        return None
+    return delta.decode_tokens, delta.seconds
+
+
+def timed(records: list[dict[str, Any]], by_server: list[tuple[int, float] | None], by_client: list[float]) -> str:
+    """Put each prompt's decode tokens and seconds into its record, by one clock for the whole run (as the offline
+    probe does): the server's ("engine") where it timed every prompt, else the client's wall time around each
+    request over every generated token ("wall")."""
+    clock = "engine" if all(t is not None for t in by_server) else "wall"
+    for record, server_time, wall in zip(records, by_server, by_client, strict=True):
+        tokens, seconds = (
+            server_time if server_time is not None and clock == "engine" else (len(record["token_ids"]), wall)
+        )
+        record["decode_tokens"], record["decode_seconds"] = tokens, round(seconds, 6)
+    return clock
+
+
+def _quiet_reading(server: Server) -> Reading:
+    first = server.reading()
     time.sleep(QUIET_S)
-    second = server.counters()
+    second = server.reading()
     if first != second:
         raise _traffic(server, f"its counters moved in {QUIET_S} s with no request of eaglequant's in flight")
     return second
 
 
-def _settled(server: Server) -> SpecCounters | None:
+def _settled(server: Server) -> Reading:
     """The counters once two reads in a row agree (vLLM records a step's counters as it sends its output)."""
-    previous = server.counters()
+    previous = server.reading()
     for _ in range(SETTLE_READS):
         time.sleep(QUIET_S / 5)
-        current = server.counters()
+        current = server.reading()
         if current == previous:
             return current
         previous = current

@@ -105,3 +105,57 @@ def one_request_problem(delta: SpecCounters, k: int, generated: int) -> str | No
     if emitted > max(generated - 1, 0) + k:
         return f"{delta.drafts} drafts and {delta.accepted} accepted tokens emit {emitted}, for {generated} generated"
     return None
+
+
+# vLLM's per-request histograms (``v1/metrics/loggers.py``), observed as each request finishes: its decode time
+# (``last_token_ts - first_token_ts``, the engine core's timestamps) and its generated tokens; read by their
+# ``_sum`` and ``_count`` series, summed over engines, to time one request's decode by the server's own clock.
+DECODE_SECONDS = "vllm:request_decode_time_seconds"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+_DECODE_SERIES = {
+    f"{DECODE_SECONDS}_sum": "seconds",
+    f"{DECODE_SECONDS}_count": "requests",
+    f"{GENERATION_TOKENS}_sum": "tokens",
+}
+
+
+@dataclass(frozen=True)
+class DecodeTotals:
+    """The server's decode histograms at one moment (or their change between two): the decode seconds and the
+    generated tokens of the requests finished, and how many finished."""
+
+    seconds: float
+    tokens: int
+    requests: int
+
+    def minus(self, before: DecodeTotals) -> DecodeTotals:
+        return DecodeTotals(self.seconds - before.seconds, self.tokens - before.tokens, self.requests - before.requests)
+
+    @property
+    def decode_tokens(self) -> int:
+        """The tokens of the decode phase: each request's first token comes from its prefill."""
+        return self.tokens - self.requests
+
+
+def parse_decode_totals(text: str) -> DecodeTotals | None:
+    """The decode histograms' totals in a /metrics page, summed over engines; None when the page lacks one (a
+    server that does not expose them, or an older vLLM)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {"seconds": 0.0, "requests": 0.0, "tokens": 0.0}
+    seen = set()
+    for line in text.splitlines():
+        name = line.partition("{")[0].partition(" ")[0]
+        if name not in _DECODE_SERIES:
+            continue
+        try:
+            (sample,) = (s for family in text_string_to_metric_families(line + "\n") for s in family.samples)
+        except ValueError:
+            raise MetricsFormatError(line) from None
+        totals[_DECODE_SERIES[name]] += sample.value
+        seen.add(name)
+    if len(seen) < len(_DECODE_SERIES):
+        return None
+    return DecodeTotals(
+        totals["seconds"], _count(totals["tokens"], "generation tokens"), _count(totals["requests"], "requests")
+    )

@@ -46,16 +46,28 @@ class PromptCounts:
     accepted_per_position: tuple[int, ...]
     token_ids: tuple[int, ...]
     top2_gaps: tuple[float | None, ...] = ()  # greedy: how far each chosen token led the runner-up (nats)
+    # the decode phase's tokens (those after the prefill's first) and seconds, by the run's clock; None where
+    # not timed (records written before decode throughput was measured)
+    decode_tokens: int | None = None
+    decode_seconds: float | None = None
 
     @staticmethod
     def from_json(record: dict[str, Any]) -> PromptCounts:
+        tokens, seconds = record.get("decode_tokens"), record.get("decode_seconds")
         return PromptCounts(
             int(record.get("drafts", 0)),
             int(record.get("accepted", 0)),
             tuple(int(v) for v in record.get("accepted_per_position", ())),
             tuple(int(v) for v in record["token_ids"]),
             tuple(None if v is None else float(v) for v in record.get("top2_gaps", ())),
+            None if tokens is None else int(tokens),
+            None if seconds is None else float(seconds),
         )
+
+    @property
+    def timed(self) -> bool:
+        """Whether the prompt's decode was timed, over at least one token and a positive time."""
+        return bool(self.decode_tokens and self.decode_seconds and self.decode_seconds > 0)
 
 
 def _reported(figure: float) -> float | None:
@@ -172,6 +184,45 @@ def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
         for q, s in zip(quantized.prompts, source.prompts, strict=True)
     ]
     return _clustered(r_q - r_s, residuals)
+
+
+def decode_rate(prompts: Sequence[PromptCounts]) -> float | None:
+    """Decode tokens per second over ``prompts``: their decode tokens over their decode seconds, totals over
+    prompts (the ratio of sums, which weighs each prompt by its time); None unless every prompt was timed."""
+    if not prompts or not all(p.timed for p in prompts):
+        return None
+    return sum(p.decode_tokens or 0 for p in prompts) / sum(p.decode_seconds or 0.0 for p in prompts)
+
+
+def speedup(drafted: Sequence[PromptCounts], alone: Sequence[PromptCounts]) -> Interval:
+    """The drafted run's decode tokens per second over the target alone's, paired by prompt, with its 95% interval.
+
+    On the log scale the ratio of the two runs' rates is ``ln(N_d / T_d) - ln(N_a / T_a)`` (totals over prompts);
+    linearised, prompt i's influence is ``n_di/N_d - t_di/T_d - n_ai/N_a + t_ai/T_a`` (the four shares sum to zero
+    over prompts), so the prompts are the clusters as for acceptance, with Student's t on prompts - 1 degrees of
+    freedom; the interval is taken back through exp, so it is not symmetric. NaN where either run was not timed
+    on every prompt or the runs ran different prompts."""
+    drafted_rate, alone_rate = decode_rate(drafted), decode_rate(alone)
+    if drafted_rate is None or alone_rate is None or len(drafted) != len(alone):
+        return Interval(math.nan, math.nan, math.nan)
+    n_d, t_d = _totals(drafted)
+    n_a, t_a = _totals(alone)
+    influences = [
+        (d.decode_tokens or 0) / n_d - (d.decode_seconds or 0.0) / t_d - (a.decode_tokens or 0) / n_a
+        + (a.decode_seconds or 0.0) / t_a
+        for d, a in zip(drafted, alone, strict=True)
+    ]  # fmt: skip
+    log_scale = _clustered(math.log(drafted_rate / alone_rate), influences)
+    return Interval(math.exp(log_scale.value), _exp_bound(log_scale.low), _exp_bound(log_scale.high))
+
+
+def _exp_bound(bound: float) -> float:
+    """A bound on the log scale taken back: an unknown one (one prompt has no spread) stays unknown."""
+    return math.exp(bound) if math.isfinite(bound) else bound
+
+
+def _totals(prompts: Sequence[PromptCounts]) -> tuple[int, float]:
+    return sum(p.decode_tokens or 0 for p in prompts), sum(p.decode_seconds or 0.0 for p in prompts)
 
 
 def within_budget(difference: Interval, budget: float) -> bool:

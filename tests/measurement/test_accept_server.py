@@ -172,7 +172,8 @@ def test_engine_arguments_become_server_flags() -> None:
 class StandIn:
     """What the stand-in serves: counters that one completion moves as one drafting request would (``draft``), or
     none; ``traffic``: every /metrics read moves them too (someone else's requests); ``requests_per_completion``:
-    how many requests' worth of counters one completion adds."""
+    how many requests' worth of counters one completion adds; ``histograms``: /metrics has vLLM's decode histograms,
+    each completion observed as taking ``decode_seconds(prompt, tokens)`` to decode."""
 
     draft: bool = True
     k: int = 3
@@ -181,12 +182,33 @@ class StandIn:
     counters: SpecCounters = field(default_factory=lambda: SpecCounters(0, 0, 0, (0, 0, 0)))
     model: str = "stand-in-target"
     completions: int = 0
+    histograms: bool = False
+    decoded: tuple[float, int, int] = (0.0, 0, 0)  # the histograms' sums: decode seconds, tokens, requests
+
+    @staticmethod
+    def decode_seconds(prompt: str, tokens: int) -> float:
+        return 0.01 * (tokens - 1) * (1 + len(prompt) % 3)
+
+    def histogram_lines(self) -> list[str]:
+        if not self.histograms:
+            return []
+        seconds, tokens, requests = self.decoded
+        labels = 'engine="0",model_name="m"'
+        return [
+            f'vllm:request_decode_time_seconds_bucket{{{labels},le="+Inf"}} {float(requests)}',
+            f"vllm:request_decode_time_seconds_count{{{labels}}} {float(requests)}",
+            f"vllm:request_decode_time_seconds_sum{{{labels}}} {seconds}",
+            f"vllm:request_generation_tokens_count{{{labels}}} {float(requests)}",
+            f"vllm:request_generation_tokens_sum{{{labels}}} {float(tokens)}",
+        ]
 
     def metrics(self) -> str:
         if self.traffic:
             self.add(walk(5, self.k, lambda i: 1))
         if not self.draft:
-            return 'vllm:num_requests_running{engine="0",model_name="m"} 0.0\n'
+            return (
+                "\n".join(['vllm:num_requests_running{engine="0",model_name="m"} 0.0', *self.histogram_lines()]) + "\n"
+            )
         c = self.counters
         lines = [
             f'vllm:spec_decode_num_drafts_total{{engine="0",model_name="m"}} {float(c.drafts)}',
@@ -197,7 +219,7 @@ class StandIn:
             f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{engine="0",model_name="m",position="{j}"}} {float(v)}'
             for j, v in enumerate(c.accepted_per_position)
         ]
-        return "\n".join(lines) + "\n"
+        return "\n".join([*lines, *self.histogram_lines()]) + "\n"
 
     def add(self, delta: SpecCounters) -> None:
         c = self.counters
@@ -212,7 +234,10 @@ class StandIn:
         n, prompt = int(body["max_tokens"]), str(body["prompt"])
         self.completions += 1
         for _ in range(self.requests_per_completion):
-            self.add(walk(n, self.k, lambda i: i + len(prompt)))
+            if self.draft:
+                self.add(walk(n, self.k, lambda i: i + len(prompt)))
+            seconds, tokens, requests = self.decoded
+            self.decoded = (seconds + self.decode_seconds(prompt, n), tokens + n, requests + 1)
         tokens = [(len(prompt) * 7 + t) % 4096 for t in range(n)]
         top = [{f"token_id:{t}": -0.5, f"token_id:{t + 1}": -1.5} for t in tokens]
         return {"choices": [{"token_ids": tokens, "logprobs": {"top_logprobs": top}}]}

@@ -76,6 +76,16 @@ def test_every_way_measures_the_draft_and_keeps_greedy_output(three_ways: dict[s
             assert draft.lossless.ok, (way, draft.lossless)
 
 
+def test_every_way_times_decode_by_the_engines_clock(three_ways: dict[str, Any]) -> None:
+    """Offline the engine core's timestamps, on servers their decode histograms: the fields, not the speeds."""
+    for way, report in three_ways.items():
+        rate = report.alone.decode_tokens_per_second()
+        assert report.alone.clock == "engine" and rate is not None and rate > 0, way
+        for draft in (report.source, *report.quantized):
+            (at,) = draft.by_draft_tokens
+            assert at.run.clock == "engine" and 0 < at.speedup.low <= at.speedup.value <= at.speedup.high, (way, at)
+
+
 def test_server_and_launch_agree_with_offline_within_their_intervals(three_ways: dict[str, Any]) -> None:
     lengths = {way: report.source.run.acceptance("greedy").length() for way, report in three_ways.items()}
     offline = lengths["offline"]
@@ -117,6 +127,7 @@ def test_one_running_server_is_measured_on_its_own_and_over_a_window(running: di
     alone = accept_server(running["draft"], max_prompts=PROMPTS, max_tokens=MAX_TOKENS)
     length = alone.modes["greedy"].length()
     assert length.value >= SOURCE_FLOOR and length.low < length.value < length.high, alone.to_json()
+    assert alone.clock == "engine" and alone.to_json()["modes"]["greedy"]["decode_tokens_per_second"] > 0
     traffic = threading.Thread(
         target=accept_server, args=(running["draft"],), kwargs={"max_prompts": PROMPTS, "max_tokens": MAX_TOKENS}
     )

@@ -34,7 +34,15 @@ from eaglequant.engines.module_support import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
 from eaglequant.kinds import KindPair
-from eaglequant.measurement.measure import GREEDY, AcceptanceReport, DraftResult, EngineRun, Mode, Settings
+from eaglequant.measurement.measure import (
+    GREEDY,
+    AcceptanceReport,
+    AtDraftTokens,
+    DraftResult,
+    EngineRun,
+    Mode,
+    Settings,
+)
 from eaglequant.measurement.one_server import ServerAcceptance, WindowCounts
 from eaglequant.measurement.statistics import Acceptance, Interval, Lossless, PromptCounts
 from eaglequant.prediction.predict import AcceptanceTable, Prediction, TableRow
@@ -64,10 +72,11 @@ from eaglequant.verification.verify import VerifyReport
 from eaglequant.vocabulary.prune import PruneResult
 
 PROMPTS = (
-    PromptCounts(10, 17, (8, 6, 3), (1, 2, 3), (0.5, None)),
-    PromptCounts(12, 15, (7, 5, 3), (4, 5), ()),
-    PromptCounts(9, 20, (9, 7, 4), (6,), ()),
+    PromptCounts(10, 17, (8, 6, 3), (1, 2, 3), (0.5, None), 26, 0.5),
+    PromptCounts(12, 15, (7, 5, 3), (4, 5), (), 26, 0.6),
+    PromptCounts(9, 20, (9, 7, 4), (6,), (), 26, 0.4),
 )
+ALONE = tuple(PromptCounts(0, 0, (), p.token_ids, (), 26, 1.3 + i / 10) for i, p in enumerate(PROMPTS))
 SAMPLED = Mode("T=0.7", 0.7, 3)
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
 
@@ -89,19 +98,29 @@ def _settings() -> Settings:
 
 
 def _run() -> EngineRun:
-    return EngineRun("0.32.0", {"method": "eagle3"}, 12.5, {GREEDY.name: PROMPTS, SAMPLED.name: PROMPTS[1:]})
+    return EngineRun("0.32.0", {"method": "eagle3"}, 12.5, {GREEDY.name: PROMPTS, SAMPLED.name: PROMPTS[1:]}, "engine")
+
+
+def _at(difference: Interval | None, lossless: Lossless) -> AtDraftTokens:
+    return AtDraftTokens(3, _run(), lossless, difference, Interval(2.5, 2.1, 2.9))
 
 
 def _draft(label: str, difference: dict[str, Interval]) -> DraftResult:
-    return DraftResult(label, Path(f"out/{label}"), "stored", _run(), _lossless(), ["fc"], "fp8", 0.05, difference)
+    at = [_at(difference[GREEDY.name], _lossless())]
+    return DraftResult(
+        label, Path(f"out/{label}"), "stored", _run(), _lossless(), ["fc"], "fp8", 0.05, difference, by_draft_tokens=at
+    )
 
 
 def _acceptance_report() -> AcceptanceReport:
-    source = DraftResult("source", Path("src"), "source", _run(), Lossless(3, 0, 3, None))
+    equal = Lossless(3, 0, 3, None)
+    source = DraftResult("source", Path("src"), "source", _run(), equal, by_draft_tokens=[_at(None, equal)])
     quantized = _draft("fp8", {GREEDY.name: Interval(-0.1, -0.3, 0.1), SAMPLED.name: Interval(math.nan, 0, 0)})
+    alone = EngineRun("0.32.0", None, 30.0, {GREEDY.name: ALONE}, "engine")
     return AcceptanceReport(
-        "vllm", "0.32.0", {"k": 3}, _settings(), source, [quantized], [Finding("launched-servers", "", "a note")]
-    )
+        "vllm", "0.32.0", {"k": 3}, _settings(), source, [quantized], [Finding("launched-servers", "", "a note")],
+        alone, "cpu",
+    )  # fmt: skip
 
 
 def _prediction() -> Prediction:
@@ -352,6 +371,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
         _settings(),
         {GREEDY.name: _acceptance()},
         notes=[Finding("one-server", "u", "n")],
+        clock="engine",
     ),
     "ServerAcceptance, window": lambda: ServerAcceptance(
         "http://s:8000", "m", "0.32.0", 3, None, window=WindowCounts(60.2, 40, 120, 50, (30, 15, 5))
@@ -453,10 +473,10 @@ WRITTEN = {
     "Lossless": '{"equal": 2, "near_ties": 1, "prompts": 4, "ok": false, "first_difference": [3, 17], "near_tie_nats": 0.125}',
     "Lossless, equal": '{"equal": 3, "near_ties": 0, "prompts": 3, "ok": true, "first_difference": null, "near_tie_nats": 0.0}',
     "Mode": '{"name": "T=0.7", "temperature": 0.7, "seed": 3}',
-    "Settings": '{"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "draft_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}}',
-    "AcceptanceReport": '{"engine": "vllm", "version": "0.32.0", "speculative_config": {"k": 3}, "settings": {"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "draft_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}}, "source": {"label": "source", "path": "src", "served_as": "source", "dequantized": [], "scheme": null, "budget": null, "lossless": {"equal": 3, "near_ties": 0, "prompts": 3, "ok": true, "first_difference": null, "near_tie_nats": 0.0}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "difference": null}, "T=0.7": {"prompts": 2, "drafts": 21, "accepted": 35, "acceptance_length": {"value": 2.66667, "low": -3.38381, "high": 8.71714}, "per_position": [{"value": 0.7619, "low": -1.83116, "high": 3.35497}, {"value": 0.57143, "low": -1.67589, "high": 2.81875}, {"value": 0.33333, "low": -0.87676, "high": 1.54343}], "difference": null}}, "seconds": 12.5, "problems": []}, "quantized": [{"label": "fp8", "path": "out/fp8", "served_as": "stored", "dequantized": ["fc"], "scheme": "fp8", "budget": 0.05, "lossless": {"equal": 2, "near_ties": 1, "prompts": 4, "ok": false, "first_difference": [3, 17], "near_tie_nats": 0.125}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "difference": {"value": -0.1, "low": -0.3, "high": 0.1}}, "T=0.7": {"prompts": 2, "drafts": 21, "accepted": 35, "acceptance_length": {"value": 2.66667, "low": -3.38381, "high": 8.71714}, "per_position": [{"value": 0.7619, "low": -1.83116, "high": 3.35497}, {"value": 0.57143, "low": -1.67589, "high": 2.81875}, {"value": 0.33333, "low": -0.87676, "high": 1.54343}], "difference": null}}, "seconds": 12.5, "problems": [{"code": "not-lossless", "subject": "fp8", "message": "fp8: greedy output differs from the target\'s alone on 1 of 4 prompts where the target\'s choice was no near-tie (first: prompt 3, token 17); speculative decoding must be lossless"}, {"code": "over-budget", "subject": "fp8", "message": "fp8: greedy acceptance length change against the source draft -0.100 [-0.300, +0.100]: bound -0.300, a drop of 0.300 past the 0.05 budget (the fp8 budget)"}]}], "notes": [{"code": "launched-servers", "subject": "", "message": "a note"}], "ok": false, "problems": [{"code": "not-lossless", "subject": "fp8", "message": "fp8: greedy output differs from the target\'s alone on 1 of 4 prompts where the target\'s choice was no near-tie (first: prompt 3, token 17); speculative decoding must be lossless"}, {"code": "over-budget", "subject": "fp8", "message": "fp8: greedy acceptance length change against the source draft -0.100 [-0.300, +0.100]: bound -0.300, a drop of 0.300 past the 0.05 budget (the fp8 budget)"}]}',
-    "ServerAcceptance": '{"server": "http://s:8000", "model": "m", "version": "0.32.0", "draft_tokens": 3, "settings": {"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "draft_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}}, "window": null, "notes": [{"code": "one-server", "subject": "u", "message": "n"}], "ok": true}',
-    "ServerAcceptance, window": '{"server": "http://s:8000", "model": "m", "version": "0.32.0", "draft_tokens": 3, "settings": null, "modes": {}, "window": {"seconds": 60.2, "drafts": 40, "draft_tokens": 120, "accepted": 50, "accepted_per_position": [30, 15, 5], "acceptance_length": 2.25, "per_position": [0.75, 0.375, 0.125]}, "notes": [], "ok": true}',
+    "Settings": '{"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "draft_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}, "more_draft_tokens": []}',
+    "AcceptanceReport": '{"engine": "vllm", "version": "0.32.0", "speculative_config": {"k": 3}, "settings": {"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "draft_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}, "more_draft_tokens": []}, "source": {"label": "source", "path": "src", "served_as": "source", "dequantized": [], "scheme": null, "budget": null, "lossless": {"equal": 3, "near_ties": 0, "prompts": 3, "ok": true, "first_difference": null, "near_tie_nats": 0.0}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "difference": null, "decode_tokens_per_second": 52.0}, "T=0.7": {"prompts": 2, "drafts": 21, "accepted": 35, "acceptance_length": {"value": 2.66667, "low": -3.38381, "high": 8.71714}, "per_position": [{"value": 0.7619, "low": -1.83116, "high": 3.35497}, {"value": 0.57143, "low": -1.67589, "high": 2.81875}, {"value": 0.33333, "low": -0.87676, "high": 1.54343}], "difference": null, "decode_tokens_per_second": 52.0}}, "by_draft_tokens": [{"draft_tokens": 3, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "decode_tokens_per_second": 52.0, "clock": "engine", "speedup": {"value": 2.5, "low": 2.1, "high": 2.9}, "difference": null, "lossless": {"equal": 3, "near_ties": 0, "prompts": 3, "ok": true, "first_difference": null, "near_tie_nats": 0.0}}], "seconds": 12.5, "problems": []}, "quantized": [{"label": "fp8", "path": "out/fp8", "served_as": "stored", "dequantized": ["fc"], "scheme": "fp8", "budget": 0.05, "lossless": {"equal": 2, "near_ties": 1, "prompts": 4, "ok": false, "first_difference": [3, 17], "near_tie_nats": 0.125}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "difference": {"value": -0.1, "low": -0.3, "high": 0.1}, "decode_tokens_per_second": 52.0}, "T=0.7": {"prompts": 2, "drafts": 21, "accepted": 35, "acceptance_length": {"value": 2.66667, "low": -3.38381, "high": 8.71714}, "per_position": [{"value": 0.7619, "low": -1.83116, "high": 3.35497}, {"value": 0.57143, "low": -1.67589, "high": 2.81875}, {"value": 0.33333, "low": -0.87676, "high": 1.54343}], "difference": null, "decode_tokens_per_second": 52.0}}, "by_draft_tokens": [{"draft_tokens": 3, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "decode_tokens_per_second": 52.0, "clock": "engine", "speedup": {"value": 2.5, "low": 2.1, "high": 2.9}, "difference": {"value": -0.1, "low": -0.3, "high": 0.1}, "lossless": {"equal": 2, "near_ties": 1, "prompts": 4, "ok": false, "first_difference": [3, 17], "near_tie_nats": 0.125}}], "seconds": 12.5, "problems": [{"code": "not-lossless", "subject": "fp8", "message": "fp8: greedy output differs from the target\'s alone on 1 of 4 prompts where the target\'s choice was no near-tie (first: prompt 3, token 17); speculative decoding must be lossless"}, {"code": "over-budget", "subject": "fp8", "message": "fp8: greedy acceptance length change against the source draft -0.100 [-0.300, +0.100]: bound -0.300, a drop of 0.300 past the 0.05 budget (the fp8 budget)"}]}], "notes": [{"code": "launched-servers", "subject": "", "message": "a note"}], "target_alone": {"decode_tokens_per_second": 18.5714, "clock": "engine"}, "device": "cpu", "engine_build": "vLLM 0.32.0 CPU build", "ok": false, "problems": [{"code": "not-lossless", "subject": "fp8", "message": "fp8: greedy output differs from the target\'s alone on 1 of 4 prompts where the target\'s choice was no near-tie (first: prompt 3, token 17); speculative decoding must be lossless"}, {"code": "over-budget", "subject": "fp8", "message": "fp8: greedy acceptance length change against the source draft -0.100 [-0.300, +0.100]: bound -0.300, a drop of 0.300 past the 0.05 budget (the fp8 budget)"}]}',
+    "ServerAcceptance": '{"server": "http://s:8000", "model": "m", "version": "0.32.0", "draft_tokens": 3, "settings": {"target": "targets/llama", "prompts": 3, "prompts_from": "prompts.jsonl", "draft_tokens": 3, "max_tokens": 96, "modes": [{"name": "greedy", "temperature": 0.0, "seed": 0}, {"name": "T=0.7", "temperature": 0.7, "seed": 3}], "dtype": "bfloat16", "seed": 3, "engine_args": {}, "more_draft_tokens": []}, "modes": {"greedy": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}], "decode_tokens_per_second": 52.0}}, "window": null, "notes": [{"code": "one-server", "subject": "u", "message": "n"}], "clock": "engine", "ok": true}',
+    "ServerAcceptance, window": '{"server": "http://s:8000", "model": "m", "version": "0.32.0", "draft_tokens": 3, "settings": null, "modes": {}, "window": {"seconds": 60.2, "drafts": 40, "draft_tokens": 120, "accepted": 50, "accepted_per_position": [30, 15, 5], "acceptance_length": 2.25, "per_position": [0.75, 0.375, 0.125]}, "notes": [], "clock": null, "ok": true}',
     "WindowCounts": '{"seconds": 60.2, "drafts": 40, "draft_tokens": 120, "accepted": 50, "accepted_per_position": [30, 15, 5], "acceptance_length": 2.25, "per_position": [0.75, 0.375, 0.125]}',
     "Prediction": '{"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.25181, "high": 1.29658}, {"value": 0.58065, "low": 0.12903, "high": 1.03226}, {"value": 0.32258, "low": 0.08141, "high": 0.56375}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "failed": true}',
     "Prediction, no budget": '{"inputs": "c", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": 0, "low": 0, "high": 0}, "budget": null, "failed": false}',

@@ -7,7 +7,10 @@ keywords: eaglequant's settings with the user's ``--engine-arg`` and ``--tensor-
 every prompt is generated on its own and vLLM's spec-decode counters (``LLM.get_metrics()``: drafts, draft
 tokens, accepted tokens, accepted tokens per position) are read before and after it, so each prompt's figures
 are the engine's own. OUT gets the engine's version, its speculative configuration as it resolved it, and per
-mode and prompt the counters and the generated token ids.
+mode and prompt the counters and the generated token ids, and each prompt's decode tokens and seconds: by the
+engine core's own timestamps (``RequestOutput.metrics``, a ``RequestStateStats`` that the logged stats fill:
+``last_token_ts - first_token_ts`` over the tokens after the prefill's first), or, where a run's outputs lack
+them, by the wall time of the ``generate`` call over every generated token; OUT says which clock it used.
 """
 
 from __future__ import annotations
@@ -60,6 +63,28 @@ def top2_gap(logprobs: dict[int, Any]) -> float | None:
     return round(values[0] - values[1], 6) if len(values) > 1 else None
 
 
+def engine_decode(output: Any, generated: int) -> tuple[int, float] | None:
+    """The decode phase by the engine core's timestamps (None where the output carries none): the tokens after
+    the prefill's first, and the seconds from the first token to the last."""
+    stats = getattr(output, "metrics", None)
+    first, last = getattr(stats, "first_token_ts", 0.0), getattr(stats, "last_token_ts", 0.0)
+    if not isinstance(first, float) or not isinstance(last, float) or first <= 0 or last <= first or generated < 2:
+        return None
+    return generated - 1, last - first
+
+
+def timed(records: list[dict[str, Any]], engine: list[tuple[int, float] | None], wall: list[float]) -> str:
+    """Put each prompt's decode tokens and seconds into its record, by one clock for the whole run: the engine's
+    where every prompt has its timestamps, else the wall time of each ``generate`` call over every token."""
+    clock = "engine" if all(e is not None for e in engine) else "wall"
+    for record, by_engine, seconds in zip(records, engine, wall, strict=True):
+        tokens, spent = (
+            by_engine if by_engine is not None and clock == "engine" else (len(record["token_ids"]), seconds)
+        )
+        record["decode_tokens"], record["decode_seconds"] = tokens, round(spent, 6)
+    return clock
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     import vllm
     from vllm import LLM, SamplingParams
@@ -83,7 +108,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         }
     modes = []
     for mode in job["modes"]:
-        prompts = []
+        prompts: list[dict[str, Any]] = []
+        engine_times: list[tuple[int, float] | None] = []
+        wall_times: list[float] = []
         for index, prompt in enumerate(job["prompts"]):
             greedy = float(mode["temperature"]) == 0.0
             params = SamplingParams(
@@ -94,13 +121,18 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
                 logprobs=2 if greedy else None,
             )
             before = counters(llm, k)
-            output = llm.generate([prompt], params, use_tqdm=False)[0].outputs[0]
+            called = time.monotonic()
+            answer = llm.generate([prompt], params, use_tqdm=False)[0]
+            wall_times.append(time.monotonic() - called)
+            output = answer.outputs[0]
+            engine_times.append(engine_decode(answer, len(output.token_ids)))
             figures = difference(counters(llm, k), before) if speculative else {}
             record = {**figures, "token_ids": list(output.token_ids)}
             if greedy and output.logprobs:
                 record["top2_gaps"] = [top2_gap(position) for position in output.logprobs]
             prompts.append(record)
-        modes.append({"name": mode["name"], "temperature": mode["temperature"], "prompts": prompts})
+        clock = timed(prompts, engine_times, wall_times)
+        modes.append({"name": mode["name"], "temperature": mode["temperature"], "clock": clock, "prompts": prompts})
     return {
         "engine": "vllm",
         "version": vllm.__version__,
