@@ -231,6 +231,11 @@ def search(
                 hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
             )
         sizes = _vocab_sizes(head, counts, vocab_sizes)
+        speed = (
+            None
+            if target is None or objective != "speedup"
+            else _speed_model(head, engines, target, tensor_parallel_size, measured)
+        )
         loaded = {name: load_scheme(name) for name in list(schemes) or builtin_scheme_names()}
         priced, skipped = priced_candidates(head, loaded, list(engines), sizes, target_layers)
         if not priced:
@@ -245,13 +250,7 @@ def search(
         tokens = budget.tokens(source_length)
         plan = SequentialPlan.of(len(sequences)) if sequential and budget.bound else None
         predictor.sequential = None if plan is None else (plan, tokens)
-        speed = None
-        if objective == "speedup":
-            assert target is not None
-            engine = get_engine(engines[0])
-            speed = SpeedModel.of(
-                target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {})
-            )
+        if speed is not None:
             predictor.stop_within = False  # the pick's k needs its table on every sequence
         points = _judged_from_smallest(
             priced,
@@ -278,6 +277,15 @@ def search(
             _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _speed_model(
+    head: HeadDescription, engines: tuple[str, ...], target: str | Path, tensor_parallel_size: int, measured: Any
+) -> SpeedModel:
+    """The cost model the speedup objective prices candidates with: ``target``'s forwards, the source draft's round
+    in the first targeted engine (an unquantized round reads the same in each), the terms stated or fitted."""
+    engine = get_engine(engines[0])
+    return SpeedModel.of(target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {}))
 
 
 def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers: int | None, overwrite: bool) -> None:

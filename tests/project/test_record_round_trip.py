@@ -16,7 +16,9 @@ from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
-from eaglequant.record.search import SearchBudget
+from eaglequant.record.search import SearchBudget, SearchSpeedup, SpeedupAt
+from eaglequant.speedup.model import SpeedupPoint, SpeedupTable, Timing
+from eaglequant.speedup.target_step import TargetWeights
 from tests.project.test_record_json import RECORDS, _load_check
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
@@ -82,7 +84,32 @@ EXTRA = {
     "FormatRow": _format_row,
     "ModuleLoad": lambda: _load_check().modules[1],
     "SearchBudget": lambda: SearchBudget(0.05, True, "bound", 0.13, "a drop of at most 5.0%"),
+    "SearchSpeedup": lambda: _search_speedup(),
+    "SpeedupTable": lambda: SpeedupTable("fp8", _target_weights(), _timing(), (_speedup_point(),), "predicted"),
+    "SpeedupAt": lambda: SpeedupAt(3, 2.53, 0.89),
+    "SpeedupPoint": lambda: _speedup_point(),
+    "TargetWeights": lambda: _target_weights(),
+    "Timing": lambda: _timing(),
 }
+
+
+def _target_weights() -> TargetWeights:
+    return TargetWeights("kimi", "config.json", 61, 21_093_548_032, 14336, 60, 384, 8, 24772608.0, 70272.0, True, 8)
+
+
+def _timing() -> Timing:
+    return Timing(3.35e12, 1.625e-3, 1.25e-4, 2048, None)
+
+
+def _speedup_point() -> SpeedupPoint:
+    return SpeedupPoint(3, 2.62, 0.0029, 0.0042, 0.0007, 1.5469)
+
+
+def _search_speedup() -> SearchSpeedup:
+    table = (SpeedupAt(1, 1.7, 1.06), SpeedupAt(3, 2.53, 0.89))
+    return SearchSpeedup(
+        "vLLM 0.32.0", "target", 1, 1, 1.06, table, "int8 / quark", 1, 1.05, 1, 1.05, ("batch 1 at 2048 tokens",)
+    )
 
 
 def _examples() -> dict[str, list[Any]]:
