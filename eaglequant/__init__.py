@@ -1,9 +1,9 @@
 """eaglequant: quantize EAGLE-3 draft heads for vLLM, TensorRT-LLM and SGLang.
 
 The public API (``convert``, ``inspect``, ``explain``, ``verify``, ``load_checks``, ``upload``, ``accept``,
-``accept_server``, ``capture``, ``prune``, the options type ``ConversionOptions``; ``eaglequant.batch.jobs.run_batch``)
-is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay fast; torch is only imported by
-the work that needs it.
+``accept_server``, ``capture``, ``prune``, ``predicted_speedup``, the options type ``ConversionOptions``;
+``eaglequant.batch.jobs.run_batch``) is imported lazily so that ``import eaglequant`` and the CLI's ``--help`` stay
+fast; torch is only imported by the work that needs it.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from eaglequant.api import convert, explain, inspect, load_checks, upload, verify
     from eaglequant.api.acceptance import accept, accept_server
     from eaglequant.api.pruning import prune
+    from eaglequant.api.speedup import predicted_speedup
     from eaglequant.capturing.transformers_capture import capture
     from eaglequant.conversion.options import ConversionOptions
 
@@ -29,6 +30,7 @@ __all__ = [
     "explain",
     "inspect",
     "load_checks",
+    "predicted_speedup",
     "prune",
     "upload",
     "verify",
@@ -48,6 +50,10 @@ def __getattr__(name: str) -> Any:
         from eaglequant.api import acceptance
 
         return getattr(acceptance, name)
+    if name == "predicted_speedup":
+        from eaglequant.api.speedup import predicted_speedup
+
+        return predicted_speedup
     if name == "prune":
         from eaglequant.api.pruning import prune
 

@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibrate-on", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--engine-python", type=Path, default=None)
+    parser.add_argument("--reuse", action="store_true", help="model the records an earlier run left under --out")
     args = parser.parse_args(argv)
     ks = [int(k) for k in args.k.split(",")]
     if args.calibrate_on not in ks:
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     from eaglequant.capturing.transformers_capture import capture
 
     out: Path = args.out
+    if args.reuse:
+        report, predicted = (json.loads((out / name).read_text()) for name in ("accept.json", "predicted.json"))
+        print(table(out / "fp8", report, predicted, ks, args.calibrate_on, out / "accept.json"))
+        return 0
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
 
@@ -54,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     if not inputs.is_file():
         capture(PAIR / "target", PAIR / "draft", inputs, prompts=held_out, max_tokens=args.max_tokens)
     dst = out / "fp8"
-    convert(PAIR / "draft", dst, scheme="fp8-per-channel", format="quark", target_config=PAIR / "target", overwrite=True)
+    convert(PAIR / "draft", dst, scheme="fp8-per-channel", format="quark", target_config=PAIR / "target",
+            overwrite=True)  # fmt: skip
     said("captured and converted")
     predicted = predicted_tables(dst, inputs, max(ks))
     said("predicted")
@@ -71,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def predicted_tables(dst: Path, inputs: Path, up_to: int) -> dict[str, dict[int, float]]:
-    """The predicted greedy acceptance length of the source draft and of ``dst`` as vLLM runs it, at k = 1..``up_to``."""
+    """The predicted greedy acceptance length of the source draft and of ``dst`` as vLLM runs it, k = 1..``up_to``."""
     from eaglequant.api import verify
 
-    prediction = verify(dst, source=PAIR / "draft", inputs=inputs, max_draft_tokens=up_to).prediction
+    prediction = verify(dst, source=PAIR / "draft", inputs=inputs, max_draft_tokens=up_to).acceptance
     if prediction is None:
         raise SystemExit(f"{dst}: acceptance was not predicted")
-    return {"source": prediction.source_by_draft_tokens(), "fp8": prediction.acceptance_by_draft_tokens()}
+    return {"source": prediction.source_acceptance_by_draft_tokens(), "fp8": prediction.acceptance_by_draft_tokens()}
 
 
 def table(dst: Path, report: dict, predicted: dict, ks: list[int], calibrate_on: int, record: Path) -> str:
@@ -93,7 +99,8 @@ def table(dst: Path, report: dict, predicted: dict, ks: list[int], calibrate_on:
     labels = {"source": "source", str(dst): "fp8"}
     measured = {(labels.get(m.label, m.label), m.draft_tokens): m for m in speeds}
     fitted_on = [measured[("source", calibrate_on)]]
-    timing = calibrate(target, drafts["source"], fitted_on, stated_timing(target), f"the source draft at k = {calibrate_on}")
+    what = f"the source draft at k = {calibrate_on}"
+    timing = calibrate(target, drafts["source"], fitted_on, stated_timing(target), what)
     lines = [
         "| draft | k | acceptance predicted | measured | speed-up predicted | measured [95%] | error |",
         "|---|---|---|---|---|---|---|",
@@ -116,8 +123,9 @@ def table(dst: Path, report: dict, predicted: dict, ks: list[int], calibrate_on:
     lines.append("")
     lines.append(
         f"vLLM's CPU build; target alone {1 / alone:.0f} tokens/s; fitted: {timing.target_overhead_s * 1e3:.3f} ms a "
-        f"target forward, {timing.draft_overhead_s * 1e3:.3f} ms a draft step; the largest error away from the "
-        f"calibration point: {worst:.1%} (record: {record})"
+        f"target forward, {timing.round_overhead_s * 1e3:.3f} ms a round (a draft step as stated, "
+        f"{timing.draft_overhead_s * 1e3:.3f} ms); the largest error away from the calibration point: {worst:.1%} "
+        f"(record: {record})"
     )
     return "\n".join(lines)
 

@@ -1,5 +1,5 @@
-"""``speedup()``: the decode speed-up a written draft gives its target at each k, in each engine that loads it
-(``explain --target-config``, the card), from the cost model of :mod:`eaglequant.speedup`."""
+"""``predicted_speedup()``: the decode speed-up a written draft gives its target at each k, in each engine that
+loads it (``explain --target-config``), from the cost model of :mod:`eaglequant.speedup`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from eaglequant.speedup.model import SpeedupTable, predict_speedup
 from eaglequant.speedup.target_step import target_weights
 
 
-def speedup(
+def predicted_speedup(
     dst: str | Path,
     target: str | Path,
     *,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from rich.markup import escape
@@ -13,17 +14,20 @@ from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
     DraftTokensOpt,
+    MeasuredOpt,
     QuantizedDstArg,
     TargetConfigOpt,
     TargetLayersOpt,
+    TensorParallelOpt,
 )
 from eaglequant.cli.output import absolute, note, out, result
-from eaglequant.cli.tables import name_column, show, show_round_costs
+from eaglequant.cli.tables import name_column, show, show_round_costs, speedup_table
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-from eaglequant.common.errors import EXIT_CHECK_FAILED
+from eaglequant.common.errors import EXIT_CHECK_FAILED, InputError
 
 if TYPE_CHECKING:
     from eaglequant.readback.explanation import EngineReading, Explanation, ModuleReading
+    from eaglequant.speedup.model import SpeedupTable
 
 
 def explain_command(
@@ -41,9 +45,20 @@ def explain_command(
     target_layers: TargetLayersOpt = None,
     target_config: TargetConfigOpt = None,
     draft_tokens: DraftTokensOpt = DEFAULT_DRAFT_TOKENS,
+    acceptance: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--acceptance",
+            help="With --target-config: an acceptance length at a k (2.62@3), carried to k = 1..8 at a constant "
+            "per-token rate, for the speed-up table (default: what the search that chose DST predicted).",
+            show_default=False,
+        ),
+    ] = None,
+    tensor_parallel_size: TensorParallelOpt = None,
+    measured: MeasuredOpt = None,
 ) -> None:
     """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors, and the weight bytes it
-    reads per speculative round.
+    reads per speculative round; with --target-config, the predicted decode speed-up at each k.
 
     Exits 3 when an engine would not load DST as its config says.
     """
@@ -60,11 +75,57 @@ def explain_command(
         )
         destination = absolute(explanation.destination)
         shown = replace(explanation, destination=explanation.destination.absolute())
-        result(shown.to_json(), lambda: render(explanation, str(destination)))
+        tables = _speedup_tables(dst, target_config, acceptance, tensor_parallel_size, measured, engine or [])
+        written = shown.to_json() if tables is None else {**shown.to_json(), "speedup": [t.to_json() for t in tables]}
+
+        def rendered() -> None:
+            render(explanation, str(destination))
+            _render_speedup(tables)
+
+        result(written, rendered)
         return explanation.ok
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _speedup_tables(
+    dst: Path,
+    target: Path | None,
+    acceptance: str | None,
+    tensor_parallel_size: int | None,
+    measured: Path | None,
+    engines: list[str],
+) -> list[SpeedupTable] | None:
+    """The speed-up table of each engine that loads DST, where a target is given (None: no target, or no acceptance
+    to predict from: said in a note)."""
+    if target is None:
+        if acceptance is not None or measured is not None:
+            raise InputError(
+                "--acceptance and --measured price the target's forwards, and no target is given",
+                hint="give the target's checkpoint directory or config.json: --target-config PATH",
+            )
+        return None
+    from eaglequant.api.speedup import acceptance_at, predicted_speedup
+    from eaglequant.record.search import read_search, recorded_acceptance
+
+    if acceptance is not None:
+        lengths, said = acceptance_at(acceptance)
+    else:
+        lengths, said = recorded_acceptance(read_search(dst)) or {}, "predicted by the search that chose it"
+    if not lengths:
+        note("no speed-up table: DST records no predicted acceptance; give one with --acceptance 2.62@3")
+        return None
+    return predicted_speedup(dst, target, acceptance=lengths, acceptance_from=said,
+                   tensor_parallel_size=tensor_parallel_size or 1, measured=measured, engines=engines)  # fmt: skip
+
+
+def _render_speedup(tables: list[SpeedupTable] | None) -> None:
+    for table in tables or []:
+        show(speedup_table(table, "predicted decode speed-up over the target alone"))
+    if tables:
+        for line in tables[0].assumptions:
+            note(line)
 
 
 def render(explanation: Explanation, destination: str) -> None:

@@ -127,6 +127,16 @@ class SearchRecord(JsonRecord):
     speedup: SearchSpeedup | None = None  # with the speedup objective: the pick's k and speed-up
 
 
+def recorded_acceptance(search: SearchRecord | None) -> dict[int, float] | None:
+    """k -> the chosen draft's predicted greedy acceptance length at each k its search tabulated (None: no search,
+    none chosen, or a record written before tables)."""
+    chosen = None if search is None else search.chosen
+    rows = None if chosen is None or chosen.predicted is None else chosen.predicted.get("by_draft_tokens")
+    if not isinstance(rows, list):
+        return None
+    return {int(row["draft_tokens"]): float(row["quantized"]["value"]) for row in rows}
+
+
 def read_search(dst: Path) -> SearchRecord | None:
     """The search recorded in ``dst``; None when ``dst`` was not chosen by a search."""
     path = dst / SEARCH_RECORD

@@ -6,9 +6,11 @@
   (:meth:`~.target_step.TargetWeights.distinct_experts`), so on a MoE target it costs several steps' expert bytes.
 - ``t_draft(k)``: the draft's k steps, the weight bytes a round reads (:mod:`eaglequant.readback.cost`).
 
-Each forward costs its bytes over the bandwidth plus a fixed overhead (launches, synchronisation, all-reduces).
-Those are the model's free terms: stated (:func:`stated_timing`, printed beside every figure) or calibrated on what an
-engine measured (:func:`calibrate`), which then predicts the other k and the other drafts on that engine.
+Each forward costs its bytes over the bandwidth plus a fixed overhead (launches, synchronisation, all-reduces), and a
+round a fixed overhead of its own beside its forwards (the rejection sampler, the proposer's bookkeeping), counted in
+``t_verify``. Those are the model's free terms: stated (:func:`stated_timing`, printed beside every figure) or
+calibrated on what an engine measured (:func:`calibrate`), which then predicts the other k and the other drafts on
+that engine.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class Timing(JsonRecord):
     bandwidth: float  # bytes a second one rank reads weights at
     target_overhead_s: float  # each target forward, beyond its bytes
     draft_overhead_s: float  # each draft step, beyond its bytes
+    round_overhead_s: float = 0.0  # each speculative round, beyond its forwards
     context: int = 2048  # tokens of context whose cache a forward reads
     calibrated_on: str | None = None  # what the overheads were fitted to (None: stated)
 
@@ -39,22 +42,24 @@ class Timing(JsonRecord):
         fitted = (
             f" (fitted to {self.calibrated_on})"
             if self.calibrated_on
-            else f" (stated: {FORWARD_OVERHEAD_S * 1e3:g} ms and {LAYER_OVERHEAD_S * 1e6:g} us a layer; "
-            "--measured fits them)"
+            else f" (stated: a forward {FORWARD_OVERHEAD_S * 1e3:g} ms and {LAYER_OVERHEAD_S * 1e6:g} us a layer, a "
+            f"round {ROUND_OVERHEAD_S * 1e3:g} ms; --measured fits them)"
         )
         return [
             f"weights and cache read at {self.bandwidth / 1e12:.3g} TB/s a rank",
-            f"a fixed {self.target_overhead_s * 1e3:.3g} ms each target forward and {self.draft_overhead_s * 1e3:.3g} "
-            f"ms each draft step beyond their bytes{fitted}",
+            f"a fixed {self.target_overhead_s * 1e3:.3g} ms each target forward, {self.draft_overhead_s * 1e3:.3g} ms "
+            f"each draft step and {self.round_overhead_s * 1e3:.3g} ms each round beyond their bytes{fitted}",
             f"batch 1 at {self.context} tokens of context",
         ]
 
 
-# The stated defaults, printed with every figure: an H100 SXM's HBM3, and each forward a fixed 0.1 ms (scheduling,
-# sampling) and 25 us a decoder layer (kernel launches, the all-reduces of tensor parallelism).
+# The stated defaults, printed with every figure: an H100 SXM's HBM3, each forward a fixed 0.1 ms (scheduling,
+# sampling) and 25 us a decoder layer (kernel launches, the all-reduces of tensor parallelism), and each round 0.1 ms
+# (the rejection sampler, the proposer's bookkeeping).
 BANDWIDTH = 3.35e12
 FORWARD_OVERHEAD_S = 1e-4
 LAYER_OVERHEAD_S = 2.5e-5
+ROUND_OVERHEAD_S = 1e-4
 
 
 def stated_timing(target: TargetWeights, draft_layers: int = 1, context: int = 2048) -> Timing:
@@ -63,6 +68,7 @@ def stated_timing(target: TargetWeights, draft_layers: int = 1, context: int = 2
         BANDWIDTH,
         FORWARD_OVERHEAD_S + target.layers * LAYER_OVERHEAD_S,
         FORWARD_OVERHEAD_S + draft_layers * LAYER_OVERHEAD_S,
+        ROUND_OVERHEAD_S,
         context,
     )
 
@@ -155,7 +161,7 @@ def predict_speedup(
     step = step_seconds(target, timing)
     points = []
     for k in sorted(acceptance):
-        verify = step_seconds(target, timing, k + 1)
+        verify = step_seconds(target, timing, k + 1) + timing.round_overhead_s
         drafting = draft_seconds(draft, k, timing, target.tensor_parallel_size)
         length = acceptance[k]
         points.append(SpeedupPoint(k, length, step, verify, drafting, length * step / (verify + drafting)))
@@ -179,28 +185,45 @@ class MeasuredRound(Protocol):
 def calibrate(
     target: TargetWeights, draft: RoundCost, measured: Sequence[MeasuredRound], stated: Timing, what: str
 ) -> Timing:
-    """``stated`` with its overheads fitted to ``measured``: the target's from its decode alone (a step is one
-    forward), the draft's from each round's time (the acceptance length times the time a token with the draft)
-    less the verification, in least squares over the rounds. The bandwidth stays as stated: one engine's times
-    cannot tell a byte's cost from a forward's on one target."""
+    """``stated`` with its overheads fitted to ``measured``. The target's comes from its decode alone (a step is one
+    forward). What a round costs beyond its verification's forward and its draft's bytes (the acceptance length
+    times the seconds a token with the draft, less those) is a fixed cost a round plus one a draft step: measured at
+    two k or more, both are fitted in least squares; at one k the two cannot be told apart, so the draft step keeps
+    its stated cost and the round's is fitted. The bandwidth stays as stated: one engine's times on one target
+    cannot tell a byte's cost from a forward's."""
     if not measured:
         raise InputError(f"{what}: no draft measured at any k to calibrate on", hint="measure with eaglequant accept")
     bandwidth, context = stated.bandwidth, stated.context
     step_bytes = target.forward_bytes(1, context) / bandwidth
     target_overhead = max(0.0, sum(m.alone_seconds_per_token for m in measured) / len(measured) - step_bytes)
-    fitted = Timing(bandwidth, target_overhead, 0.0, context)
-    residuals, weights = 0.0, 0.0
+    bare = Timing(bandwidth, target_overhead, 0.0, 0.0, context)
+    rounds = []  # (k, seconds a round beyond its verification's forward and its draft's bytes)
     for m in measured:
         k = m.draft_tokens
-        round_s = m.acceptance_length * m.drafted_seconds_per_token
-        drafting = draft_seconds(draft, k, fitted, target.tensor_parallel_size)
-        rest = round_s - step_seconds(target, fitted, k + 1) - drafting
-        residuals += k * rest
-        weights += k * k
-    draft_overhead = max(0.0, residuals / weights)
-    if not math.isfinite(draft_overhead):
+        spent = m.acceptance_length * m.drafted_seconds_per_token
+        rest = spent - step_seconds(target, bare, k + 1) - draft_seconds(draft, k, bare, target.tensor_parallel_size)
+        rounds.append((k, rest))
+    if not all(math.isfinite(rest) for _, rest in rounds):
         raise InputError(f"{what}: the measured times are not finite", hint="measure again with eaglequant accept")
-    return Timing(bandwidth, target_overhead, draft_overhead, context, what)
+    per_round, per_step = _fixed_and_per_step(rounds, stated.draft_overhead_s)
+    return Timing(bandwidth, target_overhead, per_step, per_round, context, what)
+
+
+def _fixed_and_per_step(rounds: list[tuple[int, float]], stated_step: float) -> tuple[float, float]:
+    """``rest = fixed + k * per_step`` fitted to the rounds in least squares, neither negative; at one k, with
+    ``per_step`` as stated."""
+    ks = [k for k, _ in rounds]
+    mean_k, mean_rest = sum(ks) / len(ks), sum(rest for _, rest in rounds) / len(rounds)
+    spread = sum((k - mean_k) ** 2 for k in ks)
+    if spread == 0:
+        return max(0.0, mean_rest - mean_k * stated_step), stated_step
+    per_step = sum((k - mean_k) * (rest - mean_rest) for k, rest in rounds) / spread
+    if per_step < 0:
+        return max(0.0, mean_rest), 0.0
+    fixed = mean_rest - per_step * mean_k
+    if fixed < 0:
+        return 0.0, sum(k * rest for k, rest in rounds) / sum(k * k for k in ks)
+    return fixed, per_step
 
 
 def geometric_acceptance(length: float, draft_tokens: int, up_to: int) -> dict[int, float]:

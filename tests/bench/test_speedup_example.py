@@ -29,16 +29,18 @@ def test_each_figure_is_acceptance_times_a_step_over_verify_and_draft(tables: li
         for point in table.points:
             verify = target.forward_bytes(point.draft_tokens + 1, timing.context) / timing.bandwidth
             assert point.step_s == pytest.approx(step, rel=1e-12)
-            assert point.verify_s == pytest.approx(verify + timing.target_overhead_s, rel=1e-12)
+            assert point.verify_s == pytest.approx(
+                verify + timing.target_overhead_s + timing.round_overhead_s, rel=1e-12
+            )
             assert point.speedup == pytest.approx(
                 point.acceptance_length * step / (point.verify_s + point.draft_s), rel=1e-12
             )
 
 
-def test_verifying_four_tokens_reads_31_experts_and_costs_1_44_steps(tables: list) -> None:
+def test_verifying_four_tokens_reads_31_experts_and_costs_1_47_steps(tables: list) -> None:
     three = tables[0].at(3)
     assert three is not None
-    assert three.verify_s / three.step_s == pytest.approx(1.44, abs=0.005)
+    assert three.verify_s / three.step_s == pytest.approx(1.47, abs=0.005)  # the round overhead included
     assert target_weights(KIMI, 8).distinct_experts(4) == pytest.approx(31.0, abs=0.05)
     assert "a k = 8 verification reads 66.3 of 384 experts a MoE layer" in tables[0].assumptions
 
@@ -49,7 +51,7 @@ def test_a_cheaper_draft_is_faster_at_every_k_and_the_best_k_is_3(tables: list) 
         assert a.draft_s > b.draft_s > c.draft_s
         assert a.speedup < b.speedup < c.speedup
     assert [t.best_draft_tokens for t in tables] == [3, 3, 3]
-    assert bf16.at(3).speedup == pytest.approx(1.547, abs=0.001)  # type: ignore[union-attr]
+    assert bf16.at(3).speedup == pytest.approx(1.516, abs=0.001)  # type: ignore[union-attr]
 
 
 def test_a_pruned_vocabulary_cuts_the_lm_head_rows_a_round_reads() -> None:

@@ -98,7 +98,7 @@ def _target_weights() -> TargetWeights:
 
 
 def _timing() -> Timing:
-    return Timing(3.35e12, 1.625e-3, 1.25e-4, 2048, None)
+    return Timing(3.35e12, 1.625e-3, 1.25e-4, 1e-4, 2048, None)
 
 
 def _speedup_point() -> SpeedupPoint:

@@ -26,14 +26,14 @@ def _draft() -> RoundCost:
     return RoundCost("vllm", "0.32.0", 3, parts, 0, 0)
 
 
-TIMING = Timing(bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, context=100)
+TIMING = Timing(bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, round_overhead_s=3e-5, context=100)
 
 
 def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
     table = predict_speedup("d", _target(), _draft(), {1: 1.7, 3: 2.5}, TIMING)
     step = (1_000_000 + 2 * 2 * 50_000 + 1000 + 100 * 10) / 1e9 + 2e-4  # 2 experts of 8 for one token
     distinct4 = 8 * (1 - (1 - 2 / 8) ** 4)
-    verify = (1_000_000 + 2 * distinct4 * 50_000 + 4 * 1000 + 100 * 10) / 1e9 + 2e-4
+    verify = (1_000_000 + 2 * distinct4 * 50_000 + 4 * 1000 + 100 * 10) / 1e9 + 2e-4 + 3e-5  # and the round's
     draft3 = (300 + 3 * 1000 + 3 * 5000 + 4 * 100) / 1e9 + 3 * 5e-5
     point = table.at(3)
     assert point is not None
@@ -44,7 +44,7 @@ def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
 def test_the_best_k_is_the_highest_speedup_and_ties_go_to_the_smaller_k() -> None:
     table = predict_speedup("d", _target(), _draft(), {1: 1.9, 2: 2.7, 3: 2.75}, TIMING)
     assert table.best_draft_tokens == max(table.points, key=lambda p: p.speedup).draft_tokens
-    flat = Timing(1e30, 1e-3, 0.0, 0)  # no bytes cost, no draft cost: every k with the same length ties
+    flat = Timing(1e30, 1e-3, 0.0, 0.0, 0)  # no bytes cost, no draft cost: every k with the same length ties
     assert predict_speedup("d", _target(), _draft(), {2: 2.0, 4: 2.0}, flat).best_draft_tokens == 2
 
 
@@ -70,22 +70,38 @@ def _measured(timing: Timing, lengths: dict[int, float]) -> list[Round]:
             for p in table.points]  # fmt: skip
 
 
-def test_calibration_recovers_the_overheads_an_engine_ran_with() -> None:
-    true = Timing(1e9, 3e-3, 7e-4, 100)
-    fitted = calibrate(_target(), _draft(), _measured(true, {3: 2.4}), Timing(1e9, 0.0, 0.0, 100), "a test run")
-    assert (fitted.target_overhead_s, fitted.draft_overhead_s) == pytest.approx((3e-3, 7e-4), rel=1e-9)
-    assert fitted.calibrated_on == "a test run"
-    several = calibrate(_target(), _draft(), _measured(true, {1: 1.6, 2: 2.1, 4: 2.6}), Timing(1e9, 1.0, 1.0, 100), "x")
-    assert several.draft_overhead_s == pytest.approx(7e-4, rel=1e-9)
-    assert "fitted to x" in " ".join(several.assumptions())
+TRUE = Timing(1e9, 3e-3, 7e-4, 4e-4, 100)
+
+
+def test_at_one_k_calibration_fits_the_round_with_the_draft_step_as_stated() -> None:
+    stated = Timing(1e9, 0.0, 7e-4, 0.0, 100)  # the draft step stated as the engine runs it
+    fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "a test run")
+    assert (fitted.target_overhead_s, fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx(
+        (3e-3, 7e-4, 4e-4), rel=1e-9
+    )
+    assert fitted.calibrated_on == "a test run" and "fitted to a test run" in " ".join(fitted.assumptions())
+    wrong = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), Timing(1e9, 0.0, 2e-4, 0.0, 100), "x")
+    assert wrong.round_overhead_s == pytest.approx(4e-4 + 3 * 5e-4, rel=1e-9)  # one k: the rest goes to the round
+
+
+def test_at_several_k_calibration_fits_the_round_and_the_draft_step() -> None:
+    measured = _measured(TRUE, {1: 1.6, 2: 2.1, 4: 2.6})
+    fitted = calibrate(_target(), _draft(), measured, Timing(1e9, 1.0, 1.0, 1.0, 100), "x")
+    assert (fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx((7e-4, 4e-4), rel=1e-9)
+
+
+def test_a_fit_is_never_negative() -> None:
+    cheap = Timing(1e9, 3e-3, 7e-4, 0.0, 100)  # no cost a round: a fitted negative one is clipped to 0
+    fitted = calibrate(_target(), _draft(), _measured(cheap, {1: 1.6, 3: 2.4}), Timing(1e9, 0, 0, 0, 100), "x")
+    assert fitted.round_overhead_s >= 0 and fitted.draft_overhead_s >= 0
 
 
 def test_calibration_predicts_other_k_on_a_model_engine() -> None:
-    true = Timing(1e9, 3e-3, 7e-4, 100)
     lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
-    fitted = calibrate(_target(), _draft(), _measured(true, {3: 2.4}), Timing(1e9, 0.0, 0.0, 100), "k = 3")
+    stated = Timing(1e9, 0.0, 7e-4, 0.0, 100)
+    fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "k = 3")
     predicted = predict_speedup("d", _target(), _draft(), lengths, fitted)
-    actual = predict_speedup("d", _target(), _draft(), lengths, true)
+    actual = predict_speedup("d", _target(), _draft(), lengths, TRUE)
     assert [p.speedup for p in predicted.points] == pytest.approx([p.speedup for p in actual.points], rel=1e-9)
 
 

@@ -106,6 +106,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             "num_speculative_tokens": getattr(config, "num_speculative_tokens", None),
             "draft_sample_method": str(getattr(config, "draft_sample_method", "greedy")),
         }
+    # One untimed generation first: the first request of a process pays for allocations and warm-up that no later
+    # one does, and would otherwise be timed into the first prompt's decode rate (the counters are read around
+    # each timed prompt, so this one counts nowhere).
+    warm_up = SamplingParams(temperature=0.0, max_tokens=int(job["max_tokens"]))
+    llm.generate([job["prompts"][0]], warm_up, use_tqdm=False)
     modes = []
     for mode in job["modes"]:
         prompts: list[dict[str, Any]] = []
