@@ -2,20 +2,22 @@
 speculative decoding (its CPU build here: the figures are that build's, not a GPU's).
 
     .venv/bin/python scripts/speedup_calibration.py [--out out/speedup] [--calibrate-on 3] [--k 1,2,3,4]
-                                                    [--engine-python .venv-vllm/bin/python]
+                                                    [--repeats 3] [--engine-python .venv-vllm/bin/python]
 
 One run: the 12 held-out prompts' target choices are captured (``eaglequant capture``), the source draft and its FP8
 conversion are predicted for every k from one chain (``verify --inputs``), and ``eaglequant accept`` measures both
-at every k of ``--k`` with the target alone once. The model's overheads are fitted to the source draft's round at
-``--calibrate-on`` alone; then it predicts every draft at every k from the *predicted* acceptance, and each is set
-beside the speed-up the engine measured. Prints a Markdown table (docs/speedup.md shows one) and writes the JSON
-of the run under --out.
+at every k of ``--k`` with the target alone once, ``--repeats`` times (each measurement is its own engine processes,
+whose speed moves between processes on a shared machine: each repeat is shown, and their geometric mean compared).
+The model's overheads are fitted to the source draft's rounds at ``--calibrate-on`` alone; then it predicts every
+draft at every k from the *predicted* acceptance, set beside the speed-up the engine measured. Prints a Markdown
+table (docs/speedup.md shows one) and writes the JSON of every measurement under --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -29,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "speedup")
     parser.add_argument("--k", default="1,2,3,4", help="the k accept measures, comma-separated")
     parser.add_argument("--calibrate-on", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engine-python", type=Path, default=None)
     parser.add_argument("--reuse", action="store_true", help="model the records an earlier run left under --out")
     args = parser.parse_args(argv)
@@ -43,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
     out: Path = args.out
     if args.reuse:
-        report, predicted = (json.loads((out / name).read_text()) for name in ("accept.json", "predicted.json"))
-        print(table(out / "fp8", report, predicted, ks, args.calibrate_on, out / "accept.json"))
+        reports = [json.loads(p.read_text()) for p in sorted(out.glob("accept-*.json"))]
+        predicted = json.loads((out / "predicted.json").read_text())
+        print(table(out / "fp8", reports, predicted, ks, args.calibrate_on, out))
         return 0
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -56,23 +60,26 @@ def main(argv: list[str] | None = None) -> int:
     held_out = out / "heldout-prompts.jsonl"
     held_out.write_text("\n".join(prompts[len(prompts) // 2 :]) + "\n", encoding="utf-8")
     inputs = out / "captured.safetensors"
-    if not inputs.is_file():
-        capture(PAIR / "target", PAIR / "draft", inputs, prompts=held_out, max_tokens=args.max_tokens)
+    inputs.unlink(missing_ok=True)  # captured anew: the tokens generated follow --max-tokens
+    capture(PAIR / "target", PAIR / "draft", inputs, prompts=held_out, max_tokens=args.max_tokens)
     dst = out / "fp8"
     convert(PAIR / "draft", dst, scheme="fp8-per-channel", format="quark", target_config=PAIR / "target",
             overwrite=True)  # fmt: skip
     said("captured and converted")
     predicted = predicted_tables(dst, inputs, max(ks))
-    said("predicted")
-    report = accept(
-        [dst], target=PAIR / "target", source=PAIR / "draft", prompts=held_out, max_tokens=args.max_tokens,
-        draft_tokens=ks, engine_python=args.engine_python, record=False, temperatures=(),
-        progress=lambda what: said(f"serving {what}"),
-    ).to_json()  # fmt: skip
-    (out / "accept.json").write_text(json.dumps(report, indent=2))
     (out / "predicted.json").write_text(json.dumps(predicted, indent=2))
+    said("predicted")
+    reports = []
+    for repeat in range(1, args.repeats + 1):
+        report = accept(
+            [dst], target=PAIR / "target", source=PAIR / "draft", prompts=held_out, max_tokens=args.max_tokens,
+            draft_tokens=ks, engine_python=args.engine_python, record=False, temperatures=(),
+            progress=lambda what, repeat=repeat: said(f"measurement {repeat}: serving {what}"),
+        ).to_json()  # fmt: skip
+        (out / f"accept-{repeat}.json").write_text(json.dumps(report, indent=2))
+        reports.append(report)
     said("measured")
-    print(table(dst, report, predicted, ks, args.calibrate_on, out / "accept.json"))
+    print(table(dst, reports, predicted, ks, args.calibrate_on, out))
     return 0
 
 
@@ -86,7 +93,7 @@ def predicted_tables(dst: Path, inputs: Path, up_to: int) -> dict[str, dict[int,
     return {"source": prediction.source_acceptance_by_draft_tokens(), "fp8": prediction.acceptance_by_draft_tokens()}
 
 
-def table(dst: Path, report: dict, predicted: dict, ks: list[int], calibrate_on: int, record: Path) -> str:
+def table(dst: Path, reports: list[dict], predicted: dict, ks: list[int], calibrate_on: int, out: Path) -> str:
     from eaglequant import explain
     from eaglequant.measurement.speed import measured_speeds
     from eaglequant.speedup.model import calibrate, predict_speedup, stated_timing
@@ -95,38 +102,45 @@ def table(dst: Path, report: dict, predicted: dict, ks: list[int], calibrate_on:
     target = target_weights(PAIR / "target")
     (cost,) = [r.round_cost for r in explain(dst, engines=["vllm"]).engines if r.round_cost is not None]
     drafts = {"source": cost.as_source(), "fp8": cost}
-    speeds = measured_speeds(report)
     labels = {"source": "source", str(dst): "fp8"}
-    measured = {(labels.get(m.label, m.label), m.draft_tokens): m for m in speeds}
-    fitted_on = [measured[("source", calibrate_on)]]
+    measured: dict[tuple[str, int], list] = {}
+    for report in reports:
+        for m in measured_speeds(report):
+            measured.setdefault((labels.get(m.label, m.label), m.draft_tokens), []).append(m)
     what = f"the source draft at k = {calibrate_on}"
-    timing = calibrate(target, drafts["source"], fitted_on, stated_timing(target), what)
+    timing = calibrate(target, drafts["source"], measured[("source", calibrate_on)], stated_timing(target), what)
     lines = [
-        "| draft | k | acceptance predicted | measured | speed-up predicted | measured [95%] | error |",
-        "|---|---|---|---|---|---|---|",
+        "| draft | k | acceptance predicted | measured | speed-up predicted | measured, each run | geometric mean "
+        "| error |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     worst = 0.0
     for name, cost_of in drafts.items():
         lengths = {int(k): v for k, v in predicted[name].items() if int(k) in ks}
         model = predict_speedup(name, target, cost_of, lengths, timing)
         for point in model.points:
-            m = measured[(name, point.draft_tokens)]
-            error = point.speedup / m.speedup.value - 1
-            if (name, point.draft_tokens) != ("source", calibrate_on):
+            runs = measured[(name, point.draft_tokens)]
+            mean = math.exp(sum(math.log(m.speedup.value) for m in runs) / len(runs))
+            error = point.speedup / mean - 1
+            calibrated = (name, point.draft_tokens) == ("source", calibrate_on)
+            if not calibrated:
                 worst = max(worst, abs(error))
-            mark = " (calibrated here)" if (name, point.draft_tokens) == ("source", calibrate_on) else ""
+            each = ", ".join(f"{m.speedup.value:.3f}" for m in runs)
+            length = sum(m.acceptance_length for m in runs) / len(runs)
             lines.append(
-                f"| {name} | {point.draft_tokens}{mark} | {point.acceptance_length:.3f} | {m.acceptance_length:.3f} "
-                f"| {point.speedup:.3f}× | {m.speedup.text()} | {error:+.1%} |"
+                f"| {name} | {point.draft_tokens}{' (calibrated here)' if calibrated else ''} "
+                f"| {point.acceptance_length:.3f} | {length:.3f} | {point.speedup:.3f}× | {each} | {mean:.3f}× "
+                f"| {error:+.1%} |"
             )
-    alone = measured[("source", calibrate_on)].alone_seconds_per_token
-    lines.append("")
-    lines.append(
-        f"vLLM's CPU build; target alone {1 / alone:.0f} tokens/s; fitted: {timing.target_overhead_s * 1e3:.3f} ms a "
-        f"target forward, {timing.round_overhead_s * 1e3:.3f} ms a round (a draft step as stated, "
-        f"{timing.draft_overhead_s * 1e3:.3f} ms); the largest error away from the calibration point: {worst:.1%} "
-        f"(record: {record})"
-    )
+    alone = [1 / m.alone_seconds_per_token for m in measured[("source", calibrate_on)]]
+    lines += [
+        "",
+        f"vLLM's CPU build; the target alone {', '.join(f'{rate:.0f}' for rate in alone)} tokens/s in the "
+        f"{len(reports)} measurements; fitted: {timing.target_overhead_s * 1e3:.3f} ms a target forward, "
+        f"{timing.round_overhead_s * 1e3:.3f} ms a round and {timing.draft_overhead_s * 1e3:.3f} ms a draft step "
+        f"(in the stated proportion); the largest error away from the calibration point: {worst:.1%} "
+        f"(records: {out}/accept-*.json)",
+    ]
     return "\n".join(lines)
 
 

@@ -21,8 +21,7 @@ from eaglequant.cli.options import (
     TensorParallelOpt,
 )
 from eaglequant.cli.output import info, note, out, result
-from eaglequant.cli.tables import name_column, show, speedup_table
-from eaglequant.cli.verify_cmd import acceptance_table
+from eaglequant.cli.tables import acceptance_table, name_column, show, speedup_table
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_ENGINES, MAX_TARGET_LAYERS

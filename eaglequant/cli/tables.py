@@ -17,6 +17,7 @@ from rich.text import Text
 from eaglequant.cli.output import out
 
 if TYPE_CHECKING:
+    from eaglequant.prediction.predict import Prediction
     from eaglequant.readback.cost import Baseline, RoundCost
     from eaglequant.speedup.model import SpeedupTable
 
@@ -141,3 +142,16 @@ def speedup_table(table: SpeedupTable, title: str) -> Table:
             f"{point.speedup:.3f}×{mark}",
         )
     return shown
+
+
+def acceptance_table(prediction: Prediction) -> Table:
+    """Predicted acceptance length for every k (tokens drafted a round): the source's, DST's and the change, each
+    with its 95% interval."""
+    table = Table(title="predicted acceptance length by k, tokens drafted a round [95%]", title_justify="left")
+    for header in ("k", "source", "DST", "change"):
+        table.add_column(header, justify="right")
+    assert prediction.source_table is not None and prediction.quantized_table is not None
+    for k in range(1, prediction.quantized_table.max_draft_tokens + 1):
+        row = prediction.table_row(k)
+        table.add_row(str(k), row.source.text(), row.quantized.text(), row.difference.text(signed=True))
+    return table

@@ -24,7 +24,7 @@ from eaglequant.cli.options import (
 )
 from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
-from eaglequant.cli.tables import name_column, show
+from eaglequant.cli.tables import acceptance_table, name_column, show
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.record.verification import Verdict
@@ -217,19 +217,6 @@ def _render_acceptance(prediction: Prediction) -> None:
     )
     if prediction.by_draft_tokens is not NOT_WRITTEN:
         show(acceptance_table(prediction))
-
-
-def acceptance_table(prediction: Prediction) -> Table:
-    """Predicted acceptance length for every k (tokens drafted a round): the source's, DST's and the change, each
-    with its 95% interval."""
-    table = Table(title="predicted acceptance length by k, tokens drafted a round [95%]", title_justify="left")
-    for header in ("k", "source", "DST", "change"):
-        table.add_column(header, justify="right")
-    assert prediction.source_table is not None and prediction.quantized_table is not None
-    for k in range(1, prediction.quantized_table.max_draft_tokens + 1):
-        row = prediction.table_row(k)
-        table.add_row(str(k), row.source.text(), row.quantized.text(), row.difference.text(signed=True))
-    return table
 
 
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:

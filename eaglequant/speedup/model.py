@@ -188,9 +188,9 @@ def calibrate(
     """``stated`` with its overheads fitted to ``measured``. The target's comes from its decode alone (a step is one
     forward). What a round costs beyond its verification's forward and its draft's bytes (the acceptance length
     times the seconds a token with the draft, less those) is a fixed cost a round plus one a draft step: measured at
-    two k or more, both are fitted in least squares; at one k the two cannot be told apart, so the draft step keeps
-    its stated cost and the round's is fitted. The bandwidth stays as stated: one engine's times on one target
-    cannot tell a byte's cost from a forward's."""
+    two k or more, both are fitted in least squares; at one k the two cannot be told apart, so they keep the
+    proportion ``stated`` gives them and their scale is fitted. The bandwidth stays as stated: one engine's times on
+    one target cannot tell a byte's cost from a forward's."""
     if not measured:
         raise InputError(f"{what}: no draft measured at any k to calibrate on", hint="measure with eaglequant accept")
     bandwidth, context = stated.bandwidth, stated.context
@@ -205,18 +205,21 @@ def calibrate(
         rounds.append((k, rest))
     if not all(math.isfinite(rest) for _, rest in rounds):
         raise InputError(f"{what}: the measured times are not finite", hint="measure again with eaglequant accept")
-    per_round, per_step = _fixed_and_per_step(rounds, stated.draft_overhead_s)
+    per_round, per_step = _fixed_and_per_step(rounds, stated.round_overhead_s, stated.draft_overhead_s)
     return Timing(bandwidth, target_overhead, per_step, per_round, context, what)
 
 
-def _fixed_and_per_step(rounds: list[tuple[int, float]], stated_step: float) -> tuple[float, float]:
-    """``rest = fixed + k * per_step`` fitted to the rounds in least squares, neither negative; at one k, with
-    ``per_step`` as stated."""
+def _fixed_and_per_step(
+    rounds: list[tuple[int, float]], stated_fixed: float, stated_step: float
+) -> tuple[float, float]:
+    """``rest = fixed + k * per_step`` fitted to the rounds in least squares, neither negative; at one k, the two in
+    the stated proportion, scaled to fit."""
     ks = [k for k, _ in rounds]
     mean_k, mean_rest = sum(ks) / len(ks), sum(rest for _, rest in rounds) / len(rounds)
     spread = sum((k - mean_k) ** 2 for k in ks)
     if spread == 0:
-        return max(0.0, mean_rest - mean_k * stated_step), stated_step
+        scale = max(0.0, mean_rest) / (stated_fixed + mean_k * stated_step)
+        return scale * stated_fixed, scale * stated_step
     per_step = sum((k - mean_k) * (rest - mean_rest) for k, rest in rounds) / spread
     if per_step < 0:
         return max(0.0, mean_rest), 0.0

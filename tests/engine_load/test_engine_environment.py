@@ -16,9 +16,16 @@ def test_ranks_get_the_allowed_cores_split_evenly(monkeypatch: pytest.MonkeyPatc
     assert cpu_rank_binding(4, {}) == {"VLLM_CPU_OMP_THREADS_BIND": "0|1|2|3"}
 
 
-def test_one_rank_a_users_binding_or_too_few_cores_leave_it_to_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_one_rank_leaves_the_last_core_to_the_engines_python_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1, 2, 3})
+    assert cpu_rank_binding(1, {}) == {"VLLM_CPU_OMP_THREADS_BIND": "0,1,2"}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {5})
+    assert cpu_rank_binding(1, {}) == {}  # one core: nothing to leave
+
+
+def test_a_users_binding_or_too_few_cores_leave_it_to_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: {0, 1})
-    assert cpu_rank_binding(1, {}) == {}
+    assert cpu_rank_binding(1, {"VLLM_CPU_OMP_THREADS_BIND": "all"}) == {}
     assert cpu_rank_binding(2, {"VLLM_CPU_OMP_THREADS_BIND": "0|1"}) == {}
     assert cpu_rank_binding(3, {}) == {}
 
@@ -30,7 +37,7 @@ def test_the_engine_environment_drops_triton_interpret_and_binds_ranks(monkeypat
     env = engine_environment(2)
     assert "TRITON_INTERPRET" not in env and env["PYTHONUNBUFFERED"] == "1"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == "0|1"
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in engine_environment(1)
+    assert engine_environment(1)["VLLM_CPU_OMP_THREADS_BIND"] == "0"
 
 
 def test_a_job_without_a_result_says_why_in_one_line() -> None:

@@ -73,15 +73,16 @@ def _measured(timing: Timing, lengths: dict[int, float]) -> list[Round]:
 TRUE = Timing(1e9, 3e-3, 7e-4, 4e-4, 100)
 
 
-def test_at_one_k_calibration_fits_the_round_with_the_draft_step_as_stated() -> None:
-    stated = Timing(1e9, 0.0, 7e-4, 0.0, 100)  # the draft step stated as the engine runs it
+def test_at_one_k_calibration_scales_the_round_and_the_draft_step_in_their_stated_proportion() -> None:
+    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100)  # the engine's proportion, a hundredth of its scale
     fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "a test run")
     assert (fitted.target_overhead_s, fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx(
         (3e-3, 7e-4, 4e-4), rel=1e-9
     )
     assert fitted.calibrated_on == "a test run" and "fitted to a test run" in " ".join(fitted.assumptions())
-    wrong = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), Timing(1e9, 0.0, 2e-4, 0.0, 100), "x")
-    assert wrong.round_overhead_s == pytest.approx(4e-4 + 3 * 5e-4, rel=1e-9)  # one k: the rest goes to the round
+    other = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), Timing(1e9, 0.0, 1.0, 1.0, 100), "x")
+    assert other.round_overhead_s == other.draft_overhead_s  # another proportion: the same total a round
+    assert other.round_overhead_s + 3 * other.draft_overhead_s == pytest.approx(4e-4 + 3 * 7e-4, rel=1e-9)
 
 
 def test_at_several_k_calibration_fits_the_round_and_the_draft_step() -> None:
@@ -98,7 +99,7 @@ def test_a_fit_is_never_negative() -> None:
 
 def test_calibration_predicts_other_k_on_a_model_engine() -> None:
     lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
-    stated = Timing(1e9, 0.0, 7e-4, 0.0, 100)
+    stated = Timing(1e9, 0.0, 7.0, 4.0, 100)
     fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "k = 3")
     predicted = predict_speedup("d", _target(), _draft(), lengths, fitted)
     actual = predict_speedup("d", _target(), _draft(), lengths, TRUE)
