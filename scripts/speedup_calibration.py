@@ -6,20 +6,23 @@ speculative decoding (its CPU build here: the figures are that build's, not a GP
 
 One run: the 12 held-out prompts' target choices are captured (``eaglequant capture``), the source draft and its FP8
 conversion are predicted for every k from one chain (``verify --inputs``), and ``eaglequant accept`` measures both
-at every k of ``--k`` with the target alone once, ``--repeats`` times (each measurement is its own engine processes,
-whose speed moves between processes on a shared machine: each repeat is shown, and their geometric mean compared).
-The model's overheads are fitted to the source draft's rounds at ``--calibrate-on`` alone; then it predicts every
-draft at every k from the *predicted* acceptance, set beside the speed-up the engine measured. Prints a Markdown
-table (docs/speedup.md shows one) and writes the JSON of every measurement under --out.
+at each k of ``--k``, one k a call (the target alone, the source draft, the FP8 draft: three engine processes),
+``--repeats`` times over. On a shared machine an engine process's speed moves from one process to the next (by a
+quarter here), more than a draft's effect, so the figures compared are medians over processes: the target alone's
+decode seconds a token over every call, each draft's at each k over the repeats. The model's overheads are fitted
+to the source draft's median round at ``--calibrate-on`` alone; then it predicts every draft at every k from the
+*predicted* acceptance, set beside the speed-up those medians give. Prints a Markdown table (docs/speedup.md shows
+one) and writes the JSON of every call under --out.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
+import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "speedup")
     parser.add_argument("--k", default="1,2,3,4", help="the k accept measures, comma-separated")
     parser.add_argument("--calibrate-on", type=int, default=3)
-    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--engine-python", type=Path, default=None)
     parser.add_argument("--reuse", action="store_true", help="model the records an earlier run left under --out")
@@ -71,13 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     said("predicted")
     reports = []
     for repeat in range(1, args.repeats + 1):
-        report = accept(
-            [dst], target=PAIR / "target", source=PAIR / "draft", prompts=held_out, max_tokens=args.max_tokens,
-            draft_tokens=ks, engine_python=args.engine_python, record=False, temperatures=(),
-            progress=lambda what, repeat=repeat: said(f"measurement {repeat}: serving {what}"),
-        ).to_json()  # fmt: skip
-        (out / f"accept-{repeat}.json").write_text(json.dumps(report, indent=2))
-        reports.append(report)
+        for k in ks:
+            report = accept(
+                [dst], target=PAIR / "target", source=PAIR / "draft", prompts=held_out, max_tokens=args.max_tokens,
+                draft_tokens=k, engine_python=args.engine_python, record=False, temperatures=(),
+                progress=lambda what, repeat=repeat: said(f"repeat {repeat}: serving {what}"),
+            ).to_json()  # fmt: skip
+            (out / f"accept-{repeat}-k{k}.json").write_text(json.dumps(report, indent=2))
+            reports.append(report)
     said("measured")
     print(table(dst, reports, predicted, ks, args.calibrate_on, out))
     return 0
@@ -93,6 +97,16 @@ def predicted_tables(dst: Path, inputs: Path, up_to: int) -> dict[str, dict[int,
     return {"source": prediction.source_acceptance_by_draft_tokens(), "fp8": prediction.acceptance_by_draft_tokens()}
 
 
+@dataclass(frozen=True)
+class MedianRound:
+    """A draft at one k as the medians over processes give it (what :func:`calibrate` reads)."""
+
+    draft_tokens: int
+    acceptance_length: float
+    alone_seconds_per_token: float
+    drafted_seconds_per_token: float
+
+
 def table(dst: Path, reports: list[dict], predicted: dict, ks: list[int], calibrate_on: int, out: Path) -> str:
     from eaglequant import explain
     from eaglequant.measurement.speed import measured_speeds
@@ -103,14 +117,26 @@ def table(dst: Path, reports: list[dict], predicted: dict, ks: list[int], calibr
     (cost,) = [r.round_cost for r in explain(dst, engines=["vllm"]).engines if r.round_cost is not None]
     drafts = {"source": cost.as_source(), "fp8": cost}
     labels = {"source": "source", str(dst): "fp8"}
-    measured: dict[tuple[str, int], list] = {}
-    for report in reports:
+    runs: dict[tuple[str, int], list] = {}
+    alone: dict[int, float] = {}  # one per call: its target-alone run, keyed by the call
+    for index, report in enumerate(reports):
         for m in measured_speeds(report):
-            measured.setdefault((labels.get(m.label, m.label), m.draft_tokens), []).append(m)
-    what = f"the source draft at k = {calibrate_on}"
-    timing = calibrate(target, drafts["source"], measured[("source", calibrate_on)], stated_timing(target), what)
+            runs.setdefault((labels.get(m.label, m.label), m.draft_tokens), []).append(m)
+            alone[index] = m.alone_seconds_per_token
+    alone_median = statistics.median(alone.values())
+    medians = {
+        key: MedianRound(
+            key[1],
+            statistics.median(m.acceptance_length for m in found),
+            alone_median,
+            statistics.median(m.drafted_seconds_per_token for m in found),
+        )
+        for key, found in runs.items()
+    }
+    what = f"the source draft's median round at k = {calibrate_on}"
+    timing = calibrate(target, drafts["source"], [medians[("source", calibrate_on)]], stated_timing(target), what)
     lines = [
-        "| draft | k | acceptance predicted | measured | speed-up predicted | measured, each run | geometric mean "
+        "| draft | k | acceptance predicted | measured | speed-up predicted | measured (medians) | each call's "
         "| error |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -119,26 +145,25 @@ def table(dst: Path, reports: list[dict], predicted: dict, ks: list[int], calibr
         lengths = {int(k): v for k, v in predicted[name].items() if int(k) in ks}
         model = predict_speedup(name, target, cost_of, lengths, timing)
         for point in model.points:
-            runs = measured[(name, point.draft_tokens)]
-            mean = math.exp(sum(math.log(m.speedup.value) for m in runs) / len(runs))
-            error = point.speedup / mean - 1
+            median = medians[(name, point.draft_tokens)]
+            measured = median.alone_seconds_per_token / median.drafted_seconds_per_token
+            error = point.speedup / measured - 1
             calibrated = (name, point.draft_tokens) == ("source", calibrate_on)
             if not calibrated:
                 worst = max(worst, abs(error))
-            each = ", ".join(f"{m.speedup.value:.3f}" for m in runs)
-            length = sum(m.acceptance_length for m in runs) / len(runs)
+            each = ", ".join(f"{m.speedup.value:.2f}" for m in runs[(name, point.draft_tokens)])
             lines.append(
                 f"| {name} | {point.draft_tokens}{' (calibrated here)' if calibrated else ''} "
-                f"| {point.acceptance_length:.3f} | {length:.3f} | {point.speedup:.3f}× | {each} | {mean:.3f}× "
-                f"| {error:+.1%} |"
+                f"| {point.acceptance_length:.3f} | {median.acceptance_length:.3f} | {point.speedup:.3f}× "
+                f"| {measured:.3f}× | {each} | {error:+.1%} |"
             )
-    alone = [1 / m.alone_seconds_per_token for m in measured[("source", calibrate_on)]]
+    rates = sorted(1 / seconds for seconds in alone.values())
     lines += [
         "",
-        f"vLLM's CPU build; the target alone {', '.join(f'{rate:.0f}' for rate in alone)} tokens/s in the "
-        f"{len(reports)} measurements; fitted: {timing.target_overhead_s * 1e3:.3f} ms a target forward, "
-        f"{timing.round_overhead_s * 1e3:.3f} ms a round and {timing.draft_overhead_s * 1e3:.3f} ms a draft step "
-        f"(in the stated proportion); the largest error away from the calibration point: {worst:.1%} "
+        f"vLLM's CPU build; the target alone {rates[0]:.0f} to {rates[-1]:.0f} tokens/s over its {len(rates)} "
+        f"processes (median {1 / alone_median:.0f}); fitted: {timing.target_overhead_s * 1e3:.3f} ms a target "
+        f"forward, {timing.round_overhead_s * 1e3:.3f} ms a round and {timing.draft_overhead_s * 1e3:.3f} ms a draft "
+        f"step (in the stated proportion); the largest error away from the calibration point: {worst:.1%} "
         f"(records: {out}/accept-*.json)",
     ]
     return "\n".join(lines)

@@ -1,5 +1,6 @@
 """The worked example of the speed-up model: the full-size Kimi-K2.5 MLA head (its shapes, no weights) against a
-Kimi-K2.5-shaped MoE target at TP 8, in vLLM, for the BF16 head, its FP8 draft, and a pick of ``search``.
+Kimi-K2.5-shaped MoE target at TP 8, in vLLM, for the BF16 head, its FP8 draft, and ``search``'s pick on the bundled
+MLA pair (its scheme and format, its share of the vocabulary).
 
 The heads are priced from their headers alone, by ``inspect`` (the plan decides which linears vLLM runs quantized);
 the target from its ``config.json`` (``fixtures/targets/kimi-k2.5``: the text model's dimensions and its INT4 routed

@@ -17,7 +17,7 @@ KIMI = Path(__file__).resolve().parents[2] / "fixtures" / "targets" / "kimi-k2.5
 
 @pytest.fixture(scope="module")
 def tables() -> list:
-    return kimi_tables(KIMI, {"scheme": "int8", "format": "compressed-tensors", "vocab": 32768})
+    return kimi_tables(KIMI, {"scheme": "fp8-block", "format": "compressed-tensors", "vocab": 40960})
 
 
 def test_each_figure_is_acceptance_times_a_step_over_verify_and_draft(tables: list) -> None:
