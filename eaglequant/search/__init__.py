@@ -1,14 +1,16 @@
-"""Search: the smallest draft within an acceptance budget (``eaglequant search``).
+"""Search: the smallest draft within an acceptance budget, or the fastest with its k (``eaglequant search``).
 
 Every whole-draft candidate (scheme, format, ``lm_head``, draft vocabulary) is priced from headers, then they are
-converted and predicted from the smallest up until one is within the budget. It runs the api's ``convert`` and
-``prune`` on each candidate, so it sits above the api. Start at :func:`search`.
+converted and predicted from the smallest up until one is within the budget (with ``--objective speedup``, all of
+them, and the candidate and k of the highest predicted speed-up win). It runs the api's ``convert`` and ``prune`` on
+each candidate, so it sits above the api. Start at :func:`search`.
 
 - :mod:`.smallest`: :func:`search` and its result: the candidates tried from the smallest up, and the one chosen.
 - :mod:`.budget`: the acceptance a candidate may lose (``--max-acceptance-drop``, ``--rule``).
 - :mod:`.candidates`: the candidates, each priced or skipped for a stated reason.
 - :mod:`.predictions`: the source predicted once, each candidate predicted while the next one converts.
 - :mod:`.sequential`: the planned looks at a candidate, and when an interim look settles its verdict.
+- :mod:`.fastest`: ``--objective speedup``: each candidate priced by the speed-up model at every k the budget allows.
 - :mod:`.outputs`: where the candidates are written, and the winner moved into place.
 """
 
