@@ -105,7 +105,9 @@ def cases() -> dict[str, dict[str, Any]]:
 def copied_heads(work: Path) -> list[Path]:
     """The fixture heads, copied under ``work``."""
     heads = []
-    for head in sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in SKIPPED_FIXTURES):
+    # a head is a directory with its config.json (fixtures/targets holds target configs, no head)
+    found = (p for p in FIXTURES.iterdir() if (p / "config.json").is_file() and p.name not in SKIPPED_FIXTURES)
+    for head in sorted(found):
         heads.append(work / "fixtures" / head.name)
         shutil.copytree(head, heads[-1])
     return heads

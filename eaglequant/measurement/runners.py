@@ -417,15 +417,7 @@ def accept(
     if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
         check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
     with tempfile.TemporaryDirectory(prefix="eaglequant-served-") as tmp:
-        if isinstance(where, Servers):
-            drafts = [_on_server(dst) for dst in destinations]
-        else:
-            workdir = Path(tmp)
-            drafts = [
-                _served(dst, where.served_as, dtype, workdir / str(i), where.engine)
-                for i, dst in enumerate(destinations)
-            ]
-        drafts = [_as_searched(draft, source_path) for draft in drafts]
+        drafts = _drafts_to_serve(where, destinations, dtype, Path(tmp), source_path)
         shown = steps or NoSteps()
         tally = Tally(shown, where.steps(settings, len(drafts)))
         one_k = settings.at(settings.draft_tokens)
@@ -451,6 +443,20 @@ def accept(
     if prompts is None and (bundled := bundled_prompts_note(target_path)):
         report.notes.append(Finding("bundled-prompts", str(target_path), bundled))
     return report
+
+
+def _drafts_to_serve(
+    where: Offline | Servers, destinations: list[Path], dtype: str, workdir: Path, source: Path
+) -> list[QuantizedDraft]:
+    """Each DST as the engine is given it (as a running server serves it, else stored or dequantized under
+    ``workdir``), judged against what a search recorded where one chose it."""
+    if isinstance(where, Servers):
+        drafts = [_on_server(dst) for dst in destinations]
+    else:
+        drafts = [
+            _served(dst, where.served_as, dtype, workdir / str(i), where.engine) for i, dst in enumerate(destinations)
+        ]
+    return [_as_searched(draft, source) for draft in drafts]
 
 
 def _device(where: Where) -> str | None:

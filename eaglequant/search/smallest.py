@@ -206,9 +206,9 @@ def search(
     (every candidate predicted, and the candidate and k of the highest predicted speed-up over ``target``, a
     checkpoint directory or its config.json, on ``tensor_parallel_size`` ranks, within the budget at that k:
     :mod:`eaglequant.search.fastest`; ``measured``, an ``accept`` record, calibrates the model)."""
-    from eaglequant.prediction.predict import PredictionSettings, load_captured
+    from eaglequant.prediction.predict import PredictionSettings
     from eaglequant.search.outputs import SearchOutputs
-    from eaglequant.search.predictions import CandidatePredictor, single_threaded_torch
+    from eaglequant.search.predictions import single_threaded_torch
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
@@ -224,49 +224,19 @@ def search(
         SearchOutputs(source, destination, counts) as outputs,
     ):
         head = describe_head(checkpoint)
-        sequences = load_captured(Path(inputs), head=head)
-        if budget.bound and len(sequences) < 2:
-            raise InputError(
-                words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
-                hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
-            )
+        sequences = _captured(head, Path(inputs), budget)
         sizes = _vocab_sizes(head, counts, vocab_sizes)
-        speed = (
-            None
-            if target is None or objective != "speedup"
-            else _speed_model(head, engines, target, tensor_parallel_size, measured)
-        )
-        loaded = {name: load_scheme(name) for name in list(schemes) or builtin_scheme_names()}
-        priced, skipped = priced_candidates(head, loaded, list(engines), sizes, target_layers)
-        if not priced:
-            raise InputError(
-                f"no candidate loads in every targeted engine ({_titled(engines)}): {_skipped_text(skipped)}",
-                hint="target fewer engines",
-            )
+        speed = _speed_model(head, engines, objective, target, tensor_parallel_size, measured)
+        priced, skipped = _priced(head, schemes, engines, sizes, target_layers)
         told(_first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
-        predictor = CandidatePredictor(checkpoint, sequences, max_draft_tokens, device)
+        predictor, tokens, plan = _predictor(checkpoint, sequences, budget, (max_draft_tokens, device, sequential))
+        predictor.stop_within = speed is None  # the speedup objective's pick takes its k from a whole table
         source_length = predictor.source.length().value
-        tokens = budget.tokens(source_length)
-        plan = SequentialPlan.of(len(sequences)) if sequential and budget.bound else None
-        predictor.sequential = None if plan is None else (plan, tokens)
-        if speed is not None:
-            predictor.stop_within = False  # the pick's k needs its table on every sequence
-        points = _judged_from_smallest(
-            priced,
-            outputs,
-            predictor,
-            lambda prediction: budget.within(prediction, tokens),
-            told,
-            started,
-            lambda prediction: budget.judged_text(prediction, tokens),
-            stop_at_within=speed is None,
-        )
+        within, judged = (lambda p: budget.within(p, tokens)), (lambda p: budget.judged_text(p, tokens))
+        points = _judged_from_smallest(priced, outputs, predictor, within, told, started, judged, speed is None)
         pick = None if speed is None else fastest(points, budget, tokens, speed, predictor.table.lengths())
-        if speed is None:
-            chosen = next((point for point in points if point.within), None)
-        else:
-            chosen = None if pick is None else points[pick.index]
+        chosen = next((p for p in points if p.within), None) if pick is None else points[pick.index]
         result = SearchResult(
             source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
             time.monotonic() - started,
@@ -279,11 +249,66 @@ def search(
     return result
 
 
+def _predictor(
+    checkpoint: Checkpoint, sequences: list[Any], budget: Budget, settings: tuple[int, str, bool]
+) -> tuple[Any, float, SequentialPlan | None]:
+    """The source draft predicted once (``settings``: the longest k tabulated, the device, sequential or not), the
+    budget in tokens against it, and the looks each candidate gets (sequential, where the bound judges)."""
+    from eaglequant.search.predictions import CandidatePredictor
+
+    max_draft_tokens, device, sequential = settings
+    predictor = CandidatePredictor(checkpoint, sequences, max_draft_tokens, device)
+    tokens = budget.tokens(predictor.source.length().value)
+    plan = SequentialPlan.of(len(sequences)) if sequential and budget.bound else None
+    predictor.sequential = None if plan is None else (plan, tokens)
+    return predictor, tokens, plan
+
+
+def _captured(head: HeadDescription, inputs: Path, budget: Budget) -> list[Any]:
+    """The captured sequences, checked to be this draft's inputs and enough for the budget's rule."""
+    from eaglequant.prediction.predict import load_captured
+
+    sequences = load_captured(inputs, head=head)
+    if budget.bound and len(sequences) < 2:
+        raise InputError(
+            words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
+            hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
+        )
+    return sequences
+
+
+def _priced(
+    head: HeadDescription,
+    schemes: Sequence[str],
+    engines: tuple[str, ...],
+    sizes: list[int | None],
+    target_layers: int | None,
+) -> tuple[list[tuple[Candidate, int]], dict[Finding, int]]:
+    """The candidates every targeted engine loads, priced, smallest first, and the others counted by why; none
+    priced is one line that says why."""
+    loaded = {name: load_scheme(name) for name in list(schemes) or builtin_scheme_names()}
+    priced, skipped = priced_candidates(head, loaded, list(engines), sizes, target_layers)
+    if not priced:
+        raise InputError(
+            f"no candidate loads in every targeted engine ({_titled(engines)}): {_skipped_text(skipped)}",
+            hint="target fewer engines",
+        )
+    return priced, skipped
+
+
 def _speed_model(
-    head: HeadDescription, engines: tuple[str, ...], target: str | Path, tensor_parallel_size: int, measured: Any
-) -> SpeedModel:
-    """The cost model the speedup objective prices candidates with: ``target``'s forwards, the source draft's round
-    in the first targeted engine (an unquantized round reads the same in each), the terms stated or fitted."""
+    head: HeadDescription,
+    engines: tuple[str, ...],
+    objective: str,
+    target: str | Path | None,
+    tensor_parallel_size: int,
+    measured: Any,
+) -> SpeedModel | None:
+    """The cost model the speedup objective prices candidates with (None for the bytes objective): ``target``'s
+    forwards, the source draft's round in the first targeted engine (an unquantized round reads the same in each),
+    the terms stated or fitted."""
+    if objective != "speedup" or target is None:
+        return None
     engine = get_engine(engines[0])
     return SpeedModel.of(target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {}))
 

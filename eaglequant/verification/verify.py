@@ -200,11 +200,7 @@ def verify_checkpoint(
     quantized = explanation.quantized_members
     hashes: Future[list[Finding]] | None = None
     if hashed_while_writing:
-        report.hashes_read = False
-        hashed = (
-            "SHA-256 of every file: taken as it was written (copied tensors from their source bytes), not read again"
-        )
-        report.notes.append(Finding("hashed-while-writing", "", hashed))
+        _note_hashed_while_writing(report)
     else:  # one core reads the files while the others check them
         hashes = in_background(_check_hashes, dst, recorded, name="verify-sha256")
     scale_problems = _check_scales(checkpoint, head, schemes, quantized)
@@ -238,6 +234,13 @@ def verify_checkpoint(
             report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems
     return report
+
+
+def _note_hashed_while_writing(report: VerifyReport) -> None:
+    """``convert --verify``: the SHA-256s were taken as the files were written, so they are not read again."""
+    report.hashes_read = False
+    hashed = "SHA-256 of every file: taken as it was written (copied tensors from their source bytes), not read again"
+    report.notes.append(Finding("hashed-while-writing", "", hashed))
 
 
 _NO_SOURCE_NOTES = (
