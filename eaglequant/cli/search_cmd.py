@@ -156,7 +156,7 @@ def search_command(
             device=device,
             sequential=sequential,
             objective=objective,
-            target=target or (recorded_target(inputs) if objective == "speedup" else None),
+            target=target,
             tensor_parallel_size=tensor_parallel_size or 1,
             measured=measured,
         )
@@ -165,16 +165,6 @@ def search_command(
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
-
-
-def recorded_target(inputs: Path) -> Path | None:
-    """The target the capture at ``inputs`` records, where it is a local directory (None: it is not)."""
-    from eaglequant.draft.capture_file import read_provenance
-
-    if not inputs.is_file():
-        return None
-    given = read_provenance(inputs, "inputs").target
-    return Path(given) if given and Path(given).is_dir() else None
 
 
 def _progress_line(text: str) -> None:

@@ -191,7 +191,8 @@ def decode_rate(prompts: Sequence[PromptCounts]) -> float | None:
     prompts (the ratio of sums, which weighs each prompt by its time); None unless every prompt was timed."""
     if not prompts or not all(p.timed for p in prompts):
         return None
-    return sum(p.decode_tokens or 0 for p in prompts) / sum(p.decode_seconds or 0.0 for p in prompts)
+    tokens, seconds = _totals(prompts)
+    return tokens / seconds
 
 
 def speedup(drafted: Sequence[PromptCounts], alone: Sequence[PromptCounts]) -> Interval:

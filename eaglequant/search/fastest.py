@@ -24,15 +24,31 @@ from eaglequant.speedup.target_step import TargetWeights
 OBJECTIVES = ("bytes", "speedup")
 
 
-def check_objective(objective: str, target: str | Path | None) -> None:
-    """Refuse an objective that is not one, and the speedup objective without a target to price its forward."""
+def objective_target(objective: str, target: str | Path | None, inputs: Path) -> str | Path | None:
+    """The target whose forwards the objective prices: None for the bytes objective; for the speedup objective the
+    one given, else the one the capture at ``inputs`` records where it is a local directory. An objective that is
+    not one, or the speedup objective with no target known, is refused."""
     if objective not in OBJECTIVES:
         raise InputError(words(given("objective", objective), f": not one of {', '.join(OBJECTIVES)}"))
-    if objective == "speedup" and target is None:
+    if objective != "speedup":
+        return None
+    found = target if target is not None else _recorded_target(inputs)
+    if found is None:
         raise InputError(
             words(given("objective", objective), " prices the target's forwards, and no target is known"),
             hint="give the target's checkpoint directory or config.json: --target PATH",
         )
+    return found
+
+
+def _recorded_target(inputs: Path) -> Path | None:
+    """The target the capture at ``inputs`` records, where it is a local directory (None: it is not)."""
+    from eaglequant.draft.capture_file import read_provenance
+
+    if not inputs.is_file():
+        return None
+    recorded = read_provenance(inputs, "inputs").target
+    return Path(recorded) if recorded and Path(recorded).is_dir() else None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, 
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 from eaglequant.search.budget import Budget
 from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
-from eaglequant.search.fastest import FastestPick, SpeedModel, check_objective, fastest
+from eaglequant.search.fastest import FastestPick, SpeedModel, fastest, objective_target
 from eaglequant.search.sequential import SequentialPlan
 
 
@@ -204,7 +204,8 @@ def search(
     ``sequential`` (with the bound rule) stops a candidate at the first planned look that settles its verdict
     (:mod:`eaglequant.search.sequential`). ``objective``: "bytes" (the smallest within the budget) or "speedup"
     (every candidate predicted, and the candidate and k of the highest predicted speed-up over ``target``, a
-    checkpoint directory or its config.json, on ``tensor_parallel_size`` ranks, within the budget at that k:
+    checkpoint directory or its config.json, by default the one the capture in ``inputs`` records where it is a
+    local directory, on ``tensor_parallel_size`` ranks, within the budget at that k:
     :mod:`eaglequant.search.fastest`; ``measured``, an ``accept`` record, calibrates the model)."""
     from eaglequant.prediction.predict import PredictionSettings
     from eaglequant.search.outputs import SearchOutputs
@@ -212,7 +213,7 @@ def search(
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
-    check_objective(objective, target)
+    target = objective_target(objective, target, Path(inputs))
     PredictionSettings(max_draft_tokens, device)  # checked before any work
     engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
     source, destination = Path(src), Path(dst)
@@ -226,7 +227,7 @@ def search(
         head = describe_head(checkpoint)
         sequences = _captured(head, Path(inputs), budget)
         sizes = _vocab_sizes(head, counts, vocab_sizes)
-        speed = _speed_model(head, engines, objective, target, tensor_parallel_size, measured)
+        speed = _speed_model(head, engines, target, tensor_parallel_size, measured)
         priced, skipped = _priced(head, schemes, engines, sizes, target_layers)
         told(_first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
@@ -299,15 +300,14 @@ def _priced(
 def _speed_model(
     head: HeadDescription,
     engines: tuple[str, ...],
-    objective: str,
     target: str | Path | None,
     tensor_parallel_size: int,
     measured: Any,
 ) -> SpeedModel | None:
-    """The cost model the speedup objective prices candidates with (None for the bytes objective): ``target``'s
-    forwards, the source draft's round in the first targeted engine (an unquantized round reads the same in each),
-    the terms stated or fitted."""
-    if objective != "speedup" or target is None:
+    """The cost model the speedup objective prices candidates with (None: no target, the bytes objective):
+    ``target``'s forwards, the source draft's round in the first targeted engine (an unquantized round reads the
+    same in each), the terms stated or fitted."""
+    if target is None:
         return None
     engine = get_engine(engines[0])
     return SpeedModel.of(target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {}))

@@ -101,16 +101,12 @@ class SpeedupTable(JsonRecord):
     """One draft on one target: the predicted speed-up at each k, and everything it assumed."""
 
     json_computed = ("best_draft_tokens", "assumptions")
-    json_values = named(target="_target_json")
 
     draft: str
     target: TargetWeights
     timing: Timing
     points: tuple[SpeedupPoint, ...]
     acceptance_from: str  # where acceptance(k) came from, in words
-
-    def _target_json(self, target: TargetWeights) -> dict[str, object]:
-        return target.to_json()
 
     @property
     def best(self) -> SpeedupPoint:

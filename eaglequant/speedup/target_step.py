@@ -20,8 +20,9 @@ from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.json_fields import JsonRecord, named, rounded
+from eaglequant.engines.served_length import text_config
+from eaglequant.readback.cost import SERVING_WEIGHT_BYTES
 
-SERVING_BYTES = 2  # BF16 / FP16, what an unquantized weight and the KV cache are served in
 _EXPERT = re.compile(r"\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.")
 _FUSED_EXPERTS = re.compile(r"\.(?:mlp|block_sparse_moe)\.experts\.[a-z_]+(?:_proj|_blocks|_scales)?$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
@@ -85,7 +86,7 @@ def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights
             words(given("target", str(target)), ": no config.json"),
             hint="give the target's checkpoint directory or its config.json",
         )
-    config = text_model(load_json_object(config_path, "config.json"))
+    config = text_config(load_json_object(config_path, "config.json"))
     has_weights = target.is_dir() and any(target.glob("*.safetensors"))
     if has_weights:
         with Checkpoint.open(target, "TARGET") as checkpoint:
@@ -95,27 +96,22 @@ def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights
     return weights.on(tensor_parallel_size)
 
 
-def text_model(config: dict[str, Any]) -> dict[str, Any]:
-    """A multimodal config's language model (Kimi-K2.5's ``text_config``), else the config."""
-    nested = config.get("text_config")
-    return nested if isinstance(nested, dict) else config
-
-
 def _int(config: dict[str, Any], key: str, default: int = 0) -> int:
     value = config.get(key, default)
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def kv_bytes_per_position(config: dict[str, Any]) -> tuple[float, bool]:
-    """The KV cache of one context position over all layers, and whether it is the same on every rank (MLA)."""
+    """The KV cache of one context position over all layers, and whether it is the same on every rank (MLA); the
+    cache is held in the serving dtype, as an unquantized weight is (vLLM's ``kv_cache_dtype="auto"``)."""
     layers = _int(config, "num_hidden_layers")
     if _int(config, "kv_lora_rank"):
         latent = _int(config, "kv_lora_rank") + _int(config, "qk_rope_head_dim")
-        return float(layers * latent * SERVING_BYTES), True
+        return float(layers * latent * SERVING_WEIGHT_BYTES), True
     heads = _int(config, "num_attention_heads", 1)
     head_dim = _int(config, "head_dim") or _int(config, "hidden_size") // max(heads, 1)
     kv_heads = _int(config, "num_key_value_heads", heads)
-    return float(layers * 2 * kv_heads * head_dim * SERVING_BYTES), False
+    return float(layers * 2 * kv_heads * head_dim * SERVING_WEIGHT_BYTES), False
 
 
 def _moe_shape(config: dict[str, Any]) -> tuple[int, int]:
@@ -179,12 +175,12 @@ def from_config(name: str, config: dict[str, Any]) -> TargetWeights:
         layers * attention * per_weight("model.layers.0.self_attn.o_proj")
         + first_moe * dense_mlp * per_weight("model.layers.0.mlp.down_proj")
         + moe_layers * shared * per_weight("model.layers.9.mlp.shared_experts.down_proj")
-        + moe_layers * experts * hidden * SERVING_BYTES  # the router
+        + moe_layers * experts * hidden * SERVING_WEIGHT_BYTES  # the router
         + lm_head * per_weight("lm_head")
     )
     kv, replicated = kv_bytes_per_position(config)
     expert_bytes = expert * per_weight("model.layers.9.mlp.experts.0.down_proj")
-    row = hidden * SERVING_BYTES
+    row = hidden * SERVING_WEIGHT_BYTES
     return TargetWeights(
         name, "config.json", layers, round(dense), row, moe_layers, experts, top_k, expert_bytes, kv, replicated
     )
@@ -212,14 +208,14 @@ def weight_bytes(config: dict[str, Any]) -> Any:
     quant = config.get("quantization_config")
     groups = quant.get("config_groups") if isinstance(quant, dict) else None
     if not isinstance(groups, dict):
-        return lambda _module: SERVING_BYTES
+        return lambda _module: SERVING_WEIGHT_BYTES
     ignore = [entry for entry in quant.get("ignore", ()) if isinstance(entry, str)] if isinstance(quant, dict) else []
-    quantized = SERVING_BYTES
+    quantized = SERVING_WEIGHT_BYTES
     for group in groups.values():
         weights = group.get("weights") if isinstance(group, dict) else None
         if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int):
             group_size = weights.get("group_size") or 0
-            quantized = weights["num_bits"] / 8 + (SERVING_BYTES / group_size if group_size else 0.0)
+            quantized = weights["num_bits"] / 8 + (SERVING_WEIGHT_BYTES / group_size if group_size else 0.0)
 
     def ignored(module: str) -> bool:
         return any(
@@ -227,19 +223,7 @@ def weight_bytes(config: dict[str, Any]) -> Any:
             for entry in ignore
         )
 
-    return lambda module: SERVING_BYTES if ignored(module) else quantized
-
-
-def described(weights: TargetWeights) -> str:
-    """The target's forward in one line: ``61 layers, 60 MoE (8 of 384 experts a token), 4.1 GB a step a rank``."""
-    moe = (
-        f", {weights.moe_layers} MoE layers ({weights.experts_per_token} of {weights.experts} experts a token)"
-        if weights.moe_layers
-        else ""
-    )
-    step = weights.step_bytes / 1e9
-    ranks = weights.tensor_parallel_size
-    return f"{weights.name}{moe}: {step:.3g} GB of weights a decode step on each of {ranks} ranks"
+    return lambda module: SERVING_WEIGHT_BYTES if ignored(module) else quantized
 
 
 def expected_experts_text(weights: TargetWeights, tokens: int) -> str:

@@ -69,3 +69,17 @@ def test_the_objective_needs_a_target_and_a_known_objective(
     missing = run_cli(*args, "--objective", "speedup", "--target", tmp_path / "nowhere")
     assert missing.exit_code == 2 and "--target" in missing.stderr and "no config.json" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_the_speedup_objective_defaults_to_the_target_the_capture_records(
+    pair_captured: Callable[[str], Path], tmp_path: Path
+) -> None:
+    from eaglequant.common.errors import InputError
+    from eaglequant.search.fastest import objective_target
+
+    inputs = pair_captured("trained-pair")
+    assert Path(objective_target("speedup", None, inputs) or "").resolve() == (PAIR / "target").resolve()
+    assert objective_target("speedup", tmp_path, inputs) == tmp_path  # a target given wins
+    assert objective_target("bytes", tmp_path, inputs) is None  # the bytes objective prices no target
+    with pytest.raises(InputError, match="no target is known"):
+        objective_target("speedup", None, tmp_path / "no-capture.safetensors")
