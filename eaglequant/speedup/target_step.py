@@ -47,6 +47,11 @@ class TargetWeights(JsonRecord):
     kv_bytes_per_position: float  # the cache a forward reads for each token of context, all layers
     kv_replicated: bool  # MLA: every rank holds the whole latent cache
     tensor_parallel_size: int = 1
+    # What a forward computes: 2 x params x tokens multiply-adds, at the hardware's peak for the kind they run in.
+    dense_params: int = 0  # weights each token is multiplied through (attention, dense MLPs, shared experts, router, lm_head)
+    expert_params: int = 0  # the weights of one routed expert
+    dense_compute: str = "bf16"  # the kind dense GEMMs run in: bf16, fp8, int8 or fp4
+    expert_compute: str = "bf16"  # the kind routed experts' GEMMs run in
 
     def distinct_experts(self, tokens: int) -> float:
         """The expected distinct routed experts ``tokens`` tokens activate in one MoE layer (independent, uniform
