@@ -13,18 +13,26 @@ latent on every rank, a GQA cache is split by KV head.
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.engines.served_length import text_config
 from eaglequant.readback.cost import SERVING_WEIGHT_BYTES
+from eaglequant.speedup.target_families import Linear, family_reader, is_decoder
+from eaglequant.speedup.target_kinds import UNQUANTIZED, Storage, target_storage
 
-_EXPERT = re.compile(r"\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.")
-_FUSED_EXPERTS = re.compile(r"\.(?:mlp|block_sparse_moe)\.experts\.[a-z_]+(?:_proj|_blocks|_scales)?$")
+_FP32 = 4
+
+_EXPERT = re.compile(r"\.(?:mlp|block_sparse_moe|feed_forward)\.experts\.(\d+)\.")
+# gpt-oss's and Llama 4's fused experts: experts.gate_up_proj [E, ...], its bias, MXFP4 blocks and scales
+_FUSED_EXPERTS = re.compile(r"\.(?:mlp|block_sparse_moe|feed_forward)\.experts\.[a-z_]+$")
 _LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
 
@@ -48,7 +56,9 @@ class TargetWeights(JsonRecord):
     kv_replicated: bool  # MLA: every rank holds the whole latent cache
     tensor_parallel_size: int = 1
     # What a forward computes: 2 x params x tokens multiply-adds, at the hardware's peak for the kind they run in.
-    dense_params: int = 0  # weights each token is multiplied through (attention, dense MLPs, shared experts, router, lm_head)
+    dense_params: int = (
+        0  # weights each token is multiplied through (attention, dense MLPs, shared experts, router, lm_head)
+    )
     expert_params: int = 0  # the weights of one routed expert
     dense_compute: str = "bf16"  # the kind dense GEMMs run in: bf16, fp8, int8 or fp4
     expert_compute: str = "bf16"  # the kind routed experts' GEMMs run in
@@ -80,9 +90,17 @@ class TargetWeights(JsonRecord):
         return TargetWeights(**{**self.__dict__, "tensor_parallel_size": tensor_parallel_size})
 
 
+class Header(NamedTuple):
+    """A tensor as its safetensors header describes it."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+
 def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights:
     """The target at ``target`` (a checkpoint directory, or a ``config.json``): its safetensors headers where its
-    weights are there, else its config alone."""
+    weights are there, else its config alone. A config that is not a decoder LLM is refused."""
     from eaglequant.checkpoint.reader import Checkpoint, load_json_object
 
     config_path = target if target.is_file() else target / "config.json"
@@ -92,13 +110,26 @@ def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights
             hint="give the target's checkpoint directory or its config.json",
         )
     config = text_config(load_json_object(config_path, "config.json"))
+    if not is_decoder(config):
+        family_reader(config, str(config_path))  # raises: not a decoder LLM
+    extra = side_configs(config_path.parent)
     has_weights = target.is_dir() and any(target.glob("*.safetensors"))
     if has_weights:
         with Checkpoint.open(target, "TARGET") as checkpoint:
-            weights = from_headers(target.name, config, {n: i.nbytes for n, i in checkpoint.tensors.items()})
+            headers = {n: Header(i.dtype, tuple(i.shape), i.nbytes) for n, i in checkpoint.tensors.items()}
+        weights = from_headers(target.name, config, headers, extra)
     else:
-        weights = from_config(config_path.parent.name or str(target), config)
+        weights = from_config(config_path.parent.name or str(target), config, extra)
     return weights.on(tensor_parallel_size)
+
+
+def side_configs(root: Path) -> dict[str, Any]:
+    """The quantization config files a target keeps beside its config.json (ModelOpt's hf_quant_config.json)."""
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.formats.modelopt import HF_QUANT_CONFIG
+
+    path = root / HF_QUANT_CONFIG
+    return {HF_QUANT_CONFIG: load_json_object(path, HF_QUANT_CONFIG)} if path.is_file() else {}
 
 
 def _int(config: dict[str, Any], key: str, default: int = 0) -> int:
@@ -121,114 +152,146 @@ def kv_bytes_per_position(config: dict[str, Any]) -> tuple[float, bool]:
 
 def _moe_shape(config: dict[str, Any]) -> tuple[int, int]:
     experts = _int(config, "n_routed_experts") or _int(config, "num_local_experts") or _int(config, "num_experts")
-    return experts, _int(config, "num_experts_per_tok")
+    return experts, _int(config, "num_experts_per_tok") or _int(config, "experts_per_token")
 
 
-def from_headers(name: str, config: dict[str, Any], nbytes: dict[str, int]) -> TargetWeights:
-    """Bytes from the tensors' headers: routed experts (``mlp.experts.N.``, or fused ``mlp.experts.*`` holding
-    every expert), the embedding, and everything else dense. Layers past ``num_hidden_layers`` (DeepSeek's
-    multi-token-prediction layer) are not read by a decode step and are left out."""
+@dataclass
+class _Tally:
+    """Bytes and parameters summed over a target's weights, and the parameters each compute kind runs."""
+
+    dense: float = 0.0
+    experts: float = 0.0
+    embedding: float = 0.0
+    dense_params: int = 0
+    expert_params: int = 0
+    moe_layers: set[int] = field(default_factory=set)
+    dense_kinds: Counter[str] = field(default_factory=Counter)
+    expert_kinds: Counter[str] = field(default_factory=Counter)
+
+    def add_dense(self, nbytes: float, params: int, compute: str) -> None:
+        self.dense += nbytes
+        self.dense_params += params
+        self.dense_kinds[compute] += params
+
+    def add_expert(self, layer: int, nbytes: float, params: int, compute: str) -> None:
+        self.experts += nbytes
+        self.expert_params += params
+        self.expert_kinds[compute] += params
+        self.moe_layers.add(layer)
+
+    def weights(self, name: str, read_from: str, config: dict[str, Any], experts: int, top_k: int) -> TargetWeights:
+        count = len(self.moe_layers)
+        experts, top_k = (experts, top_k) if count else (0, 0)
+        per_expert = self.experts / (count * experts) if count else 0.0
+        vocab = max(_int(config, "vocab_size", 1), 1)
+        kv, replicated = kv_bytes_per_position(config)
+        return TargetWeights(
+            name,
+            read_from,
+            _int(config, "num_hidden_layers"),
+            round(self.dense),
+            round(self.embedding) // vocab,
+            count,
+            experts,
+            top_k,
+            per_expert,
+            kv,
+            replicated,
+            dense_params=self.dense_params,
+            expert_params=self.expert_params // (count * experts) if count else 0,
+            dense_compute=_most(self.dense_kinds),
+            expert_compute=_most(self.expert_kinds) if count else "bf16",
+        )
+
+
+def _most(kinds: Counter[str]) -> str:
+    """The compute kind that runs the most parameters (bf16 where none)."""
+    return kinds.most_common(1)[0][0] if kinds else "bf16"
+
+
+def _weight_params(tensor: str, header: Header) -> int:
+    """The weights a stored matrix holds (a packed FP4 byte holds two, a packed INT4 int32 eight); 0 for a bias, a
+    scale, a norm or any other vector."""
+    leaf = tensor.rsplit(".", 1)[-1]
+    if len(header.shape) < 2 or leaf.endswith("bias") or any(w in leaf for w in ("scale", "zero_point", "shape")):
+        return 0
+    numel = math.prod(header.shape)
+    if header.dtype == "U8":
+        return 2 * numel
+    return 8 * numel if header.dtype == "I32" and leaf == "weight_packed" else numel
+
+
+def from_headers(
+    name: str, config: dict[str, Any], headers: Mapping[str, Header], extra: Mapping[str, Any] | None = None
+) -> TargetWeights:
+    """Bytes from the tensors' headers: routed experts (``experts.N.``, or fused ``experts.*`` holding every
+    expert), the embedding, and everything else dense. Layers past ``num_hidden_layers`` (DeepSeek's
+    multi-token-prediction layer) are not read by a decode step and are left out. The compute kinds are the
+    quantization config's (:func:`~eaglequant.speedup.target_kinds.target_storage`)."""
     layers = _int(config, "num_hidden_layers")
     experts, top_k = _moe_shape(config)
-    dense, expert_total, embedding = 0, 0, 0
-    moe_layers: set[int] = set()
-    for tensor, size in nbytes.items():
+    storage = target_storage(config, extra)
+    tally = _Tally()
+    embedding_params = 0
+    for tensor, header in headers.items():
         layer = _LAYER.search(tensor)
         if layer is not None and layers and int(layer.group(1)) >= layers:
             continue
-        if experts and (_EXPERT.search(tensor) or _FUSED_EXPERTS.search(tensor)):
-            expert_total += size
-            if layer is not None:
-                moe_layers.add(int(layer.group(1)))
+        params, module = _weight_params(tensor, header), tensor.rsplit(".", 1)[0]
+        if experts and layer is not None and (_EXPERT.search(tensor) or _FUSED_EXPERTS.search(tensor)):
+            tally.add_expert(int(layer.group(1)), header.nbytes, params, storage(module, True).compute)
         elif tensor.endswith("embed_tokens.weight"):
-            embedding += size
+            tally.embedding += header.nbytes
+            embedding_params += params
         else:
-            dense += size
-    vocab = _int(config, "vocab_size", 1)
-    kv, replicated = kv_bytes_per_position(config)
-    count = len(moe_layers)
-    per_expert = expert_total / (count * experts) if count and experts else 0.0
-    if config.get("tie_word_embeddings") and not any(t.endswith("lm_head.weight") for t in nbytes):
-        dense += embedding  # a tied lm_head reads the whole embedding every forward
-    experts, top_k = (experts, top_k) if count else (0, 0)
-    row = embedding // max(vocab, 1)
-    found = (count, experts, top_k, per_expert)
-    return TargetWeights(name, "safetensors headers", layers, dense, row, *found, kv, replicated)
+            tally.add_dense(header.nbytes, params, storage(module, False).compute)
+    if config.get("tie_word_embeddings") and not any(t.endswith("lm_head.weight") for t in headers):
+        tally.add_dense(tally.embedding, embedding_params, "bf16")  # a tied lm_head reads the whole embedding
+    return tally.weights(name, "safetensors headers", config, experts, top_k)
 
 
-def from_config(name: str, config: dict[str, Any]) -> TargetWeights:
-    """Bytes from ``config.json`` alone: parameter counts of the Llama family (dense) or the DeepSeek-V3 family
-    (MLA attention, a few dense layers, then MoE layers of routed and shared experts), each weight at the bytes its
-    ``quantization_config`` stores it in (:func:`weight_bytes`)."""
+def from_config(name: str, config: dict[str, Any], extra: Mapping[str, Any] | None = None) -> TargetWeights:
+    """Bytes from ``config.json`` alone: each decoder layer's weights as its family's reader lays them out
+    (:mod:`~eaglequant.speedup.target_families`), each linear at the bytes its quantization config stores it in
+    (:mod:`~eaglequant.speedup.target_kinds`), norms and biases at the serving dtype."""
     hidden, vocab = _int(config, "hidden_size"), _int(config, "vocab_size")
-    layers = _int(config, "num_hidden_layers")
-    if not hidden or not vocab or not layers:
+    if not hidden or not vocab or not _int(config, "num_hidden_layers"):
         raise InputError(
             f"{name}: config.json has no hidden_size, vocab_size or num_hidden_layers to price a forward from",
             hint="give the target's checkpoint directory, whose weights' headers price it",
         )
-    per_weight = weight_bytes(config)
-    attention = _attention_weights(config)
-    experts, top_k = _moe_shape(config)
-    first_moe = _int(config, "first_k_dense_replace") if experts else layers
-    moe_layers = layers - first_moe
-    expert = 3 * hidden * _int(config, "moe_intermediate_size")
-    shared = _int(config, "n_shared_experts") * expert
-    dense_mlp = 3 * hidden * _int(config, "intermediate_size")
-    lm_head = vocab * hidden
-    dense = (
-        layers * attention * per_weight("model.layers.0.self_attn.o_proj")
-        + first_moe * dense_mlp * per_weight("model.layers.0.mlp.down_proj")
-        + moe_layers * shared * per_weight("model.layers.9.mlp.shared_experts.down_proj")
-        + moe_layers * experts * hidden * SERVING_WEIGHT_BYTES  # the router
-        + lm_head * per_weight("lm_head")
-    )
-    kv, replicated = kv_bytes_per_position(config)
-    expert_bytes = expert * per_weight("model.layers.9.mlp.experts.0.down_proj")
-    row = hidden * SERVING_WEIGHT_BYTES
-    return TargetWeights(
-        name, "config.json", layers, round(dense), row, moe_layers, experts, top_k, expert_bytes, kv, replicated
-    )
+    shape = family_reader(config, f"{name}/config.json")(config)
+    storage = target_storage(config, extra)
+    tally = _Tally()
+    for index, layer in enumerate(shape.layers):
+        for linear in layer.dense:
+            tally.add_dense(*_priced(linear, storage, expert=False))
+        tally.dense += layer.other * SERVING_WEIGHT_BYTES + layer.other_fp32 * _FP32
+        for linear in layer.expert:
+            tally.add_expert(index, *_priced(linear, storage, expert=True))
+    tally.dense += hidden * SERVING_WEIGHT_BYTES  # the final norm
+    tally.embedding = vocab * hidden * SERVING_WEIGHT_BYTES
+    lm_head = shape.lm_head
+    if shape.tied:
+        tally.add_dense(tally.embedding, lm_head.params, "bf16")
+    else:
+        tally.add_dense(*_priced(lm_head, storage, expert=False))
+    tally.experts *= shape.experts  # one expert priced a layer: the layer holds ``experts`` of them
+    tally.expert_params *= shape.experts
+    return tally.weights(name, "config.json", config, shape.experts, shape.experts_per_token)
 
 
-def _attention_weights(config: dict[str, Any]) -> int:
-    """One layer's attention weights: MLA (DeepSeek-V3) where the config has a latent, else GQA."""
-    hidden = _int(config, "hidden_size")
-    heads = _int(config, "num_attention_heads", 1)
-    if _int(config, "kv_lora_rank"):
-        nope, rope, v = (_int(config, key) for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
-        q_lora, kv_lora = _int(config, "q_lora_rank"), _int(config, "kv_lora_rank")
-        query = hidden * q_lora + q_lora * heads * (nope + rope) if q_lora else hidden * heads * (nope + rope)
-        return query + hidden * (kv_lora + rope) + kv_lora * heads * (nope + v) + heads * v * hidden
-    head_dim = _int(config, "head_dim") or hidden // heads
-    kv_heads = _int(config, "num_key_value_heads", heads)
-    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+def _priced(linear: Linear, storage: Storage, expert: bool) -> tuple[float, int, str]:
+    """A linear's bytes (its bias at the serving dtype), weights, and the kind its GEMM runs in."""
+    stored = storage(linear.name, expert) if linear.quantizable else UNQUANTIZED
+    return linear.params * stored.bytes_per_weight + linear.bias * SERVING_WEIGHT_BYTES, linear.params, stored.compute
 
 
-def weight_bytes(config: dict[str, Any]) -> Any:
-    """A module name -> the bytes a weight of it is stored in: a compressed-tensors group-quantized weight is
-    ``num_bits / 8`` plus a BF16 scale each ``group_size`` weights where its config group targets ``Linear`` and
-    ``ignore`` does not name it (Kimi-K2.5 stores its routed experts in INT4 with groups of 32: 0.5625 bytes a
-    weight); every other weight is BF16."""
-    quant = config.get("quantization_config")
-    groups = quant.get("config_groups") if isinstance(quant, dict) else None
-    if not isinstance(groups, dict):
-        return lambda _module: SERVING_WEIGHT_BYTES
-    ignore = [entry for entry in quant.get("ignore", ()) if isinstance(entry, str)] if isinstance(quant, dict) else []
-    quantized = SERVING_WEIGHT_BYTES
-    for group in groups.values():
-        weights = group.get("weights") if isinstance(group, dict) else None
-        if isinstance(weights, dict) and isinstance(weights.get("num_bits"), int):
-            group_size = weights.get("group_size") or 0
-            quantized = weights["num_bits"] / 8 + (SERVING_WEIGHT_BYTES / group_size if group_size else 0.0)
-
-    def ignored(module: str) -> bool:
-        return any(
-            re.fullmatch(entry[3:], module) if entry.startswith("re:") else module == entry or module.endswith(entry)
-            for entry in ignore
-        )
-
-    return lambda module: SERVING_WEIGHT_BYTES if ignored(module) else quantized
+def weight_bytes(config: dict[str, Any]) -> Callable[[str], float]:
+    """A module's checkpoint name -> the bytes its quantization config stores a weight of it in (a routed expert
+    where the name holds ``experts.``)."""
+    storage = target_storage(config)
+    return lambda module: storage(module, ".experts." in module).bytes_per_weight
 
 
 def expected_experts_text(weights: TargetWeights, tokens: int) -> str:

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from eaglequant.common.errors import InputError
-from eaglequant.speedup.target_step import TargetWeights, from_config, from_headers, target_weights, weight_bytes
+from eaglequant.speedup.target_step import (
+    Header,
+    TargetWeights,
+    from_config,
+    from_headers,
+    target_weights,
+    weight_bytes,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KIMI = ROOT / "fixtures" / "targets" / "kimi-k2.5"
@@ -50,7 +57,7 @@ def test_headers_split_experts_embedding_and_dense_and_leave_out_the_mtp_layer()
         "model.layers.3.mlp.experts.0.down_proj.weight": 999,  # the multi-token-prediction layer
         "lm_head.weight": 64,
     }
-    weights = from_headers("t", config, nbytes)
+    weights = from_headers("t", config, {name: Header("U8", (size,), size) for name, size in nbytes.items()})
     assert (weights.moe_layers, weights.experts, weights.expert_bytes) == (2, 2, 20.0)
     assert (weights.dense_bytes, weights.embedding_row_bytes) == (71, 8)
 
