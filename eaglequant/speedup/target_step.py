@@ -109,7 +109,7 @@ def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights
             words(given("target", str(target)), ": no config.json"),
             hint="give the target's checkpoint directory or its config.json",
         )
-    config = text_config(load_json_object(config_path, "config.json"))
+    config = _text_model(load_json_object(config_path, "config.json"))
     if not is_decoder(config):
         family_reader(config, str(config_path))  # raises: not a decoder LLM
     extra = side_configs(config_path.parent)
@@ -121,6 +121,14 @@ def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights
     else:
         weights = from_config(config_path.parent.name or str(target), config, extra)
     return weights.on(tensor_parallel_size)
+
+
+def _text_model(config: dict[str, Any]) -> dict[str, Any]:
+    """A multimodal config's text model, with the quantization config it may keep at the top level."""
+    text = text_config(config)
+    if text is not config and "quantization_config" not in text and "quantization_config" in config:
+        return {**text, "quantization_config": config["quantization_config"]}
+    return text
 
 
 def side_configs(root: Path) -> dict[str, Any]:
