@@ -3,8 +3,8 @@
 It implements the endpoints ``huggingface_hub`` calls to create a repo and a branch, upload a folder
 (preupload, LFS batch + basic PUT, NDJSON commit; also through ``upload_large_folder``), list commits,
 and download a snapshot (repo info, with file metadata as ``model_info(files_metadata=True)`` asks; tree;
-resolve). It keeps every file's bytes and records every
-request, so tests check what arrived, byte for byte, and which headers came with it. Start it with
+resolve, with a ``Range`` answered 206 as the Hub's CDN answers it, which ``get_safetensors_metadata`` asks). It
+keeps every file's bytes and records every request and the bytes each answer sent, so tests check what arrived, byte for byte, and which headers came with it. Start it with
 ``python tests/hub_server.py`` to point a real ``HF_ENDPOINT`` at it by hand.
 """
 
@@ -67,6 +67,7 @@ class FakeHub:
         self.lfs: dict[str, bytes] = {}
         self.requests: list[Request] = []
         self.validated: list[dict[str, Any]] = []  # README metadata checked by /api/validate-yaml
+        self.sent: list[tuple[str, int]] = []  # (path, body bytes sent) of every answer
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -286,6 +287,12 @@ def _handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             hub.requests.append(Request(self.command, url.path, self.headers.get("Authorization"), url.query))
             status, payload, headers = hub.handle(self.command, url.path, body, url.query)
             data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+            ranged = re.fullmatch(r"bytes=(\d+)-(\d+)", self.headers.get("Range") or "")
+            if ranged and status == 200 and isinstance(payload, bytes):  # as the Hub's CDN answers a ranged GET
+                start, stop = int(ranged[1]), min(int(ranged[2]) + 1, len(data))
+                headers = {**headers, "Content-Range": f"bytes {start}-{stop - 1}/{len(data)}"}
+                status, data = 206, data[start:stop]
+            hub.sent.append((url.path, len(data) if send_body else 0))
             self.send_response(status)
             content_type = "application/octet-stream" if isinstance(payload, bytes) else "application/json"
             self.send_header("Content-Type", content_type)

@@ -9,6 +9,7 @@ from pathlib import Path
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
 from eaglequant.speedup.calibration import timing_for
+from eaglequant.speedup.draft_fit import check_draft_fits
 from eaglequant.speedup.model import SpeedupTable, predict_speedup
 from eaglequant.speedup.target_step import target_weights
 
@@ -34,6 +35,7 @@ def predicted_speedup(
             "no acceptance length to predict the speed-up from",
             hint="predict it (verify DST --inputs CAP records it) or give one: --acceptance 2.62@3",
         )
+    check_draft_fits(Path(dst), Path(target))
     weights = target_weights(Path(target), tensor_parallel_size)
     tables = []
     for reading in explain(dst, engines=list(engines)).engines:

@@ -13,7 +13,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -236,6 +236,36 @@ def remote_source_digests(src: str) -> tuple[dict[str, str], dict[str, Any]]:
         digests = {name: listing.sha256(name) for name in needed}
         config = load_json_object(listing.fetch("config.json"), "config.json")
     return digests, config
+
+
+def remote_safetensors_headers(
+    src: str, with_headers: bool = True
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, tuple[str, tuple[int, ...], int]]]:
+    """A Hub repo's config.json, its side quantization config (``hf_quant_config.json``, by name, where the repo has
+    one), and each tensor's dtype, shape and bytes read from its safetensors headers (``get_safetensors_metadata``:
+    a ranged request per file) without downloading the weights ({} where the repo holds no safetensors, or
+    ``with_headers`` is False)."""
+    from huggingface_hub import HfApi, errors, hf_hub_download
+
+    from eaglequant.checkpoint.reader import load_json_object
+
+    repo_id, revision, typed_as_path = _hub_repo(src)
+    side = "hf_quant_config.json"
+    with _hub_errors(src.removeprefix(HUB_PREFIX), typed_as_path=typed_as_path):
+        api = HfApi()
+        config = load_json_object(Path(hf_hub_download(repo_id, "config.json", revision=revision)), "config.json")
+        extra: dict[str, Any] = {}
+        if api.file_exists(repo_id, side, revision=revision):
+            extra[side] = load_json_object(Path(hf_hub_download(repo_id, side, revision=revision)), side)
+        files = {}
+        with suppress(errors.NotASafetensorsRepoError):
+            files = api.get_safetensors_metadata(repo_id, revision=revision).files_metadata if with_headers else {}
+    tensors = {
+        name: (str(info.dtype), tuple(info.shape), info.data_offsets[1] - info.data_offsets[0])
+        for file in files.values()
+        for name, info in file.tensors.items()
+    }
+    return config, extra, tensors
 
 
 @contextmanager

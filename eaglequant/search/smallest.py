@@ -36,6 +36,7 @@ from eaglequant.search.budget import Budget
 from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
 from eaglequant.search.fastest import FastestPick, SpeedModel, fastest, objective_target
 from eaglequant.search.sequential import SequentialPlan
+from eaglequant.speedup.draft_fit import check_draft_fits
 
 
 @dataclass(frozen=True)
@@ -309,6 +310,7 @@ def _speed_model(
     same in each), the terms stated or fitted."""
     if target is None:
         return None
+    check_draft_fits(head.config, Path(target))
     engine = get_engine(engines[0])
     return SpeedModel.of(target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {}))
 

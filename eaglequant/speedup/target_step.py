@@ -99,10 +99,46 @@ class Header(NamedTuple):
 
 
 def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights:
-    """The target at ``target`` (a checkpoint directory, or a ``config.json``): its safetensors headers where its
-    weights are there, else its config alone. A config that is not a decoder LLM is refused."""
-    from eaglequant.checkpoint.reader import Checkpoint, load_json_object
+    """The target at ``target`` (a checkpoint directory, or a ``config.json``; where no such path exists, a Hub repo
+    id ``org/name[@revision]``): its safetensors headers where its weights are there, else its config alone. A
+    config that is not a decoder LLM is refused."""
+    from eaglequant.checkpoint.reader import Checkpoint
+    from eaglequant.hub.client import is_hub_reference
 
+    if not target.exists() and is_hub_reference(str(target)):
+        return hub_target_weights(str(target)).on(tensor_parallel_size)
+    config, where = target_config(target)
+    extra = side_configs(Path(where).parent)
+    if target.is_dir() and any(target.glob("*.safetensors")):
+        with Checkpoint.open(target, "TARGET") as checkpoint:
+            headers = {n: Header(i.dtype, tuple(i.shape), i.nbytes) for n, i in checkpoint.tensors.items()}
+        weights = from_headers(target.name, config, headers, extra)
+    else:
+        weights = from_config(Path(where).parent.name or str(target), config, extra)
+    return weights.on(tensor_parallel_size)
+
+
+def hub_target_weights(repo: str) -> TargetWeights:
+    """A Hub target (``org/name[@revision]``) priced from its safetensors headers, read without downloading its
+    weights (from its config.json where it holds no safetensors)."""
+    from eaglequant.hub.client import remote_safetensors_headers
+
+    full, extra, tensors = remote_safetensors_headers(repo)
+    config = _decoder(_text_model(full), f"{repo}/config.json")
+    if not tensors:
+        return from_config(repo, config, extra)
+    return from_headers(repo, config, {name: Header(*header) for name, header in tensors.items()}, extra)
+
+
+def target_config(target: Path) -> tuple[dict[str, Any], str]:
+    """The text config of the target at ``target`` (a checkpoint directory or its config.json; a Hub repo id where
+    no such path exists), and where it was read; refused in one line where it is missing or no decoder LLM."""
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.hub.client import is_hub_reference, remote_safetensors_headers
+
+    if not target.exists() and is_hub_reference(str(target)):
+        full = remote_safetensors_headers(str(target), with_headers=False)[0]
+        return _decoder(_text_model(full), f"{target}/config.json"), str(target)
     config_path = target if target.is_file() else target / "config.json"
     if not config_path.is_file():
         raise InputError(
@@ -110,17 +146,13 @@ def target_weights(target: Path, tensor_parallel_size: int = 1) -> TargetWeights
             hint="give the target's checkpoint directory or its config.json",
         )
     config = _text_model(load_json_object(config_path, "config.json"))
+    return _decoder(config, str(config_path)), str(config_path)
+
+
+def _decoder(config: dict[str, Any], where: str) -> dict[str, Any]:
     if not is_decoder(config):
-        family_reader(config, str(config_path))  # raises: not a decoder LLM
-    extra = side_configs(config_path.parent)
-    has_weights = target.is_dir() and any(target.glob("*.safetensors"))
-    if has_weights:
-        with Checkpoint.open(target, "TARGET") as checkpoint:
-            headers = {n: Header(i.dtype, tuple(i.shape), i.nbytes) for n, i in checkpoint.tensors.items()}
-        weights = from_headers(target.name, config, headers, extra)
-    else:
-        weights = from_config(config_path.parent.name or str(target), config, extra)
-    return weights.on(tensor_parallel_size)
+        family_reader(config, where)  # raises: not a decoder LLM, in one line
+    return config
 
 
 def _text_model(config: dict[str, Any]) -> dict[str, Any]:
