@@ -1,6 +1,7 @@
 """The target's weight bytes a decode forward reads, per tensor-parallel rank: from its safetensors headers where
-its weights are at hand, else from its ``config.json`` alone (Llama-family dense and DeepSeek-V3-family MoE
-targets, Kimi-K2.5's text model among them).
+its weights are at hand (a Hub repo's read with ranged requests), else from its ``config.json`` alone, laid out by
+its family's reader (:mod:`.target_families`) and priced in its own quantization (:mod:`.target_kinds`). A config
+that is not a decoder LLM, or whose weights its family's keys cannot price, is refused in one line.
 
 A forward over ``n`` tokens at batch 1 reads every dense weight once, one embedding row a token, the KV cache of
 the context once, and, in each MoE layer, every routed expert that one of the ``n`` tokens is routed to. With each
