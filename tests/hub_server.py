@@ -4,8 +4,9 @@ It implements the endpoints ``huggingface_hub`` calls to create a repo and a bra
 (preupload, LFS batch + basic PUT, NDJSON commit; also through ``upload_large_folder``), list commits,
 and download a snapshot (repo info, with file metadata as ``model_info(files_metadata=True)`` asks; tree;
 resolve, with a ``Range`` answered 206 as the Hub's CDN answers it, which ``get_safetensors_metadata`` asks). It
-keeps every file's bytes and records every request and the bytes each answer sent, so tests check what arrived, byte for byte, and which headers came with it. Start it with
-``python tests/hub_server.py`` to point a real ``HF_ENDPOINT`` at it by hand.
+keeps every file's bytes and records every request and the bytes each answer sent, so tests check what arrived,
+byte for byte, and which headers came with it. Start it with ``python tests/hub_server.py`` to point a real
+``HF_ENDPOINT`` at it by hand.
 """
 
 from __future__ import annotations

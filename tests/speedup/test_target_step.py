@@ -101,3 +101,35 @@ def test_a_config_without_sizes_and_a_missing_target_are_one_line_each(tmp_path:
         target_weights(tmp_path)
     with pytest.raises(InputError, match="at least 1"):
         _weights().on(0)
+
+
+def test_quantized_headers_count_packed_weights_not_scales_and_take_their_compute_from_the_config() -> None:
+    config = {
+        "num_hidden_layers": 1,
+        "n_routed_experts": 2,
+        "num_experts_per_tok": 1,
+        "vocab_size": 8,
+        "hidden_size": 64,
+        "num_attention_heads": 1,
+        "quantization_config": {
+            "quant_method": "compressed-tensors",
+            "format": "pack-quantized",
+            "ignore": ["re:.*self_attn.*"],
+            "config_groups": {"g": {"targets": ["Linear"], "weights": {"num_bits": 4, "group_size": 32}}},
+        },
+    }
+    headers = {
+        "model.embed_tokens.weight": Header("BF16", (8, 64), 8 * 64 * 2),
+        "model.layers.0.self_attn.o_proj.weight": Header("BF16", (64, 64), 64 * 64 * 2),
+        "model.layers.0.input_layernorm.weight": Header("BF16", (64,), 128),
+        "lm_head.weight": Header("BF16", (8, 64), 8 * 64 * 2),
+    }
+    for expert in (0, 1):  # INT4 packed eight to an int32, a BF16 scale per 32, the shape as int64
+        prefix = f"model.layers.0.mlp.experts.{expert}.down_proj"
+        headers[f"{prefix}.weight_packed"] = Header("I32", (64, 8), 64 * 8 * 4)
+        headers[f"{prefix}.weight_scale"] = Header("BF16", (64, 2), 64 * 2 * 2)
+        headers[f"{prefix}.weight_shape"] = Header("I64", (2,), 16)
+    weights = from_headers("t", config, headers)
+    assert (weights.expert_params, weights.expert_bytes, weights.expert_compute) == (64 * 64, 2048 + 256 + 16, "bf16")
+    assert (weights.dense_params, weights.dense_bytes) == (64 * 64 + 8 * 64, 8192 + 128 + 1024)
+    assert weights.embedding_row_bytes == 128
