@@ -244,3 +244,23 @@ def test_a_config_that_is_not_a_decoder_llm_or_an_unread_family_is_refused(tmp_p
 def test_an_unknown_quant_method_is_refused_not_priced_as_bf16() -> None:
     with pytest.raises(InputError, match="quant_method 'gptq'"):
         from_config("t", {**MIXTRAL_8X7B, "quantization_config": {"quant_method": "gptq", "bits": 4}})
+
+
+@pytest.mark.parametrize(
+    ("config", "total", "active", "embedding_active", "rounded"),
+    [(MIXTRAL_8X7B, 46.7, 12.9, True, 0.05), (GPT_OSS_120B, 116.8, 5.1, False, 0.05),
+     (QWEN3_235B, 235, 22, True, 0.5), (LLAMA4_MAVERICK, 400, 17, True, 1), (DEEPSEEK_V3, 671, 37, False, 0.5)],
+    ids=["mixtral-8x7b", "gpt-oss-120b", "qwen3-235b-a22b", "llama4-maverick", "deepseek-v3"],
+)  # fmt: skip
+def test_each_family_counts_the_parameters_its_model_card_states(
+    config: dict[str, Any], total: float, active: float, embedding_active: bool, rounded: float
+) -> None:
+    """The total and active parameters each model's card states, in billions, to the card's rounding (DeepSeek-V3:
+    its main model, without the MTP module; gpt-oss and DeepSeek-V3 count active parameters without the
+    embedding)."""
+    weights = from_config("t", config)
+    embedding = config["vocab_size"] * config["hidden_size"]
+    routed = weights.expert_params * weights.moe_layers
+    assert (weights.dense_params + routed * weights.experts + embedding) / 1e9 == pytest.approx(total, abs=rounded)
+    per_token = weights.dense_params + routed * weights.experts_per_token + (embedding if embedding_active else 0)
+    assert per_token / 1e9 == pytest.approx(active, abs=rounded)
