@@ -36,9 +36,7 @@ def test_the_bundled_pair_fits_and_each_misfit_is_named() -> None:
         "its draft_vocab_size 8192 is larger than the target's vocab_size 4096"
     ]
     aux = {**DRAFT, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2, 4]}}
-    assert misfits(aux, TARGET) == [
-        "it reads layers [4], and the target has 4 (eagle_aux_hidden_state_layer_ids)"
-    ]
+    assert misfits(aux, TARGET) == ["it reads layers [4], and the target has 4 (eagle_aux_hidden_state_layer_ids)"]
 
 
 def test_explain_refuses_a_draft_that_does_not_fit_its_target_in_one_line(fp8: Path) -> None:
