@@ -117,7 +117,7 @@ def speedup_section(search: SearchRecord | None) -> str:
         "## Predicted speed-up",
         "",
         f"`eaglequant search --objective speedup` chose this draft and **k = {speed.draft_tokens}** (the serving lines "
-        f"below draft as many{'; vLLM a k for each batch size, below' if scheduled else ''}): "
+        f"below draft as many{', vLLM a k for each batch size' if scheduled else ''}): "
         f"a predicted decode speed-up of **{speed.speedup:.3f}×**{_interval(speed.low, speed.high)} over "
         f"`{speed.target}` alone{at} on {speed.tensor_parallel_size} rank(s), this draft's rounds priced in "
         f"{speed.engine}. The BF16 source draft: {speed.source_speedup:.3f}× at k = {speed.source_draft_tokens}."

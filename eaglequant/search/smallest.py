@@ -230,7 +230,7 @@ def search(
         head = describe_head(checkpoint)
         sequences = _captured(head, Path(inputs), budget)
         sizes = _vocab_sizes(head, counts, vocab_sizes)
-        speed = _speed_model(head, engines, target, tensor_parallel_size, measured)
+        speed = _speed_model(head, engines, target, (tensor_parallel_size, measured), loads)
         priced, skipped = _priced(head, schemes, engines, sizes, target_layers)
         told(_first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
@@ -330,16 +330,21 @@ def _speed_model(
     head: HeadDescription,
     engines: tuple[str, ...],
     target: str | Path | None,
-    tensor_parallel_size: int,
-    measured: Any,
+    parallel_measured: tuple[int, Any],
+    loads: Loads,
 ) -> SpeedModel | None:
     """The cost model the speedup objective prices candidates with (None: no target, the bytes objective):
-    ``target``'s forwards, the source draft's round in the first targeted engine (an unquantized round reads the
-    same in each), the terms stated or fitted."""
+    ``target``'s forwards on as many ranks as ``parallel_measured`` says, the source draft's round in the first
+    targeted engine (an unquantized round reads the same in each), the terms stated or fitted to its measured
+    record. It prices a round at each of ``loads`` now, so that a load it cannot predict at is refused before any
+    candidate is converted."""
     if target is None:
         return None
     engine = get_engine(engines[0])
-    return SpeedModel.of(target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {}))
+    source = round_cost(head, engine.key, engine.release, {})
+    model = SpeedModel.of(target, *parallel_measured, source)
+    model.tables("source", source, {1: 1.0}, loads)
+    return model
 
 
 def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers: int | None, overwrite: bool) -> None:
