@@ -122,7 +122,11 @@ class LoadChoice:
 
     concurrency: int
     weight: float
-    point: SpeedupPoint | None
+    best: SpeedupPoint  # the highest predicted, whether or not it beats the target alone
+
+    @property
+    def point(self) -> SpeedupPoint | None:
+        return self.best if self.best.speedup > 1.0 else None
 
     @property
     def draft_tokens(self) -> int:
@@ -165,6 +169,12 @@ class ServingPlan:
         return sum(c.weight * c.high for c in self.choices)
 
     @property
+    def best_speedup(self) -> float:
+        """The mean of each load's highest predicted speed-up as weighted, beating the target alone or not: what
+        orders plans that do not pay."""
+        return sum(c.weight * c.best.speedup for c in self.choices)
+
+    @property
     def pays(self) -> bool:
         """Speculation beats the target alone at some load."""
         return any(c.point is not None for c in self.choices)
@@ -190,8 +200,7 @@ def serving_plan(draft: str, tables: Mapping[int, SpeedupTable], loads: Loads) -
     """``draft``'s plan from its predicted tables by concurrency (one for each of ``loads``)."""
     choices = []
     for concurrency, weight in zip(loads.concurrency, loads.weights, strict=True):
-        best = tables[concurrency].best
-        choices.append(LoadChoice(concurrency, weight, best if best.speedup > 1.0 else None))
+        choices.append(LoadChoice(concurrency, weight, tables[concurrency].best))
     return ServingPlan(draft, tuple(choices))
 
 
@@ -225,16 +234,17 @@ class Ranking:
 
 
 def ranked(plans: Sequence[ServingPlan]) -> Ranking:
-    """The highest speed-up (the earlier on equal figures: plans come fewest bytes first); the plans that pay and
-    whose interval overlaps it are tied with it, and the tie goes to the fewest bytes."""
+    """The highest speed-up (then the highest predicted where loads do not speculate, then the earlier: plans come
+    fewest bytes first); the plans that pay and whose interval overlaps it are tied with it, and the tie goes to the
+    fewest bytes."""
     if not plans:
         raise ValueError("no plan to rank")
-    top = max(range(len(plans)), key=lambda i: (plans[i].speedup, -i))
+    top = max(range(len(plans)), key=lambda i: (plans[i].speedup, plans[i].best_speedup, -i))
     best = plans[top]
     tied = tuple(
         i for i, plan in enumerate(plans) if i != top and plan.pays and plan.high >= best.low and plan.low <= best.high
     )
     pick = min((top, *tied)) if best.pays else top
     rest = [i for i in range(len(plans)) if i != pick]
-    runner = max(rest, key=lambda i: (plans[i].speedup, -i)) if rest else None
+    runner = max(rest, key=lambda i: (plans[i].speedup, plans[i].best_speedup, -i)) if rest else None
     return Ranking(pick, top, tied, runner)

@@ -106,3 +106,5 @@ def test_a_tie_within_the_model_error_goes_to_the_fewest_bytes_and_is_named() ->
     assert apart.pick == 1 and apart.tied == () and not apart.tie_broken and apart.runner_up == 0
     slow = serving_plan("slow", {1: table("slow", 1, {1: 0.99})}, loads)  # does not pay: never tied in
     assert ranked([slow, dear]).tied == ()
+    slower = serving_plan("slower", {1: table("slower", 1, {1: 0.8, 2: 0.816})}, loads)
+    assert ranked([slower, slow]).top == 1  # where none pays, the highest predicted is named
