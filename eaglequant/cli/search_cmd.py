@@ -247,9 +247,11 @@ def _render_none(found: SearchResult) -> None:
 
 
 def _render_pick(pick: FastestPick) -> None:
-    for table in pick.tables:
+    for table, choice in zip(pick.tables, pick.plan.choices, strict=True):
         at = f" at concurrency {table.concurrency}" if len(pick.tables) > 1 else ""
         show(speedup_table(table, f"predicted speed-up over the target alone{at}"))
+        if choice.point is None:
+            out.print(f"  no k beats the target alone{at}: k = 0, do not speculate at this load", soft_wrap=True)
     if pick.schedule:
         out.print(f"vLLM schedule: num_speculative_tokens_per_batch_size {_schedule_json(pick)}", soft_wrap=True)
     for line in pick.table.assumptions:
