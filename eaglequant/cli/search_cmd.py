@@ -27,6 +27,7 @@ from eaglequant.common.errors import EXIT_CHECK_FAILED
 from eaglequant.conversion.options import DEFAULT_ENGINES, MAX_TARGET_LAYERS
 
 if TYPE_CHECKING:
+    from eaglequant.search.fastest import FastestPick
     from eaglequant.search.smallest import SearchResult
 
 
@@ -127,13 +128,25 @@ def search_command(
     ] = None,
     tensor_parallel_size: TensorParallelOpt = None,
     measured: MeasuredOpt = None,
+    concurrency: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--concurrency",
+            help="With --objective speedup: the loads served at (sequences decoded together), each given its own k, "
+            "0 where no k's predicted speed-up beats the target alone: '1,2,4,8', '1-64' (the powers of two), or "
+            "weighted, '4:0.5,16:0.5' (default: equal weights). The draft picked is the fastest over them as "
+            "weighted; the card serves the ks as vLLM's num_speculative_tokens_per_batch_size (default: 1).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Write the smallest draft within an acceptance budget (the fewest weight bytes a speculative round reads), or
     with --objective speedup the fastest one and its k.
 
     Tries each built-in scheme in each format the engines load, with lm_head kept or quantized (where the engines
     run it quantized) and, with --counts, the vocabulary pruned; from the smallest up, each is converted and its
-    acceptance predicted, and the first within the budget is written. Exits 3 when none is.
+    acceptance predicted, and the first within the budget is written. Exits 3 when none is, and with --objective
+    speedup when no candidate's predicted speed-up beats the target alone at any load (do not speculate).
     """
 
     def body() -> bool:
@@ -159,6 +172,7 @@ def search_command(
             target=target,
             tensor_parallel_size=tensor_parallel_size or 1,
             measured=measured,
+            concurrency=concurrency,
         )
         result(found.record().to_json(), lambda: render(found))
         return found.ok
@@ -205,7 +219,7 @@ def render(found: SearchResult) -> None:
     for text in found.notes:
         note(text)
     if found.chosen is None:
-        out.print("[bold red]none within the budget[/]: the BF16 source is the smallest draft that meets it")
+        _render_none(found)
         return
     where = f" (from the pruned head {found.pruned_source})" if found.pruned_source else ""
     out.print(
@@ -215,9 +229,39 @@ def render(found: SearchResult) -> None:
     out.print(f"  loaded by: {escape(', '.join(found.loaded_by) or 'no engine eaglequant knows')}", soft_wrap=True)
     show(acceptance_table(found.chosen.prediction))
     if found.pick is not None:
-        show(speedup_table(found.pick.table, "predicted speed-up over the target alone"))
-        for line in found.pick.table.assumptions:
-            note(line)
+        _render_pick(found.pick)
+
+
+def _render_none(found: SearchResult) -> None:
+    """Nothing written: none within the budget, or (the speedup objective) none that beats the target alone."""
+    if found.pick is None:
+        out.print("[bold red]none within the budget[/]: the BF16 source is the smallest draft that meets it")
+        return
+    where = "this load" if len(found.pick.loads.concurrency) == 1 else "any of these loads"
+    out.print(
+        f"[bold red]do not speculate at {where}[/]: no candidate within the budget is predicted to beat the target "
+        f"alone ({escape(found.pick.loads.text)}); nothing written",
+        soft_wrap=True,
+    )
+    _render_pick(found.pick)
+
+
+def _render_pick(pick: FastestPick) -> None:
+    for table, choice in zip(pick.tables, pick.plan.choices, strict=True):
+        at = f" at concurrency {table.concurrency}" if len(pick.tables) > 1 else ""
+        show(speedup_table(table, f"predicted speed-up over the target alone{at}"))
+        if choice.point is None:
+            out.print(f"  no k beats the target alone{at}: k = 0, do not speculate at this load", soft_wrap=True)
+    if pick.schedule:
+        out.print(f"vLLM schedule: num_speculative_tokens_per_batch_size {_schedule_json(pick)}", soft_wrap=True)
+    for line in pick.table.assumptions:
+        note(line)
+
+
+def _schedule_json(pick: FastestPick) -> str:
+    import json
+
+    return json.dumps([list(entry) for entry in pick.schedule])
 
 
 def _titled(engines: tuple[str, ...]) -> str:

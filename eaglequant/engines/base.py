@@ -336,3 +336,10 @@ class Engine(ABC):
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
         """How to serve ``target`` with the draft head at ``draft`` (a path or Hub id) proposing
         ``draft_tokens`` tokens per step."""
+
+    def scheduled_snippets(
+        self, target: str, draft: str, schedule: tuple[tuple[int, int, int], ...]
+    ) -> list[ServingSnippet] | None:
+        """How to serve it with a k for each batch size: ``schedule``'s inclusive ranges ``(first, last, k)``, k = 0
+        without speculation; None where this release takes one k for every batch."""
+        return None

@@ -294,3 +294,19 @@ class VllmEngine(Engine):
     def serving_snippets(self, target: str, draft: str, draft_tokens: int) -> list[ServingSnippet]:
         spec = json.dumps({"model": draft, "method": "eagle3", "num_speculative_tokens": draft_tokens})
         return [ServingSnippet("vLLM", "bash", f"vllm serve {target} --speculative-config '{spec}'")]
+
+    def scheduled_snippets(
+        self, target: str, draft: str, schedule: tuple[tuple[int, int, int], ...]
+    ) -> list[ServingSnippet] | None:
+        # SpeculativeConfig.num_speculative_tokens_per_batch_size; each k is capped at num_speculative_tokens, so
+        # that is the largest.
+        spec = json.dumps(
+            {
+                "model": draft,
+                "method": "eagle3",
+                "num_speculative_tokens": max(k for _, _, k in schedule),
+                "num_speculative_tokens_per_batch_size": [list(entry) for entry in schedule],
+            }
+        )
+        line = f"vllm serve {target} --speculative-config '{spec}'"
+        return [ServingSnippet("vLLM, a k for each batch size", "bash", line)]

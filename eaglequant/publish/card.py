@@ -55,7 +55,7 @@ def render_card(
         speedup_section(search),
         _verification(verification),
         _acceptance(acceptance),
-        _serving(report, context, served_draft_tokens(search)),
+        _serving(report, context, served_draft_tokens(search), served_schedule(search)),
         f"---\n\nWritten by eaglequant {report.eaglequant_version}; `{REPORT_NAME}` holds "
         "every figure above and the SHA-256 of each file.\n",
     ]
@@ -247,7 +247,18 @@ def served_draft_tokens(search: SearchRecord | None) -> int:
     return DRAFT_TOKENS if search is None or search.speedup is None else search.speedup.draft_tokens
 
 
-def _serving(report: ConversionReport, context: CardContext, draft_tokens: int = DRAFT_TOKENS) -> str:
+def served_schedule(search: SearchRecord | None) -> tuple[tuple[int, int, int], ...]:
+    """The k for each batch size ``search --objective speedup --concurrency`` chose, as vLLM's
+    ``num_speculative_tokens_per_batch_size``; empty where one k serves every load."""
+    return () if search is None or search.speedup is None else search.speedup.num_speculative_tokens_per_batch_size
+
+
+def _serving(
+    report: ConversionReport,
+    context: CardContext,
+    draft_tokens: int = DRAFT_TOKENS,
+    schedule: tuple[tuple[int, int, int], ...] = (),
+) -> str:
     target = context.target or "<target-model>"
     lines = ["## Serving", ""]
     if not context.target:
@@ -255,7 +266,10 @@ def _serving(report: ConversionReport, context: CardContext, draft_tokens: int =
     kinds, fmt = report.scheme_kinds, FORMATS[report.format]
     for name, engine in ENGINES.items():
         if name in report.engines:
-            for snippet in engine.serving_snippets(target, context.draft, draft_tokens):
+            scheduled = engine.scheduled_snippets(target, context.draft, schedule) if schedule else None
+            if schedule and scheduled is None:
+                lines += [f"{ONE_K.format(engine=engine.titled, k=draft_tokens)}\n"]
+            for snippet in scheduled or engine.serving_snippets(target, context.draft, draft_tokens):
                 caption = f"{snippet.caption} (release {engine.release})"
                 lines += [f"{caption}:", "", f"```{snippet.language}", snippet.text.rstrip("\n"), "```", ""]
             lines += [f"Note: {note}.\n" for note in engine.environment_notes(report.attention, kinds, fmt)]
@@ -271,6 +285,12 @@ def _serving(report: ConversionReport, context: CardContext, draft_tokens: int =
             ]
     return "\n".join(lines)
 
+
+# Beside an engine that takes one k, where the search chose a k for each load.
+ONE_K = (
+    "{engine} takes one k for every batch: k = {k} below, the k of the heaviest load that speculates (see "
+    "Predicted speed-up for the k at each load)."
+)
 
 # Where a reader finds what each engine runs per module (the table the refusal above is read from).
 PER_MODULE_TABLE = "what each engine runs per module: `eaglequant schemes`, or docs/engines.md in eaglequant"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from eaglequant.common.sizes import decimal_bytes
@@ -11,7 +12,7 @@ from eaglequant.readback.cost import MODEL_NOTE, PARTS, PartCost, lm_head_lever
 from eaglequant.record.report import ConversionReport
 
 if TYPE_CHECKING:
-    from eaglequant.record.search import Interval, SearchRecord
+    from eaglequant.record.search import Interval, SearchRecord, SearchSpeedup
 
 
 def round_cost_section(report: ConversionReport, search: SearchRecord | None = None) -> str:
@@ -97,8 +98,9 @@ def _judged(difference: Interval, tokens: float, rule: str, within: bool | None)
 
 
 def speedup_section(search: SearchRecord | None) -> str:
-    """For a draft ``search --objective speedup`` chose: the predicted speed-up at each k the budget allowed, the k
-    the serving lines draft, the runner-up, and what the model assumed."""
+    """For a draft ``search --objective speedup`` chose: the predicted speed-up with its interval, the k at each load
+    the serving lines serve, a tie within the model's error and how it was broken, the runner-up, the prediction at
+    each k the budget allowed, and what the model assumed."""
     if search is None or search.speedup is None:
         return ""
     speed = search.speedup
@@ -108,25 +110,78 @@ def speedup_section(search: SearchRecord | None) -> str:
         else f" The runner-up was {speed.runner_up} at k = {speed.runner_up_draft_tokens} "
         f"({speed.runner_up_speedup:.3f}×)."
     )
+    loads, scheduled = speed.loads, bool(speed.num_speculative_tokens_per_batch_size)
+    at = "" if len(loads) < 2 else f", weighted over concurrency {', '.join(str(load.concurrency) for load in loads)}"
+    at = at or ("" if not loads else f" at concurrency {loads[0].concurrency}")
     lines = [
         "## Predicted speed-up",
         "",
         f"`eaglequant search --objective speedup` chose this draft and **k = {speed.draft_tokens}** (the serving lines "
-        f"below draft as many): a predicted decode speed-up of **{speed.speedup:.3f}×** over `{speed.target}` alone "
-        f"on {speed.tensor_parallel_size} rank(s), this draft's rounds priced in {speed.engine}. The BF16 source "
-        f"draft: {speed.source_speedup:.3f}× at k = {speed.source_draft_tokens}.{runner}",
+        f"below draft as many{', vLLM a k for each batch size' if scheduled else ''}): "
+        f"a predicted decode speed-up of **{speed.speedup:.3f}×**{_interval(speed.low, speed.high)} over "
+        f"`{speed.target}` alone{at} on {speed.tensor_parallel_size} rank(s), this draft's rounds priced in "
+        f"{speed.engine}. The BF16 source draft: {speed.source_speedup:.3f}× at k = {speed.source_draft_tokens}."
+        f"{runner}{_tie(speed)}",
         "",
-        "| k | predicted acceptance length | predicted speed-up |",
-        "|---:|---:|---:|",
-        *(
-            f"| {at.draft_tokens} | {at.acceptance_length:.3f} | {at.speedup:.3f}×"
-            + (" (chosen)" if at.draft_tokens == speed.draft_tokens else "")
-            + " |"
-            for at in speed.by_draft_tokens
-        ),
+        *_loads_table(speed),
+        *_by_k_table(speed),
         "",
         "A k missing from the table lost more acceptance than the budget allows. The model assumed:",
         "",
         *(f"- {line}" for line in speed.assumptions),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f" [{low:.3f}, {high:.3f}]"
+
+
+def _tie(speed: SearchSpeedup) -> str:
+    if not speed.tied:
+        return ""
+    broken = (
+        f" {speed.highest} was predicted highest; the tie went to the fewest bytes a round."
+        if speed.highest
+        else " This draft was predicted highest and reads the fewest bytes a round of them."
+    )
+    return f" A tie within the model's error: the intervals of {', '.join(speed.tied)} overlap the highest's.{broken}"
+
+
+def _loads_table(speed: SearchSpeedup) -> list[str]:
+    """The k at each load, where several were asked for."""
+    if len(speed.loads) < 2:
+        return []
+    rows = [
+        f"| {load.concurrency} | {load.weight:.3g} | "
+        + (f"{load.draft_tokens}" if load.draft_tokens else "0: do not speculate at this load")
+        + f" | {load.speedup:.3f}×{_interval(load.low, load.high)} |"
+        for load in speed.loads
+    ]
+    schedule = json.dumps([list(entry) for entry in speed.num_speculative_tokens_per_batch_size])
+    served = (
+        f"vLLM's `num_speculative_tokens_per_batch_size`: `{schedule}` (inclusive batch-size ranges and their k; "
+        "each load's k holds up to the next load, and vLLM carries the last one on past it)."
+        if speed.num_speculative_tokens_per_batch_size
+        else "One k serves every load, so the serving lines set no schedule."
+    )
+    header = ["| concurrency | weight | k | predicted speed-up |", "|---:|---:|---|---:|"]
+    return [*header, *rows, "", served, ""]
+
+
+def _by_k_table(speed: SearchSpeedup) -> list[str]:
+    """The predicted speed-up at each k the budget allowed, at each load."""
+    loads = speed.loads if len(speed.loads) > 1 else ()
+    columns = [f"speed-up at concurrency {load.concurrency}" for load in loads] or ["predicted speed-up"]
+    tables = [load.by_draft_tokens for load in loads] or [speed.by_draft_tokens]
+    served = [load.draft_tokens for load in loads] or [speed.draft_tokens]
+    rows = []
+    for i, at in enumerate(tables[0]):
+        cells = [
+            f"{table[i].speedup:.3f}×{_interval(table[i].low, table[i].high)}"
+            + (" (chosen)" if table[i].draft_tokens == k else "")
+            for table, k in zip(tables, served, strict=True)
+        ]
+        rows.append(f"| {at.draft_tokens} | {at.acceptance_length:.3f} | {' | '.join(cells)} |")
+    header = f"| k | predicted acceptance length | {' | '.join(columns)} |"
+    return [header, "|---:|---:|" + "---:|" * len(columns), *rows]

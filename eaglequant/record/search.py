@@ -53,17 +53,37 @@ class SearchRow(JsonRecord):
 
 @dataclass(frozen=True)
 class SpeedupAt(JsonRecord):
-    """One k of a draft's predicted speed-up: the acceptance length it was predicted from, and the speed-up."""
+    """One k of a draft's predicted speed-up: the acceptance length it was predicted from, and the speed-up with its
+    interval (None: a record written before intervals)."""
 
     draft_tokens: int
     acceptance_length: float
     speedup: float
+    low: float | None = None
+    high: float | None = None
+
+
+@dataclass(frozen=True)
+class LoadAt(JsonRecord):
+    """The pick at one load (concurrency: sequences decoded together): its weight in the objective, the k served
+    there (0: no k's predicted speed-up beats the target alone, so do not speculate), that k's predicted speed-up
+    with its interval (1 without speculation), and the prediction at each k."""
+
+    concurrency: int
+    weight: float
+    draft_tokens: int
+    speedup: float
+    low: float
+    high: float
+    by_draft_tokens: tuple[SpeedupAt, ...]
 
 
 @dataclass(frozen=True)
 class SearchSpeedup(JsonRecord):
     """What ``search --objective speedup`` chose by: the k and predicted speed-up of its pick, at each k the budget
-    allows, the runner-up, the source draft at its best k, and what the model assumed (target, terms)."""
+    allows, the runner-up, the source draft at its best k, and what the model assumed (target, terms). Over several
+    loads, ``speedup`` is the mean over them as weighted, ``draft_tokens`` the k an engine with one k serves (the
+    heaviest load's that speculates), and ``loads`` and the schedule say the rest."""
 
     engine: str  # whose round the draft's bytes are priced in
     target: str
@@ -77,6 +97,23 @@ class SearchSpeedup(JsonRecord):
     source_draft_tokens: int
     source_speedup: float
     assumptions: tuple[str, ...]
+    low: float | None = None  # the speed-up's interval (None: a record written before intervals)
+    high: float | None = None
+    loads: tuple[LoadAt, ...] = ()  # the pick at each load asked (empty: a record written before loads)
+    # vLLM's SpeculativeConfig field: inclusive batch-size ranges and their k; empty where one k serves every load
+    num_speculative_tokens_per_batch_size: tuple[tuple[int, int, int], ...] = ()
+    tied: tuple[str, ...] = ()  # candidates whose interval overlaps the highest's: a tie within the model's error
+    highest: str | None = None  # the highest predicted, where the tie went to one with fewer bytes a round
+    speculate: bool = True  # False: no k beats the target alone at any load asked (no draft written)
+
+    @property
+    def schedule_text(self) -> str:
+        """The k at each load, in words."""
+        return ", ".join(
+            f"k = {load.draft_tokens} at concurrency {load.concurrency}"
+            + (" (do not speculate at this load)" if load.draft_tokens == 0 else "")
+            for load in self.loads
+        )
 
 
 @dataclass(frozen=True)

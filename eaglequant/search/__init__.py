@@ -11,6 +11,8 @@ each candidate, so it sits above the api. Start at :func:`search`.
 - :mod:`.predictions`: the source predicted once, each candidate predicted while the next one converts.
 - :mod:`.sequential`: the planned looks at a candidate, and when an interim look settles its verdict.
 - :mod:`.fastest`: ``--objective speedup``: each candidate priced by the speed-up model at every k the budget allows.
+- :mod:`.schedule`: ``--concurrency``: each load's k (0: do not speculate), the weighted pick, a tie within the
+  model's error, and the ks as vLLM's ``num_speculative_tokens_per_batch_size``.
 - :mod:`.outputs`: where the candidates are written, and the winner moved into place.
 """
 

@@ -14,7 +14,7 @@ not run. Deterministic: ties in bytes go by name.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,8 @@ from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, 
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 from eaglequant.search.budget import Budget
 from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
-from eaglequant.search.fastest import FastestPick, SpeedModel, fastest, objective_target
+from eaglequant.search.fastest import FastestPick, SpeedModel, allowed_acceptance, fastest, objective_target
+from eaglequant.search.schedule import Loads, parse_loads
 from eaglequant.search.sequential import SequentialPlan
 from eaglequant.speedup.draft_fit import check_draft_fits
 
@@ -192,6 +193,7 @@ def search(
     target: str | Path | None = None,
     tensor_parallel_size: int = 1,
     measured: str | Path | None = None,
+    concurrency: str | int | Sequence[int] | Mapping[int, float] | None = None,
 ) -> SearchResult:
     """Write into ``dst`` the smallest draft (weight bytes a round reads) whose predicted greedy acceptance on the
     captured ``inputs`` loses at most ``max_acceptance_drop`` against ``src``'s: tokens (``0.05``) or a share of
@@ -207,19 +209,20 @@ def search(
     (every candidate predicted, and the candidate and k of the highest predicted speed-up over ``target``, a
     checkpoint directory or its config.json, by default the one the capture in ``inputs`` records where it is a
     local directory, on ``tensor_parallel_size`` ranks, within the budget at that k:
-    :mod:`eaglequant.search.fastest`; ``measured``, an ``accept`` record, calibrates the model)."""
+    :mod:`eaglequant.search.fastest`; ``measured``, an ``accept`` record, calibrates the model; ``concurrency``: the
+    loads, each given its k, ``"1,2,4"``, ``"1-64"`` or ``"4:0.5,16:0.5"``: :mod:`eaglequant.search.schedule`); where
+    no k beats the target alone at any load, nothing is written (``ok`` False)."""
     from eaglequant.prediction.predict import PredictionSettings
     from eaglequant.search.outputs import SearchOutputs
     from eaglequant.search.predictions import single_threaded_torch
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
-    target = objective_target(objective, target, Path(inputs))
+    target, loads = _objective(objective, target, Path(inputs), measured, concurrency, tensor_parallel_size)
     PredictionSettings(max_draft_tokens, device)  # checked before any work
     engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
-    source, destination = Path(src), Path(dst)
+    source, destination, told = Path(src), Path(dst), progress or (lambda text: None)
     check_destination(source, destination, overwrite)
-    told = progress or (lambda text: None)
     with (
         Checkpoint.open(source) as checkpoint,
         single_threaded_torch(),
@@ -228,27 +231,53 @@ def search(
         head = describe_head(checkpoint)
         sequences = _captured(head, Path(inputs), budget)
         sizes = _vocab_sizes(head, counts, vocab_sizes)
-        speed = _speed_model(head, engines, target, tensor_parallel_size, measured)
+        speed = _speed_model(head, engines, target, (tensor_parallel_size, measured), loads)
         priced, skipped = _priced(head, schemes, engines, sizes, target_layers)
         told(_first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
         predictor, tokens, plan = _predictor(checkpoint, sequences, budget, (max_draft_tokens, device, sequential))
         predictor.stop_within = speed is None  # the speedup objective's pick takes its k from a whole table
         source_length = predictor.source.length().value
-        within, judged = (lambda p: budget.within(p, tokens)), (lambda p: budget.judged_text(p, tokens))
-        points = _judged_from_smallest(priced, outputs, predictor, within, told, started, judged, speed is None)
-        pick = None if speed is None else fastest(points, budget, tokens, speed, predictor.table.lengths())
-        chosen = next((p for p in points if p.within), None) if pick is None else points[pick.index]
+        within, kept, judged = _gates(budget, tokens, speed is None)
+        points = _judged_from_smallest(priced, outputs, predictor, (within, kept), told, started, judged, speed is None)
+        pick = None if speed is None else fastest(points, budget, tokens, speed, predictor.table.lengths(), loads)
+        chosen = _chosen(points, pick, speed is None)
         result = SearchResult(
             source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
-            time.monotonic() - started,
-            None, engines, skipped, sequential=plan, max_draft_tokens=max_draft_tokens,
+            time.monotonic() - started, None, engines, skipped, sequential=plan, max_draft_tokens=max_draft_tokens,
             objective=objective, pick=pick, speed=speed,
         )  # fmt: skip
         if chosen is not None:
             _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _objective(
+    objective: str, target: str | Path | None, inputs: Path, measured: Any, concurrency: Any, tensor_parallel_size: int
+) -> tuple[str | Path | None, Loads]:
+    """The target the objective prices and the loads it is judged at; an option of the speedup objective given to
+    another is refused."""
+    speed_options = {"measured": measured, "concurrency": concurrency}
+    parallel = {"tensor_parallel_size": None if tensor_parallel_size == 1 else tensor_parallel_size}
+    return objective_target(objective, target, inputs, **speed_options, **parallel), parse_loads(concurrency)
+
+
+def _gates(
+    budget: Budget, tokens: float, smallest: bool
+) -> tuple[Callable[[Any], bool], Callable[[Any], bool], Callable[[Any], str]]:
+    """Whether a prediction is within the budget (at k = 3), whether its candidate can still be chosen (the speedup
+    objective: within the budget at some k), and its verdict in words."""
+    within: Callable[[Any], bool] = lambda p: budget.within(p, tokens)  # noqa: E731
+    kept: Callable[[Any], bool] = within if smallest else (lambda p: bool(allowed_acceptance(p, budget, tokens)))
+    return within, kept, (lambda p: budget.judged_text(p, tokens))
+
+
+def _chosen(points: list[SearchPoint], pick: FastestPick | None, smallest: bool) -> SearchPoint | None:
+    """The point written: the smallest within the budget, or the speed-up objective's pick where it pays."""
+    if smallest:
+        return next((p for p in points if p.within), None)
+    return None if pick is None or not pick.plan.pays else points[pick.index]
 
 
 def _predictor(
@@ -302,17 +331,22 @@ def _speed_model(
     head: HeadDescription,
     engines: tuple[str, ...],
     target: str | Path | None,
-    tensor_parallel_size: int,
-    measured: Any,
+    parallel_measured: tuple[int, Any],
+    loads: Loads,
 ) -> SpeedModel | None:
     """The cost model the speedup objective prices candidates with (None: no target, the bytes objective):
-    ``target``'s forwards, the source draft's round in the first targeted engine (an unquantized round reads the
-    same in each), the terms stated or fitted."""
+    ``target``'s forwards on as many ranks as ``parallel_measured`` says, the source draft's round in the first
+    targeted engine (an unquantized round reads the same in each), the terms stated or fitted to its measured
+    record. It prices a round at each of ``loads`` now, so that a load it cannot predict at is refused before any
+    candidate is converted."""
     if target is None:
         return None
     check_draft_fits(head.config, Path(target))
     engine = get_engine(engines[0])
-    return SpeedModel.of(target, tensor_parallel_size, measured, round_cost(head, engine.key, engine.release, {}))
+    source = round_cost(head, engine.key, engine.release, {})
+    model = SpeedModel.of(target, *parallel_measured, source)
+    model.tables("source", source, {1: 1.0}, loads)
+    return model
 
 
 def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers: int | None, overwrite: bool) -> None:
@@ -366,16 +400,19 @@ def _judged_from_smallest(
     priced: list[tuple[Candidate, int]],
     outputs: Any,
     predictor: Any,
-    within: Callable[[Any], bool],
+    within_kept: tuple[Callable[[Any], bool], Callable[[Any], bool]],
     told: Callable[[str], None],
     started: float,
     judged: Callable[[Any], str] = lambda prediction: prediction.difference.text(signed=True),
     stop_at_within: bool = True,
 ) -> list[SearchPoint]:
-    """Every candidate, the smallest predicted first until one is within the budget (all of them without
-    ``stop_at_within``); the rest priced only. Each is converted into a stage of DST (``outputs``:
-    :class:`~eaglequant.search.outputs.SearchOutputs`), removed once it misses the budget."""
+    """Every candidate, the smallest predicted first until one is within the budget (``within_kept[0]``; all of them
+    without ``stop_at_within``); the rest priced only. Each is converted into a stage of DST (``outputs``:
+    :class:`~eaglequant.search.outputs.SearchOutputs`), removed once it cannot be chosen (``within_kept[1]`` False:
+    with the speedup objective, within the budget at no k)."""
     from eaglequant.search.predictions import predicted_from_smallest, prediction_workers
+
+    within, kept = within_kept
 
     best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
 
@@ -390,7 +427,7 @@ def _judged_from_smallest(
             f"{judged(prediction)}; best so far: {best[0][1]} "
             f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
         )
-        if not within(prediction):
+        if not kept(prediction):
             outputs.discard(index)
 
     def stop(prediction: Any) -> bool:

@@ -73,10 +73,15 @@ def stated_timing(target: TargetWeights, draft_layers: int = 1, context: int = 2
     )
 
 
+# The model's error, a share either way: the largest the calibration measured away from its point (docs/speedup.md).
+MODEL_ERROR = 0.12
+
 MODEL_ASSUMPTIONS = (
     "each token routed to its experts independently and uniformly",
     "tensor parallelism shards every weight (experts too) across ranks; the draft runs on as many ranks",
     "the draft's own cache is not counted",
+    f"a predicted speed-up's interval: ±{MODEL_ERROR:.0%}, the largest error the calibration measured away from "
+    "its point",
 )
 
 
@@ -85,7 +90,13 @@ class SpeedupPoint(JsonRecord):
     """The predicted speed-up at one k, with the times it is made of."""
 
     json_values = named(
-        acceptance_length=rounded(4), step_s=rounded(7), verify_s=rounded(7), draft_s=rounded(7), speedup=rounded(4)
+        acceptance_length=rounded(4),
+        step_s=rounded(7),
+        verify_s=rounded(7),
+        draft_s=rounded(7),
+        speedup=rounded(4),
+        low=lambda value: None if value is None else round(value, 4),
+        high=lambda value: None if value is None else round(value, 4),
     )
 
     draft_tokens: int
@@ -94,6 +105,8 @@ class SpeedupPoint(JsonRecord):
     verify_s: float
     draft_s: float
     speedup: float
+    low: float | None = None  # the predicted speed-up's interval (None: not estimated)
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +120,7 @@ class SpeedupTable(JsonRecord):
     timing: Timing
     points: tuple[SpeedupPoint, ...]
     acceptance_from: str  # where acceptance(k) came from, in words
+    concurrency: int = 1  # sequences decoded together
 
     @property
     def best(self) -> SpeedupPoint:
@@ -148,11 +162,17 @@ def predict_speedup(
     acceptance: Mapping[int, float],
     timing: Timing | None = None,
     acceptance_from: str = "given",
+    *,
+    concurrency: int = 1,
 ) -> SpeedupTable:
     """The speed-up at each k ``acceptance`` gives a length for (k -> acceptance length); ``timing``: the stated
-    terms unless given."""
+    terms unless given; ``concurrency``: the sequences decoded together (batch 1 only, so far)."""
     if not acceptance:
         raise InputError("no acceptance length to predict a speed-up from", hint="predict it: verify DST --inputs CAP")
+    if concurrency != 1:
+        raise InputError(
+            f"concurrency {concurrency}: the speed-up model predicts batch 1 only", hint="predict at concurrency 1"
+        )
     timing = timing or stated_timing(target)
     step = step_seconds(target, timing)
     points = []
@@ -160,8 +180,10 @@ def predict_speedup(
         verify = step_seconds(target, timing, k + 1) + timing.round_overhead_s
         drafting = draft_seconds(draft, k, timing, target.tensor_parallel_size)
         length = acceptance[k]
-        points.append(SpeedupPoint(k, length, step, verify, drafting, length * step / (verify + drafting)))
-    return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from)
+        speedup = length * step / (verify + drafting)
+        low, high = speedup * (1 - MODEL_ERROR), speedup * (1 + MODEL_ERROR)
+        points.append(SpeedupPoint(k, length, step, verify, drafting, speedup, low, high))
+    return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from, concurrency)
 
 
 class MeasuredRound(Protocol):

@@ -16,7 +16,7 @@ from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
-from eaglequant.record.search import SearchBudget, SearchSpeedup, SpeedupAt
+from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
 from eaglequant.speedup.model import SpeedupPoint, SpeedupTable, Timing
 from eaglequant.speedup.target_step import TargetWeights
 from tests.project.test_record_json import RECORDS, _load_check
@@ -87,6 +87,7 @@ EXTRA = {
     "SearchSpeedup": lambda: _search_speedup(),
     "SpeedupTable": lambda: SpeedupTable("fp8", _target_weights(), _timing(), (_speedup_point(),), "predicted"),
     "SpeedupAt": lambda: SpeedupAt(3, 2.53, 0.89),
+    "LoadAt": lambda: _load_at(4, 0),
     "SpeedupPoint": lambda: _speedup_point(),
     "TargetWeights": lambda: _target_weights(),
     "Timing": lambda: _timing(),
@@ -105,11 +106,17 @@ def _speedup_point() -> SpeedupPoint:
     return SpeedupPoint(3, 2.62, 0.0029, 0.0042, 0.0007, 1.5469)
 
 
+def _load_at(concurrency: int, k: int) -> LoadAt:
+    table = (SpeedupAt(1, 1.7, 1.06, 0.93, 1.19), SpeedupAt(3, 2.53, 0.89, 0.78, 1.0))
+    return LoadAt(concurrency, 0.5, k, 1.06 if k else 1.0, 0.93 if k else 1.0, 1.19 if k else 1.0, table)
+
+
 def _search_speedup() -> SearchSpeedup:
     table = (SpeedupAt(1, 1.7, 1.06), SpeedupAt(3, 2.53, 0.89))
     return SearchSpeedup(
-        "vLLM 0.32.0", "target", 1, 1, 1.06, table, "int8 / quark", 1, 1.05, 1, 1.05, ("batch 1 at 2048 tokens",)
-    )
+        "vLLM 0.32.0", "target", 1, 1, 1.06, table, "int8 / quark", 1, 1.05, 1, 1.05, ("batch 1 at 2048 tokens",),
+        1.03, 1.09, (_load_at(1, 1), _load_at(4, 0)), ((1, 3, 1), (4, 4, 0)), ("int8 / quark",), None, True,
+    )  # fmt: skip
 
 
 def _examples() -> dict[str, list[Any]]:

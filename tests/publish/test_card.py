@@ -157,3 +157,25 @@ def test_a_source_card_whose_metadata_is_not_yaml_converts_and_says_the_licence_
     said = find(result.plan.notes, "source-card-unreadable")
     assert said is not None and said.subject == str(source / "README.md")
     assert "license:" not in (tmp_path / "out" / "README.md").read_text(encoding="utf-8").split("---")[1]
+
+
+def test_a_k_for_each_load_is_served_as_vllm_schedule_and_a_one_k_engine_says_which_k(mla_nvfp4: Path) -> None:
+    from dataclasses import replace
+
+    from tests.project.test_record_json import RECORDS
+    from tests.project.test_record_round_trip import _search_speedup
+
+    speed = _search_speedup()  # k = 1 at concurrency 1, none at 4: ranges (1, 3, 1), (4, 4, 0)
+    search = replace(RECORDS["SearchRecord"](), objective="speedup", speedup=speed)
+    report = read_report(mla_nvfp4)
+    assert report is not None
+    card = render_card(report, None, None, search)
+    vllm_line = next(b for b in _code_blocks(card, "bash") if b.startswith("vllm serve"))
+    spec = json.loads(re.search(r"--speculative-config '(.*)'", vllm_line)[1])
+    assert spec["num_speculative_tokens_per_batch_size"] == [[1, 3, 1], [4, 4, 0]]
+    assert spec["num_speculative_tokens"] == 1  # vLLM caps each range's k at it
+    (trt_config,) = _code_blocks(card, "yaml")
+    assert yaml.safe_load(trt_config)["speculative_config"]["max_draft_len"] == 1
+    assert "TensorRT-LLM main (2026) takes one k for every batch: k = 1 below, the k of the heaviest load" in card
+    assert "| 4 | 0.5 | 0: do not speculate at this load | 1.000× [1.000, 1.000] |" in card
+    assert "A tie within the model's error: the intervals of int8 / quark overlap the highest's." in card
