@@ -3,7 +3,7 @@ figure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -26,7 +26,10 @@ def _draft() -> RoundCost:
     return RoundCost("vllm", "0.32.0", 3, parts, 0, 0)
 
 
-TIMING = Timing(bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, round_overhead_s=3e-5, context=100)
+# independent routing (rho = 0), so the arithmetic below is the batch-1 model's
+TIMING = Timing(
+    bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, round_overhead_s=3e-5, context=100, routing_locality=0
+)
 
 
 def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
@@ -44,7 +47,8 @@ def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
 def test_the_best_k_is_the_highest_speedup_and_ties_go_to_the_smaller_k() -> None:
     table = predict_speedup("d", _target(), _draft(), {1: 1.9, 2: 2.7, 3: 2.75}, TIMING)
     assert table.best_draft_tokens == max(table.points, key=lambda p: p.speedup).draft_tokens
-    flat = Timing(1e30, 1e-3, 0.0, 0.0, 0)  # no bytes cost, no draft cost: every k with the same length ties
+    # no bytes cost, no draft cost: every k with the same length ties
+    flat = Timing(1e30, 1e-3, 0.0, 0.0, 0, hardware=replace(TIMING.hardware, bf16=1e30))
     assert predict_speedup("d", _target(), _draft(), {2: 2.0, 4: 2.0}, flat).best_draft_tokens == 2
 
 
@@ -70,36 +74,45 @@ def _measured(timing: Timing, lengths: dict[int, float]) -> list[Round]:
             for p in table.points]  # fmt: skip
 
 
-TRUE = Timing(1e9, 3e-3, 7e-4, 4e-4, 100)
+TRUE = Timing(1e9, 3e-3, 7e-4, 4e-4, 100, routing_locality=0.4)
 
 
 def test_at_one_k_calibration_scales_the_round_and_the_draft_step_in_their_stated_proportion() -> None:
-    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100)  # the engine's proportion, a hundredth of its scale
+    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100, routing_locality=0.4)  # the engine's proportion, 1/100 its scale
     fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "a test run")
     assert (fitted.target_overhead_s, fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx(
         (3e-3, 7e-4, 4e-4), rel=1e-9
     )
     assert fitted.calibrated_on == "a test run" and "fitted to a test run" in " ".join(fitted.assumptions())
-    other = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), Timing(1e9, 0.0, 1.0, 1.0, 100), "x")
+    unit = Timing(1e9, 0.0, 1.0, 1.0, 100, routing_locality=0.4)
+    other = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), unit, "x")
     assert other.round_overhead_s == other.draft_overhead_s  # another proportion: the same total a round
     assert other.round_overhead_s + 3 * other.draft_overhead_s == pytest.approx(4e-4 + 3 * 7e-4, rel=1e-9)
 
 
 def test_at_several_k_calibration_fits_the_round_and_the_draft_step() -> None:
     measured = _measured(TRUE, {1: 1.6, 2: 2.1, 4: 2.6})
-    fitted = calibrate(_target(), _draft(), measured, Timing(1e9, 1.0, 1.0, 1.0, 100), "x")
+    fitted = calibrate(_target(), _draft(), measured, Timing(1e9, 1.0, 1.0, 1.0, 100, routing_locality=0.4), "x")
     assert (fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx((7e-4, 4e-4), rel=1e-9)
 
 
-def test_a_fit_is_never_negative() -> None:
-    cheap = Timing(1e9, 3e-3, 7e-4, 0.0, 100)  # no cost a round: a fitted negative one is clipped to 0
-    fitted = calibrate(_target(), _draft(), _measured(cheap, {1: 1.6, 3: 2.4}), Timing(1e9, 0, 0, 0, 100), "x")
-    assert fitted.round_overhead_s >= 0 and fitted.draft_overhead_s >= 0
+def test_a_fit_that_cannot_be_a_cost_is_refused_naming_the_term() -> None:
+    cheap = Timing(1e9, 3e-3, 7e-4, 0.0, 100, routing_locality=0.4)  # rounds that do not grow with k as stated
+    flat = _measured(cheap, {1: 1.6, 3: 2.4})
+    slower_at_one = [replace(flat[0], drafted_seconds_per_token=flat[0].drafted_seconds_per_token * 2), flat[1]]
+    with pytest.raises(InputError, match="ms each draft step, which cannot be a cost"):
+        calibrate(_target(), _draft(), slower_at_one, TRUE, "noisy.json")
+    too_fast = [replace(m, alone_seconds_per_token=1e-6) for m in flat]  # the target alone faster than its bytes
+    with pytest.raises(InputError, match=r"noisy.json: the fit gives .* ms each target forward"):
+        calibrate(_target(), _draft(), too_fast, TRUE, "noisy.json")
+    free = [replace(m, drafted_seconds_per_token=1e-6) for m in _measured(TRUE, {3: 2.4})]  # a round for nothing
+    with pytest.raises(InputError, match="each round beyond its forwards"):
+        calibrate(_target(), _draft(), free, TRUE, "x")
 
 
 def test_calibration_predicts_other_k_on_a_model_engine() -> None:
     lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
-    stated = Timing(1e9, 0.0, 7.0, 4.0, 100)
+    stated = Timing(1e9, 0.0, 7.0, 4.0, 100, routing_locality=0.4)
     fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "k = 3")
     predicted = predict_speedup("d", _target(), _draft(), lengths, fitted)
     actual = predict_speedup("d", _target(), _draft(), lengths, TRUE)
