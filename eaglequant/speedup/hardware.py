@@ -84,17 +84,17 @@ def accelerator(name: str) -> Accelerator:
 
 def with_figures(base: Accelerator | None, bandwidth_tbs: float | None, peaks: dict[str, float]) -> Accelerator:
     """``base`` (or a bare accelerator) with the user's own bandwidth (TB/s) and peaks (kind -> TFLOPS)."""
-    if base is None and (bandwidth_tbs is None or "bf16" not in peaks):
-        raise InputError(
-            "an accelerator of your own needs its bandwidth and its bf16 peak",
-            hint="--bandwidth 8 --peak bf16=2500 [--peak fp8=5000], or name one: --gpu mi355x",
-        )
     for kind, value in peaks.items():
         if kind not in KINDS or not value > 0:
             raise InputError(words(given("peak", f"{kind}={value:g}"), ": must be KIND=TFLOPS, KIND one of "
                                    f"{', '.join(KINDS)}, TFLOPS above 0"), hint="e.g. --peak fp8=1979")  # fmt: skip
     if bandwidth_tbs is not None and not bandwidth_tbs > 0:
         raise InputError(words(given("bandwidth", bandwidth_tbs), ": must be above 0 TB/s"), hint="e.g. --bandwidth 8")
+    if base is None and (bandwidth_tbs is None or "bf16" not in peaks):
+        raise InputError(
+            "an accelerator of your own needs its bandwidth and its bf16 peak",
+            hint="--bandwidth 8 --peak bf16=2500 [--peak fp8=5000], or name one: --gpu mi355x",
+        )
     figures = {kind: value * TERA for kind, value in peaks.items()}
     if base is None:
         return Accelerator("given", bandwidth_tbs * TERA if bandwidth_tbs else 0.0, **{"bf16": 0.0, **figures})
