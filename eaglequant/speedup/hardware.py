@@ -8,7 +8,8 @@ in the next wider one it has (fp4 in fp8, fp8 or int8 in bf16): an H100 runs an 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.json_fields import JsonRecord
@@ -95,13 +96,14 @@ def with_figures(base: Accelerator | None, bandwidth_tbs: float | None, peaks: d
             "an accelerator of your own needs its bandwidth and its bf16 peak",
             hint="--bandwidth 8 --peak bf16=2500 [--peak fp8=5000], or name one: --gpu mi355x",
         )
-    figures = {kind: value * TERA for kind, value in peaks.items()}
+    figures: dict[str, Any] = {kind: value * TERA for kind, value in peaks.items()}
     if base is None:
-        return Accelerator("given", bandwidth_tbs * TERA if bandwidth_tbs else 0.0, **{"bf16": 0.0, **figures})
-    bandwidth = base.bandwidth if bandwidth_tbs is None else bandwidth_tbs * TERA
-    changed = {"bandwidth": bandwidth, **figures}
-    source = base.source if not (peaks or bandwidth_tbs is not None) else f"{base.source}; the rest given"
-    return Accelerator(**{**base.__dict__, **changed, "source": source})
+        assert bandwidth_tbs is not None
+        return replace(Accelerator("given", bandwidth_tbs * TERA, 0.0), **figures)
+    if bandwidth_tbs is not None:
+        figures["bandwidth"] = bandwidth_tbs * TERA
+    source = f"{base.source}, but {' and '.join(sorted(figures))} given" if figures else base.source
+    return replace(base, **figures, source=source)
 
 
 def parse_peaks(texts: list[str]) -> dict[str, float]:

@@ -162,8 +162,8 @@ class SpeedupPoint(JsonRecord):
     verify_s: float
     draft_s: float
     speedup: float
-    low: float = math.nan
-    high: float = math.nan
+    low: float
+    high: float
 
 
 @dataclass(frozen=True)
