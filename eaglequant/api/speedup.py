@@ -29,6 +29,7 @@ class Serving:
     routing_locality: float = ROUTING_LOCALITY
     expert_parallel_size: int = 1
     draft_tensor_parallel_size: int | None = None  # None: the target's
+    fit_locality: bool = False  # the routing locality fitted to ``measured`` (three k or more)
 
     def accelerator(self) -> Accelerator:
         from eaglequant.speedup.hardware import accelerator, with_figures
@@ -70,7 +71,7 @@ def predicted_speedup(
     tables = []
     for name, cost, source in _priced_drafts(Path(dst), engines):
         timing = timing_for(weights, source, None if measured is None else Path(measured), hardware=hardware,
-                            routing_locality=serving.routing_locality,
+                            routing_locality=serving.routing_locality, fit_locality=serving.fit_locality,
                             draft_tensor_parallel_size=serving.draft_tensor_parallel_size)  # fmt: skip
         for c in serving.concurrency:
             tables.append(

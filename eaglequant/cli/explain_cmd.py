@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -92,14 +93,12 @@ def explain_command(
         ),
     ] = "1",
     routing_locality: Annotated[
-        Optional[float],  # noqa: UP045
+        Optional[str],  # noqa: UP045
         typer.Option(
             "--routing-locality",
-            min=0.0,
-            max=1.0,
-            help="With --target-config: the chance a sequence's "
-            "next token routes to the experts its last did (0: every token independently, the bound; "
-            "default 0.5).",
+            help="With --target-config: the chance a sequence's next token routes to the experts its last did, 0 to "
+            "1 (0: every token independently, the bound; default 0.5), or 'fit' to fit it to --measured (three k or "
+            "more).",
             show_default=False,
         ),
     ] = None,
@@ -165,7 +164,7 @@ def _serving(
     bandwidth: float | None,
     peaks: list[str],
     concurrency: str,
-    routing_locality: float | None,
+    routing_locality: str | None,
     expert_parallel_size: int | None,
     draft_tensor_parallel_size: int | None,
 ) -> Serving | None:
@@ -186,10 +185,23 @@ def _serving(
     from eaglequant.speedup.hardware import parse_peaks
     from eaglequant.speedup.model import ROUTING_LOCALITY
 
-    tp = tensor_parallel_size or 1
-    return Serving(tp, _concurrencies(concurrency), gpu, bandwidth, parse_peaks(peaks),
-                   ROUTING_LOCALITY if routing_locality is None else routing_locality, expert_parallel_size or 1,
-                   draft_tensor_parallel_size)  # fmt: skip
+    tp, fit = tensor_parallel_size or 1, routing_locality == "fit"
+    rho = ROUTING_LOCALITY if routing_locality is None or fit else _locality(routing_locality)
+    return Serving(tp, _concurrencies(concurrency), gpu, bandwidth, parse_peaks(peaks), rho, expert_parallel_size or 1,
+                   draft_tensor_parallel_size, fit)  # fmt: skip
+
+
+def _locality(text: str) -> float:
+    try:
+        rho = float(text)
+    except ValueError:
+        rho = math.nan
+    if not 0.0 <= rho <= 1.0:
+        raise InputError(
+            f"--routing-locality {text!r}: not from 0 to 1, nor 'fit'",
+            hint="e.g. --routing-locality 0.5, or fit it: --routing-locality fit --measured ACCEPT.json",
+        )
+    return rho
 
 
 def _concurrencies(text: str) -> tuple[int, ...]:

@@ -16,7 +16,7 @@ from typing import Any
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.readback.cost import RoundCost
 from eaglequant.speedup.hardware import Accelerator
-from eaglequant.speedup.model import ROUTING_LOCALITY, Timing, calibrate, stated_timing
+from eaglequant.speedup.model import ROUTING_LOCALITY, Timing, calibrate, calibrate_locality, stated_timing
 from eaglequant.speedup.target_step import TargetWeights
 
 
@@ -39,11 +39,18 @@ def timing_for(
     routing_locality: float = ROUTING_LOCALITY,
     concurrency: int = 1,
     draft_tensor_parallel_size: int | None = None,
+    fit_locality: bool = False,
 ) -> Timing:
     """The stated terms (``measured`` None), or those fitted to the rounds of the source draft (``source``: what a
-    round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed, at ``concurrency``."""
+    round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed, at ``concurrency``; with
+    ``fit_locality``, the routing locality fitted too (three k or more)."""
     stated = stated_timing(target, hardware=hardware, routing_locality=routing_locality)
     if measured is None:
+        if fit_locality:
+            raise InputError(
+                "the routing locality is fitted to a measurement, and none is given",
+                hint="give one: --measured ACCEPT.json, or state it: --routing-locality 0.5",
+            )
         return stated
     from eaglequant.checkpoint.reader import load_json_object
 
@@ -61,8 +68,9 @@ def timing_for(
             words(given("measured", str(measured)), ": no timed round of the source draft"),
             hint="measure with an eaglequant that times decoding: eaglequant accept DST --json",
         )
-    return calibrate(target, source.as_source(), rounds, stated, what, concurrency=concurrency,
-                     draft_tensor_parallel_size=draft_tensor_parallel_size)  # fmt: skip
+    fit = calibrate_locality if fit_locality else calibrate
+    return fit(target, source.as_source(), rounds, stated, what, concurrency=concurrency,
+               draft_tensor_parallel_size=draft_tensor_parallel_size)  # fmt: skip
 
 
 def _source_rounds(

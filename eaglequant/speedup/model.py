@@ -356,6 +356,41 @@ def calibrate(
     return replace(fitted, residuals=_residuals(target, draft, measured, fitted, concurrency, ranks))
 
 
+def calibrate_locality(
+    target: TargetWeights,
+    draft: RoundCost,
+    measured: Sequence[MeasuredRound],
+    stated: Timing,
+    what: str,
+    *,
+    concurrency: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+) -> Timing:
+    """:func:`calibrate` with the routing locality fitted too: the rho in 0, 0.05, ..., 1 whose fitted terms leave
+    the smallest squared residuals. Three k or more are needed (a round's two terms and rho); a MoE target only."""
+    ks = {m.draft_tokens for m in measured}
+    if not target.moe_layers or len(ks) < 3:
+        raise InputError(
+            f"{what}: fitting the routing locality needs a MoE target measured at three k or more, not {len(ks)}",
+            hint="measure more k (accept --draft-tokens 1,2,3,4) or state it: --routing-locality 0.5",
+        )
+    fits = []
+    for step in range(21):
+        rho = step / 20
+        try:
+            at = replace(stated, routing_locality=rho)
+            fitted = calibrate(target, draft, measured, at, what, concurrency=concurrency,
+                               draft_tensor_parallel_size=draft_tensor_parallel_size)  # fmt: skip
+        except InputError:
+            continue  # terms that cannot be costs at this rho
+        fits.append((sum(r.error**2 for r in fitted.residuals), rho, fitted))
+    if not fits:
+        raise InputError(f"{what}: no routing locality from 0 to 1 gives terms that can be costs",
+                         hint="the record is from another device, target or engine than the one priced")  # fmt: skip
+    _, rho, fitted = min(fits, key=lambda fit: fit[:2])
+    return replace(fitted, calibrated_on=f"{what}, routing locality {rho:g} fitted")
+
+
 def _residuals(
     target: TargetWeights,
     draft: RoundCost,

@@ -115,3 +115,12 @@ def test_a_speedup_flag_that_cannot_apply_is_refused(fp8: Path) -> None:
 def test_a_bf16_draft_is_priced_as_it_is(tmp_path: Path) -> None:
     tables = eaglequant.predicted_speedup(PAIR / "draft", PAIR / "target", acceptance={3: 2.5})
     assert [t.draft for t in tables] == ["vLLM 0.32.0, BF16 (as it is)"]
+
+
+def test_the_routing_locality_is_stated_or_fitted_to_a_measurement(fp8: Path) -> None:
+    stated = run_cli("explain", fp8, "--target-config", KIMI, "--routing-locality", "0", "--acceptance", "2.62@3")
+    assert stated.exit_code == 0 and "routing locality 0: a sequence's next token" in stated.stderr
+    bad = run_cli("explain", fp8, "--target-config", KIMI, "--routing-locality", "1.5", "--acceptance", "2.62@3")
+    assert bad.exit_code == 2 and "not from 0 to 1, nor 'fit'" in bad.stderr
+    nothing = run_cli("explain", fp8, "--target-config", KIMI, "--routing-locality", "fit", "--acceptance", "2.62@3")
+    assert nothing.exit_code == 2 and "fitted to a measurement, and none is given" in nothing.stderr

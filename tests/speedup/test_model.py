@@ -138,3 +138,69 @@ def test_geometric_acceptance_holds_the_given_figure_and_grows_with_k() -> None:
 def test_no_acceptance_is_one_line() -> None:
     with pytest.raises(InputError, match="no acceptance length"):
         predict_speedup("d", _target(), _draft(), {}, TIMING)
+
+
+def test_the_routing_locality_is_fitted_where_three_k_are_measured() -> None:
+    from eaglequant.speedup.model import calibrate_locality
+
+    moe = TargetWeights("t", "test", 4, 1_000_000, 1000, 2, 64, 4, 500_000.0, 10.0, False)  # experts dominate
+    true = Timing(1e9, 3e-3, 7e-4, 4e-4, 100, routing_locality=0.7)
+    lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
+    table = predict_speedup("d", moe, _draft(), lengths, true, concurrency=4)
+    measured = [Round(p.draft_tokens, p.acceptance_length, p.step_s, (p.verify_s + p.draft_s) / p.acceptance_length)
+                for p in table.points]  # fmt: skip
+    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100, routing_locality=0.2)
+    fitted = calibrate_locality(moe, _draft(), measured, stated, "x", concurrency=4)
+    assert fitted.routing_locality == pytest.approx(0.7)
+    assert (fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx((7e-4, 4e-4), rel=1e-6)
+    assert fitted.calibrated_on == "x, routing locality 0.7 fitted"
+    assert max(abs(r.error) for r in fitted.residuals) < 1e-6
+    with pytest.raises(InputError, match="three k or more, not 2"):
+        calibrate_locality(moe, _draft(), measured[:2], stated, "x", concurrency=4)
+
+
+def test_a_forward_costs_the_larger_of_its_bytes_and_its_compute() -> None:
+    dense = TargetWeights("t", "test", 4, 1_000_000, 1000, 0, 0, 0, 0.0, 10.0, False, dense_params=500_000)
+    slow = replace(TIMING.hardware, bf16=1e9)  # 1 GFLOP/s: 1e6 operations a token take 1 ms
+    timing = replace(TIMING, hardware=slow)
+    table = predict_speedup("d", dense, _draft(), {3: 2.5}, timing, concurrency=8)
+    point = table.points[0]
+    read = (1_000_000 + 8 * 1000 + 8 * 100 * 10) / 1e9
+    assert point.step_s == pytest.approx(max(read, 2 * 500_000 * 8 / 1e9) + 2e-4, rel=1e-12)  # compute-bound
+    assert point.verify_s == pytest.approx(2 * 500_000 * 32 / 1e9 + 2e-4 + 3e-5, rel=1e-12)
+    assert point.speedup <= point.acceptance_length
+
+
+def test_expert_parallelism_reads_the_busiest_ranks_share() -> None:
+    import math
+
+    moe = TargetWeights("t", "test", 4, 0, 0, 1, 64, 4, 1000.0, 0.0, False, 4)
+    ep = moe.on(4, 4)
+    p = moe.distinct_experts(1, 8, 0.0) / 64
+    busiest = 16 * p + math.sqrt(16 * p * (1 - p) * 2 * math.log(4))
+    assert ep.forward_bytes(1, 0, 8) == pytest.approx(busiest * 1000.0, rel=1e-12)
+    assert ep.forward_bytes(1, 0, 8) > moe.forward_bytes(1, 0, 8)  # sharded: exactly a quarter of each
+    with pytest.raises(InputError, match="must divide the 64 experts"):
+        moe.on(4, 3)
+
+
+def test_concurrency_reads_the_weights_once_and_each_sequences_cache() -> None:
+    one = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING).points[0]
+    four = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, concurrency=4).points[0]
+    independent = 4 * 4  # rho = 0: 4 sequences of 4 tokens
+    verify = (1_000_000 + 2 * 8 * (1 - (1 - 2 / 8) ** independent) * 50_000 + 16 * 1000 + 4 * 100 * 10) / 1e9
+    assert four.verify_s == pytest.approx(verify + 2e-4 + 3e-5, rel=1e-12)
+    assert four.step_s > one.step_s and four.draft_s == pytest.approx(one.draft_s + 3 * 4 * 100 / 1e9, rel=1e-12)
+
+
+def test_a_speedup_is_at_most_its_acceptance_length_and_carries_its_interval() -> None:
+    table = predict_speedup("d", _target(), _draft(), {1: 2.0, 3: 2.5}, TIMING, acceptance_interval={3: (2.2, 2.8)})
+    one, three = table.points
+    assert one.speedup <= 2.0 and three.speedup <= 2.5
+    ratio = three.speedup / 2.5
+    assert (three.low, three.high) == pytest.approx((2.2 * ratio * 0.85, min(2.8, 2.8 * ratio * 1.15)), rel=1e-12)
+    assert one.low == pytest.approx(one.speedup * 0.85) and one.high <= 2.0  # no interval given: the model's
+    with pytest.raises(InputError, match="must be from 1 to 4"):
+        predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, acceptance_interval={3: (2.2, 4.2)})
+    with pytest.raises(InputError, match=r"acceptance length 0.5 at k = 1: must be from 1 to 2"):
+        predict_speedup("d", _target(), _draft(), {1: 0.5}, TIMING)
