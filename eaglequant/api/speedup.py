@@ -90,14 +90,20 @@ def predicted_speedup(
     return tables
 
 
+def unquantized(dst: Path) -> bool:
+    """Whether ``dst`` is a head as trained (BF16, no quantization config): priced as it is, not explained."""
+    from eaglequant.checkpoint.reader import load_json_object
+
+    config = load_json_object(dst / "config.json", "config.json") if (dst / "config.json").is_file() else {}
+    return "quantization_config" not in config and not (dst / "hf_quant_config.json").is_file()
+
+
 def _priced_drafts(dst: Path, engines: list[str] | tuple[str, ...]) -> list[tuple[str, RoundCost, RoundCost]]:
     """(name, round cost, its BF16 source's) for each engine that loads ``dst``, then the BF16 source itself as the
     baseline row; for a BF16 ``dst`` (no quantization_config), the head as it is, in each engine."""
     from eaglequant.api import explain, inspect
-    from eaglequant.checkpoint.reader import load_json_object
 
-    config = load_json_object(dst / "config.json", "config.json") if (dst / "config.json").is_file() else {}
-    if "quantization_config" not in config and not (dst / "hf_quant_config.json").is_file():
+    if unquantized(dst):
         costs = inspect(dst, engines=list(engines) or ["vllm"]).round_costs
         return [(f"{c.engine_release}, BF16 (as it is)", c.as_source(), c.as_source()) for c in costs]
     found = [

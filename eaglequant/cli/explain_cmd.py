@@ -131,7 +131,15 @@ def explain_command(
 
     def body() -> bool:
         from eaglequant.api import explain
+        from eaglequant.api.speedup import unquantized
 
+        serving = _serving(target_config, tensor_parallel_size, gpu, bandwidth, peak or [], concurrency,
+                           routing_locality, expert_parallel_size, draft_tensor_parallel_size)  # fmt: skip
+        if target_config is not None and unquantized(dst):  # a BF16 draft: its speed-up as it is, the baseline
+            tables = _speedup_tables(dst, target_config, acceptance, serving, measured, engine or [])
+            result({"destination": str(dst.absolute()), "speedup": [t.to_json() for t in tables or []]},
+                   lambda: _render_speedup(tables))  # fmt: skip
+            return True
         explanation = explain(
             dst,
             engines=engine or [],
@@ -141,8 +149,6 @@ def explain_command(
         )
         destination = absolute(explanation.destination)
         shown = replace(explanation, destination=explanation.destination.absolute())
-        serving = _serving(target_config, tensor_parallel_size, gpu, bandwidth, peak or [], concurrency,
-                           routing_locality, expert_parallel_size, draft_tensor_parallel_size)  # fmt: skip
         tables = _speedup_tables(dst, target_config, acceptance, serving, measured, engine or [])
         written = shown.to_json() if tables is None else {**shown.to_json(), "speedup": [t.to_json() for t in tables]}
 

@@ -115,6 +115,11 @@ def test_a_speedup_flag_that_cannot_apply_is_refused(fp8: Path) -> None:
 def test_a_bf16_draft_is_priced_as_it_is(tmp_path: Path) -> None:
     tables = eaglequant.predicted_speedup(PAIR / "draft", PAIR / "target", acceptance={3: 2.5})
     assert [t.draft for t in tables] == ["vLLM 0.32.0, BF16 (as it is)"]
+    result = run_cli("explain", PAIR / "draft", "--target-config", PAIR / "target", "--acceptance", "2.5@3")
+    assert result.exit_code == 0, result.stderr
+    assert "(vLLM 0.32.0, BF16 (as it is))" in result.stdout
+    refused = run_cli("explain", PAIR / "draft")  # without a target there is nothing to price: still refused
+    assert refused.exit_code == 2 and "not a quantized checkpoint" in refused.stderr
 
 
 def test_the_routing_locality_is_stated_or_fitted_to_a_measurement(fp8: Path) -> None:
