@@ -13,6 +13,7 @@ to k = 6 (the AMD card gives none). Prints Markdown.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,10 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from eaglequant.bench.speedup import AMD_CARD, amd_card
+    from eaglequant.common.errors import InputError
 
     if args.fit_at not in AMD_CARD:
         parser.error(f"--fit-at {args.fit_at}: the card measured C = {', '.join(map(str, AMD_CARD))}")
-    timing, rows = amd_card(ROOT / "fixtures" / "targets" / "kimi-k2.5", args.fit_at, args.routing_locality)
+    try:
+        timing, rows = amd_card(ROOT / "fixtures" / "targets" / "kimi-k2.5", args.fit_at, args.routing_locality)
+    except InputError as refused:  # a fit whose terms cannot be costs: the model cannot explain the card so
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
     print("| C | no-spec tok/s/GPU measured | predicted | BF16 measured | predicted | error | FP8 measured | "
           "predicted [interval] | error | FP8 ahead measured / predicted |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|")
