@@ -58,6 +58,10 @@ def timing_for(
         raise InputError(words(given("measured", str(measured)), ": no such file"), hint="write one: eaglequant accept")
     data = load_json_object(measured, str(measured))
     if "server" in data and "source" not in data:
+        _same(measured, "version", str(data.get("version")), source.release, "engine release")
+        settings = data.get("settings")
+        if isinstance(settings, dict) and isinstance(settings.get("target"), str):
+            _same(measured, "settings.target", _name(settings["target"]), target.name.lower(), "target")
         rounds: list[Any] = _server_rounds(data, measured)
         what = f"{measured.name}'s server (its target alone not measured: the target's forward overhead as stated)"
     else:
@@ -81,7 +85,7 @@ def _source_rounds(
     from eaglequant.measurement.speed import measured_speeds
 
     record = AcceptanceRecord.from_json(data, str(path))
-    _same(path, "settings.target", Path(record.target.rstrip("/")).name.lower(), target.name.lower(), "target")
+    _same(path, "settings.target", _name(record.target), target.name.lower(), "target")
     _same(path, "engine", record.engine, source.engine, "engine")
     _same(path, "version", record.version, source.release, "engine release")
     if record.device == "cpu" and stated.hardware.source != "given":
@@ -91,6 +95,11 @@ def _source_rounds(
             hint="measure on the accelerator priced, or price the CPU with its own figures: --bandwidth --peak",
         )
     return [m for m in measured_speeds(data, str(path)) if m.label == "source"]
+
+
+def _name(target: str) -> str:
+    """A target as a record names it (a path or a Hub repo id), as a priced target is named: its last component."""
+    return Path(target.rstrip("/")).name.lower()
 
 
 def _same(path: Path, field: str, recorded: str, priced: str, what: str) -> None:

@@ -108,6 +108,10 @@ def test_one_servers_record_is_read_its_target_overhead_stated(record: Path, tmp
     assert fitted.measured_draft_tokens == (3,) and "server.json's server" in (fitted.calibrated_on or "")
     (residual,) = fitted.residuals
     assert residual.draft_tokens == 3 and residual.error == pytest.approx(0.0, abs=1e-3)
+    data = json.loads(server.read_text())
+    server.write_text(json.dumps({**data, "version": "0.19.0"}))
+    with pytest.raises(InputError, match=r"server.json: 'version' is '0.19.0', and the engine release priced is"):
+        timing_for(target, cost, server)
 
 
 def test_the_fit_prints_its_residuals_and_the_measured_k(record: Path) -> None:
