@@ -14,6 +14,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
+    MAX_PARALLEL,
     DraftTokensOpt,
     MeasuredOpt,
     QuantizedDstArg,
@@ -71,6 +72,8 @@ def explain_command(
         Optional[float],  # noqa: UP045
         typer.Option(
             "--bandwidth",
+            min=0.01,
+            max=100.0,
             help="With --target-config: a rank's HBM bandwidth in TB/s, your own figure (over --gpu's).",
             show_default=False,
         ),
@@ -107,18 +110,20 @@ def explain_command(
         typer.Option(
             "--expert-parallel-size",
             min=1,
-            help="With --target-config: ranks the routed experts are "
-            "placed on whole (vLLM's --enable-expert-parallel: the tensor-parallel size).",
+            max=MAX_PARALLEL,
+            help="With --target-config: ranks the routed experts are placed on whole (expert parallelism; in vLLM "
+            "the tensor-parallel size).",
             show_default=False,
         ),
     ] = None,
     draft_tensor_parallel_size: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option(
-            "--draft-tensor-parallel-size",
+            "--draft-tp",
             min=1,
-            help="With --target-config: ranks the draft runs on "
-            "(vLLM's draft_tensor_parallel_size; default the target's).",
+            max=MAX_PARALLEL,
+            help="With --target-config: ranks the draft runs on (the speculative config's draft tensor parallel "
+            "size; default the target's).",
             show_default=False,
         ),
     ] = None,
@@ -178,7 +183,7 @@ def _serving(
     given = {"--gpu": gpu, "--bandwidth": bandwidth, "--peak": peaks or None,
              "--concurrency": None if concurrency == "1" else concurrency, "--routing-locality": routing_locality,
              "--expert-parallel-size": expert_parallel_size,
-             "--draft-tensor-parallel-size": draft_tensor_parallel_size}  # fmt: skip
+             "--draft-tp": draft_tensor_parallel_size}  # fmt: skip
     if target is None:
         named = [flag for flag, value in given.items() if value is not None]
         if named:

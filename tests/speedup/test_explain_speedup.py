@@ -62,13 +62,13 @@ AT_LOAD = ("--gpu", "mi355x", "--tensor-parallel-size", "4", "--concurrency", "4
 
 
 def test_explain_prints_the_k_by_concurrency_table_with_its_terms_and_the_library_agrees(fp8: Path) -> None:
-    result = run_cli("explain", fp8, "--target-config", KIMI, *AT_LOAD, "--draft-tensor-parallel-size", "1")
+    result = run_cli("explain", fp8, "--target-config", KIMI, *AT_LOAD, "--draft-tp", "1")
     assert result.exit_code == 0, result.stderr
     assert "C = 64" in result.stdout and "the terms, ms" in result.stdout and "t_verify" in result.stdout
     assert "as stated by AMD Instinct MI355X GPUs, https://www.amd.com/" in result.stderr
     assert "acceptance is a per-token property: the same at every concurrency" in result.stderr
     assert "the target on 4 ranks, the draft on 1" in result.stderr
-    data = json.loads(run_cli("explain", fp8, "--target-config", KIMI, *AT_LOAD, "--draft-tensor-parallel-size", "1",
+    data = json.loads(run_cli("explain", fp8, "--target-config", KIMI, *AT_LOAD, "--draft-tp", "1",
                               "--json").stdout)["speedup"]  # fmt: skip
     assert [(t["draft"], t["concurrency"]) for t in data][:5] == [("vLLM 0.32.0", c) for c in (4, 8, 16, 32, 64)]
     from eaglequant.api.speedup import Serving, acceptance_at
