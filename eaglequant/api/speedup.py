@@ -69,10 +69,12 @@ def predicted_speedup(
     )
     hardware = serving.accelerator()
     tables = []
+    draft_kv = draft_cache_bytes(Path(dst))
     for name, cost, source in _priced_drafts(Path(dst), engines):
         timing = timing_for(weights, source, None if measured is None else Path(measured), hardware=hardware,
                             routing_locality=serving.routing_locality, fit_locality=serving.fit_locality,
-                            draft_tensor_parallel_size=serving.draft_tensor_parallel_size)  # fmt: skip
+                            draft_tensor_parallel_size=serving.draft_tensor_parallel_size,
+                            draft_kv_bytes_per_position=draft_kv)  # fmt: skip
         for c in serving.concurrency:
             tables.append(
                 predict_speedup(
@@ -84,10 +86,20 @@ def predicted_speedup(
                     acceptance_from,
                     concurrency=c,
                     acceptance_interval=acceptance_interval,
+                    draft_kv_bytes_per_position=draft_kv,
                     draft_tensor_parallel_size=serving.draft_tensor_parallel_size,
                 )
             )
     return tables
+
+
+def draft_cache_bytes(dst: Path) -> float:
+    """The draft's own KV cache a context position, all its layers, from its ``config.json`` (its attention's
+    shape, as :func:`~eaglequant.speedup.target_step.kv_bytes_per_position` reads a target's)."""
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.speedup.target_step import kv_bytes_per_position
+
+    return kv_bytes_per_position(load_json_object(dst / "config.json", "config.json"))[0]
 
 
 def unquantized(dst: Path) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from eaglequant.bench.heads import SyntheticHead, kimi_mla, write_head_headers
 from eaglequant.readback.cost import SERVING_WEIGHT_BYTES, RoundCost
 from eaglequant.speedup.model import SpeedupPoint, SpeedupTable, Timing, geometric_acceptance, predict_speedup
-from eaglequant.speedup.target_step import TargetWeights, target_weights
+from eaglequant.speedup.target_step import TargetWeights, kv_bytes_per_position, target_weights
 
 SEED_CARD_ACCEPTANCE = (2.62, 3)  # nvidia's Kimi-K2.5 EAGLE-3 card: MT-Bench, draft length 3
 TENSOR_PARALLEL_SIZE = 8
@@ -148,16 +148,19 @@ def amd_card(target: Path, fit_at: int = 4, locality: float | None = None) -> tu
     length = geometric_acceptance(*SEED_CARD_ACCEPTANCE, AMD_K)[AMD_K]
     rho = ROUTING_LOCALITY if locality is None else locality
     stated = stated_timing(weights, context=AMD_CONTEXT, hardware=accelerator("mi355x"), routing_locality=rho)
-    bf16, fp8 = vllm_round(llama_head()), vllm_round(llama_head(), scheme="fp8-per-channel", format="quark")
+    head = llama_head()
+    bf16, fp8 = vllm_round(head), vllm_round(head, scheme="fp8-per-channel", format="quark")
+    kv = kv_bytes_per_position(head.config)[0]  # the draft's own cache (64 KV heads of 128, one layer)
     alone, drafted, _ = AMD_CARD[fit_at]
     measured = CardRound(AMD_K, length, _seconds_a_token(alone, fit_at), _seconds_a_token(drafted, fit_at))
     what = f"the AMD card's BF16 draft at C = {fit_at}"
-    timing = calibrate(weights, bf16, [measured], stated, what, concurrency=fit_at, draft_tensor_parallel_size=1)
+    timing = calibrate(weights, bf16, [measured], stated, what, concurrency=fit_at, draft_tensor_parallel_size=1,
+                       draft_kv_bytes_per_position=kv)  # fmt: skip
     rows = []
     for c, (alone, bf16_rate, fp8_rate) in AMD_CARD.items():
         predicted = [
             predict_speedup(name, weights, cost, {AMD_K: length}, timing, concurrency=c, draft_tensor_parallel_size=1,
-                            draft_compute=kind).points[0]
+                            draft_compute=kind, draft_kv_bytes_per_position=kv).points[0]
             for name, cost, kind in (("BF16", bf16, "bf16"), ("FP8", fp8, "fp8"))
         ]  # fmt: skip
         alone_predicted = c / predicted[0].step_s / AMD_GPUS

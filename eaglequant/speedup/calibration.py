@@ -40,6 +40,7 @@ def timing_for(
     concurrency: int = 1,
     draft_tensor_parallel_size: int | None = None,
     fit_locality: bool = False,
+    draft_kv_bytes_per_position: float = 0.0,
 ) -> Timing:
     """The stated terms (``measured`` None), or those fitted to the rounds of the source draft (``source``: what a
     round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed, at ``concurrency``; with
@@ -74,7 +75,8 @@ def timing_for(
         )
     fit = calibrate_locality if fit_locality else calibrate
     return fit(target, source.as_source(), rounds, stated, what, concurrency=concurrency,
-               draft_tensor_parallel_size=draft_tensor_parallel_size)  # fmt: skip
+               draft_tensor_parallel_size=draft_tensor_parallel_size,
+               draft_kv_bytes_per_position=draft_kv_bytes_per_position)  # fmt: skip
 
 
 def _source_rounds(

@@ -143,7 +143,7 @@ MODEL_ASSUMPTIONS = (
     "a forward costs the larger of its bytes' time and its GEMMs' at the peak for the kind they run in, plus its "
     "overhead",
     "acceptance is a per-token property: the same at every concurrency",
-    "the draft's own cache is not counted, nor attention's compute",
+    "attention's compute is not counted (its cache's bytes are)",
 )
 
 
@@ -179,6 +179,7 @@ class SpeedupTable(JsonRecord):
     acceptance_from: str  # where acceptance(k) came from, in words
     concurrency: int = 1
     draft_tensor_parallel_size: int | None = None  # None: the target's
+    draft_kv_bytes_per_position: float = 0.0  # the draft's own cache a context position (0: not counted)
 
     @property
     def best(self) -> SpeedupPoint:
@@ -210,6 +211,9 @@ class SpeedupTable(JsonRecord):
             *MODEL_ASSUMPTIONS,
             f"{c} sequences decoding at once (concurrency C = {c}); the target on {self.target.tensor_parallel_size} "
             f"ranks, the draft on {draft_tp}",
+            f"the draft's own cache: {self.draft_kv_bytes_per_position:,.0f} bytes a context position"
+            if self.draft_kv_bytes_per_position
+            else "the draft's own cache is not counted",
             *moe,
             f"acceptance: {self.acceptance_from}",
             f"each speed-up's interval: the acceptance interval where given, widened by the model's stated error "
@@ -237,14 +241,22 @@ def step_seconds(target: TargetWeights, timing: Timing, tokens: int = 1, sequenc
 
 
 def draft_seconds(
-    draft: RoundCost, draft_tokens: int, timing: Timing, ranks: int, sequences: int = 1, kind: str = "bf16"
+    draft: RoundCost,
+    draft_tokens: int,
+    timing: Timing,
+    ranks: int,
+    sequences: int = 1,
+    kind: str = "bf16",
+    kv_bytes_per_position: float = 0.0,
 ) -> float:
     """The draft's ``draft_tokens`` steps of one round for ``sequences`` sequences on ``ranks`` ranks: its weights
-    once a step whatever the batch, an embedding row a token, its GEMMs at the peak for ``kind``."""
+    once a step whatever the batch, an embedding row a token, its own cache (``kv_bytes_per_position`` a context
+    position, split over its ranks) each sequence each step, its GEMMs at the peak for ``kind``."""
     priced = draft.at(draft_tokens)
     embedding = priced.part("embedding")
     rows = (sequences - 1) * embedding.bytes_per_round if embedding is not None else 0
-    read = (priced.bytes_per_round + rows) / ranks / timing.bandwidth
+    cache = draft_tokens * sequences * timing.context * kv_bytes_per_position
+    read = (priced.bytes_per_round + rows + cache) / ranks / timing.bandwidth
     computed = draft_compute_seconds(priced, timing.hardware, sequences, ranks, kind)
     return max(read, computed) + draft_tokens * timing.draft_overhead_s
 
@@ -261,11 +273,12 @@ def predict_speedup(
     acceptance_interval: Mapping[int, tuple[float, float]] | None = None,
     draft_tensor_parallel_size: int | None = None,
     draft_compute: str = "bf16",
+    draft_kv_bytes_per_position: float = 0.0,
 ) -> SpeedupTable:
     """The speed-up at each k ``acceptance`` gives a length for (k -> acceptance length), at ``concurrency``
     sequences; ``timing``: the stated terms unless given; ``acceptance_interval``: k -> (low, high) of the length;
     the draft on ``draft_tensor_parallel_size`` ranks (None: the target's), its quantized GEMMs in
-    ``draft_compute``."""
+    ``draft_compute``, its own cache ``draft_kv_bytes_per_position`` a context position (0: not counted)."""
     if not acceptance:
         raise InputError("no acceptance length to predict a speed-up from", hint="predict it: verify DST --inputs CAP")
     if concurrency < 1:
@@ -277,16 +290,15 @@ def predict_speedup(
     for k in sorted(acceptance):
         length = _checked_length(acceptance[k], k)
         verify = step_seconds(target, timing, k + 1, concurrency) + timing.round_overhead_s
-        drafting = draft_seconds(draft, k, timing, ranks, concurrency, draft_compute)
+        drafting = draft_seconds(draft, k, timing, ranks, concurrency, draft_compute, draft_kv_bytes_per_position)
         per_token = step / (verify + drafting)  # the speed-up a token of acceptance buys: at most 1
         assert per_token <= 1.0 + 1e-12, "a verification costs at least a step"
         low, high = (acceptance_interval or {}).get(k, (length, length))
         low, high = _checked_length(low, k), _checked_length(high, k)
         interval = (low * per_token * (1 - MODEL_ERROR), min(high, high * per_token * (1 + MODEL_ERROR)))
         points.append(SpeedupPoint(k, length, step, verify, drafting, min(length, length * per_token), *interval))
-    return SpeedupTable(
-        draft_name, target, timing, tuple(points), acceptance_from, concurrency, draft_tensor_parallel_size
-    )
+    return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from, concurrency,
+                        draft_tensor_parallel_size, draft_kv_bytes_per_position)  # fmt: skip
 
 
 def _checked_length(length: float, draft_tokens: int) -> float:
@@ -322,6 +334,7 @@ def calibrate(
     *,
     concurrency: int = 1,
     draft_tensor_parallel_size: int | None = None,
+    draft_kv_bytes_per_position: float = 0.0,
 ) -> Timing:
     """``stated`` with its overheads fitted to ``measured`` at ``concurrency``. The target's comes from its decode
     alone (a step is one forward; where the target alone was not measured it stays as stated). What a round costs
@@ -344,7 +357,8 @@ def calibrate(
     for m in measured:
         k = m.draft_tokens
         spent = m.acceptance_length * m.drafted_seconds_per_token
-        forwards = step_seconds(target, bare, k + 1, concurrency) + draft_seconds(draft, k, bare, ranks, concurrency)
+        drafting = draft_seconds(draft, k, bare, ranks, concurrency, "bf16", draft_kv_bytes_per_position)
+        forwards = step_seconds(target, bare, k + 1, concurrency) + drafting
         rounds.append((k, spent - forwards))
     if not all(math.isfinite(rest) for _, rest in rounds):
         raise InputError(f"{what}: the measured times are not finite", hint="measure again with eaglequant accept")
@@ -353,7 +367,8 @@ def calibrate(
         bare, draft_overhead_s=per_step, round_overhead_s=per_round, calibrated_on=what,
         measured_draft_tokens=tuple(sorted({m.draft_tokens for m in measured})),
     )  # fmt: skip
-    return replace(fitted, residuals=_residuals(target, draft, measured, fitted, concurrency, ranks))
+    found = _residuals(target, draft, measured, fitted, concurrency, ranks, draft_kv_bytes_per_position)
+    return replace(fitted, residuals=found)
 
 
 def calibrate_locality(
@@ -365,6 +380,7 @@ def calibrate_locality(
     *,
     concurrency: int = 1,
     draft_tensor_parallel_size: int | None = None,
+    draft_kv_bytes_per_position: float = 0.0,
 ) -> Timing:
     """:func:`calibrate` with the routing locality fitted too: the rho in 0, 0.05, ..., 1 whose fitted terms leave
     the smallest squared residuals. Three k or more are needed (a round's two terms and rho); a MoE target only."""
@@ -380,7 +396,8 @@ def calibrate_locality(
         try:
             at = replace(stated, routing_locality=rho)
             fitted = calibrate(target, draft, measured, at, what, concurrency=concurrency,
-                               draft_tensor_parallel_size=draft_tensor_parallel_size)  # fmt: skip
+                               draft_tensor_parallel_size=draft_tensor_parallel_size,
+                               draft_kv_bytes_per_position=draft_kv_bytes_per_position)  # fmt: skip
         except InputError:
             continue  # terms that cannot be costs at this rho
         fits.append((sum(r.error**2 for r in fitted.residuals), rho, fitted))
@@ -398,6 +415,7 @@ def _residuals(
     fitted: Timing,
     concurrency: int,
     ranks: int,
+    kv_bytes_per_position: float,
 ) -> tuple[Residual, ...]:
     """The fitted terms' speed-up at each measured point against the one measured (the target alone's time, where
     measured, over the drafted one; else the fitted step's)."""
@@ -405,7 +423,8 @@ def _residuals(
     for m in measured:
         lengths = {m.draft_tokens: m.acceptance_length}
         table = predict_speedup("fit", target, draft, lengths, fitted, concurrency=concurrency,
-                                draft_tensor_parallel_size=ranks)  # fmt: skip
+                                draft_tensor_parallel_size=ranks,
+                                draft_kv_bytes_per_position=kv_bytes_per_position)  # fmt: skip
         point = table.points[0]
         alone = m.alone_seconds_per_token if math.isfinite(m.alone_seconds_per_token) else point.step_s
         found.append(Residual(m.draft_tokens, concurrency, alone / m.drafted_seconds_per_token, point.speedup))

@@ -10,7 +10,7 @@ import pytest
 
 from eaglequant.common.errors import InputError
 from eaglequant.readback.cost import PartCost, RoundCost
-from eaglequant.speedup.model import Timing, calibrate, geometric_acceptance, predict_speedup
+from eaglequant.speedup.model import SpeedupPoint, Timing, calibrate, geometric_acceptance, predict_speedup
 from eaglequant.speedup.target_step import TargetWeights
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -204,3 +204,14 @@ def test_a_speedup_is_at_most_its_acceptance_length_and_carries_its_interval() -
         predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, acceptance_interval={3: (2.2, 4.2)})
     with pytest.raises(InputError, match=r"acceptance length 0.5 at k = 1: must be from 1 to 2"):
         predict_speedup("d", _target(), _draft(), {1: 0.5}, TIMING)
+
+
+def test_the_drafts_own_cache_is_read_each_step_for_each_sequence() -> None:
+    def point(**draft: float) -> SpeedupPoint:
+        table = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, concurrency=4, draft_tensor_parallel_size=2,
+                                **draft)  # type: ignore[arg-type]  # fmt: skip
+        return table.points[0]
+
+    bare, cached = point(), point(draft_kv_bytes_per_position=64.0)
+    assert cached.draft_s - bare.draft_s == pytest.approx(3 * 4 * 100 * 64.0 / 2 / 1e9, rel=1e-9)  # k, C, context
+    assert cached.speedup < bare.speedup
