@@ -202,7 +202,8 @@ class SpeedupTable(JsonRecord):
         moe = [*verify, _parallelism(self.target)] if self.target.moe_layers else []
         draft_tp = self.draft_tensor_parallel_size or self.target.tensor_parallel_size
         extrapolated = [
-            f"k = {p.draft_tokens} lies outside the measured k = {self.timing.measured_range}: extrapolated"
+            f"k = {p.draft_tokens} lies outside the measured k = {_range_text(self.timing.measured_range)}: "
+            "extrapolated"
             for p in self.points
             if self.timing.extrapolated(p.draft_tokens)
         ]
@@ -223,6 +224,10 @@ class SpeedupTable(JsonRecord):
 
     def at(self, draft_tokens: int) -> SpeedupPoint | None:
         return next((p for p in self.points if p.draft_tokens == draft_tokens), None)
+
+
+def _range_text(found: tuple[int, int] | None) -> str:
+    return "" if found is None else f"{found[0]}..{found[1]}" if found[0] != found[1] else str(found[0])
 
 
 def _parallelism(target: TargetWeights) -> str:

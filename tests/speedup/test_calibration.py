@@ -57,6 +57,8 @@ def test_explain_says_the_terms_were_fitted_to_the_record(record: Path, tmp_path
     result = run_cli("explain", dst, "--target-config", PAIR / "target", "--acceptance", "2.5@3", "--measured", record)
     assert result.exit_code == 0, result.stderr
     assert "fitted to accept.json's source draft" in result.stderr
+    assert "fit at k = 3, C = 1: measured" in result.stderr  # the residuals at each measured k
+    assert "k = 5 lies outside the measured k = 1..4: extrapolated" in result.stderr
 
 
 def _edited(record: Path, tmp_path: Path, name: str, change: dict) -> Path:
