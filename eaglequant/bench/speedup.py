@@ -11,14 +11,14 @@ what a within-budget conversion is meant to keep, not a measurement.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from eaglequant.bench.heads import SyntheticHead, kimi_mla, write_head_headers
-from eaglequant.readback.cost import RoundCost
-from eaglequant.speedup.model import SpeedupTable, Timing, geometric_acceptance, predict_speedup
-from eaglequant.speedup.target_step import target_weights
+from eaglequant.readback.cost import SERVING_WEIGHT_BYTES, RoundCost
+from eaglequant.speedup.model import SpeedupPoint, SpeedupTable, Timing, geometric_acceptance, predict_speedup
+from eaglequant.speedup.target_step import TargetWeights, kv_bytes_per_position, target_weights
 
 SEED_CARD_ACCEPTANCE = (2.62, 3)  # nvidia's Kimi-K2.5 EAGLE-3 card: MT-Bench, draft length 3
 TENSOR_PARALLEL_SIZE = 8
@@ -69,3 +69,100 @@ def kimi_tables(target: Path, pick: dict[str, Any], timing: Timing | None = None
 def pick_name(pick: dict[str, Any]) -> str:
     vocab = f", vocabulary {pick['vocab']:,}" if pick.get("vocab") else ""
     return f"{pick['scheme']} / {pick['format']}{vocab}"
+
+
+# The AMD card (amd/Kimi-K2.5-Eagle3-FP8): Kimi-K2.5-MXFP4 on one MI355X node, TP 4, the draft on 1 rank, k = 6,
+# ISL/OSL 1K/1K sampled at a range ratio of 0.8; decode tokens/s per GPU against concurrency.
+AMD_CARD = {  # concurrency: (no speculation, BF16 draft, FP8 draft), tokens/s per GPU
+    4: (82.7, 157.0, 165.2),
+    8: (142.2, 269.1, 270.1),
+    16: (220.5, 399.6, 412.7),
+    32: (342.2, 627.6, 633.8),
+    64: (533.3, 901.6, 936.6),
+}
+AMD_GPUS, AMD_DRAFT_TP, AMD_K, AMD_CONTEXT = 4, 1, 6, 1536  # 1K prompt, half of the 1K output on average
+MXFP4_BYTES_A_WEIGHT = 4.25 / 8  # a 4-bit value and one 8-bit E8M0 scale each 32
+
+
+@dataclass(frozen=True)
+class CardRow:
+    """One concurrency of the card: what it measured, and what the model fitted at one concurrency predicts."""
+
+    concurrency: int
+    alone_measured: float  # tokens/s per GPU
+    alone_predicted: float
+    bf16_measured: float  # speed-up over no speculation
+    bf16_predicted: SpeedupPoint
+    fp8_measured: float
+    fp8_predicted: SpeedupPoint
+
+
+def mxfp4_kimi(target: Path, tensor_parallel_size: int) -> TargetWeights:
+    """A Kimi-K2.5-MXFP4-shaped target from the bundled Kimi-K2.5 config: its routed experts at MXFP4's bytes and
+    run in fp4 (the card's FP4 ASM GEMM), everything else BF16, with the parameters each token is multiplied
+    through counted from the config (the pricing builders' fields, filled here until they fill them)."""
+    from eaglequant.checkpoint.reader import load_json_object
+    from eaglequant.engines.served_length import text_config
+
+    config = text_config(load_json_object(target / "config.json", "config.json"))
+    weights = target_weights(target, tensor_parallel_size)
+    hidden = config["hidden_size"]
+    expert_params = 3 * hidden * config["moe_intermediate_size"]
+    routed_total = weights.moe_layers * weights.experts * expert_params
+    dense_params = round(weights.dense_bytes / SERVING_WEIGHT_BYTES)  # every dense weight is BF16 in this config
+    assert routed_total > 0 and dense_params > 0
+    return replace(
+        weights,
+        name="Kimi-K2.5-MXFP4-shaped",
+        expert_bytes=expert_params * MXFP4_BYTES_A_WEIGHT,
+        dense_params=dense_params,
+        expert_params=expert_params,
+        expert_compute="fp4",
+    )
+
+
+@dataclass(frozen=True)
+class CardRound:
+    """The card's BF16 draft at one concurrency, as a calibration reads a measurement."""
+
+    draft_tokens: int
+    acceptance_length: float
+    alone_seconds_per_token: float
+    drafted_seconds_per_token: float
+
+
+def _seconds_a_token(per_gpu: float, concurrency: int) -> float:
+    """A sequence's seconds a token from a card's tokens/s per GPU (all sequences, all GPUs)."""
+    return concurrency / (per_gpu * AMD_GPUS)
+
+
+def amd_card(target: Path, fit_at: int = 4, locality: float | None = None) -> tuple[Timing, list[CardRow]]:
+    """The model fitted at one concurrency of the card's BF16 column (``fit_at``: the target's forward overhead to
+    its no-speculation rate, the round's to the BF16 draft's), then every concurrency and the FP8 column
+    predicted. Acceptance: the NVIDIA card's 2.62 at k = 3 carried to k = 6 (the AMD card gives none)."""
+    from eaglequant.bench.heads import llama_head
+    from eaglequant.speedup.hardware import accelerator
+    from eaglequant.speedup.model import ROUTING_LOCALITY, calibrate, stated_timing
+
+    weights = mxfp4_kimi(target, AMD_GPUS)
+    length = geometric_acceptance(*SEED_CARD_ACCEPTANCE, AMD_K)[AMD_K]
+    rho = ROUTING_LOCALITY if locality is None else locality
+    stated = stated_timing(weights, context=AMD_CONTEXT, hardware=accelerator("mi355x"), routing_locality=rho)
+    head = llama_head()
+    bf16, fp8 = vllm_round(head), vllm_round(head, scheme="fp8-per-channel", format="quark")
+    kv = kv_bytes_per_position(head.config)[0]  # the draft's own cache (64 KV heads of 128, one layer)
+    alone, drafted, _ = AMD_CARD[fit_at]
+    measured = CardRound(AMD_K, length, _seconds_a_token(alone, fit_at), _seconds_a_token(drafted, fit_at))
+    what = f"the AMD card's BF16 draft at C = {fit_at}"
+    timing = calibrate(weights, bf16, [measured], stated, what, concurrency=fit_at, draft_tensor_parallel_size=1,
+                       draft_kv_bytes_per_position=kv)  # fmt: skip
+    rows = []
+    for c, (alone, bf16_rate, fp8_rate) in AMD_CARD.items():
+        predicted = [
+            predict_speedup(name, weights, cost, {AMD_K: length}, timing, concurrency=c, draft_tensor_parallel_size=1,
+                            draft_compute=kind, draft_kv_bytes_per_position=kv).points[0]
+            for name, cost, kind in (("BF16", bf16, "bf16"), ("FP8", fp8, "fp8"))
+        ]  # fmt: skip
+        alone_predicted = c / predicted[0].step_s / AMD_GPUS
+        rows.append(CardRow(c, alone, alone_predicted, bf16_rate / alone, predicted[0], fp8_rate / alone, predicted[1]))
+    return timing, rows

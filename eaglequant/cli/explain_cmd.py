@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -13,6 +14,7 @@ from rich.table import Table
 from eaglequant.cli.command import Command
 from eaglequant.cli.guard import run_guarded
 from eaglequant.cli.options import (
+    MAX_PARALLEL,
     DraftTokensOpt,
     MeasuredOpt,
     QuantizedDstArg,
@@ -21,11 +23,12 @@ from eaglequant.cli.options import (
     TensorParallelOpt,
 )
 from eaglequant.cli.output import absolute, note, out, result
-from eaglequant.cli.tables import name_column, show, show_round_costs, speedup_table
+from eaglequant.cli.tables import name_column, show, show_round_costs, speedup_grid, speedup_table, speedup_terms
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED, InputError
 
 if TYPE_CHECKING:
+    from eaglequant.api.speedup import Serving
     from eaglequant.readback.explanation import EngineReading, Explanation, ModuleReading
     from eaglequant.speedup.model import SpeedupTable
 
@@ -56,6 +59,74 @@ def explain_command(
     ] = None,
     tensor_parallel_size: TensorParallelOpt = None,
     measured: MeasuredOpt = None,
+    gpu: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--gpu",
+            help="With --target-config: the accelerator each rank is (h100, h200, b200, mi300x, "
+            "mi355x; default h100), its bandwidth and dense peaks as its vendor states them.",
+            show_default=False,
+        ),
+    ] = None,
+    bandwidth: Annotated[
+        Optional[float],  # noqa: UP045
+        typer.Option(
+            "--bandwidth",
+            min=0.01,
+            max=100.0,
+            help="With --target-config: a rank's HBM bandwidth in TB/s, your own figure (over --gpu's).",
+            show_default=False,
+        ),
+    ] = None,
+    peak: Annotated[
+        Optional[list[str]],  # noqa: UP045
+        typer.Option(
+            "--peak",
+            help="With --target-config: a rank's dense peak for a kind, KIND=TFLOPS (bf16, fp8, "
+            "int8, fp4), your own figure (over --gpu's); repeat for each kind.",
+            show_default=False,
+        ),
+    ] = None,
+    concurrency: Annotated[
+        str,
+        typer.Option(
+            "--concurrency",
+            help="With --target-config: the sequences decoding at once, one or a list "
+            "(4,8,16,32,64): a speed-up table for each.",
+        ),
+    ] = "1",
+    routing_locality: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--routing-locality",
+            help="With --target-config: the chance a sequence's next token routes to the experts its last did, 0 to "
+            "1 (0: every token independently, the bound; default 0.5), or 'fit' to fit it to --measured (three k or "
+            "more).",
+            show_default=False,
+        ),
+    ] = None,
+    expert_parallel_size: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--expert-parallel-size",
+            min=1,
+            max=MAX_PARALLEL,
+            help="With --target-config: ranks the routed experts are placed on whole (expert parallelism; in vLLM "
+            "the tensor-parallel size).",
+            show_default=False,
+        ),
+    ] = None,
+    draft_tensor_parallel_size: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--draft-tp",
+            min=1,
+            max=MAX_PARALLEL,
+            help="With --target-config: ranks the draft runs on (the speculative config's draft tensor parallel "
+            "size; default the target's).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors, and the weight bytes it
     reads per speculative round; with --target-config, the predicted decode speed-up at each k.
@@ -65,7 +136,15 @@ def explain_command(
 
     def body() -> bool:
         from eaglequant.api import explain
+        from eaglequant.api.speedup import unquantized
 
+        serving = _serving(target_config, tensor_parallel_size, gpu, bandwidth, peak or [], concurrency,
+                           routing_locality, expert_parallel_size, draft_tensor_parallel_size)  # fmt: skip
+        if target_config is not None and unquantized(dst):  # a BF16 draft: its speed-up as it is, the baseline
+            tables = _speedup_tables(dst, target_config, acceptance, serving, measured, engine or [])
+            result({"destination": str(dst.absolute()), "speedup": [t.to_json() for t in tables or []]},
+                   lambda: _render_speedup(tables))  # fmt: skip
+            return True
         explanation = explain(
             dst,
             engines=engine or [],
@@ -75,7 +154,7 @@ def explain_command(
         )
         destination = absolute(explanation.destination)
         shown = replace(explanation, destination=explanation.destination.absolute())
-        tables = _speedup_tables(dst, target_config, acceptance, tensor_parallel_size, measured, engine or [])
+        tables = _speedup_tables(dst, target_config, acceptance, serving, measured, engine or [])
         written = shown.to_json() if tables is None else {**shown.to_json(), "speedup": [t.to_json() for t in tables]}
 
         def rendered() -> None:
@@ -89,17 +168,75 @@ def explain_command(
         raise typer.Exit(EXIT_CHECK_FAILED)
 
 
+def _serving(
+    target: Path | None,
+    tensor_parallel_size: int | None,
+    gpu: str | None,
+    bandwidth: float | None,
+    peaks: list[str],
+    concurrency: str,
+    routing_locality: str | None,
+    expert_parallel_size: int | None,
+    draft_tensor_parallel_size: int | None,
+) -> Serving | None:
+    """The serving the speed-up tables price (None: no target); a speed-up flag without a target is refused."""
+    given = {"--gpu": gpu, "--bandwidth": bandwidth, "--peak": peaks or None,
+             "--concurrency": None if concurrency == "1" else concurrency, "--routing-locality": routing_locality,
+             "--expert-parallel-size": expert_parallel_size,
+             "--draft-tp": draft_tensor_parallel_size}  # fmt: skip
+    if target is None:
+        named = [flag for flag, value in given.items() if value is not None]
+        if named:
+            raise InputError(
+                f"{named[0]} prices the target's forwards, and no target is given",
+                hint="give the target's checkpoint directory or config.json: --target-config PATH",
+            )
+        return None
+    from eaglequant.api.speedup import Serving
+    from eaglequant.speedup.hardware import parse_peaks
+    from eaglequant.speedup.model import ROUTING_LOCALITY
+
+    tp, fit = tensor_parallel_size or 1, routing_locality == "fit"
+    rho = ROUTING_LOCALITY if routing_locality is None or fit else _locality(routing_locality)
+    return Serving(tp, _concurrencies(concurrency), gpu, bandwidth, parse_peaks(peaks), rho, expert_parallel_size or 1,
+                   draft_tensor_parallel_size, fit)  # fmt: skip
+
+
+def _locality(text: str) -> float:
+    try:
+        rho = float(text)
+    except ValueError:
+        rho = math.nan
+    if not 0.0 <= rho <= 1.0:
+        raise InputError(
+            f"--routing-locality {text!r}: not from 0 to 1, nor 'fit'",
+            hint="e.g. --routing-locality 0.5, or fit it: --routing-locality fit --measured ACCEPT.json",
+        )
+    return rho
+
+
+def _concurrencies(text: str) -> tuple[int, ...]:
+    try:
+        found = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        found = ()
+    if not found or min(found) < 1:
+        raise InputError(f"--concurrency {text!r}: not a list of sequence counts, each at least 1",
+                         hint="e.g. --concurrency 4,8,16,32,64")  # fmt: skip
+    return tuple(sorted(set(found)))
+
+
 def _speedup_tables(
     dst: Path,
     target: Path | None,
     acceptance: str | None,
-    tensor_parallel_size: int | None,
+    serving: Serving | None,
     measured: Path | None,
     engines: list[str],
 ) -> list[SpeedupTable] | None:
-    """The speed-up table of each engine that loads DST, where a target is given (None: no target, or no acceptance
-    to predict from: said in a note)."""
-    if target is None:
+    """The speed-up tables of each engine that loads DST and of its BF16 source, at each concurrency, where a
+    target is given (None: no target, or no acceptance to predict from: said in a note)."""
+    if target is None or serving is None:
         if acceptance is not None or measured is not None:
             raise InputError(
                 "--acceptance and --measured price the target's forwards, and no target is given",
@@ -114,18 +251,29 @@ def _speedup_tables(
     else:
         lengths, said = recorded_acceptance(read_search(dst)) or {}, "predicted by the search that chose it"
     if not lengths:
+        if measured is not None:
+            raise InputError(
+                "--measured fits the speed-up table's terms, and there is no table: DST records no predicted "
+                "acceptance", hint="give one: --acceptance 2.62@3",
+            )  # fmt: skip
         note("no speed-up table: DST records no predicted acceptance; give one with --acceptance 2.62@3")
         return None
-    return predicted_speedup(dst, target, acceptance=lengths, acceptance_from=said,
-                   tensor_parallel_size=tensor_parallel_size or 1, measured=measured, engines=engines)  # fmt: skip
+    return predicted_speedup(dst, target, acceptance=lengths, acceptance_from=said, measured=measured,
+                             engines=engines, serving=serving)  # fmt: skip
 
 
 def _render_speedup(tables: list[SpeedupTable] | None) -> None:
-    for table in tables or []:
-        show(speedup_table(table, "predicted decode speed-up over the target alone"))
-    if tables:
-        for line in tables[0].assumptions:
-            note(line)
+    if not tables:
+        return
+    if all(t.concurrency == 1 for t in tables):
+        for table in tables:
+            show(speedup_table(table, "predicted decode speed-up over the target alone"))
+    else:
+        for name in dict.fromkeys(t.draft for t in tables):
+            show(speedup_grid([t for t in tables if t.draft == name]))
+        show(speedup_terms([t for t in tables if t.draft == tables[0].draft]))
+    for line in tables[0].assumptions:
+        note(line)
 
 
 def render(explanation: Explanation, destination: str) -> None:

@@ -144,6 +144,42 @@ def speedup_table(table: SpeedupTable, title: str) -> Table:
     return shown
 
 
+def speedup_grid(tables: list[SpeedupTable]) -> Table:
+    """One draft's predicted speed-up [interval] for each k (rows) and concurrency (columns), best k a column
+    marked."""
+    first = tables[0]
+    shown = Table(title=f"predicted decode speed-up over the target alone [interval] ({first.draft})",
+                  title_justify="left")  # fmt: skip
+    shown.add_column("k", justify="right")
+    shown.add_column("acceptance", justify="right")
+    for table in tables:
+        shown.add_column(f"C = {table.concurrency}", justify="right")
+    for point in first.points:
+        cells = []
+        for table in tables:
+            at = table.at(point.draft_tokens)
+            assert at is not None
+            mark = " [green]best[/]" if at.draft_tokens == table.best_draft_tokens else ""
+            cells.append(f"{at.speedup:.2f}× [{at.low:.2f}, {at.high:.2f}]{mark}")
+        shown.add_row(str(point.draft_tokens), f"{point.acceptance_length:.3f}", *cells)
+    return shown
+
+
+def speedup_terms(tables: list[SpeedupTable]) -> Table:
+    """The terms of each concurrency's figures: a step, and at the best k a verification and the draft's round."""
+    shown = Table(title=f"the terms, ms ({tables[0].draft})", title_justify="left")
+    for header in ("C", "t_step", "best k", "t_verify", "t_draft", "experts a step / a verification reads"):
+        shown.add_column(header, justify="right")
+    for table in tables:
+        best = table.best
+        rho, c, target = table.timing.routing_locality, table.concurrency, table.target
+        step, verify = (target.distinct_experts(n, c, rho) for n in (1, best.draft_tokens + 1))
+        experts = f"{step:.1f} / {verify:.1f}" if target.experts else "-"
+        shown.add_row(str(c), f"{best.step_s * 1e3:.3f}", str(best.draft_tokens), f"{best.verify_s * 1e3:.3f}",
+                      f"{best.draft_s * 1e3:.3f}", experts)  # fmt: skip
+    return shown
+
+
 def acceptance_table(prediction: Prediction) -> Table:
     """Predicted acceptance length for every k (tokens drafted a round): the source's, DST's and the change, each
     with its 95% interval."""

@@ -32,11 +32,12 @@ class MeasuredSpeed:
     speedup: Interval
 
 
-def measured_speeds(record_json: dict[str, Any]) -> list[MeasuredSpeed]:
+def measured_speeds(record_json: dict[str, Any], where: str = ACCEPT_NAME) -> list[MeasuredSpeed]:
     """Every draft at every k that ``record_json`` (``accept --json``'s output or an ``eaglequant_accept.json``)
     holds timed: the source draft first, then each quantized draft, each k in the order measured. A record written
-    before decode throughput was measured, or an entry whose run was not timed, gives none."""
-    record = AcceptanceRecord.from_json(record_json, ACCEPT_NAME)
+    before decode throughput was measured, or an entry whose run was not timed, gives none; ``where`` names the
+    file in an error."""
+    record = AcceptanceRecord.from_json(record_json, where)
     alone = record.target_alone
     if alone is None or not alone.decode_tokens_per_second:
         return []

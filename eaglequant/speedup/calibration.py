@@ -1,31 +1,127 @@
 """The model's terms for one target: stated, or fitted to the source draft's rounds an ``eaglequant accept`` record
-holds (``--measured ACCEPT.json``)."""
+holds (``--measured ACCEPT.json``): the comparative record (``eaglequant_accept.json``, ``accept --json``) or one
+server's (``accept --server URL --json``, whose target alone is not measured: its forward overhead stays stated).
+
+A record from another target, engine build or device than the one priced is refused, naming the field: its times
+price another machine.
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.readback.cost import RoundCost
-from eaglequant.speedup.model import Timing, calibrate, stated_timing
+from eaglequant.speedup.hardware import Accelerator
+from eaglequant.speedup.model import ROUTING_LOCALITY, Timing, calibrate, calibrate_locality, stated_timing
 from eaglequant.speedup.target_step import TargetWeights
 
 
-def timing_for(target: TargetWeights, source: RoundCost, measured: Path | None) -> Timing:
+@dataclass(frozen=True)
+class ServerRound:
+    """One server's draft at its k: acceptance and the decode seconds a token with it (the target alone unknown)."""
+
+    draft_tokens: int
+    acceptance_length: float
+    drafted_seconds_per_token: float
+    alone_seconds_per_token: float = math.nan
+
+
+def timing_for(
+    target: TargetWeights,
+    source: RoundCost,
+    measured: Path | None,
+    *,
+    hardware: Accelerator | None = None,
+    routing_locality: float = ROUTING_LOCALITY,
+    concurrency: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+    fit_locality: bool = False,
+    draft_kv_bytes_per_position: float = 0.0,
+) -> Timing:
     """The stated terms (``measured`` None), or those fitted to the rounds of the source draft (``source``: what a
-    round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed."""
-    stated = stated_timing(target)
+    round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed, at ``concurrency``; with
+    ``fit_locality``, the routing locality fitted too (three k or more)."""
+    stated = stated_timing(target, hardware=hardware, routing_locality=routing_locality)
     if measured is None:
+        if fit_locality:
+            raise InputError(
+                "the routing locality is fitted to a measurement, and none is given",
+                hint="give one: --measured ACCEPT.json, or state it: --routing-locality 0.5",
+            )
         return stated
     from eaglequant.checkpoint.reader import load_json_object
-    from eaglequant.measurement.speed import measured_speeds
 
     if not measured.is_file():
         raise InputError(words(given("measured", str(measured)), ": no such file"), hint="write one: eaglequant accept")
-    rounds = [m for m in measured_speeds(load_json_object(measured, measured.name)) if m.label == "source"]
+    data = load_json_object(measured, str(measured))
+    if "server" in data and "source" not in data:
+        _same(measured, "version", str(data.get("version")), source.release, "engine release")
+        settings = data.get("settings")
+        if isinstance(settings, dict) and isinstance(settings.get("target"), str):
+            _same(measured, "settings.target", _name(settings["target"]), target.name.lower(), "target")
+        rounds: list[Any] = _server_rounds(data, measured)
+        what = f"{measured.name}'s server (its target alone not measured: the target's forward overhead as stated)"
+    else:
+        rounds = _source_rounds(data, measured, target, source, stated)
+        what = f"{measured.name}'s source draft"
     if not rounds:
         raise InputError(
             words(given("measured", str(measured)), ": no timed round of the source draft"),
             hint="measure with an eaglequant that times decoding: eaglequant accept DST --json",
         )
-    return calibrate(target, source.as_source(), rounds, stated, f"{measured.name}'s source draft")
+    fit = calibrate_locality if fit_locality else calibrate
+    return fit(target, source.as_source(), rounds, stated, what, concurrency=concurrency,
+               draft_tensor_parallel_size=draft_tensor_parallel_size,
+               draft_kv_bytes_per_position=draft_kv_bytes_per_position)  # fmt: skip
+
+
+def _source_rounds(
+    data: dict[str, Any], path: Path, target: TargetWeights, source: RoundCost, stated: Timing
+) -> list[Any]:
+    """The source draft's timed rounds of a comparative record, once its target, engine and device are checked."""
+    from eaglequant.measurement.record import AcceptanceRecord
+    from eaglequant.measurement.speed import measured_speeds
+
+    record = AcceptanceRecord.from_json(data, str(path))
+    _same(path, "settings.target", _name(record.target), target.name.lower(), "target")
+    _same(path, "engine", record.engine, source.engine, "engine")
+    _same(path, "version", record.version, source.release, "engine release")
+    if record.device == "cpu" and stated.hardware.source != "given":
+        raise InputError(
+            f"{path}: 'device' is cpu (an engine's CPU build), and the target is priced on {stated.hardware.name}: "
+            "its times price another machine",
+            hint="measure on the accelerator priced, or price the CPU with its own figures: --bandwidth --peak",
+        )
+    return [m for m in measured_speeds(data, str(path)) if m.label == "source"]
+
+
+def _name(target: str) -> str:
+    """A target as a record names it (a path or a Hub repo id), as a priced target is named: its last component."""
+    return Path(target.rstrip("/")).name.lower()
+
+
+def _same(path: Path, field: str, recorded: str, priced: str, what: str) -> None:
+    if recorded != priced:
+        raise InputError(
+            f"{path}: {field!r} is {recorded!r}, and the {what} priced is {priced!r}: its times price another one",
+            hint="give the record measured on what is priced (or price what it measured)",
+        )
+
+
+def _server_rounds(data: dict[str, Any], path: Path) -> list[ServerRound]:
+    """One server's greedy mode (the first it measured) as a round; a window of live traffic has no decode rate."""
+    modes = data.get("modes")
+    k = data.get("draft_tokens")
+    if not isinstance(modes, dict) or not modes or not isinstance(k, int):
+        return []
+    mode = next(iter(modes.values()))
+    rate = mode.get("decode_tokens_per_second") if isinstance(mode, dict) else None
+    length = mode.get("acceptance_length") if isinstance(mode, dict) else None
+    length = length.get("value") if isinstance(length, dict) else length
+    if not isinstance(rate, (int, float)) or not rate > 0 or not isinstance(length, (int, float)):
+        return []
+    return [ServerRound(k, float(length), 1.0 / rate)]

@@ -1,41 +1,99 @@
-"""The decode speed-up a draft gives its target, predicted: acceptance(k) x t_step / (t_verify(k) + t_draft(k)).
+"""The decode speed-up a draft gives its target at concurrency C, predicted:
+acceptance(k) x t_step / (t_verify(k) + t_draft(k)), each a forward at batch C.
 
-- ``t_step``: one decode step of the target alone, a forward over 1 token.
-- ``t_verify(k)``: the target's forward over the k + 1 tokens a round verifies. It reads the same dense weights as
-  a step, but a MoE layer reads every expert one of the k + 1 tokens is routed to
-  (:meth:`~.target_step.TargetWeights.distinct_experts`), so on a MoE target it costs several steps' expert bytes.
-- ``t_draft(k)``: the draft's k steps, the weight bytes a round reads (:mod:`eaglequant.readback.cost`).
+- ``t_step``: one decode step of the target alone at C sequences, a forward over C tokens.
+- ``t_verify(k)``: the target's forward over the C (k + 1) tokens a round verifies. It reads the same dense weights
+  as a step, but a MoE layer reads every expert one of those tokens is routed to
+  (:meth:`~.target_step.TargetWeights.distinct_experts`, with the routing locality of a sequence's consecutive
+  tokens), and each sequence's cache.
+- ``t_draft(k)``: the draft's k steps at C sequences, the weight bytes a round reads (:mod:`eaglequant.readback.cost`)
+  on the draft's own ranks.
 
-Each forward costs its bytes over the bandwidth plus a fixed overhead (launches, synchronisation, all-reduces), and a
-round a fixed overhead of its own beside its forwards (the rejection sampler, the proposer's bookkeeping), counted in
-``t_verify``. Those are the model's free terms: stated (:func:`stated_timing`, printed beside every figure) or
-calibrated on what an engine measured (:func:`calibrate`), which then predicts the other k and the other drafts on
-that engine.
+Each forward costs the larger of its bytes over the bandwidth and its GEMMs at the accelerator's peak
+(:mod:`.roofline`), plus a fixed overhead (launches, synchronisation, all-reduces); a round a fixed overhead of its
+own (the rejection sampler, the proposer's bookkeeping), counted in ``t_verify``. Acceptance is a per-token property
+and the same at every C. A predicted speed-up is at most its acceptance length (a verification costs at least a
+step) and carries an interval: the acceptance interval where one is given, widened by the model's stated error
+(:data:`MODEL_ERROR`). The free terms are stated (:func:`stated_timing`, printed beside every figure) or calibrated
+on what an engine measured (:func:`calibrate`), which prints its residuals and refuses terms that cannot be costs.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from eaglequant.common.errors import InputError
 from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.readback.cost import RoundCost
+from eaglequant.speedup.hardware import ACCELERATORS, DEFAULT_ACCELERATOR, Accelerator
+from eaglequant.speedup.roofline import draft_compute_seconds, target_compute_seconds
 from eaglequant.speedup.target_step import TargetWeights, expected_experts_text
+
+# The stated defaults, printed with every figure: each forward a fixed 0.1 ms (scheduling, sampling) and 25 us a
+# decoder layer (kernel launches, the all-reduces of tensor parallelism), each round 0.1 ms (the rejection sampler,
+# the proposer's bookkeeping); the bandwidth and peaks are the accelerator's (an H100 SXM unless named).
+BANDWIDTH = ACCELERATORS[DEFAULT_ACCELERATOR].bandwidth
+FORWARD_OVERHEAD_S = 1e-4
+LAYER_OVERHEAD_S = 2.5e-5
+ROUND_OVERHEAD_S = 1e-4
+# How alike a sequence's consecutive tokens route (rho, :meth:`~.target_step.TargetWeights.distinct_experts`):
+# halfway between independent routing (0, the most experts a verification can read: the bound) and a sequence's
+# tokens sharing their experts (1). No public figure for a fine-grained MoE's token-to-token routing was found, so
+# it is an assumption, printed as such (--routing-locality sets it).
+ROUTING_LOCALITY = 0.5
+# The model's relative error, beside the acceptance interval in a prediction's: the calibration benchmark's largest
+# error away from its calibration point, 11.6% (docs/speedup.md), rounded up.
+MODEL_ERROR = 0.15
+# A fitted overhead past this is not an overhead: the record timed something else (another device, a queue).
+MAX_OVERHEAD_S = 1.0
+
+
+@dataclass(frozen=True)
+class Residual(JsonRecord):
+    """A calibration's fit at one measured point: the speed-up measured, and what the fitted terms predict."""
+
+    json_values = named(measured=rounded(4), predicted=rounded(4))
+    json_computed = ("error",)
+
+    draft_tokens: int
+    concurrency: int
+    measured: float
+    predicted: float
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured, less 1 (+0.05: 5% high)."""
+        return round(self.predicted / self.measured - 1.0, 4) if self.measured else math.nan
 
 
 @dataclass(frozen=True)
 class Timing(JsonRecord):
-    """The model's free terms: what a byte and a forward cost."""
+    """The model's free terms: what a byte, an operation and a forward cost, and how alike tokens route."""
 
     bandwidth: float  # bytes a second one rank reads weights at
     target_overhead_s: float  # each target forward, beyond its bytes
     draft_overhead_s: float  # each draft step, beyond its bytes
     round_overhead_s: float = 0.0  # each speculative round, beyond its forwards
-    context: int = 2048  # tokens of context whose cache a forward reads
+    context: int = 2048  # tokens of context whose cache a forward reads, each sequence
     calibrated_on: str | None = None  # what the overheads were fitted to (None: stated)
+    routing_locality: float = ROUTING_LOCALITY
+    hardware: Accelerator = ACCELERATORS[DEFAULT_ACCELERATOR]  # its peaks price the GEMMs
+    measured_draft_tokens: tuple[int, ...] = ()  # the k the fit measured (none: stated terms)
+    residuals: tuple[Residual, ...] = ()  # the fit at each measured point
+
+    @property
+    def measured_range(self) -> tuple[int, int] | None:
+        """The smallest and largest k the terms were fitted at (None: stated)."""
+        ks = self.measured_draft_tokens
+        return (min(ks), max(ks)) if ks else None
+
+    def extrapolated(self, draft_tokens: int) -> bool:
+        """Whether ``draft_tokens`` lies outside the k the terms were fitted at."""
+        found = self.measured_range
+        return found is not None and not found[0] <= draft_tokens <= found[1]
 
     def assumptions(self) -> list[str]:
         """The terms in words, for printing beside the figures."""
@@ -46,58 +104,57 @@ class Timing(JsonRecord):
             f"round {ROUND_OVERHEAD_S * 1e3:g} ms; --measured fits them)"
         )
         return [
-            f"weights and cache read at {self.bandwidth / 1e12:.3g} TB/s a rank",
+            f"weights and cache read at {self.bandwidth / 1e12:.3g} TB/s a rank; {self.hardware.describe()}",
             f"a fixed {self.target_overhead_s * 1e3:.3g} ms each target forward, {self.draft_overhead_s * 1e3:.3g} ms "
             f"each draft step and {self.round_overhead_s * 1e3:.3g} ms each round beyond their bytes{fitted}",
-            f"batch 1 at {self.context} tokens of context",
-        ]
+            f"each sequence at {self.context} tokens of context",
+            f"routing locality {self.routing_locality:g}: a sequence's next token routes as its last did with that "
+            "chance, else independently and uniformly (0: the bound, every token independent)",
+            *(f"fit at k = {r.draft_tokens}, C = {r.concurrency}: measured {r.measured:.3f}x, predicted "
+              f"{r.predicted:.3f}x ({r.error:+.1%})" for r in self.residuals),
+        ]  # fmt: skip
 
 
-# The stated defaults, printed with every figure: an H100 SXM's HBM3, each forward a fixed 0.1 ms (scheduling,
-# sampling) and 25 us a decoder layer (kernel launches, the all-reduces of tensor parallelism), and each round 0.1 ms
-# (the rejection sampler, the proposer's bookkeeping).
-BANDWIDTH = 3.35e12
-FORWARD_OVERHEAD_S = 1e-4
-LAYER_OVERHEAD_S = 2.5e-5
-ROUND_OVERHEAD_S = 1e-4
-
-
-def stated_timing(target: TargetWeights, draft_layers: int = 1, context: int = 2048) -> Timing:
-    """The stated terms for ``target`` and a draft of ``draft_layers`` decoder layers (EAGLE-3 heads have one)."""
+def stated_timing(
+    target: TargetWeights,
+    draft_layers: int = 1,
+    context: int = 2048,
+    *,
+    hardware: Accelerator | None = None,
+    routing_locality: float = ROUTING_LOCALITY,
+) -> Timing:
+    """The stated terms for ``target`` and a draft of ``draft_layers`` decoder layers (EAGLE-3 heads have one), on
+    ``hardware`` (an H100 SXM unless given)."""
+    hardware = hardware or ACCELERATORS[DEFAULT_ACCELERATOR]
+    if not 0.0 <= routing_locality <= 1.0:
+        raise InputError(f"routing locality {routing_locality:g}: must be from 0 to 1", hint="e.g. 0.5")
     return Timing(
-        BANDWIDTH,
+        hardware.bandwidth,
         FORWARD_OVERHEAD_S + target.layers * LAYER_OVERHEAD_S,
         FORWARD_OVERHEAD_S + draft_layers * LAYER_OVERHEAD_S,
         ROUND_OVERHEAD_S,
         context,
+        routing_locality=routing_locality,
+        hardware=hardware,
     )
 
 
-# The model's error, a share either way: the largest the calibration measured away from its point (docs/speedup.md).
-MODEL_ERROR = 0.12
-
 MODEL_ASSUMPTIONS = (
-    "each token routed to its experts independently and uniformly",
-    "tensor parallelism shards every weight (experts too) across ranks; the draft runs on as many ranks",
-    "the draft's own cache is not counted",
-    f"a predicted speed-up's interval: ±{MODEL_ERROR:.0%}, the largest error the calibration measured away from "
-    "its point",
+    "a forward costs the larger of its bytes' time and its GEMMs' at the peak for the kind they run in, plus its "
+    "overhead",
+    "acceptance is a per-token property: the same at every concurrency",
+    "attention's compute is not counted (its cache's bytes are)",
 )
 
 
 @dataclass(frozen=True)
 class SpeedupPoint(JsonRecord):
-    """The predicted speed-up at one k, with the times it is made of."""
+    """The predicted speed-up at one k, with the times it is made of and its interval (``low``, ``high``)."""
 
     json_values = named(
-        acceptance_length=rounded(4),
-        step_s=rounded(7),
-        verify_s=rounded(7),
-        draft_s=rounded(7),
-        speedup=rounded(4),
-        low=lambda value: None if value is None else round(value, 4),
-        high=lambda value: None if value is None else round(value, 4),
-    )
+        acceptance_length=rounded(4), step_s=rounded(7), verify_s=rounded(7), draft_s=rounded(7), speedup=rounded(4),
+        low=rounded(4), high=rounded(4),
+    )  # fmt: skip
 
     draft_tokens: int
     acceptance_length: float
@@ -105,13 +162,13 @@ class SpeedupPoint(JsonRecord):
     verify_s: float
     draft_s: float
     speedup: float
-    low: float | None = None  # the predicted speed-up's interval (None: not estimated)
-    high: float | None = None
+    low: float
+    high: float
 
 
 @dataclass(frozen=True)
 class SpeedupTable(JsonRecord):
-    """One draft on one target: the predicted speed-up at each k, and everything it assumed."""
+    """One draft on one target at one concurrency: the predicted speed-up at each k, and everything it assumed."""
 
     json_computed = ("best_draft_tokens", "assumptions")
 
@@ -120,7 +177,9 @@ class SpeedupTable(JsonRecord):
     timing: Timing
     points: tuple[SpeedupPoint, ...]
     acceptance_from: str  # where acceptance(k) came from, in words
-    concurrency: int = 1  # sequences decoded together
+    concurrency: int = 1
+    draft_tensor_parallel_size: int | None = None  # None: the target's
+    draft_kv_bytes_per_position: float = 0.0  # the draft's own cache a context position (0: not counted)
 
     @property
     def best(self) -> SpeedupPoint:
@@ -133,26 +192,78 @@ class SpeedupTable(JsonRecord):
 
     @property
     def assumptions(self) -> list[str]:
+        c, rho = self.concurrency, self.timing.routing_locality
         verify = [
-            f"a k = {p.draft_tokens} verification reads {expected_experts_text(self.target, p.draft_tokens + 1)} "
-            "experts a MoE layer"
+            f"at C = {c}, a k = {p.draft_tokens} verification reads "
+            f"{expected_experts_text(self.target, p.draft_tokens + 1, c, rho)} experts a MoE layer "
+            f"(a step {expected_experts_text(self.target, 1, c, rho)})"
             for p in self.points[:1] + self.points[-1:]
         ]
-        moe = verify if self.target.moe_layers else []
-        return [*self.timing.assumptions(), *MODEL_ASSUMPTIONS, *moe, f"acceptance: {self.acceptance_from}"]
+        moe = [*verify, _parallelism(self.target)] if self.target.moe_layers else []
+        draft_tp = self.draft_tensor_parallel_size or self.target.tensor_parallel_size
+        extrapolated = [
+            f"k = {p.draft_tokens} lies outside the measured k = {_range_text(self.timing.measured_range)}: "
+            "extrapolated"
+            for p in self.points
+            if self.timing.extrapolated(p.draft_tokens)
+        ]
+        return [
+            *self.timing.assumptions(),
+            *MODEL_ASSUMPTIONS,
+            f"{c} sequences decoding at once (concurrency C = {c}); the target on {self.target.tensor_parallel_size} "
+            f"ranks, the draft on {draft_tp}",
+            f"the draft's own cache: {self.draft_kv_bytes_per_position:,.0f} bytes a context position"
+            if self.draft_kv_bytes_per_position
+            else "the draft's own cache is not counted",
+            *moe,
+            f"acceptance: {self.acceptance_from}",
+            f"each speed-up's interval: the acceptance interval where given, widened by the model's stated error "
+            f"(+/-{MODEL_ERROR:.0%}), and at most the acceptance length",
+            *extrapolated,
+        ]
 
     def at(self, draft_tokens: int) -> SpeedupPoint | None:
         return next((p for p in self.points if p.draft_tokens == draft_tokens), None)
 
 
-def step_seconds(target: TargetWeights, timing: Timing, tokens: int = 1) -> float:
-    """A target forward over ``tokens`` tokens."""
-    return target.forward_bytes(tokens, timing.context) / timing.bandwidth + timing.target_overhead_s
+def _range_text(found: tuple[int, int] | None) -> str:
+    return "" if found is None else f"{found[0]}..{found[1]}" if found[0] != found[1] else str(found[0])
 
 
-def draft_seconds(draft: RoundCost, draft_tokens: int, timing: Timing, ranks: int) -> float:
-    """The draft's ``draft_tokens`` steps of one round."""
-    return draft.at(draft_tokens).bytes_per_round / ranks / timing.bandwidth + draft_tokens * timing.draft_overhead_s
+def _parallelism(target: TargetWeights) -> str:
+    if target.expert_parallel_size > 1:
+        return (
+            f"expert parallelism: whole experts on {target.expert_parallel_size} ranks, the busiest rank's share read"
+        )
+    return "tensor parallelism shards every weight (experts too) across ranks"
+
+
+def step_seconds(target: TargetWeights, timing: Timing, tokens: int = 1, sequences: int = 1) -> float:
+    """A target forward over ``tokens`` tokens of each of ``sequences`` sequences: a roofline plus its overhead."""
+    read = target.forward_bytes(tokens, timing.context, sequences, timing.routing_locality) / timing.bandwidth
+    computed = target_compute_seconds(target, timing.hardware, tokens * sequences)
+    return max(read, computed) + timing.target_overhead_s
+
+
+def draft_seconds(
+    draft: RoundCost,
+    draft_tokens: int,
+    timing: Timing,
+    ranks: int,
+    sequences: int = 1,
+    kind: str = "bf16",
+    kv_bytes_per_position: float = 0.0,
+) -> float:
+    """The draft's ``draft_tokens`` steps of one round for ``sequences`` sequences on ``ranks`` ranks: its weights
+    once a step whatever the batch, an embedding row a token, its own cache (``kv_bytes_per_position`` a context
+    position, split over its ranks) each sequence each step, its GEMMs at the peak for ``kind``."""
+    priced = draft.at(draft_tokens)
+    embedding = priced.part("embedding")
+    rows = (sequences - 1) * embedding.bytes_per_round if embedding is not None else 0
+    cache = draft_tokens * sequences * timing.context * kv_bytes_per_position
+    read = (priced.bytes_per_round + rows + cache) / ranks / timing.bandwidth
+    computed = draft_compute_seconds(priced, timing.hardware, sequences, ranks, kind)
+    return max(read, computed) + draft_tokens * timing.draft_overhead_s
 
 
 def predict_speedup(
@@ -164,31 +275,50 @@ def predict_speedup(
     acceptance_from: str = "given",
     *,
     concurrency: int = 1,
+    acceptance_interval: Mapping[int, tuple[float, float]] | None = None,
+    draft_tensor_parallel_size: int | None = None,
+    draft_compute: str = "bf16",
+    draft_kv_bytes_per_position: float = 0.0,
 ) -> SpeedupTable:
-    """The speed-up at each k ``acceptance`` gives a length for (k -> acceptance length); ``timing``: the stated
-    terms unless given; ``concurrency``: the sequences decoded together (batch 1 only, so far)."""
+    """The speed-up at each k ``acceptance`` gives a length for (k -> acceptance length), at ``concurrency``
+    sequences; ``timing``: the stated terms unless given; ``acceptance_interval``: k -> (low, high) of the length;
+    the draft on ``draft_tensor_parallel_size`` ranks (None: the target's), its quantized GEMMs in
+    ``draft_compute``, its own cache ``draft_kv_bytes_per_position`` a context position (0: not counted)."""
     if not acceptance:
         raise InputError("no acceptance length to predict a speed-up from", hint="predict it: verify DST --inputs CAP")
-    if concurrency != 1:
-        raise InputError(
-            f"concurrency {concurrency}: the speed-up model predicts batch 1 only", hint="predict at concurrency 1"
-        )
+    if concurrency < 1:
+        raise InputError(f"concurrency {concurrency}: must be at least 1", hint="e.g. --concurrency 4,8,16")
     timing = timing or stated_timing(target)
-    step = step_seconds(target, timing)
+    ranks = draft_tensor_parallel_size or target.tensor_parallel_size
+    step = step_seconds(target, timing, 1, concurrency)
     points = []
     for k in sorted(acceptance):
-        verify = step_seconds(target, timing, k + 1) + timing.round_overhead_s
-        drafting = draft_seconds(draft, k, timing, target.tensor_parallel_size)
-        length = acceptance[k]
-        speedup = length * step / (verify + drafting)
-        low, high = speedup * (1 - MODEL_ERROR), speedup * (1 + MODEL_ERROR)
-        points.append(SpeedupPoint(k, length, step, verify, drafting, speedup, low, high))
-    return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from, concurrency)
+        length = _checked_length(acceptance[k], k)
+        verify = step_seconds(target, timing, k + 1, concurrency) + timing.round_overhead_s
+        drafting = draft_seconds(draft, k, timing, ranks, concurrency, draft_compute, draft_kv_bytes_per_position)
+        per_token = step / (verify + drafting)  # the speed-up a token of acceptance buys: at most 1
+        assert per_token <= 1.0 + 1e-12, "a verification costs at least a step"
+        low, high = (acceptance_interval or {}).get(k, (length, length))
+        low, high = _checked_length(low, k), _checked_length(high, k)
+        interval = (low * per_token * (1 - MODEL_ERROR), min(high, high * per_token * (1 + MODEL_ERROR)))
+        points.append(SpeedupPoint(k, length, step, verify, drafting, min(length, length * per_token), *interval))
+    return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from, concurrency,
+                        draft_tensor_parallel_size, draft_kv_bytes_per_position)  # fmt: skip
+
+
+def _checked_length(length: float, draft_tokens: int) -> float:
+    """An acceptance length at k: from 1 (the target's own token) to k + 1 (every drafted token accepted)."""
+    if not 1.0 <= length <= draft_tokens + 1:
+        raise InputError(
+            f"acceptance length {length:g} at k = {draft_tokens}: must be from 1 to {draft_tokens + 1}",
+            hint="a round emits the target's token and the drafted tokens it accepts",
+        )
+    return length
 
 
 class MeasuredRound(Protocol):
     """What an engine measured at one k (``eaglequant accept``): the acceptance length, and the decode seconds a
-    token with the target alone and with the draft."""
+    token with the target alone (NaN: not measured, as on one server) and with the draft."""
 
     @property
     def draft_tokens(self) -> int: ...
@@ -201,49 +331,140 @@ class MeasuredRound(Protocol):
 
 
 def calibrate(
-    target: TargetWeights, draft: RoundCost, measured: Sequence[MeasuredRound], stated: Timing, what: str
+    target: TargetWeights,
+    draft: RoundCost,
+    measured: Sequence[MeasuredRound],
+    stated: Timing,
+    what: str,
+    *,
+    concurrency: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+    draft_kv_bytes_per_position: float = 0.0,
 ) -> Timing:
-    """``stated`` with its overheads fitted to ``measured``. The target's comes from its decode alone (a step is one
-    forward). What a round costs beyond its verification's forward and its draft's bytes (the acceptance length
-    times the seconds a token with the draft, less those) is a fixed cost a round plus one a draft step: measured at
-    two k or more, both are fitted in least squares; at one k the two cannot be told apart, so they keep the
-    proportion ``stated`` gives them and their scale is fitted. The bandwidth stays as stated: one engine's times on
-    one target cannot tell a byte's cost from a forward's."""
+    """``stated`` with its overheads fitted to ``measured`` at ``concurrency``. The target's comes from its decode
+    alone (a step is one forward; where the target alone was not measured it stays as stated). What a round costs
+    beyond its verification's forward and its draft's roofline is a fixed cost a round plus one a draft step:
+    measured at two k or more, both are fitted in least squares; at one k they keep the proportion ``stated`` gives
+    them and their scale is fitted. A fitted term that is negative, zero where a cost must be positive, or past
+    :data:`MAX_OVERHEAD_S` is refused (one line, naming it). The bandwidth, peaks and routing locality stay as
+    stated. The fitted terms carry the measured k and the residuals at each."""
     if not measured:
         raise InputError(f"{what}: no draft measured at any k to calibrate on", hint="measure with eaglequant accept")
-    bandwidth, context = stated.bandwidth, stated.context
-    step_bytes = target.forward_bytes(1, context) / bandwidth
-    target_overhead = max(0.0, sum(m.alone_seconds_per_token for m in measured) / len(measured) - step_bytes)
-    bare = Timing(bandwidth, target_overhead, 0.0, 0.0, context)
-    rounds = []  # (k, seconds a round beyond its verification's forward and its draft's bytes)
+    ranks = draft_tensor_parallel_size or target.tensor_parallel_size
+    bare = replace(stated, target_overhead_s=0.0, draft_overhead_s=0.0, round_overhead_s=0.0)
+    alone = [m.alone_seconds_per_token for m in measured if math.isfinite(m.alone_seconds_per_token)]
+    target_overhead = stated.target_overhead_s
+    if alone:
+        target_overhead = sum(alone) / len(alone) - step_seconds(target, bare, 1, concurrency)
+        _check_term(what, "each target forward", target_overhead, positive=True)
+    bare = replace(bare, target_overhead_s=target_overhead)
+    rounds = []  # (k, seconds a round beyond its verification's forward and its draft's roofline)
     for m in measured:
         k = m.draft_tokens
         spent = m.acceptance_length * m.drafted_seconds_per_token
-        rest = spent - step_seconds(target, bare, k + 1) - draft_seconds(draft, k, bare, target.tensor_parallel_size)
-        rounds.append((k, rest))
+        drafting = draft_seconds(draft, k, bare, ranks, concurrency, "bf16", draft_kv_bytes_per_position)
+        forwards = step_seconds(target, bare, k + 1, concurrency) + drafting
+        rounds.append((k, spent - forwards))
     if not all(math.isfinite(rest) for _, rest in rounds):
         raise InputError(f"{what}: the measured times are not finite", hint="measure again with eaglequant accept")
-    per_round, per_step = _fixed_and_per_step(rounds, stated.round_overhead_s, stated.draft_overhead_s)
-    return Timing(bandwidth, target_overhead, per_step, per_round, context, what)
+    per_round, per_step = _fixed_and_per_step(what, rounds, stated.round_overhead_s, stated.draft_overhead_s)
+    fitted = replace(
+        bare, draft_overhead_s=per_step, round_overhead_s=per_round, calibrated_on=what,
+        measured_draft_tokens=tuple(sorted({m.draft_tokens for m in measured})),
+    )  # fmt: skip
+    found = _residuals(target, draft, measured, fitted, concurrency, ranks, draft_kv_bytes_per_position)
+    return replace(fitted, residuals=found)
+
+
+def calibrate_locality(
+    target: TargetWeights,
+    draft: RoundCost,
+    measured: Sequence[MeasuredRound],
+    stated: Timing,
+    what: str,
+    *,
+    concurrency: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+    draft_kv_bytes_per_position: float = 0.0,
+) -> Timing:
+    """:func:`calibrate` with the routing locality fitted too: the rho in 0, 0.05, ..., 1 whose fitted terms leave
+    the smallest squared residuals. Three k or more are needed (a round's two terms and rho); a MoE target only."""
+    ks = {m.draft_tokens for m in measured}
+    if not target.moe_layers or len(ks) < 3:
+        raise InputError(
+            f"{what}: fitting the routing locality needs a MoE target measured at three k or more, not {len(ks)}",
+            hint="measure more k (accept --draft-tokens 1,2,3,4) or state it: --routing-locality 0.5",
+        )
+    fits = []
+    for step in range(21):
+        rho = step / 20
+        try:
+            at = replace(stated, routing_locality=rho)
+            fitted = calibrate(target, draft, measured, at, what, concurrency=concurrency,
+                               draft_tensor_parallel_size=draft_tensor_parallel_size,
+                               draft_kv_bytes_per_position=draft_kv_bytes_per_position)  # fmt: skip
+        except InputError:
+            continue  # terms that cannot be costs at this rho
+        fits.append((sum(r.error**2 for r in fitted.residuals), rho, fitted))
+    if not fits:
+        raise InputError(f"{what}: no routing locality from 0 to 1 gives terms that can be costs",
+                         hint="the record is from another device, target or engine than the one priced")  # fmt: skip
+    _, rho, fitted = min(fits, key=lambda fit: fit[:2])
+    return replace(fitted, calibrated_on=f"{what}, routing locality {rho:g} fitted")
+
+
+def _residuals(
+    target: TargetWeights,
+    draft: RoundCost,
+    measured: Sequence[MeasuredRound],
+    fitted: Timing,
+    concurrency: int,
+    ranks: int,
+    kv_bytes_per_position: float,
+) -> tuple[Residual, ...]:
+    """The fitted terms' speed-up at each measured point against the one measured (the target alone's time, where
+    measured, over the drafted one; else the fitted step's)."""
+    found = []
+    for m in measured:
+        lengths = {m.draft_tokens: m.acceptance_length}
+        table = predict_speedup("fit", target, draft, lengths, fitted, concurrency=concurrency,
+                                draft_tensor_parallel_size=ranks,
+                                draft_kv_bytes_per_position=kv_bytes_per_position)  # fmt: skip
+        point = table.points[0]
+        alone = m.alone_seconds_per_token if math.isfinite(m.alone_seconds_per_token) else point.step_s
+        found.append(Residual(m.draft_tokens, concurrency, alone / m.drafted_seconds_per_token, point.speedup))
+    return tuple(found)
+
+
+def _check_term(what: str, term: str, value: float, *, positive: bool) -> None:
+    """Refuse a fitted term that cannot be a cost: negative, zero where it must be positive, or past the limit."""
+    bad = value < 0 or (positive and value == 0) or value > MAX_OVERHEAD_S
+    if bad:
+        bound = "above 0" if positive else "at least 0"
+        raise InputError(
+            f"{what}: the fit gives {value * 1e3:.4g} ms {term}, which cannot be a cost (it must be {bound} and at "
+            f"most {MAX_OVERHEAD_S:g} s)",
+            hint="the record is from another device, target or engine than the one priced, or too noisy: measure "
+            "again (accept --draft-tokens 1,2,3, repeated) on the device priced",
+        )
 
 
 def _fixed_and_per_step(
-    rounds: list[tuple[int, float]], stated_fixed: float, stated_step: float
+    what: str, rounds: list[tuple[int, float]], stated_fixed: float, stated_step: float
 ) -> tuple[float, float]:
-    """``rest = fixed + k * per_step`` fitted to the rounds in least squares, neither negative; at one k, the two in
-    the stated proportion, scaled to fit."""
+    """``rest = fixed + k * per_step`` fitted to the rounds in least squares; at one k, the two in the stated
+    proportion, scaled to fit. A negative or out-of-range term is refused."""
     ks = [k for k, _ in rounds]
     mean_k, mean_rest = sum(ks) / len(ks), sum(rest for _, rest in rounds) / len(rounds)
     spread = sum((k - mean_k) ** 2 for k in ks)
     if spread == 0:
-        scale = max(0.0, mean_rest) / (stated_fixed + mean_k * stated_step)
+        _check_term(what, "each round beyond its forwards", mean_rest, positive=True)
+        scale = mean_rest / (stated_fixed + mean_k * stated_step)
         return scale * stated_fixed, scale * stated_step
     per_step = sum((k - mean_k) * (rest - mean_rest) for k, rest in rounds) / spread
-    if per_step < 0:
-        return max(0.0, mean_rest), 0.0
     fixed = mean_rest - per_step * mean_k
-    if fixed < 0:
-        return 0.0, sum(k * rest for k, rest in rounds) / sum(k * k for k in ks)
+    _check_term(what, "each draft step", per_step, positive=False)
+    _check_term(what, "each round", fixed, positive=False)
     return fixed, per_step
 
 

@@ -57,38 +57,65 @@ class TargetWeights(JsonRecord):
     kv_replicated: bool  # MLA: every rank holds the whole latent cache
     tensor_parallel_size: int = 1
     # What a forward computes: 2 x params x tokens multiply-adds, at the hardware's peak for the kind they run in.
-    dense_params: int = (
-        0  # weights each token is multiplied through (attention, dense MLPs, shared experts, router, lm_head)
-    )
+    # weights each token is multiplied through (attention, dense MLPs, shared experts, router, lm_head)
+    dense_params: int = 0
     expert_params: int = 0  # the weights of one routed expert
     dense_compute: str = "bf16"  # the kind dense GEMMs run in: bf16, fp8, int8 or fp4
     expert_compute: str = "bf16"  # the kind routed experts' GEMMs run in
 
-    def distinct_experts(self, tokens: int) -> float:
-        """The expected distinct routed experts ``tokens`` tokens activate in one MoE layer (independent, uniform
-        routing)."""
+    expert_parallel_size: int = 1  # ranks routed experts are placed whole on (1: sharded by tensor parallelism)
+
+    def distinct_experts(self, tokens: int, sequences: int = 1, locality: float = 0.0) -> float:
+        """The expected distinct routed experts one MoE layer reads for ``sequences`` sequences of ``tokens``
+        consecutive tokens each. Routing locality ``locality`` (rho in [0, 1]): each token after a sequence's first
+        routes as its predecessor did with chance rho, else afresh, so a sequence routes like ``1 + (1 - rho)
+        (tokens - 1)`` independent tokens (rho = 0: every token independent, the bound; rho = 1: a sequence's tokens
+        share their experts); independent tokens route uniformly, ``E (1 - (1 - top_k / E) ** n)`` for n of them."""
         if not self.experts:
             return 0.0
-        return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** tokens)
+        independent = sequences * (1.0 + (1.0 - locality) * (tokens - 1))
+        return self.experts * (1.0 - (1.0 - self.experts_per_token / self.experts) ** independent)
 
-    def forward_bytes(self, tokens: int, context: int) -> float:
-        """The bytes one rank reads in a forward over ``tokens`` tokens after ``context`` tokens of context."""
+    def rank_experts(self, tokens: int, sequences: int = 1, locality: float = 0.0) -> float:
+        """The routed experts of one MoE layer the busiest rank reads, in whole experts' worth: the distinct ones
+        over the tensor-parallel ranks (each expert sharded across them), or, with expert parallelism, the busiest
+        rank's share of its ``E / EP`` experts (binomial: its mean plus ``sqrt(2 ln EP)`` standard deviations,
+        the expected maximum of EP ranks, at most all of them)."""
+        distinct = self.distinct_experts(tokens, sequences, locality)
+        ep = self.expert_parallel_size
+        if ep <= 1 or not self.experts:
+            return distinct / self.tensor_parallel_size
+        placed, active = self.experts / ep, distinct / self.experts
+        spread = math.sqrt(placed * active * (1.0 - active) * 2.0 * math.log(ep))
+        return min(placed, placed * active + spread)
+
+    def forward_bytes(self, tokens: int, context: int, sequences: int = 1, locality: float = 0.0) -> float:
+        """The bytes the busiest rank reads in a forward over ``tokens`` tokens of each of ``sequences`` sequences,
+        each after ``context`` tokens of context: the dense weights once, the routed experts the tokens activate
+        (:meth:`rank_experts`), an embedding row a token and each sequence's cache."""
         tp = self.tensor_parallel_size
-        weights = self.dense_bytes + self.moe_layers * self.distinct_experts(tokens) * self.expert_bytes
-        rows = tokens * self.embedding_row_bytes
-        cache = context * self.kv_bytes_per_position
-        return (weights + rows) / tp + (cache if self.kv_replicated else cache / tp)
+        experts = self.moe_layers * self.rank_experts(tokens, sequences, locality) * self.expert_bytes
+        rows = tokens * sequences * self.embedding_row_bytes
+        cache = sequences * context * self.kv_bytes_per_position
+        return (self.dense_bytes + rows) / tp + experts + (cache if self.kv_replicated else cache / tp)
 
     @property
     def step_bytes(self) -> float:
         """One decode step's weights and embedding row on one rank (no cache)."""
         return self.forward_bytes(1, 0)
 
-    def on(self, tensor_parallel_size: int) -> TargetWeights:
-        """The same target served on ``tensor_parallel_size`` ranks."""
+    def on(self, tensor_parallel_size: int, expert_parallel_size: int = 1) -> TargetWeights:
+        """The same target served on ``tensor_parallel_size`` ranks, its routed experts placed whole on
+        ``expert_parallel_size`` of them (1: sharded by tensor parallelism, vLLM's default)."""
         if tensor_parallel_size < 1:
             raise InputError(words(given("tensor_parallel_size", tensor_parallel_size), ": must be at least 1"))
-        return TargetWeights(**{**self.__dict__, "tensor_parallel_size": tensor_parallel_size})
+        if expert_parallel_size < 1 or (self.experts and self.experts % expert_parallel_size):
+            raise InputError(
+                words(given("expert_parallel_size", expert_parallel_size), f": must divide the {self.experts} experts"),
+                hint="expert parallelism places whole experts on each rank",
+            )
+        changed = {"tensor_parallel_size": tensor_parallel_size, "expert_parallel_size": expert_parallel_size}
+        return TargetWeights(**{**self.__dict__, **changed})
 
 
 class Header(NamedTuple):
@@ -335,5 +362,6 @@ def weight_bytes(config: dict[str, Any]) -> Callable[[str], float]:
     return lambda module: storage(module, ".experts." in module).bytes_per_weight
 
 
-def expected_experts_text(weights: TargetWeights, tokens: int) -> str:
-    return f"{weights.distinct_experts(tokens):.1f} of {weights.experts}" if weights.experts else "-"
+def expected_experts_text(weights: TargetWeights, tokens: int, sequences: int = 1, locality: float = 0.0) -> str:
+    found = weights.distinct_experts(tokens, sequences, locality)
+    return f"{found:.1f} of {weights.experts}" if weights.experts else "-"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,7 +18,8 @@ from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
-from eaglequant.speedup.model import SpeedupPoint, SpeedupTable, Timing
+from eaglequant.speedup.hardware import ACCELERATORS
+from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, Timing
 from eaglequant.speedup.target_step import TargetWeights
 from tests.project.test_record_json import RECORDS, _load_check
 
@@ -91,6 +93,8 @@ EXTRA = {
     "SpeedupPoint": lambda: _speedup_point(),
     "TargetWeights": lambda: _target_weights(),
     "Timing": lambda: _timing(),
+    "Accelerator": lambda: ACCELERATORS["mi355x"],
+    "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
 }
 
 
@@ -99,11 +103,12 @@ def _target_weights() -> TargetWeights:
 
 
 def _timing() -> Timing:
-    return Timing(3.35e12, 1.625e-3, 1.25e-4, 1e-4, 2048, None)
+    fitted = Timing(3.35e12, 1.625e-3, 1.25e-4, 1e-4, 2048, "accept.json", measured_draft_tokens=(1, 3))
+    return replace(fitted, residuals=(Residual(1, 1, 1.2, 1.25), Residual(3, 1, 1.5, 1.45)))
 
 
 def _speedup_point() -> SpeedupPoint:
-    return SpeedupPoint(3, 2.62, 0.0029, 0.0042, 0.0007, 1.5469)
+    return SpeedupPoint(3, 2.62, 0.0029, 0.0042, 0.0007, 1.5469, 1.3149, 1.7789)
 
 
 def _load_at(concurrency: int, k: int) -> LoadAt:

@@ -57,3 +57,69 @@ def test_explain_says_the_terms_were_fitted_to_the_record(record: Path, tmp_path
     result = run_cli("explain", dst, "--target-config", PAIR / "target", "--acceptance", "2.5@3", "--measured", record)
     assert result.exit_code == 0, result.stderr
     assert "fitted to accept.json's source draft" in result.stderr
+    assert "fit at k = 3, C = 1: measured" in result.stderr  # the residuals at each measured k
+    assert "k = 5 lies outside the measured k = 1..4: extrapolated" in result.stderr
+
+
+def _edited(record: Path, tmp_path: Path, name: str, change: dict) -> Path:
+    data = json.loads(record.read_text())
+    for key, value in change.items():
+        where = data["settings"] if key == "target" else data
+        where[key] = value
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_record_of_another_target_engine_or_device_is_refused_naming_the_field(record: Path, tmp_path: Path) -> None:
+    target = target_weights(PAIR / "target")
+    (cost,) = inspect(PAIR / "draft").round_costs
+    other = _edited(record, tmp_path, "other.json", {"target": "Qwen/Qwen3-30B-A3B"})
+    with pytest.raises(InputError, match=r"other.json: 'settings.target' is 'qwen3-30b-a3b'"):
+        timing_for(target, cost, other)
+    engine = _edited(record, tmp_path, "engine.json", {"version": "0.1.0"})
+    with pytest.raises(InputError, match=r"engine.json: 'version' is '0.1.0'"):
+        timing_for(target, cost, engine)
+    cpu = _edited(record, tmp_path, "cpu.json", {"device": "cpu"})
+    with pytest.raises(InputError, match=r"cpu.json: 'device' is cpu .* priced on H100 SXM"):
+        timing_for(target, cost, cpu)
+    from eaglequant.speedup.hardware import with_figures
+
+    own = with_figures(None, 3.35, {"bf16": 1000.0})  # figures of its own (the stand-in's): accepted
+    assert timing_for(target, cost, cpu, hardware=own).calibrated_on == "cpu.json's source draft"
+
+
+def test_a_record_that_is_not_an_accept_record_names_its_own_file(tmp_path: Path) -> None:
+    target = target_weights(PAIR / "target")
+    (cost,) = inspect(PAIR / "draft").round_costs
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"engine": "vllm"}))
+    with pytest.raises(InputError, match=r"report.json: key 'settings' is missing"):
+        timing_for(target, cost, report)
+
+
+def test_one_servers_record_is_read_its_target_overhead_stated(record: Path, tmp_path: Path) -> None:
+    target = target_weights(PAIR / "target")
+    (cost,) = inspect(PAIR / "draft").round_costs
+    server = tmp_path / "server.json"
+    greedy = {"acceptance_length": {"value": 2.5, "low": 2.3, "high": 2.7}, "decode_tokens_per_second": 40.0}
+    server.write_text(json.dumps({"server": "http://h:8000", "model": "m", "version": "0.32.0", "draft_tokens": 3,
+                                  "settings": None, "modes": {"greedy": greedy}, "clock": "engine"}))  # fmt: skip
+    fitted = timing_for(target, cost, server)
+    assert fitted.target_overhead_s == stated_timing(target).target_overhead_s
+    assert fitted.measured_draft_tokens == (3,) and "server.json's server" in (fitted.calibrated_on or "")
+    (residual,) = fitted.residuals
+    assert residual.draft_tokens == 3 and residual.error == pytest.approx(0.0, abs=1e-3)
+    data = json.loads(server.read_text())
+    server.write_text(json.dumps({**data, "version": "0.19.0"}))
+    with pytest.raises(InputError, match=r"server.json: 'version' is '0.19.0', and the engine release priced is"):
+        timing_for(target, cost, server)
+
+
+def test_the_fit_prints_its_residuals_and_the_measured_k(record: Path) -> None:
+    target = target_weights(PAIR / "target")
+    (cost,) = inspect(PAIR / "draft").round_costs
+    fitted = timing_for(target, cost, record)
+    assert [r.draft_tokens for r in fitted.residuals] == [3, 1, 4] and fitted.measured_range == (1, 4)
+    assert fitted.extrapolated(8) and not fitted.extrapolated(2)
+    assert any(line.startswith("fit at k = 1, C = 1: measured") for line in fitted.assumptions())

@@ -3,14 +3,14 @@ figure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
 from eaglequant.common.errors import InputError
 from eaglequant.readback.cost import PartCost, RoundCost
-from eaglequant.speedup.model import Timing, calibrate, geometric_acceptance, predict_speedup
+from eaglequant.speedup.model import SpeedupPoint, Timing, calibrate, geometric_acceptance, predict_speedup
 from eaglequant.speedup.target_step import TargetWeights
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +26,10 @@ def _draft() -> RoundCost:
     return RoundCost("vllm", "0.32.0", 3, parts, 0, 0)
 
 
-TIMING = Timing(bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, round_overhead_s=3e-5, context=100)
+# independent routing (rho = 0), so the arithmetic below is the batch-1 model's
+TIMING = Timing(
+    bandwidth=1e9, target_overhead_s=2e-4, draft_overhead_s=5e-5, round_overhead_s=3e-5, context=100, routing_locality=0
+)
 
 
 def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
@@ -44,7 +47,8 @@ def test_the_speedup_is_acceptance_times_a_step_over_verify_and_draft() -> None:
 def test_the_best_k_is_the_highest_speedup_and_ties_go_to_the_smaller_k() -> None:
     table = predict_speedup("d", _target(), _draft(), {1: 1.9, 2: 2.7, 3: 2.75}, TIMING)
     assert table.best_draft_tokens == max(table.points, key=lambda p: p.speedup).draft_tokens
-    flat = Timing(1e30, 1e-3, 0.0, 0.0, 0)  # no bytes cost, no draft cost: every k with the same length ties
+    # no bytes cost, no draft cost: every k with the same length ties
+    flat = Timing(1e30, 1e-3, 0.0, 0.0, 0, hardware=replace(TIMING.hardware, bf16=1e30))
     assert predict_speedup("d", _target(), _draft(), {2: 2.0, 4: 2.0}, flat).best_draft_tokens == 2
 
 
@@ -70,36 +74,45 @@ def _measured(timing: Timing, lengths: dict[int, float]) -> list[Round]:
             for p in table.points]  # fmt: skip
 
 
-TRUE = Timing(1e9, 3e-3, 7e-4, 4e-4, 100)
+TRUE = Timing(1e9, 3e-3, 7e-4, 4e-4, 100, routing_locality=0.4)
 
 
 def test_at_one_k_calibration_scales_the_round_and_the_draft_step_in_their_stated_proportion() -> None:
-    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100)  # the engine's proportion, a hundredth of its scale
+    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100, routing_locality=0.4)  # the engine's proportion, 1/100 its scale
     fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "a test run")
     assert (fitted.target_overhead_s, fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx(
         (3e-3, 7e-4, 4e-4), rel=1e-9
     )
     assert fitted.calibrated_on == "a test run" and "fitted to a test run" in " ".join(fitted.assumptions())
-    other = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), Timing(1e9, 0.0, 1.0, 1.0, 100), "x")
+    unit = Timing(1e9, 0.0, 1.0, 1.0, 100, routing_locality=0.4)
+    other = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), unit, "x")
     assert other.round_overhead_s == other.draft_overhead_s  # another proportion: the same total a round
     assert other.round_overhead_s + 3 * other.draft_overhead_s == pytest.approx(4e-4 + 3 * 7e-4, rel=1e-9)
 
 
 def test_at_several_k_calibration_fits_the_round_and_the_draft_step() -> None:
     measured = _measured(TRUE, {1: 1.6, 2: 2.1, 4: 2.6})
-    fitted = calibrate(_target(), _draft(), measured, Timing(1e9, 1.0, 1.0, 1.0, 100), "x")
+    fitted = calibrate(_target(), _draft(), measured, Timing(1e9, 1.0, 1.0, 1.0, 100, routing_locality=0.4), "x")
     assert (fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx((7e-4, 4e-4), rel=1e-9)
 
 
-def test_a_fit_is_never_negative() -> None:
-    cheap = Timing(1e9, 3e-3, 7e-4, 0.0, 100)  # no cost a round: a fitted negative one is clipped to 0
-    fitted = calibrate(_target(), _draft(), _measured(cheap, {1: 1.6, 3: 2.4}), Timing(1e9, 0, 0, 0, 100), "x")
-    assert fitted.round_overhead_s >= 0 and fitted.draft_overhead_s >= 0
+def test_a_fit_that_cannot_be_a_cost_is_refused_naming_the_term() -> None:
+    cheap = Timing(1e9, 3e-3, 7e-4, 0.0, 100, routing_locality=0.4)  # rounds that do not grow with k as stated
+    flat = _measured(cheap, {1: 1.6, 3: 2.4})
+    slower_at_one = [replace(flat[0], drafted_seconds_per_token=flat[0].drafted_seconds_per_token * 2), flat[1]]
+    with pytest.raises(InputError, match="ms each draft step, which cannot be a cost"):
+        calibrate(_target(), _draft(), slower_at_one, TRUE, "noisy.json")
+    too_fast = [replace(m, alone_seconds_per_token=1e-6) for m in flat]  # the target alone faster than its bytes
+    with pytest.raises(InputError, match=r"noisy.json: the fit gives .* ms each target forward"):
+        calibrate(_target(), _draft(), too_fast, TRUE, "noisy.json")
+    free = [replace(m, drafted_seconds_per_token=1e-6) for m in _measured(TRUE, {3: 2.4})]  # a round for nothing
+    with pytest.raises(InputError, match="each round beyond its forwards"):
+        calibrate(_target(), _draft(), free, TRUE, "x")
 
 
 def test_calibration_predicts_other_k_on_a_model_engine() -> None:
     lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
-    stated = Timing(1e9, 0.0, 7.0, 4.0, 100)
+    stated = Timing(1e9, 0.0, 7.0, 4.0, 100, routing_locality=0.4)
     fitted = calibrate(_target(), _draft(), _measured(TRUE, {3: 2.4}), stated, "k = 3")
     predicted = predict_speedup("d", _target(), _draft(), lengths, fitted)
     actual = predict_speedup("d", _target(), _draft(), lengths, TRUE)
@@ -125,3 +138,80 @@ def test_geometric_acceptance_holds_the_given_figure_and_grows_with_k() -> None:
 def test_no_acceptance_is_one_line() -> None:
     with pytest.raises(InputError, match="no acceptance length"):
         predict_speedup("d", _target(), _draft(), {}, TIMING)
+
+
+def test_the_routing_locality_is_fitted_where_three_k_are_measured() -> None:
+    from eaglequant.speedup.model import calibrate_locality
+
+    moe = TargetWeights("t", "test", 4, 1_000_000, 1000, 2, 64, 4, 500_000.0, 10.0, False)  # experts dominate
+    true = Timing(1e9, 3e-3, 7e-4, 4e-4, 100, routing_locality=0.7)
+    lengths = {1: 1.6, 2: 2.1, 3: 2.4, 4: 2.6}
+    table = predict_speedup("d", moe, _draft(), lengths, true, concurrency=4)
+    measured = [Round(p.draft_tokens, p.acceptance_length, p.step_s, (p.verify_s + p.draft_s) / p.acceptance_length)
+                for p in table.points]  # fmt: skip
+    stated = Timing(1e9, 0.0, 7e-6, 4e-6, 100, routing_locality=0.2)
+    fitted = calibrate_locality(moe, _draft(), measured, stated, "x", concurrency=4)
+    assert fitted.routing_locality == pytest.approx(0.7)
+    assert (fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx((7e-4, 4e-4), rel=1e-6)
+    assert fitted.calibrated_on == "x, routing locality 0.7 fitted"
+    assert max(abs(r.error) for r in fitted.residuals) < 1e-6
+    with pytest.raises(InputError, match="three k or more, not 2"):
+        calibrate_locality(moe, _draft(), measured[:2], stated, "x", concurrency=4)
+
+
+def test_a_forward_costs_the_larger_of_its_bytes_and_its_compute() -> None:
+    dense = TargetWeights("t", "test", 4, 1_000_000, 1000, 0, 0, 0, 0.0, 10.0, False, dense_params=500_000)
+    slow = replace(TIMING.hardware, bf16=1e9)  # 1 GFLOP/s: 1e6 operations a token take 1 ms
+    timing = replace(TIMING, hardware=slow)
+    table = predict_speedup("d", dense, _draft(), {3: 2.5}, timing, concurrency=8)
+    point = table.points[0]
+    read = (1_000_000 + 8 * 1000 + 8 * 100 * 10) / 1e9
+    assert point.step_s == pytest.approx(max(read, 2 * 500_000 * 8 / 1e9) + 2e-4, rel=1e-12)  # compute-bound
+    assert point.verify_s == pytest.approx(2 * 500_000 * 32 / 1e9 + 2e-4 + 3e-5, rel=1e-12)
+    assert point.speedup <= point.acceptance_length
+
+
+def test_expert_parallelism_reads_the_busiest_ranks_share() -> None:
+    import math
+
+    moe = TargetWeights("t", "test", 4, 0, 0, 1, 64, 4, 1000.0, 0.0, False, 4)
+    ep = moe.on(4, 4)
+    p = moe.distinct_experts(1, 8, 0.0) / 64
+    busiest = 16 * p + math.sqrt(16 * p * (1 - p) * 2 * math.log(4))
+    assert ep.forward_bytes(1, 0, 8) == pytest.approx(busiest * 1000.0, rel=1e-12)
+    assert ep.forward_bytes(1, 0, 8) > moe.forward_bytes(1, 0, 8)  # sharded: exactly a quarter of each
+    with pytest.raises(InputError, match="must divide the 64 experts"):
+        moe.on(4, 3)
+
+
+def test_concurrency_reads_the_weights_once_and_each_sequences_cache() -> None:
+    one = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING).points[0]
+    four = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, concurrency=4).points[0]
+    independent = 4 * 4  # rho = 0: 4 sequences of 4 tokens
+    verify = (1_000_000 + 2 * 8 * (1 - (1 - 2 / 8) ** independent) * 50_000 + 16 * 1000 + 4 * 100 * 10) / 1e9
+    assert four.verify_s == pytest.approx(verify + 2e-4 + 3e-5, rel=1e-12)
+    assert four.step_s > one.step_s and four.draft_s == pytest.approx(one.draft_s + 3 * 4 * 100 / 1e9, rel=1e-12)
+
+
+def test_a_speedup_is_at_most_its_acceptance_length_and_carries_its_interval() -> None:
+    table = predict_speedup("d", _target(), _draft(), {1: 2.0, 3: 2.5}, TIMING, acceptance_interval={3: (2.2, 2.8)})
+    one, three = table.points
+    assert one.speedup <= 2.0 and three.speedup <= 2.5
+    ratio = three.speedup / 2.5
+    assert (three.low, three.high) == pytest.approx((2.2 * ratio * 0.85, min(2.8, 2.8 * ratio * 1.15)), rel=1e-12)
+    assert one.low == pytest.approx(one.speedup * 0.85) and one.high <= 2.0  # no interval given: the model's
+    with pytest.raises(InputError, match="must be from 1 to 4"):
+        predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, acceptance_interval={3: (2.2, 4.2)})
+    with pytest.raises(InputError, match=r"acceptance length 0.5 at k = 1: must be from 1 to 2"):
+        predict_speedup("d", _target(), _draft(), {1: 0.5}, TIMING)
+
+
+def test_the_drafts_own_cache_is_read_each_step_for_each_sequence() -> None:
+    def point(**draft: float) -> SpeedupPoint:
+        table = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, concurrency=4, draft_tensor_parallel_size=2,
+                                **draft)  # type: ignore[arg-type]  # fmt: skip
+        return table.points[0]
+
+    bare, cached = point(), point(draft_kv_bytes_per_position=64.0)
+    assert cached.draft_s - bare.draft_s == pytest.approx(3 * 4 * 100 * 64.0 / 2 / 1e9, rel=1e-9)  # k, C, context
+    assert cached.speedup < bare.speedup
