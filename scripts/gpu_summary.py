@@ -1,0 +1,319 @@
+"""The GPU check's summary: ``summary.md`` (the tables for docs/performance.md) and ``summary.json`` from the raw
+outputs ``scripts/gpu_check.sh`` leaves in its work directory. Standard library only, so it runs whatever failed
+before it; a missing or broken input is a line in the summary, never a crash.
+
+    python3 scripts/gpu_summary.py WORK_DIR OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+# The issue's goals at M <= 16: kernel -> (least % of copy bandwidth, least speed-up over torch bf16).
+GOALS = {
+    "nvfp4-w4a16": (70.0, 2.5),
+    "mxfp4-w4a16": (70.0, 2.5),
+    "fp8-w8a16": (None, 1.6),
+    "fp8-w8a8": (None, 1.6),
+}
+GOAL_MAX_M = 16
+NOT_RUN = [
+    "vLLM's CUDA paths (its FP8/FP4 kernels serving a converted draft, accept on a GPU): not run; the machine has "
+    "no vLLM and no network to install it."
+]
+RESULT = re.compile(r"^(\S+::\S+) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)\b")
+FINAL = re.compile(r"\d+ (passed|failed|skipped|errors?|deselected)\b.* in [\d.]+s")
+SHORT = re.compile(r"^(FAILED|ERROR) (\S+::\S+)(?: - (.*))?$")
+
+
+def read_json(path: Path) -> tuple[Any, str | None]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        return None, f"{path.name}: not written (the step did not run or did not finish)"
+    except (OSError, ValueError) as exc:
+        return None, f"{path.name}: unreadable ({exc})"
+
+
+def pytest_results(path: Path) -> dict[str, Any]:
+    """Counts and failures from ``pytest -v -rfE`` output, read line by line (a run killed by its timeout still
+    counts the tests it finished)."""
+    if not path.is_file():
+        return {"ran": False, "counts": {}, "failures": []}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    counts: dict[str, int] = {}
+    failures = {}
+    for line in text.splitlines():
+        if match := RESULT.match(line):
+            counts[match[2].lower()] = counts.get(match[2].lower(), 0) + 1
+        elif match := SHORT.match(line):
+            failures[match[2]] = (match[3] or match[1])[:300]
+    lines = [line for line in text.splitlines() if line.strip()]
+    finished = bool(lines) and FINAL.search(lines[-1]) is not None
+    listed = [{"test": test, "why": why} for test, why in failures.items()]
+    return {"ran": True, "counts": counts, "failures": listed, "finished": finished}
+
+
+def steps(work: Path) -> list[dict[str, Any]]:
+    """``steps.tsv``: one line a step (name, exit status, seconds, timeout), as gpu_check.sh writes it."""
+    path = work / "steps.tsv"
+    rows = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            name, rc, seconds, limit = line.split("\t")
+            rows.append({"step": name, "rc": int(rc), "seconds": float(seconds), "timeout_s": int(limit)})
+    return rows
+
+
+def kernel_errors(path: Path) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def goal_checks(bench: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each goal kernel's rows at M <= 16: how many meet the goal, and the least figures."""
+    checks = []
+    for kernel, (least_bandwidth, least_speedup) in GOALS.items():
+        rows = [r for r in bench.get("rows", []) if r["kernel"] == kernel and r["m"] <= GOAL_MAX_M]
+        if not rows:
+            continue
+        met = [
+            (least_bandwidth is None or r["percent_of_copy_bandwidth"] >= least_bandwidth)
+            and r["speedup_vs_bf16"] >= least_speedup
+            for r in rows
+        ]
+        goal = f">= {least_speedup}x bf16" + ("" if least_bandwidth is None else f", >= {least_bandwidth:.0f}% copy bw")
+        checks.append(
+            {
+                "kernel": kernel,
+                "goal": goal,
+                "rows": len(rows),
+                "met": sum(met),
+                "least_speedup_vs_bf16": min(r["speedup_vs_bf16"] for r in rows),
+                "least_percent_of_copy_bandwidth": min(r["percent_of_copy_bandwidth"] for r in rows),
+            }
+        )
+    return checks
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
+def steps_section(rows: list[dict[str, Any]]) -> list[str]:
+    def status(rc: int) -> str:
+        return "ok" if rc == 0 else "timed out" if rc in (124, 137) else f"exit {rc}"
+
+    body = [[r["step"], status(r["rc"]), f"{r['seconds']:.0f}", str(r["timeout_s"])] for r in rows]
+    return ["## Steps", "", *table(["step", "result", "seconds", "timeout s"], body), ""]
+
+
+def tests_section(title: str, results: dict[str, Any]) -> list[str]:
+    if not results["ran"]:
+        return [f"## {title}", "", "Not run.", ""]
+    counts = ", ".join(f"{n} {what}" for what, n in sorted(results["counts"].items())) or "no test finished"
+    lines = [f"## {title}", "", counts + ("" if results.get("finished") else " (the run did not finish)"), ""]
+    lines += [f"- FAILED `{f['test']}`: {f['why']}" for f in results["failures"]]
+    return [*lines, ""] if results["failures"] else lines
+
+
+def errors_section(errors: list[dict[str, Any]]) -> list[str]:
+    if not errors:
+        return []
+    ms = sorted({e["m"] for e in errors})
+    by_kernel: dict[str, dict[int, dict[str, Any]]] = {}
+    for e in errors:
+        by_kernel.setdefault(e["kernel"], {})[e["m"]] = e
+    body = []
+    for kernel, cells in by_kernel.items():
+        body.append([kernel, *(_error_cell(cells.get(m)) for m in ms)])
+    first = errors[0]
+    lines = [
+        f"Max |kernel - float64| over max |float32 torch reference - float64| (N = {first['n']}, K = {first['k']}; "
+        "the test allows 16, or a floor of 2^-26 of the largest row sum); in brackets, max |kernel - torch| "
+        "relative to max |torch| (allowed 2e-5):",
+        "",
+    ]
+    return [*lines, *table(["kernel", *(f"M = {m}" for m in ms)], body), ""]
+
+
+def _error_cell(error: dict[str, Any] | None) -> str:
+    if error is None:
+        return "—"
+    ratio = error["kernel_error"] / error["float32_error"] if error["float32_error"] else float("inf")
+    return f"{ratio:.2f} ({error['vs_torch_relative']:.1e})"
+
+
+def bench_section(bench: dict[str, Any] | None, problem: str | None) -> list[str]:
+    lines = ["## bench kernels (M <= 16)", ""]
+    if bench is None:
+        return [*lines, problem or "Not run.", ""]
+    rows = bench.get("rows", [])
+    kernels = [k for k in dict.fromkeys(r["kernel"] for r in rows) if k not in ("torch-bf16", "torch-scaled-mm-fp8")]
+    copies = ", ".join(f"{gbps:.0f}" for gbps in bench.get("copy_gbps_per_run", [bench["copy_gbps"]]))
+    lines += [
+        f"{bench['device']}; device-to-device copy {copies} GB/s (read + write of 1 GiB; one figure per run). "
+        "Each cell: speed-up over torch bf16 matmul at the same shape and M, timed in the same run (triton "
+        "do_bench medians), and the percent of the copy bandwidth the kernel's bytes reach.",
+        "",
+    ]
+    body = []
+    for shape, m in dict.fromkeys((r["shape"], r["m"]) for r in rows):
+        at = {r["kernel"]: r for r in rows if r["shape"] == shape and r["m"] == m}
+        base = at.get("torch-bf16")
+        scaled = at.get("torch-scaled-mm-fp8")
+        cells = [
+            f"{at[k]['speedup_vs_bf16']:.2f}× ({at[k]['percent_of_copy_bandwidth']:.0f}%)" if k in at else "—"
+            for k in kernels
+        ]
+        body.append(
+            [
+                shape,
+                str(m),
+                f"{base['ms'] * 1e3:.1f}" if base else "—",
+                f"{scaled['speedup_vs_bf16']:.2f}×" if scaled else "—",
+                *cells,
+            ]
+        )
+    lines += table(["shape", "M", "bf16 µs", "_scaled_mm", *kernels], body)
+    checks = goal_checks(bench)
+    if checks:
+        lines += ["", "Goals at M <= 16:", ""]
+        lines += table(
+            ["kernel", "goal", "rows meeting it", "least × bf16", "least % copy bw"],
+            [
+                [
+                    c["kernel"],
+                    c["goal"],
+                    f"{c['met']} of {c['rows']}",
+                    f"{c['least_speedup_vs_bf16']:.2f}",
+                    f"{c['least_percent_of_copy_bandwidth']:.0f}",
+                ]
+                for c in checks
+            ],
+        )
+    return [*lines, *([problem, ""] if problem else []), ""]
+
+
+def draft_section(draft: dict[str, Any] | None, problem: str | None) -> list[str]:
+    lines = ["## One draft round (k = 3) of the Kimi-K2.5 Llama head", ""]
+    if draft is None:
+        return [*lines, problem or "Not run.", ""]
+    variants = draft["variants"]
+    clock = variants[0]["clock"] if variants else "eager_ms"
+    lines += [
+        f"{draft['device']}. Timed: {draft['timed']}; KV context {draft['context']} tokens. Median of "
+        f"{draft['repeats']} rounds, {'one CUDA graph per round' if clock == 'graph_ms' else 'eager'}. "
+        f"Model: bytes per round as `inspect` prices a {draft['format_priced']} conversion for "
+        f"{draft['engine_priced']}; roofline = those bytes / {draft['hbm_bytes_per_s'] / 1e12:.1f} TB/s. "
+        "Speed-ups are over the BF16 round of the full vocabulary at the same batch.",
+        "",
+    ]
+    body = []
+    for variant in variants:
+        for row in variant["rows"]:
+            graph = "—" if row["graph_ms"] is None else f"{row['graph_ms']:.3f}"
+            body.append(
+                [
+                    variant["name"],
+                    str(row["batch"]),
+                    graph,
+                    f"{row['eager_ms']:.3f}",
+                    f"{row['measured_speedup']:.2f}×",
+                    f"{variant['model_speedup']:.2f}×",
+                    f"{variant['bytes_per_round'] / 1e9:.3g}",
+                    f"{variant['roofline_ms']:.3f}",
+                    f"{row['percent_of_roofline']:.0f}%",
+                ]
+            )
+    header = [
+        "draft",
+        "batch",
+        "graph ms",
+        "eager ms",
+        "measured ×",
+        "model ×",
+        "GB / round",
+        "roofline ms",
+        "% of roofline",
+    ]
+    lines += table(header, body)
+    failed = {row["graph_error"] for v in variants for row in v["rows"] if row.get("graph_error")}
+    lines += [f"- CUDA graph capture failed: {why}" for why in sorted(failed)]
+    return [*lines, ""]
+
+
+def bench_runs(work: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``bench kernels`` runs (``bench-kernels-m*.json``, one per M) as one: their rows and copy bandwidths."""
+    paths = sorted(work.glob("bench-kernels-m*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+    runs, problems = [], []
+    for path in paths:
+        run, problem = read_json(path)
+        if run is None:
+            problems.append(problem or path.name)
+        else:
+            runs.append(run)
+    if not runs:
+        return None, "; ".join(problems) or "bench kernels: no output (the step did not run)"
+    merged = {"device": runs[0]["device"], "copy_gbps": min(r["copy_gbps"] for r in runs)}
+    merged["copy_gbps_per_run"] = [r["copy_gbps"] for r in runs]
+    merged["rows"] = [row for r in runs for row in r["rows"]]
+    return merged, "; ".join(problems) or None
+
+
+def summarize(work: Path) -> tuple[str, dict[str, Any]]:
+    bench, bench_problem = bench_runs(work)
+    draft, draft_problem = read_json(work / "draft-round.json")
+    kernel_tests = pytest_results(work / "kernel-tests.log")
+    convert_tests = pytest_results(work / "convert-tests.log")
+    errors = kernel_errors(work / "kernel-errors.jsonl")
+    environment = (work / "environment.txt").read_text(encoding="utf-8") if (work / "environment.txt").is_file() else ""
+    lines = [
+        "# GPU check (scripts/gpu_check.sh)",
+        "",
+        "```",
+        environment.strip() or "environment not recorded",
+        "```",
+        "",
+    ]
+    lines += steps_section(steps(work))
+    lines += [*tests_section("Kernels compiled on the GPU against float64 and torch", kernel_tests)]
+    lines += errors_section(errors)
+    lines += tests_section("convert --device cuda writes the CPU's bytes", convert_tests)
+    lines += bench_section(bench, bench_problem)
+    lines += draft_section(draft, draft_problem)
+    lines += ["## Not run", "", *(f"- {line}" for line in NOT_RUN), ""]
+    data = {
+        "environment": environment,
+        "steps": steps(work),
+        "kernel_tests": kernel_tests,
+        "kernel_errors": errors,
+        "convert_tests": convert_tests,
+        "bench_kernels": bench,
+        "goals": goal_checks(bench or {}),
+        "draft_round": draft,
+        "problems": [p for p in (bench_problem, draft_problem) if p],
+        "not_run": NOT_RUN,
+    }
+    return "\n".join(lines), data
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: gpu_summary.py WORK_DIR OUT_DIR", file=sys.stderr)
+        return 2
+    work, out = map(Path, argv)
+    markdown, data = summarize(work)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "summary.md").write_text(markdown, encoding="utf-8")
+    (out / "summary.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
