@@ -199,14 +199,14 @@ def bench_kernels(
     device: str, m_values: tuple[int, ...] = M_VALUES, shapes: list[tuple[str, int, int]] | None = None
 ) -> KernelBench:
     timer = _timer(device)
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device=device).manual_seed(0)  # made where they run: seconds less a shape on a GPU
     copy_gbps = copy_bandwidth(device, timer)
     rows: list[Timing] = []
     for name, n, k in shapes or KIMI_SHAPES:
-        dense = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16).to(device)
+        dense = (torch.randn(n, k, generator=generator, device=device) * 0.05).to(torch.bfloat16)
         stored = {kind: random_stored(kind, n, k, device, generator) for kind in KERNELS}
         for m in m_values:
-            x = torch.randn(m, k, generator=generator).to(torch.bfloat16).to(device)
+            x = torch.randn(m, k, generator=generator, device=device).to(torch.bfloat16)
             bf16_ms = timer(_bound(torch.matmul, x, dense.T))
             timings = [Timing(name, m, n, k, "torch-bf16", "torch", bf16_ms, dense.numel() * 2, bf16_ms)]
             scaled = _scaled_mm_timing(name, m, n, k, x, stored["fp8-w8a8"], timer, bf16_ms)
