@@ -7,7 +7,7 @@
 #   4. one draft round (k = 3, batch 1-16) of the full-size Kimi-K2.5 Llama head, beside the bytes model
 # vLLM's CUDA paths are not run (no vLLM on the machine); the summary says so.
 #
-#   OUT=/path/to/out bash scripts/gpu_check.sh          (python3 with CUDA torch + triton; about 6.5 minutes at most)
+#   OUT=/path/to/out bash scripts/gpu_check.sh          (python3 with CUDA torch + triton; 7 minutes at most)
 #   GPU_CHECK_DRY=1 PYTHON=.venv/bin/python OUT=/tmp/x bash scripts/gpu_check.sh   (CPU, tiny shapes: the plumbing)
 #
 # OUT receives summary.md (the tables for docs/performance.md), summary.json and logs.tar.gz (every raw output),
@@ -69,10 +69,11 @@ run_step "kernels vs float64 and torch" "${TIMEOUT_TESTS:-110}" kernel-tests.log
 run_step "convert --device cuda byte identity" "${TIMEOUT_CONVERT:-100}" convert-tests.log \
     "${PYTEST[@]}" tests/kernels/test_device.py
 for m in 1 4 16; do
-    run_step "bench kernels --m $m" "${TIMEOUT_BENCH:-30}" "bench-kernels-m$m.log" \
+    run_step "bench kernels --m $m" "${TIMEOUT_BENCH:-35}" "bench-kernels-m$m.log" \
         bash -c '"$0" -m eaglequant bench kernels --m "$1" "${@:3}" --json > "$2"' \
-        "$PY" "$m" "$WORK/bench-kernels-m$m.json" "${DEVICE[@]}"
+        "$PY" "$m" "$WORK/bench-kernels-m$m.json" ${DEVICE[@]+"${DEVICE[@]}"}
 done
 run_step "draft round" "${TIMEOUT_DRAFT:-90}" draft-round.log \
     "$PY" scripts/gpu_draft_round.py "${DRAFT[@]}" --json "$WORK/draft-round.json"
-echo "== $(date -u +%T) done: $OUT/summary.md"
+echo "== $(date -u +%T) done: $OUT/summary.md, $OUT/summary.json, $OUT/logs.tar.gz"
+cat "$OUT/summary.md"

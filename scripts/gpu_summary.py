@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +65,24 @@ def steps(work: Path) -> list[dict[str, Any]]:
     rows = []
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
+            if line.count("\t") != 3:
+                continue
             name, rc, seconds, limit = line.split("\t")
             rows.append({"step": name, "rc": int(rc), "seconds": float(seconds), "timeout_s": int(limit)})
     return rows
 
 
 def kernel_errors(path: Path) -> list[dict[str, Any]]:
+    """The kernel test's measured errors, one JSON line a case (a line cut short by a timeout is left out)."""
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
 
 
 def goal_checks(bench: dict[str, Any]) -> list[dict[str, Any]]:
@@ -254,16 +264,26 @@ def bench_runs(work: Path) -> tuple[dict[str, Any] | None, str | None]:
     runs, problems = [], []
     for path in paths:
         run, problem = read_json(path)
-        if run is None:
-            problems.append(problem or path.name)
-        else:
+        if isinstance(run, dict) and "rows" in run:
             runs.append(run)
+        elif run is None:
+            problems.append(problem or path.name)
+        else:  # the command's own --json error object
+            problems.append(f"{path.name}: {run.get('error', {}).get('message', 'no rows')}")
     if not runs:
         return None, "; ".join(problems) or "bench kernels: no output (the step did not run)"
     merged = {"device": runs[0]["device"], "copy_gbps": min(r["copy_gbps"] for r in runs)}
     merged["copy_gbps_per_run"] = [r["copy_gbps"] for r in runs]
     merged["rows"] = [row for r in runs for row in r["rows"]]
     return merged, "; ".join(problems) or None
+
+
+def guarded(title: str, section: Callable[..., list[str]], *args: Any) -> list[str]:
+    """A section, or where its input is not what it expects, one line saying so (the rest of the summary stands)."""
+    try:
+        return section(*args)
+    except Exception as exc:
+        return [f"## {title}", "", f"The summary could not read this part: {type(exc).__name__}: {exc}", ""]
 
 
 def summarize(work: Path) -> tuple[str, dict[str, Any]]:
@@ -273,21 +293,18 @@ def summarize(work: Path) -> tuple[str, dict[str, Any]]:
     convert_tests = pytest_results(work / "convert-tests.log")
     errors = kernel_errors(work / "kernel-errors.jsonl")
     environment = (work / "environment.txt").read_text(encoding="utf-8") if (work / "environment.txt").is_file() else ""
-    lines = [
-        "# GPU check (scripts/gpu_check.sh)",
-        "",
-        "```",
-        environment.strip() or "environment not recorded",
-        "```",
-        "",
-    ]
-    lines += steps_section(steps(work))
-    lines += [*tests_section("Kernels compiled on the GPU against float64 and torch", kernel_tests)]
-    lines += errors_section(errors)
+    fenced = ["```", environment.strip() or "environment not recorded", "```", ""]
+    lines = ["# GPU check (scripts/gpu_check.sh)", "", *fenced, *steps_section(steps(work))]
+    lines += tests_section("Kernels compiled on the GPU against float64 and torch", kernel_tests)
+    lines += guarded("Kernel errors", errors_section, errors)
     lines += tests_section("convert --device cuda writes the CPU's bytes", convert_tests)
-    lines += bench_section(bench, bench_problem)
-    lines += draft_section(draft, draft_problem)
+    lines += guarded("bench kernels", bench_section, bench, bench_problem)
+    lines += guarded("One draft round", draft_section, draft, draft_problem)
     lines += ["## Not run", "", *(f"- {line}" for line in NOT_RUN), ""]
+    try:
+        goals = goal_checks(bench or {})
+    except Exception as exc:
+        goals = [{"error": f"{type(exc).__name__}: {exc}"}]
     data = {
         "environment": environment,
         "steps": steps(work),
@@ -295,7 +312,7 @@ def summarize(work: Path) -> tuple[str, dict[str, Any]]:
         "kernel_errors": errors,
         "convert_tests": convert_tests,
         "bench_kernels": bench,
-        "goals": goal_checks(bench or {}),
+        "goals": goals,
         "draft_round": draft,
         "problems": [p for p in (bench_problem, draft_problem) if p],
         "not_run": NOT_RUN,

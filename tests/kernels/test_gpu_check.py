@@ -100,10 +100,17 @@ def test_the_summary_of_a_run_cut_short(tmp_path: Path) -> None:
     work.mkdir()
     (work / "convert-tests.log").write_text("tests/kernels/test_device.py::test_x[a] PASSED [  3%]\n", encoding="utf-8")
     (work / "bench-kernels-m4.json").write_text("", encoding="utf-8")  # the shell's redirect, then a timeout
+    refused = {"ok": False, "error": {"type": "Terminated", "message": "interrupted; nothing was written"}}
+    (work / "bench-kernels-m16.json").write_text(json.dumps(refused), encoding="utf-8")  # the command's --json error
+    (work / "kernel-errors.jsonl").write_text('{"kernel": "fp8-w8a16", "m"', encoding="utf-8")  # a line cut short
+    (work / "steps.tsv").write_text("kernels\t124\t110\t110\nconv", encoding="utf-8")
     (work / "draft-round.json").write_text("{", encoding="utf-8")
     assert _script("gpu_summary").main([str(work), str(tmp_path / "out")]) == 0
     data = json.loads((tmp_path / "out" / "summary.json").read_text(encoding="utf-8"))
     assert data["convert_tests"] == {"ran": True, "counts": {"passed": 1}, "failures": [], "finished": False}
     assert data["bench_kernels"] is None and data["draft_round"] is None
-    assert any("bench-kernels-m4.json: unreadable" in problem for problem in data["problems"])
+    (problem,) = data["problems"][:1]
+    assert "bench-kernels-m4.json: unreadable" in problem
+    assert "bench-kernels-m16.json: interrupted; nothing was written" in problem
+    assert data["kernel_errors"] == [] and [step["rc"] for step in data["steps"]] == [124]
     assert "(the run did not finish)" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
