@@ -23,7 +23,9 @@ activations are quantized is its activation kind's (per token, or per token per 
 
 Products are accumulated in float32. Divisions that decide a rounding are IEEE ones (``tl.div_rn``), as the reference's
 and the engines' are: Triton's ``/`` on float32 is an approximation on NVIDIA GPUs (``div.full.f32``, within 2 ulp),
-which the interpreter's exact division would hide. Under ``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
+which the interpreter's exact division would hide; and no multiply-add is fused into an FMA (Triton's default), which
+would round a product once less than the reference does before an activation is rounded to a code. Under
+``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
 """
 
 from __future__ import annotations
@@ -258,5 +260,6 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        enable_fp_fusion=False,  # x * (127 / amax) + the rounding constant must not become one FMA: two roundings
     )
     return y
