@@ -228,20 +228,31 @@ def kv_bytes(dims: Dims, batch: int, k: int, context: int) -> int:
     return sum(2 * 2 * batch * dims.heads * dims.head_dim * (context + step + 1) for step in range(k))
 
 
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
 def time_variant(weights: Weights, kinds: dict[str, Any], vocab: int, args: argparse.Namespace) -> list[dict]:
+    """A row a batch: eager and CUDA-graph medians, or why that batch has none (the other batches and variants are
+    still timed: one GPU run has to give what it can)."""
     linears = {name: weights.linear(name, kinds[PART_OF[name]], vocab) for name in LINEARS}
     rows = []
     for batch in args.batch:
-        run = round_function(weights, linears, batch, args.k, args.context)
-        row: dict[str, Any] = {"batch": batch, "eager_ms": median_ms(run, args.device, args.repeats)}
+        row: dict[str, Any] = {"batch": batch, "eager_ms": None, "graph_ms": None, "error": None, "graph_error": None}
         row["kv_bytes"] = kv_bytes(weights.dims, batch, args.k, args.context)
-        row["graph_ms"], row["graph_error"] = None, None
-        if args.device == "cuda":
+        try:
+            run = round_function(weights, linears, batch, args.k, args.context)
+            row["eager_ms"] = median_ms(run, args.device, args.repeats)
+        except Exception as exc:
+            row["error"] = _failure(exc)
+        if args.device == "cuda" and row["eager_ms"] is not None:
             try:
                 row["graph_ms"] = graph_ms(run, args.repeats)
             except Exception as exc:  # a capture that fails is reported, the eager figure stands
-                row["graph_error"] = f"{type(exc).__name__}: {exc}"[:300]
-        print(f"  batch {batch}: eager {row['eager_ms']:.3f} ms, graph {row['graph_ms']} ms", flush=True)
+                row["graph_error"] = _failure(exc)
+        print(
+            f"  batch {batch}: eager {row['eager_ms']} ms, graph {row['graph_ms']} ms {row['error'] or ''}", flush=True
+        )
         rows.append(row)
     return rows
 
@@ -266,7 +277,11 @@ def measure(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) ->
         variant["model_quantized"] = {p.part: p.quantized for p in cost.parts}
         variant["bytes_per_round"] = cost.bytes_per_round
         variant["roofline_ms"] = cost.bytes_per_round / HBM_BYTES_PER_S * 1e3
-        variant["rows"] = time_variant(weights, kinds, vocab, args)
+        try:
+            variant["rows"], variant["error"] = time_variant(weights, kinds, vocab, args), None
+        except Exception as exc:  # its weights could not be made: the next variant is still timed
+            variant["rows"], variant["error"] = [], _failure(exc)
+            print(f"  failed: {variant['error']}", flush=True)
         variants.append(variant)
         result = {"device": describe_device(args.device), "dims": dims.__dict__, **_settings(args)}
         result["variants"] = ratios(variants)
@@ -276,15 +291,17 @@ def measure(args: argparse.Namespace, save: Callable[[dict[str, Any]], None]) ->
 
 def ratios(variants: list[dict]) -> list[dict]:
     """Each row's speed-up over the BF16 round at the same batch (full vocabulary), measured and as the bytes model
-    says; graph times where every round was captured, eager ones otherwise."""
-    base = variants[0]
-    clock = "graph_ms" if all(r["graph_ms"] for v in variants for r in v["rows"]) else "eager_ms"
+    says (None where either was not timed); graph times where every timed round was captured, eager ones otherwise."""
+    base = {row["batch"]: row for row in variants[0]["rows"]}
+    timed = [row for variant in variants for row in variant["rows"] if row["eager_ms"] is not None]
+    clock = "graph_ms" if timed and all(row["graph_ms"] for row in timed) else "eager_ms"
     for variant in variants:
         variant["clock"] = clock
-        variant["model_speedup"] = base["bytes_per_round"] / variant["bytes_per_round"]
-        for row, base_row in zip(variant["rows"], base["rows"], strict=True):
-            row["measured_speedup"] = base_row[clock] / row[clock]
-            row["percent_of_roofline"] = 100 * variant["roofline_ms"] / row[clock]
+        variant["model_speedup"] = variants[0]["bytes_per_round"] / variant["bytes_per_round"]
+        for row in variant["rows"]:
+            own, bf16 = row.get(clock), base.get(row["batch"], {}).get(clock)
+            row["measured_speedup"] = bf16 / own if own and bf16 else None
+            row["percent_of_roofline"] = 100 * variant["roofline_ms"] / own if own else None
     return variants
 
 

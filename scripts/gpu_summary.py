@@ -210,6 +210,10 @@ def bench_section(bench: dict[str, Any] | None, problem: str | None) -> list[str
     return [*lines, *([problem, ""] if problem else []), ""]
 
 
+def _figure(value: float | None, spec: str, unit: str = "") -> str:
+    return "—" if value is None else f"{value:{spec}}{unit}"
+
+
 def draft_section(draft: dict[str, Any] | None, problem: str | None) -> list[str]:
     lines = ["## One draft round (k = 3) of the Kimi-K2.5 Llama head", ""]
     if draft is None:
@@ -226,35 +230,25 @@ def draft_section(draft: dict[str, Any] | None, problem: str | None) -> list[str
     ]
     body = []
     for variant in variants:
+        model = [f"{variant['model_speedup']:.2f}×", f"{variant['bytes_per_round'] / 1e9:.3g}"]
+        model.append(f"{variant['roofline_ms']:.3f}")
         for row in variant["rows"]:
-            graph = "—" if row["graph_ms"] is None else f"{row['graph_ms']:.3f}"
-            body.append(
-                [
-                    variant["name"],
-                    str(row["batch"]),
-                    graph,
-                    f"{row['eager_ms']:.3f}",
-                    f"{row['measured_speedup']:.2f}×",
-                    f"{variant['model_speedup']:.2f}×",
-                    f"{variant['bytes_per_round'] / 1e9:.3g}",
-                    f"{variant['roofline_ms']:.3f}",
-                    f"{row['percent_of_roofline']:.0f}%",
-                ]
-            )
-    header = [
-        "draft",
-        "batch",
-        "graph ms",
-        "eager ms",
-        "measured ×",
-        "model ×",
-        "GB / round",
-        "roofline ms",
-        "% of roofline",
-    ]
+            times = [_figure(row["graph_ms"], ".3f"), _figure(row["eager_ms"], ".3f")]
+            speedup = [_figure(row["measured_speedup"], ".2f", "×")]
+            body.append([variant["name"], str(row["batch"]), *times, *speedup, *model])
+            body[-1].append(_figure(row["percent_of_roofline"], ".0f", "%"))
+    header = ["draft", "batch", "graph ms", "eager ms", "measured ×", "model ×", "GB / round", "roofline ms"]
+    header.append("% of roofline")
     lines += table(header, body)
     failed = {row["graph_error"] for v in variants for row in v["rows"] if row.get("graph_error")}
     lines += [f"- CUDA graph capture failed: {why}" for why in sorted(failed)]
+    lines += [
+        f"- {v['name']}, batch {row['batch']}: {row['error']}"
+        for v in variants
+        for row in v["rows"]
+        if row.get("error")
+    ]
+    lines += [f"- {v['name']}: not timed, {v['error']}" for v in variants if v.get("error")]
     return [*lines, ""]
 
 

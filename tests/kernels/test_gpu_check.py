@@ -114,3 +114,39 @@ def test_the_summary_of_a_run_cut_short(tmp_path: Path) -> None:
     assert "bench-kernels-m16.json: interrupted; nothing was written" in problem
     assert data["kernel_errors"] == [] and [step["rc"] for step in data["steps"]] == [124]
     assert "(the run did not finish)" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+
+
+def test_a_variant_that_fails_leaves_the_others_and_says_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import eaglequant.kernels
+
+    real = eaglequant.kernels.fused_linear
+
+    def no_fp4(x, stored, backend="auto", *args):  # type: ignore[no-untyped-def]
+        if stored.weight_kind.name == "nvfp4":
+            raise RuntimeError("no FP4 kernel here")
+        return real(x, stored, backend, *args)
+
+    monkeypatch.setattr(eaglequant.kernels, "fused_linear", no_fp4)
+    work = tmp_path / "work"
+    work.mkdir()
+    args = [
+        "--device",
+        "cpu",
+        "--scale",
+        "64",
+        "--batch",
+        "1",
+        "--repeats",
+        "1",
+        "--json",
+        str(work / "draft-round.json"),
+    ]
+    assert _script("gpu_draft_round").main(args) == 0
+    assert _script("gpu_summary").main([str(work), str(tmp_path / "out")]) == 0
+    markdown = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert "- fp8 decoder + nvfp4 lm_head, batch 1: RuntimeError: no FP4 kernel here" in markdown
+    assert "| fp8 decoder + nvfp4 lm_head | 1 | — | — | — | 2." in markdown  # the model's figures stand
+    assert (
+        "| fp8 decoder, vocab 32768 | 1 | — | " in markdown
+        and "| fp8 decoder, vocab 32768 | 1 | — | — |" not in markdown
+    )
