@@ -4,9 +4,10 @@ the check that the list covers every registered kind runs everywhere.
 
 The float64 reference dequantizes the stored codes and multiplies by the scales in float64, and multiplies the
 activations as the engine quantizes them (float32 values, rounded once each) in float64. The kernel may differ from
-it by summation order alone (its operands are exact in bf16 and it accumulates in float32), so its error is bounded by
-a multiple of the float32 reference's own error against float64 (:data:`ERROR_MULTIPLE`), with a floor for the case
-where that error happens to be near zero (:data:`FLOOR`, relative to the largest sum of |x| |w| a row takes).
+it by summation alone (its operands are exact in bf16 and it accumulates in float32), so each token's error is
+bounded by a multiple of the float32 reference's own error on that token against float64 (:data:`ERROR_MULTIPLE`),
+with a floor for a token where that error happens to be near zero (:data:`FLOOR`, relative to the largest sum of
+|x| |w| the token takes).
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 M_VALUES = (1, 4, 16, 64, 256)
 N, K = 384, 1024  # three 128-row blocks, eight 128-column groups: every kind's scale layout tiles it whole
-ERROR_MULTIPLE = 16.0
+# Tensor cores may truncate as they accumulate (several ulp a K step, one way), where the CPU's float32 rounds to
+# nearest; a single activation rounded to a neighbouring code errs about 2,000 times the float32 reference's error.
+ERROR_MULTIPLE = 64.0
 FLOOR = 2.0**-26  # about a float32 rounding (2^-24) of the largest row sum, not 2^-24 x K
 TORCH_TOLERANCE = 2e-5  # max |kernel - torch reference| / max |torch reference|, as tests/kernels/test_kernels.py
 # Where the measured errors go, one JSON line a case (scripts/gpu_check.sh's summary reads them); unset: nowhere.
@@ -74,20 +77,20 @@ def test_compiled_kernel_against_float64_and_torch(kernel: str, m: int) -> None:
 
     x, stored = _case(kernel, m)
     weight64 = dequantize_float64(stored)
-    activations = reference_activations(x, stored)
-    exact = activations.double() @ weight64.T
-    bound = ((activations.double().abs() @ weight64.abs().T).max(dim=1).values).max().item()
+    activations = reference_activations(x, stored).double()
+    exact = activations @ weight64.T
     torch_reference = reference_linear(x, stored)
     got = triton_linear(x.cuda(), stored.to("cuda")).cpu()
     assert torch.isfinite(got).all()
-    kernel_error = (got.double() - exact).abs().max().item()
-    float32_error = (torch_reference.double() - exact).abs().max().item()
-    allowed = max(ERROR_MULTIPLE * float32_error, FLOOR * bound)
+    kernel_error = (got.double() - exact).abs().amax(dim=1)  # per token: the outlier token's error hides no other's
+    float32_error = (torch_reference.double() - exact).abs().amax(dim=1)
+    row_sums = (activations.abs() @ weight64.abs().T).amax(dim=1)
+    allowed = torch.maximum(ERROR_MULTIPLE * float32_error, FLOOR * row_sums)
     torch_error = (got - torch_reference).abs().max().item() / torch_reference.abs().max().item()
     if ERRORS_FILE:
-        row = {"kernel": kernel, "m": m, "n": N, "k": K, "kernel_error": kernel_error}
-        row |= {"float32_error": float32_error, "allowed": allowed, "vs_torch_relative": torch_error}
+        ratio = (kernel_error / float32_error.clamp_min(1e-300)).max().item()
+        row = {"kernel": kernel, "m": m, "n": N, "k": K, "worst_ratio": ratio, "vs_torch_relative": torch_error}
         with open(ERRORS_FILE, "a", encoding="utf-8") as file:
             file.write(json.dumps(row) + "\n")
-    assert kernel_error <= allowed, (kernel_error, float32_error)
+    assert (kernel_error <= allowed).all(), (kernel_error / float32_error).max().item()
     assert torch_error <= TORCH_TOLERANCE
