@@ -211,6 +211,18 @@ def _figure(value: float | None, spec: str, unit: str = "") -> str:
     return "—" if value is None else f"{value:{spec}}{unit}"
 
 
+def _kv_note(variants: list[dict[str, Any]]) -> str:
+    """The KV cache a round's attention reads, which the bytes model (weights) leaves out."""
+    kv = {row["batch"]: row["kv_bytes"] for variant in variants for row in variant["rows"]}
+    if not kv:
+        return ""
+    low, high = min(kv), max(kv)
+    return (
+        f"Attention reads {kv[low] / 1e6:.1f} MB of KV cache a round at batch {low}, {kv[high] / 1e6:.1f} MB at "
+        f"batch {high}: in the measured times, not in the model's bytes."
+    )
+
+
 def draft_section(draft: dict[str, Any] | None, problem: str | None) -> list[str]:
     lines = ["## One draft round (k = 3) of the Kimi-K2.5 Llama head", ""]
     if draft is None:
@@ -222,7 +234,7 @@ def draft_section(draft: dict[str, Any] | None, problem: str | None) -> list[str
         f"{draft['repeats']} rounds, {'one CUDA graph per round' if clock == 'graph_ms' else 'eager'}. "
         f"Model: bytes per round as `inspect` prices a {draft['format_priced']} conversion for "
         f"{draft['engine_priced']}; roofline = those bytes / {draft['hbm_bytes_per_s'] / 1e12:.1f} TB/s. "
-        "Speed-ups are over the BF16 round of the full vocabulary at the same batch.",
+        "Speed-ups are over the BF16 round of the full vocabulary at the same batch. " + _kv_note(variants),
         "",
     ]
     body = []
