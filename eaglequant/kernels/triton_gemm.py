@@ -144,7 +144,9 @@ def _weight_tile(
     return w
 
 
-@triton.jit
+# One compiled kernel for every token count: M only bounds the rows, and a decode batch changes it every step (Triton
+# would otherwise compile once for M = 1, once for multiples of 16 and once for the rest).
+@triton.jit(do_not_specialize=["M"])
 def _dequant_gemm(
     x_ptr, w_ptr, block_scale_ptr, channel_scale_ptr, zero_point_ptr, y_ptr, M, N, K,
     stride_xm, stride_wn, stride_bn, stride_ym, global_scale, min_act_scale,
