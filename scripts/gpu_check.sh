@@ -1,39 +1,79 @@
 #!/usr/bin/env bash
-# Everything that needs a GPU, in one go (GPU machines are lent for short sessions):
-#   the GPU tests (kernels on the device, --device cuda byte-identity), bench kernels, and bench convert
-#   with the quantization math on the GPU and on the CPU. Runs from the repo root with the python that holds a
-#   CUDA build of torch, triton, typer, rich, safetensors, huggingface_hub, numpy, pytest and hypothesis.
-#   OUT (default ./gpu-check) receives the logs and the JSON of both benches.
-#   BENCH_HEADS: heads for bench convert --device cuda (default: both), CPU_HEADS for the CPU comparison
-#   (default kimi-llama); BENCH_CONVERT=0 skips bench convert.
+# The one GPU check (issue 65), most valuable first, each step under its own timeout; a failing step never stops
+# the next:
+#   1. every registered kernel compiled on the GPU against float64 and torch, M = 1 to 256 (tests/kernels)
+#   2. convert --device cuda writes the CPU's bytes: every fixture and the 1/8-scale Kimi-K2.5 heads
+#   3. bench kernels at M = 1, 4, 16 (one process each): % of copy bandwidth, x bf16, x torch._scaled_mm
+#   4. one draft round (k = 3, batch 1-16) of the full-size Kimi-K2.5 Llama head, beside the bytes model
+# vLLM's CUDA paths are not run (no vLLM on the machine); the summary says so.
+#
+#   OUT=/path/to/out bash scripts/gpu_check.sh          (python3 with CUDA torch + triton; 7 minutes at most)
+#   GPU_CHECK_DRY=1 PYTHON=.venv/bin/python OUT=/tmp/x bash scripts/gpu_check.sh   (CPU, tiny shapes: the plumbing)
+#
+# OUT receives summary.md (the tables for docs/performance.md), summary.json and logs.tar.gz (every raw output),
+# rewritten after each step, so a run cut short still leaves what it finished. Timeouts (seconds) can be changed:
+# TIMEOUT_TESTS, TIMEOUT_CONVERT, TIMEOUT_BENCH (each M), TIMEOUT_DRAFT.
 set -uo pipefail
 OUT=${OUT:-gpu-check}
 PY=${PYTHON:-python3}
+DRY=${GPU_CHECK_DRY:-0}
 mkdir -p "$OUT"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-step() { echo "== $(date +%T) $*"; }
+export EAGLEQUANT_KERNEL_ERRORS=$WORK/kernel-errors.jsonl
+PYTEST=("$PY" -m pytest -v -rfE --tb=line -p no:cacheprovider)
 
-step environment
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; nproc; free -g | head -2
-  $PY -c 'import torch, triton, sys; print(sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'; } | tee "$OUT/environment.txt"
+finish() {
+    tar -czf "$OUT/logs.tar.gz" -C "$WORK" . 2>/dev/null || echo "   (could not tar the logs)"
+    "$PY" scripts/gpu_summary.py "$WORK" "$OUT" || echo "   (the summary failed; the logs are in logs.tar.gz)"
+}
 
-step GPU tests
-timeout 300 $PY -m pytest -q -p no:cacheprovider -rfE --tb=short tests/kernels/test_device.py tests/kernels/test_kernels.py > "$OUT/tests.txt" 2>&1
-grep -E "^(FAILED|ERROR)|passed|failed" "$OUT/tests.txt" | tail -15
+# run_step NAME TIMEOUT LOG COMMAND...: the command's output to WORK/LOG, its status and time to steps.tsv
+run_step() {
+    local name=$1 limit=$2 log=$3 began=$SECONDS rc
+    shift 3
+    echo "== $(date -u +%T) $name (timeout ${limit} s)"
+    timeout -k 10 "$limit" "$@" > "$WORK/$log" 2>&1
+    rc=$?
+    printf '%s\t%d\t%d\t%d\n' "$name" "$rc" $((SECONDS - began)) "$limit" >> "$WORK/steps.tsv"
+    tail -n 3 "$WORK/$log" | cut -c1-200
+    echo "== $name: exit $rc after $((SECONDS - began)) s"
+    finish
+}
 
-step bench kernels
-timeout 240 $PY -m eaglequant bench kernels --json > "$OUT/bench-kernels.json" 2> "$OUT/bench-kernels.err"
-tail -3 "$OUT/bench-kernels.err"
+echo "== $(date -u +%T) environment (dry run: $DRY; raw outputs in $WORK)"
+{
+    timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.memory --format=csv,noheader \
+        || echo "no nvidia-smi"
+    echo "cores: $(nproc)"
+    timeout 60 "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+"cuda", torch.version.cuda, "gpu", torch.cuda.get_device_name() if torch.cuda.is_available() else None)
+try:
+    import triton; print("triton", triton.__version__)
+except ImportError:
+    print("triton: not installed")'
+    echo "git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+} > "$WORK/environment.txt" 2>&1
+cat "$WORK/environment.txt"
 
-if [ "${BENCH_CONVERT:-1}" != 0 ]; then
-    for device in cuda cpu; do
-        step "bench convert --device $device"
-        names=${BENCH_HEADS:-kimi-llama kimi-mla}
-        [ "$device" = cpu ] && names=${CPU_HEADS:-kimi-llama}
-        heads=(); for h in $names; do heads+=(--head "$h"); done
-        timeout 420 $PY -m eaglequant bench convert "${heads[@]}" --no-anchors --device "$device" \
-            --cache-dir /tmp/eaglequant-bench --json > "$OUT/bench-convert-$device.json" 2> "$OUT/bench-convert-$device.err"
-        tail -2 "$OUT/bench-convert-$device.err"
-    done
+if [ "$DRY" = 1 ]; then
+    DEVICE=(--device cpu --tiny)
+    DRAFT=(--device cpu --scale 64 --repeats 3)
+else
+    DEVICE=()
+    DRAFT=(--device cuda)
 fi
-step done
+
+run_step "kernels vs float64 and torch" "${TIMEOUT_TESTS:-110}" kernel-tests.log \
+    "${PYTEST[@]}" tests/kernels/test_gpu_kernels.py tests/kernels/test_kernels.py
+run_step "convert --device cuda byte identity" "${TIMEOUT_CONVERT:-100}" convert-tests.log \
+    "${PYTEST[@]}" tests/kernels/test_device.py
+for m in 1 4 16; do
+    run_step "bench kernels --m $m" "${TIMEOUT_BENCH:-35}" "bench-kernels-m$m.log" \
+        bash -c '"$0" -m eaglequant bench kernels --m "$1" "${@:3}" --json > "$2"' \
+        "$PY" "$m" "$WORK/bench-kernels-m$m.json" ${DEVICE[@]+"${DEVICE[@]}"}
+done
+run_step "draft round" "${TIMEOUT_DRAFT:-90}" draft-round.log \
+    "$PY" scripts/gpu_draft_round.py "${DRAFT[@]}" --json "$WORK/draft-round.json"
+echo "== $(date -u +%T) done: $OUT/summary.md, $OUT/summary.json, $OUT/logs.tar.gz"
+cat "$OUT/summary.md"

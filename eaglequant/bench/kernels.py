@@ -17,7 +17,7 @@ import torch
 
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.kernels import StoredLinear, fused_linear
-from eaglequant.kinds import KindPair
+from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, KindPair
 
 H = 7168
 # (name, N, K) as the engines run them: fused q/k/v and gate/up (Llama layout, 64 heads x 128, I = 12288).
@@ -37,6 +37,11 @@ KERNELS: dict[str, KindPair] = {
     "fp8-block-w8a8": KindPair("fp8-block", "fp8-group"),
     "nvfp4-w4a16": KindPair("nvfp4", None),
     "mxfp4-w4a16": KindPair("mxfp4", None),
+    "fp8-block-w8a16": KindPair("fp8-block", None),
+    "int8-w8a16": KindPair("int8-channel", None),
+    "int8-w8a8": KindPair("int8-channel", "int8-token"),
+    "int4-w4a16": KindPair("int4-group", None),
+    "int4-asym-w4a16": KindPair("int4-group-asym", None),
 }
 Timer = Callable[[Callable[[], object]], float]
 
@@ -104,37 +109,63 @@ class KernelBench(JsonRecord):
         return [timing.to_json(self.copy_gbps) for timing in timings]
 
 
+def registered_kernel_pairs() -> set[KindPair]:
+    """Every (weight kind, activation kind) the Triton kernel has a specialisation for: each registered weight kind
+    weight-only, and with each activation kind engines pair it with that the kernel quantizes (``simulated``; the
+    others run the weight-only kernel)."""
+    pairs = set()
+    for kind in WEIGHT_KINDS.values():
+        pairs.add(KindPair(kind.name, None))
+        pairs.update(KindPair(kind.name, act) for act in kind.activations if ACTIVATION_KINDS[act].simulated)
+    return pairs
+
+
 def random_stored(kernel: str, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:
     """Random stored tensors of ``kernel``'s weight kind (shapes as its class documents)."""
-    kinds = KERNELS[kernel]
+    return random_stored_kinds(KERNELS[kernel], n, k, device, generator)
 
-    def bytes_(*shape: int) -> torch.Tensor:
-        return torch.randint(0, 256, shape, dtype=torch.uint8, generator=generator).to(device)
+
+def random_stored_kinds(kinds: KindPair, n: int, k: int, device: str, generator: torch.Generator) -> StoredLinear:
+    """Random stored tensors of ``kinds``' weight kind, made on ``generator``'s device (a CUDA generator makes a
+    full-size head's in milliseconds) and moved to ``device``: any bytes each kind can store, scales near one."""
+    made = generator.device
+
+    def ints(low: int, high: int, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.randint(low, high, shape, dtype=dtype, generator=generator, device=made).to(device)
 
     def fp8(*shape: int) -> torch.Tensor:
-        return (torch.randn(*shape, generator=generator) * 0.05).to(torch.float8_e4m3fn).to(device)
+        return (torch.randn(*shape, generator=generator, device=made) * 0.05).to(torch.float8_e4m3fn).to(device)
 
     def scales(*shape: int) -> torch.Tensor:
-        return (torch.rand(*shape, generator=generator) + 0.5).to(device)
+        return (torch.rand(*shape, generator=generator, device=made) + 0.5).to(device)
+
+    def int4(zero: bool) -> dict[str, torch.Tensor]:
+        made_ = {"weight": ints(-(2**31), 2**31, (n, k // 8), torch.int32), "block_scale": scales(n, k // 128) * 1e-2}
+        return made_ | ({"zero_point": ints(-8, 8, (n, k // 128), torch.int8)} if zero else {})
 
     builders: dict[str, Callable[[], dict[str, torch.Tensor]]] = {
         "fp8-channel": lambda: {"weight": fp8(n, k), "channel_scale": scales(n)},
         "fp8-block": lambda: {"weight": fp8(n, k), "block_scale": scales(-(-n // 128), -(-k // 128))},
         "nvfp4": lambda: {
-            "weight": bytes_(n, k // 2),
-            "block_scale": (torch.rand(n, k // 16, generator=generator) + 0.1).to(torch.float8_e4m3fn).to(device),
-            "global_scale": torch.tensor(1e-3, device=device),
+            "weight": ints(0, 256, (n, k // 2), torch.uint8),
+            "block_scale": (torch.rand(n, k // 16, generator=generator, device=made) + 0.1)
+            .to(torch.float8_e4m3fn)
+            .to(device),
+            "global_scale": torch.tensor(1e-3),  # read as a launch argument: on the host, no wait for the device
         },
         "mxfp4": lambda: {
-            "weight": bytes_(n, k // 2),
-            "block_scale": torch.randint(118, 128, (n, k // 32), dtype=torch.uint8, generator=generator).to(device),
+            "weight": ints(0, 256, (n, k // 2), torch.uint8),
+            "block_scale": ints(118, 128, (n, k // 32), torch.uint8),
         },
+        "int8-channel": lambda: {"weight": ints(-127, 128, (n, k), torch.int8), "channel_scale": scales(n) * 1e-3},
+        "int4-group": lambda: int4(zero=False),
+        "int4-group-asym": lambda: int4(zero=True),
     }
     return StoredLinear(kinds.weight_kind, activation_kind=kinds.activation_kind, **builders[kinds.weight]())
 
 
 def _stored_bytes(stored: StoredLinear) -> int:
-    tensors = [stored.weight, stored.channel_scale, stored.block_scale]
+    tensors = [stored.weight, stored.channel_scale, stored.block_scale, stored.zero_point]
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
 
 
@@ -168,14 +199,14 @@ def bench_kernels(
     device: str, m_values: tuple[int, ...] = M_VALUES, shapes: list[tuple[str, int, int]] | None = None
 ) -> KernelBench:
     timer = _timer(device)
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device=device).manual_seed(0)  # made where they run: seconds less a shape on a GPU
     copy_gbps = copy_bandwidth(device, timer)
     rows: list[Timing] = []
     for name, n, k in shapes or KIMI_SHAPES:
-        dense = (torch.randn(n, k, generator=generator) * 0.05).to(torch.bfloat16).to(device)
+        dense = (torch.randn(n, k, generator=generator, device=device) * 0.05).to(torch.bfloat16)
         stored = {kind: random_stored(kind, n, k, device, generator) for kind in KERNELS}
         for m in m_values:
-            x = torch.randn(m, k, generator=generator).to(torch.bfloat16).to(device)
+            x = torch.randn(m, k, generator=generator, device=device).to(torch.bfloat16)
             bf16_ms = timer(_bound(torch.matmul, x, dense.T))
             timings = [Timing(name, m, n, k, "torch-bf16", "torch", bf16_ms, dense.numel() * 2, bf16_ms)]
             scaled = _scaled_mm_timing(name, m, n, k, x, stored["fp8-w8a8"], timer, bf16_ms)

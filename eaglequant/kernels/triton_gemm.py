@@ -21,7 +21,11 @@ One kernel, specialised at compile time by the weight layout:
 Which specialisation reads a stored linear is its weight kind's ``kernel_layout`` (a :class:`KernelLayout`); how
 activations are quantized is its activation kind's (per token, or per token per group; ``kernel_codes``).
 
-Products are accumulated in float32. Under ``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
+Products are accumulated in float32. Divisions that decide a rounding are IEEE ones (``tl.div_rn``), as the reference's
+and the engines' are: Triton's ``/`` on float32 is an approximation on NVIDIA GPUs (``div.full.f32``, within 2 ulp),
+which the interpreter's exact division would hide; and no multiply-add is fused into an FMA (Triton's default), which
+would round a product once less than the reference does before an activation is rounded to a code. Under
+``TRITON_INTERPRET=1`` the same kernels run on CPU (tests).
 """
 
 from __future__ import annotations
@@ -84,7 +88,7 @@ def _round_to_e4m3(v):
     exponent = tl.maximum(((magnitude.to(tl.int32, bitcast=True) >> 23) & 255) - 127, -6)
     step = _power_of_two(exponent - 3)
     magic = 12582912.0  # 1.5 * 2^23: adding and subtracting it rounds to the nearest even integer
-    rounded = ((magnitude / step + magic) - magic) * step
+    rounded = ((magnitude * _power_of_two(3 - exponent) + magic) - magic) * step  # times 1 / step: exact
     return tl.where(v < 0, -rounded, rounded)
 
 
@@ -140,7 +144,9 @@ def _weight_tile(
     return w
 
 
-@triton.jit
+# One compiled kernel for every token count: M only bounds the rows, and a decode batch changes it every step (Triton
+# would otherwise compile once for M = 1, once for multiples of 16 and once for the rest).
+@triton.jit(do_not_specialize=["M"])
 def _dequant_gemm(
     x_ptr, w_ptr, block_scale_ptr, channel_scale_ptr, zero_point_ptr, y_ptr, M, N, K,
     stride_xm, stride_wn, stride_bn, stride_ym, global_scale, min_act_scale,
@@ -158,9 +164,9 @@ def _dequant_gemm(
         amax = _row_amax(x_ptr, rows, row_ok, K, stride_xm, BLOCK_M, BLOCK_K)
         if ACT_CODES == INT8_CODES:
             token_amax = tl.maximum(amax, min_act_scale * INT8_MAX)
-            token_scale = token_amax / INT8_MAX
+            token_scale = tl.div_rn(token_amax, tl.full((BLOCK_M,), INT8_MAX, tl.float32))
         else:
-            token_scale = tl.maximum(amax / FP8_MAX, min_act_scale)
+            token_scale = tl.maximum(tl.div_rn(amax, tl.full((BLOCK_M,), FP8_MAX, tl.float32)), min_act_scale)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + tl.arange(0, BLOCK_K)
@@ -173,12 +179,14 @@ def _dequant_gemm(
                 row_ok[:, None] & (group_cols[None, :] < K),
                 other=0.0,
             )
-            token_scale = tl.maximum(tl.max(tl.abs(group_x.to(tl.float32)), axis=1) / FP8_MAX, min_act_scale)
+            group_amax = tl.max(tl.abs(group_x.to(tl.float32)), axis=1)
+            token_scale = tl.maximum(tl.div_rn(group_amax, tl.full((BLOCK_M,), FP8_MAX, tl.float32)), min_act_scale)
         if ACT_FP8 and ACT_CODES == INT8_CODES:
-            inverse = tl.full((BLOCK_M,), INT8_MAX, tl.float32) / token_amax  # 127 / amax, as the engines multiply
+            inverse = tl.div_rn(tl.full((BLOCK_M,), INT8_MAX, tl.float32), token_amax)  # as the engines multiply
             x = tl.clamp(_round_to_integer(x.to(tl.float32) * inverse[:, None]), -INT8_MAX - 1.0, INT8_MAX)
         elif ACT_FP8:
-            x = _round_to_e4m3(tl.clamp(x.to(tl.float32) / token_scale[:, None], -FP8_MAX, FP8_MAX))
+            scaled = tl.div_rn(x.to(tl.float32), tl.broadcast_to(token_scale[:, None], (BLOCK_M, BLOCK_K)))
+            x = _round_to_e4m3(tl.clamp(scaled, -FP8_MAX, FP8_MAX))
         w = _weight_tile(
             w_ptr, block_scale_ptr, zero_point_ptr, cols, col_ok, ks, k0, K, stride_wn, stride_bn,
             KIND, ZERO_POINT, GROUP, BLOCK_N, BLOCK_K,
@@ -254,5 +262,6 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, *, block_m: int = 16, b
         BLOCK_M=block_m,
         BLOCK_N=block_n,
         BLOCK_K=block_k,
+        enable_fp_fusion=False,  # x * (127 / amax) + the rounding constant must not become one FMA: two roundings
     )
     return y

@@ -55,9 +55,9 @@ def test_any_stored_bytes_decode_like_the_reference(data: bytes, scales: list[in
     eye = torch.eye(32, dtype=torch.bfloat16)
     block = torch.tensor(scales, dtype=torch.uint8).reshape(16, 2).view(torch.float8_e4m3fn)
     nv = StoredLinear(NVFP4, packed, block_scale=block, global_scale=torch.tensor(0.37, dtype=torch.float32))
-    assert torch.equal(triton_linear(eye, nv).T, nv.dequantize())
+    assert torch.equal(triton_linear(eye.to(DEVICE), nv.to(DEVICE)).cpu().T, nv.dequantize())
     mx = StoredLinear(MXFP4, packed, block_scale=torch.tensor(exponents, dtype=torch.uint8).reshape(16, 1))
-    assert torch.equal(triton_linear(eye, mx).T, mx.dequantize())
+    assert torch.equal(triton_linear(eye.to(DEVICE), mx.to(DEVICE)).cpu().T, mx.dequantize())
 
 
 def test_in_kernel_token_quantization_rounds_like_torch() -> None:
@@ -71,7 +71,7 @@ def test_in_kernel_token_quantization_rounds_like_torch() -> None:
     codes, scale = quantize_tokens_fp8(x)
     eye = torch.eye(k).to(torch.float8_e4m3fn)
     stored = StoredLinear(FP8_CHANNEL, eye, channel_scale=torch.ones(k), activation_kind=FP8_TOKEN)
-    got = triton_linear(x.to(torch.bfloat16).to(torch.float32), stored)
+    got = triton_linear(x.to(torch.bfloat16).to(torch.float32).to(DEVICE), stored.to(DEVICE)).cpu()
     assert torch.equal(got, codes.to(torch.float32) * scale[:, None])
 
 
