@@ -24,7 +24,7 @@ from eaglequant.speedup.target_step import target_weights
 from tests.conftest import FIXTURES, run_cli
 
 PAIR = FIXTURES / "trained-pair"
-KIMI = FIXTURES / "targets" / "kimi-k2.5" / "config.json"  # a target the trained pair's small drafts speed up
+KIMI = FIXTURES / "targets" / "kimi-k2.5-pair-width" / "config.json"  # a target the pair's small drafts speed up
 SCHEMES = ("fp8-per-channel", "int8", "nvfp4")
 
 
@@ -171,7 +171,7 @@ def scheduled(pair_captured: Callable[[str], Path], tmp_path_factory: pytest.Tem
 
     def at_load(*args: Any, concurrency: int = 1) -> Any:
         table = real(*args)
-        scale = [1 - 0.08 * p.draft_tokens * math.log2(concurrency) for p in table.points]
+        scale = [1 - 0.12 * p.draft_tokens * math.log2(concurrency) for p in table.points]
         points = tuple(
             replace(p, speedup=p.speedup * f, low=p.low * f, high=p.high * f)
             for p, f in zip(table.points, scale, strict=True)

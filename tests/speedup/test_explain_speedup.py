@@ -57,7 +57,7 @@ def test_without_acceptance_or_target_explain_says_what_to_give(fp8: Path) -> No
     assert too_long.exit_code == 2 and "must be from 1 to 4" in too_long.stderr
 
 
-KIMI = FIXTURES / "targets" / "kimi-k2.5"
+KIMI = FIXTURES / "targets" / "kimi-k2.5-pair-width"  # Kimi-K2.5 at the pair's width: its drafts fit it
 AT_LOAD = ("--gpu", "mi355x", "--tensor-parallel-size", "4", "--concurrency", "4,8,16,32,64", "--acceptance", "2.62@3")
 
 
