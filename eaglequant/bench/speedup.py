@@ -136,26 +136,48 @@ def _seconds_a_token(per_gpu: float, concurrency: int) -> float:
     return concurrency / (per_gpu * AMD_GPUS)
 
 
-def amd_card(target: Path, fit_at: int = 4, locality: float | None = None) -> tuple[Timing, list[CardRow]]:
-    """The model fitted at one concurrency of the card's BF16 column (``fit_at``: the target's forward overhead to
-    its no-speculation rate, the round's to the BF16 draft's), then every concurrency and the FP8 column
-    predicted. Acceptance: the NVIDIA card's 2.62 at k = 3 carried to k = 6 (the AMD card gives none)."""
+def amd_card(
+    target: Path,
+    fit_at: int = 4,
+    locality: float | None = None,
+    *,
+    token_share: float | None = None,
+    per_token: bool = True,
+) -> tuple[Timing, list[CardRow]]:
+    """The model fitted to the card, then every concurrency and the FP8 column predicted. With ``per_token``, the
+    target forward's fixed overhead and its cost a sequence to the no-speculation column at every concurrency (the
+    target alone), then at ``fit_at`` alone, from the BF16 draft's rate: the share of that cost each token pays
+    (``token_share`` None; the round's overheads stated), or the round's overheads (the share given). Without, the
+    fixed overhead to the no-speculation rate at ``fit_at`` and the round's to the BF16 draft's, as before the cost
+    a token. Acceptance: the NVIDIA card's 2.62 at k = 3 carried to k = 6 (the AMD card gives none)."""
     from eaglequant.bench.heads import llama_head
     from eaglequant.speedup.hardware import accelerator
-    from eaglequant.speedup.model import ROUTING_LOCALITY, calibrate, stated_timing
+    from eaglequant.speedup.model import (
+        ROUTING_LOCALITY,
+        calibrate,
+        calibrate_target_steps,
+        calibrate_token_share,
+        stated_timing,
+    )
 
     weights = mxfp4_kimi(target, AMD_GPUS)
     length = geometric_acceptance(*SEED_CARD_ACCEPTANCE, AMD_K)[AMD_K]
     rho = ROUTING_LOCALITY if locality is None else locality
     stated = stated_timing(weights, context=AMD_CONTEXT, hardware=accelerator("mi355x"), routing_locality=rho)
+    fit = calibrate
+    if per_token:
+        steps = {c: _seconds_a_token(rates[0], c) for c, rates in AMD_CARD.items()}  # a step: a token a sequence
+        share = 1.0 if token_share is None else token_share
+        stated = calibrate_target_steps(weights, stated, steps, "the AMD card's no-speculation column", share)
+        fit = calibrate_token_share if token_share is None else calibrate
     head = llama_head()
     bf16, fp8 = vllm_round(head), vllm_round(head, scheme="fp8-per-channel", format="quark")
     kv = kv_bytes_per_position(head.config)[0]  # the draft's own cache (64 KV heads of 128, one layer)
     alone, drafted, _ = AMD_CARD[fit_at]
     measured = CardRound(AMD_K, length, _seconds_a_token(alone, fit_at), _seconds_a_token(drafted, fit_at))
     what = f"the AMD card's BF16 draft at C = {fit_at}"
-    timing = calibrate(weights, bf16, [measured], stated, what, concurrency=fit_at, draft_tensor_parallel_size=1,
-                       draft_kv_bytes_per_position=kv)  # fmt: skip
+    timing = fit(weights, bf16, [measured], stated, what, concurrency=fit_at, draft_tensor_parallel_size=1,
+                 draft_kv_bytes_per_position=kv)  # fmt: skip
     rows = []
     for c, (alone, bf16_rate, fp8_rate) in AMD_CARD.items():
         predicted = [

@@ -10,8 +10,11 @@ acceptance(k) x t_step / (t_verify(k) + t_draft(k)), each a forward at batch C.
   on the draft's own ranks.
 
 Each forward costs the larger of its bytes over the bandwidth and its GEMMs at the accelerator's peak
-(:mod:`.roofline`), plus a fixed overhead (launches, synchronisation, all-reduces); a round a fixed overhead of its
-own (the rejection sampler, the proposer's bookkeeping), counted in ``t_verify``. Acceptance is a per-token property
+(:mod:`.roofline`), plus a fixed overhead (launches, synchronisation, all-reduces); a target forward also a cost a
+token it runs (``Timing.token_overhead_s``: kernels far from the peak at few tokens an expert, attention's compute,
+sampling, the engine's bookkeeping), fitted to the target alone at several concurrencies
+(:func:`calibrate_target_steps`); a round a fixed overhead of its own (the rejection sampler, the proposer's
+bookkeeping), counted in ``t_verify``. Acceptance is a per-token property
 and the same at every C. A predicted speed-up is at most its acceptance length (a verification costs at least a
 step) and carries an interval: the acceptance interval where one is given, widened by the model's stated error
 (:data:`MODEL_ERROR`). The free terms are stated (:func:`stated_timing`, printed beside every figure) or calibrated
@@ -70,6 +73,23 @@ class Residual(JsonRecord):
 
 
 @dataclass(frozen=True)
+class StepResidual(JsonRecord):
+    """The target-alone fit at one concurrency: the seconds a step measured, and what the fitted terms predict."""
+
+    json_values = named(measured_s=rounded(7), predicted_s=rounded(7))
+    json_computed = ("error",)
+
+    concurrency: int
+    measured_s: float
+    predicted_s: float
+
+    @property
+    def error(self) -> float:
+        """Predicted over measured, less 1 (+0.05: 5% high)."""
+        return round(self.predicted_s / self.measured_s - 1.0, 4) if self.measured_s else math.nan
+
+
+@dataclass(frozen=True)
 class Timing(JsonRecord):
     """The model's free terms: what a byte, an operation and a forward cost, and how alike tokens route."""
 
@@ -83,6 +103,9 @@ class Timing(JsonRecord):
     hardware: Accelerator = ACCELERATORS[DEFAULT_ACCELERATOR]  # its peaks price the GEMMs
     measured_draft_tokens: tuple[int, ...] = ()  # the k the fit measured (none: stated terms)
     residuals: tuple[Residual, ...] = ()  # the fit at each measured point
+    token_overhead_s: float = 0.0  # each token a target forward runs, beyond its roofline (0: not counted)
+    sequence_overhead_s: float = 0.0  # each sequence a target forward runs, however many of its tokens
+    step_residuals: tuple[StepResidual, ...] = ()  # the target-alone fit at each concurrency (none: not fitted so)
 
     @property
     def measured_range(self) -> tuple[int, int] | None:
@@ -107,12 +130,30 @@ class Timing(JsonRecord):
             f"weights and cache read at {self.bandwidth / 1e12:.3g} TB/s a rank; {self.hardware.describe()}",
             f"a fixed {self.target_overhead_s * 1e3:.3g} ms each target forward, {self.draft_overhead_s * 1e3:.3g} ms "
             f"each draft step and {self.round_overhead_s * 1e3:.3g} ms each round beyond their bytes{fitted}",
+            self._token_text(),
+            *(f"target alone at C = {r.concurrency}: measured {r.measured_s * 1e3:.4g} ms a step, predicted "
+              f"{r.predicted_s * 1e3:.4g} ms ({r.error:+.1%})" for r in self.step_residuals),
             f"each sequence at {self.context} tokens of context",
             f"routing locality {self.routing_locality:g}: a sequence's next token routes as its last did with that "
             "chance, else independently and uniformly (0: the bound, every token independent)",
             *(f"fit at k = {r.draft_tokens}, C = {r.concurrency}: measured {r.measured:.3f}x, predicted "
               f"{r.predicted:.3f}x ({r.error:+.1%})" for r in self.residuals),
         ]  # fmt: skip
+
+    def _token_text(self) -> str:
+        if not (self.token_overhead_s or self.sequence_overhead_s):
+            return (
+                "a target forward's cost a token beyond its roofline: not counted (0; fitted from the target alone "
+                "at two concurrencies or more, calibrate_target_steps)"
+            )
+        loads = ", ".join(str(r.concurrency) for r in self.step_residuals)
+        source = f" (fitted with the forward's fixed cost to the target alone at C = {loads})" if loads else ""
+        return (
+            f"{(self.token_overhead_s + self.sequence_overhead_s) * 1e6:.3g} us each sequence a target step runs "
+            f"beyond its roofline{source}: {self.token_overhead_s * 1e6:.3g} us of it each token (a verification "
+            f"pays it k + 1 times a sequence), {self.sequence_overhead_s * 1e6:.3g} us each sequence (once); the "
+            "draft's steps pay neither"
+        )
 
 
 def stated_timing(
@@ -239,10 +280,12 @@ def _parallelism(target: TargetWeights) -> str:
 
 
 def step_seconds(target: TargetWeights, timing: Timing, tokens: int = 1, sequences: int = 1) -> float:
-    """A target forward over ``tokens`` tokens of each of ``sequences`` sequences: a roofline plus its overhead."""
+    """A target forward over ``tokens`` tokens of each of ``sequences`` sequences: a roofline plus its fixed
+    overhead, its cost a sequence and its cost a token."""
     read = target.forward_bytes(tokens, timing.context, sequences, timing.routing_locality) / timing.bandwidth
     computed = target_compute_seconds(target, timing.hardware, tokens * sequences)
-    return max(read, computed) + timing.target_overhead_s
+    per_sequence = timing.sequence_overhead_s + tokens * timing.token_overhead_s
+    return max(read, computed) + timing.target_overhead_s + sequences * per_sequence
 
 
 def draft_seconds(
@@ -342,8 +385,9 @@ def calibrate(
     draft_kv_bytes_per_position: float = 0.0,
 ) -> Timing:
     """``stated`` with its overheads fitted to ``measured`` at ``concurrency``. The target's comes from its decode
-    alone (a step is one forward; where the target alone was not measured it stays as stated). What a round costs
-    beyond its verification's forward and its draft's roofline is a fixed cost a round plus one a draft step:
+    alone (a step is one forward, its cost a token as ``stated`` gives it; where the target alone was not measured,
+    or ``stated``'s were fitted to the target alone at several concurrencies, it stays as ``stated``). What a round
+    costs beyond its verification's forward and its draft's roofline is a fixed cost a round plus one a draft step:
     measured at two k or more, both are fitted in least squares; at one k they keep the proportion ``stated`` gives
     them and their scale is fitted. A fitted term that is negative, zero where a cost must be positive, or past
     :data:`MAX_OVERHEAD_S` is refused (one line, naming it). The bandwidth, peaks and routing locality stay as
@@ -354,7 +398,7 @@ def calibrate(
     bare = replace(stated, target_overhead_s=0.0, draft_overhead_s=0.0, round_overhead_s=0.0)
     alone = [m.alone_seconds_per_token for m in measured if math.isfinite(m.alone_seconds_per_token)]
     target_overhead = stated.target_overhead_s
-    if alone:
+    if alone and not stated.step_residuals:
         target_overhead = sum(alone) / len(alone) - step_seconds(target, bare, 1, concurrency)
         _check_term(what, "each target forward", target_overhead, positive=True)
     bare = replace(bare, target_overhead_s=target_overhead)
@@ -372,6 +416,88 @@ def calibrate(
         bare, draft_overhead_s=per_step, round_overhead_s=per_round, calibrated_on=what,
         measured_draft_tokens=tuple(sorted({m.draft_tokens for m in measured})),
     )  # fmt: skip
+    found = _residuals(target, draft, measured, fitted, concurrency, ranks, draft_kv_bytes_per_position)
+    return replace(fitted, residuals=found)
+
+
+def calibrate_target_steps(
+    target: TargetWeights, stated: Timing, steps: Mapping[int, float], what: str, token_share: float = 1.0
+) -> Timing:
+    """``stated`` with the target forward's fixed overhead and its cost a token fitted to the target alone:
+    ``steps`` maps a concurrency C to the seconds a decode step took at C sequences (C / the tokens a second of all
+    sequences; a serving table's no-speculation column). In least squares over
+    ``t_step(C) = roofline(C) + fixed + C * per_token``, at two concurrencies or more; a term that cannot be a cost
+    (negative, a fixed one of zero, past :data:`MAX_OVERHEAD_S`) is refused, naming it. Nothing a draft measured
+    enters it. A step runs one token a sequence, so it cannot tell a cost a token from one a sequence:
+    ``token_share`` of it is taken as a token's (a verification pays it k + 1 times), the rest as a sequence's
+    (:func:`calibrate_token_share` fits the share to one drafted measurement). The fitted terms carry the residual
+    at each C (``step_residuals``)."""
+    if not 0.0 <= token_share <= 1.0:
+        raise InputError(f"token share {token_share:g}: must be from 0 to 1", hint="e.g. 1: every token pays it")
+    loads = sorted(steps)
+    if len(loads) < 2:
+        raise InputError(
+            f"{what}: the target's cost a token needs its decode alone at two concurrencies or more, not {len(loads)}",
+            hint="measure the target alone at several loads (e.g. C = 1, 8, 32)",
+        )
+    for c in loads:
+        if c < 1 or not (math.isfinite(steps[c]) and steps[c] > 0):
+            raise InputError(f"{what}: C = {c}, {steps[c]:g} s a step: a load is at least 1 and a step takes time",
+                             hint="give seconds a decode step at each concurrency")  # fmt: skip
+    bare = replace(stated, target_overhead_s=0.0, token_overhead_s=0.0, sequence_overhead_s=0.0)
+    rests = [steps[c] - step_seconds(target, bare, 1, c) for c in loads]  # beyond each step's roofline
+    mean_c, mean_rest = sum(loads) / len(loads), sum(rests) / len(rests)
+    per_token = sum((c - mean_c) * (r - mean_rest) for c, r in zip(loads, rests, strict=True)) / sum(
+        (c - mean_c) ** 2 for c in loads
+    )
+    fixed = mean_rest - per_token * mean_c
+    _check_term(what, "each target forward", fixed, positive=True)
+    _check_term(what, "each token a target forward runs", per_token, positive=False)
+    fitted = replace(stated, target_overhead_s=fixed, token_overhead_s=token_share * per_token,
+                     sequence_overhead_s=(1.0 - token_share) * per_token)  # fmt: skip
+    found = tuple(StepResidual(c, steps[c], step_seconds(target, fitted, 1, c)) for c in loads)
+    return replace(fitted, step_residuals=found)
+
+
+def calibrate_token_share(
+    target: TargetWeights,
+    draft: RoundCost,
+    measured: Sequence[MeasuredRound],
+    stated: Timing,
+    what: str,
+    *,
+    concurrency: int = 1,
+    draft_tensor_parallel_size: int | None = None,
+    draft_kv_bytes_per_position: float = 0.0,
+) -> Timing:
+    """``stated`` (its target terms fitted to the target alone, :func:`calibrate_target_steps`) with the share of a
+    step's cost a sequence that is a cost a token fitted to the drafted rounds ``measured`` at ``concurrency``, in
+    least squares, the round's and the draft step's overheads as ``stated``. A verification of k + 1 tokens a
+    sequence pays that share k + 1 times; a share outside 0..1 cannot be one, and is refused, naming it."""
+    per_sequence = stated.token_overhead_s + stated.sequence_overhead_s
+    if not measured or not stated.step_residuals or per_sequence <= 0:
+        raise InputError(f"{what}: the token share needs a drafted round and the target alone fitted at several C",
+                         hint="fit the target first: calibrate_target_steps")  # fmt: skip
+    ranks = draft_tensor_parallel_size or target.tensor_parallel_size
+    shared = replace(stated, token_overhead_s=0.0, sequence_overhead_s=per_sequence)  # the share at 0
+    slopes, rests = [], []  # a round's cost for each unit of share, and what the measured round leaves at share 0
+    for m in measured:
+        k = m.draft_tokens
+        drafting = draft_seconds(draft, k, shared, ranks, concurrency, "bf16", draft_kv_bytes_per_position)
+        at_zero = step_seconds(target, shared, k + 1, concurrency) + shared.round_overhead_s + drafting
+        slopes.append(concurrency * k * per_sequence)
+        rests.append(m.acceptance_length * m.drafted_seconds_per_token - at_zero)
+    share = sum(a * r for a, r in zip(slopes, rests, strict=True)) / sum(a * a for a in slopes)
+    if not 0.0 <= share <= 1.0:
+        raise InputError(
+            f"{what}: the fit gives {share:.3g} as the share of a target step's cost a sequence that each token pays, "
+            "which cannot be one (it must be from 0 to 1)",
+            hint="the rounds cost less than their forwards (0) or more than a cost a token explains (1): fit the "
+            "round's overheads instead (calibrate)",
+        )
+    fitted = replace(stated, token_overhead_s=share * per_sequence, sequence_overhead_s=(1 - share) * per_sequence,
+                     calibrated_on=f"{what}: the token share, the round's and the draft step's overheads stated",
+                     measured_draft_tokens=tuple(sorted({m.draft_tokens for m in measured})))  # fmt: skip
     found = _residuals(target, draft, measured, fitted, concurrency, ranks, draft_kv_bytes_per_position)
     return replace(fitted, residuals=found)
 

@@ -1,5 +1,6 @@
-"""The AMD card on paper (scripts/amd_card_table.py): the model fitted at one concurrency of the card's BF16 column
-predicts the others and the FP8 column; its arithmetic, not its accuracy, is held here."""
+"""The AMD card on paper (scripts/amd_card_table.py): the target's terms fitted to the no-speculation column, the
+speculation's at one concurrency of the BF16 column, predicting the others and the FP8 column; its arithmetic, not
+its accuracy, is held here."""
 
 from __future__ import annotations
 
@@ -19,15 +20,49 @@ def fitted() -> tuple:
     return amd_card(KIMI, fit_at=4)
 
 
-def test_the_fit_reproduces_the_fitted_concurrency_exactly(fitted: tuple) -> None:
+def _steps() -> dict[int, float]:
+    return {c: c / (rates[0] * AMD_GPUS) for c, rates in AMD_CARD.items()}
+
+
+def test_the_target_terms_are_fitted_to_the_no_speculation_column_alone(fitted: tuple) -> None:
+    timing, rows = fitted
+    steps = _steps()
+    assert [r.concurrency for r in timing.step_residuals] == list(AMD_CARD)
+    for row, residual in zip(rows, timing.step_residuals, strict=True):
+        assert residual.measured_s == pytest.approx(steps[row.concurrency], rel=1e-12)
+        assert row.alone_predicted == pytest.approx(row.concurrency / residual.predicted_s / AMD_GPUS, rel=1e-12)
+    # least squares: the residuals sum to zero and are uncorrelated with C (the normal equations)
+    errors = [r.predicted_s - r.measured_s for r in timing.step_residuals]
+    assert sum(errors) == pytest.approx(0.0, abs=1e-12)
+    assert sum(c * e for c, e in zip(AMD_CARD, errors, strict=True)) == pytest.approx(0.0, abs=1e-10)
+    per_sequence = timing.token_overhead_s + timing.sequence_overhead_s
+    assert (timing.target_overhead_s, per_sequence) == pytest.approx((10.23e-3, 97.12e-6), rel=1e-3)
+
+
+def test_the_token_share_is_fitted_at_one_concurrency_of_the_bf16_column(fitted: tuple) -> None:
     timing, rows = fitted
     four = rows[0]
-    assert four.concurrency == 4
-    assert four.alone_predicted == pytest.approx(82.7, rel=1e-9)  # the target's overhead fitted to it
-    assert four.bf16_predicted.speedup == pytest.approx(157.0 / 82.7, rel=1e-9)  # the round's fitted to it
-    (residual,) = timing.residuals
-    assert (residual.draft_tokens, residual.concurrency, residual.error) == (6, 4, 0.0)
-    assert timing.measured_draft_tokens == (6,) and timing.calibrated_on == "the AMD card's BF16 draft at C = 4"
+    length = geometric_acceptance(2.62, 3, 6)[6]
+    round_s = four.bf16_predicted.verify_s + four.bf16_predicted.draft_s
+    assert round_s == pytest.approx(length * 4 / (157.0 * AMD_GPUS), rel=1e-9)  # the BF16 round at C = 4, exactly
+    share = timing.token_overhead_s / (timing.token_overhead_s + timing.sequence_overhead_s)
+    assert share == pytest.approx(0.261, abs=1e-3)
+    (residual,) = timing.residuals  # the speed-up's error there is the step's: the step is predicted, not measured
+    assert (residual.draft_tokens, residual.concurrency) == (6, 4)
+    assert residual.error == pytest.approx(timing.step_residuals[0].error, abs=1e-4)
+    assert (timing.round_overhead_s, timing.draft_overhead_s) == (1e-4, 1.25e-4)  # stated, not fitted
+
+
+def test_the_predicted_speedup_falls_from_c4_to_c64_with_the_cost_a_token(fitted: tuple) -> None:
+    _, rows = fitted
+    bf16 = [round(r.bf16_predicted.speedup, 2) for r in rows]
+    fp8 = [round(r.fp8_predicted.speedup, 2) for r in rows]
+    assert bf16 == [1.99, 1.84, 1.77, 1.84, 1.94]  # scripts/amd_card_table.py's output
+    assert fp8 == [2.04, 1.88, 1.80, 1.86, 1.96]
+    assert rows[-1].bf16_predicted.speedup < rows[0].bf16_predicted.speedup
+    assert all(r.fp8_predicted.speedup > r.bf16_predicted.speedup for r in rows)  # FP8 ahead, as measured
+    _, before = amd_card(KIMI, fit_at=4, per_token=False)  # without it the speed-up rose with C
+    assert [round(r.bf16_predicted.speedup, 2) for r in before] == [1.90, 1.79, 1.76, 1.90, 2.18]
 
 
 def test_every_concurrency_is_predicted_with_the_same_terms(fitted: tuple) -> None:
@@ -52,8 +87,12 @@ def test_the_target_is_mxfp4_shaped() -> None:
     assert weights.expert_params == 3 * 7168 * 2048 and weights.dense_params > 0
 
 
-def test_independent_routing_cannot_explain_the_card() -> None:
-    """At rho = 0 a C = 4, k = 6 verification reads so many experts that the card's 1.90x leaves a round less than
-    its forwards: the fit is refused, naming the term."""
+def test_what_the_card_refutes_is_refused_naming_the_term() -> None:
+    """Every token paying the whole cost a sequence (share 1) leaves a C = 4 round less than its forwards; so does
+    independent routing (rho = 0), whatever the share, and without the cost a token."""
     with pytest.raises(InputError, match="ms each round beyond its forwards, which cannot be a cost"):
+        amd_card(KIMI, fit_at=4, token_share=1.0)
+    with pytest.raises(InputError, match="share of a target step's cost a sequence that each token pays"):
         amd_card(KIMI, fit_at=4, locality=0.0)
+    with pytest.raises(InputError, match="ms each round beyond its forwards, which cannot be a cost"):
+        amd_card(KIMI, fit_at=4, locality=0.0, per_token=False)
