@@ -19,7 +19,7 @@ from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
 from eaglequant.speedup.hardware import ACCELERATORS
-from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, Timing
+from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
 from tests.project.test_record_json import RECORDS, _load_check
 
@@ -95,6 +95,7 @@ EXTRA = {
     "Timing": lambda: _timing(),
     "Accelerator": lambda: ACCELERATORS["mi355x"],
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
+    "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
 }
 
 
@@ -104,7 +105,9 @@ def _target_weights() -> TargetWeights:
 
 def _timing() -> Timing:
     fitted = Timing(3.35e12, 1.625e-3, 1.25e-4, 1e-4, 2048, "accept.json", measured_draft_tokens=(1, 3))
-    return replace(fitted, residuals=(Residual(1, 1, 1.2, 1.25), Residual(3, 1, 1.5, 1.45)))
+    steps = (StepResidual(4, 0.0120919, 0.0126911), StepResidual(64, 0.03, 0.0304394))
+    return replace(fitted, residuals=(Residual(1, 1, 1.2, 1.25), Residual(3, 1, 1.5, 1.45)), token_overhead_s=2.5e-5,
+                   sequence_overhead_s=7.2e-5, step_residuals=steps)  # fmt: skip
 
 
 def _speedup_point() -> SpeedupPoint:

@@ -10,7 +10,15 @@ import pytest
 
 from eaglequant.common.errors import InputError
 from eaglequant.readback.cost import PartCost, RoundCost
-from eaglequant.speedup.model import SpeedupPoint, Timing, calibrate, geometric_acceptance, predict_speedup
+from eaglequant.speedup.model import (
+    SpeedupPoint,
+    Timing,
+    calibrate,
+    calibrate_target_steps,
+    geometric_acceptance,
+    predict_speedup,
+    step_seconds,
+)
 from eaglequant.speedup.target_step import TargetWeights
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,3 +223,81 @@ def test_the_drafts_own_cache_is_read_each_step_for_each_sequence() -> None:
     bare, cached = point(), point(draft_kv_bytes_per_position=64.0)
     assert cached.draft_s - bare.draft_s == pytest.approx(3 * 4 * 100 * 64.0 / 2 / 1e9, rel=1e-9)  # k, C, context
     assert cached.speedup < bare.speedup
+
+
+def _bare_step(target: TargetWeights, timing: Timing, c: int) -> float:
+    """A step's roofline at C sequences, by hand in float64: dense weights once, 2 of 8 experts for each of C
+    independent tokens, each sequence's cache (bandwidth-bound: the test target computes nothing)."""
+    experts = 8 * (1 - (1 - 2 / 8) ** c)
+    return (1_000_000 + 2 * experts * 50_000 + c * 1000 + c * 100 * 10) / 1e9
+
+
+def test_the_cost_a_token_is_paid_by_every_token_and_the_cost_a_sequence_once() -> None:
+    timing = replace(TIMING, token_overhead_s=3e-5, sequence_overhead_s=7e-5)
+    point = predict_speedup("d", _target(), _draft(), {3: 2.5}, timing, concurrency=4).points[0]
+    bare = predict_speedup("d", _target(), _draft(), {3: 2.5}, TIMING, concurrency=4).points[0]
+    assert point.step_s - bare.step_s == pytest.approx(4 * (3e-5 + 7e-5), rel=1e-12)
+    assert point.verify_s - bare.verify_s == pytest.approx(4 * (4 * 3e-5 + 7e-5), rel=1e-12)  # k + 1 tokens each
+    assert point.draft_s == bare.draft_s  # the draft's steps pay neither
+
+
+def test_the_target_alone_at_several_loads_fits_its_fixed_cost_and_its_cost_a_sequence() -> None:
+    stated = replace(TIMING, target_overhead_s=1.0)  # replaced by the fit
+    steps = {c: _bare_step(_target(), TIMING, c) + 2e-3 + c * 4e-5 for c in (1, 4, 16, 64)}
+    fitted = calibrate_target_steps(_target(), stated, steps, "a test", token_share=0.25)
+    assert fitted.target_overhead_s == pytest.approx(2e-3, rel=1e-9)
+    assert (fitted.token_overhead_s, fitted.sequence_overhead_s) == pytest.approx((1e-5, 3e-5), rel=1e-9)
+    assert [r.concurrency for r in fitted.step_residuals] == [1, 4, 16, 64]
+    assert max(abs(r.error) for r in fitted.step_residuals) < 1e-9
+    assert (fitted.draft_overhead_s, fitted.round_overhead_s) == (TIMING.draft_overhead_s, TIMING.round_overhead_s)
+    said = "\n".join(fitted.assumptions())
+    assert "target alone at C = 16: measured" in said and "(+0.0%)" in said
+    assert "fitted with the forward's fixed cost to the target alone at C = 1, 4, 16, 64" in said
+    assert "not counted" in " ".join(TIMING.assumptions())  # no cost a token: said so
+
+
+def test_the_target_fit_is_least_squares_with_its_residuals() -> None:
+    noise = {1: 1e-4, 4: -2e-4, 16: 1.5e-4, 64: -0.5e-4}
+    steps = {c: _bare_step(_target(), TIMING, c) + 2e-3 + c * 4e-5 + noise[c] for c in noise}
+    fitted = calibrate_target_steps(_target(), TIMING, steps, "a test")
+    xs, ys = list(noise), [2e-3 + c * 4e-5 + noise[c] for c in noise]  # what the roofline leaves, by hand
+    mx, my = sum(xs) / 4, sum(ys) / 4
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+    assert fitted.token_overhead_s == pytest.approx(slope, rel=1e-9) and fitted.sequence_overhead_s == 0.0
+    assert fitted.target_overhead_s == pytest.approx(my - slope * mx, rel=1e-9)
+    for r in fitted.step_residuals:
+        hand = _bare_step(_target(), TIMING, r.concurrency) + (my - slope * mx) + r.concurrency * slope
+        assert r.predicted_s == pytest.approx(hand, rel=1e-9) and r.measured_s == steps[r.concurrency]
+        assert r.error == round(hand / steps[r.concurrency] - 1, 4)
+
+
+def test_a_target_fit_that_cannot_be_a_cost_is_refused_naming_the_term() -> None:
+    falling = {c: _bare_step(_target(), TIMING, c) + 2e-3 - c * 1e-5 for c in (1, 4, 16)}
+    with pytest.raises(InputError, match=r"ms each token a target forward runs, which cannot be a cost"):
+        calibrate_target_steps(_target(), TIMING, falling, "card.json")
+    steep = {c: _bare_step(_target(), TIMING, c) + c * 1e-3 - 5e-4 for c in (1, 4, 16)}  # a negative fixed cost
+    with pytest.raises(InputError, match=r"card.json: the fit gives -0.5 ms each target forward"):
+        calibrate_target_steps(_target(), TIMING, steep, "card.json")
+    with pytest.raises(InputError, match="two concurrencies or more, not 1"):
+        calibrate_target_steps(_target(), TIMING, {4: 1e-2}, "card.json")
+    with pytest.raises(InputError, match="a step takes time"):
+        calibrate_target_steps(_target(), TIMING, {1: 1e-2, 4: 0.0}, "card.json")
+
+
+def test_the_token_share_is_fitted_to_one_drafted_round_with_the_rounds_overheads_stated() -> None:
+    from eaglequant.speedup.model import calibrate_token_share
+
+    true = replace(TRUE, token_overhead_s=3e-5, sequence_overhead_s=9e-5)  # a share of 0.25
+    table = predict_speedup("d", _target(), _draft(), {3: 2.4}, true, concurrency=8)
+    p = table.points[0]
+    measured = [Round(3, 2.4, p.step_s, (p.verify_s + p.draft_s) / 2.4)]
+    steps = {c: step_seconds(_target(), true, 1, c) for c in (1, 8, 32)}
+    alone = calibrate_target_steps(_target(), TRUE, steps, "alone")  # every token pays it, until the share is fitted
+    fitted = calibrate_token_share(_target(), _draft(), measured, alone, "x", concurrency=8)
+    assert (fitted.token_overhead_s, fitted.sequence_overhead_s) == pytest.approx((3e-5, 9e-5), rel=1e-6)
+    assert abs(fitted.residuals[0].error) < 1e-6 and fitted.measured_draft_tokens == (3,)
+    dear = [replace(measured[0], drafted_seconds_per_token=measured[0].drafted_seconds_per_token * 3)]
+    with pytest.raises(InputError, match="share of a target step's cost a sequence that each token pays"):
+        calibrate_token_share(_target(), _draft(), dear, alone, "x", concurrency=8)
+    with pytest.raises(InputError, match="fit the target first"):
+        calibrate_token_share(_target(), _draft(), measured, TRUE, "x", concurrency=8)
