@@ -182,7 +182,7 @@ def stated_timing(
 
 MODEL_ASSUMPTIONS = (
     "a forward costs the larger of its bytes' time and its GEMMs' at the peak for the kind they run in, plus its "
-    "overhead",
+    "overheads",
     "acceptance is a per-token property: the same at every concurrency",
     "attention's compute is not counted (its cache's bytes are)",
 )
@@ -496,7 +496,7 @@ def calibrate_token_share(
             "round's overheads instead (calibrate)",
         )
     fitted = replace(stated, token_overhead_s=share * per_sequence, sequence_overhead_s=(1 - share) * per_sequence,
-                     calibrated_on=f"{what}: the token share, the round's and the draft step's overheads stated",
+                     calibrated_on=f"{what}: only the share each token pays; the round's and the draft step's stated",
                      measured_draft_tokens=tuple(sorted({m.draft_tokens for m in measured})))  # fmt: skip
     found = _residuals(target, draft, measured, fitted, concurrency, ranks, draft_kv_bytes_per_position)
     return replace(fitted, residuals=found)
