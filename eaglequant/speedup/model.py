@@ -10,12 +10,12 @@ acceptance(k) x t_step / (t_verify(k) + t_draft(k)), each a forward at batch C.
   on the draft's own ranks.
 
 Each forward costs the larger of its bytes over the bandwidth and its GEMMs at the accelerator's peak
-(:mod:`.roofline`), plus a fixed overhead (launches, synchronisation, all-reduces); a target forward also a cost a
-token it runs (``Timing.token_overhead_s``: kernels far from the peak at few tokens an expert, attention's compute,
-sampling, the engine's bookkeeping), fitted to the target alone at several concurrencies
-(:func:`calibrate_target_steps`); a round a fixed overhead of its own (the rejection sampler, the proposer's
-bookkeeping), counted in ``t_verify``. Acceptance is a per-token property
-and the same at every C. A predicted speed-up is at most its acceptance length (a verification costs at least a
+(:mod:`.roofline`), plus a fixed overhead (launches, synchronisation, all-reduces); a target forward also a cost
+each sequence it runs, a share of it each token (``Timing.sequence_overhead_s``, ``token_overhead_s``: kernels far
+from the peak at few tokens an expert, attention's compute, sampling, the engine's bookkeeping), fitted to the
+target alone at several concurrencies (:func:`calibrate_target_steps`); a round a fixed overhead of its own (the
+rejection sampler, the proposer's bookkeeping), counted in ``t_verify``. Acceptance is a per-token property and the
+same at every C. A predicted speed-up is at most its acceptance length (a verification costs at least a
 step) and carries an interval: the acceptance interval where one is given, widened by the model's stated error
 (:data:`MODEL_ERROR`). The free terms are stated (:func:`stated_timing`, printed beside every figure) or calibrated
 on what an engine measured (:func:`calibrate`), which prints its residuals and refuses terms that cannot be costs.
@@ -143,8 +143,8 @@ class Timing(JsonRecord):
     def _token_text(self) -> str:
         if not (self.token_overhead_s or self.sequence_overhead_s):
             return (
-                "a target forward's cost a token beyond its roofline: not counted (0; fitted from the target alone "
-                "at two concurrencies or more, calibrate_target_steps)"
+                "a target forward's cost a sequence and a token beyond its roofline: not counted (0; fitted from the "
+                "target alone at two concurrencies or more, calibrate_target_steps)"
             )
         loads = ", ".join(str(r.concurrency) for r in self.step_residuals)
         source = f" (fitted with the forward's fixed cost to the target alone at C = {loads})" if loads else ""
@@ -423,10 +423,10 @@ def calibrate(
 def calibrate_target_steps(
     target: TargetWeights, stated: Timing, steps: Mapping[int, float], what: str, token_share: float = 1.0
 ) -> Timing:
-    """``stated`` with the target forward's fixed overhead and its cost a token fitted to the target alone:
+    """``stated`` with the target forward's fixed overhead and its cost a sequence fitted to the target alone:
     ``steps`` maps a concurrency C to the seconds a decode step took at C sequences (C / the tokens a second of all
     sequences; a serving table's no-speculation column). In least squares over
-    ``t_step(C) = roofline(C) + fixed + C * per_token``, at two concurrencies or more; a term that cannot be a cost
+    ``t_step(C) = roofline(C) + fixed + C * per_sequence``, at two concurrencies or more; a term that cannot be a cost
     (negative, a fixed one of zero, past :data:`MAX_OVERHEAD_S`) is refused, naming it. Nothing a draft measured
     enters it. A step runs one token a sequence, so it cannot tell a cost a token from one a sequence:
     ``token_share`` of it is taken as a token's (a verification pays it k + 1 times), the rest as a sequence's
@@ -437,7 +437,8 @@ def calibrate_target_steps(
     loads = sorted(steps)
     if len(loads) < 2:
         raise InputError(
-            f"{what}: the target's cost a token needs its decode alone at two concurrencies or more, not {len(loads)}",
+            f"{what}: the target's cost a sequence needs its decode alone at two concurrencies or more, not "
+            f"{len(loads)}",
             hint="measure the target alone at several loads (e.g. C = 1, 8, 32)",
         )
     for c in loads:
@@ -447,14 +448,13 @@ def calibrate_target_steps(
     bare = replace(stated, target_overhead_s=0.0, token_overhead_s=0.0, sequence_overhead_s=0.0)
     rests = [steps[c] - step_seconds(target, bare, 1, c) for c in loads]  # beyond each step's roofline
     mean_c, mean_rest = sum(loads) / len(loads), sum(rests) / len(rests)
-    per_token = sum((c - mean_c) * (r - mean_rest) for c, r in zip(loads, rests, strict=True)) / sum(
-        (c - mean_c) ** 2 for c in loads
-    )
-    fixed = mean_rest - per_token * mean_c
+    spread = sum((c - mean_c) ** 2 for c in loads)
+    per_sequence = sum((c - mean_c) * (r - mean_rest) for c, r in zip(loads, rests, strict=True)) / spread
+    fixed = mean_rest - per_sequence * mean_c
     _check_term(what, "each target forward", fixed, positive=True)
-    _check_term(what, "each token a target forward runs", per_token, positive=False)
-    fitted = replace(stated, target_overhead_s=fixed, token_overhead_s=token_share * per_token,
-                     sequence_overhead_s=(1.0 - token_share) * per_token)  # fmt: skip
+    _check_term(what, "each sequence a target step runs", per_sequence, positive=False)
+    fitted = replace(stated, target_overhead_s=fixed, token_overhead_s=token_share * per_sequence,
+                     sequence_overhead_s=(1.0 - token_share) * per_sequence)  # fmt: skip
     found = tuple(StepResidual(c, steps[c], step_seconds(target, fitted, 1, c)) for c in loads)
     return replace(fitted, step_residuals=found)
 

@@ -273,7 +273,7 @@ def test_the_target_fit_is_least_squares_with_its_residuals() -> None:
 
 def test_a_target_fit_that_cannot_be_a_cost_is_refused_naming_the_term() -> None:
     falling = {c: _bare_step(_target(), TIMING, c) + 2e-3 - c * 1e-5 for c in (1, 4, 16)}
-    with pytest.raises(InputError, match=r"ms each token a target forward runs, which cannot be a cost"):
+    with pytest.raises(InputError, match=r"ms each sequence a target step runs, which cannot be a cost"):
         calibrate_target_steps(_target(), TIMING, falling, "card.json")
     steep = {c: _bare_step(_target(), TIMING, c) + c * 1e-3 - 5e-4 for c in (1, 4, 16)}  # a negative fixed cost
     with pytest.raises(InputError, match=r"card.json: the fit gives -0.5 ms each target forward"):
@@ -301,3 +301,21 @@ def test_the_token_share_is_fitted_to_one_drafted_round_with_the_rounds_overhead
         calibrate_token_share(_target(), _draft(), dear, alone, "x", concurrency=8)
     with pytest.raises(InputError, match="fit the target first"):
         calibrate_token_share(_target(), _draft(), measured, TRUE, "x", concurrency=8)
+
+
+def test_calibrate_keeps_the_target_terms_fitted_to_the_target_alone() -> None:
+    true = replace(TRUE, token_overhead_s=2e-5, sequence_overhead_s=6e-5)
+    steps = {c: step_seconds(_target(), true, 1, c) for c in (1, 8, 32)}
+    alone = calibrate_target_steps(_target(), TRUE, steps, "alone", token_share=0.25)
+    table = predict_speedup("d", _target(), _draft(), {2: 2.1, 4: 2.6}, true, concurrency=8)
+    # the target alone measured slower with the drafts than the fit says: not refitted from them
+    measured = [
+        Round(p.draft_tokens, p.acceptance_length, 1.5 * p.step_s, (p.verify_s + p.draft_s) / p.acceptance_length)
+        for p in table.points
+    ]
+    fitted = calibrate(_target(), _draft(), measured, alone, "x", concurrency=8)
+    assert (fitted.target_overhead_s, fitted.token_overhead_s, fitted.sequence_overhead_s) == pytest.approx(
+        (3e-3, 2e-5, 6e-5), rel=1e-9
+    )
+    assert (fitted.draft_overhead_s, fitted.round_overhead_s) == pytest.approx((7e-4, 4e-4), rel=1e-9)
+    assert [r.error for r in fitted.residuals] == pytest.approx([-1 / 3, -1 / 3], abs=1e-4)  # the step predicted
