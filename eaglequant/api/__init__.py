@@ -13,18 +13,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eaglequant.api.conversion import planned, verify_written, write_conversion
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_DRAFT_TOKENS
-from eaglequant.common.errors import InputError
 from eaglequant.common.progress import Progress
-from eaglequant.conversion.inspection import InspectReport
-from eaglequant.conversion.manifest_options import manifest_options
+from eaglequant.conversion.inspection import InspectReport, inspect_source
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.result import ConversionResult
-from eaglequant.engines.target import resolve_target
-from eaglequant.hub.client import resolve_source
 from eaglequant.publish.upload import UploadResult
-from eaglequant.record.written import open_written
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
@@ -45,11 +39,7 @@ def inspect(
     ``settings``: any :class:`ConversionOptions` field by name) would do, and what a speculative round of
     ``draft_tokens`` tokens would read per engine. Reads headers only (a Hub source is downloaded first); the
     options that do not change the plan are checked, and have no other effect."""
-    chosen = ConversionOptions.build(options, **settings)
-    source = resolve_source(src)
-    with planned(source, chosen) as (checkpoint, plan):
-        files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
-        return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan, draft_tokens)
+    return inspect_source(src, ConversionOptions.build(options, **settings), draft_tokens)
 
 
 def convert(
@@ -81,6 +71,8 @@ def convert(
     tensors written are the same byte for byte (see :mod:`eaglequant.conversion.devices`).
     ``stage``: a staged directory for ``dst`` to write into instead, left for the caller to commit.
     """
+    from eaglequant.jobs.conversion import write_conversion
+
     chosen = ConversionOptions.build(options, **settings)
     return write_conversion(
         src, dst, chosen, overwrite=overwrite, overwrite_any=overwrite_any, progress=progress, stage=stage
@@ -92,19 +84,9 @@ def manifest_key(src: str | Path, options: ConversionOptions | None = None, **se
     carrying it, complete, needs no new conversion. A local source's headers are read (and the options checked
     against them); a Hub source is not downloaded: its weights' SHA-256 come from the Hub's file listing, and
     only its small side files (config.json, ...) are fetched."""
-    from eaglequant.hub.client import hub_offline, is_hub_reference, remote_source_digests
-    from eaglequant.record.manifest import conversion_manifest, manifest_key_of
+    from eaglequant.conversion.manifest_options import manifest_key as key_of
 
-    chosen = ConversionOptions.build(options, **settings)
-    if is_hub_reference(src) and not hub_offline():
-        # the target's layer count resolved from the Hub's config.json as ConversionRequest.of resolves it
-        files, config = remote_source_digests(str(src))
-        target = resolve_target(chosen.target_layers, chosen.target_config, config)
-        return manifest_key_of(files, manifest_options(chosen, target))
-    source = resolve_source(src)
-    with planned(source, chosen) as (_, plan):
-        recorded = manifest_options(chosen, plan.target)
-    return conversion_manifest(source, recorded).key
+    return key_of(src, ConversionOptions.build(options, **settings))
 
 
 def explain(
@@ -120,12 +102,9 @@ def explain(
     ``draft_tokens`` tokens reads. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: those that must load it (default: those its
     conversion targeted); ``["all"]`` (and no report): every engine, those that cannot load it not judged."""
-    from eaglequant.readback.explanation import explain_checkpoint
-    from eaglequant.record.report import read_report, recorded_engines
+    from eaglequant.record.written import explain_written
 
-    names = None if "all" in engines else _engine_names(engines) or recorded_engines(read_report(Path(dst)))
-    with open_written(dst, target_layers, target_config) as (checkpoint, head, target):
-        return explain_checkpoint(checkpoint, head, names, target, draft_tokens)
+    return explain_written(dst, engines, target_layers, target_config, draft_tokens)
 
 
 def verify(
@@ -154,41 +133,14 @@ def verify(
     (see :mod:`eaglequant.engine_load`); ``engine_python`` is the interpreter that has the engine installed
     (default: this one). With ``inputs`` that hold the target's choices, acceptance is predicted for every k (tokens
     drafted a round) from 1 to ``max_draft_tokens`` from one chain, on ``device`` (``cuda`` where there is one),
-    and judged at k = 3."""
-    from eaglequant.engine_load import get_probe
-    from eaglequant.prediction.predict import PredictionSettings
-    from eaglequant.record.report import read_report, recorded_source
+    and judged at k = :data:`~eaglequant.common.draft_tokens.DEFAULT_DRAFT_TOKENS`."""
+    from eaglequant.verification.written import verify_recorded
 
-    prediction = PredictionSettings(max_draft_tokens, device)
-
-    load_engines = [get_probe(name).engine for name in dict.fromkeys(load_with)]
-    names = _engine_names(engines)
-    dst_path = Path(dst)
-    if source is None:  # the source search judged its pick against, else the one DST was converted from
-        from eaglequant.record.search import searched_judge
-
-        judge = searched_judge(dst_path)
-        recorded = judge.source if judge is not None and Path(judge.source).is_dir() else None
-        recorded = recorded or recorded_source(read_report(dst_path))
-        source = recorded if recorded and Path(recorded).is_dir() else None
-    source_path = None if source is None else resolve_source(source, param="source").path
-    report = verify_written(
-        dst_path,
-        source_path,
-        names,
-        every_engine="all" in engines,
-        target_layers=target_layers,
-        target_config=target_config,
-        seed=seed,
-        tokens=tokens,
-        inputs=None if inputs is None else Path(inputs),
-        prediction=prediction,
-    )
-    for engine in load_engines:
-        report.engine_loads += load_checks(
-            [dst_path], engine=engine, sources=[source_path], engine_python=engine_python
-        )
-    return report
+    return verify_recorded(
+        dst, source=source, engines=engines, target_layers=target_layers, target_config=target_config, seed=seed,
+        tokens=tokens, load_with=load_with, engine_python=engine_python, inputs=inputs,
+        max_draft_tokens=max_draft_tokens, device=device,
+    )  # fmt: skip
 
 
 def load_checks(
@@ -202,19 +154,9 @@ def load_checks(
     one process of ``engine_python`` (default: this interpreter), and hold what it did against eaglequant's
     reading of the checkpoint for that engine (see :mod:`eaglequant.engine_load`). ``sources``: the BF16
     checkpoints they were made from, for the engine's own GEMM against the source's (None: not run)."""
-    from eaglequant.engine_load import LoadJob, judge, run_probe
-    from eaglequant.verification.expected import expectation
+    from eaglequant.verification.written import load_checks as checks
 
-    chosen = list(sources) if sources is not None else [None] * len(dsts)
-    if len(chosen) != len(dsts):
-        raise InputError(f"{len(dsts)} checkpoints but {len(chosen)} sources", hint="give one source per checkpoint")
-    expected, jobs = [], []
-    for dst, source in zip(dsts, chosen, strict=True):
-        with open_written(dst, None, None) as (checkpoint, head, target):
-            expected.append(expectation(checkpoint, head, target, engine))
-        jobs.append(LoadJob(Path(dst), None if source is None else Path(source), expected[-1].target_layers))
-    run = run_probe(engine, jobs, engine_python)
-    return [judge(run, index, wanted) for index, wanted in enumerate(expected)]
+    return checks(dsts, engine=engine, sources=sources, engine_python=engine_python)
 
 
 def upload(
@@ -237,22 +179,9 @@ def upload(
     ``upload_folder``: resumable, and split into several commits when very large.
     ``dry_run``: check (by the same rule) and list what would be sent, send nothing.
     """
-    from eaglequant.publish.upload import upload_checkpoint
+    from eaglequant.jobs.upload import upload_verified
 
-    return upload_checkpoint(
-        dst,
-        repo_id,
-        lambda path: verify(path, source=source),
-        revision=revision,
-        private=private,
-        commit_message=commit_message,
-        dry_run=dry_run,
-        force=force,
-    )
-
-
-def _engine_names(engines: list[str] | tuple[str, ...]) -> list[str] | None:
-    """Validated engine names ("all" left to the caller); None for "not chosen"."""
-    from eaglequant.engines import get_engine
-
-    return [get_engine(name).key for name in dict.fromkeys(engines) if name != "all"] or None
+    return upload_verified(
+        dst, repo_id, revision=revision, private=private, commit_message=commit_message, dry_run=dry_run,
+        force=force, source=source,
+    )  # fmt: skip

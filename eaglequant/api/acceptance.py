@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.measurement.served import DEQUANTIZED
+from eaglequant.measurement.server_acceptance import DEFAULT_TEMPERATURES
 
 if TYPE_CHECKING:
     from eaglequant.common.progress import Steps
     from eaglequant.measurement.measure import AcceptanceReport
     from eaglequant.measurement.one_server import ServerAcceptance
 
-DEFAULT_TEMPERATURES: tuple[float, ...] = ()  # greedy only: vLLM 0.32's CPU build accepts nothing at T > 0
+__all__ = ["DEFAULT_TEMPERATURES", "accept", "accept_server"]
 
 
 def accept(
@@ -65,37 +66,15 @@ def accept(
 
     ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card. ``steps``: told
     of each prompt answered (offline, each run), with the whole command's count for an ETA."""
-    from eaglequant.measurement import runners as measurement
-    from eaglequant.measurement.engine_args import engine_arguments
-    from eaglequant.measurement.record import write_acceptance
-    from eaglequant.publish.card import refresh_card
+    from eaglequant.jobs.acceptance import measure_and_record
 
-    arguments = engine_arguments(engine_args, tensor_parallel_size)
-    measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
-    where = measurement.where_of(
-        engine=engine, engine_python=engine_python, served_as=served_as, arguments=arguments, server=server,
-        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port,
+    return measure_and_record(
+        dsts, target=target, source=source, prompts=prompts, max_prompts=max_prompts, draft_tokens=draft_tokens,
+        max_tokens=max_tokens, temperatures=temperatures, served_as=served_as, dtype=dtype, engine=engine,
+        engine_python=engine_python, tensor_parallel_size=tensor_parallel_size, engine_args=engine_args,
+        server=server, reference_server=reference_server, launch=launch, port=port, seed=seed, record=record,
+        progress=progress, steps=steps,
     )  # fmt: skip
-    report = measurement.accept(
-        dsts,
-        where,
-        target=target,
-        source=source,
-        prompts=prompts,
-        max_prompts=max_prompts,
-        draft_tokens=draft_tokens,
-        max_tokens=max_tokens,
-        temperatures=temperatures,
-        dtype=dtype,
-        seed=seed,
-        progress=progress,
-        steps=steps,
-    )
-    if record:
-        for draft in report.quantized:
-            write_acceptance(draft.path, report, draft.label)
-            refresh_card(draft.path)
-    return report
 
 
 def accept_server(
@@ -116,29 +95,9 @@ def accept_server(
     server's live traffic, eaglequant sending nothing (no interval: there are no prompts to cluster by). No
     reference (nothing checked lossless) and no DST (nothing recorded). ``draft_tokens``: the one k the server
     drafts (checked against its counters)."""
-    from eaglequant.measurement import runners as measurement
-    from eaglequant.measurement.runners import OneServer
+    from eaglequant.measurement.server_acceptance import measure_server
 
-    measurement.check_settings("vllm", DEQUANTIZED, temperatures, draft_tokens, max_tokens)
-    where = measurement.where_of(
-        engine="vllm",
-        engine_python=None,
-        served_as=DEQUANTIZED,
-        arguments={},
-        server=[server],
-        reference_server=None,
-        launch=False,
-        dsts=0,
-        window_s=window_s,
-    )
-    assert isinstance(where, OneServer)
-    return measurement.accept_one_server(
-        where,
-        prompts=prompts,
-        max_prompts=max_prompts,
-        draft_tokens=draft_tokens,
-        max_tokens=max_tokens,
-        temperatures=temperatures,
-        seed=seed,
-        steps=steps,
-    )
+    return measure_server(
+        server, window_s=window_s, prompts=prompts, max_prompts=max_prompts, draft_tokens=draft_tokens,
+        max_tokens=max_tokens, temperatures=temperatures, seed=seed, steps=steps,
+    )  # fmt: skip

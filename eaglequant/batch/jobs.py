@@ -294,13 +294,13 @@ def run_batch(
 def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
     """Convert (and upload) ``job`` unless it is done: on the Hub when it has ``[job.upload]`` and ``use_hub``,
     else (or when the Hub lacks it) in its destination."""
-    from eaglequant import api
+    from eaglequant.conversion.manifest_options import manifest_key
 
     outcome = JobOutcome(job)
     started = time.perf_counter()
     record: HubRecord | None = None
     try:
-        outcome.manifest_key = api.manifest_key(job.source, job.options)
+        outcome.manifest_key = manifest_key(job.source, job.options)
         if job.upload is not None and use_hub:
             record = hub_record(job.upload.repo_id, job.upload.revision, outcome.manifest_key)
         if record is not None and record.done:
@@ -325,7 +325,7 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
 def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None) -> None:
     """The local rule: skip when the destination is complete, from the same source and options, and its
     recorded verification did not fail; else convert."""
-    from eaglequant import api
+    from eaglequant.jobs.conversion import write_conversion
     from eaglequant.record.manifest import completed_with
     from eaglequant.record.report import report_if_readable
 
@@ -344,7 +344,7 @@ def _convert_unless_done(job: Job, outcome: JobOutcome, record: HubRecord | None
             f"{job.destination}: already exists and was not written by eaglequant",
             hint=f"choose another destination, or set overwrite = true in job {job.name!r} to delete what it holds",
         )
-    result = api.convert(job.source, job.destination, job.options, overwrite=True, overwrite_any=job.overwrite)
+    result = write_conversion(job.source, job.destination, job.options, overwrite=True, overwrite_any=job.overwrite)
     outcome.status, outcome.reason = JobStatus.CONVERTED, f"{why_not}{on_hub}"
     if result.verification is not None:
         outcome.verified = result.verification.ok
@@ -366,7 +366,7 @@ def _fail(outcome: JobOutcome, reason: str, exit_code: int) -> None:
 def _upload(job: Job, key: str, *, trust_local_record: bool) -> UploadOutcome:
     """Upload unless this destination, with this manifest key, already went to that repo and revision (as
     ``.eaglequant/uploads.json`` records, when ``trust_local_record``: the Hub was not asked)."""
-    from eaglequant import api
+    from eaglequant.jobs.upload import upload_verified
 
     assert job.upload is not None
     spec = job.upload
@@ -375,7 +375,7 @@ def _upload(job: Job, key: str, *, trust_local_record: bool) -> UploadOutcome:
     if trust_local_record and previous is not None and previous.manifest_key == key:
         return UploadOutcome(UploadStatus.SKIPPED, spec.repo_id, previous.commit_url)
     try:
-        result = api.upload(
+        result = upload_verified(
             job.destination,
             spec.repo_id,
             revision=spec.revision,

@@ -205,9 +205,12 @@ def default_format(scheme: str) -> str:
 def _anchor(head: str, src: Path, scheme: str, vendor: str, name: str, work: Path, say: Any) -> Run:
     if importlib.util.find_spec(VENDOR_MODULES[vendor]) is None:
         return Run(head, vendor, name, error="not installed")
-    from eaglequant.api import inspect
+    from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+    from eaglequant.conversion.inspection import inspect_source
+    from eaglequant.conversion.options import ConversionOptions
 
-    plan = inspect(src, scheme=scheme, format=default_format(scheme)).plan
+    options = ConversionOptions(scheme=scheme, format=default_format(scheme))
+    plan = inspect_source(src, options, DEFAULT_DRAFT_TOKENS).plan
     excluded = sorted(w.removesuffix(".weight") for w in plan.excluded_linears)
     if vendor == "amd-quark":
         command = [sys.executable, "-c", _QUARK, str(src), DST, name, *excluded]

@@ -37,15 +37,14 @@ def vllm_round(head: SyntheticHead, **options: Any) -> RoundCost:
     it from the head's headers (written with no data: a sparse file)."""
     import tempfile
 
-    from eaglequant.api import inspect
+    from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+    from eaglequant.conversion.inspection import inspect_source
+    from eaglequant.conversion.options import ConversionOptions
 
     with tempfile.TemporaryDirectory(prefix="eaglequant-speedup-") as tmp:
         write_head_headers(head, Path(tmp))
-        if not options:
-            (cost,) = inspect(tmp, engines=["vllm"]).round_costs
-            return cost.as_source()
-        (cost,) = inspect(tmp, engines=["vllm"], **options).round_costs
-        return cost
+        (cost,) = inspect_source(tmp, ConversionOptions(engines=("vllm",), **options), DEFAULT_DRAFT_TOKENS).round_costs
+        return cost if options else cost.as_source()
 
 
 def kimi_tables(target: Path, pick: dict[str, Any], timing: Timing | None = None) -> list[SpeedupTable]:

@@ -8,6 +8,7 @@ from typing import Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.engines.target import TargetModel
 from eaglequant.layouts.head import HeadDescription, HeadTensor, Role
@@ -155,3 +156,15 @@ class InspectReport(JsonRecord):
             }
             for v in self.plan.verdicts
         ]
+
+
+def inspect_source(src: str | Path, options: ConversionOptions, draft_tokens: int) -> InspectReport:
+    """The report on ``src`` (a directory or a Hub repo id, downloaded first) and the plan for converting it with
+    ``options``, from headers only, with the round costs of ``draft_tokens`` tokens."""
+    from eaglequant.conversion.source import planned
+    from eaglequant.hub.client import resolve_source
+
+    source = resolve_source(src)
+    with planned(source, options) as (checkpoint, plan):
+        files = [str(p.relative_to(checkpoint.root)) for p in checkpoint.weight_files]
+        return InspectReport(source.path, checkpoint.source_format, files, plan.head, plan, draft_tokens)

@@ -39,3 +39,23 @@ def manifest_options(options: ConversionOptions, target: TargetModel) -> dict[st
         "verify": options.verify_output,
         "repo_id": options.repo_id,
     }
+
+
+def manifest_key(src: str | Path, options: ConversionOptions) -> str:
+    """The manifest key converting ``src`` with ``options`` would record, without converting. A local source's
+    headers are read (and the options checked against them); a Hub source is not downloaded: its weights' SHA-256
+    come from the Hub's file listing, and only its small side files (config.json, ...) are fetched."""
+    from eaglequant.conversion.source import planned
+    from eaglequant.engines.target import resolve_target
+    from eaglequant.hub.client import hub_offline, is_hub_reference, remote_source_digests, resolve_source
+    from eaglequant.record.manifest import conversion_manifest, manifest_key_of
+
+    if is_hub_reference(src) and not hub_offline():
+        # the target's layer count resolved from the Hub's config.json as ConversionRequest.of resolves it
+        files, config = remote_source_digests(str(src))
+        target = resolve_target(options.target_layers, options.target_config, config)
+        return manifest_key_of(files, manifest_options(options, target))
+    source = resolve_source(src)
+    with planned(source, options) as (_, plan):
+        recorded = manifest_options(options, plan.target)
+    return conversion_manifest(source, recorded).key

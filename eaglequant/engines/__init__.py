@@ -47,6 +47,11 @@ def get_engine(name: str) -> Engine:
     return found
 
 
+def chosen_engines(names: Iterable[str]) -> list[str] | None:
+    """The keys of the engines ``names`` choose, each checked (``all`` left to the caller); None: none chosen."""
+    return [get_engine(name).key for name in dict.fromkeys(names) if name != ALL_ENGINES] or None
+
+
 def engine_title(name: str, release: str | None = None) -> str:
     """How every output names an engine release: ``vLLM 0.33.0`` for ``vllm==0.33.0``, ``vLLM 0.19.1`` for the
     release of ``vllm`` a measurement ran in. A name eaglequant does not know (an older report's) is shown as it is."""
@@ -64,6 +69,7 @@ __all__ = [
     "MEASURING_ENGINES",
     "Engine",
     "RuntimeModule",
+    "chosen_engines",
     "engine_title",
     "expanded_engines",
     "get_engine",

@@ -45,7 +45,7 @@ class SearchOutputs:
     def converted(self, index: int, candidate: Any) -> Path:
         """``candidate`` (a priced :class:`eaglequant.search.candidates.Candidate`) written into a new stage of
         DST: its own request, the one it was priced by, planned as it is."""
-        from eaglequant.api.conversion import write_conversion
+        from eaglequant.jobs.conversion import write_conversion
 
         stage = self._stack.enter_context(staged_directory(self.destination))
         self.stages[index] = stage

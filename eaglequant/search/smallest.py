@@ -390,9 +390,10 @@ def _first_line(engines: Sequence[str], priced: int, skipped: dict[Finding, int]
 
 def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
     """The engines (with their releases) whose readers load ``written`` as it is, as ``explain --engine all``."""
-    from eaglequant.api import explain
+    from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+    from eaglequant.record.written import explain_written
 
-    readings = explain(written, engines=["all"], target_layers=target_layers).engines
+    readings = explain_written(written, ["all"], target_layers, None, DEFAULT_DRAFT_TOKENS).engines
     return tuple(reading.titled for reading in readings if reading.loads and not reading.all_problems)
 
 

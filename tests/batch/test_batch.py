@@ -303,16 +303,16 @@ def test_a_disk_failure_fails_its_job_alone_and_a_bug_stops_the_batch(
 ) -> None:
     """Issue 54, item 5: a job's OSError (a full disk, a refused connection) is its own failure, named in one line,
     and the batch goes on; anything else is a bug, which the command's guard reports instead of a job summary."""
-    from eaglequant import api
+    from eaglequant.jobs import conversion
 
-    convert = api.convert
+    convert = conversion.write_conversion
 
     def full_disk(source: object, destination: Path, *args: object, **kwargs: object) -> object:
         if "llama" in str(destination):
             raise OSError(28, "No space left on device", str(destination))
         return convert(source, destination, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(api, "convert", full_disk)
+    monkeypatch.setattr(conversion, "write_conversion", full_disk)
     data = json.loads(run_cli("batch", jobs, "--json").stdout)
     status = {job["name"]: job for job in data["jobs"]}
     assert status["llama-fp8"]["status"] == "failed" and status["mla-nvfp4"]["status"] == "converted"
@@ -322,6 +322,6 @@ def test_a_disk_failure_fails_its_job_alone_and_a_bug_stops_the_batch(
     def bug(*args: object, **kwargs: object) -> object:
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr(api, "convert", bug)
+    monkeypatch.setattr(conversion, "write_conversion", bug)
     shown = run_cli("batch", jobs)
     assert shown.exit_code == 1 and "ZeroDivisionError: a bug" in shown.stderr and "--debug" in shown.stderr

@@ -33,10 +33,11 @@ LAYERS = (
     "vocabulary",  # a pruned draft vocabulary: token counts, the tokens kept, the pruned head written
     "verification",  # structure, copies, parity, fidelity, the verdict
     "publish",  # the model card and the upload
-    "api",  # the library's entry points
-    "search",  # the cheapest draft within an acceptance budget, over the api's convert and prune
-    "batch",  # job files over the api
+    "jobs",  # a request end to end: the conversion (plan, write, verify, card, commit), the upload, the acceptance run
+    "search",  # the cheapest draft within an acceptance budget, over the conversion job and prune
+    "batch",  # job files over the jobs
     "bench",  # benchmarks
+    "api",  # the library's entry points, each delegating to one function below
     "cli",  # the command line
     "__main__",  # python -m eaglequant
     "eaglequant",  # the package's lazy facade over the api

@@ -1,7 +1,7 @@
 """A conversion's plan asks each part one time and hands the answers on as data: the support matrix is asked once
 (``engines.support.engine_support``), the format once (``Format.storage``), and what follows reads their answers
 instead of asking again. Following ``api.convert``'s options through the calls then enters each module once, but
-the API, which composes the steps. An import here would be a second question.
+the conversion job, which composes the steps. An import here would be a second question.
 
 The options cross from the API to the plan as one ``ConversionRequest``, every name in them resolved once (by
 ``ConversionOptions``): the plan holds the request's format and engine objects, and no module on the way looks a
@@ -16,8 +16,7 @@ import pytest
 from test_import_cycles import PACKAGE, import_graph
 
 import eaglequant
-import eaglequant.api
-import eaglequant.api.conversion
+import eaglequant.conversion.source
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.conversion.request import ConversionRequest
@@ -44,6 +43,8 @@ def test_what_was_decided_once_is_not_asked_again(decider: str, takers: tuple[st
 # The modules a request passes through below the API, on its way to the plan and its config, and search's candidates,
 # which make their requests the same way.
 PLAN_FLOW = (
+    "jobs/conversion.py",
+    "conversion/source.py",
     "conversion/request.py",
     "conversion/plan.py",
     "engines/planning.py",
@@ -89,13 +90,13 @@ def test_a_conversion_request_crosses_from_the_api_to_the_plan(monkeypatch: pyte
     """The API hands build_plan one request made from the options, holding the objects the options resolved."""
     options = ConversionOptions(scheme="nvfp4", format="modelopt", engines=["vllm", "sglang"], target_layers=61)
     received: list[ConversionRequest] = []
-    build_plan = eaglequant.api.conversion.build_plan
+    build_plan = eaglequant.conversion.source.build_plan
 
     def spy(head: Any, request: ConversionRequest, **rest: Any) -> ConversionPlan:
         received.append(request)
         return build_plan(head, request, **rest)
 
-    monkeypatch.setattr(eaglequant.api.conversion, "build_plan", spy)
+    monkeypatch.setattr(eaglequant.conversion.source, "build_plan", spy)
     plan = eaglequant.inspect(FIXTURES / "specforge-llama", options).plan
     (request,) = received
     assert isinstance(request, ConversionRequest)

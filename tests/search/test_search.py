@@ -287,7 +287,7 @@ def test_the_pick_written_is_the_request_that_was_priced(
     """Every candidate carries the one ConversionRequest its price was computed from; writing it plans that same
     object, and no search module goes through the API's convert."""
     import eaglequant.api as api
-    import eaglequant.api.conversion as conversion
+    import eaglequant.conversion.source as conversion
 
     planned: list[object] = []
     build_plan = conversion.build_plan

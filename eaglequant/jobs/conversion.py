@@ -1,75 +1,25 @@
-"""A conversion as the API runs it: the source opened, one :class:`ConversionRequest` made from the options (or
-taken as the caller made it), the plan built from it, the output written, verified when asked, and committed."""
+"""The conversion job: the source opened, one :class:`ConversionRequest` made from the options (or taken as the
+caller made it), the plan built from it, the output written, verified when asked, carded and committed."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglequant.checkpoint.destination import check_destination
-from eaglequant.checkpoint.reader import Checkpoint
-from eaglequant.common.errors import InputError
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.manifest_options import manifest_options
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.pipeline import write_output
-from eaglequant.conversion.plan import ConversionPlan, build_plan
 from eaglequant.conversion.request import ConversionRequest
 from eaglequant.conversion.result import ConversionResult
-from eaglequant.engines.target import TargetModel
-from eaglequant.hub.client import SourceRef, resolve_source
-from eaglequant.layouts.detect import describe_head
-from eaglequant.layouts.head import HeadDescription
-from eaglequant.record.written import open_written
-from eaglequant.verification.fidelity import DEFAULT_TOKENS
+from eaglequant.conversion.source import planned
+from eaglequant.hub.client import resolve_source
 
 if TYPE_CHECKING:
     from eaglequant.checkpoint.destination import StagedDirectory
-    from eaglequant.prediction.predict import PredictionSettings
-    from eaglequant.record.report import ConversionReport
-    from eaglequant.schemes.model import Scheme
-    from eaglequant.verification.verify import VerifyReport
-
-
-def open_source(src: str | Path) -> tuple[Checkpoint, HeadDescription]:
-    checkpoint = Checkpoint.open(src)
-    try:
-        existing = checkpoint.config.get("quantization_config")
-        if existing is not None:
-            method = existing.get("quant_method", "?") if isinstance(existing, dict) else "?"
-            raise InputError(
-                f"{checkpoint.root / 'config.json'}: the checkpoint is already quantized (quant_method {method!r})",
-                hint="start from the BF16 head the trainer released",
-            )
-        return checkpoint, describe_head(checkpoint)
-    except BaseException:
-        checkpoint.close()
-        raise
-
-
-@contextmanager
-def planned(
-    source: SourceRef,
-    options: ConversionOptions,
-    *,
-    calibrate: bool = False,
-    request: ConversionRequest | None = None,
-) -> Iterator[tuple[Checkpoint, ConversionPlan]]:
-    """The source opened, and the plan for it: ``options`` become one :class:`ConversionRequest` here (unless the
-    caller made it from them already: ``request``), which the plan takes as it is (from headers only; with
-    ``calibrate`` and a ``calib`` file, after the calibration forward)."""
-    checkpoint, head = open_source(source.path)
-    with checkpoint:
-        request = request or ConversionRequest.of(options, head.config)
-        input_amax = None
-        if calibrate and options.calib is not None:
-            from eaglequant.draft.calibrate import calibrate as calibrated_amax
-
-            input_amax = calibrated_amax(checkpoint, head, options.calib)
-        yield checkpoint, build_plan(head, request, input_amax=input_amax)
 
 
 def write_conversion(
@@ -83,8 +33,8 @@ def write_conversion(
     progress: Progress | None = None,
     stage: StagedDirectory | None = None,
 ) -> ConversionResult:
-    """:func:`convert` with its options built: ``request``, where the caller made it from ``options`` and the head's
-    config already (``search`` writes the very request it priced), is planned as it is."""
+    """:func:`eaglequant.api.convert` with its options built: ``request``, where the caller made it from ``options``
+    and the head's config already (``search`` writes the very request it priced), is planned as it is."""
     from eaglequant.checkpoint.destination import staged_directory
     from eaglequant.conversion.devices import quantization_device
     from eaglequant.conversion.finisher import record_output
@@ -134,6 +84,7 @@ def verified(stage: Path, result: ConversionResult, source: Path, options: Conve
     fails. The calibration inputs, when there are some, are also the draft-head fidelity run's."""
     from eaglequant.common.memory import return_freed_memory
     from eaglequant.verification.verify import write_verify_report
+    from eaglequant.verification.written import verify_written
 
     return_freed_memory()  # the writing phase's buffers, before verification's peak
     report = verify_written(
@@ -150,42 +101,3 @@ def verified(stage: Path, result: ConversionResult, source: Path, options: Conve
     failed = result.destination.with_name(f"{result.destination.name}.verify-failed")
     destination = result.destination if report.ok else failed
     return replace(result, verification=report, destination=destination)
-
-
-def verify_written(
-    dst: Path,
-    source: Path | None,
-    engines: list[str] | None,
-    *,
-    every_engine: bool = False,
-    target_layers: int | None = None,
-    target_config: str | Path | None = None,
-    seed: int = 0,
-    tokens: int = DEFAULT_TOKENS,
-    inputs: Path | None = None,
-    hashed_while_writing: bool = False,
-    written: tuple[ConversionReport, Scheme] | None = None,
-    target: TargetModel | None = None,
-    prediction: PredictionSettings | None = None,
-) -> VerifyReport:
-    """``target``: the target's layer count when already known (``convert --verify``: the plan's), else resolved
-    from ``target_layers``, ``target_config`` or DST's report; ``prediction``: how acceptance is predicted on
-    ``inputs`` (default: every k to 8, on the CPU)."""
-    from eaglequant.verification.verify import verify_checkpoint
-
-    with open_written(dst, target_layers, target_config, target) as (checkpoint, head, target):
-        return verify_checkpoint(
-            dst,
-            head,
-            checkpoint,
-            source=source,
-            engines=engines,
-            every_engine=every_engine,
-            target=target,
-            seed=seed,
-            tokens=tokens,
-            inputs=inputs,
-            hashed_while_writing=hashed_while_writing,
-            written=written,
-            prediction=prediction,
-        )
