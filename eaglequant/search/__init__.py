@@ -2,8 +2,9 @@
 
 Every whole-draft candidate (scheme, format, ``lm_head``, draft vocabulary) is priced from headers, then they are
 converted and predicted from the smallest up until one is within the budget (with ``--objective speedup``, all of
-them, and the candidate and k of the highest predicted speed-up win). It runs the api's ``convert`` and ``prune`` on
-each candidate, so it sits above the api. Start at :func:`search`.
+them, and the candidate and k of the highest predicted speed-up win). It runs the conversion job
+(:mod:`eaglequant.jobs.conversion`) and the vocabulary's ``prune`` on each candidate, so it sits above them; the API
+sits above it. Start at :func:`search`.
 
 - :mod:`.smallest`: :func:`search` and its result: the candidates tried from the smallest up, and the one chosen.
 - :mod:`.budget`: the acceptance a candidate may lose (``--max-acceptance-drop``, ``--rule``).
