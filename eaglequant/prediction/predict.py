@@ -29,11 +29,11 @@ from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.measurement.statistics import (
     Acceptance,
+    BudgetVerdict,
     Interval,
     PromptCounts,
-    gate_text,
+    budget_verdict,
     paired_difference,
-    within_budget,
 )
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ class TableRow(JsonRecord):
 
 @dataclass(frozen=True)
 class Prediction(JsonRecord):
-    json_computed = ("rule", "failed", "sequences", "positions", "by_draft_tokens")
+    json_computed = ("rule", "outcome", "failed", "more_sequences", "sequences", "positions", "by_draft_tokens")
     json_first = ("inputs", "rule")
     json_omitted = ("source_table", "quantized_table")
 
@@ -308,14 +308,40 @@ class Prediction(JsonRecord):
         return -self.difference.value
 
     @property
+    def judged(self) -> BudgetVerdict | None:
+        """The one gate (:func:`~eaglequant.measurement.statistics.budget_verdict`) over the sequences predicted:
+        within, past, or inconclusive (the interval straddles the budget); None without a budget."""
+        if self.budget is None:
+            return None
+        return budget_verdict(self.difference, self.budget, len(self.quantized.prompts))
+
+    @property
     def failed(self) -> bool:
-        """The one gate (:func:`~eaglequant.measurement.statistics.within_budget`): the drop's 95% upper bound past
-        the budget."""
-        return self.budget is not None and not within_budget(self.difference, self.budget)
+        """The whole interval of the change past the budget."""
+        judged = self.judged
+        return judged is not None and judged.past
+
+    @property
+    def inconclusive(self) -> bool:
+        """The change's interval straddles the budget: more sequences would tell."""
+        judged = self.judged
+        return judged is not None and judged.inconclusive
+
+    @property
+    def outcome(self) -> str | None:
+        """``within``, ``past`` or ``inconclusive`` (None: no budget)."""
+        judged = self.judged
+        return None if judged is None else judged.outcome.value
+
+    @property
+    def more_sequences(self) -> int | None:
+        """Inconclusive: how many captured sequences more would settle it at the variance observed."""
+        judged = self.judged
+        return None if judged is None else judged.more_prompts
 
     @property
     def verdict(self) -> str:
-        judged = "no budget" if self.budget is None else gate_text(self.difference, self.budget)
+        judged = "no budget" if self.judged is None else self.judged.text()
         return (
             f"predicted greedy acceptance length {self.source.length().value:.3f} → "
             f"{self.quantized.length().value:.3f}, change {judged}"

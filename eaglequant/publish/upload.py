@@ -110,6 +110,13 @@ UPLOAD_HINTS = {
     Verdict.FAILED: words(
         "run `eaglequant verify` on it and fix the conversion, or pass ", switch("force"), " to upload anyway"
     ),
+    Verdict.INCONCLUSIVE: words(
+        "verify it with more captured prompts (",
+        placeholder("inputs", "FILE"),
+        "), or pass ",
+        switch("force"),
+        " to upload anyway",
+    ),
     Verdict.NOT_VERIFIED: words(
         "pass ",
         placeholder("source", "SRC"),
@@ -129,11 +136,17 @@ def upload_refusal(report: VerifyReport) -> str | None:
     if report.verdict is Verdict.FAILED:
         problems = report.problems
         return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
+    if report.verdict is Verdict.INCONCLUSIVE:
+        return f"its predicted acceptance is inconclusive ({report.unsettled[0]})"
     if report.verdict is Verdict.NOT_VERIFIED:
         recorded = recorded_verdict(report.destination)
         if recorded is Verdict.PASSED:
             return None
-        what = "recorded a failure" if recorded is Verdict.FAILED else "recorded none"
+        recorded_as = {
+            Verdict.FAILED: "recorded a failure",
+            Verdict.INCONCLUSIVE: "recorded an inconclusive acceptance",
+        }
+        what = recorded_as.get(recorded, "recorded none") if recorded is not None else "recorded none"
         return f"not verified numerically: no source to check it against, and its conversion {what}"
     return None
 
