@@ -474,7 +474,8 @@ def predict_written(
     settings: PredictionSettings = PredictionSettings(),
 ) -> tuple[Prediction | None, Finding | None]:
     """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
-    quantized linears dequantized exactly, everything else DST's own), on the captured sequences, for every k up to
+    quantized linears dequantized exactly, everything else DST's own), on the captured sequences (checked to be the
+    source's inputs), for every k up to
     ``settings.max_draft_tokens`` from one chain, judged at :data:`DEFAULT_DRAFT_TOKENS`. (None, why) when
     there are no inputs (``no-inputs``), when they hold no target choices (``no-target-choices``, about the inputs'
     file), or when the head is not one the chained forward runs (``chain-unsupported``)."""
@@ -495,7 +496,11 @@ def predict_written(
     why = unsupported(head.config, head.attention)
     if why:
         return None, Finding("chain-unsupported", "", f"acceptance not predicted: {why}")
-    sequences = load_captured(inputs, head=head)
+    from eaglequant.layouts.detect import describe_head
+
+    # the capture was made for the source: checked against it, so where DST's config departs from the source's
+    # (its aux layer ids, say) that is DST's defect, which verify's comparison with the source names
+    sequences = load_captured(inputs, head=describe_head(src))
     draft_tokens = DEFAULT_DRAFT_TOKENS  # what verify and prune judge at; the card's serving lines draft as many
     described = f"{inputs.name} ({len(sequences)} sequences)"
     k, device = settings.max_draft_tokens, settings.device
