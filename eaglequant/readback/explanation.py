@@ -22,7 +22,7 @@ from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.decision import Outcome
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.support import SCHEME_KINDS, module_kinds_refusal, support
+from eaglequant.engines.support import SCHEME_KINDS, kinds_refusal, support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
@@ -226,7 +226,7 @@ def _module_kinds_refusal(
     """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
     if written.listed is None:
         return None
-    return module_kinds_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention)
+    return kinds_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention, mixed=True)
 
 
 def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:
