@@ -41,7 +41,7 @@ from eaglequant.engines.decision import Outcome
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
 from eaglequant.formats.base import HeadStorage
-from eaglequant.layouts.head import Attention
+from eaglequant.layouts.head import Attention, HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
@@ -93,6 +93,13 @@ def loaded_kinds(engine: Engine, fmt: Format, attention: Attention) -> KindPair 
     if not notes:
         return f"{fmt.title} stores none of the schemes {engine.titled} loads"
     return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
+
+
+def draft_refusal(engine: Engine, head: HeadDescription, fmt: Format, kinds: KindPair) -> str | None:
+    """Why ``engine`` cannot build ``head`` as a draft at all, whatever the scheme (None: it can): its decision
+    (:meth:`Engine.decide`) on the head's first runtime module, where that refuses the whole draft."""
+    decision = engine.decide(engine.runtime_modules(head, 1)[0], fmt, kinds)
+    return decision.why if decision.whole_draft else None
 
 
 def kinds_refusal(

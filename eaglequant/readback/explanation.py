@@ -22,7 +22,7 @@ from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.decision import Outcome
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.support import SCHEME_KINDS, kinds_refusal, support
+from eaglequant.engines.support import SCHEME_KINDS, draft_refusal, kinds_refusal, support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
@@ -193,7 +193,9 @@ def _read_engine(
     draft_tokens: int,
 ) -> EngineReading:
     scheme, patterns = schemes.main, written.patterns
-    refusal = engine.head_refusal(head) or _module_kinds_refusal(engine, fmt, schemes, written, head.attention)
+    refusal = draft_refusal(engine, head, fmt, scheme.kinds) or _module_kinds_refusal(
+        engine, fmt, schemes, written, head.attention
+    )
     cell = support(scheme.kinds, fmt.name, engine, head.attention)
     if cell is None or not cell.loads or refusal is not None:
         note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
