@@ -193,15 +193,17 @@ def _read_engine(
     draft_tokens: int,
 ) -> EngineReading:
     scheme, patterns = schemes.main, written.patterns
-    refusal = draft_refusal(engine, head, fmt, scheme.kinds) or _module_kinds_refusal(
+    whole = draft_refusal(engine, head, fmt, scheme.kinds) or _module_kinds_refusal(
         engine, fmt, schemes, written, head.attention
     )
-    cell = support(scheme.kinds, fmt.name, engine, head.attention)
-    if cell is None or not cell.loads or refusal is not None:
-        note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
+    refusal = whole or kinds_refusal(engine, fmt, [scheme.kinds], head.attention)
+    cell = support(scheme.kinds, fmt.name, engine, head.attention)  # the matrix's words on the scheme: the note
+    if refusal is not None:
+        note = whole or (refusal if cell is None else cell.note)
         cannot_load = Finding("cannot-load", "", f"cannot load this checkpoint: {note}")
         problems: tuple[Finding, ...] = (cannot_load,) if requested else ()
         return EngineReading(engine.key, engine.title, False, note, (), problems, judged=requested)
+    assert cell is not None  # the engine loads the scheme from the format: the matrix has its cell
     counts = layer_counts(target.count)
     modules_by_count = [engine.runtime_modules(head, count) for count in counts]
     readings = []
