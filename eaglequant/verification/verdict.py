@@ -37,5 +37,5 @@ def recorded_verdict(dst: Path) -> Verdict | None:
     passed = summary is None or (summary.ok and summary.verdict == Verdict.PASSED)
     if passed and stored.passed:
         return Verdict.PASSED
-    inconclusive = summary is not None and summary.ok and summary.verdict == Verdict.INCONCLUSIVE
+    inconclusive = summary is not None and summary.verdict == Verdict.INCONCLUSIVE
     return Verdict.INCONCLUSIVE if inconclusive and stored.verdict is Verdict.INCONCLUSIVE else Verdict.FAILED

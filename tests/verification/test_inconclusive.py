@@ -135,3 +135,26 @@ def test_a_straddling_interval_is_inconclusive_with_its_own_exit_code(
     acceptance = report["acceptance"]
     assert acceptance["outcome"] == "inconclusive" and acceptance["failed"] is False
     assert acceptance["more_sequences"] > 0
+
+
+def test_convert_verify_writes_an_inconclusive_output_and_upload_refuses_it(
+    tmp_path: Path, pair_captured: Callable[[str], Path]
+) -> None:
+    """NVFP4 (calibrated on the capture, which verify then predicts on) against a budget of 0.06 tokens: its change,
+    about -0.10 [-0.19, -0.01], straddles it. No check failed, so DST is written, and the command exits 7; upload,
+    whose own verify predicts nothing, refuses it for the inconclusive verification the conversion recorded."""
+    text = (Path(__file__).parents[2] / "schemes" / "nvfp4.toml").read_text()
+    scheme = tmp_path / "nvfp4-tight.toml"
+    scheme.write_text(
+        text.replace('name = "nvfp4"', 'name = "nvfp4-tight"').replace(
+            "max_acceptance_drop = 0.15", "max_acceptance_drop = 0.06"
+        )
+    )
+    dst, inputs = tmp_path / "dst", pair_captured("trained-pair")
+    args = ("--scheme", scheme, "--format", "modelopt", "--calib", inputs, "--verify")
+    converted = run_cli("convert", PAIR / "draft", dst, *args)
+    assert converted.exit_code == EXIT_INCONCLUSIVE, converted.stdout + converted.stderr
+    assert dst.is_dir() and not dst.with_name("dst.verify-failed").exists()
+    assert json.loads((dst / "eaglequant_verify.json").read_text())["verdict"] == "inconclusive"
+    uploaded = run_cli("upload", dst, "org/draft", "--dry-run")
+    assert uploaded.exit_code == EXIT_CHECK_FAILED and "inconclusive" in uploaded.stderr, uploaded.stderr
