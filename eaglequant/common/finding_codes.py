@@ -23,6 +23,7 @@ _CODES = {
     "parity-failed": "a layer's output is further from the source's than the scheme's thresholds allow",
     "fidelity-failed": "the draft head's output distribution moved further than the thresholds allow",
     "acceptance-failed": "the measured acceptance is below what the scheme allows",
+    "acceptance-inconclusive": "the change in acceptance straddles the budget: more prompts would tell",
     "no-source": "no source checkpoint was given: parity and fidelity were not checked",
     "judged-as-searched": "acceptance judged against the source and budget `search` recorded",
     "source-vocabulary-differs": "the source's vocabulary differs from DST's: parity and fidelity ran against "
