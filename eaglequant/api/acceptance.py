@@ -38,6 +38,7 @@ def accept(
     reference_server: str | None = None,
     launch: bool = False,
     port: int | None = None,
+    window_s: float | None = None,
     seed: int = 0,
     record: bool = True,
     progress: Callable[[str], None] = lambda _: None,
@@ -63,8 +64,10 @@ def accept(
       ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them
       (one server with no DST: :func:`accept_server`).
 
-    ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card. ``steps``: told
-    of each prompt answered (offline, each run), with the whole command's count for an ETA."""
+    ``window_s`` is one running server's option (:func:`accept_server`): given here it is refused in one line,
+    before anything runs or is written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
+    figures to its card. ``steps``: told of each prompt answered (offline, each run), with the whole command's
+    count for an ETA."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.engine_args import engine_arguments
     from eaglequant.measurement.record import write_acceptance
@@ -74,7 +77,7 @@ def accept(
     measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
     where = measurement.where_of(
         engine=engine, engine_python=engine_python, served_as=served_as, arguments=arguments, server=server,
-        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port,
+        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port, window_s=window_s,
     )  # fmt: skip
     report = measurement.accept(
         dsts,
@@ -109,13 +112,15 @@ def accept_server(
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     seed: int = 0,
     steps: Steps | None = None,
+    reference_server: str | None = None,
 ) -> ServerAcceptance:
     """The acceptance length of the one running vLLM server at ``server`` (a URL), read from its spec-decode
     counters on ``/metrics``: by default over the prompts, sent one at a time (the server must be eaglequant's
     alone meanwhile), with 95% intervals over prompts per mode; with ``window_s``, over that many seconds of the
     server's live traffic, eaglequant sending nothing (no interval: there are no prompts to cluster by). No
     reference (nothing checked lossless) and no DST (nothing recorded). ``draft_tokens``: the one k the server
-    drafts (checked against its counters)."""
+    drafts (checked against its counters). ``reference_server`` is refused in one line: one server is measured
+    without a reference (give DSTs to compare against one)."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.runners import OneServer
 
@@ -126,7 +131,7 @@ def accept_server(
         served_as=DEQUANTIZED,
         arguments={},
         server=[server],
-        reference_server=None,
+        reference_server=reference_server,
         launch=False,
         dsts=0,
         window_s=window_s,

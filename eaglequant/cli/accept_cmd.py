@@ -76,10 +76,9 @@ def accept_command(
         Optional[list[float]],  # noqa: UP045
         typer.Option(
             "--temperature",
-            min=0,
             max=MAX_TEMPERATURE,
             callback=positive,
-            help="A sampled mode beside greedy, at this temperature (repeatable; default: greedy only).",
+            help="A sampled mode beside greedy, at this temperature, above 0 (repeatable; default: greedy only).",
             show_default=False,
         ),
     ] = None,
@@ -132,10 +131,10 @@ def accept_command(
         Optional[float],  # noqa: UP045
         typer.Option(
             "--window",
-            min=0,
             max=MAX_WINDOW_S,
             callback=positive_number,
-            help="With one --server and no DST: send nothing, read its counters over SECONDS of its live traffic.",
+            help="With one --server and no DST: send nothing, read its counters over SECONDS (above 0) of its live "
+            "traffic.",
             show_default=False,
             metavar="SECONDS",
         ),
@@ -172,6 +171,7 @@ def accept_command(
                 temperatures=temperature or [],
                 seed=seed,
                 steps=steps_display(),
+                reference_server=reference_server,
             )
             result(alone.to_json(), lambda: render_server(alone))
             return True
@@ -193,6 +193,7 @@ def accept_command(
             reference_server=reference_server,
             launch=launch,
             port=port,
+            window_s=window,
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),

@@ -71,8 +71,12 @@ class Server:
                 hint="give the URL of a running vLLM server, e.g. http://127.0.0.1:8000",
             ) from None
         if response.is_error:
-            detail = response.text.strip().replace("\n", " ")[:300]
-            raise ServerError(f"{self.label} ({self.url}): {path} answered {response.status_code}: {detail}")
+            detail = _error_detail(response.text)
+            said = f": {detail}" if detail else ": not a vLLM server?"
+            raise ServerError(f"{self.label} ({address}) answered {response.status_code}{said}")
+        if "html" in response.headers.get("content-type", "").lower():
+            page = f"{self.label} ({address}) answered {response.status_code} with a web page"
+            raise ServerError(f"{page}: not a vLLM server?")
         return response.content
 
     def _json(self, path: str, body: dict[str, Any] | None = None, timeout: float = READ_TIMEOUT_S) -> Any:
@@ -80,7 +84,8 @@ class Server:
         try:
             return json.loads(raw)
         except ValueError:
-            raise ServerError(f"{self.label} ({self.url}): {path} did not answer JSON") from None
+            address = self.url.rstrip("/") + path
+            raise ServerError(f"{self.label} ({address}) did not answer JSON: not a vLLM server?") from None
 
     def model(self) -> str:
         """The served model's id (the first /v1/models lists)."""
@@ -130,6 +135,19 @@ class Server:
         except (KeyError, IndexError, TypeError, ValueError):
             raise ServerError(f"{self.label} ({self.url}): /v1/completions answered without token ids") from None
         return record
+
+
+def _error_detail(text: str) -> str:
+    """What a vLLM server says of an error in its JSON (``{"error": {"message": ...}}``, or FastAPI's ``{"detail":
+    ...}``), on one line; "" for anything else (a web page from another server, say), which is shown as nothing."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return ""
+    said = answer.get("error", answer.get("detail")) if isinstance(answer, dict) else None
+    if isinstance(said, dict):
+        said = said.get("message")
+    return " ".join(str(said).split())[:300] if said else ""
 
 
 def _top2_gap(top: dict[str, float] | None) -> float | None:
