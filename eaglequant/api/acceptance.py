@@ -41,6 +41,7 @@ def accept(
     window_s: float | None = None,
     seed: int = 0,
     record: bool = True,
+    target_alone_runs: int = 2,
     progress: Callable[[str], None] = lambda _: None,
     steps: Steps | None = None,
 ) -> AcceptanceReport:
@@ -64,14 +65,14 @@ def accept(
       ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them
       (one server with no DST: :func:`accept_server`).
 
+    ``target_alone_runs``: how often the target alone is served, before the drafts and after them (2 by default);
+    where its decode rate moves by more than 15% between them, no speed-up is reported (``target-alone-drifted``).
     ``window_s`` is one running server's option (:func:`accept_server`): given here it is refused in one line,
     before anything runs or is written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
     figures to its card. ``steps``: told of each prompt answered (offline, each run), with the whole command's
     count for an ETA."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.engine_args import engine_arguments
-    from eaglequant.measurement.record import write_acceptance
-    from eaglequant.publish.card import refresh_card
 
     arguments = engine_arguments(engine_args, tensor_parallel_size)
     measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
@@ -80,25 +81,23 @@ def accept(
         reference_server=reference_server, launch=launch, dsts=len(dsts), port=port, window_s=window_s,
     )  # fmt: skip
     report = measurement.accept(
-        dsts,
-        where,
-        target=target,
-        source=source,
-        prompts=prompts,
-        max_prompts=max_prompts,
-        draft_tokens=draft_tokens,
-        max_tokens=max_tokens,
-        temperatures=temperatures,
-        dtype=dtype,
-        seed=seed,
-        progress=progress,
-        steps=steps,
-    )
+        dsts, where, target=target, source=source, prompts=prompts, max_prompts=max_prompts,
+        draft_tokens=draft_tokens, max_tokens=max_tokens, temperatures=temperatures, dtype=dtype, seed=seed,
+        progress=progress, steps=steps, target_alone_runs=target_alone_runs,
+    )  # fmt: skip
     if record:
-        for draft in report.quantized:
-            write_acceptance(draft.path, report, draft.label)
-            refresh_card(draft.path)
+        _record(report)
     return report
+
+
+def _record(report: AcceptanceReport) -> None:
+    """``eaglequant_accept.json`` written into each DST measured, and its card refreshed to show it."""
+    from eaglequant.measurement.record import write_acceptance
+    from eaglequant.publish.card import refresh_card
+
+    for draft in report.quantized:
+        write_acceptance(draft.path, report, draft.label)
+        refresh_card(draft.path)
 
 
 def accept_server(

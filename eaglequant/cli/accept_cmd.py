@@ -16,6 +16,7 @@ from eaglequant.cli.options import (
     MAX_SEED,
     MAX_TEMPERATURE,
     MAX_WINDOW_S,
+    MIN_WINDOW_S,
     EngineArgOpt,
     EnginePythonOpt,
     MaxPromptsOpt,
@@ -30,7 +31,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
-    from eaglequant.measurement.measure import AcceptanceReport, DraftResult, Mode
+    from eaglequant.measurement.measure import AcceptanceReport, AtDraftTokens, DraftResult, Mode
     from eaglequant.measurement.one_server import ServerAcceptance
 
 
@@ -76,9 +77,10 @@ def accept_command(
         Optional[list[float]],  # noqa: UP045
         typer.Option(
             "--temperature",
+            min=0,
             max=MAX_TEMPERATURE,
             callback=positive,
-            help="A sampled mode beside greedy, at this temperature, above 0 (repeatable; default: greedy only).",
+            help="A sampled mode beside greedy, at this temperature (repeatable; default: greedy only).",
             show_default=False,
         ),
     ] = None,
@@ -131,14 +133,25 @@ def accept_command(
         Optional[float],  # noqa: UP045
         typer.Option(
             "--window",
+            min=MIN_WINDOW_S,  # a closed range click states as it checks it (0 would show as allowed)
             max=MAX_WINDOW_S,
             callback=positive_number,
-            help="With one --server and no DST: send nothing, read its counters over SECONDS (above 0) of its live "
-            "traffic.",
+            help="With one --server and no DST: send nothing, read its counters over SECONDS of its live traffic.",
             show_default=False,
             metavar="SECONDS",
         ),
     ] = None,
+    target_alone_runs: Annotated[
+        int,
+        typer.Option(
+            "--target-alone-runs",
+            min=1,
+            max=10,
+            help="How often the target alone is served: before the drafts, then after them; a decode rate that "
+            "moves more than 15% between them refuses every speed-up of the run (1: drift not checked).",
+            metavar="N",
+        ),
+    ] = 2,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the sampled modes.")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write eaglequant_accept.json and the card's figures into DST.")
@@ -194,6 +207,7 @@ def accept_command(
             launch=launch,
             port=port,
             window_s=window,
+            target_alone_runs=target_alone_runs,
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
@@ -288,7 +302,9 @@ def _show_speeds(report: AcceptanceReport) -> None:
     if alone is None or rate is None:
         return
     clock = CLOCKS.get(alone.clock or "", "an unknown clock")
-    title = f"decode speed, greedy ({report.engine_build}; the target alone {rate:.1f} tok/s, by {clock})"
+    rates = [run.decode_tokens_per_second() for run in (alone, *report.alone_again)]
+    runs = " then ".join("n/a" if r is None else f"{r:.1f}" for r in rates)
+    title = f"decode speed, greedy ({report.engine_build}; the target alone {runs} tok/s, by {clock})"
     table = Table(title=escape(title), title_justify="left")
     for column in ("draft", "k", "acceptance length", "tok/s", "speed-up (95% interval)", "greedy = target"):
         table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
@@ -301,10 +317,18 @@ def _show_speeds(report: AcceptanceReport) -> None:
                 str(at.draft_tokens),
                 at.run.acceptance(GREEDY.name).length().text(),
                 "n/a" if drafted is None else f"{drafted:.1f}",
-                at.speedup.text(),
+                _speedup_text(at),
                 same if at.lossless.ok else f"[red]{same}[/]",
             )
     show(table)
+
+
+def _speedup_text(at: AtDraftTokens) -> str:
+    """The speed-up with its interval, or what refused it (the problem lines below say why)."""
+    reported = at.reported_speedup
+    if reported is None:
+        return f"[red]none: {', '.join(at.speed_problems)}[/]"
+    return reported.text()
 
 
 def _add_draft_rows(table: Table, draft: DraftResult, modes: tuple[Mode, ...]) -> None:

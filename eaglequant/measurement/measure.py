@@ -19,6 +19,7 @@ from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drift, drift_problem, speedup_problems
 from eaglequant.measurement.statistics import (
     NEAR_TIE_NATS,
     Acceptance,
@@ -70,6 +71,7 @@ class Settings(JsonRecord):
     seed: int = 0
     engine_args: dict[str, Any] = field(default_factory=dict)  # the user's, over eaglequant's defaults
     more_draft_tokens: tuple[int, ...] = ()
+    target_alone_runs: int = 2  # before the drafts, then after them (its drift between processes checked)
 
     @property
     def each_draft_tokens(self) -> tuple[int, ...]:
@@ -161,6 +163,21 @@ class AtDraftTokens:
     lossless: Lossless
     difference: Interval | None
     speedup: Interval
+    # why the speed-up is no result (:mod:`~eaglequant.measurement.limits`), and acceptance out of its range
+    problems: tuple[Finding, ...] = ()
+
+    drifted: bool = False  # the target alone's rate moved between its runs past the limit: no speed-up reported
+
+    @property
+    def speed_problems(self) -> list[str]:
+        """The codes of what refused the speed-up (none: it is a result)."""
+        codes = [p.code for p in self.problems if p.code in SPEED_CODES]
+        return codes + ["target-alone-drifted"] * self.drifted
+
+    @property
+    def reported_speedup(self) -> Interval | None:
+        """The speed-up as reports give it: None where a limit refused it."""
+        return None if self.speed_problems else self.speedup
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,7 +185,9 @@ class AtDraftTokens:
             "acceptance_length": self.run.acceptance(GREEDY.name).length().to_json(),
             "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second()),
             "clock": self.run.clock,
-            "speedup": self.speedup.to_json(),
+            "speedup": _json(self.reported_speedup),
+            "measured_speedup": self.speedup.to_json(),
+            "speed_problems": self.speed_problems,
             "difference": _json(self.difference),
             "lossless": self.lossless.to_json(),
         }
@@ -224,6 +243,7 @@ class DraftResult:
             if not other.lossless.ok:
                 at = f"{self.label} at k = {other.draft_tokens}"
                 found.append(Finding("not-lossless", self.label, lossy_text(at, other.lossless)))
+        found += [problem for at in self.by_draft_tokens for problem in at.problems]
         if self.over_budget and self.budget is not None:
             whose = f"the {self.scheme} budget"
             over = (
@@ -279,6 +299,10 @@ class AcceptanceReport(JsonRecord):
     notes: list[Finding] = field(default_factory=list)
     alone: EngineRun | None = None
     device: str | None = None
+    alone_again: list[EngineRun] = field(default_factory=list)  # the target alone's later runs (after the drafts)
+    drift: Finding | None = None  # ``target-alone-drifted``: its rate moved between its runs past the limit
+
+    json_omitted = ("alone_again", "drift")
 
     @property
     def engine_build(self) -> str:
@@ -289,16 +313,25 @@ class AcceptanceReport(JsonRecord):
         title = engine_title(self.engine, self.version)
         return f"{title} CPU build" if self.device == "cpu" else title
 
-    @staticmethod
-    def _alone(run: EngineRun | None) -> dict[str, Any] | None:
-        """The target alone's decode throughput, and the clock that timed it."""
+    def _alone(self, run: EngineRun | None) -> dict[str, Any] | None:
+        """The target alone's decode throughput over all its runs, the clock that timed it, each run's own rate
+        (before the drafts, then after them) and how far they moved apart."""
         if run is None:
             return None
-        return {"decode_tokens_per_second": _rate_json(run.decode_tokens_per_second()), "clock": run.clock}
+        runs = [run, *self.alone_again]
+        rates = [r.decode_tokens_per_second() for r in runs]
+        moved = drift(rates)
+        return {
+            "decode_tokens_per_second": _rate_json(decode_rate(merged_prompts(runs))),
+            "clock": run.clock,
+            "runs": [_rate_json(rate) for rate in rates],
+            "drift": None if moved is None else round(moved, 4),
+        }
 
     @property
     def problems(self) -> list[Finding]:
-        return [p for draft in (self.source, *self.quantized) for p in draft.problems]
+        drifted = [] if self.drift is None else [self.drift]
+        return drifted + [p for draft in (self.source, *self.quantized) for p in draft.problems]
 
     @property
     def ok(self) -> bool:
@@ -369,10 +402,18 @@ def measure(
                      f", k = {k}" if several else ""))
         for k in settings.each_draft_tokens
     ]  # fmt: skip
+    again = []
+    for repeat in range(2, settings.target_alone_runs + 1):
+        progress(f"the target alone again, run {repeat} (its drift between processes)")
+        again.append(runner_at(settings.at(settings.draft_tokens))(0, None, f"no draft, run {repeat}"))
+    timed_alone = EngineRun(alone.version, None, alone.seconds, {GREEDY.name: merged_prompts([alone, *again])})
+    moved = drift_problem(str(settings.target), [run.decode_tokens_per_second() for run in (alone, *again)])
     each = [
-        [_at(k, runs[place], runs[0], alone, place == 0, settings) for k, runs in runs_by_k]
+        [_at(k, runs[place], runs[0], (alone, timed_alone), place, settings, drafts) for k, runs in runs_by_k]
         for place in range(1 + len(drafts))
     ]
+    if moved is not None:
+        each = [[replace(at, drifted=True) for at in ats] for ats in each]
     source_at = each[0]
     source_result = DraftResult(
         "source", source, "source", source_at[0].run, source_at[0].lossless, by_draft_tokens=source_at
@@ -390,8 +431,25 @@ def measure(
         results.append(result)
     source_run = source_result.run
     return AcceptanceReport(
-        "vllm", source_run.version, source_run.speculative_config, settings, source_result, results, alone=alone
-    )
+        "vllm", source_run.version, source_run.speculative_config, settings, source_result, results, alone=alone,
+        alone_again=again, drift=moved,
+    )  # fmt: skip
+
+
+def merged_prompts(runs: Sequence[EngineRun]) -> tuple[PromptCounts, ...]:
+    """The target alone's greedy prompts over all its runs, each prompt's decode tokens and seconds summed (its
+    first run's tokens: the greedy reference); untimed where any run left the prompt untimed."""
+    merged = []
+    for prompts in zip(*(run.modes[GREEDY.name] for run in runs), strict=True):
+        timed = all(p.timed for p in prompts)
+        merged.append(
+            replace(
+                prompts[0],
+                decode_tokens=sum(p.decode_tokens or 0 for p in prompts) if timed else None,
+                decode_seconds=sum(p.decode_seconds or 0.0 for p in prompts) if timed else None,
+            )
+        )
+    return tuple(merged)
 
 
 def _runs_at(
@@ -428,14 +486,25 @@ def _runs_at(
 
 
 def _at(
-    k: int, run: EngineRun, source_run: EngineRun, alone: EngineRun, is_source: bool, settings: Settings
+    k: int,
+    run: EngineRun,
+    source_run: EngineRun,
+    alone: tuple[EngineRun, EngineRun],
+    place: int,
+    settings: Settings,
+    drafts: Sequence[QuantizedDraft],
 ) -> AtDraftTokens:
-    """One draft's figures at one k: lossless against the target alone, its greedy change against the source
-    draft at the same k (none for the source), its decode speed-up over the target alone."""
+    """One draft's figures at one k: lossless against the target alone's first run, its greedy change against the
+    source draft at the same k (none for the source, at ``place`` 0), its decode speed-up over the target alone
+    (``alone``: its first run, and its runs merged), and what of them breaks a physical limit."""
     tolerance = NEAR_TIE_NATS.get(settings.dtype, 0.0)
-    greedy, alone_greedy = run.modes[GREEDY.name], alone.modes[GREEDY.name]
+    greedy, alone_greedy = run.modes[GREEDY.name], alone[0].modes[GREEDY.name]
     difference = None
-    if not is_source:
+    if place:
         change = paired_difference(run.acceptance(GREEDY.name), source_run.acceptance(GREEDY.name))
         difference = None if math.isnan(change.value) else change
-    return AtDraftTokens(k, run, lossless(greedy, alone_greedy, tolerance), difference, speedup(greedy, alone_greedy))
+    label = "source" if place == 0 else str(drafts[place - 1].path)
+    acceptance = run.acceptance(GREEDY.name)
+    faster = speedup(greedy, alone[1].modes[GREEDY.name])
+    problems = acceptance_problems(label, k, acceptance) + speedup_problems(label, k, acceptance.length(), faster)
+    return AtDraftTokens(k, run, lossless(greedy, alone_greedy, tolerance), difference, faster, tuple(problems))

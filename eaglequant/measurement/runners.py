@@ -73,8 +73,9 @@ class Offline:
         return counted
 
     def steps(self, settings: Settings, dsts: int) -> int:
-        """The steps progress counts: one a run (the target alone, then the source draft and each DST at each k)."""
-        return 1 + (1 + dsts) * len(settings.each_draft_tokens)
+        """The steps progress counts: one a run (the target alone, the source draft and each DST at each k, then the
+        target alone again)."""
+        return settings.target_alone_runs + (1 + dsts) * len(settings.each_draft_tokens)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ Where = Offline | Launched | Servers | OneServer
 
 def _prompt_steps(settings: Settings, dsts: int) -> int:
     drafted = (1 + dsts) * len(settings.modes) * len(settings.each_draft_tokens)
-    return len(settings.prompts) * (1 + drafted)
+    return len(settings.prompts) * (settings.target_alone_runs + drafted)
 
 
 DraftTokens = int | str | Sequence[int]  # one k, or several: the first is the primary, the one the gate judges
@@ -381,10 +382,12 @@ def accept(
     seed: int,
     progress: Callable[[str], None],
     steps: Steps | None = None,
+    target_alone_runs: int = 2,
 ) -> AcceptanceReport:
     """Serve the target with the source draft and with each quantized draft in ``dsts`` where ``where`` says, and
     measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting); ``steps`` is
     told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
+    _check_alone_runs(target_alone_runs)
     if isinstance(where, OneServer):
         raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
     if not dsts:
@@ -413,6 +416,7 @@ def accept(
         seed,
         dict(where.engine_args) if isinstance(where, Offline) else {},
         ks[1:],
+        target_alone_runs,
     )
     if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
         check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
@@ -436,13 +440,34 @@ def accept(
             shown.stop()
     report.device = _device(where)
     _add_notes(report, dtype, where)
+    _add_run_notes(report, drafts, given_prompts=prompts is not None)
+    return report
+
+
+def _add_run_notes(report: AcceptanceReport, drafts: Sequence[QuantizedDraft], given_prompts: bool) -> None:
+    """What the run chose for the user: a budget a search recorded (``judged-as-searched``), the bundled prompts
+    (``bundled-prompts``), one run of the target alone (``target-alone-once``)."""
+    target = report.settings.target
     for draft in drafts:
         if draft.budget_from:
             text = f"{draft.path}: acceptance judged against {draft.budget_from}"
             report.notes.append(Finding("judged-as-searched", str(draft.path), text))
-    if prompts is None and (bundled := bundled_prompts_note(target_path)):
-        report.notes.append(Finding("bundled-prompts", str(target_path), bundled))
-    return report
+    if not given_prompts and (bundled := bundled_prompts_note(target)):
+        report.notes.append(Finding("bundled-prompts", str(target), bundled))
+    if report.settings.target_alone_runs == 1:
+        once = "the target alone was served once: its drift between processes was not checked (give 2 runs or more)"
+        report.notes.append(Finding("target-alone-once", str(target), once))
+
+
+MAX_ALONE_RUNS = 10
+
+
+def _check_alone_runs(runs: int) -> None:
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_ALONE_RUNS:
+        raise InputError(
+            words(given("target_alone_runs", runs), f": not a whole number of runs from 1 to {MAX_ALONE_RUNS}"),
+            hint=words("e.g. ", suggested("target_alone_runs", 2), ": before the drafts and after them"),
+        )
 
 
 def _drafts_to_serve(

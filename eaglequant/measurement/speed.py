@@ -35,7 +35,8 @@ class MeasuredSpeed:
 def measured_speeds(record_json: dict[str, Any]) -> list[MeasuredSpeed]:
     """Every draft at every k that ``record_json`` (``accept --json``'s output or an ``eaglequant_accept.json``)
     holds timed: the source draft first, then each quantized draft, each k in the order measured. A record written
-    before decode throughput was measured, or an entry whose run was not timed, gives none."""
+    before decode throughput was measured, an entry whose run was not timed, or one whose speed-up a physical limit
+    or the target alone's drift refused (:mod:`~eaglequant.measurement.limits`), gives none."""
     record = AcceptanceRecord.from_json(record_json, ACCEPT_NAME)
     alone = record.target_alone
     if alone is None or not alone.decode_tokens_per_second:
@@ -44,7 +45,7 @@ def measured_speeds(record_json: dict[str, Any]) -> list[MeasuredSpeed]:
     for draft in (record.source, *record.quantized):
         for at in draft.by_draft_tokens:
             length = at.acceptance_length.value
-            if not at.decode_tokens_per_second or length is None or at.speedup.value is None:
+            if not at.decode_tokens_per_second or length is None or at.speedup is None or at.speedup.value is None:
                 continue
             found.append(
                 MeasuredSpeed(

@@ -44,11 +44,11 @@ def test_a_reference_server_beside_one_server_is_refused(serve: Callable[[StandI
 
 
 @pytest.mark.parametrize("value", ["0", "-1"])
-def test_window_at_or_below_zero_says_what_the_help_says(serve: Callable[[StandIn], str], value: str) -> None:
+def test_window_at_or_below_zero_is_refused_as_the_help_says(serve: Callable[[StandIn], str], value: str) -> None:
     done = run_cli("accept", "--server", serve(StandIn()), "--window", value)
-    assert done.exit_code == 2 and "above 0" in done.stderr, done.stderr
+    assert done.exit_code == 2 and "greater than or equal to 0.001" in done.stderr, done.stderr  # as the help
     shown = run_cli("accept", "--help").stdout
-    assert "[x<=604800.0]" in shown and "0<=x<=604800" not in shown, shown
+    assert "[0.001<=x<=604800.0]" in shown and "[0<=x<=604800" not in shown, shown
 
 
 @pytest.fixture

@@ -182,8 +182,9 @@ class StandIn:
     counters: SpecCounters = field(default_factory=lambda: SpecCounters(0, 0, 0, (0, 0, 0)))
     model: str = "stand-in-target"
     completions: int = 0
-    histograms: bool = False
+    histograms: bool = True  # timed by its own clock, alike in every arm (the client's wall time is the machine's)
     decoded: tuple[float, int, int] = (0.0, 0, 0)  # the histograms' sums: decode seconds, tokens, requests
+    slow: tuple[int, ...] = ()  # the completions (counted from 0) that decode 20 times slower: a busy machine
 
     @staticmethod
     def decode_seconds(prompt: str, tokens: int) -> float:
@@ -232,12 +233,13 @@ class StandIn:
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         n, prompt = int(body["max_tokens"]), str(body["prompt"])
+        slower = 20.0 if self.completions in self.slow else 1.0
         self.completions += 1
         for _ in range(self.requests_per_completion):
             if self.draft:
                 self.add(walk(n, self.k, lambda i: i + len(prompt)))
             seconds, tokens, requests = self.decoded
-            self.decoded = (seconds + self.decode_seconds(prompt, n), tokens + n, requests + 1)
+            self.decoded = (seconds + slower * self.decode_seconds(prompt, n), tokens + n, requests + 1)
         tokens = [(len(prompt) * 7 + t) % 4096 for t in range(n)]
         top = [{f"token_id:{t}": -0.5, f"token_id:{t + 1}": -1.5} for t in tokens]
         return {"choices": [{"token_ids": tokens, "logprobs": {"top_logprobs": top}}]}

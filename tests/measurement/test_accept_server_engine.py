@@ -31,8 +31,9 @@ def measured(**where: Any) -> Any:
     from eaglequant.api.acceptance import accept
 
     return accept(
-        [PAIR / "draft"], source=PAIR / "draft", max_prompts=PROMPTS, max_tokens=MAX_TOKENS, record=False, **where
-    )
+        [PAIR / "draft"], source=PAIR / "draft", max_prompts=PROMPTS, max_tokens=MAX_TOKENS, record=False,
+        target_alone_runs=1, **where,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
