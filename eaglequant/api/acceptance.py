@@ -42,6 +42,7 @@ def accept(
     seed: int = 0,
     record: bool = True,
     target_alone_runs: int = 2,
+    concurrency: str | Sequence[int] = (),
     progress: Callable[[str], None] = lambda _: None,
     steps: Steps | None = None,
 ) -> AcceptanceReport:
@@ -67,6 +68,9 @@ def accept(
 
     ``target_alone_runs``: how often the target alone is served, before the drafts and after them (2 by default);
     where its decode rate moves by more than 15% between them, no speed-up is reported (``target-alone-drifted``).
+    ``concurrency``: each C (``[1, 2, 4]``, or ``"1,2,4"``), a greedy pass of the prompts with at most C requests
+    in flight in every run, after its prompts one at a time: output tokens per second and the speed-up at each C
+    (offline and launched, ``max_num_seqs`` is then the largest C unless ``engine_args`` sets it).
     ``window_s`` is one running server's option (:func:`accept_server`): given here it is refused in one line,
     before anything runs or is written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
     figures to its card. ``steps``: told of each prompt answered (offline, each run), with the whole command's
@@ -83,7 +87,7 @@ def accept(
     report = measurement.accept(
         dsts, where, target=target, source=source, prompts=prompts, max_prompts=max_prompts,
         draft_tokens=draft_tokens, max_tokens=max_tokens, temperatures=temperatures, dtype=dtype, seed=seed,
-        progress=progress, steps=steps, target_alone_runs=target_alone_runs,
+        progress=progress, steps=steps, target_alone_runs=target_alone_runs, concurrency=concurrency,
     )  # fmt: skip
     if record:
         _record(report)

@@ -31,7 +31,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
-    from eaglequant.measurement.measure import AcceptanceReport, AtDraftTokens, DraftResult, Mode
+    from eaglequant.measurement.measure import AcceptanceReport, AtConcurrency, AtDraftTokens, DraftResult, Mode
     from eaglequant.measurement.one_server import ServerAcceptance
 
 
@@ -141,17 +141,28 @@ def accept_command(
             metavar="SECONDS",
         ),
     ] = None,
+    concurrency: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--concurrency",
+            help="Also send the prompts with at most C requests in flight, greedy, in every run (as vllm bench "
+            "serve --max-concurrency): output tokens/s and the speed-up at each C (1,2,4,8).",
+            metavar="C[,C...]",
+            show_default=False,
+        ),
+    ] = None,
     target_alone_runs: Annotated[
-        int,
+        Optional[int],  # noqa: UP045
         typer.Option(
             "--target-alone-runs",
             min=1,
             max=10,
             help="How often the target alone is served: before the drafts, then after them; a decode rate that "
-            "moves more than 15% between them refuses every speed-up of the run (1: drift not checked).",
+            "moves more than 15% between them refuses every speed-up of the run (1: drift not checked; default 2).",
             metavar="N",
+            show_default=False,
         ),
-    ] = 2,
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the sampled modes.")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not write eaglequant_accept.json and the card's figures into DST.")
@@ -174,6 +185,7 @@ def accept_command(
         from eaglequant.cli.progress_display import steps_display
 
         if not dst and len(server or []) == 1:
+            _one_server_takes_neither(concurrency, target_alone_runs)
             alone = accept_server(
                 (server or [])[0],
                 window_s=window,
@@ -207,7 +219,8 @@ def accept_command(
             launch=launch,
             port=port,
             window_s=window,
-            target_alone_runs=target_alone_runs,
+            target_alone_runs=2 if target_alone_runs is None else target_alone_runs,
+            concurrency=concurrency or (),
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
@@ -218,6 +231,18 @@ def accept_command(
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _one_server_takes_neither(concurrency: str | None, target_alone_runs: int | None) -> None:
+    """One server on its own has no target alone to compare with: the speed-up options are refused, not dropped."""
+    from eaglequant.common.errors import InputError
+
+    for flag, value in (("--concurrency", concurrency), ("--target-alone-runs", target_alone_runs)):
+        if value is not None:
+            raise InputError(
+                f"{flag} measures speed-ups over the target alone: one --server with no DST has none",
+                hint="give the DSTs, a --server for each and --reference-server for the target alone, or leave it out",
+            )
 
 
 def render_server(report: ServerAcceptance) -> None:
@@ -273,6 +298,7 @@ def render(report: AcceptanceReport) -> None:
         _add_draft_rows(table, draft, settings.modes)
     show(table)
     _show_speeds(report)
+    _show_concurrency(report)
     for draft in report.quantized:
         diff = draft.reported_difference(GREEDY.name)
         if draft.budget is not None and diff is not None and diff.reported_value is not None:
@@ -323,7 +349,39 @@ def _show_speeds(report: AcceptanceReport) -> None:
     show(table)
 
 
-def _speedup_text(at: AtDraftTokens) -> str:
+def _show_concurrency(report: AcceptanceReport) -> None:
+    """Per C, the target alone's output tokens per second, then each draft's at each k and its speed-up."""
+    from eaglequant.measurement.statistics import format_interval
+
+    alone = report.to_json()["target_alone"] or {}
+    by_c = alone.get("by_concurrency") or []
+    if not by_c:
+        return
+    title = f"output tokens/s with at most C requests in flight, greedy ({report.engine_build}; wall time of each pass)"
+    table = Table(title=escape(title), title_justify="left")
+    for column in ("draft", "k", "C", "acceptance length", "output tok/s (95% interval)", "speed-up (95% interval)"):
+        table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
+    for index, at_c in enumerate(by_c):
+        rate = at_c["output_tokens_per_second"]
+        runs = " then ".join("n/a" if r is None else f"{r:.1f}" for r in at_c["runs"])
+        shown = format_interval(rate["value"], rate["low"], rate["high"])
+        table.add_row("target alone" if index == 0 else "", "", str(at_c["concurrency"]), "", f"{shown} ({runs})", "")
+    for draft in (report.source, *report.quantized):
+        for at in draft.by_draft_tokens:
+            for index, c in enumerate(at.at_concurrency):
+                length = c.drafted.acceptance_length()
+                table.add_row(
+                    escape(draft.label) if index == 0 and at is draft.by_draft_tokens[0] else "",
+                    str(at.draft_tokens) if index == 0 else "",
+                    str(c.concurrency),
+                    "n/a" if length is None else f"{length:.3f}",
+                    c.drafted.output_tokens_per_second().text(),
+                    _speedup_text(c),
+                )
+    show(table)
+
+
+def _speedup_text(at: AtDraftTokens | AtConcurrency) -> str:
     """The speed-up with its interval, or what refused it (the problem lines below say why)."""
     reported = at.reported_speedup
     if reported is None:

@@ -19,6 +19,7 @@ from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.measurement.concurrency import ConcurrentPass, concurrent_speedup, merged
 from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drift, drift_problem, speedup_problems
 from eaglequant.measurement.statistics import (
     NEAR_TIE_NATS,
@@ -72,6 +73,7 @@ class Settings(JsonRecord):
     engine_args: dict[str, Any] = field(default_factory=dict)  # the user's, over eaglequant's defaults
     more_draft_tokens: tuple[int, ...] = ()
     target_alone_runs: int = 2  # before the drafts, then after them (its drift between processes checked)
+    concurrency: tuple[int, ...] = ()  # each C: a greedy pass with at most C requests in flight, in every run
 
     @property
     def each_draft_tokens(self) -> tuple[int, ...]:
@@ -92,7 +94,11 @@ class Settings(JsonRecord):
         """The engine arguments every run is served with (offline or a launched server)."""
         from eaglequant.measurement.engine_args import serving_arguments
 
-        return serving_arguments(self.engine_args, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len())
+        # with C requests in flight the engine must batch C (the user's own max_num_seqs stands)
+        batched = {"max_num_seqs": max(self.concurrency)} if self.concurrency else {}
+        return serving_arguments(
+            {**batched, **self.engine_args}, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len()
+        )
 
 
 class AcceptanceRunError(EngineFailure):
@@ -110,6 +116,7 @@ class EngineRun:
     seconds: float
     modes: dict[str, tuple[PromptCounts, ...]]
     clock: str | None = None
+    concurrent: tuple[ConcurrentPass, ...] = ()  # greedy passes with at most C requests in flight, per C asked
 
     def acceptance(self, mode: str) -> Acceptance:
         return Acceptance(self.modes[mode])
@@ -132,6 +139,7 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         "prompts": list(settings.prompts),
         "modes": [m.to_json() for m in modes],
         "engine_args": settings.served_arguments(),
+        "concurrency": list(settings.concurrency),
     }
     ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
     try:
@@ -145,11 +153,42 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         float(data["seconds"]),
         {m["name"]: tuple(PromptCounts.from_json(p) for p in m["prompts"]) for m in data["modes"]},
         clocks.get(GREEDY.name),
+        tuple(ConcurrentPass.from_json(p) for p in data.get("concurrent", ())),
     )
 
 
 def _rate_json(rate: float | None) -> float | None:
     return None if rate is None else round(rate, 4)
+
+
+@dataclass(frozen=True)
+class AtConcurrency:
+    """One draft at one k with at most C requests in flight: its pass, its speed-up over the target alone's at the
+    same C, and what of it breaks a physical limit (:mod:`~eaglequant.measurement.limits`)."""
+
+    concurrency: int
+    drafted: ConcurrentPass
+    speedup: Interval
+    problems: tuple[Finding, ...] = ()
+    drifted: bool = False  # the target alone's rate at this C moved between its runs past the limit
+
+    @property
+    def speed_problems(self) -> list[str]:
+        return [p.code for p in self.problems] + ["target-alone-drifted"] * self.drifted
+
+    @property
+    def reported_speedup(self) -> Interval | None:
+        return None if self.speed_problems else self.speedup
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "output_tokens_per_second": self.drafted.output_tokens_per_second().to_json(),
+            "acceptance_length": self.drafted.acceptance_length(),
+            "speedup": _json(self.reported_speedup),
+            "measured_speedup": self.speedup.to_json(),
+            "speed_problems": self.speed_problems,
+        }
 
 
 @dataclass(frozen=True)
@@ -167,6 +206,7 @@ class AtDraftTokens:
     problems: tuple[Finding, ...] = ()
 
     drifted: bool = False  # the target alone's rate moved between its runs past the limit: no speed-up reported
+    at_concurrency: tuple[AtConcurrency, ...] = ()  # each C asked, in order
 
     @property
     def speed_problems(self) -> list[str]:
@@ -190,6 +230,7 @@ class AtDraftTokens:
             "speed_problems": self.speed_problems,
             "difference": _json(self.difference),
             "lossless": self.lossless.to_json(),
+            "by_concurrency": [at.to_json() for at in self.at_concurrency],
         }
 
 
@@ -244,6 +285,7 @@ class DraftResult:
                 at = f"{self.label} at k = {other.draft_tokens}"
                 found.append(Finding("not-lossless", self.label, lossy_text(at, other.lossless)))
         found += [problem for at in self.by_draft_tokens for problem in at.problems]
+        found += [problem for at in self.by_draft_tokens for c in at.at_concurrency for problem in c.problems]
         if self.over_budget and self.budget is not None:
             whose = f"the {self.scheme} budget"
             over = (
@@ -300,7 +342,7 @@ class AcceptanceReport(JsonRecord):
     alone: EngineRun | None = None
     device: str | None = None
     alone_again: list[EngineRun] = field(default_factory=list)  # the target alone's later runs (after the drafts)
-    drift: Finding | None = None  # ``target-alone-drifted``: its rate moved between its runs past the limit
+    drift: list[Finding] = field(default_factory=list)  # ``target-alone-drifted``: sequential, then at each C
 
     json_omitted = ("alone_again", "drift")
 
@@ -326,12 +368,12 @@ class AcceptanceReport(JsonRecord):
             "clock": run.clock,
             "runs": [_rate_json(rate) for rate in rates],
             "drift": None if moved is None else round(moved, 4),
+            "by_concurrency": [_alone_at(passes) for passes in zip(*(r.concurrent for r in runs), strict=True)],
         }
 
     @property
     def problems(self) -> list[Finding]:
-        drifted = [] if self.drift is None else [self.drift]
-        return drifted + [p for draft in (self.source, *self.quantized) for p in draft.problems]
+        return [*self.drift, *(p for draft in (self.source, *self.quantized) for p in draft.problems)]
 
     @property
     def ok(self) -> bool:
@@ -406,14 +448,15 @@ def measure(
     for repeat in range(2, settings.target_alone_runs + 1):
         progress(f"the target alone again, run {repeat} (its drift between processes)")
         again.append(runner_at(settings.at(settings.draft_tokens))(0, None, f"no draft, run {repeat}"))
-    timed_alone = EngineRun(alone.version, None, alone.seconds, {GREEDY.name: merged_prompts([alone, *again])})
-    moved = drift_problem(str(settings.target), [run.decode_tokens_per_second() for run in (alone, *again)])
+    timed_alone = EngineRun(
+        alone.version, None, alone.seconds, {GREEDY.name: merged_prompts([alone, *again])},
+        concurrent=tuple(merged(passes) for passes in zip(*(r.concurrent for r in (alone, *again)), strict=True)),
+    )  # fmt: skip
     each = [
         [_at(k, runs[place], runs[0], (alone, timed_alone), place, settings, drafts) for k, runs in runs_by_k]
         for place in range(1 + len(drafts))
     ]
-    if moved is not None:
-        each = [[replace(at, drifted=True) for at in ats] for ats in each]
+    each, moved = _judged_drift(each, [alone, *again], str(settings.target))
     source_at = each[0]
     source_result = DraftResult(
         "source", source, "source", source_at[0].run, source_at[0].lossless, by_draft_tokens=source_at
@@ -436,20 +479,58 @@ def measure(
     )  # fmt: skip
 
 
+def _alone_at(passes: Sequence[ConcurrentPass]) -> dict[str, Any]:
+    """The target alone at one C: its output tokens per second over its runs, each run's, and their drift."""
+    rates = [p.output_tokens_per_second().value for p in passes]
+    moved = drift(rates)
+    return {
+        "concurrency": passes[0].concurrency,
+        "output_tokens_per_second": merged(passes).output_tokens_per_second().to_json(),
+        "runs": [_rate_json(rate) for rate in rates],
+        "drift": None if moved is None else round(moved, 4),
+    }
+
+
 def merged_prompts(runs: Sequence[EngineRun]) -> tuple[PromptCounts, ...]:
     """The target alone's greedy prompts over all its runs, each prompt's decode tokens and seconds summed (its
     first run's tokens: the greedy reference); untimed where any run left the prompt untimed."""
-    merged = []
+    summed = []
     for prompts in zip(*(run.modes[GREEDY.name] for run in runs), strict=True):
         timed = all(p.timed for p in prompts)
-        merged.append(
+        summed.append(
             replace(
                 prompts[0],
                 decode_tokens=sum(p.decode_tokens or 0 for p in prompts) if timed else None,
                 decode_seconds=sum(p.decode_seconds or 0.0 for p in prompts) if timed else None,
             )
         )
-    return tuple(merged)
+    return tuple(summed)
+
+
+def _judged_drift(
+    each: list[list[AtDraftTokens]], alone_runs: Sequence[EngineRun], target: str
+) -> tuple[list[list[AtDraftTokens]], list[Finding]]:
+    """Every speed-up withheld where the target alone's rate moved between its runs past the limit: its decode rate
+    (every figure of the run), or its output rate at one C (the figures at that C)."""
+    found = []
+    sequential = drift_problem(target, [run.decode_tokens_per_second() for run in alone_runs])
+    if sequential is not None:
+        found.append(sequential)
+        each = [[replace(at, drifted=True) for at in ats] for ats in each]
+    for index, passes in enumerate(zip(*(run.concurrent for run in alone_runs), strict=True)):
+        rates = [p.output_tokens_per_second().value for p in passes]
+        at_c = drift_problem(f"{target} at concurrency {passes[0].concurrency}", rates)
+        if at_c is None:
+            continue
+        found.append(at_c)
+        each = [[_drifted_at(at, index) for at in ats] for ats in each]
+    return each, found
+
+
+def _drifted_at(at: AtDraftTokens, index: int) -> AtDraftTokens:
+    marked = list(at.at_concurrency)
+    marked[index] = replace(marked[index], drifted=True)
+    return replace(at, at_concurrency=tuple(marked))
 
 
 def _runs_at(
@@ -507,4 +588,19 @@ def _at(
     acceptance = run.acceptance(GREEDY.name)
     faster = speedup(greedy, alone[1].modes[GREEDY.name])
     problems = acceptance_problems(label, k, acceptance) + speedup_problems(label, k, acceptance.length(), faster)
-    return AtDraftTokens(k, run, lossless(greedy, alone_greedy, tolerance), difference, faster, tuple(problems))
+    at_c = tuple(
+        _at_concurrency(label, k, acceptance.length(), drafted, by_alone)
+        for drafted, by_alone in zip(run.concurrent, alone[1].concurrent, strict=True)
+    )
+    return AtDraftTokens(
+        k, run, lossless(greedy, alone_greedy, tolerance), difference, faster, tuple(problems), at_concurrency=at_c
+    )
+
+
+def _at_concurrency(
+    label: str, k: int, length: Interval, drafted: ConcurrentPass, alone: ConcurrentPass
+) -> AtConcurrency:
+    """One draft at one k and one C: its speed-up over the target alone at that C, within the same limits."""
+    faster = concurrent_speedup(drafted, alone)
+    problems = speedup_problems(f"{label} with {drafted.concurrency} in flight", k, length, faster)
+    return AtConcurrency(drafted.concurrency, drafted, faster, tuple(problems))

@@ -383,11 +383,13 @@ def accept(
     progress: Callable[[str], None],
     steps: Steps | None = None,
     target_alone_runs: int = 2,
+    concurrency: Concurrency = (),
 ) -> AcceptanceReport:
     """Serve the target with the source draft and with each quantized draft in ``dsts`` where ``where`` says, and
     measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting); ``steps`` is
     told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
     _check_alone_runs(target_alone_runs)
+    each_c = each_concurrency(concurrency)
     if isinstance(where, OneServer):
         raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
     if not dsts:
@@ -417,6 +419,7 @@ def accept(
         dict(where.engine_args) if isinstance(where, Offline) else {},
         ks[1:],
         target_alone_runs,
+        each_c,
     )
     if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
         check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
@@ -460,6 +463,26 @@ def _add_run_notes(report: AcceptanceReport, drafts: Sequence[QuantizedDraft], g
 
 
 MAX_ALONE_RUNS = 10
+Concurrency = str | Sequence[int]  # the command line's "1,2,4", or the numbers
+
+
+def each_concurrency(concurrency: Concurrency) -> tuple[int, ...]:
+    """Each C to measure at, in the order given, from ``1,2,4`` or a sequence: one clear line, naming the value as
+    given, for one that is not a whole number from 1 to :data:`~.concurrency.MAX_CONCURRENCY`, or repeated."""
+    from eaglequant.measurement.concurrency import MAX_CONCURRENCY
+
+    pieces: Sequence[object] = concurrency.split(",") if isinstance(concurrency, str) else list(concurrency)
+    found: list[int] = []
+    for piece in pieces:
+        c = _whole(piece)
+        if c is None or not 1 <= c <= MAX_CONCURRENCY or c in found:
+            why = "is given twice" if c in found else f"is not a whole number from 1 to {MAX_CONCURRENCY}"
+            raise InputError(
+                words(given("concurrency", concurrency), f": {str(piece).strip() or 'an empty entry'} {why}"),
+                hint=words("give the requests in flight, e.g. ", suggested("concurrency", "1,2,4")),
+            )
+        found.append(c)
+    return tuple(found)
 
 
 def _check_alone_runs(runs: int) -> None:

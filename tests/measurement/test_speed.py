@@ -223,7 +223,7 @@ def test_the_report_and_the_record_give_each_k_and_read_back_typed(tmp_path: Pat
     first = quantized["by_draft_tokens"][0]
     assert set(first) == {
         "draft_tokens", "acceptance_length", "decode_tokens_per_second", "clock", "speedup", "difference", "lossless",
-        "measured_speedup", "speed_problems",
+        "measured_speedup", "speed_problems", "by_concurrency",
     }  # fmt: skip
     assert first["speed_problems"] == [] and first["measured_speedup"] == first["speedup"]
     assert written["target_alone"]["runs"] == [alone_rate, alone_rate] and written["target_alone"]["drift"] == 0
