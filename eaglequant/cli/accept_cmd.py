@@ -66,7 +66,7 @@ def accept_command(
         typer.Option(
             "--draft-tokens",
             help="k, the tokens drafted per speculative round (vLLM's num_speculative_tokens); several separated by "
-            "commas (1,2,3,4): each draft is measured at each, the target alone once, the budget judged at the first.",
+            "commas (1,2,3,4): each draft is measured at each, the budget judged at the first.",
             metavar="K[,K...]",
         ),
     ] = str(DEFAULT_DRAFT_TOKENS),
@@ -174,8 +174,10 @@ def accept_command(
     sampled, at each --draft-tokens k: offline by default, on vLLM servers it starts (--launch), or on running
     ones (--server). Reports acceptance length and per-position rates with 95% intervals over prompts, the
     difference from the source, whether greedy output equals the target's alone, and decode tokens per second
-    with the speed-up over the target alone. Exits 3 when a draft's greedy output
-    differs from the target's or a DST loses more than its scheme's acceptance budget. With one --server and no
+    with the speed-up over the target alone (and at each --concurrency C). The target alone runs before the drafts
+    and after them. Exits 3 when a draft's greedy output differs from the target's, a DST loses more than its
+    scheme's acceptance budget, or a figure breaks a physical limit: a speed-up above the acceptance length or
+    wider than 2x, or the target alone's rate moving more than 15% between its runs (no speed-up is then given). With one --server and no
     DST: that server's acceptance length on the prompts, or over --window SECONDS of its live traffic.
     Per-prompt progress (offline: per run) and an ETA go to stderr; -q turns them off.
     """

@@ -2,8 +2,10 @@
 
 Each run is one process of the engine's interpreter (``engine_load/probes/vllm_accept.py``): the engine is
 built once per (target, draft, k) and every prompt is generated on its own in every decoding mode, its counters
-read before and after and its decode timed. The target alone, run once, gives the greedy reference that
-speculative decoding must reproduce at every k, and the decode throughput each draft's speed-up is over.
+read before and after and its decode timed (and, asked, a pass of the prompts at each concurrency). The target
+alone, served before the drafts and again after them, gives the greedy reference that speculative decoding must
+reproduce at every k, and the decode throughput each draft's speed-up is over; where its rate moved between its
+runs, or a speed-up breaks a physical limit, no speed-up is reported (:mod:`~eaglequant.measurement.limits`).
 """
 
 from __future__ import annotations
@@ -430,10 +432,11 @@ def measure(
     measure_same_bytes_once: bool = True,
     run_skipped: Callable[[], None] = lambda: None,
 ) -> AcceptanceReport:
-    """The target alone (the greedy reference and the decode throughput speed-ups are over), once; then at each k
-    of ``settings`` the source draft and each quantized draft, each served by the runner ``runner_at`` gives for
-    the settings at that k; each draft's difference from the source at the same k, paired by prompt
-    (``run_skipped`` is told of a draft whose bytes were measured already at that k)."""
+    """The target alone (the greedy reference and the decode throughput speed-ups are over); then at each k of
+    ``settings`` the source draft and each quantized draft, each served by the runner ``runner_at`` gives for the
+    settings at that k; then the target alone again, ``settings.target_alone_runs`` in all, its drift between
+    them judged (:mod:`~eaglequant.measurement.limits`); each draft's difference from the source at the same k,
+    paired by prompt (``run_skipped`` is told of a draft whose bytes were measured already at that k)."""
     if not drafts:
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
