@@ -177,8 +177,9 @@ def accept_command(
     with the speed-up over the target alone (and at each --concurrency C). The target alone runs before the drafts
     and after them. Exits 3 when a draft's greedy output differs from the target's, a DST loses more than its
     scheme's acceptance budget, or a figure breaks a physical limit: a speed-up above the acceptance length or
-    wider than 2x, or the target alone's rate moving more than 15% between its runs (no speed-up is then given). With one --server and no
-    DST: that server's acceptance length on the prompts, or over --window SECONDS of its live traffic.
+    wider than 2x, or the target alone's rate moving more than 15% between its runs (no speed-up is then given).
+    With one --server and no DST: that server's acceptance length on the prompts, or over --window SECONDS of its
+    live traffic.
     Per-prompt progress (offline: per run) and an ETA go to stderr; -q turns them off.
     """
 
