@@ -89,12 +89,12 @@ def measured_at(serve: Callable[[StandIn], str], reference: StandIn, *more: str)
 def test_each_run_is_sent_with_at_most_c_in_flight_and_reports_each_c(serve: Callable[[StandIn], str]) -> None:
     """The plumbing, timed by the wall clock of a machine others share: the speed-ups are reported or refused with
     their codes, whichever the machine gave (the verdicts themselves are tested with fixed passes below)."""
-    code, shown, states = measured_at(serve, StandIn(draft=False, delay_s=0.05), "--json")
+    code, shown, states = measured_at(serve, StandIn(draft=False, delay_s=0.1), "--json")
     for state in states:  # per run: 4 prompts one at a time, then a pass at C = 1, 2 and 4
         runs = [state.started[i : i + 16] for i in range(0, len(state.started), 16)]
         assert len(runs) == (2 if state is states[0] else 1)  # the target alone before and after the drafts
-        for started in runs:
-            assert max(started[:8]) == 1 and max(started[8:12]) == 2 and max(started[12:]) == 4, started
+        for started in runs:  # at most C; more than one at once where C allows (how many: the machine's timing)
+            assert max(started[:8]) == 1 and max(started[8:12]) <= 2 and 2 <= max(started[12:]) <= 4, started
     record = json.loads(shown.split("\nserving")[0])
     assert code == (0 if record["ok"] else 3)
     alone = record["target_alone"]["by_concurrency"]
@@ -107,7 +107,7 @@ def test_each_run_is_sent_with_at_most_c_in_flight_and_reports_each_c(serve: Cal
         for c in at["by_concurrency"]:
             assert (c["speedup"] is None) == bool(c["speed_problems"]) and c["measured_speedup"]["value"] > 0, c
             assert c["acceptance_length"] == pytest.approx(at["acceptance_length"]["value"], abs=1e-4)
-    table = " ".join(measured_at(serve, StandIn(draft=False, delay_s=0.05))[1].split())
+    table = " ".join(measured_at(serve, StandIn(draft=False))[1].split())  # the table, without the wait
     assert "output tokens/s with at most C requests in flight" in table, table
 
 
