@@ -162,15 +162,43 @@ class Acceptance(JsonRecord):
         return max((len(p.accepted_per_position) for p in self.prompts), default=0)
 
     def length(self) -> Interval:
-        """Acceptance length: 1 + accepted tokens per draft."""
-        return _ratio([p.accepted for p in self.prompts], [p.drafts for p in self.prompts], offset=1.0)
+        """Acceptance length: 1 + accepted tokens per draft, its interval clipped to what a length can be, 1 to
+        k + 1 (a draft of k tokens emits at least the target's own token and at most k more)."""
+        length = _ratio([p.accepted for p in self.prompts], [p.drafts for p in self.prompts], offset=1.0)
+        return clipped(length, 1.0, 1.0 + self.k) if self.k else length
 
     def per_position(self) -> list[Interval]:
-        """Per position j: the share of drafts whose first j tokens were accepted."""
+        """Per position j: the share of drafts whose first j tokens were accepted, its interval on the logit scale
+        (a share lies in [0, 1])."""
         return [
-            _ratio([p.accepted_per_position[j] for p in self.prompts], [p.drafts for p in self.prompts])
+            share_interval(_ratio([p.accepted_per_position[j] for p in self.prompts], [p.drafts for p in self.prompts]))
             for j in range(self.k)
         ]
+
+
+def clipped(interval: Interval, low: float, high: float) -> Interval:
+    """``interval``'s finite bounds kept within [low, high], where the figure can lie (an unknown bound stays
+    unknown)."""
+
+    def within(bound: float) -> float:
+        return min(max(bound, low), high) if math.isfinite(bound) else bound
+
+    return Interval(interval.value, within(interval.low), within(interval.high))
+
+
+def share_interval(linear: Interval) -> Interval:
+    """A share's interval taken to the logit scale (the delta method: the standard error over ``p(1 - p)``) and
+    back, so it stays within [0, 1] and is not symmetric near either end; a share of exactly 0 or 1, or bounds not
+    known, keep the linear interval clipped to [0, 1]."""
+    p, half = linear.value, linear.half_width
+    if not (0 < p < 1 and math.isfinite(half)):
+        return clipped(linear, 0.0, 1.0)
+    centre, spread = math.log(p / (1 - p)), half / (p * (1 - p))
+    return Interval(p, _expit(centre - spread), _expit(centre + spread))
+
+
+def _expit(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
 
 
 def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
@@ -184,7 +212,8 @@ def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
         (q.accepted - r_q * q.drafts) / q_n - (s.accepted - r_s * s.drafts) / s_n
         for q, s in zip(quantized.prompts, source.prompts, strict=True)
     ]
-    return _clustered(r_q - r_s, residuals)
+    k = max(quantized.k, source.k)
+    return clipped(_clustered(r_q - r_s, residuals), -float(k), float(k)) if k else _clustered(r_q - r_s, residuals)
 
 
 def decode_rate(prompts: Sequence[PromptCounts]) -> float | None:
