@@ -87,6 +87,17 @@ def vendor_required() -> bool:
     return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
+def engine_builds(engine: str, head: Any) -> bool:
+    """Whether the engine builds ``head`` as a draft at all (its decision refuses no whole draft), whatever the
+    scheme."""
+    from eaglequant.engines import ENGINES
+    from eaglequant.engines.support import SCHEME_KINDS, draft_refusal
+    from eaglequant.formats import FORMATS
+
+    kinds = next(iter(SCHEME_KINDS))
+    return draft_refusal(ENGINES[engine], head, FORMATS["compressed-tensors"], kinds) is None
+
+
 def require_vendor(module: str) -> None:
     try:
         __import__(module)

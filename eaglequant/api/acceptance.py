@@ -39,8 +39,11 @@ def accept(
     reference_server: str | None = None,
     launch: bool = False,
     port: int | None = None,
+    window_s: float | None = None,
     seed: int = 0,
     record: bool = True,
+    target_alone_runs: int = 2,
+    concurrency: str | Sequence[int] = (),
     progress: Callable[[str], None] = lambda _: None,
     steps: Steps | None = None,
 ) -> AcceptanceReport:
@@ -64,16 +67,24 @@ def accept(
       ``reference_server`` serving the target alone (the greedy reference); ``target`` is then read from them
       (one server with no DST: :func:`accept_server`).
 
-    ``record``: write ``eaglequant_accept.json`` into each DST and add the figures to its card. ``steps``: told
-    of each prompt answered (offline, each run), with the whole command's count for an ETA."""
+    ``target_alone_runs``: how often the target alone is served, before the drafts and after them (2 by default);
+    where its decode rate moves by more than 15% between them, no speed-up is reported (``target-alone-drifted``).
+    ``concurrency``: each C (``[1, 2, 4]``, or ``"1,2,4"``), a greedy pass of the prompts with at most C requests
+    in flight in every run, after its prompts one at a time: output tokens per second and the speed-up at each C
+    (offline and launched, ``max_num_seqs`` is then the largest C unless ``engine_args`` sets it).
+    ``window_s`` is one running server's option (:func:`accept_server`): given here it is refused in one line,
+    before anything runs or is written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
+    figures to its card. ``steps``: told of each prompt answered (offline, each run), with the whole command's
+    count for an ETA."""
     from eaglequant.jobs.acceptance import measure_and_record
 
     return measure_and_record(
         dsts, target=target, source=source, prompts=prompts, max_prompts=max_prompts, draft_tokens=draft_tokens,
         max_tokens=max_tokens, temperatures=temperatures, served_as=served_as, dtype=dtype, engine=engine,
         engine_python=engine_python, tensor_parallel_size=tensor_parallel_size, engine_args=engine_args,
-        server=server, reference_server=reference_server, launch=launch, port=port, seed=seed, record=record,
-        progress=progress, steps=steps,
+        server=server, reference_server=reference_server, launch=launch, port=port, window_s=window_s, seed=seed,
+        record=record, target_alone_runs=target_alone_runs, concurrency=concurrency, progress=progress,
+        steps=steps,
     )  # fmt: skip
 
 
@@ -88,16 +99,18 @@ def accept_server(
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     seed: int = 0,
     steps: Steps | None = None,
+    reference_server: str | None = None,
 ) -> ServerAcceptance:
     """The acceptance length of the one running vLLM server at ``server`` (a URL), read from its spec-decode
     counters on ``/metrics``: by default over the prompts, sent one at a time (the server must be eaglequant's
     alone meanwhile), with 95% intervals over prompts per mode; with ``window_s``, over that many seconds of the
     server's live traffic, eaglequant sending nothing (no interval: there are no prompts to cluster by). No
     reference (nothing checked lossless) and no DST (nothing recorded). ``draft_tokens``: the one k the server
-    drafts (checked against its counters)."""
+    drafts (checked against its counters). ``reference_server`` is refused in one line: one server is measured
+    without a reference (give DSTs to compare against one)."""
     from eaglequant.measurement.server_acceptance import measure_server
 
     return measure_server(
         server, window_s=window_s, prompts=prompts, max_prompts=max_prompts, draft_tokens=draft_tokens,
-        max_tokens=max_tokens, temperatures=temperatures, seed=seed, steps=steps,
+        max_tokens=max_tokens, temperatures=temperatures, seed=seed, steps=steps, reference_server=reference_server,
     )  # fmt: skip

@@ -16,6 +16,7 @@ from eaglequant.cli.options import (
     MAX_SEED,
     MAX_TEMPERATURE,
     MAX_WINDOW_S,
+    MIN_WINDOW_S,
     EngineArgOpt,
     EnginePythonOpt,
     MaxPromptsOpt,
@@ -30,7 +31,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
-    from eaglequant.measurement.measure import AcceptanceReport, DraftResult, Mode
+    from eaglequant.measurement.measure import AcceptanceReport, AtConcurrency, AtDraftTokens, DraftResult, Mode
     from eaglequant.measurement.one_server import ServerAcceptance
 
 
@@ -65,7 +66,7 @@ def accept_command(
         typer.Option(
             "--draft-tokens",
             help="k, the tokens drafted per speculative round (vLLM's num_speculative_tokens); several separated by "
-            "commas (1,2,3,4): each draft is measured at each, the target alone once, the budget judged at the first.",
+            "commas (1,2,3,4): each draft is measured at each, the budget judged at the first.",
             metavar="K[,K...]",
         ),
     ] = str(DEFAULT_DRAFT_TOKENS),
@@ -132,12 +133,34 @@ def accept_command(
         Optional[float],  # noqa: UP045
         typer.Option(
             "--window",
-            min=0,
+            min=MIN_WINDOW_S,  # a closed range click states as it checks it (0 would show as allowed)
             max=MAX_WINDOW_S,
             callback=positive_number,
             help="With one --server and no DST: send nothing, read its counters over SECONDS of its live traffic.",
             show_default=False,
             metavar="SECONDS",
+        ),
+    ] = None,
+    concurrency: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--concurrency",
+            help="Also send the prompts with at most C requests in flight, greedy, in every run (as vllm bench "
+            "serve --max-concurrency): output tokens/s and the speed-up at each C (1,2,4,8).",
+            metavar="C[,C...]",
+            show_default=False,
+        ),
+    ] = None,
+    target_alone_runs: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--target-alone-runs",
+            min=1,
+            max=10,
+            help="How often the target alone is served: before the drafts, then after them; a decode rate that "
+            "moves more than 15% between them refuses every speed-up of the run (1: drift not checked; default 2).",
+            metavar="N",
+            show_default=False,
         ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed of the sampled modes.")] = 0,
@@ -151,9 +174,12 @@ def accept_command(
     sampled, at each --draft-tokens k: offline by default, on vLLM servers it starts (--launch), or on running
     ones (--server). Reports acceptance length and per-position rates with 95% intervals over prompts, the
     difference from the source, whether greedy output equals the target's alone, and decode tokens per second
-    with the speed-up over the target alone. Exits 3 when a draft's greedy output
-    differs from the target's or a DST loses more than its scheme's acceptance budget. With one --server and no
-    DST: that server's acceptance length on the prompts, or over --window SECONDS of its live traffic.
+    with the speed-up over the target alone (and at each --concurrency C). The target alone runs before the drafts
+    and after them. Exits 3 when a draft's greedy output differs from the target's, a DST loses more than its
+    scheme's acceptance budget, or a figure breaks a physical limit: a speed-up above the acceptance length or
+    wider than 2x, or the target alone's rate moving more than 15% between its runs (no speed-up is then given).
+    With one --server and no DST: that server's acceptance length on the prompts, or over --window SECONDS of its
+    live traffic.
     Per-prompt progress (offline: per run) and an ETA go to stderr; -q turns them off.
     """
 
@@ -162,6 +188,7 @@ def accept_command(
         from eaglequant.cli.progress_display import steps_display
 
         if not dst and len(server or []) == 1:
+            _one_server_takes_neither(concurrency, target_alone_runs)
             alone = accept_server(
                 (server or [])[0],
                 window_s=window,
@@ -172,6 +199,7 @@ def accept_command(
                 temperatures=temperature or [],
                 seed=seed,
                 steps=steps_display(),
+                reference_server=reference_server,
             )
             result(alone.to_json(), lambda: render_server(alone))
             return True
@@ -193,6 +221,9 @@ def accept_command(
             reference_server=reference_server,
             launch=launch,
             port=port,
+            window_s=window,
+            target_alone_runs=2 if target_alone_runs is None else target_alone_runs,
+            concurrency=concurrency or (),
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
@@ -203,6 +234,18 @@ def accept_command(
 
     if not run_guarded(body):
         raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+def _one_server_takes_neither(concurrency: str | None, target_alone_runs: int | None) -> None:
+    """One server on its own has no target alone to compare with: the speed-up options are refused, not dropped."""
+    from eaglequant.common.errors import InputError
+
+    for flag, value in (("--concurrency", concurrency), ("--target-alone-runs", target_alone_runs)):
+        if value is not None:
+            raise InputError(
+                f"{flag} measures speed-ups over the target alone: one --server with no DST has none",
+                hint="give the DSTs, a --server for each and --reference-server for the target alone, or leave it out",
+            )
 
 
 def render_server(report: ServerAcceptance) -> None:
@@ -258,6 +301,7 @@ def render(report: AcceptanceReport) -> None:
         _add_draft_rows(table, draft, settings.modes)
     show(table)
     _show_speeds(report)
+    _show_concurrency(report)
     for draft in report.quantized:
         diff = draft.reported_difference(GREEDY.name)
         if draft.budget is not None and diff is not None and diff.reported_value is not None:
@@ -287,7 +331,9 @@ def _show_speeds(report: AcceptanceReport) -> None:
     if alone is None or rate is None:
         return
     clock = CLOCKS.get(alone.clock or "", "an unknown clock")
-    title = f"decode speed, greedy ({report.engine_build}; the target alone {rate:.1f} tok/s, by {clock})"
+    rates = [run.decode_tokens_per_second() for run in (alone, *report.alone_again)]
+    runs = " then ".join("n/a" if r is None else f"{r:.1f}" for r in rates)
+    title = f"decode speed, greedy ({report.engine_build}; the target alone {runs} tok/s, by {clock})"
     table = Table(title=escape(title), title_justify="left")
     for column in ("draft", "k", "acceptance length", "tok/s", "speed-up (95% interval)", "greedy = target"):
         table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
@@ -300,10 +346,50 @@ def _show_speeds(report: AcceptanceReport) -> None:
                 str(at.draft_tokens),
                 at.run.acceptance(GREEDY.name).length().text(),
                 "n/a" if drafted is None else f"{drafted:.1f}",
-                at.speedup.text(),
+                _speedup_text(at),
                 same if at.lossless.ok else f"[red]{same}[/]",
             )
     show(table)
+
+
+def _show_concurrency(report: AcceptanceReport) -> None:
+    """Per C, the target alone's output tokens per second, then each draft's at each k and its speed-up."""
+    from eaglequant.measurement.statistics import format_interval
+
+    alone = report.to_json()["target_alone"] or {}
+    by_c = alone.get("by_concurrency") or []
+    if not by_c:
+        return
+    title = f"output tokens/s with at most C requests in flight, greedy ({report.engine_build}; wall time of each pass)"
+    table = Table(title=escape(title), title_justify="left")
+    for column in ("draft", "k", "C", "acceptance length", "output tok/s (95% interval)", "speed-up (95% interval)"):
+        table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
+    for index, at_c in enumerate(by_c):
+        rate = at_c["output_tokens_per_second"]
+        runs = " then ".join("n/a" if r is None else f"{r:.1f}" for r in at_c["runs"])
+        shown = format_interval(rate["value"], rate["low"], rate["high"])
+        table.add_row("target alone" if index == 0 else "", "", str(at_c["concurrency"]), "", f"{shown} ({runs})", "")
+    for draft in (report.source, *report.quantized):
+        for at in draft.by_draft_tokens:
+            for index, c in enumerate(at.at_concurrency):
+                length = c.drafted.acceptance_length()
+                table.add_row(
+                    escape(draft.label) if index == 0 and at is draft.by_draft_tokens[0] else "",
+                    str(at.draft_tokens) if index == 0 else "",
+                    str(c.concurrency),
+                    "n/a" if length is None else f"{length:.3f}",
+                    c.drafted.output_tokens_per_second().text(),
+                    _speedup_text(c),
+                )
+    show(table)
+
+
+def _speedup_text(at: AtDraftTokens | AtConcurrency) -> str:
+    """The speed-up with its interval, or what refused it (the problem lines below say why)."""
+    reported = at.reported_speedup
+    if reported is None:
+        return f"[red]none: {', '.join(at.speed_problems)}[/]"
+    return reported.text()
 
 
 def _add_draft_rows(table: Table, draft: DraftResult, modes: tuple[Mode, ...]) -> None:

@@ -86,7 +86,7 @@ def convert_command(
 
     parameters = dict(locals())
 
-    def body() -> bool:
+    def body() -> int:
         from eaglequant.api import convert
         from eaglequant.hub.client import is_hub_reference
 
@@ -117,10 +117,13 @@ def convert_command(
                 f"{escape(str(dst))}, which was left as it was; `eaglequant upload` refuses it",
                 markup=True,
             )
-        return converted.verification is None or converted.verification.ok
+        if converted.verification is None:
+            return 0
+        return converted.verification.verdict.exit_code if converted.verification.ok else EXIT_CHECK_FAILED
 
-    if not run_guarded(body):
-        raise typer.Exit(EXIT_CHECK_FAILED)
+    code = run_guarded(body)
+    if code:
+        raise typer.Exit(code)
 
 
 def render(converted: ConversionResult) -> None:

@@ -55,6 +55,7 @@ MAX_GENERATED_TOKENS = 32_768
 MAX_PROMPTS = 1_000_000
 MAX_TEMPERATURE = 10.0
 MAX_WINDOW_S = 7 * 24 * 3600.0  # accept --window: a week of a server's traffic
+MIN_WINDOW_S = 0.001  # and at least a millisecond of it
 MAX_TOP_K = 1024
 MAX_VOCABULARY = 2**31 - 1  # token ids and vocabulary sizes
 MAX_PARALLEL = 1024  # devices an engine splits a model over

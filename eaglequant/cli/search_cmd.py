@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.markup import escape
@@ -186,6 +186,11 @@ def _progress_line(text: str) -> None:
     info(f"[dim]{time.strftime('%H:%M:%S')} {escape(text)}[/]", markup=True)
 
 
+def _not_within(found: SearchResult, prediction: Any) -> str:
+    """A candidate not within the budget: past it, or inconclusive (its interval straddles it)."""
+    return "[yellow]inconclusive[/]" if found.budget.inconclusive(prediction, found.budget_tokens) else "no"
+
+
 def render(found: SearchResult) -> None:
     from eaglequant.common.sizes import decimal_bytes
 
@@ -203,7 +208,7 @@ def render(found: SearchResult) -> None:
             f"{found.source_bytes_per_round / max(point.bytes_per_round, 1):.2f}×",
             str(point.prediction.sequences),
             escape(found.budget.judged_text(point.prediction, found.budget_tokens)),
-            "[green]yes[/]" if point.within else "no",
+            "[green]yes[/]" if point.within else _not_within(found, point.prediction),
         )
     show(table)
     out.print(

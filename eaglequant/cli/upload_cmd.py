@@ -75,6 +75,7 @@ def render(uploaded: UploadResult, destination: str) -> None:
         Verdict.PASSED: "verify passed",
         Verdict.FAILED: "verify failed, sent with --force",
         Verdict.NOT_VERIFIED: "not verified numerically, sent with --force",
+        Verdict.INCONCLUSIVE: "predicted acceptance inconclusive, sent with --force",
         None: "not verified",
     }[uploaded.verdict]
     if uploaded.dry_run:

@@ -91,7 +91,8 @@ def verify_command(
     """Check DST: structure per engine, per-layer kernel parity, draft-head fidelity.
 
     Thresholds come from the verify table of the scheme DST was converted with (recorded in its report). Exits 3
-    when a check fails, 5 when the others hold but parity and fidelity could not run (no source).
+    when a check fails, 5 when the others hold but parity and fidelity could not run (no source), 7 when every
+    check holds but the predicted acceptance's interval straddles its budget (too few prompts to tell).
     """
 
     def body() -> Verdict:
@@ -175,8 +176,24 @@ def render(report: VerifyReport, destination: str, recorded_source: str | None =
             "refuses it",
             markup=True,
         )
+    elif report.verdict == Verdict.INCONCLUSIVE:
+        out.print(f"[yellow]inconclusive[/]: {escape(_inconclusive_text(report))}", markup=True, soft_wrap=True)
     for problem in report.problems:
         out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
+
+
+def _inconclusive_text(report: VerifyReport) -> str:
+    """Why a verification whose checks hold is not a pass: the predicted acceptance's interval straddles its budget."""
+    acceptance = report.acceptance
+    assert acceptance is not None
+    more = acceptance.more_sequences
+    settle = "more would tell" if more is None else f"{more} more would settle it at this variance"
+    return (
+        f"{', '.join(report.checks)} hold, but the predicted acceptance's interval straddles the budget: "
+        f"{len(acceptance.quantized.prompts)} captured sequences cannot tell whether DST is within it, {settle} "
+        "(capture more prompts); "
+        "`eaglequant upload` refuses it"
+    )
 
 
 def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:
@@ -201,15 +218,9 @@ def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:
 
 def _render_acceptance(prediction: Prediction) -> None:
     """The change (DST minus source) with the bound that decided against the budget (a drop, positive)."""
-    from eaglequant.measurement.statistics import gate_text
-
     source, quantized = prediction.source.length(), prediction.quantized.length()
-    budget = prediction.budget
-    judged = (
-        f"{prediction.difference.text(signed=True)} (no budget)"
-        if budget is None
-        else gate_text(prediction.difference, budget)
-    )
+    verdict = prediction.judged
+    judged = f"{prediction.difference.text(signed=True)} (no budget)" if verdict is None else verdict.text()
     out.print(
         f"acceptance predicted on {escape(prediction.inputs)} ({prediction.rule}): "
         f"{source.value_text(3)} → {quantized.value_text(3)} tokens, change {escape(judged)}",

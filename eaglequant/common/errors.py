@@ -18,6 +18,7 @@ EXIT_CHECK_FAILED = 3  # a check on a written checkpoint failed (explain found a
 EXIT_JOBS_FAILED = 4  # batch: at least one job failed (the others ran; see the summary)
 EXIT_NOT_VERIFIED = 5  # verify: the checks that ran hold, but parity and fidelity did not run (no source)
 EXIT_ENGINE_FAILED = 6  # a serving engine's process failed (its root cause and whole output are named)
+EXIT_INCONCLUSIVE = 7  # a change in acceptance straddles its budget: too few prompts to tell (no check failed)
 EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
 EXIT_TERMINATED = 143  # SIGTERM
 

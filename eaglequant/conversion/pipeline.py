@@ -2,7 +2,7 @@
 temporary directory, then filled by tasks (copy part of a kept tensor, quantize a block of a linear's rows) that
 write at planned offsets, in a thread pool, and their index (:class:`~eaglequant.checkpoint.files.OutputShards`);
 then config.json and side files (:mod:`eaglequant.conversion.finisher`). Reporting, verifying and moving the
-directory into place are the caller's steps (:func:`eaglequant.api.convert`)."""
+directory into place are the conversion job's steps (:func:`eaglequant.jobs.conversion.write_conversion`)."""
 
 from __future__ import annotations
 

@@ -40,6 +40,7 @@ class RuntimeModule:
     out_features: tuple[int, ...] = ()  # each member's, in the order the engine stacks them
     attention: Attention = Attention.MHA
     hidden_size: int = 0
+    unbuilt: str | None = None  # why the engine cannot build the draft this module is of at all (None: it can)
 
     @property
     def leaves(self) -> set[str]:
@@ -163,10 +164,13 @@ def decided(
     refusal: str | None = None,
     required: str | None = None,
 ) -> ModuleDecision:
-    """An engine's decision once its own rules for the module are known, in the order they bind: ``kept`` (it builds
+    """An engine's decision once its own rules for the module are known, in the order they bind: whether it builds the
+    draft at all (:attr:`RuntimeModule.unbuilt`), ``kept`` (it builds
     the module unquantized whatever the config says), then whether it loads ``kinds`` from ``fmt`` at all (its
     cells), then whether it reads per-module kinds from ``fmt`` (``mixed``: the checkpoint's linears mix kinds), then
     ``refusal`` (it fails to load this module in ``kinds``), else quantized, with the source that builds it."""
+    if module.unbuilt is not None:
+        return refused(module.unbuilt, whole_draft=True)
     if kept is not None:
         return unquantized(kept)
     cell = engine.draft_cells.get((kinds, fmt.name, module.attention))
@@ -234,10 +238,11 @@ class Engine(ABC):
         """Every module the engine builds for the draft: ``model.fc``, ``lm_head``, one per fused group,
         one per other decoder linear (named by :meth:`fused_names` and :meth:`linear_names`)."""
         present = {linear.module for linear in head.linears}
+        unbuilt = self._unbuilt(head)
 
         def module(names: tuple[str, ...], *members: str) -> RuntimeModule:
             rows = tuple(head.linear(m).out_features for m in members)
-            return RuntimeModule(names, members, rows, head.attention, head.dims.hidden_size)
+            return RuntimeModule(names, members, rows, head.attention, head.dims.hidden_size, unbuilt)
 
         modules = []
         for special in ("fc", "lm_head"):
@@ -311,8 +316,9 @@ class Engine(ABC):
             return Answer(False, f"eaglequant has no model of how {self.titled} reads d2t")
         return Answer(True, self.vocabulary_map_source)
 
-    def head_refusal(self, head: HeadDescription) -> str | None:
-        """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can)."""
+    def _unbuilt(self, head: HeadDescription) -> str | None:
+        """Why the engine cannot build this head as an EAGLE-3 draft at all, whatever the scheme (None: it can): each
+        of its runtime modules carries it, and :meth:`decide` refuses them for it (``whole_draft``)."""
         return None
 
     def environment_notes(self, attention: Attention, kinds: KindPair, fmt: Format) -> list[Finding]:

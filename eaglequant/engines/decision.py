@@ -6,7 +6,8 @@ vLLM's ``QuantizationConfig.get_quant_method(layer, prefix)`` does for one layer
 - ``unquantized``: the engine builds it without a quantization method whatever the config says, so the checkpoint
   keeps it in the source dtype and the rules need not name it.
 - ``refused``: the engine fails to load it stored in these kinds, so the checkpoint keeps it unquantized and the
-  config must exclude it.
+  config must exclude it; or (``whole_draft``) it cannot build the draft the module is of at all, whatever the
+  scheme, so no checkpoint of that head loads.
 
 ``why`` names the engine source that decides it.
 """
@@ -30,6 +31,7 @@ class ModuleDecision:
     why: str
     tensors: tuple[str, ...] = ()  # quantized: the parameters the engine's method loads (weight, weight_scale, ...)
     required: str | None = None  # quantized: why a copy stored unquantized fails to load
+    whole_draft: bool = False  # refused: the engine cannot build the draft at all, whatever the module and scheme
 
     @property
     def quantized(self) -> bool:
@@ -55,5 +57,5 @@ def unquantized(why: str) -> ModuleDecision:
     return ModuleDecision(Outcome.UNQUANTIZED, why)
 
 
-def refused(why: str) -> ModuleDecision:
-    return ModuleDecision(Outcome.REFUSED, why)
+def refused(why: str, whole_draft: bool = False) -> ModuleDecision:
+    return ModuleDecision(Outcome.REFUSED, why, whole_draft=whole_draft)

@@ -13,7 +13,7 @@ from eaglequant.common.findings import Finding
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import ModuleVerdict, plan_exclusions
 from eaglequant.engines.keep import KeepRequest
-from eaglequant.engines.support import MODULE_QUESTIONS, engine_support
+from eaglequant.engines.support import MODULE_QUESTIONS, draft_refusal, engine_support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format, HeadStorage
@@ -48,7 +48,7 @@ def plan_engines(
     count, which names the engines' runtime modules."""
     engines = list(dict.fromkeys(releases))
     for engine in engines:
-        refusal = engine.head_refusal(head)
+        refusal = draft_refusal(engine, head, fmt, assignment.main.kinds)
         if refusal is not None:
             raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
     asked = tuple(module for module in MODULE_QUESTIONS if module in request.quantized)

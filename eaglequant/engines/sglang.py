@@ -167,7 +167,7 @@ class SglangEngine(Engine):
         "d2t loads as hot_token_id, the target ids of the draft's tokens (models/llama_eagle3.py, kimi_k25_eagle3.py)"
     )
 
-    def head_refusal(self, head: HeadDescription) -> str | None:
+    def _unbuilt(self, head: HeadDescription) -> str | None:
         architectures = head.config.get("architectures")
         architecture = architectures[0] if isinstance(architectures, list) and architectures else None
         if architecture not in _EAGLE3_ARCHITECTURES or not head.config.get("model_type"):

@@ -37,11 +37,11 @@ from eaglequant.engines.cells import (
     KindPair,
     Support,
 )
+from eaglequant.engines.decision import Outcome
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
 from eaglequant.formats.base import HeadStorage
-from eaglequant.kinds import kinds_title
-from eaglequant.layouts.head import Attention
+from eaglequant.layouts.head import Attention, HeadDescription
 from eaglequant.schemes.assignment import SchemeAssignment
 from eaglequant.schemes.model import builtin_names_by_kinds
 
@@ -95,15 +95,27 @@ def loaded_kinds(engine: Engine, fmt: Format, attention: Attention) -> KindPair 
     return f"loads no scheme in {fmt.title}: {Counter(notes).most_common(1)[0][0]}"
 
 
-def module_kinds_refusal(engine: Engine, fmt: Format, kinds: list[KindPair], attention: Attention) -> str | None:
-    """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in the different ``kinds``
-    (None: it reads per-module kinds in that format and loads each of them): its decision on a decoder linear stored
-    in each."""
-    module = RuntimeModule(("model.layers.1.mlp.down_proj",), ("layers.0.mlp.down_proj",), (0,), attention)
+def draft_refusal(engine: Engine, head: HeadDescription, fmt: Format, kinds: KindPair) -> str | None:
+    """Why ``engine`` cannot build ``head`` as a draft at all, whatever the scheme (None: it can): its decision
+    (:meth:`Engine.decide`) on the head's first runtime module, where that refuses the whole draft."""
+    decision = engine.decide(engine.runtime_modules(head, 1)[0], fmt, kinds)
+    return decision.why if decision.whole_draft else None
+
+
+def kinds_refusal(
+    engine: Engine, fmt: Format, kinds: Sequence[KindPair], attention: Attention, mixed: bool = False
+) -> str | None:
+    """Why ``engine`` cannot load a ``fmt`` checkpoint whose linears are stored in ``kinds`` (None: it loads each), as
+    its decision (:meth:`Engine.decide`) on a decoder linear stored in each says: refused (the format cannot store
+    the kinds, the engine does not load them from it); with ``mixed`` (the linears are in different kinds) also
+    where it does not read per-module kinds from ``fmt`` or would not run the linear quantized."""
+    module = _asked_module("module_kinds", attention)
     for each in kinds:
-        decision = engine.decide(module, fmt, each, mixed=True)
-        if not decision.quantized:
+        decision = engine.decide(module, fmt, each, mixed=mixed)
+        if mixed and not decision.quantized:
             return decision.why if decision.why.startswith(engine.titled) else f"{engine.titled}: {decision.why}"
+        if decision.outcome is Outcome.REFUSED:
+            return decision.why
     return None
 
 
@@ -163,12 +175,9 @@ def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attenti
         said = answer(engine, fmt, "module_kinds", attention)
         if not said.yes:
             return said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
-    for kinds in request.kinds:
-        cell = support(kinds, fmt.name, engine, attention)
-        if cell is None:
-            return f"{title} cannot store {kinds_title(kinds)}"
-        if not cell.loads:
-            return f"{engine.titled} does not load {kinds_title(kinds)} in {title}: {cell.note}"
+    refusal = kinds_refusal(engine, fmt, request.kinds, attention)
+    if refusal is not None:
+        return refusal
     for module in request.modules:
         said = answer(engine, fmt, module, attention)
         if not said.yes:
@@ -257,7 +266,9 @@ def engine_support(
     notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
     loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))
     kinds = [scheme.kinds for scheme in assignment.schemes]
-    refusals = [module_kinds_refusal(engine, fmt, kinds, attention) for engine in engines] if assignment.mixed else []
+    refusals = (
+        [kinds_refusal(engine, fmt, kinds, attention, mixed=True) for engine in engines] if assignment.mixed else []
+    )
     check_assignment(fmt, assignment, storage, [refusal for refusal in refusals if refusal is not None], target)
     return EngineSupport(notes, loading)
 

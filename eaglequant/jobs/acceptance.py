@@ -37,8 +37,11 @@ def measure_and_record(
     reference_server: str | None = None,
     launch: bool = False,
     port: int | None = None,
+    window_s: float | None = None,
     seed: int = 0,
     record: bool = True,
+    target_alone_runs: int = 2,
+    concurrency: str | Sequence[int] = (),
     progress: Callable[[str], None] = lambda _: None,
     steps: Steps | None = None,
 ) -> AcceptanceReport:
@@ -46,32 +49,28 @@ def measure_and_record(
     and (with ``record``) ``eaglequant_accept.json`` written into each DST and its card refreshed."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.engine_args import engine_arguments
-    from eaglequant.measurement.record import write_acceptance
-    from eaglequant.publish.card import refresh_card
 
     arguments = engine_arguments(engine_args, tensor_parallel_size)
     measurement.check_settings(engine, served_as, temperatures, draft_tokens, max_tokens)
     where = measurement.where_of(
         engine=engine, engine_python=engine_python, served_as=served_as, arguments=arguments, server=server,
-        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port,
+        reference_server=reference_server, launch=launch, dsts=len(dsts), port=port, window_s=window_s,
     )  # fmt: skip
     report = measurement.accept(
-        dsts,
-        where,
-        target=target,
-        source=source,
-        prompts=prompts,
-        max_prompts=max_prompts,
-        draft_tokens=draft_tokens,
-        max_tokens=max_tokens,
-        temperatures=temperatures,
-        dtype=dtype,
-        seed=seed,
-        progress=progress,
-        steps=steps,
-    )
+        dsts, where, target=target, source=source, prompts=prompts, max_prompts=max_prompts,
+        draft_tokens=draft_tokens, max_tokens=max_tokens, temperatures=temperatures, dtype=dtype, seed=seed,
+        progress=progress, steps=steps, target_alone_runs=target_alone_runs, concurrency=concurrency,
+    )  # fmt: skip
     if record:
-        for draft in report.quantized:
-            write_acceptance(draft.path, report, draft.label)
-            refresh_card(draft.path)
+        recorded(report)
     return report
+
+
+def recorded(report: AcceptanceReport) -> None:
+    """``eaglequant_accept.json`` written into each DST measured, and its card refreshed to show it."""
+    from eaglequant.measurement.record import write_acceptance
+    from eaglequant.publish.card import refresh_card
+
+    for draft in report.quantized:
+        write_acceptance(draft.path, report, draft.label)
+        refresh_card(draft.path)

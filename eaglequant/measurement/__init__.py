@@ -19,6 +19,9 @@ engine runs is one typed choice (:data:`~.runners.Where`): offline, launched ser
 - :mod:`.served`: the draft directory the engine is given (a quantized draft as stored, or its weights
   dequantized where the engine has no kernel for them on this hardware).
 - :mod:`.prompts`: prompt files, and the bundled held-out prompts.
+- :mod:`.concurrency`: output throughput with at most C requests in flight (``accept --concurrency``).
+- :mod:`.limits`: what a measurement can physically be (acceptance in [1, k + 1], a speed-up at most the acceptance
+  length, the target alone's drift between its runs), each a finding.
 - :mod:`.statistics`: acceptance figures and their intervals from per-prompt counters (prompts as clusters).
 - :mod:`.record`: ``eaglequant_accept.json``, written and read back as the model card shows it.
 - :mod:`.speed`: the decode speed-ups measured, read back typed per draft and k (:func:`~.speed.measured_speeds`).

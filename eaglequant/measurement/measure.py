@@ -2,8 +2,10 @@
 
 Each run is one process of the engine's interpreter (``engine_load/probes/vllm_accept.py``): the engine is
 built once per (target, draft, k) and every prompt is generated on its own in every decoding mode, its counters
-read before and after and its decode timed. The target alone, run once, gives the greedy reference that
-speculative decoding must reproduce at every k, and the decode throughput each draft's speed-up is over.
+read before and after and its decode timed (and, asked, a pass of the prompts at each concurrency). The target
+alone, served before the drafts and again after them, gives the greedy reference that speculative decoding must
+reproduce at every k, and the decode throughput each draft's speed-up is over; where its rate moved between its
+runs, or a speed-up breaks a physical limit, no speed-up is reported (:mod:`~eaglequant.measurement.limits`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.measurement.concurrency import ConcurrentPass, concurrent_speedup, merged
+from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drift, drift_problem, speedup_problems
 from eaglequant.measurement.statistics import (
     NEAR_TIE_NATS,
     Acceptance,
@@ -70,6 +74,8 @@ class Settings(JsonRecord):
     seed: int = 0
     engine_args: dict[str, Any] = field(default_factory=dict)  # the user's, over eaglequant's defaults
     more_draft_tokens: tuple[int, ...] = ()
+    target_alone_runs: int = 2  # before the drafts, then after them (its drift between processes checked)
+    concurrency: tuple[int, ...] = ()  # each C: a greedy pass with at most C requests in flight, in every run
 
     @property
     def each_draft_tokens(self) -> tuple[int, ...]:
@@ -90,7 +96,11 @@ class Settings(JsonRecord):
         """The engine arguments every run is served with (offline or a launched server)."""
         from eaglequant.measurement.engine_args import serving_arguments
 
-        return serving_arguments(self.engine_args, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len())
+        # with C requests in flight the engine must batch C (the user's own max_num_seqs stands)
+        batched = {"max_num_seqs": max(self.concurrency)} if self.concurrency else {}
+        return serving_arguments(
+            {**batched, **self.engine_args}, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len()
+        )
 
 
 class AcceptanceRunError(EngineFailure):
@@ -108,6 +118,7 @@ class EngineRun:
     seconds: float
     modes: dict[str, tuple[PromptCounts, ...]]
     clock: str | None = None
+    concurrent: tuple[ConcurrentPass, ...] = ()  # greedy passes with at most C requests in flight, per C asked
 
     def acceptance(self, mode: str) -> Acceptance:
         return Acceptance(self.modes[mode])
@@ -130,6 +141,7 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         "prompts": list(settings.prompts),
         "modes": [m.to_json() for m in modes],
         "engine_args": settings.served_arguments(),
+        "concurrency": list(settings.concurrency),
     }
     ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
     try:
@@ -143,11 +155,42 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         float(data["seconds"]),
         {m["name"]: tuple(PromptCounts.from_json(p) for p in m["prompts"]) for m in data["modes"]},
         clocks.get(GREEDY.name),
+        tuple(ConcurrentPass.from_json(p) for p in data.get("concurrent", ())),
     )
 
 
 def _rate_json(rate: float | None) -> float | None:
     return None if rate is None else round(rate, 4)
+
+
+@dataclass(frozen=True)
+class AtConcurrency:
+    """One draft at one k with at most C requests in flight: its pass, its speed-up over the target alone's at the
+    same C, and what of it breaks a physical limit (:mod:`~eaglequant.measurement.limits`)."""
+
+    concurrency: int
+    drafted: ConcurrentPass
+    speedup: Interval
+    problems: tuple[Finding, ...] = ()
+    drifted: bool = False  # the target alone's rate at this C moved between its runs past the limit
+
+    @property
+    def speed_problems(self) -> list[str]:
+        return [p.code for p in self.problems] + ["target-alone-drifted"] * self.drifted
+
+    @property
+    def reported_speedup(self) -> Interval | None:
+        return None if self.speed_problems else self.speedup
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "concurrency": self.concurrency,
+            "output_tokens_per_second": self.drafted.output_tokens_per_second().to_json(),
+            "acceptance_length": self.drafted.acceptance_length(),
+            "speedup": _json(self.reported_speedup),
+            "measured_speedup": self.speedup.to_json(),
+            "speed_problems": self.speed_problems,
+        }
 
 
 @dataclass(frozen=True)
@@ -161,6 +204,22 @@ class AtDraftTokens:
     lossless: Lossless
     difference: Interval | None
     speedup: Interval
+    # why the speed-up is no result (:mod:`~eaglequant.measurement.limits`), and acceptance out of its range
+    problems: tuple[Finding, ...] = ()
+
+    drifted: bool = False  # the target alone's rate moved between its runs past the limit: no speed-up reported
+    at_concurrency: tuple[AtConcurrency, ...] = ()  # each C asked, in order
+
+    @property
+    def speed_problems(self) -> list[str]:
+        """The codes of what refused the speed-up (none: it is a result)."""
+        codes = [p.code for p in self.problems if p.code in SPEED_CODES]
+        return codes + ["target-alone-drifted"] * self.drifted
+
+    @property
+    def reported_speedup(self) -> Interval | None:
+        """The speed-up as reports give it: None where a limit refused it."""
+        return None if self.speed_problems else self.speedup
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -168,9 +227,12 @@ class AtDraftTokens:
             "acceptance_length": self.run.acceptance(GREEDY.name).length().to_json(),
             "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second()),
             "clock": self.run.clock,
-            "speedup": self.speedup.to_json(),
+            "speedup": _json(self.reported_speedup),
+            "measured_speedup": self.speedup.to_json(),
+            "speed_problems": self.speed_problems,
             "difference": _json(self.difference),
             "lossless": self.lossless.to_json(),
+            "by_concurrency": [at.to_json() for at in self.at_concurrency],
         }
 
 
@@ -224,6 +286,8 @@ class DraftResult:
             if not other.lossless.ok:
                 at = f"{self.label} at k = {other.draft_tokens}"
                 found.append(Finding("not-lossless", self.label, lossy_text(at, other.lossless)))
+        found += [problem for at in self.by_draft_tokens for problem in at.problems]
+        found += [problem for at in self.by_draft_tokens for c in at.at_concurrency for problem in c.problems]
         if self.over_budget and self.budget is not None:
             whose = f"the {self.scheme} budget"
             over = (
@@ -279,6 +343,10 @@ class AcceptanceReport(JsonRecord):
     notes: list[Finding] = field(default_factory=list)
     alone: EngineRun | None = None
     device: str | None = None
+    alone_again: list[EngineRun] = field(default_factory=list)  # the target alone's later runs (after the drafts)
+    drift: list[Finding] = field(default_factory=list)  # ``target-alone-drifted``: sequential, then at each C
+
+    json_omitted = ("alone_again", "drift")
 
     @property
     def engine_build(self) -> str:
@@ -289,16 +357,25 @@ class AcceptanceReport(JsonRecord):
         title = engine_title(self.engine, self.version)
         return f"{title} CPU build" if self.device == "cpu" else title
 
-    @staticmethod
-    def _alone(run: EngineRun | None) -> dict[str, Any] | None:
-        """The target alone's decode throughput, and the clock that timed it."""
+    def _alone(self, run: EngineRun | None) -> dict[str, Any] | None:
+        """The target alone's decode throughput over all its runs, the clock that timed it, each run's own rate
+        (before the drafts, then after them) and how far they moved apart."""
         if run is None:
             return None
-        return {"decode_tokens_per_second": _rate_json(run.decode_tokens_per_second()), "clock": run.clock}
+        runs = [run, *self.alone_again]
+        rates = [r.decode_tokens_per_second() for r in runs]
+        moved = drift(rates)
+        return {
+            "decode_tokens_per_second": _rate_json(decode_rate(merged_prompts(runs))),
+            "clock": run.clock,
+            "runs": [_rate_json(rate) for rate in rates],
+            "drift": None if moved is None else round(moved, 4),
+            "by_concurrency": [_alone_at(passes) for passes in zip(*(r.concurrent for r in runs), strict=True)],
+        }
 
     @property
     def problems(self) -> list[Finding]:
-        return [p for draft in (self.source, *self.quantized) for p in draft.problems]
+        return [*self.drift, *(p for draft in (self.source, *self.quantized) for p in draft.problems)]
 
     @property
     def ok(self) -> bool:
@@ -355,10 +432,11 @@ def measure(
     measure_same_bytes_once: bool = True,
     run_skipped: Callable[[], None] = lambda: None,
 ) -> AcceptanceReport:
-    """The target alone (the greedy reference and the decode throughput speed-ups are over), once; then at each k
-    of ``settings`` the source draft and each quantized draft, each served by the runner ``runner_at`` gives for
-    the settings at that k; each draft's difference from the source at the same k, paired by prompt
-    (``run_skipped`` is told of a draft whose bytes were measured already at that k)."""
+    """The target alone (the greedy reference and the decode throughput speed-ups are over); then at each k of
+    ``settings`` the source draft and each quantized draft, each served by the runner ``runner_at`` gives for the
+    settings at that k; then the target alone again, ``settings.target_alone_runs`` in all, its drift between
+    them judged (:mod:`~eaglequant.measurement.limits`); each draft's difference from the source at the same k,
+    paired by prompt (``run_skipped`` is told of a draft whose bytes were measured already at that k)."""
     if not drafts:
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
@@ -369,10 +447,19 @@ def measure(
                      f", k = {k}" if several else ""))
         for k in settings.each_draft_tokens
     ]  # fmt: skip
+    again = []
+    for repeat in range(2, settings.target_alone_runs + 1):
+        progress(f"the target alone again, run {repeat} (its drift between processes)")
+        again.append(runner_at(settings.at(settings.draft_tokens))(0, None, f"no draft, run {repeat}"))
+    timed_alone = EngineRun(
+        alone.version, None, alone.seconds, {GREEDY.name: merged_prompts([alone, *again])},
+        concurrent=tuple(merged(passes) for passes in zip(*(r.concurrent for r in (alone, *again)), strict=True)),
+    )  # fmt: skip
     each = [
-        [_at(k, runs[place], runs[0], alone, place == 0, settings) for k, runs in runs_by_k]
+        [_at(k, runs[place], runs[0], (alone, timed_alone), place, settings, drafts) for k, runs in runs_by_k]
         for place in range(1 + len(drafts))
     ]
+    each, moved = _judged_drift(each, [alone, *again], str(settings.target))
     source_at = each[0]
     source_result = DraftResult(
         "source", source, "source", source_at[0].run, source_at[0].lossless, by_draft_tokens=source_at
@@ -390,8 +477,63 @@ def measure(
         results.append(result)
     source_run = source_result.run
     return AcceptanceReport(
-        "vllm", source_run.version, source_run.speculative_config, settings, source_result, results, alone=alone
-    )
+        "vllm", source_run.version, source_run.speculative_config, settings, source_result, results, alone=alone,
+        alone_again=again, drift=moved,
+    )  # fmt: skip
+
+
+def _alone_at(passes: Sequence[ConcurrentPass]) -> dict[str, Any]:
+    """The target alone at one C: its output tokens per second over its runs, each run's, and their drift."""
+    rates = [p.output_tokens_per_second().value for p in passes]
+    moved = drift(rates)
+    return {
+        "concurrency": passes[0].concurrency,
+        "output_tokens_per_second": merged(passes).output_tokens_per_second().to_json(),
+        "runs": [_rate_json(rate) for rate in rates],
+        "drift": None if moved is None else round(moved, 4),
+    }
+
+
+def merged_prompts(runs: Sequence[EngineRun]) -> tuple[PromptCounts, ...]:
+    """The target alone's greedy prompts over all its runs, each prompt's decode tokens and seconds summed (its
+    first run's tokens: the greedy reference); untimed where any run left the prompt untimed."""
+    summed = []
+    for prompts in zip(*(run.modes[GREEDY.name] for run in runs), strict=True):
+        timed = all(p.timed for p in prompts)
+        summed.append(
+            replace(
+                prompts[0],
+                decode_tokens=sum(p.decode_tokens or 0 for p in prompts) if timed else None,
+                decode_seconds=sum(p.decode_seconds or 0.0 for p in prompts) if timed else None,
+            )
+        )
+    return tuple(summed)
+
+
+def _judged_drift(
+    each: list[list[AtDraftTokens]], alone_runs: Sequence[EngineRun], target: str
+) -> tuple[list[list[AtDraftTokens]], list[Finding]]:
+    """Every speed-up withheld where the target alone's rate moved between its runs past the limit: its decode rate
+    (every figure of the run), or its output rate at one C (the figures at that C)."""
+    found = []
+    sequential = drift_problem(target, [run.decode_tokens_per_second() for run in alone_runs])
+    if sequential is not None:
+        found.append(sequential)
+        each = [[replace(at, drifted=True) for at in ats] for ats in each]
+    for index, passes in enumerate(zip(*(run.concurrent for run in alone_runs), strict=True)):
+        rates = [p.output_tokens_per_second().value for p in passes]
+        at_c = drift_problem(f"{target} at concurrency {passes[0].concurrency}", rates)
+        if at_c is None:
+            continue
+        found.append(at_c)
+        each = [[_drifted_at(at, index) for at in ats] for ats in each]
+    return each, found
+
+
+def _drifted_at(at: AtDraftTokens, index: int) -> AtDraftTokens:
+    marked = list(at.at_concurrency)
+    marked[index] = replace(marked[index], drifted=True)
+    return replace(at, at_concurrency=tuple(marked))
 
 
 def _runs_at(
@@ -428,14 +570,40 @@ def _runs_at(
 
 
 def _at(
-    k: int, run: EngineRun, source_run: EngineRun, alone: EngineRun, is_source: bool, settings: Settings
+    k: int,
+    run: EngineRun,
+    source_run: EngineRun,
+    alone: tuple[EngineRun, EngineRun],
+    place: int,
+    settings: Settings,
+    drafts: Sequence[QuantizedDraft],
 ) -> AtDraftTokens:
-    """One draft's figures at one k: lossless against the target alone, its greedy change against the source
-    draft at the same k (none for the source), its decode speed-up over the target alone."""
+    """One draft's figures at one k: lossless against the target alone's first run, its greedy change against the
+    source draft at the same k (none for the source, at ``place`` 0), its decode speed-up over the target alone
+    (``alone``: its first run, and its runs merged), and what of them breaks a physical limit."""
     tolerance = NEAR_TIE_NATS.get(settings.dtype, 0.0)
-    greedy, alone_greedy = run.modes[GREEDY.name], alone.modes[GREEDY.name]
+    greedy, alone_greedy = run.modes[GREEDY.name], alone[0].modes[GREEDY.name]
     difference = None
-    if not is_source:
+    if place:
         change = paired_difference(run.acceptance(GREEDY.name), source_run.acceptance(GREEDY.name))
         difference = None if math.isnan(change.value) else change
-    return AtDraftTokens(k, run, lossless(greedy, alone_greedy, tolerance), difference, speedup(greedy, alone_greedy))
+    label = "source" if place == 0 else str(drafts[place - 1].path)
+    acceptance = run.acceptance(GREEDY.name)
+    faster = speedup(greedy, alone[1].modes[GREEDY.name])
+    problems = acceptance_problems(label, k, acceptance) + speedup_problems(label, k, acceptance.length(), faster)
+    at_c = tuple(
+        _at_concurrency(label, k, acceptance.length(), drafted, by_alone)
+        for drafted, by_alone in zip(run.concurrent, alone[1].concurrent, strict=True)
+    )
+    return AtDraftTokens(
+        k, run, lossless(greedy, alone_greedy, tolerance), difference, faster, tuple(problems), at_concurrency=at_c
+    )
+
+
+def _at_concurrency(
+    label: str, k: int, length: Interval, drafted: ConcurrentPass, alone: ConcurrentPass
+) -> AtConcurrency:
+    """One draft at one k and one C: its speed-up over the target alone at that C, within the same limits."""
+    faster = concurrent_speedup(drafted, alone)
+    problems = speedup_problems(f"{label} with {drafted.concurrency} in flight", k, length, faster)
+    return AtConcurrency(drafted.concurrency, drafted, faster, tuple(problems))

@@ -56,16 +56,18 @@ class LosslessRecord:
 @dataclass(frozen=True)
 class AtDraftTokensRecord:
     """One draft at one k: its greedy acceptance length, decode tokens per second (None: not timed) and the clock
-    that timed it, its speed-up over the target alone, and its change against the source draft at that k (None
+    that timed it, its speed-up over the target alone (None where refused, ``speed_problems`` saying why), and its
+    change against the source draft at that k (None
     for the source)."""
 
     draft_tokens: int
     acceptance_length: IntervalRecord
     decode_tokens_per_second: float | None
     clock: str | None
-    speedup: IntervalRecord
+    speedup: IntervalRecord | None  # None where a physical limit or the target alone's drift refused it
     difference: IntervalRecord | None
     lossless: LosslessRecord
+    speed_problems: tuple[str, ...] = ()  # the codes that refused the speed-up
 
 
 @dataclass(frozen=True)
@@ -174,9 +176,10 @@ def _at_draft_tokens(row: JsonObject) -> AtDraftTokensRecord:
         acceptance_length=_interval(row.child("acceptance_length")),
         decode_tokens_per_second=_optional_number(row, "decode_tokens_per_second"),
         clock=_optional_text(row, "clock"),
-        speedup=_interval(row.child("speedup")),
+        speedup=None if row.data.get("speedup") is None else _interval(row.child("speedup")),
         difference=difference,
         lossless=_lossless(row.child("lossless")),
+        speed_problems=tuple(str(code) for code in row.data.get("speed_problems", ())),
     )
 
 

@@ -73,8 +73,9 @@ class Offline:
         return counted
 
     def steps(self, settings: Settings, dsts: int) -> int:
-        """The steps progress counts: one a run (the target alone, then the source draft and each DST at each k)."""
-        return 1 + (1 + dsts) * len(settings.each_draft_tokens)
+        """The steps progress counts: one a run (the target alone, the source draft and each DST at each k, then the
+        target alone again)."""
+        return settings.target_alone_runs + (1 + dsts) * len(settings.each_draft_tokens)
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,7 @@ Where = Offline | Launched | Servers | OneServer
 
 def _prompt_steps(settings: Settings, dsts: int) -> int:
     drafted = (1 + dsts) * len(settings.modes) * len(settings.each_draft_tokens)
-    return len(settings.prompts) * (1 + drafted)
+    return len(settings.prompts) * (settings.target_alone_runs + drafted)
 
 
 DraftTokens = int | str | Sequence[int]  # one k, or several: the first is the primary, the one the gate judges
@@ -381,10 +382,14 @@ def accept(
     seed: int,
     progress: Callable[[str], None],
     steps: Steps | None = None,
+    target_alone_runs: int = 2,
+    concurrency: Concurrency = (),
 ) -> AcceptanceReport:
     """Serve the target with the source draft and with each quantized draft in ``dsts`` where ``where`` says, and
     measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting); ``steps`` is
     told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
+    _check_alone_runs(target_alone_runs)
+    each_c = each_concurrency(concurrency)
     if isinstance(where, OneServer):
         raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
     if not dsts:
@@ -413,6 +418,8 @@ def accept(
         seed,
         dict(where.engine_args) if isinstance(where, Offline) else {},
         ks[1:],
+        target_alone_runs,
+        each_c,
     )
     if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
         check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
@@ -436,13 +443,54 @@ def accept(
             shown.stop()
     report.device = _device(where)
     _add_notes(report, dtype, where)
+    _add_run_notes(report, drafts, given_prompts=prompts is not None)
+    return report
+
+
+def _add_run_notes(report: AcceptanceReport, drafts: Sequence[QuantizedDraft], given_prompts: bool) -> None:
+    """What the run chose for the user: a budget a search recorded (``judged-as-searched``), the bundled prompts
+    (``bundled-prompts``), one run of the target alone (``target-alone-once``)."""
+    target = report.settings.target
     for draft in drafts:
         if draft.budget_from:
             text = f"{draft.path}: acceptance judged against {draft.budget_from}"
             report.notes.append(Finding("judged-as-searched", str(draft.path), text))
-    if prompts is None and (bundled := bundled_prompts_note(target_path)):
-        report.notes.append(Finding("bundled-prompts", str(target_path), bundled))
-    return report
+    if not given_prompts and (bundled := bundled_prompts_note(target)):
+        report.notes.append(Finding("bundled-prompts", str(target), bundled))
+    if report.settings.target_alone_runs == 1:
+        once = "the target alone was served once: its drift between processes was not checked (give 2 runs or more)"
+        report.notes.append(Finding("target-alone-once", str(target), once))
+
+
+MAX_ALONE_RUNS = 10
+Concurrency = str | Sequence[int]  # the command line's "1,2,4", or the numbers
+
+
+def each_concurrency(concurrency: Concurrency) -> tuple[int, ...]:
+    """Each C to measure at, in the order given, from ``1,2,4`` or a sequence: one clear line, naming the value as
+    given, for one that is not a whole number from 1 to :data:`~.concurrency.MAX_CONCURRENCY`, or repeated."""
+    from eaglequant.measurement.concurrency import MAX_CONCURRENCY
+
+    pieces: Sequence[object] = concurrency.split(",") if isinstance(concurrency, str) else list(concurrency)
+    found: list[int] = []
+    for piece in pieces:
+        c = _whole(piece)
+        if c is None or not 1 <= c <= MAX_CONCURRENCY or c in found:
+            why = "is given twice" if c in found else f"is not a whole number from 1 to {MAX_CONCURRENCY}"
+            raise InputError(
+                words(given("concurrency", concurrency), f": {str(piece).strip() or 'an empty entry'} {why}"),
+                hint=words("give the requests in flight, e.g. ", suggested("concurrency", "1,2,4")),
+            )
+        found.append(c)
+    return tuple(found)
+
+
+def _check_alone_runs(runs: int) -> None:
+    if isinstance(runs, bool) or not isinstance(runs, int) or not 1 <= runs <= MAX_ALONE_RUNS:
+        raise InputError(
+            words(given("target_alone_runs", runs), f": not a whole number of runs from 1 to {MAX_ALONE_RUNS}"),
+            hint=words("e.g. ", suggested("target_alone_runs", 2), ": before the drafts and after them"),
+        )
 
 
 def _drafts_to_serve(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.errors import InputError, suggested, words
+from eaglequant.measurement.concurrency import ConcurrentPass
 from eaglequant.measurement.measure import GREEDY, EngineRun, Mode, Settings
 from eaglequant.measurement.spec_counters import (
     DecodeTotals,
@@ -71,8 +72,12 @@ class Server:
                 hint="give the URL of a running vLLM server, e.g. http://127.0.0.1:8000",
             ) from None
         if response.is_error:
-            detail = response.text.strip().replace("\n", " ")[:300]
-            raise ServerError(f"{self.label} ({self.url}): {path} answered {response.status_code}: {detail}")
+            detail = _error_detail(response.text)
+            said = f": {detail}" if detail else ": not a vLLM server?"
+            raise ServerError(f"{self.label} ({address}) answered {response.status_code}{said}")
+        if "html" in response.headers.get("content-type", "").lower():
+            page = f"{self.label} ({address}) answered {response.status_code} with a web page"
+            raise ServerError(f"{page}: not a vLLM server?")
         return response.content
 
     def _json(self, path: str, body: dict[str, Any] | None = None, timeout: float = READ_TIMEOUT_S) -> Any:
@@ -80,7 +85,8 @@ class Server:
         try:
             return json.loads(raw)
         except ValueError:
-            raise ServerError(f"{self.label} ({self.url}): {path} did not answer JSON") from None
+            address = self.url.rstrip("/") + path
+            raise ServerError(f"{self.label} ({address}) did not answer JSON: not a vLLM server?") from None
 
     def model(self) -> str:
         """The served model's id (the first /v1/models lists)."""
@@ -107,9 +113,12 @@ class Server:
         except MetricsFormatError as error:
             raise ServerError(f"{self.label} ({self.url}): /metrics is not Prometheus text at: {error}") from None
 
-    def complete(self, model: str, prompt: str, settings: Settings, mode: Mode, seed: int) -> dict[str, Any]:
-        """One generation, as the offline run makes it; the choice's token ids and, greedy, top-2 gaps."""
-        greedy = mode.temperature == 0.0
+    def complete(
+        self, model: str, prompt: str, settings: Settings, mode: Mode, seed: int, gaps: bool = True
+    ) -> dict[str, Any]:
+        """One generation, as the offline run makes it; the choice's token ids and, greedy, top-2 gaps (unless
+        ``gaps`` is False: a throughput pass asks for no log-probabilities)."""
+        greedy = mode.temperature == 0.0 and gaps
         body: dict[str, Any] = {
             "model": model,
             "prompt": prompt,
@@ -130,6 +139,19 @@ class Server:
         except (KeyError, IndexError, TypeError, ValueError):
             raise ServerError(f"{self.label} ({self.url}): /v1/completions answered without token ids") from None
         return record
+
+
+def _error_detail(text: str) -> str:
+    """What a vLLM server says of an error in its JSON (``{"error": {"message": ...}}``, or FastAPI's ``{"detail":
+    ...}``), on one line; "" for anything else (a web page from another server, say), which is shown as nothing."""
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        return ""
+    said = answer.get("error", answer.get("detail")) if isinstance(answer, dict) else None
+    if isinstance(said, dict):
+        said = said.get("message")
+    return " ".join(str(said).split())[:300] if said else ""
 
 
 def _top2_gap(top: dict[str, float] | None) -> float | None:
@@ -174,8 +196,36 @@ def measure_on_server(
             prompt_done(f"prompt {index + 1}/{len(settings.prompts)}{in_mode}")
         clocks[mode.name] = timed(records, by_server, by_client)
         modes[mode.name] = tuple(PromptCounts.from_json(record) for record in records)
+    passes = tuple(concurrent_pass(server, model, settings, c, drafting) for c in settings.concurrency)
     resolved = {"num_speculative_tokens": settings.draft_tokens, "server": server.url} if drafting else None
-    return EngineRun(server.version(), resolved, round(time.monotonic() - started, 1), modes, clocks[GREEDY.name])
+    seconds = round(time.monotonic() - started, 1)
+    return EngineRun(server.version(), resolved, seconds, modes, clocks[GREEDY.name], passes)
+
+
+def concurrent_pass(server: Server, model: str, settings: Settings, concurrency: int, drafting: bool) -> ConcurrentPass:
+    """Every prompt greedy with at most ``concurrency`` requests in flight (a pool of that many connections, as
+    ``vllm bench serve --max-concurrency`` sends them): each request's output tokens and latency, the pass's wall
+    time, and with a draft the spec-decode counters' change over the pass (the server eaglequant's alone)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = _quiet_reading(server)
+
+    def one(index: int, prompt: str) -> tuple[int, float]:
+        sent = time.monotonic()
+        record = server.complete(model, prompt, settings, GREEDY, GREEDY.seed + index, gaps=False)
+        return len(record["token_ids"]), time.monotonic() - sent
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        answered = list(pool.map(one, range(len(settings.prompts)), settings.prompts))
+    wall = time.monotonic() - started
+    after = _settled(server)
+    drafts = accepted = None
+    if drafting and before.spec is not None and after.spec is not None:
+        delta = after.spec.minus(before.spec)
+        drafts, accepted = delta.drafts, delta.accepted
+    tokens, latencies = tuple(n for n, _ in answered), tuple(round(s, 6) for _, s in answered)
+    return ConcurrentPass(concurrency, tokens, latencies, round(wall, 6), drafts, accepted)
 
 
 def _server_decode(server: Server, before: Reading, after: Reading, index: int) -> tuple[int, float] | None:

@@ -28,9 +28,11 @@ def measure_server(
     temperatures: Sequence[float] = DEFAULT_TEMPERATURES,
     seed: int = 0,
     steps: Steps | None = None,
+    reference_server: str | None = None,
 ) -> ServerAcceptance:
     """:func:`eaglequant.api.acceptance.accept_server`: the one server at ``server`` measured through its
-    ``/metrics``, over the prompts or over ``window_s`` seconds of its live traffic."""
+    ``/metrics``, over the prompts or over ``window_s`` seconds of its live traffic; ``reference_server`` is
+    refused in one line."""
     from eaglequant.measurement import runners as measurement
     from eaglequant.measurement.runners import OneServer
 
@@ -41,7 +43,7 @@ def measure_server(
         served_as=DEQUANTIZED,
         arguments={},
         server=[server],
-        reference_server=None,
+        reference_server=reference_server,
         launch=False,
         dsts=0,
         window_s=window_s,

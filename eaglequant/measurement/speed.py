@@ -35,8 +35,9 @@ class MeasuredSpeed:
 def measured_speeds(record_json: dict[str, Any], where: str = ACCEPT_NAME) -> list[MeasuredSpeed]:
     """Every draft at every k that ``record_json`` (``accept --json``'s output or an ``eaglequant_accept.json``)
     holds timed: the source draft first, then each quantized draft, each k in the order measured. A record written
-    before decode throughput was measured, or an entry whose run was not timed, gives none; ``where`` names the
-    file in an error."""
+    before decode throughput was measured, an entry whose run was not timed, or one whose speed-up a physical limit
+    or the target alone's drift refused (:mod:`~eaglequant.measurement.limits`), gives none; ``where`` names the file
+    in an error."""
     record = AcceptanceRecord.from_json(record_json, where)
     alone = record.target_alone
     if alone is None or not alone.decode_tokens_per_second:
@@ -45,7 +46,7 @@ def measured_speeds(record_json: dict[str, Any], where: str = ACCEPT_NAME) -> li
     for draft in (record.source, *record.quantized):
         for at in draft.by_draft_tokens:
             length = at.acceptance_length.value
-            if not at.decode_tokens_per_second or length is None or at.speedup.value is None:
+            if not at.decode_tokens_per_second or length is None or at.speedup is None or at.speedup.value is None:
                 continue
             found.append(
                 MeasuredSpeed(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.text_enum import TextEnum
 
 _Z = 1.959963984540054  # two-sided 95% normal quantile
 
@@ -161,15 +162,43 @@ class Acceptance(JsonRecord):
         return max((len(p.accepted_per_position) for p in self.prompts), default=0)
 
     def length(self) -> Interval:
-        """Acceptance length: 1 + accepted tokens per draft."""
-        return _ratio([p.accepted for p in self.prompts], [p.drafts for p in self.prompts], offset=1.0)
+        """Acceptance length: 1 + accepted tokens per draft, its interval clipped to what a length can be, 1 to
+        k + 1 (a draft of k tokens emits at least the target's own token and at most k more)."""
+        length = _ratio([p.accepted for p in self.prompts], [p.drafts for p in self.prompts], offset=1.0)
+        return clipped(length, 1.0, 1.0 + self.k) if self.k else length
 
     def per_position(self) -> list[Interval]:
-        """Per position j: the share of drafts whose first j tokens were accepted."""
+        """Per position j: the share of drafts whose first j tokens were accepted, its interval on the logit scale
+        (a share lies in [0, 1])."""
         return [
-            _ratio([p.accepted_per_position[j] for p in self.prompts], [p.drafts for p in self.prompts])
+            share_interval(_ratio([p.accepted_per_position[j] for p in self.prompts], [p.drafts for p in self.prompts]))
             for j in range(self.k)
         ]
+
+
+def clipped(interval: Interval, low: float, high: float) -> Interval:
+    """``interval``'s finite bounds kept within [low, high], where the figure can lie (an unknown bound stays
+    unknown)."""
+
+    def within(bound: float) -> float:
+        return min(max(bound, low), high) if math.isfinite(bound) else bound
+
+    return Interval(interval.value, within(interval.low), within(interval.high))
+
+
+def share_interval(linear: Interval) -> Interval:
+    """A share's interval taken to the logit scale (the delta method: the standard error over ``p(1 - p)``) and
+    back, so it stays within [0, 1] and is not symmetric near either end; a share of exactly 0 or 1, or bounds not
+    known, keep the linear interval clipped to [0, 1]."""
+    p, half = linear.value, linear.half_width
+    if not (0 < p < 1 and math.isfinite(half)):
+        return clipped(linear, 0.0, 1.0)
+    centre, spread = math.log(p / (1 - p)), half / (p * (1 - p))
+    return Interval(p, _expit(centre - spread), _expit(centre + spread))
+
+
+def _expit(x: float) -> float:
+    return 1 / (1 + math.exp(-x))
 
 
 def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
@@ -183,7 +212,8 @@ def paired_difference(quantized: Acceptance, source: Acceptance) -> Interval:
         (q.accepted - r_q * q.drafts) / q_n - (s.accepted - r_s * s.drafts) / s_n
         for q, s in zip(quantized.prompts, source.prompts, strict=True)
     ]
-    return _clustered(r_q - r_s, residuals)
+    k = max(quantized.k, source.k)
+    return clipped(_clustered(r_q - r_s, residuals), -float(k), float(k)) if k else _clustered(r_q - r_s, residuals)
 
 
 def decode_rate(prompts: Sequence[PromptCounts]) -> float | None:
@@ -227,11 +257,107 @@ def _totals(prompts: Sequence[PromptCounts]) -> tuple[int, float]:
 
 
 def within_budget(difference: Interval, budget: float) -> bool:
+    """The pass of the one gate (:func:`budget_verdict`): the change (DST minus source, negative a loss) is within a
+    budget (a drop in tokens, positive) when its 95% interval's lower bound is at least ``-budget``: the drop's 95%
+    upper bound is within the budget. A bound that is not known (one prompt has no spread) is not within."""
+    return budget_verdict(difference, budget).outcome is Outcome.WITHIN
+
+
+class Outcome(TextEnum):
+    """A change in acceptance against a budget: its whole interval within, wholly past, or straddling it."""
+
+    WITHIN = "within"
+    PAST = "past"
+    INCONCLUSIVE = "inconclusive"
+
+
+@dataclass(frozen=True)
+class BudgetVerdict:
+    """The one gate's answer for a change (:func:`budget_verdict`); ``more_prompts``: where it is inconclusive, the
+    prompts more that would settle it at the variance observed (None: no spread was observed, or the estimate sits
+    on the budget, so no count of prompts would)."""
+
+    difference: Interval
+    budget: float
+    outcome: Outcome
+    more_prompts: int | None = None
+    prompts: int = 0  # the paired prompts judged (0: not said)
+
+    @property
+    def within(self) -> bool:
+        return self.outcome is Outcome.WITHIN
+
+    @property
+    def past(self) -> bool:
+        return self.outcome is Outcome.PAST
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.outcome is Outcome.INCONCLUSIVE
+
+    def text(self) -> str:
+        """The change, its interval and what decided: ``-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061
+        past the 0.05 budget``; ``... inconclusive: ... 31 more prompts would settle it at this variance``."""
+        shown = self.difference.text(signed=True)
+        low, high, budget = _reported(self.difference.low), _reported(self.difference.high), self.budget
+        if self.within:
+            return f"{shown}: {bound_text(low, budget, True)}"
+        if self.past:
+            if high is None:
+                return f"{shown}: no estimate (no drafts), past the {budget:g} budget"
+            drop = f"a drop of at least {-high:.3f}"
+            return f"{shown}: upper bound {high:+.3f}, {drop}, the whole interval past the {budget:g} budget"
+        return f"{shown}: inconclusive, {self._straddle_text(low)}"
+
+    def _straddle_text(self, low: float | None) -> str:
+        budget = self.budget
+        if low is None:
+            return f"one prompt has no spread to judge the {budget:g} budget by: more prompts would tell"
+        side = "within" if self.difference.value >= -budget else "past"
+        if self.more_prompts is not None:
+            settle = f"{self.more_prompts} more prompts would settle it at this variance"
+        elif self.prompts >= 2:
+            settle = "the estimate is on the budget: no count of prompts would settle it"
+        else:
+            settle = "more prompts would tell"
+        return f"the interval straddles the {budget:g} budget (bound {low:+.3f}, estimate {side} it); {settle}"
+
+
+def budget_verdict(difference: Interval, budget: float, prompts: int = 0) -> BudgetVerdict:
     """The one gate every command judges a change in acceptance by (``verify --inputs``, ``convert --verify``,
-    ``search``, ``accept``): the change (DST minus source, negative a loss) is within a budget (a drop in tokens,
-    positive) when its 95% interval's lower bound is at least ``-budget``: the drop's 95% upper bound is within the
-    budget. A bound that is not known (one prompt has no spread) is not within."""
-    return math.isfinite(difference.low) and difference.low >= -budget
+    ``search``, ``accept``), over ``prompts`` paired prompts (the interval's clusters). The change (DST minus source,
+    negative a loss) is *within* a budget (a drop, positive) when its 95% interval's lower bound is at least
+    ``-budget``, *past* it when the whole interval is below ``-budget``, and otherwise *inconclusive*: the interval
+    straddles the budget, and more prompts would tell (:func:`prompts_to_settle`). No estimate (no drafts) is past;
+    an interval with no bounds (one prompt has no spread) is inconclusive."""
+    value, low, high = difference.value, difference.low, difference.high
+    if math.isnan(value) or math.isnan(low) or math.isnan(high):
+        return BudgetVerdict(difference, budget, Outcome.PAST)
+    if math.isfinite(low) and low >= -budget:
+        return BudgetVerdict(difference, budget, Outcome.WITHIN)
+    if math.isfinite(high) and high < -budget:
+        return BudgetVerdict(difference, budget, Outcome.PAST)
+    more = prompts_to_settle(difference, budget, prompts)
+    return BudgetVerdict(difference, budget, Outcome.INCONCLUSIVE, more, prompts)
+
+
+_MOST_PROMPTS = 10**9  # past this, a count is no advice
+
+
+def prompts_to_settle(difference: Interval, budget: float, prompts: int) -> int | None:
+    """How many prompts more than ``prompts`` would narrow the interval enough to settle it at the variance
+    observed: the least n whose half-width t(n - 1) * se * sqrt((m - 1) / (n - 1)) fits between the estimate and the
+    budget, se being the standard error over the m = ``prompts`` prompts (the half-width over t(m - 1)), which the
+    clustered estimator makes shrink as 1 / sqrt(n - 1). None without spread (unbounded, or m < 2), or where the
+    estimate is on the budget."""
+    half, distance = difference.half_width, abs(difference.value + budget)
+    if prompts < 2 or not math.isfinite(half) or distance == 0:
+        return None
+    spread = half / t_quantile(prompts - 1) * math.sqrt(prompts - 1)  # se * sqrt(m - 1): the same at every n
+    n = max(prompts + 1, math.ceil((_Z * spread / distance) ** 2) + 1)  # the normal's count: t only adds to it
+    while n < _MOST_PROMPTS and t_quantile(n - 1) * spread / math.sqrt(n - 1) > distance:
+        n += 1
+    return None if n >= _MOST_PROMPTS else n - prompts
 
 
 def change_text(difference: Interval) -> str:

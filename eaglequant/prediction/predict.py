@@ -29,11 +29,11 @@ from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.measurement.statistics import (
     Acceptance,
+    BudgetVerdict,
     Interval,
     PromptCounts,
-    gate_text,
+    budget_verdict,
     paired_difference,
-    within_budget,
 )
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ class TableRow(JsonRecord):
 
 @dataclass(frozen=True)
 class Prediction(JsonRecord):
-    json_computed = ("rule", "failed", "sequences", "positions", "by_draft_tokens")
+    json_computed = ("rule", "outcome", "failed", "more_sequences", "sequences", "positions", "by_draft_tokens")
     json_first = ("inputs", "rule")
     json_omitted = ("source_table", "quantized_table")
 
@@ -308,14 +308,40 @@ class Prediction(JsonRecord):
         return -self.difference.value
 
     @property
+    def judged(self) -> BudgetVerdict | None:
+        """The one gate (:func:`~eaglequant.measurement.statistics.budget_verdict`) over the sequences predicted:
+        within, past, or inconclusive (the interval straddles the budget); None without a budget."""
+        if self.budget is None:
+            return None
+        return budget_verdict(self.difference, self.budget, len(self.quantized.prompts))
+
+    @property
     def failed(self) -> bool:
-        """The one gate (:func:`~eaglequant.measurement.statistics.within_budget`): the drop's 95% upper bound past
-        the budget."""
-        return self.budget is not None and not within_budget(self.difference, self.budget)
+        """The whole interval of the change past the budget."""
+        judged = self.judged
+        return judged is not None and judged.past
+
+    @property
+    def inconclusive(self) -> bool:
+        """The change's interval straddles the budget: more sequences would tell."""
+        judged = self.judged
+        return judged is not None and judged.inconclusive
+
+    @property
+    def outcome(self) -> str | None:
+        """``within``, ``past`` or ``inconclusive`` (None: no budget)."""
+        judged = self.judged
+        return None if judged is None else judged.outcome.value
+
+    @property
+    def more_sequences(self) -> int | None:
+        """Inconclusive: how many captured sequences more would settle it at the variance observed."""
+        judged = self.judged
+        return None if judged is None else judged.more_prompts
 
     @property
     def verdict(self) -> str:
-        judged = "no budget" if self.budget is None else gate_text(self.difference, self.budget)
+        judged = "no budget" if self.judged is None else self.judged.text()
         return (
             f"predicted greedy acceptance length {self.source.length().value:.3f} → "
             f"{self.quantized.length().value:.3f}, change {judged}"
@@ -448,7 +474,8 @@ def predict_written(
     settings: PredictionSettings = PredictionSettings(),
 ) -> tuple[Prediction | None, Finding | None]:
     """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
-    quantized linears dequantized exactly, everything else DST's own), on the captured sequences, for every k up to
+    quantized linears dequantized exactly, everything else DST's own), on the captured sequences (checked to be the
+    source's inputs), for every k up to
     ``settings.max_draft_tokens`` from one chain, judged at :data:`DEFAULT_DRAFT_TOKENS`. (None, why) when
     there are no inputs (``no-inputs``), when they hold no target choices (``no-target-choices``, about the inputs'
     file), or when the head is not one the chained forward runs (``chain-unsupported``)."""
@@ -469,7 +496,11 @@ def predict_written(
     why = unsupported(head.config, head.attention)
     if why:
         return None, Finding("chain-unsupported", "", f"acceptance not predicted: {why}")
-    sequences = load_captured(inputs, head=head)
+    from eaglequant.layouts.detect import describe_head
+
+    # the capture was made for the source: checked against it, so where DST's config departs from the source's
+    # (its aux layer ids, say) that is DST's defect, which verify's comparison with the source names
+    sequences = load_captured(inputs, head=describe_head(src))
     draft_tokens = DEFAULT_DRAFT_TOKENS  # what verify and prune judge at; the card's serving lines draft as many
     described = f"{inputs.name} ({len(sequences)} sequences)"
     k, device = settings.max_draft_tokens, settings.device

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError, placeholder, switch, words
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EagleQuantError, InputError, Words, placeholder, switch, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.hub.client import check_repo_id, upload_files, upload_folder
@@ -85,7 +85,7 @@ def upload_checkpoint(
     if refusal is not None:
         if not force:
             dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
-            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=UPLOAD_HINTS[result.verification.verdict])
+            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=_upload_hint(result.verification.verdict))
         result.forced = True
         forced = f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)"
         result.notes.append(Finding("forced", "", forced))
@@ -110,6 +110,13 @@ UPLOAD_HINTS = {
     Verdict.FAILED: words(
         "run `eaglequant verify` on it and fix the conversion, or pass ", switch("force"), " to upload anyway"
     ),
+    Verdict.INCONCLUSIVE: words(
+        "verify it with more captured prompts (",
+        placeholder("inputs", "FILE"),
+        "), or pass ",
+        switch("force"),
+        " to upload anyway",
+    ),
     Verdict.NOT_VERIFIED: words(
         "pass ",
         placeholder("source", "SRC"),
@@ -122,6 +129,11 @@ UPLOAD_HINTS = {
 }
 
 
+def _upload_hint(verdict: Verdict) -> Words:
+    """What to do about a refused upload; a passing verify refused only for the conversion's inconclusive one."""
+    return UPLOAD_HINTS.get(verdict, UPLOAD_HINTS[Verdict.INCONCLUSIVE])
+
+
 def upload_refusal(report: VerifyReport) -> str | None:
     """Why ``upload`` refuses a checkpoint with this verification (None: it may go)."""
     from eaglequant.verification.verdict import recorded_verdict
@@ -129,11 +141,19 @@ def upload_refusal(report: VerifyReport) -> str | None:
     if report.verdict is Verdict.FAILED:
         problems = report.problems
         return f"fails verify ({problems[0]}{f'; {len(problems) - 1} more' if len(problems) > 1 else ''})"
+    if report.verdict is Verdict.INCONCLUSIVE:
+        return f"its predicted acceptance is inconclusive ({report.unsettled[0]})"
+    if report.acceptance is None and recorded_verdict(report.destination) is Verdict.INCONCLUSIVE:
+        return "its conversion's predicted acceptance was inconclusive (convert --verify), and none was predicted now"
     if report.verdict is Verdict.NOT_VERIFIED:
         recorded = recorded_verdict(report.destination)
         if recorded is Verdict.PASSED:
             return None
-        what = "recorded a failure" if recorded is Verdict.FAILED else "recorded none"
+        recorded_as = {
+            Verdict.FAILED: "recorded a failure",
+            Verdict.INCONCLUSIVE: "recorded an inconclusive acceptance",
+        }
+        what = recorded_as.get(recorded, "recorded none") if recorded is not None else "recorded none"
         return f"not verified numerically: no source to check it against, and its conversion {what}"
     return None
 

@@ -20,8 +20,9 @@ from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
+from eaglequant.engines.decision import Outcome
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.support import SCHEME_KINDS, module_kinds_refusal, support
+from eaglequant.engines.support import SCHEME_KINDS, draft_refusal, kinds_refusal, support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
@@ -192,13 +193,17 @@ def _read_engine(
     draft_tokens: int,
 ) -> EngineReading:
     scheme, patterns = schemes.main, written.patterns
-    refusal = engine.head_refusal(head) or _module_kinds_refusal(engine, fmt, schemes, written, head.attention)
-    cell = support(scheme.kinds, fmt.name, engine, head.attention)
-    if cell is None or not cell.loads or refusal is not None:
-        note = refusal or (cell.note if cell else f"{fmt.title} cannot store this scheme")
+    whole = draft_refusal(engine, head, fmt, scheme.kinds) or _module_kinds_refusal(
+        engine, fmt, schemes, written, head.attention
+    )
+    refusal = whole or kinds_refusal(engine, fmt, [scheme.kinds], head.attention)
+    cell = support(scheme.kinds, fmt.name, engine, head.attention)  # the matrix's words on the scheme: the note
+    if refusal is not None:
+        note = whole or (refusal if cell is None else cell.note)
         cannot_load = Finding("cannot-load", "", f"cannot load this checkpoint: {note}")
         problems: tuple[Finding, ...] = (cannot_load,) if requested else ()
         return EngineReading(engine.key, engine.title, False, note, (), problems, judged=requested)
+    assert cell is not None  # the engine loads the scheme from the format: the matrix has its cell
     counts = layer_counts(target.count)
     modules_by_count = [engine.runtime_modules(head, count) for count in counts]
     readings = []
@@ -225,7 +230,7 @@ def _module_kinds_refusal(
     """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
     if written.listed is None:
         return None
-    return module_kinds_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention)
+    return kinds_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention, mixed=True)
 
 
 def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:
@@ -279,13 +284,17 @@ def _read_module(
         excluded = sorted({n for (c, n), r in rules.items() if r is not None})
         why_partial = f"the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
         problems.append(Finding("excluded-in-some-spellings", shown, f"{shown}: {why_partial}"))
-    reason = engine.decide(module, fmt, scheme.kinds).unquantized or (listed if rule is None else None)
+    decision = engine.decide(module, fmt, scheme.kinds)
+    reason = decision.unquantized or (listed if rule is None else None)
     applies = reason is None and rule is None
     why = None if applies else (reason or f"excluded by {rule!r}")
+    if applies and decision.outcome is Outcome.REFUSED:  # the config leaves it quantized, which the engine refuses
+        refused = f"{shown}: {engine.titled} cannot load it in {kinds_title(scheme.kinds)}: {decision.why}"
+        problems.append(Finding("cannot-load", shown, refused))
     expects: list[ExpectedTensor] = []
     for member in module.members:
         linear = head.linear(member)
-        found, member_problems = _check_member(linear, tensors, fmt, scheme, applies, shown, why)
+        found, member_problems = _check_member(linear, tensors, fmt, scheme, (applies, decision.tensors), shown, why)
         expects += found
         problems += member_problems
     return ModuleReading(
@@ -305,16 +314,20 @@ def _check_member(
     tensors: dict[str, TensorInfo],
     fmt: Format,
     scheme: Scheme,
-    applies: bool,
+    quantized: tuple[bool, tuple[str, ...]],
     runtime_name: str,
     why_unquantized: str | None,
 ) -> tuple[list[ExpectedTensor], list[Finding]]:
     """The tensors the engine will look for under this linear, and what the checkpoint holds instead: a module run
     unquantized but stored quantized (``stored-quantized``) or run quantized but stored otherwise
     (``weight-not-quantized``), about the runtime module; else each tensor ``missing``, of another dtype or shape
-    (``tensor-mismatch``), or stored but ``not-expected``, about the tensor."""
+    (``tensor-mismatch``), or stored but ``not-expected``, about the tensor. ``quantized``: whether the engine
+    applies the scheme, and the parameters its decision loads then (``weight``, ``weight_scale``, ...: each
+    with the dtype and shape the format stores it in; none where it refuses the module: the format's own)."""
+    applies, loaded = quantized
     if applies:
         specs = fmt.tensor_specs(linear, scheme)
+        specs = [s for s in specs if s.name.rsplit(".", 1)[-1] in loaded] if loaded else specs  # refused: as stored
     else:
         specs = [TensorSpec(linear.weight, linear.dtype, (linear.out_features, linear.in_features))]
     expected = [ExpectedTensor(s.name, s.dtype, s.shape, _found(s, tensors.get(s.name), applies)) for s in specs]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED, InputError
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, EXIT_NOT_VERIFIED, InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonObject, read_json_file
 from eaglequant.common.text_enum import TextEnum
@@ -27,6 +27,7 @@ class Verdict(TextEnum):
     PASSED = "passed"
     FAILED = "failed"
     NOT_VERIFIED = "not verified numerically"  # the checks that ran hold, but parity and fidelity did not run
+    INCONCLUSIVE = "inconclusive"  # every check holds, but the predicted acceptance's interval straddles the budget
 
     @property
     def exit_code(self) -> int:
@@ -34,7 +35,12 @@ class Verdict(TextEnum):
         return _EXIT_CODES[self]
 
 
-_EXIT_CODES = {Verdict.PASSED: 0, Verdict.FAILED: EXIT_CHECK_FAILED, Verdict.NOT_VERIFIED: EXIT_NOT_VERIFIED}
+_EXIT_CODES = {
+    Verdict.PASSED: 0,
+    Verdict.FAILED: EXIT_CHECK_FAILED,
+    Verdict.NOT_VERIFIED: EXIT_NOT_VERIFIED,
+    Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE,
+}
 
 
 class VerificationRecordError(InputError):

@@ -42,8 +42,9 @@ class Budget:
         return -prediction.difference.low if self.bound else prediction.drop
 
     def within(self, prediction: Any, tokens: float) -> bool:
-        """``prediction`` within this budget of ``tokens``: the one gate (the drop's 95% upper bound,
-        :func:`~eaglequant.measurement.statistics.within_budget`), or with ``--rule point`` its estimate."""
+        """``prediction`` within this budget of ``tokens``: the one gate's pass (the drop's 95% upper bound,
+        :func:`~eaglequant.measurement.statistics.budget_verdict`), or with ``--rule point`` its estimate. An
+        inconclusive candidate (its interval straddles the budget) is not within: it is not proven to be."""
         return self.change_within(prediction.difference, tokens)
 
     def change_within(self, difference: Any, tokens: float) -> bool:
@@ -52,13 +53,20 @@ class Budget:
 
         return within_budget(difference, tokens) if self.bound else -difference.value <= tokens
 
+    def inconclusive(self, prediction: Any, tokens: float) -> bool:
+        """The bound rule, and ``prediction``'s interval straddles the budget: more sequences would tell."""
+        from eaglequant.measurement.statistics import budget_verdict
+
+        return self.bound and budget_verdict(prediction.difference, tokens).inconclusive
+
     def judged_text(self, prediction: Any, tokens: float) -> str:
         """The change that was judged and what decided it: ``-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061
-        past the 0.05 budget`` (with ``--rule point``: the estimate against it)."""
-        from eaglequant.measurement.statistics import gate_text
+        within the 0.05 budget``, ``... inconclusive, the interval straddles the 0.05 budget ...; 31 more prompts
+        would settle it at this variance`` (with ``--rule point``: the estimate against it)."""
+        from eaglequant.measurement.statistics import budget_verdict
 
         if self.bound:
-            return gate_text(prediction.difference, tokens)
+            return budget_verdict(prediction.difference, tokens, len(prediction.quantized.prompts)).text()
         verdict = "within" if self.within(prediction, tokens) else "past"
         return f"{prediction.difference.text(signed=True)}: estimate {verdict} the {tokens:g} budget"
 

@@ -21,7 +21,7 @@ from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import build_plan
 from eaglequant.conversion.request import ConversionRequest
 from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
-from eaglequant.engines.support import ModuleSchemesNeedLayerCount, module_kinds_refusal, support
+from eaglequant.engines.support import ModuleSchemesNeedLayerCount, kinds_refusal
 from eaglequant.engines.view import EngineView
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
@@ -107,15 +107,14 @@ NEEDS_LAYER_COUNT = Finding("needs-layer-count", "", "the target's layer count i
 
 def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionRequest) -> Finding | None:
     """Why a targeted engine cannot load a candidate (``lm_head``: quantized too; ``request``: its schemes, format
-    and engines), as the engine model says and ``convert`` refuses it: the scheme's support cell in the format, the
-    per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and whether the engine
-    runs lm_head quantized; None: it loads."""
+    and engines), as the engine's decision says and ``convert`` refuses it (:func:`kinds_refusal`): the scheme in
+    the format, the per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and
+    whether the engine runs lm_head quantized; None: it loads."""
     fmt, engines = request.format, request.engines
     written = request.assignment.as_written(calibrated=False).resolved(head)  # a search converts without --calib
     kinds = [scheme.kinds for scheme in written.schemes]
     for engine in engines:
-        cell = support(written.main.kinds, fmt.name, engine, head.attention)
-        if cell is None or not cell.loads:
+        if kinds_refusal(engine, fmt, [written.main.kinds], head.attention) is not None:
             return Finding(
                 "engine-does-not-load", engine.key, f"{engine.titled} does not load the scheme in that format"
             )
@@ -123,7 +122,7 @@ def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionReques
         if "lm_head" in fmt.storage(head, written, FORMATS.values()).problems:
             return Finding("lm-head-unstorable", "lm_head", "the format cannot store lm_head in its own scheme")
         for engine in engines:
-            if module_kinds_refusal(engine, fmt, kinds, head.attention) is not None:
+            if kinds_refusal(engine, fmt, kinds, head.attention, mixed=True) is not None:
                 why = f"{engine.titled} does not read lm_head's own scheme in that format"
                 return Finding("lm-head-scheme-unread", engine.key, why)
     module_kinds = {module: ruled.kinds for module, ruled in written.module_schemes.items()}

@@ -130,10 +130,24 @@ class SearchResult:
                 return f"no candidate is within the budget at any k: all {tried} predicted"
             return f"{self.pick.text()}; all {tried} predicted"
         if self.chosen is None:
-            return f"no candidate is within the budget: all {tried} predicted"
+            return f"no candidate is within the budget: all {tried} predicted{self._inconclusive_text()}"
         return (
             f"the smallest within the budget: {tried} predicted from the smallest up; the {len(self.points) - tried} "
-            "larger need no prediction"
+            f"larger need no prediction{self._inconclusive_text()}"
+        )
+
+    def _inconclusive_text(self) -> str:
+        """The candidates whose interval straddled the budget, not picked since not proven within it ('' if none)."""
+        unsettled = [
+            p.candidate.label
+            for p in self.points
+            if p.prediction is not None and not p.within and self.budget.inconclusive(p.prediction, self.budget_tokens)
+        ]
+        if not unsettled:
+            return ""
+        return (
+            f"; inconclusive, so not picked: {', '.join(unsettled)} (the interval straddles the budget: not proven "
+            "within it; more captured sequences would tell)"
         )
 
     def record(self) -> SearchRecord:

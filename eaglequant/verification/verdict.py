@@ -23,9 +23,10 @@ def recorded_verification(dst: Path) -> VerificationRecord | None:
 
 
 def recorded_verdict(dst: Path) -> Verdict | None:
-    """PASSED when ``dst``'s report and its verification file agree that parity and fidelity passed, FAILED when
-    either says otherwise (or the file is gone), None when nothing is recorded (no report, or not verified when
-    written). A report of version 1 records no verdict: the file alone decides."""
+    """PASSED when ``dst``'s report and its verification file agree that parity and fidelity passed, INCONCLUSIVE
+    when both say every check held but the predicted acceptance was not settled, FAILED when either says otherwise
+    (or the file is gone), None when nothing is recorded (no report, or not verified when written). A report of
+    version 1 records no verdict: the file alone decides."""
     report = report_if_readable(dst)
     if report is None or (report.report_version >= 2 and report.verification is None):
         return None
@@ -34,4 +35,7 @@ def recorded_verdict(dst: Path) -> Verdict | None:
         return None if report.verification is None else Verdict.FAILED
     summary = report.verification
     passed = summary is None or (summary.ok and summary.verdict == Verdict.PASSED)
-    return Verdict.PASSED if passed and stored.passed else Verdict.FAILED
+    if passed and stored.passed:
+        return Verdict.PASSED
+    inconclusive = summary is not None and summary.verdict == Verdict.INCONCLUSIVE
+    return Verdict.INCONCLUSIVE if inconclusive and stored.verdict is Verdict.INCONCLUSIVE else Verdict.FAILED

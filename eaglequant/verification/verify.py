@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
     from eaglequant.prediction.predict import Prediction, PredictionSettings
 
-PASSED, FAILED, NOT_VERIFIED = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED
+PASSED, FAILED, NOT_VERIFIED, INCONCLUSIVE = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED, Verdict.INCONCLUSIVE
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
 # for all-zero blocks).
 _POSITIVE_SCALES = ("weight_scale_2", "weight_global_scale", "input_scale", "input_global_scale")
@@ -66,7 +66,10 @@ class VerifyReport(JsonRecord):
     verified numerically is not)."""
 
     json_omitted = ("schemes", "hashes_read")
-    json_computed = ("scheme", "scheme_label", "thresholds", "parity_rows", "passed", "verdict", "checks", "problems")
+    json_computed = (
+        *("scheme", "scheme_label", "thresholds", "parity_rows", "passed", "verdict", "checks", "problems"),
+        "unsettled",
+    )
     json_renamed = named(passed="ok")
     json_values = named(thresholds=vars)
     json_first = (
@@ -91,7 +94,7 @@ class VerifyReport(JsonRecord):
     def problems(self) -> list[Finding]:
         """The structure's problems, then each engine's load problems, each linear failing parity
         (``parity-failed``, about the module), the head failing fidelity (``fidelity-failed``) and the predicted
-        acceptance over budget (``acceptance-failed``)."""
+        acceptance wholly past its budget (``acceptance-failed``)."""
         found = list(self.structure)
         found += [p.prefixed(f"{check.engine} load: ") for check in self.engine_loads for p in check.problems]
         found += [
@@ -106,8 +109,17 @@ class VerifyReport(JsonRecord):
         return found
 
     @property
+    def unsettled(self) -> list[Finding]:
+        """What no check failed but did not settle either: the predicted acceptance's interval straddling its budget
+        (``acceptance-inconclusive``, saying how many sequences more would settle it)."""
+        if self.acceptance is None or not self.acceptance.inconclusive:
+            return []
+        return [Finding("acceptance-inconclusive", "", f"acceptance: {self.acceptance.verdict}")]
+
+    @property
     def ok(self) -> bool:
-        """No check that ran found a problem (see :attr:`verdict` for whether parity and fidelity ran)."""
+        """No check that ran found a problem (see :attr:`verdict` for whether parity and fidelity ran, and whether
+        the acceptance was settled)."""
         return not self.problems
 
     @property
@@ -123,7 +135,9 @@ class VerifyReport(JsonRecord):
     def verdict(self) -> Verdict:
         if not self.ok:
             return FAILED
-        return PASSED if self.numerical else NOT_VERIFIED
+        if not self.numerical:
+            return NOT_VERIFIED
+        return INCONCLUSIVE if self.unsettled else PASSED
 
     @property
     def checks(self) -> list[str]:

@@ -35,6 +35,7 @@ from tests.conftest import (
     FIXTURES,
     ROOT,
     TARGET_LAYERS,
+    engine_builds,
     run_cli,
     run_cli_subprocess,
     stores_something,
@@ -46,7 +47,7 @@ W4A4_NVFP4 = ("nvfp4", "nvfp4")
 
 
 def _engine_loads_head(engine: str, fixture: str) -> bool:
-    return ENGINES[engine].head_refusal(inspect(FIXTURES / fixture).head) is None
+    return engine_builds(engine, inspect(FIXTURES / fixture).head)
 
 
 def _attention(fixture: str) -> str:

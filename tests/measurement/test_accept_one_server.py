@@ -160,8 +160,9 @@ def test_the_comparative_form_shows_each_prompt_of_each_run(serve: Callable[[Sta
     done = run_cli(*args, "--max-prompts", "2", "--max-tokens", "8", "--no-record")
     assert done.exit_code == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("prompt ")]
-    assert len(lines) == 6 and all("ETA" in line for line in lines), done.stderr  # 2 prompts × 3 runs
-    assert "the reference server" in lines[0] and "the server of DST 1" in lines[-1], lines
+    assert len(lines) == 8 and all("ETA" in line for line in lines), done.stderr  # 2 prompts × 4 runs
+    assert "the reference server" in lines[0] and "the server of DST 1" in lines[5], lines
+    assert "the reference server" in lines[-1], lines  # the target alone again, after the drafts
     quiet = run_cli(*args, "--max-prompts", "2", "--max-tokens", "8", "--no-record", "-q")
     assert quiet.exit_code == 0 and "prompt " not in quiet.stderr, quiet.stderr
 
@@ -200,4 +201,4 @@ def test_offline_accept_counts_one_step_a_run(monkeypatch: pytest.MonkeyPatch) -
     run = Offline().runner(chosen, lambda _: None, Tally(shown, Offline().steps(chosen, 1)))
     run(0, None, "no draft")
     run(1, PAIR / "draft", "draft d")
-    assert shown.steps == [("run 1/3 (no draft)", 1, 3), ("run 2/3 (draft d)", 2, 3)]
+    assert shown.steps == [("run 1/4 (no draft)", 1, 4), ("run 2/4 (draft d)", 2, 4)]  # the target alone twice

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import operator
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -182,8 +183,13 @@ class StandIn:
     counters: SpecCounters = field(default_factory=lambda: SpecCounters(0, 0, 0, (0, 0, 0)))
     model: str = "stand-in-target"
     completions: int = 0
-    histograms: bool = False
+    histograms: bool = True  # timed by its own clock, alike in every arm (the client's wall time is the machine's)
     decoded: tuple[float, int, int] = (0.0, 0, 0)  # the histograms' sums: decode seconds, tokens, requests
+    slow: tuple[int, ...] = ()  # the completions (counted from 0) that decode 20 times slower: a busy machine
+    delay_s: float = 0.0  # each completion takes this long in wall time (20 times as long where slow)
+    in_flight: int = 0
+    started: list[int] = field(default_factory=list)  # the requests in flight as each completion began
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @staticmethod
     def decode_seconds(prompt: str, tokens: int) -> float:
@@ -231,13 +237,23 @@ class StandIn:
         )
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self.lock:
+            self.in_flight += 1
+            self.started.append(self.in_flight)
+            slower = 20.0 if self.completions in self.slow else 1.0
+            self.completions += 1
+        time.sleep(self.delay_s * slower)
+        with self.lock:
+            self.in_flight -= 1
+            return self.answer(body, slower)
+
+    def answer(self, body: dict[str, Any], slower: float) -> dict[str, Any]:
         n, prompt = int(body["max_tokens"]), str(body["prompt"])
-        self.completions += 1
         for _ in range(self.requests_per_completion):
             if self.draft:
                 self.add(walk(n, self.k, lambda i: i + len(prompt)))
             seconds, tokens, requests = self.decoded
-            self.decoded = (seconds + self.decode_seconds(prompt, n), tokens + n, requests + 1)
+            self.decoded = (seconds + slower * self.decode_seconds(prompt, n), tokens + n, requests + 1)
         tokens = [(len(prompt) * 7 + t) % 4096 for t in range(n)]
         top = [{f"token_id:{t}": -0.5, f"token_id:{t + 1}": -1.5} for t in tokens]
         return {"choices": [{"token_ids": tokens, "logprobs": {"top_logprobs": top}}]}

@@ -31,8 +31,9 @@ def measured(**where: Any) -> Any:
     from eaglequant.api.acceptance import accept
 
     return accept(
-        [PAIR / "draft"], source=PAIR / "draft", max_prompts=PROMPTS, max_tokens=MAX_TOKENS, record=False, **where
-    )
+        [PAIR / "draft"], source=PAIR / "draft", max_prompts=PROMPTS, max_tokens=MAX_TOKENS, record=False,
+        target_alone_runs=1, **where,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +61,12 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
 @pytest.fixture(scope="module")
 def three_ways(running: dict[str, str]) -> dict[str, Any]:
+    """Each way also with two requests in flight (a pass of the 4 prompts per run: about 0.2 s each here)."""
     python = engine_python("vllm")
     return {
-        "offline": measured(target=PAIR / "target", engine_python=python),
-        "launch": measured(target=PAIR / "target", engine_python=python, launch=True),
-        "server": measured(server=[running["draft"]] * 2, reference_server=running["reference"]),
+        "offline": measured(target=PAIR / "target", engine_python=python, concurrency=[2]),
+        "launch": measured(target=PAIR / "target", engine_python=python, launch=True, concurrency=[2]),
+        "server": measured(server=[running["draft"]] * 2, reference_server=running["reference"], concurrency=[2]),
     }
 
 
@@ -84,6 +86,20 @@ def test_every_way_times_decode_by_the_engines_clock(three_ways: dict[str, Any])
         for draft in (report.source, *report.quantized):
             (at,) = draft.by_draft_tokens
             assert at.run.clock == "engine" and 0 < at.speedup.low <= at.speedup.value <= at.speedup.high, (way, at)
+
+
+def test_every_way_measures_two_requests_in_flight(three_ways: dict[str, Any]) -> None:
+    """The pass at C = 2: every prompt's tokens, the engine's own counters over it, an output rate and a speed-up
+    (the fields, not the speeds)."""
+    for way, report in three_ways.items():
+        alone = report.to_json()["target_alone"]["by_concurrency"]
+        assert [c["concurrency"] for c in alone] == [2] and alone[0]["output_tokens_per_second"]["value"] > 0, way
+        for draft in (report.source, *report.quantized):
+            (at,) = draft.by_draft_tokens
+            (two,) = at.at_concurrency
+            assert two.drafted.tokens == (MAX_TOKENS,) * PROMPTS and two.drafted.wall_seconds > 0, (way, two)
+            length = two.drafted.acceptance_length()
+            assert length is not None and 1 < length <= 4 and two.speedup.value > 0, (way, two)
 
 
 def test_server_and_launch_agree_with_offline_within_their_intervals(three_ways: dict[str, Any]) -> None:

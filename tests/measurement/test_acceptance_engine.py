@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from eaglequant.measurement.limits import SPEED_CODES
 from tests.engine_load.test_engine_load import engine_python
 
 PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
@@ -40,7 +41,8 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     bad = work / "fault"
     convert(PAIR / "draft", bad, scheme=fault.scheme, format=fault.format, **fault.options)
     plant(bad, FAULT)
-    report = accept([good, bad], target=PAIR / "target", engine_python=python, record=True)
+    # the target alone once: no engine process more for the suite (its drift between runs is tested on stand-ins)
+    report = accept([good, bad], target=PAIR / "target", engine_python=python, record=True, target_alone_runs=1)
     return {"report": report.to_json(), "good": good, "bad": bad}
 
 
@@ -58,7 +60,7 @@ def test_the_trained_draft_keeps_its_acceptance_floor(measured: dict) -> None:
 
 def test_a_correct_conversion_stays_within_its_budget_and_the_fault_shows_its_loss(measured: dict) -> None:
     good, bad = measured["report"]["quantized"]
-    assert not good["problems"], good["problems"]
+    assert not [p for p in good["problems"] if p["code"] not in SPEED_CODES], good["problems"]
     assert -good["modes"]["greedy"]["difference"]["value"] <= good["budget"]
     # the stale fused scale measured -0.090 tokens [-0.179, -0.000] on the bundled prompts (docs/acceptance.md)
     loss = bad["modes"]["greedy"]["difference"]["value"]
@@ -77,10 +79,13 @@ def test_every_draft_is_timed_by_the_engines_clock_with_a_speedup_over_the_targe
     for draft in (report["source"], *report["quantized"]):
         (at,) = draft["by_draft_tokens"]
         assert at["draft_tokens"] == 3 and at["clock"] == "engine" and at["decode_tokens_per_second"] > 0, at
-        speedup = at["speedup"]
+        speedup = at["measured_speedup"]  # as measured; "speedup" is null where a limit refused it
         assert 0 < speedup["low"] <= speedup["value"] <= speedup["high"], speedup
+        assert at["speedup"] in (None, speedup) and (at["speedup"] is None) == bool(at["speed_problems"]), at
+    refused = sum(bool(d["by_draft_tokens"][0]["speed_problems"]) for d in (report["source"], *report["quantized"]))
     speeds = measured_speeds(report)
-    assert len(speeds) == 3 and all(s.alone_seconds_per_token > 0 and s.drafted_seconds_per_token > 0 for s in speeds)
+    assert len(speeds) == 3 - refused
+    assert all(s.alone_seconds_per_token > 0 and s.drafted_seconds_per_token > 0 for s in speeds)
 
 
 def test_the_measurement_is_recorded_in_dst_and_its_card(measured: dict) -> None:
@@ -107,7 +112,7 @@ def test_a_pruned_bf16_head_is_measured_as_it_is(tmp_path: Path) -> None:
     pruned = prune(PAIR / "draft", tmp_path / "pruned", size=256, counts=counts).destination
     report = accept(
         [pruned], target=PAIR / "target", source=PAIR / "draft", max_prompts=4, max_tokens=32,
-        engine_python=engine_python("vllm"), record=True, draft_tokens=[3, 1],
+        engine_python=engine_python("vllm"), record=True, draft_tokens=[3, 1], target_alone_runs=1,
     ).to_json()  # fmt: skip
     (draft,) = report["quantized"]
     assert draft["served_as"] == "stored" and draft["budget"] is None
@@ -117,5 +122,5 @@ def test_a_pruned_bf16_head_is_measured_as_it_is(tmp_path: Path) -> None:
         at = {entry["draft_tokens"]: entry for entry in measured_draft["by_draft_tokens"]}
         assert list(at) == [3, 1] and at[1]["lossless"]["ok"], measured_draft["by_draft_tokens"]
         assert at[1]["acceptance_length"]["value"] <= 2.0 and at[1]["decode_tokens_per_second"] > 0  # k = 1: ≤ 2
-        assert at[1]["speedup"]["value"] > 0 and at[1]["clock"] == "engine"
+        assert at[1]["measured_speedup"]["value"] > 0 and at[1]["clock"] == "engine"
     assert (pruned / "eaglequant_accept.json").is_file()

@@ -1,7 +1,8 @@
-"""Issue 55, item 4, "one gate": one rule (the drop's 95% upper bound within the budget) decides pass or fail in
+"""Issue 55, item 4, "one gate": one rule (the drop's 95% upper bound within the budget) decides a pass in
 ``verify --inputs``, ``convert --verify``, ``search`` and ``accept``, every line shows the bound that decided, one
 sign (DST minus source) for a change, and after ``search`` the pick is judged against the source and budget it
-recorded."""
+recorded. Issue 63, item 4: an interval that straddles the budget is inconclusive, not a failure, in verify and
+search (accept still judges within or not)."""
 
 from __future__ import annotations
 
@@ -34,17 +35,20 @@ def _accepted(difference: Interval, budget: float) -> DraftResult:
 
 @pytest.mark.parametrize(("difference", "within"), [(ESTIMATE_WITHIN_BOUND_PAST, False), (BOTH_WITHIN, True)])
 def test_every_command_judges_the_bound_against_the_budget(difference: Interval, within: bool) -> None:
-    """verify --inputs and convert --verify (Prediction.failed), search (Budget.within) and accept
-    (DraftResult.over_budget) agree with the one function, on the bound, not the estimate."""
+    """verify --inputs and convert --verify (Prediction.judged), search (Budget.within) and accept
+    (DraftResult.over_budget) agree with the one function, on the bound, not the estimate; a straddling interval is
+    inconclusive in verify, not a failure."""
     assert within_budget(difference, 0.1) is within
-    assert _prediction(difference, 0.1).failed is not within
+    prediction = _prediction(difference, 0.1)
+    assert prediction.judged is not None and prediction.judged.within is within
+    assert prediction.inconclusive is not within and not prediction.failed
     assert Budget.parse("0.1").within(_prediction(difference, None), 0.1) is within
     assert _accepted(difference, 0.1).over_budget is not within
 
 
 def test_an_unknown_bound_is_not_within_and_no_budget_never_fails() -> None:
     one_prompt = Interval(-0.01, float("-inf"), float("inf"))
-    assert not within_budget(one_prompt, 0.1) and _prediction(one_prompt, 0.1).failed
+    assert not within_budget(one_prompt, 0.1) and _prediction(one_prompt, 0.1).inconclusive
     assert not _prediction(ESTIMATE_WITHIN_BOUND_PAST, None).failed
 
 
@@ -53,9 +57,13 @@ def test_each_verdict_shows_the_bound_that_decided_with_the_budget_a_positive_dr
     assert shown == "-0.028 [-0.061, +0.005]: bound -0.061, a drop of 0.061 past the 0.05 budget"
     assert gate_text(Interval(0.05, 0.01, 0.09), 0.05).endswith("bound +0.010, no drop, within the 0.05 budget")
     verdict = _prediction(ESTIMATE_WITHIN_BOUND_PAST, 0.1).verdict
-    assert "bound -0.117, a drop of 0.117 past the 0.1 budget" in verdict and "over the budget" not in verdict
+    assert "straddles the 0.1 budget (bound -0.117, estimate within it)" in verdict and "over the budget" not in verdict
     judged = Budget.parse("0.05").judged_text(_prediction(Interval(-0.028, -0.061, 0.005), None), 0.05)
-    assert judged == shown and "-0.05" not in judged
+    assert judged.startswith("-0.028 [-0.061, +0.005]: inconclusive") and "-0.05 " not in judged
+    past = Budget.parse("0.05").judged_text(_prediction(Interval(-0.2, -0.3, -0.1), None), 0.05)
+    assert past == "-0.200 [-0.300, -0.100]: upper bound -0.100, a drop of at least 0.100, " + (
+        "the whole interval past the 0.05 budget"
+    )
 
 
 def test_verify_prints_the_bound_that_decided(capsys: pytest.CaptureFixture[str]) -> None:
@@ -63,7 +71,7 @@ def test_verify_prints_the_bound_that_decided(capsys: pytest.CaptureFixture[str]
 
     _render_acceptance(_prediction(ESTIMATE_WITHIN_BOUND_PAST, 0.1))
     shown = " ".join(capsys.readouterr().out.split())
-    assert "change -0.071 [-0.117, -0.025]: bound -0.117, a drop of 0.117 past the 0.1 budget" in shown
+    assert "change -0.071 [-0.117, -0.025]: inconclusive, the interval straddles the 0.1 budget (bound -0.117" in shown
 
 
 def test_the_card_shows_the_bound_that_decided_each_candidate() -> None:

@@ -145,8 +145,8 @@ def test_progress_counts_each_run_at_each_k() -> None:
     from eaglequant.measurement.runners import Offline, Servers
 
     chosen = Settings(PAIR / "target", ("a", "b"), "test", 3, more_draft_tokens=(1, 2))
-    assert Offline().steps(chosen, 2) == 1 + 3 * 3  # the target alone once; the source and 2 DSTs at 3 k
-    assert Servers(("u", "v"), "r").steps(chosen, 1) == 2 * (1 + 2 * 3)  # a step a prompt
+    assert Offline().steps(chosen, 2) == 2 + 3 * 3  # the target alone twice; the source and 2 DSTs at 3 k
+    assert Servers(("u", "v"), "r").steps(chosen, 1) == 2 * (2 + 2 * 3)  # a step a prompt
 
 
 # ---- several k through measure(), with a runner that makes each run's figures from its k -----------------------
@@ -157,7 +157,7 @@ def fake_run(k: int, label: str, prompts: int = 4) -> EngineRun:
     quantized one a little more than the source; the same greedy tokens throughout (lossless)."""
     counts = []
     for i in range(prompts):
-        if label == "no draft":
+        if label.startswith("no draft"):
             counts.append(PromptCounts(0, 0, (), (i, 1, 2), (), 95, 5.0 + 0.2 * i))
         else:
             faster = 1.0 + 0.3 * k + (0.1 if "quantized" in label else 0.0)
@@ -186,9 +186,10 @@ def several_k(tmp_path: Path, ks: tuple[int, ...]) -> tuple[Any, list[tuple[int,
     return measure(chosen, PAIR / "draft", drafts, runner_at), calls
 
 
-def test_several_k_run_the_target_alone_once_then_each_draft_per_k(tmp_path: Path) -> None:
+def test_several_k_run_the_target_alone_before_and_after_each_draft_per_k(tmp_path: Path) -> None:
     report, calls = several_k(tmp_path, (2, 1, 4))
-    assert [(k, place) for k, place, _ in calls] == [(2, 0), (2, 1), (2, 2), (1, 1), (1, 2), (4, 1), (4, 2)]
+    runs = [(k, place) for k, place, _ in calls]
+    assert runs == [(2, 0), (2, 1), (2, 2), (1, 1), (1, 2), (4, 1), (4, 2), (2, 0)]
     assert calls[3][2].endswith(", k = 1")
     (quantized,) = report.quantized
     for draft in (report.source, quantized):
@@ -221,8 +222,11 @@ def test_the_report_and_the_record_give_each_k_and_read_back_typed(tmp_path: Pat
     assert [at["draft_tokens"] for at in quantized["by_draft_tokens"]] == [3, 1]
     first = quantized["by_draft_tokens"][0]
     assert set(first) == {
-        "draft_tokens", "acceptance_length", "decode_tokens_per_second", "clock", "speedup", "difference", "lossless"
+        "draft_tokens", "acceptance_length", "decode_tokens_per_second", "clock", "speedup", "difference", "lossless",
+        "measured_speedup", "speed_problems", "by_concurrency",
     }  # fmt: skip
+    assert first["speed_problems"] == [] and first["measured_speedup"] == first["speedup"]
+    assert written["target_alone"]["runs"] == [alone_rate, alone_rate] and written["target_alone"]["drift"] == 0
     assert set(first["speedup"]) == {"value", "low", "high"} and first["speedup"]["low"] < first["speedup"]["value"]
     assert quantized["modes"]["greedy"]["decode_tokens_per_second"] == first["decode_tokens_per_second"]
     write_acceptance(tmp_path / "quantized", report, str(tmp_path / "quantized"))
@@ -318,7 +322,7 @@ def test_a_server_is_timed_by_its_decode_histograms(serve: Callable[[StandIn], s
 
 
 def test_a_server_without_histograms_is_timed_by_the_clients_wall_time(serve: Callable[[StandIn], str]) -> None:
-    run = measure_on_server(Server(serve(StandIn()), "stand-in"), settings(), drafting=True)
+    run = measure_on_server(Server(serve(StandIn(histograms=False)), "stand-in"), settings(), drafting=True)
     assert run.clock == "wall"
     assert all(
         p.decode_tokens == 12 and p.decode_seconds is not None and p.decode_seconds > 0 for p in run.modes["greedy"]

@@ -2,7 +2,8 @@
 
 Inputs are captured from the bundled trained target (``eaglequant capture``, transformers); every correct
 conversion of the bundled draft must stay within its scheme's acceptance budget, and every planted fault
-(``tests/prediction/faults.py``: damage that a gate fed random inputs lets through) must exceed it.
+(``tests/prediction/faults.py``: damage that a gate fed random inputs lets through) must never be within it: past
+it, or, where the 24 prompts' interval straddles it, inconclusive.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def test_the_source_against_itself_predicts_no_drop(captured: Path) -> None:
 
 
 @pytest.mark.parametrize("fault", ["lm_head-token-scales", "stale-fused-global-scale"])
-def test_a_planted_fault_fails_on_predicted_acceptance(captured: Path, tmp_path: Path, fault: str) -> None:
+def test_a_planted_fault_is_never_within_the_budget(captured: Path, tmp_path: Path, fault: str) -> None:
     from eaglequant import convert, verify
     from tests.prediction.faults import FAULTS, plant
 
@@ -82,8 +83,11 @@ def test_a_planted_fault_fails_on_predicted_acceptance(captured: Path, tmp_path:
     convert(PAIR / "draft", dst, scheme=spec.scheme, format=spec.format, **spec.options)
     plant(dst, fault)
     report = verify(dst, source=PAIR / "draft", inputs=captured, max_draft_tokens=3)
-    assert report.acceptance is not None and report.acceptance.failed, report.acceptance
-    assert "acceptance-failed" in codes(report.problems)
+    assert report.acceptance is not None, report
+    # never passed: past the budget (a failure), or, where the 24 prompts' interval straddles it, inconclusive
+    assert report.verdict in ("failed", "inconclusive") and not report.passed, report.acceptance.verdict
+    found = codes(report.problems) + codes(report.unsettled)
+    assert "acceptance-failed" in found or "acceptance-inconclusive" in found
     assert "sha256-differs" not in codes(report.problems)  # the digests were updated: the numbers caught it
 
 

@@ -16,7 +16,7 @@ from eaglequant.common.findings import codes
 from eaglequant.engines import ENGINES
 from eaglequant.engines.support import support
 from eaglequant.formats import FORMATS
-from tests.conftest import FIXTURE_NAMES, FIXTURES, run_cli
+from tests.conftest import FIXTURE_NAMES, FIXTURES, engine_builds, run_cli
 
 # A format every engine loads for each head, and the engines that load it: each engine's default release (vLLM
 # 0.33.0 reads what 0.32.0 does: test_a_conversion_for_vllm_0_32_explains_clean_for_0_33).
@@ -30,7 +30,7 @@ def _engines_loading(kinds: tuple[str, str | None], fmt: str, fixture: str) -> l
         for e in ALL_ENGINES
         if (cell := support(kinds, fmt, ENGINES[e], head.attention)) is not None
         and cell.loads
-        and ENGINES[e].head_refusal(head) is None
+        and engine_builds(e, head)
     ]
 
 

@@ -85,6 +85,55 @@ def timed(records: list[dict[str, Any]], engine: list[tuple[int, float] | None],
     return clock
 
 
+def concurrent_pass(llm: Any, job: dict[str, Any], k: int, concurrency: int, drafting: bool) -> dict[str, Any]:
+    """Every prompt greedy with at most ``concurrency`` requests in the engine at once: ``concurrency`` added first,
+    then the next as each one finishes (``LLMEngine.add_request`` and ``step``), as a client with that many
+    connections feeds a server; each request's output tokens and latency (added to finished), the pass's wall
+    time, and with a draft the spec-decode counters' change over the pass."""
+    from vllm import SamplingParams
+
+    engine = llm.llm_engine
+    params = SamplingParams(temperature=0.0, max_tokens=int(job["max_tokens"]), ignore_eos=True)
+    waiting = list(enumerate(job["prompts"]))
+    count = len(waiting)
+    in_flight: dict[str, tuple[int, float]] = {}
+    named: dict[str, str] = {}  # the engine's id for a request, where it is not the one given, -> the one given
+    tokens, latencies = [0] * count, [0.0] * count
+
+    def submit() -> None:
+        index, prompt = waiting.pop(0)
+        request_id = f"c{concurrency}-{index}"
+        in_flight[request_id] = (index, time.monotonic())
+        named[str(engine.add_request(request_id, prompt, params) or request_id)] = request_id
+
+    before = counters(llm, k)
+    started = time.monotonic()
+    while waiting and len(in_flight) < concurrency:
+        submit()
+    while in_flight:
+        if not engine.has_unfinished_requests():
+            raise RuntimeError(f"the engine finished without answering requests {sorted(in_flight)}")
+        for output in engine.step():
+            request_id = named.get(output.request_id, output.request_id)
+            if not output.finished or request_id not in in_flight:
+                continue
+            index, sent = in_flight.pop(request_id)
+            latencies[index] = round(time.monotonic() - sent, 6)
+            tokens[index] = len(output.outputs[0].token_ids)
+            if waiting:
+                submit()
+    wall = time.monotonic() - started
+    figures = difference(counters(llm, k), before) if drafting else {}
+    return {
+        "concurrency": concurrency,
+        "tokens": tokens,
+        "latencies": latencies,
+        "wall_seconds": round(wall, 6),
+        "drafts": figures.get("drafts"),
+        "accepted": figures.get("accepted"),
+    }
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     import vllm
     from vllm import LLM, SamplingParams
@@ -138,6 +187,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             prompts.append(record)
         clock = timed(prompts, engine_times, wall_times)
         modes.append({"name": mode["name"], "temperature": mode["temperature"], "clock": clock, "prompts": prompts})
+    concurrent = [concurrent_pass(llm, job, k, int(c), bool(speculative)) for c in job.get("concurrency", ())]
     return {
         "engine": "vllm",
         "version": vllm.__version__,
@@ -145,6 +195,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "load_seconds": round(loaded_s, 1),
         "seconds": round(time.monotonic() - started, 1),
         "modes": modes,
+        "concurrent": concurrent,
     }
 
 
