@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, EXIT_NOT_VERIFIED
 from eaglequant.record.verification import (
     VERIFY_NAME,
     Verdict,
@@ -34,6 +34,7 @@ def test_every_verdict_has_its_exit_code_and_reads_as_its_text() -> None:
         Verdict.PASSED: 0,
         Verdict.FAILED: EXIT_CHECK_FAILED,
         Verdict.NOT_VERIFIED: EXIT_NOT_VERIFIED,
+        Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE,
     }
     assert json.dumps(Verdict.NOT_VERIFIED) == '"not verified numerically"'
     assert f"{Verdict.FAILED}" == str(Verdict.FAILED) == "failed" and Verdict.FAILED == "failed"
