@@ -33,13 +33,17 @@ def test_kernel_matches_reference(layout: str, shape: tuple[int, int, int]) -> N
     assert (got - expected).abs().max() <= TOLERANCE * expected.abs().max()
 
 
+@pytest.mark.parametrize("block_m", [16, 4])
 @pytest.mark.parametrize("layout", ["fp8-w8a16", "nvfp4-modelopt", "nvfp4-ct", "mxfp4"])
-def test_kernel_dequantizes_bit_exactly(layout: str) -> None:
-    """Identity activations read the kernel's in-register dequantization out: it equals the reference's."""
+def test_kernel_dequantizes_bit_exactly(layout: str, block_m: int) -> None:
+    """Identity activations read the kernel's in-register dequantization out: it equals the reference's (through
+    tl.dot, and summed on the CUDA cores)."""
+    from eaglequant.kernels.triton_gemm import LaunchConfig
+
     weight = (torch.randn(48, 64, generator=torch.Generator().manual_seed(1)) * 0.1).to(torch.bfloat16)
     stored = stored_layouts(weight)[layout]
     eye = torch.eye(64, dtype=torch.bfloat16)
-    got = triton_linear(eye.to(DEVICE), stored.to(DEVICE)).cpu().T
+    got = triton_linear(eye.to(DEVICE), stored.to(DEVICE), LaunchConfig(block_m=block_m)).cpu().T
     assert torch.equal(got, stored.dequantize())
 
 
@@ -87,4 +91,22 @@ def test_dispatch_runs_triton_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     got = fused_linear(x.cuda(), stored.to("cuda")).cpu()
     assert len(calls) == 1
     expected = reference_linear(x, stored)
+    assert (got - expected).abs().max() <= TOLERANCE * expected.abs().max()
+
+
+# Tiles of fewer rows than tl.dot takes (summed without it), tiles wider than K's 64, an uneven split of K (3 asked,
+# 2 made: each a whole number of tiles) and split partial sums. (block_m, block_n, block_k, split_k)
+CONFIGS = [(16, 32, 128, 1), (16, 128, 256, 1), (16, 64, 128, 3), (16, 16, 64, 4), (1, 64, 128, 2), (4, 32, 256, 1)]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "m{}-n{}-k{}-split{}".format(*c))
+@pytest.mark.parametrize("layout", ["fp8-w8a16", "fp8-w8a8", "nvfp4-modelopt", "mxfp4"])
+def test_every_launch_config_matches_reference(layout: str, config: tuple[int, int, int]) -> None:
+    from eaglequant.kernels.triton_gemm import LaunchConfig
+
+    weight, x = gemm_case((5, 80, 512))
+    stored = stored_layouts(weight)[layout]
+    expected = reference_linear(x, stored)
+    launch = LaunchConfig(block_m=config[0], block_n=config[1], block_k=config[2], split_k=config[3])
+    got = triton_linear(x.to(DEVICE), stored.to(DEVICE), launch).cpu()
     assert (got - expected).abs().max() <= TOLERANCE * expected.abs().max()
