@@ -11,10 +11,10 @@
 #   5. one draft round (k = 3, batch 1-16) of the full-size Kimi-K2.5 Llama head, beside the bytes model
 # vLLM's CUDA paths are not run (no vLLM on the machine); the summary says so.
 #
-#   OUT=/path/to/out bash scripts/gpu_check.sh          (python3 with CUDA torch + triton; 6.5 minutes at most)
+#   OUT=/path/to/out bash scripts/gpu_check.sh          (python3 with CUDA torch + triton; 7 minutes at most)
 #   GPU_CHECK_DRY=1 PYTHON=.venv/bin/python OUT=/tmp/x bash scripts/gpu_check.sh   (CPU, tiny shapes: the plumbing)
 #
-# OUT receives summary.md (the tables for docs/performance.md), summary.json, sweep.md and sweep.json (the launch
+# OUT receives summary.md (the tables for docs/gpu.md), summary.json, sweep.md and sweep.json (the launch
 # sweep), choice.md and choice.json (its choices timed as bench kernels times) and logs.tar.gz (every raw output),
 # rewritten after each step, so a run cut short still leaves what it finished. Timeouts (seconds) can be changed:
 # TIMEOUT_TESTS, TIMEOUT_CONVERT, TIMEOUT_COMPILE, TIMEOUT_SWEEP, TIMEOUT_CHOICE,

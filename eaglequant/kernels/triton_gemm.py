@@ -194,9 +194,7 @@ def _dequant_gemm(
             w_ptr, block_scale_ptr, zero_point_ptr, cols, col_ok, ks, k0, K, stride_wn, stride_bn,
             KIND, ZERO_POINT, GROUP, BLOCK_N, BLOCK_K,
         )  # fmt: skip
-        if BLOCK_M < 16:  # a few tokens: products summed on the CUDA cores (tl.dot needs 16 rows, most of them padding)
-            partial = tl.sum(x.to(tl.float32)[:, None, :] * w[None, :, :], axis=2)
-        elif DOT_BF16:
+        if DOT_BF16:
             partial = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)))
         else:  # the interpreter has no bf16 arithmetic; the operands are exact in bf16 either way
             partial = tl.dot(x.to(tl.float32), tl.trans(w), input_precision="ieee")
@@ -224,12 +222,16 @@ class LaunchConfig:
     afterwards), and Triton's warps and pipeline stages. ``block_k`` is capped at a layout's scale group where a tile
     must lie in one group (FP8 blocks, INT4 groups: 128)."""
 
-    block_m: int = 16  # below 16, products are summed without tl.dot (which needs 16 rows)
+    block_m: int = 16
     block_n: int = 64
     block_k: int = 64
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+
+    def __post_init__(self) -> None:
+        if self.block_m < 16:
+            raise ValueError(f"block_m {self.block_m}: tl.dot takes at least 16 rows")
 
     def label(self) -> str:
         return (
@@ -237,16 +239,27 @@ class LaunchConfig:
         )
 
 
-_DECODE_PROGRAMS = 256  # about two per SM of an H100 / H200 (132 SMs): enough loads in flight to stream the weights
+# At decode sizes (M <= 16: one row of tiles), by what a tile reads: the launch least slow over the Kimi-K2.5 head's
+# five shapes in the launch sweep on an H200 (docs/performance.md: on average within 6% of each shape's fastest; the
+# FP8 block W8A8 kernel was not timed there and takes the other W8A8 kernels' launch).
+_DECODE_LAUNCH = {
+    "quantizes activations": LaunchConfig(block_n=128, block_k=128, split_k=4, num_warps=8),
+    "8-bit weights": LaunchConfig(block_n=64, block_k=128, split_k=4),
+    "FP4 weights": LaunchConfig(block_n=64, block_k=128, split_k=8),
+    "INT4 weights": LaunchConfig(block_n=64, block_k=64, split_k=8),
+}
 
 
-def default_config(m: int, n: int, k: int) -> LaunchConfig:
-    """The launch for an [m, k] x [n, k]^T product (see docs/performance.md for the sweep behind it). At decode sizes
-    (M <= 16, one row of tiles) K is split until there are about ``_DECODE_PROGRAMS`` programs."""
+def default_config(m: int, layout: KernelLayout, quantizes_activations: bool) -> LaunchConfig:
+    """The launch for ``m`` tokens through a weight of ``layout`` (see :data:`_DECODE_LAUNCH`); above 16 tokens,
+    the first launch (16 x 64 tiles, K walked by one program), which the sweep did not time."""
     if m > 16:
         return LaunchConfig(block_m=16, block_n=64, block_k=64, split_k=1)
-    tiles_n = triton.cdiv(n, 64)
-    return LaunchConfig(block_m=16, block_n=64, block_k=128, split_k=max(1, min(8, _DECODE_PROGRAMS // tiles_n)))
+    if quantizes_activations:
+        return _DECODE_LAUNCH["quantizes activations"]
+    if layout in (KernelLayout.NVFP4, KernelLayout.MXFP4):
+        return _DECODE_LAUNCH["FP4 weights"]
+    return _DECODE_LAUNCH["INT4 weights" if layout == KernelLayout.INT4_GROUPS else "8-bit weights"]
 
 
 _ONE_TILE_PER_GROUP = (KernelLayout.FP8_BLOCKS, KernelLayout.INT4_GROUPS)
@@ -270,11 +283,11 @@ def triton_linear(x: torch.Tensor, stored: StoredLinear, config: LaunchConfig | 
     n = stored.out_features
     if k != stored.in_features:
         raise ValueError(f"x has {k} features, the weight {stored.in_features}")
-    config = config or default_config(m, n, k)
     kind, activation = stored.weight_kind, stored.activation_kind
     group = kind.columns_per_scale or 1  # 1: a whole row shares the scale
-    block_k = _block_k(config, kind.kernel_layout, group, k)
     act_fp8 = activation is not None and activation.simulated
+    config = config or default_config(m, kind.kernel_layout, act_fp8)
+    block_k = _block_k(config, kind.kernel_layout, group, k)
     act_group = activation.block_size if activation is not None and isinstance(activation.block_size, int) else 0
     x = x.contiguous()
     # FP8 and INT8 bytes are reinterpreted in the kernel; packed INT4 is read as the int32 words it is stored in

@@ -73,7 +73,7 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # one IEEE division: ``127 / tensor`` would be torch's reciprocal-then-multiply, which rounds twice
     inverse = torch.full_like(amax, TOKEN_RANGE) / amax
     codes = (x * inverse[:, None]).round_().clamp_(INT8_MIN, INT8_MAX)
-    return codes.to(torch.int8), amax / TOKEN_RANGE
+    return codes.to(torch.int8), divide(amax, TOKEN_RANGE)
 
 
 def simulate_tokens(x: torch.Tensor) -> torch.Tensor:
