@@ -3,16 +3,22 @@
 # the next:
 #   1. every registered kernel compiled on the GPU against float64 and torch, M = 1 to 256 (tests/kernels)
 #   2. convert --device cuda writes the CPU's bytes: every fixture and the 1/8-scale Kimi-K2.5 heads
-#   3. bench kernels at M = 1, 4, 16 (one process each): % of copy bandwidth, x bf16, x torch._scaled_mm
-#   4. one draft round (k = 3, batch 1-16) of the full-size Kimi-K2.5 Llama head, beside the bytes model
+#   3. the launch sweep (scripts/gpu_kernel_sweep.py; compiled first by 8 processes): the fastest correct tiles,
+#      split-K, warps and stages per kernel, shape and M = 1, 4, 16; then each kernel's choice at each M timed as
+#      bench kernels times
+#   4. bench kernels at M = 1, 4, 16 (one process each, the default launch): % of copy bandwidth, x bf16,
+#      x torch._scaled_mm
+#   5. one draft round (k = 3, batch 1-16) of the full-size Kimi-K2.5 Llama head, beside the bytes model
 # vLLM's CUDA paths are not run (no vLLM on the machine); the summary says so.
 #
 #   OUT=/path/to/out bash scripts/gpu_check.sh          (python3 with CUDA torch + triton; 7 minutes at most)
 #   GPU_CHECK_DRY=1 PYTHON=.venv/bin/python OUT=/tmp/x bash scripts/gpu_check.sh   (CPU, tiny shapes: the plumbing)
 #
-# OUT receives summary.md (the tables for docs/performance.md), summary.json and logs.tar.gz (every raw output),
+# OUT receives summary.md (the tables for docs/gpu.md), summary.json, sweep.md and sweep.json (the launch
+# sweep), choice.md and choice.json (its choices timed as bench kernels times) and logs.tar.gz (every raw output),
 # rewritten after each step, so a run cut short still leaves what it finished. Timeouts (seconds) can be changed:
-# TIMEOUT_TESTS, TIMEOUT_CONVERT, TIMEOUT_BENCH (each M), TIMEOUT_DRAFT.
+# TIMEOUT_TESTS, TIMEOUT_CONVERT, TIMEOUT_COMPILE, TIMEOUT_SWEEP, TIMEOUT_CHOICE,
+# TIMEOUT_BENCH (each M), TIMEOUT_DRAFT.
 set -uo pipefail
 OUT=${OUT:-gpu-check}
 PY=${PYTHON:-python3}
@@ -64,16 +70,32 @@ else
     DRAFT=(--device cuda)
 fi
 
-run_step "kernels vs float64 and torch" "${TIMEOUT_TESTS:-110}" kernel-tests.log \
+run_step "kernels vs float64 and torch" "${TIMEOUT_TESTS:-60}" kernel-tests.log \
     "${PYTEST[@]}" tests/kernels/test_gpu_kernels.py tests/kernels/test_kernels.py
-run_step "convert --device cuda byte identity" "${TIMEOUT_CONVERT:-100}" convert-tests.log \
+run_step "convert --device cuda byte identity" "${TIMEOUT_CONVERT:-55}" convert-tests.log \
     "${PYTEST[@]}" tests/kernels/test_device.py
+if [ "$DRY" != 1 ]; then  # 8 processes fill Triton's cache, so that the timing process compiles nothing
+    run_step "compile the sweep's configurations" "${TIMEOUT_COMPILE:-45}" sweep-compile.log \
+        bash -c 'for part in 0 1 2 3 4 5 6 7; do "$0" scripts/gpu_kernel_sweep.py --compile-only $part/8 & done; wait' \
+        "$PY"
+fi
+if [ "$DRY" = 1 ]; then
+    SWEEP=(env TRITON_INTERPRET=1 "$PY" scripts/gpu_kernel_sweep.py --device cpu --tiny --kernel int4-asym-w4a16)
+else
+    SWEEP=("$PY" scripts/gpu_kernel_sweep.py --device cuda)
+fi
+run_step "launch sweep" "${TIMEOUT_SWEEP:-110}" sweep.log \
+    "${SWEEP[@]}" --json "$WORK/sweep.json" --md "$WORK/sweep.md"
+cp "$WORK/sweep.md" "$WORK/sweep.json" "$OUT/" 2>/dev/null
+run_step "the sweep's choices timed as bench kernels times" "${TIMEOUT_CHOICE:-45}" choice.log \
+    "${SWEEP[@]}" --choose "$WORK/sweep.json" --json "$WORK/choice.json" --md "$WORK/choice.md"
+cp "$WORK/choice.md" "$WORK/choice.json" "$OUT/" 2>/dev/null
 for m in 1 4 16; do
-    run_step "bench kernels --m $m" "${TIMEOUT_BENCH:-35}" "bench-kernels-m$m.log" \
+    run_step "bench kernels --m $m" "${TIMEOUT_BENCH:-20}" "bench-kernels-m$m.log" \
         bash -c '"$0" -m eaglequant bench kernels --m "$1" "${@:3}" --json > "$2"' \
         "$PY" "$m" "$WORK/bench-kernels-m$m.json" ${DEVICE[@]+"${DEVICE[@]}"}
 done
-run_step "draft round" "${TIMEOUT_DRAFT:-90}" draft-round.log \
+run_step "draft round" "${TIMEOUT_DRAFT:-35}" draft-round.log \
     "$PY" scripts/gpu_draft_round.py "${DRAFT[@]}" --json "$WORK/draft-round.json"
 echo "== $(date -u +%T) done: $OUT/summary.md, $OUT/summary.json, $OUT/logs.tar.gz"
 cat "$OUT/summary.md"

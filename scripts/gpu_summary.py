@@ -1,4 +1,4 @@
-"""The GPU check's summary: ``summary.md`` (the tables for docs/performance.md) and ``summary.json`` from the raw
+"""The GPU check's summary: ``summary.md`` (the tables for docs/gpu.md) and ``summary.json`` from the raw
 outputs ``scripts/gpu_check.sh`` leaves in its work directory. Standard library only, so it runs whatever failed
 before it; a missing or broken input is a line in the summary, never a crash.
 

@@ -151,7 +151,7 @@ def random_stored_kinds(kinds: KindPair, n: int, k: int, device: str, generator:
             "block_scale": (torch.rand(n, k // 16, generator=generator, device=made) + 0.1)
             .to(torch.float8_e4m3fn)
             .to(device),
-            "global_scale": torch.tensor(1e-3),  # read as a launch argument: on the host, no wait for the device
+            "global_scale": torch.tensor(1e-3, device=device),  # the kernel reads it where it lies
         },
         "mxfp4": lambda: {
             "weight": ints(0, 256, (n, k // 2), torch.uint8),

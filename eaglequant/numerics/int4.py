@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from eaglequant.numerics.exact import divide
 from eaglequant.numerics.rows import by_row_blocks
 
 GROUP = 128
@@ -55,9 +56,9 @@ def _ct_rows(weight: torch.Tensor, symmetric: bool) -> tuple[torch.Tensor, ...]:
     lo = groups.amin(dim=-1).clamp(max=0)
     hi = groups.amax(dim=-1).clamp(min=0)
     if symmetric:
-        scale = torch.maximum(-lo, hi) / torch.tensor(SYMMETRIC_HALF_RANGE, dtype=dtype)
+        scale = divide(torch.maximum(-lo, hi), torch.tensor(SYMMETRIC_HALF_RANGE, dtype=dtype))
     else:
-        scale = (hi - lo) / torch.tensor(ASYMMETRIC_RANGE, dtype=dtype)
+        scale = divide(hi - lo, torch.tensor(ASYMMETRIC_RANGE, dtype=dtype))
         offset = torch.tensor(float(INT4_MIN), dtype=dtype) - lo / scale
         zero = offset.clamp_(INT4_MIN, INT4_MAX).round_()
         zero = torch.where(scale == 0, torch.zeros_like(zero), zero).to(torch.int8)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from eaglequant.numerics.exact import divide
 from eaglequant.numerics.rows import by_row_blocks
 
 INT8_MIN, INT8_MAX = -128, 127
@@ -31,7 +32,7 @@ def compressed_tensors_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, 
 def _ct_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     dtype = weight.dtype
     amax = weight.abs().amax(dim=1, keepdim=True)  # max(|min(row, 0)|, max(row, 0))
-    scale = amax / torch.tensor(SYMMETRIC_HALF_RANGE, dtype=dtype)
+    scale = divide(amax, torch.tensor(SYMMETRIC_HALF_RANGE, dtype=dtype))
     scale = torch.where(scale == 0, torch.tensor(torch.finfo(dtype).eps, dtype=dtype), scale)
     quantized = (weight / scale).clamp_(INT8_MIN, INT8_MAX).round_()
     return quantized.to(torch.int8), scale
@@ -50,7 +51,9 @@ def quark_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 
 def _quark_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    scale = (weight.abs().amax(dim=1) / torch.tensor(SYMMETRIC_HALF_RANGE, dtype=weight.dtype)).to(torch.float32)
+    # a GPU multiplies by a CPU scalar's reciprocal instead of dividing (rounds twice): divide on the weight's device
+    amax = weight.abs().amax(dim=1)
+    scale = divide(amax, torch.tensor(SYMMETRIC_HALF_RANGE, dtype=weight.dtype)).to(torch.float32)
     scale = scale.clamp_min(torch.finfo(torch.float32).eps)
     quantized = (weight.to(torch.float32) * scale.reciprocal()[:, None]).clamp_(INT8_MIN, INT8_MAX).round_()
     return quantized.to(torch.int8), scale
@@ -70,7 +73,7 @@ def quantize_tokens(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     # one IEEE division: ``127 / tensor`` would be torch's reciprocal-then-multiply, which rounds twice
     inverse = torch.full_like(amax, TOKEN_RANGE) / amax
     codes = (x * inverse[:, None]).round_().clamp_(INT8_MIN, INT8_MAX)
-    return codes.to(torch.int8), amax / TOKEN_RANGE
+    return codes.to(torch.int8), divide(amax, TOKEN_RANGE)
 
 
 def simulate_tokens(x: torch.Tensor) -> torch.Tensor:

@@ -71,6 +71,8 @@ def dequantize(packed: torch.Tensor, block_scale: torch.Tensor, global_divisor: 
 
 
 _MODELOPT_MIN_BLOCK_SCALE = 2.0**-9  # the smallest E4M3 subnormal
+_NAN_CODE = 7  # +6
+_NAN_SCALE_BYTE = 0xFF  # E4M3 NaN with its sign bit set
 
 
 def modelopt_global_scale(amax: torch.Tensor) -> torch.Tensor:
@@ -92,6 +94,11 @@ def _modelopt_rows(weight: torch.Tensor, weight_scale_2: torch.Tensor) -> tuple[
     per_block = torch.where(per_block == 0, 1.0, per_block)
     fp8_scale = per_block.clamp(_MODELOPT_MIN_BLOCK_SCALE, FP8_E4M3_MAX).to(torch.float8_e4m3fn)
     divisor = fp8_scale.to(torch.float32) * weight_scale_2  # rounded to fp32 before dividing
-    scaled = blocks.to(torch.float32) / divisor.unsqueeze(-1)
-    codes = e2m1_codes(scaled.reshape(n, k), negative_zero=True)
-    return pack_codes(codes), fp8_scale
+    scaled = (blocks.to(torch.float32) / divisor.unsqueeze(-1)).reshape(n, k)
+    codes = e2m1_codes(scaled, negative_zero=True)
+    # An all-zero tensor (weight_scale_2 = 0) makes 0 / 0 NaNs, whose sign bit is the device's (x86: set, CUDA:
+    # clear). ModelOpt writes code 7 for a NaN (its searchsorted puts NaN past every bound; NaN < 0 is false) and the
+    # NaN scale its CPU makes, 0xFF: both written here whatever the device.
+    codes = torch.where(torch.isnan(scaled), _NAN_CODE, codes)
+    scale_bytes = torch.where(torch.isnan(per_block), _NAN_SCALE_BYTE, fp8_scale.view(torch.uint8))
+    return pack_codes(codes), scale_bytes.view(torch.float8_e4m3fn)

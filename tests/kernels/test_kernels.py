@@ -33,13 +33,18 @@ def test_kernel_matches_reference(layout: str, shape: tuple[int, int, int]) -> N
     assert (got - expected).abs().max() <= TOLERANCE * expected.abs().max()
 
 
+@pytest.mark.parametrize("split_k", [1, 2])
 @pytest.mark.parametrize("layout", ["fp8-w8a16", "nvfp4-modelopt", "nvfp4-ct", "mxfp4"])
-def test_kernel_dequantizes_bit_exactly(layout: str) -> None:
-    """Identity activations read the kernel's in-register dequantization out: it equals the reference's."""
+def test_kernel_dequantizes_bit_exactly(layout: str, split_k: int) -> None:
+    """Identity activations read the kernel's in-register dequantization out: it equals the reference's (K in one
+    program, or split over two whose partial sums are added: each output has one nonzero product)."""
+    from eaglequant.kernels.triton_gemm import LaunchConfig
+
     weight = (torch.randn(48, 64, generator=torch.Generator().manual_seed(1)) * 0.1).to(torch.bfloat16)
     stored = stored_layouts(weight)[layout]
     eye = torch.eye(64, dtype=torch.bfloat16)
-    got = triton_linear(eye.to(DEVICE), stored.to(DEVICE)).cpu().T
+    launch = LaunchConfig(block_k=32, split_k=split_k)
+    got = triton_linear(eye.to(DEVICE), stored.to(DEVICE), launch).cpu().T
     assert torch.equal(got, stored.dequantize())
 
 
@@ -88,3 +93,37 @@ def test_dispatch_runs_triton_on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(calls) == 1
     expected = reference_linear(x, stored)
     assert (got - expected).abs().max() <= TOLERANCE * expected.abs().max()
+
+
+# Tiles wider than K's 64, an uneven split of K (3 asked, 2 made: each a whole number of tiles) and split partial sums.
+CONFIGS = [(32, 128, 1), (128, 256, 1), (64, 128, 3), (16, 64, 4)]  # (block_n, block_k, split_k)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: "n{}-k{}-split{}".format(*c))
+@pytest.mark.parametrize("layout", ["fp8-w8a16", "fp8-w8a8", "nvfp4-modelopt", "mxfp4"])
+def test_every_launch_config_matches_reference(layout: str, config: tuple[int, int, int]) -> None:
+    from eaglequant.kernels.triton_gemm import LaunchConfig
+
+    weight, x = gemm_case((5, 80, 512))
+    stored = stored_layouts(weight)[layout]
+    expected = reference_linear(x, stored)
+    launch = LaunchConfig(block_n=config[0], block_k=config[1], split_k=config[2])
+    got = triton_linear(x.to(DEVICE), stored.to(DEVICE), launch).cpu()
+    assert (got - expected).abs().max() <= TOLERANCE * expected.abs().max()
+
+
+def test_decode_launch_by_what_a_tile_reads() -> None:
+    """At M <= 16 the sweep's choice for the weight's bits and whether the kernel quantizes activations; above, the
+    first launch; and no tile of fewer rows than tl.dot takes."""
+    from eaglequant.kernels.triton_gemm import LaunchConfig, default_config
+    from eaglequant.kinds.base import KernelLayout
+
+    assert default_config(1, KernelLayout.NVFP4, False) == LaunchConfig(block_n=64, block_k=128, split_k=8)
+    assert default_config(16, KernelLayout.MXFP4, False) == default_config(4, KernelLayout.NVFP4, False)
+    assert default_config(1, KernelLayout.INT4_GROUPS, False) == LaunchConfig(block_n=64, block_k=64, split_k=8)
+    assert default_config(4, KernelLayout.FP8_ROWS, False) == LaunchConfig(block_n=64, block_k=128, split_k=4)
+    w8a8 = LaunchConfig(block_n=128, block_k=128, split_k=4, num_warps=8)
+    assert default_config(16, KernelLayout.INT8_ROWS, True) == w8a8
+    assert default_config(17, KernelLayout.FP8_ROWS, True) == LaunchConfig(block_n=64, block_k=64, split_k=1)
+    with pytest.raises(ValueError, match="at least 16 rows"):
+        LaunchConfig(block_m=8)

@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from eaglequant import convert
 from eaglequant.common.findings import codes, find
-from eaglequant.numerics import fp4, mxfp4
+from eaglequant.numerics import fp4, mxfp4, nvfp4
 from tests.conftest import FIXTURES, write_calibration
 
 GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -218,3 +218,18 @@ def test_nvfp4_without_calibration_is_written_w4a16_and_says_so(tmp_path: Path) 
 def read_all_file(path: Path) -> dict[str, torch.Tensor]:
     with safe_open(path, "pt") as handle:
         return {name: handle.get_tensor(name) for name in handle.keys()}  # noqa: SIM118
+
+
+@pytest.mark.vendor
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_an_all_zero_weight_is_what_modelopt_writes(dtype: torch.dtype) -> None:
+    """weight_scale_2 = 0 makes every block scale 0 / 0: ModelOpt writes code 7 (its searchsorted puts NaN past every
+    bound) and a NaN scale. The NaN's sign is the device's, so the CPU's bytes are spelled out (a GPU must match)."""
+    modelopt = pytest.importorskip("modelopt.torch.quantization.qtensor.nvfp4_tensor")
+    weight = torch.zeros(2, 32, dtype=dtype)
+    theirs, their_scale, their_scale_2 = modelopt.NVFP4QTensor.quantize(weight.clone(), 16)
+    packed, scale = nvfp4.modelopt_quantize(weight, nvfp4.modelopt_global_scale(weight.abs().max().float()))
+    assert float(their_scale_2) == 0.0
+    assert torch.equal(packed, theirs._quantized_data) and bool((packed == 0x77).all())
+    scale_bytes = scale.view(torch.uint8)
+    assert torch.equal(scale_bytes, their_scale.view(torch.uint8)) and bool((scale_bytes == 0xFF).all())
