@@ -18,7 +18,7 @@
 # sweep), choice.md and choice.json (its choices timed as bench kernels times) and logs.tar.gz (every raw output),
 # rewritten after each step, so a run cut short still leaves what it finished. Timeouts (seconds) can be changed:
 # TIMEOUT_TESTS, TIMEOUT_CONVERT, TIMEOUT_COMPILE, TIMEOUT_SWEEP, TIMEOUT_CHOICE,
-# TIMEOUT_BENCH (each M), TIMEOUT_DRAFT.
+# TIMEOUT_BENCH (each M), TIMEOUT_DRAFT. GPU_CHECK_SWEEP=0 leaves out the launch sweep (compile, sweep, choice).
 set -uo pipefail
 OUT=${OUT:-gpu-check}
 PY=${PYTHON:-python3}
@@ -74,22 +74,24 @@ run_step "kernels vs float64 and torch" "${TIMEOUT_TESTS:-60}" kernel-tests.log 
     "${PYTEST[@]}" tests/kernels/test_gpu_kernels.py tests/kernels/test_kernels.py
 run_step "convert --device cuda byte identity" "${TIMEOUT_CONVERT:-55}" convert-tests.log \
     "${PYTEST[@]}" tests/kernels/test_device.py
-if [ "$DRY" != 1 ]; then  # 8 processes fill Triton's cache, so that the timing process compiles nothing
-    run_step "compile the sweep's configurations" "${TIMEOUT_COMPILE:-45}" sweep-compile.log \
-        bash -c 'for part in 0 1 2 3 4 5 6 7; do "$0" scripts/gpu_kernel_sweep.py --compile-only $part/8 & done; wait' \
-        "$PY"
+if [ "${GPU_CHECK_SWEEP:-1}" = 1 ]; then  # GPU_CHECK_SWEEP=0: the defaults alone, timed (a re-run after a sweep)
+    if [ "$DRY" != 1 ]; then  # 8 processes fill Triton's cache, so that the timing process compiles nothing
+        run_step "compile the sweep's configurations" "${TIMEOUT_COMPILE:-45}" sweep-compile.log \
+            bash -c 'for part in 0 1 2 3 4 5 6 7; do "$0" scripts/gpu_kernel_sweep.py --compile-only $part/8 & done; wait' \
+            "$PY"
+    fi
+    if [ "$DRY" = 1 ]; then
+        SWEEP=(env TRITON_INTERPRET=1 "$PY" scripts/gpu_kernel_sweep.py --device cpu --tiny --kernel int4-asym-w4a16)
+    else
+        SWEEP=("$PY" scripts/gpu_kernel_sweep.py --device cuda)
+    fi
+    run_step "launch sweep" "${TIMEOUT_SWEEP:-110}" sweep.log \
+        "${SWEEP[@]}" --json "$WORK/sweep.json" --md "$WORK/sweep.md"
+    cp "$WORK/sweep.md" "$WORK/sweep.json" "$OUT/" 2>/dev/null
+    run_step "the sweep's choices timed as bench kernels times" "${TIMEOUT_CHOICE:-45}" choice.log \
+        "${SWEEP[@]}" --choose "$WORK/sweep.json" --json "$WORK/choice.json" --md "$WORK/choice.md"
+    cp "$WORK/choice.md" "$WORK/choice.json" "$OUT/" 2>/dev/null
 fi
-if [ "$DRY" = 1 ]; then
-    SWEEP=(env TRITON_INTERPRET=1 "$PY" scripts/gpu_kernel_sweep.py --device cpu --tiny --kernel int4-asym-w4a16)
-else
-    SWEEP=("$PY" scripts/gpu_kernel_sweep.py --device cuda)
-fi
-run_step "launch sweep" "${TIMEOUT_SWEEP:-110}" sweep.log \
-    "${SWEEP[@]}" --json "$WORK/sweep.json" --md "$WORK/sweep.md"
-cp "$WORK/sweep.md" "$WORK/sweep.json" "$OUT/" 2>/dev/null
-run_step "the sweep's choices timed as bench kernels times" "${TIMEOUT_CHOICE:-45}" choice.log \
-    "${SWEEP[@]}" --choose "$WORK/sweep.json" --json "$WORK/choice.json" --md "$WORK/choice.md"
-cp "$WORK/choice.md" "$WORK/choice.json" "$OUT/" 2>/dev/null
 for m in 1 4 16; do
     run_step "bench kernels --m $m" "${TIMEOUT_BENCH:-20}" "bench-kernels-m$m.log" \
         bash -c '"$0" -m eaglequant bench kernels --m "$1" "${@:3}" --json > "$2"' \
