@@ -59,11 +59,17 @@ def timing_for(
     fit_concurrency: int | None = None,
 ) -> Timing:
     """The stated terms (``measured`` None), or those fitted to the rounds of the source draft (``source``: what a
-    round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed, at ``concurrency``; with
-    ``fit_locality``, the routing locality fitted too (three k or more). A record measured at two concurrencies or
-    more is fitted at them (:func:`fitted_at_concurrency`), the round's terms at ``fit_concurrency`` (None: the
-    smallest C with a timed round of the source draft)."""
+    round of it reads) that ``measured``, an ``accept`` record, holds at each k it timed, at ``concurrency`` (the
+    load its rounds ran at: 1 for prompts sent one at a time); with ``fit_locality``, the routing locality fitted
+    too (three k or more). A record with the target alone steady at two concurrencies or more (``accept
+    --concurrency``) is fitted at them (:func:`fitted_at_concurrency`), the round's terms at ``fit_concurrency``
+    (None: the smallest C with a timed round of the source draft); ``concurrency`` is then the pass's own C."""
     stated = stated_timing(target, hardware=hardware, routing_locality=routing_locality)
+    if measured is None and fit_concurrency is not None:
+        raise InputError(
+            f"fitting at concurrency {fit_concurrency} needs a measurement, and none is given",
+            hint="give one: --measured ACCEPT.json (accept --concurrency 1,2,4,8)",
+        )
     if measured is None:
         if fit_locality:
             raise InputError(

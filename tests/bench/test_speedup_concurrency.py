@@ -150,3 +150,11 @@ def test_measured_fits_the_target_at_every_c_and_the_round_at_one(priced: Any, t
     assert [r.concurrency for r in timing_for(target, cost, path, hardware=INSTANT, fit_concurrency=4).residuals] == [4]
     with pytest.raises(InputError, match="no steady rate of the target alone at C = 16"):
         timing_for(target, cost, path, hardware=INSTANT, fit_concurrency=16)
+    with pytest.raises(InputError, match="fitting at concurrency 4 needs a measurement"):
+        timing_for(target, cost, None, hardware=INSTANT, fit_concurrency=4)
+    one = synthetic_record(cost.release)
+    for at in one["target_alone"]["by_concurrency"][1:]:
+        at["drift"] = 0.5  # only C = 1 held still: no cost a sequence to fit
+    path.write_text(json.dumps(one))
+    with pytest.raises(InputError, match=r"measured at 1 concurrencies \(steady\), and fitting at C = 1 needs two"):
+        timing_for(target, cost, path, hardware=INSTANT, fit_concurrency=1)
