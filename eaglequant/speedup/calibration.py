@@ -133,7 +133,7 @@ def fitted_at_concurrency(
             hint="fit at a C where the source draft's speed-up was a result, or measure again: accept --concurrency",
         )
     loads = ", ".join(str(c) for c in sorted(steps))
-    steady = calibrate_target_steps(target, stated, steps, f"{what}'s target alone", token_share)
+    steady = calibrate_target_steps(target, stated, steps, f"{what} (the target alone)", token_share)
     said = (
         f"{what}: the target forward's to the target alone at C = {loads}, the round's to the source draft at "
         f"C = {concurrency} only"
