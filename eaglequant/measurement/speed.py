@@ -5,6 +5,14 @@ the difference).
 ``accept --json`` and ``eaglequant_accept.json`` hold the same shape: the target alone's decode tokens per second
 (``target_alone``), and per draft ``by_draft_tokens``, one entry per k measured with its acceptance length, decode
 tokens per second and speed-up over the target alone with its interval. :func:`measured_speeds` reads either.
+
+With ``accept --concurrency``, the same at each C: ``target_alone.by_concurrency`` (the target alone's output tokens
+per second over a pass with at most C requests in flight) and each k's ``by_concurrency`` (the draft's).
+:func:`alone_steps_by_concurrency` reads the former as the seconds a decode step took at each load, and
+``measured_speeds(..., concurrency=C)`` the latter as rounds at C, in the same per-sequence terms: a pass's output
+rate R with C sequences decoding at once is C / R seconds a token of one sequence. A pass has C in flight only
+while C prompts are left, so a C past the record's prompts is left out, and the prompts are best a multiple of each
+C (the last requests of a pass otherwise decode fewer at once: the figure is then C's and a little less's).
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from eaglequant.common.errors import InputError
+from eaglequant.measurement.limits import TARGET_DRIFT
 from eaglequant.measurement.record import ACCEPT_NAME, AcceptanceRecord, IntervalRecord
 from eaglequant.measurement.statistics import Interval
 
@@ -32,13 +42,18 @@ class MeasuredSpeed:
     speedup: Interval
 
 
-def measured_speeds(record_json: dict[str, Any], where: str = ACCEPT_NAME) -> list[MeasuredSpeed]:
+def measured_speeds(
+    record_json: dict[str, Any], where: str = ACCEPT_NAME, concurrency: int | None = None
+) -> list[MeasuredSpeed]:
     """Every draft at every k that ``record_json`` (``accept --json``'s output or an ``eaglequant_accept.json``)
     holds timed: the source draft first, then each quantized draft, each k in the order measured. A record written
     before decode throughput was measured, an entry whose run was not timed, or one whose speed-up a physical limit
     or the target alone's drift refused (:mod:`~eaglequant.measurement.limits`), gives none; ``where`` names the file
-    in an error."""
+    in an error. ``concurrency`` C: the passes at C instead (``accept --concurrency``), their seconds a token of one
+    sequence, the pass's acceptance length."""
     record = AcceptanceRecord.from_json(record_json, where)
+    if concurrency is not None:
+        return _speeds_at(record_json, record, concurrency)
     alone = record.target_alone
     if alone is None or not alone.decode_tokens_per_second:
         return []
@@ -67,3 +82,53 @@ def _interval(recorded: IntervalRecord) -> Interval:
     low = -math.inf if recorded.low is None else recorded.low
     high = math.inf if recorded.high is None else recorded.high
     return Interval(value, low, high)
+
+
+def concurrencies(record_json: dict[str, Any]) -> list[int]:
+    """The C the target alone was measured at with at most C requests in flight (none: no ``--concurrency``)."""
+    alone = record_json.get("target_alone") or {}
+    return sorted(int(at["concurrency"]) for at in alone.get("by_concurrency") or [])
+
+
+def alone_steps_by_concurrency(record_json: dict[str, Any], where: str = ACCEPT_NAME) -> dict[int, float]:
+    """C -> the seconds a decode step of the target alone took at C (C over the pass's output tokens per second,
+    over its runs together), at each C the record holds a rate for, up to its prompts, whose runs held still (a C
+    where they drifted past :data:`~eaglequant.measurement.limits.TARGET_DRIFT` is no result, and left out)."""
+    record = AcceptanceRecord.from_json(record_json, where)
+    steps = {}
+    for at in (record_json.get("target_alone") or {}).get("by_concurrency") or []:
+        rate = (at.get("output_tokens_per_second") or {}).get("value")
+        drift = at.get("drift")
+        if not isinstance(rate, (int, float)) or not rate > 0 or (drift is not None and drift > TARGET_DRIFT):
+            continue
+        c = int(at["concurrency"])
+        if c <= record.prompts:
+            steps[c] = c / rate
+    return steps
+
+
+def _speeds_at(record_json: dict[str, Any], record: AcceptanceRecord, concurrency: int) -> list[MeasuredSpeed]:
+    steps = alone_steps_by_concurrency(record_json)
+    if concurrency not in steps:
+        measured = ", ".join(str(c) for c in concurrencies(record_json)) or "none"
+        raise InputError(
+            f"{record.target}: the target alone has no steady rate at concurrency {concurrency} within its "
+            f"{record.prompts} prompts (measured at: {measured})",
+            hint="fit at a C the record holds, or measure it: accept --concurrency 1,2,4,8",
+        )
+    found = []
+    for row in [record_json.get("source") or {}, *(record_json.get("quantized") or [])]:
+        label = str(row.get("label") or row.get("served_as"))
+        for at in row.get("by_draft_tokens") or []:
+            for c in at.get("by_concurrency") or []:
+                rate = (c.get("output_tokens_per_second") or {}).get("value")
+                speedup, length = c.get("speedup"), c.get("acceptance_length")
+                if c.get("concurrency") != concurrency or not speedup or not rate or length is None:
+                    continue
+                found.append(MeasuredSpeed(label, int(at["draft_tokens"]), float(length), steps[concurrency],
+                                           concurrency / rate, _interval(_as_interval(speedup))))  # fmt: skip
+    return found
+
+
+def _as_interval(row: dict[str, Any]) -> IntervalRecord:
+    return IntervalRecord(row.get("value"), row.get("low"), row.get("high"))

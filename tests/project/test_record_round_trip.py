@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import eaglequant
+from eaglequant.bench.concurrency import ConcurrencyRow
 from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engines.cells import Answer
@@ -96,6 +97,7 @@ EXTRA = {
     "Accelerator": lambda: ACCELERATORS["mi355x"],
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
+    "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
 
 
