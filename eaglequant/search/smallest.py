@@ -3,7 +3,7 @@
 The candidates are whole-draft choices: each built-in scheme in each format every targeted engine loads it from,
 with ``lm_head`` kept or quantized (where every targeted engine runs it quantized) in that scheme or, where the
 format stores per-module kinds and the target's layer count is known, in another built-in scheme of its own, and the
-draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from
+draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.pruned_head`). Each is priced from
 headers alone (the weight bytes a speculative round reads, the largest over the targeted engines:
 :mod:`eaglequant.readback.cost`), then they are tried from the smallest up: each is converted, and its greedy
 acceptance replayed on captured inputs against the source draft's (as ``verify --inputs``). The first within the
@@ -405,7 +405,7 @@ def _first_line(engines: Sequence[str], priced: int, skipped: dict[Finding, int]
 def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
     """The engines (with their releases) whose readers load ``written`` as it is, as ``explain --engine all``."""
     from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-    from eaglequant.record.written import explain_written
+    from eaglequant.record.as_recorded import explain_written
 
     readings = explain_written(written, ["all"], target_layers, None, DEFAULT_DRAFT_TOKENS).engines
     return tuple(reading.titled for reading in readings if reading.loads and not reading.all_problems)

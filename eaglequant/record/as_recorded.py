@@ -25,7 +25,7 @@ def open_written(
 ) -> Iterator[tuple[Checkpoint, HeadDescription, TargetModel]]:
     """A quantized checkpoint, the head it was made from, and the target's layer count (``target``; or given by
     ``target_layers`` / ``target_config``; or else the one its conversion recorded in ``dst``'s report)."""
-    from eaglequant.readback.written import describe_written_head
+    from eaglequant.readback.written_head import describe_written_head
     from eaglequant.record.report import read_report
 
     with Checkpoint.open(dst, "DST") as checkpoint:
