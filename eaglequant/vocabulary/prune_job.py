@@ -1,5 +1,5 @@
-"""``prune()``: a draft head with a pruned vocabulary, written as a plain head every tool reads (see
-:mod:`eaglequant.vocabulary.pruned_head`)."""
+"""``prune()``, the job: SRC's head with a pruned vocabulary written into DST (checked, staged, committed whole), as
+a plain head every tool reads; what it keeps and how it is written: :mod:`eaglequant.vocabulary.pruned_head`."""
 
 from __future__ import annotations
 
