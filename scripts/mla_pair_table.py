@@ -115,7 +115,7 @@ def predicted_against_source(dst: Path, source: Path, inputs: Path) -> dict:
     """The greedy acceptance of the unpruned BF16 source draft and of ``dst`` as vLLM runs it, on ``inputs``."""
     from eaglequant.checkpoint.reader import Checkpoint
     from eaglequant.prediction.predict import predict_written
-    from eaglequant.record.written import open_written
+    from eaglequant.record.as_recorded import open_written
 
     with open_written(dst, None, None) as (checkpoint, head, target), Checkpoint.open(source) as src:
         prediction, why = predict_written(checkpoint, head, target, src, inputs, None)

@@ -102,7 +102,7 @@ def explain(
     ``draft_tokens`` tokens reads. Reads headers only; ``Explanation.ok`` is False
     when an engine would not load it as its config says. ``engines``: those that must load it (default: those its
     conversion targeted); ``["all"]`` (and no report): every engine, those that cannot load it not judged."""
-    from eaglequant.record.written import explain_written
+    from eaglequant.record.as_recorded import explain_written
 
     return explain_written(dst, engines, target_layers, target_config, draft_tokens)
 

@@ -15,7 +15,7 @@ from eaglequant.cli.output import note, out, result
 from eaglequant.common.sizes import decimal_bytes
 
 if TYPE_CHECKING:
-    from eaglequant.vocabulary.prune import PruneResult
+    from eaglequant.vocabulary.pruned_head import PruneResult
 
 
 def prune_command(

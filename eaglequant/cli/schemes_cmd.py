@@ -17,7 +17,7 @@ from eaglequant.cli.tables import fits, name_column
 from eaglequant.common.json_fields import JsonRecord
 
 if TYPE_CHECKING:
-    from eaglequant.engines.module_support import ModuleRow
+    from eaglequant.engines.support_tables import ModuleRow
     from eaglequant.schemes.model import Scheme
 
 
@@ -37,7 +37,7 @@ def schemes_command(
             text = scheme_path(show).read_text(encoding="utf-8")
             result({"name": scheme.name, "file": scheme.source, "toml": text}, lambda: typer.echo(text, nl=False))
             return
-        from eaglequant.engines.module_support import module_table
+        from eaglequant.engines.support_tables import module_table
 
         rows = [_row(load_scheme(name)) for name in builtin_scheme_names()]
         modules = module_table()
@@ -140,7 +140,7 @@ def _packed(first: str, entries: list[str], separator: str, width: int) -> list[
 
 def render_modules(rows: list[ModuleRow]) -> None:
     """What each engine release runs per module, per format: yes, no, or the drafts it holds for."""
-    from eaglequant.engines.module_support import QUESTIONS
+    from eaglequant.engines.support_tables import QUESTIONS
 
     out.print("what each engine runs per module (engine, format):")
     table = Table()

@@ -14,7 +14,7 @@ from eaglequant.common.config_change import ConfigChange
 from eaglequant.common.errors import InputError, Param, placeholder, words
 from eaglequant.common.findings import Finding
 from eaglequant.engines.cells import Answer, Cells, Support
-from eaglequant.engines.decision import ModuleDecision, quantized, refused, unquantized
+from eaglequant.engines.decision import ModuleDecision, built_unquantized, quantized, refused
 from eaglequant.kinds import KindPair, kinds_title
 from eaglequant.layouts.head import Attention, FusedGroup, HeadDescription, HeadLinear
 from eaglequant.layouts.names import RUNTIME_NAMES
@@ -125,7 +125,7 @@ def weight_only_integer_groups(kinds: KindPair, fmt: Format) -> bool:
     scheme = default_scheme_for(kinds)
     if scheme.activation is not None or not fmt.supports(scheme):
         return False
-    recipe = fmt.recipe(scheme)
+    recipe = fmt.recipe(kinds)
     return isinstance(recipe, CtRecipe) and recipe.weight_args["type"] == "int"
 
 
@@ -150,7 +150,7 @@ def expected_tensors(fmt: Format, kinds: KindPair) -> tuple[str, ...]:
     from eaglequant.schemes.model import default_scheme_for
 
     scheme = default_scheme_for(kinds)
-    return tuple(t.suffix for t in fmt.recipe(scheme).stored_tensors(scheme)) if fmt.supports(scheme) else ()
+    return tuple(t.suffix for t in fmt.recipe(kinds).stored_tensors(scheme)) if fmt.supports(scheme) else ()
 
 
 def decided(
@@ -172,7 +172,7 @@ def decided(
     if module.unbuilt is not None:
         return refused(module.unbuilt, whole_draft=True)
     if kept is not None:
-        return unquantized(kept)
+        return built_unquantized(kept)
     cell = engine.draft_cells.get((kinds, fmt.name, module.attention))
     if cell is None:
         return refused(f"{fmt.title} cannot store {kinds_title(kinds)}")

@@ -38,8 +38,9 @@ class ModuleDecision:
         return self.outcome is Outcome.QUANTIZED
 
     @property
-    def unquantized(self) -> str | None:
-        """Why the engine runs the module unquantized whatever the config says; None when it does not."""
+    def unquantized_by_engine(self) -> str | None:
+        """Why the engine itself runs the module unquantized whatever the config says (outcome ``unquantized``);
+        None when it does not."""
         return self.why if self.outcome is Outcome.UNQUANTIZED else None
 
     @property
@@ -53,7 +54,8 @@ def quantized(why: str, tensors: tuple[str, ...] = (), required: str | None = No
     return ModuleDecision(Outcome.QUANTIZED, why, tensors, required)
 
 
-def unquantized(why: str) -> ModuleDecision:
+def built_unquantized(why: str) -> ModuleDecision:
+    """The decision ``unquantized``: the engine builds the module without a quantization method."""
     return ModuleDecision(Outcome.UNQUANTIZED, why)
 
 

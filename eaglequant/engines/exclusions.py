@@ -335,7 +335,7 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
             raise ExclusionProofError(problem, hint="report this as a bug in eaglequant")
         for count in counts:
             for module in view.modules(count):
-                reason = view.unquantized(module)
+                reason = view.unquantized_by_engine(module)
                 needed = view.quantized_needs.get(module)
                 if needed is not None and not set(module.members) <= quantized:
                     raise InputError(

@@ -268,7 +268,7 @@ def _per_linear_metadata(kinds: KindPair, fmt: Format) -> tuple[str, ...]:
     from eaglequant.schemes.model import default_scheme_for
 
     scheme = default_scheme_for(kinds)
-    return fmt.recipe(scheme).per_linear_metadata if fmt.supports(scheme) else ()
+    return fmt.recipe(scheme.kinds).per_linear_metadata if fmt.supports(scheme) else ()
 
 
 # quantization/utils.py::is_layer_skipped resolves these fused modules to their shards whatever the config says

@@ -9,7 +9,7 @@ in them with the engine's own code, and a cell that says no must fail there. The
 :func:`engine_support` is the plan's one question to it: the modules a conversion asks to run quantized and the
 linears' different kinds (each answered by the engine's decision on that module, :meth:`Engine.decide`), the main
 scheme, then what cannot be written as the assignment asks, each refused in one line naming what works. The tables
-``eaglequant schemes`` and ``docs/engines.md`` show are drawn from the same answers (:mod:`.module_support`).
+``eaglequant schemes`` and ``docs/engines.md`` show are drawn from the same answers (:mod:`.support_tables`).
 """
 
 from __future__ import annotations

@@ -66,9 +66,9 @@ class EngineView:
         """Why the engine cannot load a module unquantized (any layer count)."""
         return {m: why for m, decision in self.decisions.items() if (why := decision.required) is not None}
 
-    def unquantized(self, module: RuntimeModule) -> str | None:
-        """Why the engine runs ``module`` unquantized whatever the config says (None: the config decides)."""
-        return self.decisions[module].unquantized
+    def unquantized_by_engine(self, module: RuntimeModule) -> str | None:
+        """Why the engine itself runs ``module`` unquantized whatever the config says (None: the config decides)."""
+        return self.decisions[module].unquantized_by_engine
 
     def kinds_of(self, module: RuntimeModule) -> KindPair:
         """The kinds ``module`` is stored in (its members share them)."""

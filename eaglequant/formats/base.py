@@ -217,13 +217,9 @@ class Format(ABC):
             hint=f"formats that can: {', '.join(able)}" if able else f"{self.title} stores: {stores}",
         )
 
-    def recipe(self, scheme: Scheme) -> Recipe:
-        """This format's recipe for ``scheme``; a scheme it cannot store is refused, never stored as another."""
-        self.check_stores(scheme)
-        return next(r for r in self.recipes if r.kind is scheme.kinds.weight_kind)
-
-    def recipe_for(self, kinds: KindPair) -> Recipe:
-        """This format's recipe for ``kinds`` (refused where it cannot store them)."""
+    def recipe(self, kinds: KindPair) -> Recipe:
+        """This format's recipe for a scheme of ``kinds`` (a scheme's or a written config's); kinds it cannot store
+        are refused, never stored as others."""
         self._algorithm_of(kinds)
         return next(r for r in self.recipes if r.kind is kinds.weight_kind)
 
@@ -235,7 +231,7 @@ class Format(ABC):
         if problem is not None:
             return Finding(problem.code, linear.module, problem.message)
         block = kind.columns_per_scale
-        if block and linear.in_features % block and not self.recipe(scheme).pads_blocks:
+        if block and linear.in_features % block and not self.recipe(scheme.kinds).pads_blocks:
             text = (
                 f"in-features {linear.in_features} is not a multiple of {block}, which {self.title} "
                 f"{scheme.weight.kind.name} requires"
@@ -245,7 +241,7 @@ class Format(ABC):
 
     def tensor_specs(self, linear: HeadLinear, scheme: Scheme) -> list[TensorSpec]:
         """Names, dtypes and shapes of the tensors a quantized ``linear`` is stored as."""
-        return self.recipe(scheme).tensor_specs(linear, scheme)
+        return self.recipe(scheme.kinds).tensor_specs(linear, scheme)
 
     def storage(
         self, head: HeadDescription, assignment: SchemeAssignment, others: Iterable[Format] = ()
@@ -253,7 +249,7 @@ class Format(ABC):
         """Refuse a scheme of ``assignment`` this format cannot store (naming those of ``others`` that can); then
         each linear of ``head`` in its own scheme: its tensors, or why it cannot be stored quantized."""
         # linears of different kinds: only a format that stores them is a way out (which engines read them is the
-        # engines' part of the plan: eaglequant/engines/module_support.py)
+        # engines' part of the plan: eaglequant/engines/support_tables.py)
         candidates = [f for f in others if f.stores_mixed or not assignment.mixed]
         for scheme in assignment.schemes:
             self.check_stores(scheme, candidates)
@@ -272,7 +268,7 @@ class Format(ABC):
     def placements(self, linear: HeadLinear, scheme: Scheme) -> dict[str, Placement]:
         """Each of :meth:`tensor_specs`' names -> what its first dimension runs over, as its recipe declares it."""
         base = linear.checkpoint_module
-        return {f"{base}.{t.suffix}": t.placement for t in self.recipe(scheme).stored_tensors(scheme)}
+        return {f"{base}.{t.suffix}": t.placement for t in self.recipe(scheme.kinds).stored_tensors(scheme)}
 
     def quantize_rows(
         self, linear: HeadLinear, weight_rows: torch.Tensor, scheme: Scheme, shared: GroupScales
@@ -289,12 +285,12 @@ class Format(ABC):
         self, linear: HeadLinear, weight: torch.Tensor, scheme: Scheme, shared: GroupScales
     ) -> dict[str, torch.Tensor]:
         """Output name -> tensor, exactly the names of :meth:`tensor_specs`, as the vendor computes them."""
-        return self.recipe(scheme).quantize(linear, weight, scheme, shared)
+        return self.recipe(scheme.kinds).quantize(linear, weight, scheme, shared)
 
     def stored_linear(self, linear: HeadLinear, scheme: Scheme, tensors: Mapping[str, torch.Tensor]) -> StoredLinear:
         """The stored tensors of a quantized ``linear`` (by the names of :meth:`tensor_specs`) as a kernel reads
         them, with this format's scale convention turned into a multiplier."""
-        return self.recipe(scheme).stored(linear, scheme, tensors)
+        return self.recipe(scheme.kinds).stored(linear, scheme, tensors)
 
     # Whether the format's per-module form lists every quantized module, so that a module it does not list runs
     # unquantized (ModelOpt's MIXED_PRECISION); the others keep a default group beside the named ones.

@@ -217,7 +217,7 @@ class CompressedTensorsFormat(Format):
 
     def _group(self, group: ConfigGroup) -> dict[str, Any]:
         kinds = group.kinds
-        recipe = self.recipe_for(kinds)
+        recipe = self.recipe(kinds)
         assert isinstance(recipe, CtRecipe)
         return {
             "format": recipe.compression_format,
@@ -236,7 +236,7 @@ class CompressedTensorsFormat(Format):
             _args_fields(group.get("input_activations")),
         )
         for kinds in self.algorithms:
-            recipe = self.recipe_for(kinds)
+            recipe = self.recipe(kinds)
             assert isinstance(recipe, CtRecipe)
             inputs = recipe.input_args[kinds.activation] if kinds.activation else None
             if found == (recipe.compression_format, _args_fields(recipe.weight_args), _args_fields(inputs)):

@@ -56,7 +56,7 @@ class Fp8Format(Format):
     scale_params: ClassVar[tuple[str, ...]] = ("weight_scale_inv", "input_scale")
 
     def write_config(self, config: QuantConfig) -> ConfigFiles:
-        block_size = self.recipe_for(config.kinds).kind.block_size
+        block_size = self.recipe(config.kinds).kind.block_size
         assert isinstance(block_size, tuple) and not config.per_module
         return ConfigFiles(
             {
@@ -78,7 +78,7 @@ class Fp8Format(Format):
             quantization_config.get("fmt", "e4m3"),
         )
         kinds = next(iter(self.algorithms))
-        block_size = self.recipe_for(kinds).kind.block_size
+        block_size = self.recipe(kinds).kind.block_size
         assert isinstance(block_size, tuple)
         if found != ("dynamic", list(block_size), "e4m3"):
             raise self.unmodelled(found)

@@ -155,7 +155,7 @@ class ModelOptFormat(Format):
         return target == runtime_name  # ModelOptMixedPrecisionConfig: the exact runtime prefix
 
     def _recipe(self, kinds: KindPair) -> _ModelOptRecipe:
-        recipe = self.recipe_for(kinds)
+        recipe = self.recipe(kinds)
         assert isinstance(recipe, _ModelOptRecipe)
         return recipe
 

@@ -184,7 +184,7 @@ class QuarkFormat(Format):
 
     def _spec(self, kinds: KindPair) -> dict[str, Any]:
         """A ``global_quant_config`` / ``layer_quant_config`` entry for ``kinds``."""
-        recipe = self.recipe_for(kinds)
+        recipe = self.recipe(kinds)
         assert isinstance(recipe, _QuarkRecipe)
         return {
             "input_tensors": None if kinds.activation is None else copy.deepcopy(recipe.input_spec),
@@ -199,7 +199,7 @@ class QuarkFormat(Format):
         spec = spec if isinstance(spec, dict) else {}
         found = (_spec_fields(spec.get("weight")), _spec_fields(spec.get("input_tensors")))
         for kinds in self.algorithms:
-            recipe = self.recipe_for(kinds)
+            recipe = self.recipe(kinds)
             assert isinstance(recipe, _QuarkRecipe)
             declared = (_spec_fields(recipe.weight_spec), _spec_fields(recipe.input_spec) if kinds.activation else None)
             if found == declared:

@@ -600,9 +600,9 @@ def _recorded_source(dsts: list[Path]) -> Path:
 def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -> QuantizedDraft:
     """What the engine is given for ``dst``: a quantized draft dequantized (or as stored), a plain head (a pruned
     vocabulary, say) as it is, with no scheme budget."""
+    from eaglequant.record.as_recorded import open_written
     from eaglequant.record.report import read_report
     from eaglequant.record.schemes import checkpoint_schemes
-    from eaglequant.record.written import open_written
 
     if not _is_quantized(dst):
         return QuantizedDraft(dst, dst, STORED, [], None, None)
@@ -620,9 +620,9 @@ def _served(dst: Path, served_as: str, dtype: str, workdir: Path, engine: str) -
 
 def _on_server(dst: Path) -> QuantizedDraft:
     """``dst`` as a running server serves it (eaglequant cannot know how): its scheme and budget, if quantized."""
+    from eaglequant.record.as_recorded import open_written
     from eaglequant.record.report import read_report
     from eaglequant.record.schemes import checkpoint_schemes
-    from eaglequant.record.written import open_written
 
     if not _is_quantized(dst):
         return QuantizedDraft(dst, dst, SERVER, [], None, None)

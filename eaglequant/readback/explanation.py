@@ -285,7 +285,7 @@ def _read_module(
         why_partial = f"the rules exclude it only as {', '.join(excluded)} (spelling or target layer count dependent)"
         problems.append(Finding("excluded-in-some-spellings", shown, f"{shown}: {why_partial}"))
     decision = engine.decide(module, fmt, scheme.kinds)
-    reason = decision.unquantized or (listed if rule is None else None)
+    reason = decision.unquantized_by_engine or (listed if rule is None else None)
     applies = reason is None and rule is None
     why = None if applies else (reason or f"excluded by {rule!r}")
     if applies and decision.outcome is Outcome.REFUSED:  # the config leaves it quantized, which the engine refuses

@@ -24,7 +24,7 @@ def checkpoint_schemes(
     (default: described from ``checkpoint``)."""
     from eaglequant.readback.explanation import read_written_config
     from eaglequant.readback.module_kinds import linear_kinds
-    from eaglequant.readback.written import describe_written_head
+    from eaglequant.readback.written_head import describe_written_head
 
     _, config = read_written_config(checkpoint)
     declared = linear_kinds(config, head or describe_written_head(checkpoint))

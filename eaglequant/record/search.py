@@ -37,7 +37,7 @@ class SearchRow(JsonRecord):
     lm_head_scheme: str | None  # the scheme lm_head is quantized in (None: it is not)
     draft_vocab_size: int | None  # None: the source's vocabulary
     bytes_per_round: int
-    predicted: dict[str, Any] | None  # acceptance.predict.Prediction's JSON
+    predicted: dict[str, Any] | None  # prediction.predict.Prediction's JSON
     within_budget: bool | None
     sequences_predicted: int | None = None  # the captured sequences its verdict took (None: not predicted)
     positions_predicted: int | None = None  # their draft positions, run through the chain

@@ -6,7 +6,11 @@ them, and the candidate and k of the highest predicted speed-up win). It runs th
 (:mod:`eaglequant.jobs.conversion`) and the vocabulary's ``prune`` on each candidate, so it sits above them; the API
 sits above it. Start at :func:`search`.
 
-- :mod:`.smallest`: :func:`search` and its result: the candidates tried from the smallest up, and the one chosen.
+- :mod:`.smallest`: :func:`search` and its result, for either objective.
+- :mod:`.candidate_loop`: the loop both objectives share: the candidates priced, converted and predicted from the
+  smallest up, each a :class:`~eaglequant.search.candidate_loop.SearchPoint`.
+- :mod:`.objectives`: which point each objective writes (the smallest within the budget, or the fastest pick) and
+  the speed-up objective's cost model.
 - :mod:`.budget`: the acceptance a candidate may lose (``--max-acceptance-drop``, ``--rule``).
 - :mod:`.candidates`: the candidates, each priced or skipped for a stated reason.
 - :mod:`.predictions`: the source predicted once, each candidate predicted while the next one converts.

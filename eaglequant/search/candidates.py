@@ -78,7 +78,7 @@ def priced_candidates(
     """Every candidate of ``schemes`` (name -> scheme) the targeted engines load, with the bytes a round reads
     (largest over the engines), smallest first (ties by name); and the others, counted by why they were skipped
     (:func:`_skip_reason`)."""
-    from eaglequant.vocabulary.prune import pruned_description
+    from eaglequant.vocabulary.pruned_head import pruned_description
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
     loaded = schemes

@@ -70,7 +70,7 @@ class SearchOutputs:
 
     def _source_of(self, size: int | None) -> Path:
         """The source, or its vocabulary pruned to ``size`` tokens (written on first use)."""
-        from eaglequant.vocabulary.pruning import prune
+        from eaglequant.vocabulary.prune_job import prune
 
         if size is None:
             return self.source

@@ -75,7 +75,7 @@ class CandidatePredictor:
         from eaglequant.measurement.served import quantized_modules, write_dequantized
         from eaglequant.prediction.predict import open_draft
         from eaglequant.prediction.shared import shares_inputs
-        from eaglequant.record.written import open_written
+        from eaglequant.record.as_recorded import open_written
 
         with (
             tempfile.TemporaryDirectory(prefix="eaglequant-served-") as tmp,

@@ -1,14 +1,15 @@
-"""``search()``: the smallest draft within an acceptance budget.
+"""``search()``: the draft written for an acceptance budget, for either objective, and its result.
 
 The candidates are whole-draft choices: each built-in scheme in each format every targeted engine loads it from,
 with ``lm_head`` kept or quantized (where every targeted engine runs it quantized) in that scheme or, where the
 format stores per-module kinds and the target's layer count is known, in another built-in scheme of its own, and the
-draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.prune`). Each is priced from
+draft vocabulary as it is or pruned to each given size (:mod:`eaglequant.vocabulary.pruned_head`). Each is priced from
 headers alone (the weight bytes a speculative round reads, the largest over the targeted engines:
 :mod:`eaglequant.readback.cost`), then they are tried from the smallest up: each is converted, and its greedy
-acceptance replayed on captured inputs against the source draft's (as ``verify --inputs``). The first within the
-budget is the smallest draft that meets it, so the search stops there; no candidate is chosen whose prediction has
-not run. Deterministic: ties in bytes go by name.
+acceptance replayed on captured inputs against the source draft's (as ``verify --inputs``):
+:mod:`eaglequant.search.candidate_loop`. The bytes objective stops at the first within the budget, the smallest
+draft that meets it; no candidate is chosen whose prediction has not run. The speed-up objective predicts them all
+and writes the fastest at its k (:mod:`eaglequant.search.objectives`). Deterministic: ties in bytes go by name.
 """
 
 from __future__ import annotations
@@ -23,49 +24,27 @@ from eaglequant.checkpoint.destination import check_destination
 from eaglequant.checkpoint.files import write_json
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
-from eaglequant.common.errors import InputError, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import DEFAULT_ENGINES
 from eaglequant.engines import expanded_engines, get_engine
 from eaglequant.layouts.detect import describe_head
-from eaglequant.layouts.head import HeadDescription
-from eaglequant.readback.cost import round_cost, source_bytes_per_round
-from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord, SearchRow
-from eaglequant.schemes.model import builtin_scheme_names, load_scheme
+from eaglequant.readback.cost import source_bytes_per_round
+from eaglequant.record.search import SEARCH_RECORD, SearchBudget, SearchRecord
 from eaglequant.search.budget import Budget
-from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate, priced_candidates
-from eaglequant.search.fastest import FastestPick, SpeedModel, allowed_acceptance, fastest, objective_target
-from eaglequant.search.schedule import Loads, parse_loads
+from eaglequant.search.candidate_loop import (
+    SearchPoint,
+    captured_sequences,
+    chosen_vocab_sizes,
+    first_line,
+    judged_from_smallest,
+    predictor_for,
+    priced_or_refused,
+    skipped_by_code,
+)
+from eaglequant.search.candidates import NEEDS_LAYER_COUNT
+from eaglequant.search.fastest import FastestPick, SpeedModel, fastest
+from eaglequant.search.objectives import chosen_point, gates, objective_and_loads, speed_model
 from eaglequant.search.sequential import SequentialPlan
-from eaglequant.speedup.draft_fit import check_draft_fits
-
-
-@dataclass(frozen=True)
-class SearchPoint:
-    """A candidate priced, and predicted where the search got to it."""
-
-    candidate: Candidate
-    bytes_per_round: int  # the largest over the targeted engines
-    prediction: Any = None  # acceptance.predict.Prediction; None: not run (a smaller point met the budget first)
-    within: bool | None = None
-
-    def row(self) -> SearchRow:
-        """The point as the search record holds it."""
-        candidate, prediction = self.candidate, self.prediction
-        table = None if prediction is None else prediction.quantized_table
-        return SearchRow(
-            candidate.label,
-            candidate.scheme,
-            candidate.format,
-            candidate.lm_head,
-            candidate.lm_head_scheme or (candidate.scheme if candidate.lm_head else None),
-            candidate.vocab,
-            self.bytes_per_round,
-            None if prediction is None else prediction.to_json(),
-            self.within,
-            None if table is None else table.sequences,
-            None if table is None else sum(table.positions),
-        )
 
 
 @dataclass
@@ -159,7 +138,7 @@ class SearchResult:
             None if self.pruned_source is None else str(self.pruned_source),
             self.engines,
             self.loaded_by,
-            _by_code(self.skipped),
+            skipped_by_code(self.skipped),
             tuple(self.notes),
             SearchBudget(
                 budget.value,
@@ -232,7 +211,7 @@ def search(
 
     started = time.monotonic()
     budget = Budget.parse(max_acceptance_drop, rule)
-    target, loads = _objective(objective, target, Path(inputs), measured, concurrency, tensor_parallel_size)
+    target, loads = objective_and_loads(objective, target, Path(inputs), measured, concurrency, tensor_parallel_size)
     PredictionSettings(max_draft_tokens, device)  # checked before any work
     engines = tuple(dict.fromkeys(get_engine(name).key for name in expanded_engines(engines)))
     source, destination, told = Path(src), Path(dst), progress or (lambda text: None)
@@ -243,19 +222,19 @@ def search(
         SearchOutputs(source, destination, counts) as outputs,
     ):
         head = describe_head(checkpoint)
-        sequences = _captured(head, Path(inputs), budget)
-        sizes = _vocab_sizes(head, counts, vocab_sizes)
-        speed = _speed_model(head, engines, target, (tensor_parallel_size, measured), loads)
-        priced, skipped = _priced(head, schemes, engines, sizes, target_layers)
-        told(_first_line(engines, len(priced), skipped))
+        sequences = captured_sequences(head, Path(inputs), budget)
+        sizes = chosen_vocab_sizes(head, counts, vocab_sizes)
+        speed = speed_model(head, engines, target, (tensor_parallel_size, measured), loads)
+        priced, skipped = priced_or_refused(head, schemes, engines, sizes, target_layers)
+        told(first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")
-        predictor, tokens, plan = _predictor(checkpoint, sequences, budget, (max_draft_tokens, device, sequential))
+        predictor, tokens, plan = predictor_for(checkpoint, sequences, budget, (max_draft_tokens, device, sequential))
         predictor.stop_within = speed is None  # the speedup objective's pick takes its k from a whole table
         source_length = predictor.source.length().value
-        within, kept, judged = _gates(budget, tokens, speed is None)
-        points = _judged_from_smallest(priced, outputs, predictor, (within, kept), told, started, judged, speed is None)
+        within, kept, judged = gates(budget, tokens, speed is None)
+        points = judged_from_smallest(priced, outputs, predictor, (within, kept), told, started, judged, speed is None)
         pick = None if speed is None else fastest(points, budget, tokens, speed, predictor.table.lengths(), loads)
-        chosen = _chosen(points, pick, speed is None)
+        chosen = chosen_point(points, pick, speed is None)
         result = SearchResult(
             source, None, budget, tokens, source_length, source_bytes_per_round(head), points, chosen,
             time.monotonic() - started, None, engines, skipped, sequential=plan, max_draft_tokens=max_draft_tokens,
@@ -265,102 +244,6 @@ def search(
             _commit_choice(result, outputs, points.index(chosen), target_layers, overwrite)
     result.seconds = time.monotonic() - started
     return result
-
-
-def _objective(
-    objective: str, target: str | Path | None, inputs: Path, measured: Any, concurrency: Any, tensor_parallel_size: int
-) -> tuple[str | Path | None, Loads]:
-    """The target the objective prices and the loads it is judged at; an option of the speedup objective given to
-    another is refused."""
-    speed_options = {"measured": measured, "concurrency": concurrency}
-    parallel = {"tensor_parallel_size": None if tensor_parallel_size == 1 else tensor_parallel_size}
-    return objective_target(objective, target, inputs, **speed_options, **parallel), parse_loads(concurrency)
-
-
-def _gates(
-    budget: Budget, tokens: float, smallest: bool
-) -> tuple[Callable[[Any], bool], Callable[[Any], bool], Callable[[Any], str]]:
-    """Whether a prediction is within the budget (at k = 3), whether its candidate can still be chosen (the speedup
-    objective: within the budget at some k), and its verdict in words."""
-    within: Callable[[Any], bool] = lambda p: budget.within(p, tokens)  # noqa: E731
-    kept: Callable[[Any], bool] = within if smallest else (lambda p: bool(allowed_acceptance(p, budget, tokens)))
-    return within, kept, (lambda p: budget.judged_text(p, tokens))
-
-
-def _chosen(points: list[SearchPoint], pick: FastestPick | None, smallest: bool) -> SearchPoint | None:
-    """The point written: the smallest within the budget, or the speed-up objective's pick where it pays."""
-    if smallest:
-        return next((p for p in points if p.within), None)
-    return None if pick is None or not pick.plan.pays else points[pick.index]
-
-
-def _predictor(
-    checkpoint: Checkpoint, sequences: list[Any], budget: Budget, settings: tuple[int, str, bool]
-) -> tuple[Any, float, SequentialPlan | None]:
-    """The source draft predicted once (``settings``: the longest k tabulated, the device, sequential or not), the
-    budget in tokens against it, and the looks each candidate gets (sequential, where the bound judges)."""
-    from eaglequant.search.predictions import CandidatePredictor
-
-    max_draft_tokens, device, sequential = settings
-    predictor = CandidatePredictor(checkpoint, sequences, max_draft_tokens, device)
-    tokens = budget.tokens(predictor.source.length().value)
-    plan = SequentialPlan.of(len(sequences)) if sequential and budget.bound else None
-    predictor.sequential = None if plan is None else (plan, tokens)
-    return predictor, tokens, plan
-
-
-def _captured(head: HeadDescription, inputs: Path, budget: Budget) -> list[Any]:
-    """The captured sequences, checked to be this draft's inputs and enough for the budget's rule."""
-    from eaglequant.prediction.predict import load_captured
-
-    sequences = load_captured(inputs, head=head)
-    if budget.bound and len(sequences) < 2:
-        raise InputError(
-            words(given("inputs", str(inputs)), f": {len(sequences)} sequence; the drop's bound is over sequences"),
-            hint=words("capture at least 2 prompts, or judge the estimate: ", suggested("rule", "point")),
-        )
-    return sequences
-
-
-def _priced(
-    head: HeadDescription,
-    schemes: Sequence[str],
-    engines: tuple[str, ...],
-    sizes: list[int | None],
-    target_layers: int | None,
-) -> tuple[list[tuple[Candidate, int]], dict[Finding, int]]:
-    """The candidates every targeted engine loads, priced, smallest first, and the others counted by why; none
-    priced is one line that says why."""
-    loaded = {name: load_scheme(name) for name in list(schemes) or builtin_scheme_names()}
-    priced, skipped = priced_candidates(head, loaded, list(engines), sizes, target_layers)
-    if not priced:
-        raise InputError(
-            f"no candidate loads in every targeted engine ({_titled(engines)}): {_skipped_text(skipped)}",
-            hint="target fewer engines",
-        )
-    return priced, skipped
-
-
-def _speed_model(
-    head: HeadDescription,
-    engines: tuple[str, ...],
-    target: str | Path | None,
-    parallel_measured: tuple[int, Any],
-    loads: Loads,
-) -> SpeedModel | None:
-    """The cost model the speedup objective prices candidates with (None: no target, the bytes objective):
-    ``target``'s forwards on as many ranks as ``parallel_measured`` says, the source draft's round in the first
-    targeted engine (an unquantized round reads the same in each), the terms stated or fitted to its measured
-    record. It prices a round at each of ``loads`` now, so that a load it cannot predict at is refused before any
-    candidate is converted."""
-    if target is None:
-        return None
-    check_draft_fits(head.config, Path(target))
-    engine = get_engine(engines[0])
-    source = round_cost(head, engine.key, engine.release, {})
-    model = SpeedModel.of(target, *parallel_measured, source)
-    model.tables("source", source, {1: 1.0}, loads)
-    return model
 
 
 def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers: int | None, overwrite: bool) -> None:
@@ -378,105 +261,10 @@ def _commit_choice(result: SearchResult, outputs: Any, index: int, target_layers
     outputs.commit(index, vocab, overwrite)
 
 
-def _titled(engines: Sequence[str]) -> str:
-    return ", ".join(get_engine(engine).titled for engine in engines)
-
-
-def _by_code(skipped: dict[Finding, int]) -> dict[str, int]:
-    """How many candidates were skipped, by the code of why."""
-    counts: dict[str, int] = {}
-    for why, count in skipped.items():
-        counts[why.code] = counts.get(why.code, 0) + count
-    return counts
-
-
-def _skipped_text(skipped: dict[Finding, int]) -> str:
-    """How many candidates were skipped and why, largest first, in one line."""
-    ranked = sorted(skipped.items(), key=lambda item: (-item[1], item[0].message))
-    return "; ".join(f"{count} where {why}" for why, count in ranked) or "none skipped"
-
-
-def _first_line(engines: Sequence[str], priced: int, skipped: dict[Finding, int]) -> str:
-    """What the search targets, prices and leaves out, said before it starts."""
-    left_out = f"; skipped: {_skipped_text(skipped)}" if skipped else ""
-    return f"searching for {_titled(engines)}: {priced} candidates priced from headers{left_out}"
-
-
 def _loaded_by(written: Path, target_layers: int | None) -> tuple[str, ...]:
     """The engines (with their releases) whose readers load ``written`` as it is, as ``explain --engine all``."""
     from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-    from eaglequant.record.written import explain_written
+    from eaglequant.record.as_recorded import explain_written
 
     readings = explain_written(written, ["all"], target_layers, None, DEFAULT_DRAFT_TOKENS).engines
     return tuple(reading.titled for reading in readings if reading.loads and not reading.all_problems)
-
-
-def _judged_from_smallest(
-    priced: list[tuple[Candidate, int]],
-    outputs: Any,
-    predictor: Any,
-    within_kept: tuple[Callable[[Any], bool], Callable[[Any], bool]],
-    told: Callable[[str], None],
-    started: float,
-    judged: Callable[[Any], str] = lambda prediction: prediction.difference.text(signed=True),
-    stop_at_within: bool = True,
-) -> list[SearchPoint]:
-    """Every candidate, the smallest predicted first until one is within the budget (``within_kept[0]``; all of them
-    without ``stop_at_within``); the rest priced only. Each is converted into a stage of DST (``outputs``:
-    :class:`~eaglequant.search.outputs.SearchOutputs`), removed once it cannot be chosen (``within_kept[1]`` False:
-    with the speedup objective, within the budget at no k)."""
-    from eaglequant.search.predictions import predicted_from_smallest, prediction_workers
-
-    within, kept = within_kept
-
-    best: list[tuple[float, str]] = []  # the smallest drop predicted so far, and whose
-
-    def converted(index: int) -> Path:
-        return outputs.converted(index, priced[index][0])
-
-    def done(index: int, prediction: Any) -> None:
-        label = priced[index][0].label
-        best[:] = [min([*best, (prediction.drop, label)])]
-        told(
-            f"predicted {index + 1} of at most {len(priced)}: {label} on {prediction.sequences} sequences "
-            f"{judged(prediction)}; best so far: {best[0][1]} "
-            f"({-best[0][0]:+.3f}); {time.monotonic() - started:.0f} s"
-        )
-        if not kept(prediction):
-            outputs.discard(index)
-
-    def stop(prediction: Any) -> bool:
-        return stop_at_within and within(prediction)
-
-    predictions = predicted_from_smallest(len(priced), converted, predictor.predicted, stop, done, prediction_workers())
-    points = [
-        SearchPoint(candidate, nbytes, prediction, within(prediction))
-        for (candidate, nbytes), prediction in zip(priced, predictions, strict=False)
-    ]
-    return points + [SearchPoint(candidate, nbytes) for candidate, nbytes in priced[len(points) :]]
-
-
-def _vocab_sizes(head: HeadDescription, counts: str | Path | None, sizes: Sequence[int]) -> list[int | None]:
-    lm_head = head.find_linear("lm_head")
-    rows = None if lm_head is None else lm_head.out_features
-    if counts is None:
-        if sizes:
-            raise InputError(
-                words(given("vocab_sizes", sizes[0]), " prunes the vocabulary by token counts: give ",
-                      placeholder("counts", "FILE")),
-                hint="the counts of a capture (eaglequant capture) or a token-count file",
-            )  # fmt: skip
-        return [None]
-    if rows is None:
-        raise InputError("the draft has no lm_head of its own, so there is no vocabulary to prune")
-    from eaglequant.vocabulary.counts import check_counts_for
-
-    check_counts_for(head, Path(counts))  # before any candidate is priced: captured from this draft's target
-    chosen = list(sizes) or [rows // 2, rows // 4, rows // 8]
-    bad = [size for size in chosen if type(size) is not int or not 1 <= size < rows]
-    if bad:
-        raise InputError(
-            words(given("vocab_sizes", bad[0]), f": the draft's vocabulary has {rows} tokens"),
-            hint=words("sizes from 1 to ", suggested("vocab_sizes", rows - 1)),
-        )
-    return [None, *sorted(set(chosen), reverse=True)]

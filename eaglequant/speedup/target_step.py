@@ -6,7 +6,7 @@ that is not a decoder LLM, or whose weights its family's keys cannot price, is r
 A forward over ``n`` tokens at batch 1 reads every dense weight once, one embedding row a token, the KV cache of
 the context once, and, in each MoE layer, every routed expert that one of the ``n`` tokens is routed to. With each
 token routed to ``top_k`` of ``E`` experts independently and uniformly, the expected number of distinct experts is
-``E (1 - (1 - top_k / E) ** n)``: 8 for one token of Kimi-K2.5 (8 of 384), 30.8 for the 4 tokens a k = 3
+``E (1 - (1 - top_k / E) ** n)``: 8 for one token of Kimi-K2.5 (8 of 384), 31.0 for the 4 tokens a k = 3
 verification scores. Tensor parallelism splits every weight across ranks (vLLM shards each expert, it does not
 place whole experts on ranks without expert parallelism), and the embedding by vocabulary; an MLA cache is the same
 latent on every rank, a GQA cache is split by KV head.

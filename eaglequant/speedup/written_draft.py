@@ -118,7 +118,7 @@ def _priced_drafts(dst: Path, engines: list[str] | tuple[str, ...]) -> list[tupl
     baseline row; for a BF16 ``dst`` (no quantization_config), the head as it is, in each engine."""
     from eaglequant.conversion.inspection import inspect_source
     from eaglequant.conversion.options import ConversionOptions
-    from eaglequant.record.written import explain_written
+    from eaglequant.record.as_recorded import explain_written
 
     if unquantized(dst):
         options = ConversionOptions(engines=tuple(engines) or ("vllm",))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
 from eaglequant.engines.target import TargetModel
-from eaglequant.record.written import open_written
+from eaglequant.record.as_recorded import open_written
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:

@@ -88,7 +88,7 @@ def _exclusion_job(dst: Path, engine: str) -> tuple[dict[str, Any], dict[str, bo
     """The probe's job for ``dst``'s config, and which runtime modules eaglequant says ``engine`` excludes."""
     from eaglequant.checkpoint.reader import Checkpoint
     from eaglequant.readback.explanation import read_written_config
-    from eaglequant.readback.written import describe_written_head
+    from eaglequant.readback.written_head import describe_written_head
 
     with Checkpoint.open(dst, "DST") as checkpoint:
         head = describe_written_head(checkpoint)

@@ -111,7 +111,10 @@ def test_written_config_makes_vllm_quantize_exactly_the_decoder_linears(fmt: str
         for module in engine.runtime_modules(head, target_layers):
             decisions = {engine.matching_rule(FORMATS[fmt], n, rules) is None for n in module.names}
             assert len(decisions) == 1, f"spellings of {module.names} disagree"
-            if engine.decide(module, FORMATS[fmt], result.plan.scheme.kinds).unquantized is None and decisions.pop():
+            if (
+                engine.decide(module, FORMATS[fmt], result.plan.scheme.kinds).unquantized_by_engine is None
+                and decisions.pop()
+            ):
                 quantized.update(module.members)
         assert quantized == {lin.module for lin in head.decoder_linears}
 
@@ -229,7 +232,7 @@ def _engine_quantizes(engine, head, rules, fmt, kinds, target_layers) -> set[str
     for module in engine.runtime_modules(head, target_layers):
         decisions = {engine.matching_rule(FORMATS[fmt], name, rules) is None for name in module.names}
         assert len(decisions) == 1, f"{engine.name}: spellings of {module.names} disagree"
-        if engine.decide(module, FORMATS[fmt], kinds).unquantized is None and decisions.pop():
+        if engine.decide(module, FORMATS[fmt], kinds).unquantized_by_engine is None and decisions.pop():
             quantized.update(module.members)
     return quantized
 

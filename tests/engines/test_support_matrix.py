@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant.engines.module_support import MATRIX_END, MATRIX_START, render_markdown
 from eaglequant.engines.support import ENGINE_NAMES, FORMAT_NAMES, MATRIX, SCHEME_KINDS
+from eaglequant.engines.support_tables import MATRIX_END, MATRIX_START, render_markdown
 from eaglequant.formats import FORMATS
 from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 from tests.conftest import FIXTURES, ROOT, run_cli
@@ -16,7 +16,7 @@ from tests.conftest import FIXTURES, ROOT, run_cli
 def test_docs_show_the_matrix_in_the_code() -> None:
     text = (ROOT / "docs" / "engines.md").read_text()
     block = text.split(MATRIX_START, 1)[1].split(MATRIX_END, 1)[0]
-    assert block.strip() == render_markdown().strip(), "run: python -m eaglequant.engines.module_support"
+    assert block.strip() == render_markdown().strip(), "run: python -m eaglequant.engines.support_tables"
 
 
 def test_matrix_covers_exactly_what_formats_store() -> None:

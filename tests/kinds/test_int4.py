@@ -171,7 +171,7 @@ def test_the_kinds_and_their_recipes() -> None:
         scheme = load_scheme(name)
         kind = scheme.weight.kind
         assert scheme.activation is None and scheme.label == "W4A16" and fmt.algorithm(scheme) == preset
-        recipe = fmt.recipe(scheme)
+        recipe = fmt.recipe(scheme.kinds)
         assert recipe.zero_points == kind.zero_points == zero_points  # type: ignore[attr-defined]
         assert (kind.bits, kind.stored_dtype, kind.codes_per_element, kind.columns_per_scale) == (4, "I32", 8, 128)
         assert kind.rows_per_scale == (8 if zero_points else 1)  # eight rows share a packed word of zero points
@@ -200,7 +200,7 @@ def test_a_written_head_is_read_by_its_kind_not_its_dtype(tmp_path) -> None:
     from eaglequant import convert
     from eaglequant.checkpoint.reader import Checkpoint
     from eaglequant.layouts.detect import describe_head
-    from eaglequant.readback.written import describe_written_head
+    from eaglequant.readback.written_head import describe_written_head
     from tests.conftest import FIXTURES
 
     source = FIXTURES / "specforge-llama"

@@ -78,7 +78,7 @@ def test_every_repository_path_the_docs_cite_exists() -> None:
 
 
 def unknown_dotted_names(text: str) -> list[str]:
-    """Each ``eaglequant.engines.module_support`` (a module) or ``eaglequant.batch.run_batch`` (a module's name) the
+    """Each ``eaglequant.engines.support_tables`` (a module) or ``eaglequant.batch.run_batch`` (a module's name) the
     text cites that is not there."""
     unknown = []
     for dotted in sorted(set(re.findall(r"\beaglequant(?:\.\w+)+", text))):
@@ -219,7 +219,7 @@ def test_the_design_is_a_page_not_an_index() -> None:
 def unknown_names(text: str, words: set[str]) -> list[str]:
     """Each name the page cites (``Engine.decide``, ``plan_engines()``, ``common/json_fields.JsonRecord``,
     ``pipeline.py``) that the package does not have. Paths (``engines/view.py``) and dotted module names
-    (``eaglequant.engines.module_support``) are left to the checks above."""
+    (``eaglequant.engines.support_tables``) are left to the checks above."""
     unknown = []
     for token in cited(text):
         if (token.endswith(".py") and "/" in token) or token.startswith("eaglequant."):

@@ -49,7 +49,7 @@ PLAN_FLOW = (
     "conversion/plan.py",
     "engines/planning.py",
     "engines/support.py",
-    "engines/module_support.py",
+    "engines/support_tables.py",
     "engines/exclusions.py",
     "engines/view.py",
     "engines/base.py",

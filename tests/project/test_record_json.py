@@ -30,7 +30,7 @@ from eaglequant.conversion.result import ConversionResult, LinearResult
 from eaglequant.draft.capture_file import CaptureSummary
 from eaglequant.engine_load import LoadCheck, LoadJob, ModuleLoad
 from eaglequant.engines.cells import Answer
-from eaglequant.engines.module_support import QUESTIONS, ModuleRow
+from eaglequant.engines.support_tables import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
 from eaglequant.kinds import KindPair
@@ -70,7 +70,7 @@ from eaglequant.verification.copies import CopyCheck
 from eaglequant.verification.fidelity import DistributionShift, HeadFidelity
 from eaglequant.verification.layer_parity import LayerParity
 from eaglequant.verification.verify import VerifyReport
-from eaglequant.vocabulary.prune import PruneResult
+from eaglequant.vocabulary.pruned_head import PruneResult
 
 PROMPTS = (
     PromptCounts(10, 17, (8, 6, 3), (1, 2, 3), (0.5, None), 26, 0.5),

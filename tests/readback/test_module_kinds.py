@@ -14,7 +14,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.kinds import kinds_title
 from eaglequant.readback.explanation import read_written_config
 from eaglequant.readback.module_kinds import linear_kinds
-from eaglequant.readback.written import describe_written_head
+from eaglequant.readback.written_head import describe_written_head
 from eaglequant.record.report import read_report
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURES, run_cli

@@ -15,7 +15,7 @@ from eaglequant.common.errors import InputError
 from eaglequant.common.findings import codes
 from eaglequant.engines.target import UNKNOWN, TargetModel
 from eaglequant.readback.explanation import Explanation, explain_checkpoint, read_written_config
-from eaglequant.readback.written import describe_written_head
+from eaglequant.readback.written_head import describe_written_head
 from tests.conftest import FIXTURES
 
 SRC = FIXTURES / "specforge-llama"

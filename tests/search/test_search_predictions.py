@@ -12,7 +12,7 @@ import eaglequant
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.prediction.predict import CapturedSequence, open_draft, predict_as_served, predict_table
 from eaglequant.prediction.shared import chain_inputs, shares_inputs
-from eaglequant.record.written import open_written
+from eaglequant.record.as_recorded import open_written
 from eaglequant.search.predictions import CandidatePredictor, predicted_from_smallest, single_threaded_torch
 from tests.conftest import FIXTURES
 

@@ -58,12 +58,12 @@ def test_explain_refuses_a_target_that_is_not_a_decoder_llm_in_one_line(fp8: Pat
 def test_the_library_and_the_search_speed_model_refuse_it_too(fp8: Path) -> None:
     from eaglequant.checkpoint.reader import Checkpoint
     from eaglequant.layouts.detect import describe_head
-    from eaglequant.search.smallest import _speed_model
+    from eaglequant.search.objectives import speed_model
 
     with pytest.raises(InputError, match="does not fit the target"):
         eaglequant.predicted_speedup(fp8, KIMI, acceptance={3: 2.5})
     with Checkpoint.open(PAIR / "draft", "SRC") as checkpoint:
         head = describe_head(checkpoint)
     with pytest.raises(InputError, match="width 256, the target's hidden_size is 7168"):
-        _speed_model(head, ("vllm",), KIMI, 1, None)
+        speed_model(head, ("vllm",), KIMI, 1, None)
     check_draft_fits(PAIR / "draft", PAIR / "target")  # fits: no error

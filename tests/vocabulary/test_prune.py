@@ -17,7 +17,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import InputError
 from eaglequant.layouts.detect import describe_head
 from eaglequant.vocabulary.counts import TokenCounts, read_counts
-from eaglequant.vocabulary.prune import PRUNE_RECORD, choose_vocabulary
+from eaglequant.vocabulary.pruned_head import PRUNE_RECORD, choose_vocabulary
 from tests.conftest import FIXTURES, run_cli
 
 SOURCE = FIXTURES / "specforge-llama"  # vocabulary 512, draft vocabulary 256 (its own d2t)
@@ -201,9 +201,9 @@ def test_the_prediction_replays_both_drafts_on_captured_inputs(captured: Path, t
 def test_a_pruned_head_past_the_shard_size_is_sharded_with_its_index(
     pruned: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eaglequant.vocabulary import prune as pruning
+    from eaglequant.vocabulary import pruned_head
 
-    monkeypatch.setattr(pruning, "DEFAULT_MAX_SHARD_BYTES", 100_000)
+    monkeypatch.setattr(pruned_head, "DEFAULT_MAX_SHARD_BYTES", 100_000)
     sharded = eaglequant.prune(SOURCE, tmp_path / "sharded", size=64, counts=_skewed_counts(tmp_path / "c.json"))
     index = json.loads((sharded.destination / "model.safetensors.index.json").read_text())
     assert len(set(index["weight_map"].values())) > 1

@@ -5,7 +5,7 @@ in different kinds) and a pruned draft vocabulary (``d2t`` / ``t2d``).
 
 Every answer is the engine model's own decision on the module asked about (:func:`eaglequant.engines.support.answer`),
 the very answers ``convert`` refuses by, so the tables and the refusals agree.
-``python -m eaglequant.engines.module_support`` rewrites both tables in ``docs/engines.md``.
+``python -m eaglequant.engines.support_tables`` rewrites both tables in ``docs/engines.md``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""A quantized checkpoint opened for reading back: the head it was made from and the target's layer count; and
-explained as each engine reads it, for the engines its report recorded."""
+"""A written checkpoint read back as its conversion recorded it: opened with the head it was made from
+(:mod:`eaglequant.readback.written_head`) and the target's layer count its report recorded, and explained as each
+engine reads it for the engines its report recorded (where the caller names neither)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def open_written(
 ) -> Iterator[tuple[Checkpoint, HeadDescription, TargetModel]]:
     """A quantized checkpoint, the head it was made from, and the target's layer count (``target``; or given by
     ``target_layers`` / ``target_config``; or else the one its conversion recorded in ``dst``'s report)."""
-    from eaglequant.readback.written import describe_written_head
+    from eaglequant.readback.written_head import describe_written_head
     from eaglequant.record.report import read_report
 
     with Checkpoint.open(dst, "DST") as checkpoint:

@@ -38,12 +38,11 @@ def describe_written_head(checkpoint: Checkpoint) -> HeadDescription:
     """Describe the head in a quantized ``checkpoint`` as the source it was converted from (its config must declare a
     scheme eaglequant models: :func:`~eaglequant.readback.explanation.read_written_config`)."""
     from eaglequant.readback.explanation import read_written_config
-    from eaglequant.schemes.model import default_scheme_for
 
     fmt, written = read_written_config(checkpoint)
     dtype = source_dtype(checkpoint)
     scale_params = all_scale_params()
-    declared = [(kinds.weight_kind, fmt.recipe(default_scheme_for(kinds)).weight) for kinds in written.declared_kinds]
+    declared = [(kinds.weight_kind, fmt.recipe(kinds).weight) for kinds in written.declared_kinds]
     logical: dict[str, TensorInfo] = {}
     for name, info in checkpoint.tensors.items():
         module, _, param = name.rpartition(".")

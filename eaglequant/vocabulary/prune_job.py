@@ -1,5 +1,5 @@
-"""``prune()``: a draft head with a pruned vocabulary, written as a plain head every tool reads (see
-:mod:`eaglequant.vocabulary.prune`)."""
+"""``prune()``, the job: SRC's head with a pruned vocabulary written into DST (checked, staged, committed whole), as
+a plain head every tool reads; what it keeps and how it is written: :mod:`eaglequant.vocabulary.pruned_head`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.layouts.detect import describe_head
 from eaglequant.vocabulary.counts import read_counts
-from eaglequant.vocabulary.prune import (
+from eaglequant.vocabulary.pruned_head import (
     PRUNE_RECORD,
     PruneResult,
     choose_vocabulary,

@@ -12,7 +12,8 @@ import pytest
 import eaglequant
 from eaglequant.common.errors import InputError
 from eaglequant.engines import ENGINES
-from eaglequant.engines.module_support import (
+from eaglequant.engines.support import FORMAT_NAMES
+from eaglequant.engines.support_tables import (
     MODULES_END,
     MODULES_START,
     QUESTIONS,
@@ -20,7 +21,6 @@ from eaglequant.engines.module_support import (
     module_table,
     render_module_markdown,
 )
-from eaglequant.engines.support import FORMAT_NAMES
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import Attention
 from tests.conftest import FIXTURES, ROOT, run_cli
@@ -31,7 +31,7 @@ SOURCE = FIXTURES / "specforge-llama"
 def test_docs_show_the_table_in_the_code() -> None:
     text = (ROOT / "docs" / "engines.md").read_text()
     block = text.split(MODULES_START, 1)[1].split(MODULES_END, 1)[0]
-    assert block.strip() == render_module_markdown().strip(), "run: python -m eaglequant.engines.module_support"
+    assert block.strip() == render_module_markdown().strip(), "run: python -m eaglequant.engines.support_tables"
 
 
 def test_mixed_kinds_load_where_the_engines_read_per_module_configs() -> None:

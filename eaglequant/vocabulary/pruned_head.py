@@ -218,7 +218,7 @@ class PruneResult(JsonRecord):
     coverage: float
     source_coverage: float
     lm_head_bytes: tuple[int, int]  # (source, pruned)
-    prediction: Any = None  # an acceptance.predict.Prediction with captured inputs
+    prediction: Any = None  # an prediction.predict.Prediction with captured inputs
 
 
 def pruned_description(head: HeadDescription, size: int) -> HeadDescription:
