@@ -250,8 +250,7 @@ def predict(
 
 def check_max_draft_tokens(max_draft_tokens: object) -> int:
     """A table's longest k: a k the engines take, and at least the k the verdict is judged at (a row of it)."""
-    check_draft_tokens(max_draft_tokens)
-    assert isinstance(max_draft_tokens, int)
+    max_draft_tokens = check_draft_tokens(max_draft_tokens)
     if max_draft_tokens < DEFAULT_DRAFT_TOKENS:
         raise InputError(
             words(
