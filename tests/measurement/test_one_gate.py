@@ -178,3 +178,26 @@ def test_one_k_and_a_list_of_them_are_checked_in_one_place() -> None:
     assert (
         judged_draft_tokens((1, 3)) == 3 and judged_draft_tokens((1, 2), 3) == 1 and judged_draft_tokens((4,), 4) == 4
     )
+
+
+def test_verify_and_accept_judge_at_the_k_a_search_chose(tmp_path: Path) -> None:
+    """A DST whose search chose k = 1 (``--objective speedup``) is judged at k = 1 by verify (its prediction
+    settings) and by accept (its draft); without a search, at the default k = 3; a served k past the table's
+    ``--max-draft-tokens`` extends the table to it."""
+    from eaglequant.measurement.runners import _as_searched
+    from eaglequant.prediction.predict import PredictionSettings
+    from eaglequant.verification.verify import _judged_at_served_k
+    from tests.project.test_record_round_trip import _search_speedup
+
+    source = tmp_path / "original"
+    dst = _searched_dst(tmp_path, source)
+    plain = PredictionSettings()
+    assert _judged_at_served_k(plain, dst).draft_tokens == 3  # a search for the smallest chose no k
+    record_path = dst / "eaglequant_search.json"
+    record = json.loads(record_path.read_text())
+    record["speedup"] = _search_speedup().to_json()  # its k is 1
+    record_path.write_text(json.dumps(record))
+    assert _judged_at_served_k(plain, dst).draft_tokens == 1 and _judged_at_served_k(plain, None).draft_tokens == 3
+    draft = QuantizedDraft(dst, dst, "dequantized", [], "nvfp4", 0.1)
+    assert _as_searched(draft, source).served_draft_tokens == 1
+    assert PredictionSettings(4, draft_tokens=6).tabulated == 6 and plain.tabulated == 8
