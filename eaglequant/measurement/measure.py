@@ -312,7 +312,8 @@ class DraftResult:
 
     @property
     def problems(self) -> list[Finding]:
-        """``not-lossless`` and ``over-budget``, about the draft's label."""
+        """``not-lossless``, and ``over-budget`` or ``acceptance-inconclusive`` (at the judged k), about the draft's
+        label."""
         found = []
         if not self.lossless.ok:
             found.append(Finding("not-lossless", self.label, lossy_text(self.label, self.lossless)))
