@@ -28,7 +28,6 @@ from eaglequant.cli.options import (
 from eaglequant.cli.output import info, note, out, result
 from eaglequant.cli.tables import show
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
-from eaglequant.common.errors import EXIT_CHECK_FAILED
 
 if TYPE_CHECKING:
     from eaglequant.measurement.measure import AcceptanceReport, AtConcurrency, AtDraftTokens, DraftResult, Mode
@@ -175,15 +174,17 @@ def accept_command(
     ones (--server). Reports acceptance length and per-position rates with 95% intervals over prompts, the
     difference from the source, whether greedy output equals the target's alone, and decode tokens per second
     with the speed-up over the target alone (and at each --concurrency C). The target alone runs before the drafts
-    and after them. Exits 3 when a draft's greedy output differs from the target's, a DST loses more than its
-    scheme's acceptance budget, or a figure breaks a physical limit: a speed-up above the acceptance length or
-    wider than 2x, or the target alone's rate moving more than 15% between its runs (no speed-up is then given).
+    and after them. The budget is judged at the k the DST is served at (its search's, else 3) where measured,
+    else at the first --draft-tokens. Exits 3 when a draft's greedy output differs from the target's, a DST's
+    loss is wholly past its budget, or a figure breaks a physical limit: a speed-up above the acceptance length or
+    wider than 2x, or the target alone's rate moving more than 15% between its runs (no speed-up is then given);
+    exits 7 when that is all clear but a loss straddles its budget (more prompts would tell).
     With one --server and no DST: that server's acceptance length on the prompts, or over --window SECONDS of its
     live traffic.
     Per-prompt progress (offline: per run) and an ETA go to stderr; -q turns them off.
     """
 
-    def body() -> bool:
+    def body() -> int:
         from eaglequant.api.acceptance import accept, accept_server
         from eaglequant.cli.progress_display import steps_display
 
@@ -202,7 +203,7 @@ def accept_command(
                 reference_server=reference_server,
             )
             result(alone.to_json(), lambda: render_server(alone))
-            return True
+            return 0
         report = accept(
             dst or [],
             target=target,
@@ -230,10 +231,11 @@ def accept_command(
             steps=steps_display(),
         )
         result(report.to_json(), lambda: render(report))
-        return report.ok
+        return report.exit_code
 
-    if not run_guarded(body):
-        raise typer.Exit(EXIT_CHECK_FAILED)
+    code = run_guarded(body)
+    if code:
+        raise typer.Exit(code)
 
 
 def _one_server_takes_neither(concurrency: str | None, target_alone_runs: int | None) -> None:
@@ -286,7 +288,7 @@ def render_server(report: ServerAcceptance) -> None:
 
 def render(report: AcceptanceReport) -> None:
     from eaglequant.measurement.measure import GREEDY
-    from eaglequant.measurement.statistics import change_text, gate_text
+    from eaglequant.measurement.statistics import change_text
 
     settings = report.settings
     out.print(
@@ -303,19 +305,17 @@ def render(report: AcceptanceReport) -> None:
     _show_speeds(report)
     _show_concurrency(report)
     for draft in report.quantized:
-        diff = draft.reported_difference(GREEDY.name)
-        if draft.budget is not None and diff is not None and diff.reported_value is not None:
-            whose = draft.budget_from or f"the {draft.scheme} budget"
-            info(
-                f"{escape(draft.label)}: greedy change {escape(change_text(diff))}; "
-                f"{escape(gate_text(diff, draft.budget))} ({escape(whose)})"
-            )
+        diff, verdict = draft.reported_difference(GREEDY.name), draft.verdict_text()
+        if verdict is not None and diff is not None and diff.reported_value is not None:
+            info(f"{escape(draft.label)}: greedy change {escape(change_text(diff))}; {escape(verdict)}")
     for text in report.notes:
         note(text)
     if report.ok:
         out.print("[green]ok[/]: every draft lossless, every quantized draft within its budget", markup=True)
     for problem in report.problems:
-        out.print(f"[bold red]problem[/]: {escape(str(problem))}", markup=True, soft_wrap=True)
+        inconclusive = problem.code == "acceptance-inconclusive"
+        label = "[yellow]inconclusive[/]" if inconclusive else "[bold red]problem[/]"
+        out.print(f"{label}: {escape(str(problem))}", markup=True, soft_wrap=True)
 
 
 CLOCKS = {"engine": "the engine's own clock", "wall": "the client's wall time around each request"}

@@ -192,6 +192,7 @@ def _not_within(found: SearchResult, prediction: Any) -> str:
 
 
 def render(found: SearchResult) -> None:
+    from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, judged_at_text
     from eaglequant.common.sizes import decimal_bytes
 
     table = Table(title="candidates, smallest first (bytes a round reads, the largest over the engines)")
@@ -211,9 +212,10 @@ def render(found: SearchResult) -> None:
             "[green]yes[/]" if point.within else _not_within(found, point.prediction),
         )
     show(table)
+    judged = "" if found.objective != "bytes" else f"; {judged_at_text(DEFAULT_DRAFT_TOKENS, DEFAULT_DRAFT_TOKENS)}"
     out.print(
         f"source: greedy acceptance length {found.source_length:.3f}, {decimal_bytes(found.source_bytes_per_round)} "
-        f"a round; budget: {escape(found.budget.text(found.budget_tokens))}",
+        f"a round; budget: {escape(found.budget.text(found.budget_tokens))}{judged}",
         soft_wrap=True,
     )
     out.print(f"engines targeted: {escape(_titled(found.engines))}", soft_wrap=True)

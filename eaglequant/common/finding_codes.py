@@ -92,7 +92,7 @@ _CODES = {
     "speedup-unsettled": "a measured speed-up whose 95% interval spans more than a factor of 2 (high over low)",
     "target-alone-drifted": "the target alone's decode rate moved between its runs by more than 15%",
     "target-alone-once": "the target alone was served once: drift between processes was not checked",
-    "over-budget": "the acceptance drop is over the budget",
+    "over-budget": "the whole interval of the acceptance change is past the budget",
     "no-inputs": "acceptance was not predicted: no captured inputs",
     "no-target-choices": "acceptance was not predicted: the captured inputs hold no target choices",
     "chain-unsupported": "acceptance was not predicted for this draft's chain",

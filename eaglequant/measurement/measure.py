@@ -16,9 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, judged_at_text, judged_draft_tokens
 from eaglequant.common.engine_failure import EngineFailure
-from eaglequant.common.errors import InputError
+from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.measurement.concurrency import ConcurrentPass, concurrent_speedup, merged
@@ -26,15 +26,15 @@ from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drif
 from eaglequant.measurement.statistics import (
     NEAR_TIE_NATS,
     Acceptance,
+    BudgetVerdict,
     Interval,
     Lossless,
     PromptCounts,
+    budget_verdict,
     decode_rate,
-    gate_text,
     lossless,
     paired_difference,
     speedup,
-    within_budget,
 )
 
 RUN_TIMEOUT_S = 3600
@@ -262,13 +262,47 @@ class DraftResult:
     difference: dict[str, Interval] = field(default_factory=dict)  # per mode, against the source draft
     budget_from: str | None = None  # whose budget it is, in words (None: the scheme's)
     by_draft_tokens: list[AtDraftTokens] = field(default_factory=list)  # every k measured, the primary first
+    served_draft_tokens: int = DEFAULT_DRAFT_TOKENS  # the k the draft is served at (its search's, else the default)
+
+    @property
+    def judged_draft_tokens(self) -> int:
+        """The k the budget is judged at: the one the draft is served at where it was measured, else the first."""
+        measured = [at.draft_tokens for at in self.by_draft_tokens]
+        return judged_draft_tokens(measured, self.served_draft_tokens) if measured else self.served_draft_tokens
+
+    def _judged_change(self) -> tuple[Interval | None, int]:
+        """The greedy change against the source draft at the judged k, and the paired prompts it is over."""
+        k = self.judged_draft_tokens
+        at = next((a for a in self.by_draft_tokens[1:] if a.draft_tokens == k), None)
+        if at is None:  # the primary k (or none listed): the change of every mode is there
+            return self.reported_difference(GREEDY.name), len(self.run.modes[GREEDY.name])
+        return at.difference, len(at.run.modes[GREEDY.name])
+
+    @property
+    def verdict(self) -> BudgetVerdict | None:
+        """The one gate (:func:`~eaglequant.measurement.statistics.budget_verdict`) on the greedy change at the
+        judged k: within, past or inconclusive; None without a budget or a change (no drafts to compare)."""
+        change, prompts = self._judged_change()
+        return None if self.budget is None or change is None else budget_verdict(change, self.budget, prompts)
 
     @property
     def over_budget(self) -> bool:
-        """The one gate (:func:`~eaglequant.measurement.statistics.within_budget`) on the greedy change: the drop's
-        95% upper bound past the budget."""
-        change = self.reported_difference(GREEDY.name)  # none where the drafts cannot be compared
-        return self.budget is not None and change is not None and not within_budget(change, self.budget)
+        """The whole interval of the greedy change past the budget."""
+        return self.verdict is not None and self.verdict.past
+
+    @property
+    def inconclusive(self) -> bool:
+        """The greedy change's interval straddles the budget: more prompts would tell."""
+        return self.verdict is not None and self.verdict.inconclusive
+
+    def verdict_text(self) -> str | None:
+        """The verdict in words, whose budget, and the k it was judged at."""
+        verdict = self.verdict
+        if verdict is None or self.budget is None:
+            return None
+        whose = self.budget_from or f"the {self.scheme} budget"
+        judged = judged_at_text(self.judged_draft_tokens, self.served_draft_tokens)
+        return f"{verdict.text()} ({whose}); {judged}"
 
     def reported_difference(self, mode: str) -> Interval | None:
         """The difference from the source draft in ``mode`` as reports give it: None for the source draft, and
@@ -278,7 +312,8 @@ class DraftResult:
 
     @property
     def problems(self) -> list[Finding]:
-        """``not-lossless`` and ``over-budget``, about the draft's label."""
+        """``not-lossless``, and ``over-budget`` or ``acceptance-inconclusive`` (at the judged k), about the draft's
+        label."""
         found = []
         if not self.lossless.ok:
             found.append(Finding("not-lossless", self.label, lossy_text(self.label, self.lossless)))
@@ -288,13 +323,11 @@ class DraftResult:
                 found.append(Finding("not-lossless", self.label, lossy_text(at, other.lossless)))
         found += [problem for at in self.by_draft_tokens for problem in at.problems]
         found += [problem for at in self.by_draft_tokens for c in at.at_concurrency for problem in c.problems]
-        if self.over_budget and self.budget is not None:
-            whose = f"the {self.scheme} budget"
-            over = (
-                f"{self.label}: greedy acceptance length change against the source draft "
-                f"{gate_text(self.difference[GREEDY.name], self.budget)} ({self.budget_from or whose})"
-            )
-            found.append(Finding("over-budget", self.label, over))
+        verdict = self.verdict_text()
+        if verdict is not None and (self.over_budget or self.inconclusive):
+            code = "over-budget" if self.over_budget else "acceptance-inconclusive"
+            change = f"{self.label}: greedy acceptance length change against the source draft {verdict}"
+            found.append(Finding(code, self.label, change))
         return found
 
     def to_json(self, modes: Sequence[Mode]) -> dict[str, Any]:
@@ -305,6 +338,9 @@ class DraftResult:
             "dequantized": self.dequantized,
             "scheme": self.scheme,
             "budget": self.budget,
+            "served_draft_tokens": self.served_draft_tokens,
+            "judged_draft_tokens": self.judged_draft_tokens if self.budget is not None else None,
+            "budget_verdict": None if self.verdict is None else self.verdict.outcome.value,
             "lossless": self.lossless.to_json(),
             "modes": {
                 m.name: {
@@ -381,6 +417,14 @@ class AcceptanceReport(JsonRecord):
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def exit_code(self) -> int:
+        """0 with no problem; 7 (inconclusive) where every problem is a change straddling its budget; else 3."""
+        codes = {p.code for p in self.problems}
+        if not codes:
+            return 0
+        return EXIT_INCONCLUSIVE if codes == {"acceptance-inconclusive"} else EXIT_CHECK_FAILED
+
     def _served(self, draft: DraftResult) -> dict[str, Any]:
         """A draft's figures in the modes it was served in (the settings')."""
         return draft.to_json(self.settings.modes)
@@ -400,6 +444,7 @@ class QuantizedDraft:
     scheme: str | None
     budget: float | None
     budget_from: str | None = None  # whose budget it is, in words (None: the scheme's)
+    served_draft_tokens: int = DEFAULT_DRAFT_TOKENS  # the k it is served at: its search's choice, else the default
 
 
 def served_digest(directory: Path) -> str:
@@ -469,6 +514,7 @@ def measure(
         result = DraftResult(
             str(draft.path), draft.path, draft.served_as, at[0].run, at[0].lossless, draft.dequantized,
             draft.scheme, draft.budget, budget_from=draft.budget_from, by_draft_tokens=at,
+            served_draft_tokens=draft.served_draft_tokens,
         )  # fmt: skip
         result.difference = {
             m.name: paired_difference(at[0].run.acceptance(m.name), source_result.run.acceptance(m.name))

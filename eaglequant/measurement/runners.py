@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.draft_tokens import MAX_DRAFT_TOKENS
+from eaglequant.common.draft_tokens import DraftTokens, each_draft_tokens, whole_number
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.progress import NoSteps, Steps, Tally
@@ -142,49 +142,6 @@ Where = Offline | Launched | Servers | OneServer
 def _prompt_steps(settings: Settings, dsts: int) -> int:
     drafted = (1 + dsts) * len(settings.modes) * len(settings.each_draft_tokens)
     return len(settings.prompts) * (settings.target_alone_runs + drafted)
-
-
-DraftTokens = int | str | Sequence[int]  # one k, or several: the first is the primary, the one the gate judges
-
-
-def each_draft_tokens(draft_tokens: DraftTokens) -> tuple[int, ...]:
-    """Every k to measure, the primary first, from one k, a sequence of them, or the command line's ``1,2,3``: one
-    clear line, naming the value as given, for one that is not a whole number from 1 to the bound, or repeated."""
-    given_value = draft_tokens
-    if isinstance(draft_tokens, str):
-        pieces: Sequence[object] = draft_tokens.split(",")
-    else:
-        pieces = list(draft_tokens) if isinstance(draft_tokens, Sequence) else [draft_tokens]
-    ks: list[int] = []
-    for piece in pieces:
-        k = _whole(piece)
-        if k is None or not 1 <= k <= MAX_DRAFT_TOKENS:
-            raise InputError(
-                words(given("draft_tokens", given_value), f": {str(piece).strip() or 'an empty entry'} is not a "
-                      f"whole number of tokens from 1 to {MAX_DRAFT_TOKENS}"),
-                hint=words("give k, or several separated by commas, e.g. ", suggested("draft_tokens", "1,2,3")),
-            )  # fmt: skip
-        if k in ks:
-            raise InputError(
-                words(given("draft_tokens", given_value), f": {k} is given twice"),
-                hint="give each k once; the first is the one the budget is judged at",
-            )
-        ks.append(k)
-    if not ks:
-        raise InputError(
-            words(given("draft_tokens", given_value), ": no k"), hint=words("e.g. ", suggested("draft_tokens", 3))
-        )
-    return tuple(ks)
-
-
-def _whole(piece: object) -> int | None:
-    """``piece`` as a whole number (an int, or its decimal digits as text), else None."""
-    if isinstance(piece, bool):
-        return None
-    if isinstance(piece, int):
-        return piece
-    text = piece.strip() if isinstance(piece, str) else None
-    return int(text) if text is not None and text.isdigit() else None
 
 
 def check_settings(
@@ -474,7 +431,7 @@ def each_concurrency(concurrency: Concurrency) -> tuple[int, ...]:
     pieces: Sequence[object] = concurrency.split(",") if isinstance(concurrency, str) else list(concurrency)
     found: list[int] = []
     for piece in pieces:
-        c = _whole(piece)
+        c = whole_number(piece)
         if c is None or not 1 <= c <= MAX_CONCURRENCY or c in found:
             why = "is given twice" if c in found else f"is not a whole number from 1 to {MAX_CONCURRENCY}"
             raise InputError(
@@ -569,11 +526,13 @@ def _model_dir(path: str | Path, parameter: str, recorded: bool = False) -> Path
 
 
 def _as_searched(draft: QuantizedDraft, source: Path) -> QuantizedDraft:
-    """``draft`` judged by the budget ``search`` recorded in it, when ``source`` is the one it searched from."""
+    """``draft`` judged at the k its search chose (the default k without one), and by the budget ``search``
+    recorded in it when ``source`` is the one it searched from."""
     from dataclasses import replace
 
-    from eaglequant.record.search import same_place, searched_judge
+    from eaglequant.record.search import read_search, same_place, searched_judge, served_draft_tokens
 
+    draft = replace(draft, served_draft_tokens=served_draft_tokens(read_search(draft.path)))
     judge = searched_judge(draft.path)
     if judge is None or not same_place(judge.source, source):
         return draft

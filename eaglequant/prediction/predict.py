@@ -250,8 +250,7 @@ def predict(
 
 def check_max_draft_tokens(max_draft_tokens: object) -> int:
     """A table's longest k: a k the engines take, and at least the k the verdict is judged at (a row of it)."""
-    check_draft_tokens(max_draft_tokens)
-    assert isinstance(max_draft_tokens, int)
+    max_draft_tokens = check_draft_tokens(max_draft_tokens)
     if max_draft_tokens < DEFAULT_DRAFT_TOKENS:
         raise InputError(
             words(
@@ -342,9 +341,10 @@ class Prediction(JsonRecord):
     @property
     def verdict(self) -> str:
         judged = "no budget" if self.judged is None else self.judged.text()
+        k = self.quantized.k
         return (
             f"predicted greedy acceptance length {self.source.length().value:.3f} → "
-            f"{self.quantized.length().value:.3f}, change {judged}"
+            f"{self.quantized.length().value:.3f}, change {judged}" + (f"; judged at k = {k}" if k else "")
         )
 
     @property
@@ -452,16 +452,25 @@ def predict_as_served(
 
 @dataclass(frozen=True)
 class PredictionSettings:
-    """How ``verify --inputs`` predicts: the longest k it tabulates and the device the chain runs on."""
+    """How ``verify --inputs`` predicts: the longest k it tabulates, the device the chain runs on, and the k the
+    verdict is judged at (the one the draft is served at: its search's, else :data:`DEFAULT_DRAFT_TOKENS`; the
+    table reaches it where it lies past ``max_draft_tokens``)."""
 
     max_draft_tokens: int = DEFAULT_MAX_DRAFT_TOKENS
     device: str = "cpu"
+    draft_tokens: int = DEFAULT_DRAFT_TOKENS
 
     def __post_init__(self) -> None:
         from eaglequant.prediction.chain import check_device
 
         check_max_draft_tokens(self.max_draft_tokens)
+        check_draft_tokens(self.draft_tokens)
         check_device(self.device)
+
+    @property
+    def tabulated(self) -> int:
+        """The longest k tabulated: ``max_draft_tokens``, or the judged k where that is longer."""
+        return max(self.max_draft_tokens, self.draft_tokens)
 
 
 def predict_written(
@@ -476,7 +485,7 @@ def predict_written(
     """``verify --inputs``: the source draft (``src``, open) against the quantized checkpoint as vLLM runs it (its
     quantized linears dequantized exactly, everything else DST's own), on the captured sequences (checked to be the
     source's inputs), for every k up to
-    ``settings.max_draft_tokens`` from one chain, judged at :data:`DEFAULT_DRAFT_TOKENS`. (None, why) when
+    ``settings.max_draft_tokens`` from one chain, judged at ``settings.draft_tokens``. (None, why) when
     there are no inputs (``no-inputs``), when they hold no target choices (``no-target-choices``, about the inputs'
     file), or when the head is not one the chained forward runs (``chain-unsupported``)."""
     if inputs is None:
@@ -501,9 +510,9 @@ def predict_written(
     # the capture was made for the source: checked against it, so where DST's config departs from the source's
     # (its aux layer ids, say) that is DST's defect, which verify's comparison with the source names
     sequences = load_captured(inputs, head=describe_head(src))
-    draft_tokens = DEFAULT_DRAFT_TOKENS  # what verify and prune judge at; the card's serving lines draft as many
+    draft_tokens = settings.draft_tokens  # the k the draft is served at
     described = f"{inputs.name} ({len(sequences)} sequences)"
-    k, device = settings.max_draft_tokens, settings.device
+    k, device = settings.tabulated, settings.device
     source = predict_table(open_draft(src, device), sequences, k)
     prediction = predict_as_served(checkpoint, head, target, source, sequences, draft_tokens, budget, described, device)
     return prediction, None

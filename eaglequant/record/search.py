@@ -205,6 +205,14 @@ def searched_judge(dst: Path) -> SearchedJudge | None:
     return SearchedJudge(record.source, record.budget.tokens)
 
 
+def served_draft_tokens(search: SearchRecord | None) -> int:
+    """The k a draft is served at: the one ``search --objective speedup`` chose, else
+    :data:`~eaglequant.common.draft_tokens.DEFAULT_DRAFT_TOKENS` (as the card's serving lines draft)."""
+    from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
+
+    return DEFAULT_DRAFT_TOKENS if search is None or search.speedup is None else search.speedup.draft_tokens
+
+
 def same_place(a: str | Path, b: str | Path) -> bool:
     """Two paths name the same directory."""
     try:

@@ -242,7 +242,7 @@ def verify_checkpoint(
             budget, judged = _acceptance_budget(dst if written is None else None, src.root, report.thresholds)
             if judged is not None and inputs is not None:
                 report.notes.append(judged)
-            settings = prediction or PredictionSettings()
+            settings = _judged_at_served_k(prediction or PredictionSettings(), dst if written is None else None)
             report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget, settings)
         if why:
             report.notes.append(why)
@@ -342,6 +342,15 @@ def _acceptance_budget(dst: Path | None, source: Path, thresholds: VerifyThresho
     if judge is None or not same_place(judge.source, source):
         return thresholds.max_acceptance_drop, None
     return judge.budget, Finding("judged-as-searched", judge.source, f"acceptance judged against {judge.text}")
+
+
+def _judged_at_served_k(settings: PredictionSettings, dst: Path | None) -> PredictionSettings:
+    """``settings`` judging at the k ``dst`` is served at: the one its search chose, else the default k."""
+    from dataclasses import replace
+
+    from eaglequant.record.search import read_search, served_draft_tokens
+
+    return settings if dst is None else replace(settings, draft_tokens=served_draft_tokens(read_search(dst)))
 
 
 def _check_hashes(dst: Path, recorded: ConversionReport | None) -> list[Finding]:

@@ -73,9 +73,11 @@ def test_accept_renders_each_draft_and_mode_from_the_report(
         ["", "T=1", "1.550 [1.000, 2.185]", "0.55 / 0.25 / 0.10", "", ""],
     ]
     close = "close: greedy change -0.033 tokens (a loss); -0.033 [-0.177, +0.110]: bound -0.177, a drop of 0.177 "
-    assert close + "within the 0.2 budget (the nvfp4 budget)\n" in shown.err
-    worse = "worse: greedy change -1.000 tokens (a loss); -1.000 [-1.248, -0.752]: bound -1.248, a drop of 1.248 past "
-    assert worse + "the 0.1 budget (the nvfp4 budget)\n" in shown.err and "unpaired:" not in shown.err
+    judged = "; judged at k = 3, the k the card serves\n"
+    assert close + "within the 0.2 budget (the nvfp4 budget)" + judged in shown.err
+    worse = "worse: greedy change -1.000 tokens (a loss); -1.000 [-1.248, -0.752]: upper bound -0.752, a drop of at "
+    past = "least 0.752, the whole interval past the 0.1 budget (the nvfp4 budget)"
+    assert worse + past + judged in shown.err and "unpaired:" not in shown.err
     assert "note: a note" in shown.err
     problems = [line for line in lines if line.startswith("problem: ")]
     assert len(problems) == 2 and all(p.startswith("problem: worse: greedy ") for p in problems)
@@ -86,8 +88,8 @@ def test_accept_judges_the_bound_not_the_estimate_and_says_a_gain_is_a_gain(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Issue 55, item 4: one gate (the drop's 95% upper bound within the budget), one sign (DST minus source): a
-    draft whose estimate (-0.033) is within a 0.1 budget but whose bound (-0.177) is past it is over; a gain is
-    never called a drop."""
+    draft whose estimate (-0.033) is within a 0.1 budget but whose bound (-0.177) is past it is not within:
+    inconclusive (issue 63, item 4), exit 7, with the prompts that would settle it; a gain is never called a drop."""
     from dataclasses import replace
 
     from eaglequant.cli.accept_cmd import render
@@ -95,8 +97,13 @@ def test_accept_judges_the_bound_not_the_estimate_and_says_a_gain_is_a_gain(
     monkeypatch.setenv("COLUMNS", "200")
     report = accept_report()
     close = replace(report.quantized[0], budget=0.1)
-    assert close.over_budget and [p.code for p in close.problems] == ["over-budget"]
-    assert "bound -0.177, a drop of 0.177 past the 0.1 budget" in close.problems[0].message
+    assert close.inconclusive and not close.over_budget
+    assert [p.code for p in close.problems] == ["acceptance-inconclusive"]
+    assert "straddles the 0.1 budget (bound -0.177, estimate within it); 2 more prompts would settle it" in (
+        close.problems[0].message
+    )
+    alone = AcceptanceReport("vllm", "0.32.0", None, report.settings, report.source, [close])
+    assert alone.exit_code == 7 and replace(alone, quantized=report.quantized).exit_code == 3
     gained = replace(report.source, label="gained", served_as="dequantized", scheme="nvfp4", budget=0.1)
     gained.difference = {GREEDY.name: Interval(0.011, -0.02, 0.042)}
     report.quantized = [close, gained]

@@ -183,6 +183,7 @@ class StandIn:
     counters: SpecCounters = field(default_factory=lambda: SpecCounters(0, 0, 0, (0, 0, 0)))
     model: str = "stand-in-target"
     completions: int = 0
+    skew: int = 0  # added to each draft's accepted tokens (mod k + 1) on prompts of odd length: another draft
     histograms: bool = True  # timed by its own clock, alike in every arm (the client's wall time is the machine's)
     decoded: tuple[float, int, int] = (0.0, 0, 0)  # the histograms' sums: decode seconds, tokens, requests
     slow: tuple[int, ...] = ()  # the completions (counted from 0) that decode 20 times slower: a busy machine
@@ -251,7 +252,7 @@ class StandIn:
         n, prompt = int(body["max_tokens"]), str(body["prompt"])
         for _ in range(self.requests_per_completion):
             if self.draft:
-                self.add(walk(n, self.k, lambda i: i + len(prompt)))
+                self.add(walk(n, self.k, lambda i: i + len(prompt) + self.skew * (len(prompt) % 2)))
             seconds, tokens, requests = self.decoded
             self.decoded = (seconds + slower * self.decode_seconds(prompt, n), tokens + n, requests + 1)
         tokens = [(len(prompt) * 7 + t) % 4096 for t in range(n)]
@@ -426,3 +427,26 @@ def test_the_command_line_shows_the_drafts_measured_on_servers(serve: Callable[[
     assert done.exit_code == 0, done.stderr
     assert "(server)" in done.stdout and "3/3" in done.stdout, done.stdout  # the table, however it wraps
     assert reference in " ".join(done.stderr.split() + done.stdout.split())
+
+
+def test_a_change_straddling_its_budget_is_inconclusive_exit_7(serve: Callable[[StandIn], str], tmp_path: Path) -> None:
+    """Issue 63, item 4 and 64, item 4 for accept: a DST's measured change of -0.065 [-0.240, +0.110] over 6 prompts
+    straddles the 0.1 budget its search recorded: inconclusive (not a problem), exit 7, saying how many prompts more
+    would settle it and the k it judged at."""
+    import shutil
+
+    from tests.measurement.test_one_gate import _searched_dst
+
+    reference, source, dst_server = serve(StandIn(draft=False)), serve(StandIn()), serve(StandIn(skew=1))
+    draft = PAIR / "draft"
+    dst = _searched_dst(tmp_path, draft, 0.1)
+    shutil.copy(draft / "config.json", dst / "config.json")
+    done = run_cli(
+        "accept", str(dst), "--source", str(draft), "--server", source, "--server", dst_server,
+        "--reference-server", reference, "--max-prompts", "6", "--max-tokens", "10", "--no-record",
+    )  # fmt: skip
+    assert done.exit_code == 7, done.stderr
+    said = " ".join(done.stdout.split())
+    assert "inconclusive: " in said and "-0.065 [-0.240, +0.110]: inconclusive, the interval straddles the 0.1" in said
+    assert "more prompts would settle it" in said and "judged at k = 3, the k the card serves" in said
+    assert "problem:" not in said and "ok:" not in said

@@ -161,6 +161,7 @@ def test_search_says_what_it_targeted_skipped_and_left_beside_dst(captured: tupl
     said = shown.stdout.replace(str(tmp_path), "DST_DIR")  # pytest's own folders (pytest-51) hold "-5"
     assert "-5" not in said and "the smallest within the budget:" in said
     assert "engines targeted: vLLM 0.32.0\n" in shown.stdout
+    assert "judged on the drop's 95% upper bound; judged at k = 3, the k the card serves\n" in shown.stdout
     assert "loaded by: vLLM 0.32.0" in shown.stdout and "TensorRT" not in shown.stdout
     stderr = " ".join(shown.stderr.split())
     assert "4 candidates were skipped for want of the target's layer count (--target-layers N)" in stderr
