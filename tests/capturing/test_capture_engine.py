@@ -180,7 +180,7 @@ def test_connector_files_are_read_as_inputs_calib_and_counts(connector_dir: Path
         "verify", str(dst), "--source", str(PAIR / "draft"), "--inputs", str(connector_dir), "--max-draft-tokens", "3",
         "--json",
     )  # fmt: skip
-    assert verified.exit_code in (0, 3), verified.stderr
+    assert verified.exit_code in (0, 3, 7), verified.stderr  # a verdict, whichever: not the subject here
     assert json.loads(verified.stdout)["acceptance"] is not None
     pruned = run_cli(
         "prune", str(PAIR / "draft"), str(tmp_path / "pruned"), "--size", "1024", "--counts", str(connector_dir)

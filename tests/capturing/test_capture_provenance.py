@@ -161,7 +161,7 @@ def test_a_capture_written_before_provenance_was_recorded_still_reads(
         head = describe_head(checkpoint)
     assert len(load_captured(older, head=head)) == 2
     result = run_cli("verify", captures["converted"], "--source", PAIR / "draft", "--inputs", older)
-    assert result.exit_code in (0, 3), result.stderr  # read and predicted: an older file cannot be told apart
+    assert result.exit_code in (0, 3, 7), result.stderr  # read and predicted: an older file cannot be told apart
 
 
 def test_the_engine_capture_records_what_it_was_made_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

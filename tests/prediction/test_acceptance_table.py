@@ -118,7 +118,8 @@ def test_verify_json_gives_acceptance_for_every_k_growing_with_k_on_the_bundled_
     inputs, draft, dst = pair_captured(pair), FIXTURES / pair / "draft", tmp_path / "fp8"
     eaglequant.convert(draft, dst, scheme="fp8-per-channel", format="quark")
     result = run_cli("verify", dst, "--source", draft, "--inputs", inputs, "--json")
-    assert result.exit_code in (0, 3), result.stderr  # the verdict (3: a gate failed) is not this test's subject
+    # the verdict (3: a gate failed, 7: inconclusive on these prompts) is not this test's subject
+    assert result.exit_code in (0, 3, 7), result.stderr
     acceptance = json.loads(result.stdout)["acceptance"]
     rows = acceptance["by_draft_tokens"]
     assert [row["draft_tokens"] for row in rows] == list(range(1, DEFAULT_MAX_DRAFT_TOKENS + 1))
