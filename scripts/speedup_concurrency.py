@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PROMPT_TOKENS = 48  # the bundled prompts' length, about 150 characters each: a stated figure
 PAIR = ROOT / "fixtures" / "trained-pair"
 
 
@@ -44,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--bandwidth", type=float, default=None, help=f"TB/s (stated: {CPU_BANDWIDTH_TBS})")
     parser.add_argument("--peak", type=float, default=None, help=f"bf16 TFLOPS (stated: {CPU_PEAK_TFLOPS})")
+    parser.add_argument(
+        "--context", type=int, default=None, help="tokens of cache a sequence reads (stated: 48 + --max-tokens / 2)"
+    )
     parser.add_argument("--measure-cpu", action="store_true", help="measure the bandwidth and peak once, in torch")
     parser.add_argument("--engine-python", type=Path, default=None)
     parser.add_argument("--reuse", action="store_true", help="model the records an earlier run left under --out")
@@ -57,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     dst = out / "fp8"
     cpu = cpu_figures(args)
+    context = args.context if args.context is not None else PROMPT_TOKENS + args.max_tokens // 2
+    print(f"each sequence priced as reading {context} tokens of cache: "
+          f"{'given' if args.context is not None else 'stated'}", file=sys.stderr)  # fmt: skip
     if args.reuse:
         reports = [json.loads(p.read_text()) for p in sorted(out.glob("accept-*.json"))]
     else:
@@ -64,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     from eaglequant.common.errors import InputError
 
     try:
-        print(model(reports, dst, fit_at, cpu, out))
+        print(model(reports, dst, fit_at, cpu, out, context))
     except InputError as error:
         print(f"no result: {error}", file=sys.stderr)
         print("\n".join(withheld(reports)), file=sys.stderr)
@@ -127,7 +134,7 @@ def measure(args: argparse.Namespace, dst: Path, loads: list[int], ks: list[int]
     return reports
 
 
-def model(reports: list[dict], dst: Path, fit_at: int, cpu: dict, out: Path) -> str:
+def model(reports: list[dict], dst: Path, fit_at: int, cpu: dict, out: Path, context: int) -> str:
     from eaglequant import explain
     from eaglequant.bench.concurrency import cpu_accelerator, fit_and_predict, markdown, medians
     from eaglequant.speedup.target_step import target_weights
@@ -136,10 +143,11 @@ def model(reports: list[dict], dst: Path, fit_at: int, cpu: dict, out: Path) -> 
     (cost,) = [r.round_cost for r in explain(dst, engines=["vllm"]).engines if r.round_cost is not None]
     found = medians(reports, {"source": "source", str(dst): "fp8"})
     timing, rows = fit_and_predict(found, target, {"source": cost.as_source(), "fp8": cost}, fit_at,
-                                   cpu_accelerator(cpu["bandwidth_tbs"], cpu["peak_tflops"]))  # fmt: skip
+                                   cpu_accelerator(cpu["bandwidth_tbs"], cpu["peak_tflops"]), context)  # fmt: skip
     result = {
         "fit_at": fit_at,
         "cpu": cpu,
+        "context": context,
         "calls": len(reports),
         "target_alone_seconds_a_step": {str(c): s for c, s in found.steps.items()},
         "target_alone_rates": {str(c): rs for c, rs in found.alone_rates.items()},

@@ -140,16 +140,18 @@ def fit_and_predict(
     drafts: Mapping[str, RoundCost],
     fit_at: int,
     hardware: Accelerator,
+    context: int = 2048,
 ) -> tuple[Timing, list[ConcurrencyRow]]:
     """The terms fitted (the target's to every C, the round's to the source draft at ``fit_at``) and every (draft,
-    k, C) the medians hold predicted from them; ``drafts`` names each draft's round cost, ``source`` among them."""
+    k, C) the medians hold predicted from them; ``drafts`` names each draft's round cost, ``source`` among them;
+    ``context``: the tokens of cache each sequence is priced as reading."""
     from eaglequant.speedup.calibration import fitted_at_concurrency
 
     ks = sorted({k for name, k, c in found.rounds if name == "source" and c == fit_at})
     rounds = [found.rounds[("source", k, fit_at)] for k in ks]
     what = "the medians over processes"
     timing = fitted_at_concurrency(target, drafts["source"], found.steps, rounds,
-                                   stated_timing(target, hardware=hardware), what, fit_at)  # fmt: skip
+                                   stated_timing(target, context=context, hardware=hardware), what, fit_at)  # fmt: skip
     rows = []
     for (name, k, c), measured in sorted(found.rounds.items()):
         at_fit = found.rounds.get((name, k, fit_at))
