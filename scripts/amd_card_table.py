@@ -2,8 +2,12 @@
 column (the target alone, every concurrency), the speculation's at one concurrency of the BF16 column, predicting
 the other concurrencies and the FP8 column (docs/speedup.md shows its output).
 
-    .venv/bin/python scripts/amd_card_table.py [--fit-at 4] [--routing-locality 0.5] [--token-share fit|0..1]
+    .venv/bin/python scripts/amd_card_table.py [--fit-at 64] [--routing-locality 0.5] [--token-share fit|0..1]
         [--without-per-token]
+
+The speculation's one fitted term is the share of a target step's cost a sequence that each token pays. A round
+pays it C·k times over, so it is fitted where a round pays it most, the card's largest C: there 1% of the card's
+figure moves it least (printed for every C, with the largest error when fitted there: no fit point is hidden).
 
 The card: amd/Kimi-K2.5-MXFP4 on one MI355X node (TP 4, the draft on 1 rank), k = 6, ISL/OSL 1K/1K, decode
 tokens/s per GPU against concurrency. The target: the bundled Kimi-K2.5 config (fixtures/targets/kimi-k2.5) with
@@ -22,8 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
+    from eaglequant.bench.speedup import AMD_CARD
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--fit-at", type=int, default=4, help="the concurrency of the BF16 column to fit at")
+    parser.add_argument("--fit-at", type=int, default=max(AMD_CARD), help="the concurrency of the BF16 column to "
+                        "fit at (default: the largest, where a round pays the token share most)")  # fmt: skip
     parser.add_argument("--routing-locality", type=float, default=None, help="rho (default: the model's stated)")
     parser.add_argument("--token-share", default="fit", help="the share of a step's cost a sequence that each "
                         "token pays (a verification k + 1 times): 'fit' (at --fit-at, the round's overheads stated) "
@@ -32,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                         "target's fixed overhead and the round's fitted at --fit-at alone")  # fmt: skip
     args = parser.parse_args(argv)
 
-    from eaglequant.bench.speedup import AMD_CARD, amd_card
+    from eaglequant.bench.speedup import amd_card
     from eaglequant.common.errors import InputError
 
     if args.fit_at not in AMD_CARD:
@@ -71,7 +78,25 @@ def main(argv: list[str] | None = None) -> int:
     print("\nFitted terms and assumptions:")
     for line in timing.assumptions():
         print(f"- {line}")
+    if share is None and not args.without_per_token:
+        print_fit_points(args.routing_locality)
     return 0
+
+
+def print_fit_points(locality: float | None) -> None:
+    """The token share fitted at each C of the BF16 column in turn, how far 1% of the card moves it there, and the
+    largest error over the table when fitted there."""
+    from eaglequant.bench.speedup import fit_points
+
+    print("\nFitted at each C in turn:\n")
+    print("| fitted at C | token share | moved by 1% of the card | largest error BF16 | FP8 |")
+    print("|---|---|---|---|---|")
+    for point in fit_points(ROOT / "fixtures" / "targets" / "kimi-k2.5", locality):
+        if point.share is None:
+            print(f"| {point.concurrency} | refused: {point.refused} | | | |")
+            continue
+        print(f"| {point.concurrency} | {point.share:.2f} | ±{point.share_per_percent:.3f} | "
+              f"{point.worst_bf16:.1%} | {point.worst_fp8:.1%} |")  # fmt: skip
 
 
 def _yes(ahead: bool) -> str:

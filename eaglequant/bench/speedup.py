@@ -187,3 +187,39 @@ def amd_card(
         alone_predicted = c / predicted[0].step_s / AMD_GPUS
         rows.append(CardRow(c, alone, alone_predicted, bf16_rate / alone, predicted[0], fp8_rate / alone, predicted[1]))
     return timing, rows
+
+
+@dataclass(frozen=True)
+class FitPoint:
+    """The card's model fitted at one concurrency of the BF16 column: the token share there, how far 1% of the
+    card's figure moves it, and the largest error over every other C (None where the fit is refused)."""
+
+    concurrency: int
+    share: float | None
+    share_per_percent: float | None
+    worst_bf16: float | None
+    worst_fp8: float | None
+    refused: str = ""
+
+
+def fit_points(target: Path, locality: float | None = None) -> list[FitPoint]:
+    """:func:`amd_card` fitted at each concurrency the card measured in turn: which fit point fixes the token share,
+    and how the predictions hold wherever it is fitted (nothing hidden by the choice of one)."""
+    from eaglequant.common.errors import InputError
+
+    points = []
+    for c in AMD_CARD:
+        try:
+            timing, rows = amd_card(target, c, locality)
+        except InputError as refused:
+            points.append(FitPoint(c, None, None, None, None, str(refused)))
+            continue
+        per_sequence = timing.token_overhead_s + timing.sequence_overhead_s
+        points.append(
+            FitPoint(
+                c, timing.token_overhead_s / per_sequence, timing.token_share_per_percent,
+                max(abs(r.bf16_predicted.speedup / r.bf16_measured - 1) for r in rows),
+                max(abs(r.fp8_predicted.speedup / r.fp8_measured - 1) for r in rows),
+            )
+        )  # fmt: skip
+    return points

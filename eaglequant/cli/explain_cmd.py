@@ -127,6 +127,17 @@ def explain_command(
             show_default=False,
         ),
     ] = None,
+    fit_at: Annotated[
+        Optional[int],  # noqa: UP045
+        typer.Option(
+            "--fit-at",
+            min=1,
+            max=4096,
+            help="With --measured from accept --concurrency: the concurrency whose source-draft rounds fit the "
+            "round's terms (default: the smallest measured); every other C is then predicted.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Show how each engine reads DST: runtime modules, rules, schemes, expected tensors, and the weight bytes it
     reads per speculative round; with --target-config, the predicted decode speed-up at each k.
@@ -139,7 +150,7 @@ def explain_command(
         from eaglequant.api.speedup import unquantized
 
         serving = _serving(target_config, tensor_parallel_size, gpu, bandwidth, peak or [], concurrency,
-                           routing_locality, expert_parallel_size, draft_tensor_parallel_size)  # fmt: skip
+                           routing_locality, expert_parallel_size, draft_tensor_parallel_size, fit_at)  # fmt: skip
         if target_config is not None and unquantized(dst):  # a BF16 draft: its speed-up as it is, the baseline
             tables = _speedup_tables(dst, target_config, acceptance, serving, measured, engine or [])
             result({"destination": str(dst.absolute()), "speedup": [t.to_json() for t in tables or []]},
@@ -178,12 +189,13 @@ def _serving(
     routing_locality: str | None,
     expert_parallel_size: int | None,
     draft_tensor_parallel_size: int | None,
+    fit_at: int | None = None,
 ) -> Serving | None:
     """The serving the speed-up tables price (None: no target); a speed-up flag without a target is refused."""
     given = {"--gpu": gpu, "--bandwidth": bandwidth, "--peak": peaks or None,
              "--concurrency": None if concurrency == "1" else concurrency, "--routing-locality": routing_locality,
              "--expert-parallel-size": expert_parallel_size,
-             "--draft-tp": draft_tensor_parallel_size}  # fmt: skip
+             "--draft-tp": draft_tensor_parallel_size, "--fit-at": fit_at}  # fmt: skip
     if target is None:
         named = [flag for flag, value in given.items() if value is not None]
         if named:
@@ -199,7 +211,7 @@ def _serving(
     tp, fit = tensor_parallel_size or 1, routing_locality == "fit"
     rho = ROUTING_LOCALITY if routing_locality is None or fit else _locality(routing_locality)
     return Serving(tp, _concurrencies(concurrency), gpu, bandwidth, parse_peaks(peaks), rho, expert_parallel_size or 1,
-                   draft_tensor_parallel_size, fit)  # fmt: skip
+                   draft_tensor_parallel_size, fit, fit_at)  # fmt: skip
 
 
 def _locality(text: str) -> float:

@@ -106,6 +106,7 @@ class Timing(JsonRecord):
     token_overhead_s: float = 0.0  # each token a target forward runs, beyond its roofline (0: not counted)
     sequence_overhead_s: float = 0.0  # each sequence a target forward runs, however many of its tokens
     step_residuals: tuple[StepResidual, ...] = ()  # the target-alone fit at each concurrency (none: not fitted so)
+    token_share_per_percent: float = 0.0  # how far a fitted token share moves for each 1% its round is off (0: stated)
 
     @property
     def measured_range(self) -> tuple[int, int] | None:
@@ -152,7 +153,16 @@ class Timing(JsonRecord):
             f"{(self.token_overhead_s + self.sequence_overhead_s) * 1e6:.3g} us each sequence a target step runs "
             f"beyond its roofline{source}: {self.token_overhead_s * 1e6:.3g} us of it each token (a verification "
             f"pays it k + 1 times a sequence), {self.sequence_overhead_s * 1e6:.3g} us each sequence (once); the "
-            "draft's steps pay neither"
+            f"draft's steps pay neither{self._share_text()}"
+        )
+
+    def _share_text(self) -> str:
+        if not self.token_share_per_percent:
+            return ""
+        share = self.token_overhead_s / (self.token_overhead_s + self.sequence_overhead_s)
+        return (
+            f"; the token share {share:.3g} moves by {self.token_share_per_percent:.2g} for each 1% the round it was "
+            "fitted to is off (fitted at a larger C, a round pays it more and fixes it better)"
         )
 
 
@@ -473,7 +483,9 @@ def calibrate_token_share(
     """``stated`` (its target terms fitted to the target alone, :func:`calibrate_target_steps`) with the share of a
     step's cost a sequence that is a cost a token fitted to the drafted rounds ``measured`` at ``concurrency``, in
     least squares, the round's and the draft step's overheads as ``stated``. A verification of k + 1 tokens a
-    sequence pays that share k + 1 times; a share outside 0..1 cannot be one, and is refused, naming it."""
+    sequence pays that share k + 1 times; a share outside 0..1 cannot be one, and is refused, naming it. What it
+    assumes says how well the fit point fixes the share: how far it moves for each 1% the measured round is off (a
+    round pays C·k times the share's unit, so a larger C fixes it better)."""
     per_sequence = stated.token_overhead_s + stated.sequence_overhead_s
     if not measured or not stated.step_residuals or per_sequence <= 0:
         raise InputError(f"{what}: the token share needs a drafted round and the target alone fitted at several C",
@@ -488,6 +500,8 @@ def calibrate_token_share(
         slopes.append(concurrency * k * per_sequence)
         rests.append(m.acceptance_length * m.drafted_seconds_per_token - at_zero)
     share = sum(a * r for a, r in zip(slopes, rests, strict=True)) / sum(a * a for a in slopes)
+    rounds = [m.acceptance_length * m.drafted_seconds_per_token for m in measured]
+    per_percent = 0.01 * sum(a * r for a, r in zip(slopes, rounds, strict=True)) / sum(a * a for a in slopes)
     if not 0.0 <= share <= 1.0:
         raise InputError(
             f"{what}: the fit gives {share:.3g} as the share of a target step's cost a sequence that each token pays, "
@@ -497,6 +511,7 @@ def calibrate_token_share(
         )
     fitted = replace(stated, token_overhead_s=share * per_sequence, sequence_overhead_s=(1 - share) * per_sequence,
                      calibrated_on=f"{what}: only the share each token pays; the round's and the draft step's stated",
+                     token_share_per_percent=per_percent,
                      measured_draft_tokens=tuple(sorted({m.draft_tokens for m in measured})))  # fmt: skip
     found = _residuals(target, draft, measured, fitted, concurrency, ranks, draft_kv_bytes_per_position)
     return replace(fitted, residuals=found)

@@ -32,6 +32,7 @@ class Serving:
     expert_parallel_size: int = 1
     draft_tensor_parallel_size: int | None = None  # None: the target's
     fit_locality: bool = False  # the routing locality fitted to ``measured`` (three k or more)
+    fit_concurrency: int | None = None  # the C whose rounds in ``measured`` fit the round's terms (None: the smallest)
 
     def accelerator(self) -> Accelerator:
         from eaglequant.speedup.hardware import accelerator, with_figures
@@ -77,7 +78,8 @@ def predicted_speedup(
         timing = timing_for(weights, source, None if measured is None else Path(measured), hardware=hardware,
                             routing_locality=serving.routing_locality, fit_locality=serving.fit_locality,
                             draft_tensor_parallel_size=serving.draft_tensor_parallel_size,
-                            draft_kv_bytes_per_position=draft_kv)  # fmt: skip
+                            draft_kv_bytes_per_position=draft_kv,
+                            fit_concurrency=serving.fit_concurrency)  # fmt: skip
         for c in serving.concurrency:
             tables.append(
                 predict_speedup(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglequant.bench.speedup import AMD_CARD, AMD_GPUS, amd_card, mxfp4_kimi
+from eaglequant.bench.speedup import AMD_CARD, AMD_GPUS, amd_card, fit_points, mxfp4_kimi
 from eaglequant.common.errors import InputError
 from eaglequant.speedup.model import geometric_acceptance
 
@@ -96,3 +96,25 @@ def test_what_the_card_refutes_is_refused_naming_the_term() -> None:
         amd_card(KIMI, fit_at=4, locality=0.0)
     with pytest.raises(InputError, match="ms each round beyond its forwards, which cannot be a cost"):
         amd_card(KIMI, fit_at=4, locality=0.0, per_token=False)
+
+
+def test_the_share_moves_least_where_a_round_pays_it_most() -> None:
+    """1% of the fitted round moves the share by 0.01 x round / (C k x the cost a sequence): a hand's arithmetic,
+    smaller at every larger C; each fit point's errors are amd_card's fitted there."""
+    points = fit_points(KIMI)
+    assert [p.concurrency for p in points] == list(AMD_CARD)
+    length = geometric_acceptance(2.62, 3, 6)[6]
+    for point in points:
+        timing, rows = amd_card(KIMI, fit_at=point.concurrency)
+        per_sequence = timing.token_overhead_s + timing.sequence_overhead_s
+        bf16_rate = AMD_CARD[point.concurrency][1]
+        round_s = length * point.concurrency / (bf16_rate * AMD_GPUS)
+        by_hand = 0.01 * round_s / (point.concurrency * 6 * per_sequence)
+        assert point.share_per_percent == pytest.approx(by_hand, rel=1e-9)
+        assert timing.token_share_per_percent == point.share_per_percent
+        assert point.worst_bf16 == max(abs(r.bf16_predicted.speedup / r.bf16_measured - 1) for r in rows)
+    spreads = [p.share_per_percent for p in points]
+    assert spreads == sorted(spreads, reverse=True)
+    assert "moves by 0.015 for each 1% the round it was fitted to is off" in " ".join(
+        amd_card(KIMI, fit_at=64)[0].assumptions()
+    )

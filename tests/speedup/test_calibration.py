@@ -61,6 +61,26 @@ def test_explain_says_the_terms_were_fitted_to_the_record(record: Path, tmp_path
     assert "k = 5 lies outside the measured k = 1..4: extrapolated" in result.stderr
 
 
+def test_explain_fits_at_the_concurrency_given_or_says_why_it_cannot(record: Path, tmp_path: Path) -> None:
+    """--fit-at reaches the fit: a record of prompts one at a time has no target alone at several C to fit at."""
+    import eaglequant
+
+    dst = tmp_path / "fp8"
+    eaglequant.convert(PAIR / "draft", dst, scheme="fp8-per-channel", format="quark")
+    base = ("explain", dst, "--target-config", PAIR / "target", "--acceptance", "2.5@3")
+    refusals = {
+        ("--fit-at", "4"): "fitting at concurrency 4 needs a measurement, and none is given",
+        ("--fit-at", "2", "--measured", record): "the target alone is measured at 0 concurrencies (steady), and "
+        "fitting at C = 2 needs two or more",
+    }
+    for flags, said in refusals.items():
+        result = run_cli(*base, *flags)
+        last = result.stderr.strip().splitlines()[-1]
+        assert result.exit_code == 2 and said in last, result.stderr
+    result = run_cli("explain", dst, "--fit-at", "4")
+    assert result.exit_code == 2 and "--fit-at prices the target's forwards, and no target is given" in result.stderr
+
+
 def _edited(record: Path, tmp_path: Path, name: str, change: dict) -> Path:
     data = json.loads(record.read_text())
     for key, value in change.items():
