@@ -48,9 +48,16 @@ class Accelerator(JsonRecord):
         return kind
 
     def describe(self) -> str:
-        peaks = ", ".join(f"{k} {getattr(self, k) / TERA:,.0f}" for k in KINDS if getattr(self, k))
+        peaks = ", ".join(f"{k} {_tflops(getattr(self, k) / TERA)}" for k in KINDS if getattr(self, k))
         said = "given" if self.source == "given" else f"as stated by {self.source}"
         return f"{self.name}: {self.bandwidth / TERA:.3g} TB/s HBM, dense peak TFLOPS {peaks} ({said})"
+
+
+def _tflops(figure: float) -> str:
+    """A peak as stated: whole TFLOPS with thousands separated, a fraction kept (989.5, and a CPU's 0.1)."""
+    if figure == round(figure):
+        return f"{figure:,.0f}"
+    return f"{figure:,.1f}".rstrip("0").rstrip(".") if figure >= 1 else f"{figure:.3g}"
 
 
 _NVIDIA_H100 = "NVIDIA H100 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h100/ (H100 SXM)"
