@@ -238,8 +238,13 @@ def _acceptance(acceptance: AcceptanceRecord | None) -> str:
             )
         )
     lines += [f"\nNote: {note}" for note in acceptance.notes]
-    lines += [f"\n**Problem**: {problem}" for problem in acceptance.problems]
+    lines += [f"\n**{_heading(problem.code)}**: {problem}" for problem in acceptance.problems]
     return "\n".join(lines) + "\n"
+
+
+def _heading(code: str) -> str:
+    """An unsettled budget is not a defect: more prompts would tell, and the card says so."""
+    return "Inconclusive" if code == "acceptance-inconclusive" else "Problem"
 
 
 def served_draft_tokens(search: SearchRecord | None) -> int:

@@ -83,3 +83,12 @@ def test_k_reads_by_its_one_name_and_by_the_name_older_records_wrote() -> None:
     settings = {k: v for k, v in RECORD["settings"].items() if k != "num_speculative_tokens"}  # type: ignore[attr-defined]
     current = AcceptanceRecord.from_json({**RECORD, "settings": {**settings, "draft_tokens": 5}})
     assert current.draft_tokens == 5 and AcceptanceRecord.from_json(RECORD).draft_tokens == 3
+
+
+def test_an_inconclusive_budget_is_not_shown_as_a_problem() -> None:
+    unsettled = {"code": "acceptance-inconclusive", "subject": "q", "message": "about 40 prompts more would tell"}
+    defect = {"code": "not-lossless", "subject": "q", "message": "greedy output differs on 2 of 22 prompts"}
+    section = _acceptance(AcceptanceRecord.from_json({**RECORD, "ok": False, "problems": [unsettled, defect]}))
+    assert "**Inconclusive**: about 40 prompts more would tell" in section
+    assert "**Problem**: greedy output differs on 2 of 22 prompts" in section
+    assert "**Problem**: about 40" not in section
