@@ -21,6 +21,7 @@ from eaglequant.formats import FORMATS
 from eaglequant.publish.card_source import CARD_NAME
 from eaglequant.publish.cost_sections import round_cost_section, search_section, speedup_section
 from eaglequant.record.report import REPORT_NAME, CardContext, ConversionReport
+from eaglequant.record.search import served_draft_tokens
 from eaglequant.record.verification import VerificationRecord
 
 if TYPE_CHECKING:
@@ -245,11 +246,6 @@ def _acceptance(acceptance: AcceptanceRecord | None) -> str:
 def _heading(code: str) -> str:
     """An unsettled budget is not a defect: more prompts would tell, and the card says so."""
     return "Inconclusive" if code == "acceptance-inconclusive" else "Problem"
-
-
-def served_draft_tokens(search: SearchRecord | None) -> int:
-    """The k the serving lines draft: the one ``search --objective speedup`` chose, else :data:`DRAFT_TOKENS`."""
-    return DRAFT_TOKENS if search is None or search.speedup is None else search.speedup.draft_tokens
 
 
 def served_schedule(search: SearchRecord | None) -> tuple[tuple[int, int, int], ...]:
