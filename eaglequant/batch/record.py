@@ -80,8 +80,10 @@ def _verified_on_hub(listing: RepoListing, snapshot: Path) -> bool | None:
 
 
 def recorded_verified(directory: Path) -> bool | None:
-    """The verification recorded with an output: passed (True), failed (False), none recorded (None)."""
+    """The verification recorded with an output: no check failed (True: passed, inconclusive, or not verified
+    numerically, as a conversion's own verification counts it), a check failed (False), none recorded (None).
+    Converting again gives an inconclusive or unnumbered verdict again, so only a failure is retried."""
     from eaglequant.verification.verdict import recorded_verdict
 
     verdict = recorded_verdict(directory)
-    return None if verdict is None else verdict is Verdict.PASSED
+    return None if verdict is None else verdict is not Verdict.FAILED

@@ -137,21 +137,28 @@ def test_batch_fails_a_job_whose_verification_fails_on_every_run(tmp_path: Path)
 
 
 @pytest.mark.slow
-def test_batch_retries_a_destination_whose_recorded_verification_failed(tmp_path: Path) -> None:
-    """An output left with a failed verification (by an older eaglequant) is converted again, not skipped."""
+def test_batch_retries_a_destination_whose_recorded_verification_failed_and_only_that(tmp_path: Path) -> None:
+    """An output left with a failed verification (by an older eaglequant) is converted again, not skipped; one left
+    inconclusive is done (converting it again would only say so again)."""
     jobs = tmp_path / "jobs.toml"
     jobs.write_text(JOBS.format(source=FIXTURES / "specforge-llama", scheme="fp8-per-channel"))
     assert run_cli("batch", jobs, "--summary", tmp_path / "s.json").exit_code == 0
     dst = tmp_path / "out" / "strict"
     recorded = dst / "eaglequant_verify.json"
     data = json.loads(recorded.read_text())
-    recorded.write_text(json.dumps({**data, "ok": False, "verdict": "failed"}))
-    report = json.loads((dst / "eaglequant_report.json").read_text())  # as if written so: hashes agree
-    report["files"]["eaglequant_verify.json"] = hashlib.sha256(recorded.read_bytes()).hexdigest()
-    (dst / "eaglequant_report.json").write_text(json.dumps(report))
-    again = run_cli("batch", jobs, "--summary", tmp_path / "s.json", "--json")
-    job = json.loads(again.stdout)["jobs"][0]
-    assert job["status"] == "converted" and job["reason"] == "its recorded verification failed"
+    for verdict, status in (("inconclusive", "skipped"), ("failed", "converted")):
+        recorded.write_text(json.dumps({**data, "ok": verdict != "failed", "verdict": verdict}))
+        report = json.loads((dst / "eaglequant_report.json").read_text())  # as if written so: hashes agree
+        report["verification"] = {"ok": verdict != "failed", "verdict": verdict}
+        report["files"]["eaglequant_verify.json"] = hashlib.sha256(recorded.read_bytes()).hexdigest()
+        (dst / "eaglequant_report.json").write_text(json.dumps(report))
+        again = run_cli("batch", jobs, "--summary", tmp_path / "s.json", "--json")
+        job = json.loads(again.stdout)["jobs"][0]
+        assert job["status"] == status, (verdict, job)
+        if status == "converted":
+            assert job["reason"] == "its recorded verification failed"
+        else:
+            assert job["verified"] is True and json.loads(recorded.read_text())["verdict"] == verdict
     assert json.loads(recorded.read_text())["ok"] is True
 
 
