@@ -2,6 +2,6 @@
 loads it (``explain --target-config``), from the cost model of :mod:`eaglequant.speedup`
 (:mod:`eaglequant.speedup.written_draft`)."""
 
-from eaglequant.speedup.written_draft import Serving, acceptance_at, predicted_speedup, unquantized
+from eaglequant.speedup.written_draft import Serving, acceptance_at, as_trained, predicted_speedup
 
-__all__ = ["Serving", "acceptance_at", "predicted_speedup", "unquantized"]
+__all__ = ["Serving", "acceptance_at", "as_trained", "predicted_speedup"]

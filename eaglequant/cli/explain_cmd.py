@@ -147,11 +147,11 @@ def explain_command(
 
     def body() -> bool:
         from eaglequant.api import explain
-        from eaglequant.api.speedup import unquantized
+        from eaglequant.api.speedup import as_trained
 
         serving = _serving(target_config, tensor_parallel_size, gpu, bandwidth, peak or [], concurrency,
                            routing_locality, expert_parallel_size, draft_tensor_parallel_size, fit_at)  # fmt: skip
-        if target_config is not None and unquantized(dst):  # a BF16 draft: its speed-up as it is, the baseline
+        if target_config is not None and as_trained(dst):  # a BF16 draft: its speed-up as it is, the baseline
             tables = _speedup_tables(dst, target_config, acceptance, serving, measured, engine or [])
             result({"destination": str(dst.absolute()), "speedup": [t.to_json() for t in tables or []]},
                    lambda: _render_speedup(tables))  # fmt: skip

@@ -107,7 +107,7 @@ def draft_cache_bytes(dst: Path) -> float:
     return kv_bytes_per_position(load_json_object(dst / "config.json", "config.json"))[0]
 
 
-def unquantized(dst: Path) -> bool:
+def as_trained(dst: Path) -> bool:
     """Whether ``dst`` is a head as trained (BF16, no quantization config): priced as it is, not explained."""
     from eaglequant.checkpoint.reader import load_json_object
 
@@ -122,7 +122,7 @@ def _priced_drafts(dst: Path, engines: list[str] | tuple[str, ...]) -> list[tupl
     from eaglequant.conversion.options import ConversionOptions
     from eaglequant.record.as_recorded import explain_written
 
-    if unquantized(dst):
+    if as_trained(dst):
         options = ConversionOptions(engines=tuple(engines) or ("vllm",))
         costs = inspect_source(dst, options, DEFAULT_DRAFT_TOKENS).round_costs
         return [(f"{c.engine_release}, BF16 (as it is)", c.as_source(), c.as_source()) for c in costs]
