@@ -18,7 +18,9 @@ at a time, and renames it into place: memory holds one sequence, whatever the nu
 
 The header's ``__metadata__`` records what the capture was made for (:class:`CaptureProvenance`): the aux layer
 ids captured and each one's hidden size, the target (as given), its layer count and vocabulary size, and the
-SHA-256 of the prompts' texts; a producer that does not know one leaves it out. :func:`check_capture_for` refuses
+SHA-256 of the prompts' texts; a producer that does not know one leaves it out. A MoE target run with transformers
+adds its routing's counts (``routing``: :mod:`eaglequant.draft.capture_routing`), what its routing locality is
+measured from. :func:`check_capture_for` refuses
 a capture whose aux layer ids, hidden size or target vocabulary are not the draft's, naming the field.
 """
 
@@ -38,6 +40,7 @@ import torch
 from eaglequant.common.atomic import replaced_whole
 from eaglequant.common.errors import InputError, Param, given, words
 from eaglequant.common.json_fields import JsonRecord
+from eaglequant.draft.capture_routing import RoutingLocality
 
 if TYPE_CHECKING:
     from eaglequant.layouts.head import HeadDescription
@@ -63,6 +66,9 @@ class CaptureSummary(JsonRecord):
     continuation_positions: int
     aux_layer_ids: tuple[int, ...]
     prompts_from: str
+    # a MoE target's routing locality, measured from its router where capture ran it (None: not measured)
+    routing_locality: RoutingLocality | None = None
+    routing_note: str | None = None  # why a MoE target's routing locality was not measured
 
 
 @dataclass(frozen=True)

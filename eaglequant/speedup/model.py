@@ -30,6 +30,7 @@ from typing import Protocol
 
 from eaglequant.common.errors import InputError
 from eaglequant.common.json_fields import JsonRecord, named, rounded
+from eaglequant.draft.capture_routing import RoutingLocality
 from eaglequant.readback.cost import RoundCost
 from eaglequant.speedup.hardware import ACCELERATORS, DEFAULT_ACCELERATOR, Accelerator
 from eaglequant.speedup.roofline import draft_compute_seconds, target_compute_seconds
@@ -106,6 +107,7 @@ class Timing(JsonRecord):
     token_overhead_s: float = 0.0  # each token a target forward runs, beyond its roofline (0: not counted)
     sequence_overhead_s: float = 0.0  # each sequence a target forward runs, however many of its tokens
     step_residuals: tuple[StepResidual, ...] = ()  # the target-alone fit at each concurrency (none: not fitted so)
+    routing_measured: RoutingLocality | None = None  # the routing locality measured by capture (None: stated or fit)
 
     @property
     def measured_range(self) -> tuple[int, int] | None:
@@ -134,11 +136,15 @@ class Timing(JsonRecord):
             *(f"target alone at C = {r.concurrency}: measured {r.measured_s * 1e3:.4g} ms a step, predicted "
               f"{r.predicted_s * 1e3:.4g} ms ({r.error:+.1%})" for r in self.step_residuals),
             f"each sequence at {self.context} tokens of context",
-            f"routing locality {self.routing_locality:g}: a sequence's next token routes as its last did with that "
-            "chance, else independently and uniformly (0: the bound, every token independent)",
+            f"{self._locality_text()}: a sequence's next token routes as its last did with that chance, else "
+            "independently and uniformly (0: the bound, every token independent)",
             *(f"fit at k = {r.draft_tokens}, C = {r.concurrency}: measured {r.measured:.3f}x, predicted "
               f"{r.predicted:.3f}x ({r.error:+.1%})" for r in self.residuals),
         ]  # fmt: skip
+
+    def _locality_text(self) -> str:
+        measured = self.routing_measured
+        return f"routing locality {self.routing_locality:g}" if measured is None else measured.text()
 
     def _token_text(self) -> str:
         if not (self.token_overhead_s or self.sequence_overhead_s):
