@@ -147,7 +147,7 @@ def capture(
             summary = writer.finish(ids, prompts_from, {**known, "decoding": "greedy", **routing})
     finally:
         shown.stop()
-    measured = routing_locality(tap.counts) if tap else None
+    measured = routing_locality(tap.counts, f"capture ({summary.path.name})") if tap else None
     return replace(summary, routing_locality=measured, routing_note=routing_note)
 
 
