@@ -195,6 +195,17 @@ def test_the_capture_file_keeps_counts_not_ids_and_a_dense_target_none(captured:
         read_counts(dense.path)
 
 
+def test_capture_prints_the_measured_routing_locality(captured: dict[str, Any], tmp_path: Path) -> None:
+    out = tmp_path / "captured.safetensors"
+    result = run_cli("capture", out, "--target", captured["random_target"], "--draft", PAIR / "draft",
+                     "--max-prompts", "2", "--max-tokens", "4")  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "measured by capture (captured.safetensors) on 10 token pairs (2 prompts, 4 MoE layers of 8 experts, top 2)"
+        in (" ".join(result.stdout.split()))
+    )
+
+
 def test_a_moe_family_whose_router_is_not_read_is_said_in_one_line() -> None:
     model = SimpleNamespace(config=SimpleNamespace(model_type="olmoe", num_experts=64), named_modules=lambda: [])
     tap, note = router_tap(model)
