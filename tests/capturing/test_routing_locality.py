@@ -259,3 +259,65 @@ def test_the_speedup_search_prices_with_the_rho_its_inputs_measured(captured: di
     assert stated is not None and (stated.timing.routing_locality, stated.timing.routing_measured) == (
         ROUTING_LOCALITY, None,
     )  # fmt: skip
+
+
+_TINY = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 32, "num_experts_per_tok": 2}  # fmt: skip
+_GROUPED = {
+    "moe_intermediate_size": 32,
+    "n_routed_experts": 8,
+    "n_group": 2,
+    "topk_group": 1,
+    "first_k_dense_replace": 0,
+}
+_MLA = {"q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16}
+FAMILIES = {
+    "qwen2_moe": ("Qwen2MoeConfig", {"moe_intermediate_size": 32, "num_experts": 8,
+                                     "shared_expert_intermediate_size": 32}),
+    "qwen3_moe": ("Qwen3MoeConfig", {"moe_intermediate_size": 32, "num_experts": 8}),
+    "mixtral": ("MixtralConfig", {"num_local_experts": 8}),
+    "deepseek_v3": ("DeepseekV3Config", {**_GROUPED, **_MLA, "head_dim": 16}),
+    "glm4_moe": ("Glm4MoeConfig", {**_GROUPED, "n_group": 1}),
+    "gpt_oss": ("GptOssConfig", {"num_local_experts": 8}),
+    "llama4_text": ("Llama4TextConfig", {"intermediate_size_mlp": 128, "num_local_experts": 8,
+                                         "interleave_moe_layer_step": 1}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_each_family_tap_reads_the_experts_its_block_routes_to(family: str) -> None:
+    """The ids the tap reads are those each MoE block hands its experts (Llama 4: where its router's scores are not
+    zero, the experts it weights), for every family the tap knows, built tiny with transformers' own classes."""
+    import transformers
+
+    from eaglequant.capturing.routing import ROUTERS
+
+    assert set(FAMILIES) == set(ROUTERS)
+    name, extra = FAMILIES[family]
+    torch.manual_seed(0)
+    config = getattr(transformers, name)(**{**_TINY, **extra})
+    if family == "llama4_text":
+        config.num_experts_per_tok = 1  # Llama 4 routes each token to one expert
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    tap, note = router_tap(model)
+    assert tap is not None and note is None and tap.counts.layer_ids == (0, 1)
+    routed: dict[int, torch.Tensor] = {}
+    for number, router in tap.routers.items():
+        if family == "llama4_text":
+            router.register_forward_hook(lambda _m, _a, out, n=number: routed.__setitem__(n, out[0] > 0))
+        else:
+            block = model.model.layers[number].mlp
+            block.experts.register_forward_pre_hook(lambda _m, args, n=number: routed.__setitem__(n, args[1]))
+    with torch.no_grad(), tap.listening():
+        model(torch.randint(0, 512, (1, 9), generator=torch.Generator().manual_seed(1)))
+    for number, ids in tap._ids.items():
+        chosen = torch.zeros(9, 8, dtype=torch.bool).scatter_(1, ids, True)
+        expected = (
+            routed[number] if family == "llama4_text" else torch.zeros_like(chosen).scatter_(1, routed[number], True)
+        )
+        assert torch.equal(chosen, expected), number
+    tap.counted(1)
+    assert tap.counts.prompt_pairs == [7] and (tap.counts.experts, tap.counts.experts_per_token) == (
+        8,
+        config.num_experts_per_tok,
+    )
