@@ -144,7 +144,9 @@ class Timing(JsonRecord):
 
     def _locality_text(self) -> str:
         measured = self.routing_measured
-        return f"routing locality {self.routing_locality:g}" if measured is None else measured.text()
+        if measured is None:
+            return f"routing locality {self.routing_locality:g}"
+        return f"{measured.text()}, the speed-up's interval priced at both its ends"
 
     def _token_text(self) -> str:
         if not (self.token_overhead_s or self.sequence_overhead_s):
@@ -347,12 +349,23 @@ def predict_speedup(
         drafting = draft_seconds(draft, k, timing, ranks, concurrency, draft_compute, draft_kv_bytes_per_position)
         per_token = step / (verify + drafting)  # the speed-up a token of acceptance buys: at most 1
         assert per_token <= 1.0 + 1e-12, "a verification costs at least a step"
+        least, most = (step / (step_seconds(target, t, k + 1, concurrency) + t.round_overhead_s + drafting)
+                       for t in _locality_bounds(timing))  # fmt: skip
         low, high = (acceptance_interval or {}).get(k, (length, length))
         low, high = _checked_length(low, k), _checked_length(high, k)
-        interval = (low * per_token * (1 - MODEL_ERROR), min(high, high * per_token * (1 + MODEL_ERROR)))
+        interval = (low * least * (1 - MODEL_ERROR), min(high, high * most * (1 + MODEL_ERROR)))
         points.append(SpeedupPoint(k, length, step, verify, drafting, min(length, length * per_token), *interval))
     return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from, concurrency,
                         draft_tensor_parallel_size, draft_kv_bytes_per_position)  # fmt: skip
+
+
+def _locality_bounds(timing: Timing) -> tuple[Timing, Timing]:
+    """The terms at the low and the high end of a measured routing locality's interval (fewer tokens sharing their
+    experts: a dearer verification), or ``timing`` twice where the locality is stated or fitted."""
+    measured = timing.routing_measured
+    if measured is None:
+        return timing, timing
+    return replace(timing, routing_locality=measured.low), replace(timing, routing_locality=measured.high)
 
 
 def _checked_length(length: float, draft_tokens: int) -> float:

@@ -321,3 +321,35 @@ def test_each_family_tap_reads_the_experts_its_block_routes_to(family: str) -> N
         8,
         config.num_experts_per_tok,
     )
+
+
+def test_the_speedup_interval_carries_the_measured_rho_interval() -> None:
+    """A verification priced at rho's low end (more distinct experts) bounds the speed-up below, at its high end
+    above: each bound is the stated model's at that rho; the point is the estimate's."""
+    from dataclasses import replace
+
+    from eaglequant.draft.capture_routing import RoutingLocality
+    from eaglequant.readback.cost import PartCost, RoundCost
+    from eaglequant.speedup.model import Timing, predict_speedup
+    from eaglequant.speedup.target_step import TargetWeights
+
+    target = TargetWeights("t", "test", 4, 1_000_000, 1000, 2, 8, 2, 50_000.0, 10.0, False)
+    parts = (PartCost("fc", 1, 300, 600, True), PartCost("decoder", 3, 1000, 2000, True))
+    draft = RoundCost("vllm", "0.32.0", 3, parts, 0, 0)
+    stated = Timing(1e9, 2e-4, 5e-5, 3e-5, 100, routing_locality=0.5)
+    measured = replace(stated, routing_measured=RoutingLocality(0.5, 0.1, 0.9, 100, 4, 8, 2, (0.5,)))
+
+    def at(timing: Timing) -> Any:
+        return predict_speedup("d", target, draft, {3: 2.5}, timing).at(3)
+
+    point, low_end, high_end = (
+        at(measured),
+        at(replace(stated, routing_locality=0.1)),
+        at(replace(stated, routing_locality=0.9)),
+    )
+    assert point.speedup == at(stated).speedup
+    assert (point.low, point.high) == (low_end.low, high_end.high)
+    assert point.low < at(stated).low and point.high > at(stated).high
+    said = "routing locality 0.50 [0.10, 0.90], measured by capture on 100 token pairs"
+    lines = predict_speedup("d", target, draft, {3: 2.5}, measured).assumptions
+    assert any(line.startswith(said) and "the speed-up's interval priced at both its ends" in line for line in lines)
