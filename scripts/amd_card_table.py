@@ -1,6 +1,6 @@
 """The AMD Kimi-K2.5 EAGLE-3 card's throughput table, on paper: the target's terms fitted to the no-speculation
 column (the target alone, every concurrency), the speculation's at one concurrency of the BF16 column, predicting
-the other concurrencies and the FP8 column (docs/speedup.md shows its output).
+the other concurrencies and the FP8 column (docs/speedup-checks.md shows its output).
 
     .venv/bin/python scripts/amd_card_table.py [--fit-at 64] [--routing-locality 0.5] [--token-share fit|0..1]
         [--without-per-token]

@@ -11,8 +11,8 @@ at each k of ``--k``, one k a call (the target alone, the source draft, the FP8 
 quarter here), more than a draft's effect, so the figures compared are medians over processes: the target alone's
 decode seconds a token over every call, each draft's at each k over the repeats. The model's overheads are fitted
 to the source draft's median round at ``--calibrate-on`` alone; then it predicts every draft at every k from the
-*predicted* acceptance, set beside the speed-up those medians give. Prints a Markdown table (docs/speedup.md shows
-one) and writes the JSON of every call under --out.
+*predicted* acceptance, set beside the speed-up those medians give. Prints a Markdown table
+(docs/speedup-checks.md shows one) and writes the JSON of every call under --out.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ one: :mod:`eaglequant.draft.connector_files`) stays in ``draft/``, where calibra
 - :mod:`.engine_capture`: the capture through the engine that serves the target (vLLM), at any tensor-parallel
   size (``capture --engine``).
 - :mod:`.trainer_files`: the hidden-state files EAGLE-3 trainers (SpecForge) already wrote.
+- :mod:`.routing`: a MoE target's routing locality, measured from its own router while :func:`capture` runs it
+  (its counts in the capture file's header, :mod:`eaglequant.draft.capture_routing`).
 """
 
 from eaglequant.capturing.transformers_capture import capture

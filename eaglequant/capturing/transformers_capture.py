@@ -11,13 +11,17 @@ tensor-parallel size) and the hidden-state files trainers and vLLM's connector a
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from eaglequant.capturing.routing import router_tap, routing_locality
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.draft.capture_file import CaptureSummary, CaptureWriter, aux_layer_ids, made_for, output_path
+from eaglequant.draft.capture_routing import METADATA_KEY
 
 DEFAULT_TOP_K = 8
 DEFAULT_AUX_LAYERS = 3  # vLLM's default aux layers, where a draft names none
@@ -117,6 +121,7 @@ def capture(
         raise InputError(words(given("target", str(target_path)), f": transformers cannot load it ({why})")) from None
     model.eval()
     ids = draft_layer_ids(draft_path, layer_ids, int(model.config.num_hidden_layers))
+    tap, routing_note = router_tap(model)
     shown = steps or NoSteps()
     tally = Tally(shown, len(prompt_list))
     try:
@@ -126,7 +131,10 @@ def capture(
                 # k - 1 tokens past the engine's budget: its last draft, with fewer than max_tokens emitted, still
                 # proposes k tokens and the target judges each
                 sequence = _greedy(model, tokens, max_tokens + draft_tokens - 1)
-                record = _record(model, sequence, ids, top_k, len(tokens))
+                with tap.listening() if tap else nullcontext():
+                    record = _record(model, sequence, ids, top_k, len(tokens))
+                if tap:
+                    tap.counted(len(tokens))  # the generated tokens: those a decode forward runs
                 writer.add({**record, "max_new_tokens": max_tokens})
                 tally.finished(f"prompt {index}/{len(prompt_list)} (transformers)")
             known = made_for(
@@ -135,9 +143,12 @@ def capture(
                 target_vocab_size=int(model.config.vocab_size),
                 prompts=prompt_list,
             )
-            return writer.finish(ids, prompts_from, {**known, "decoding": "greedy"})
+            routing = {METADATA_KEY: tap.counts.to_metadata()} if tap else {}
+            summary = writer.finish(ids, prompts_from, {**known, "decoding": "greedy", **routing})
     finally:
         shown.stop()
+    measured = routing_locality(tap.counts, f"capture ({summary.path.name})") if tap else None
+    return replace(summary, routing_locality=measured, routing_note=routing_note)
 
 
 def _greedy(model: Any, tokens: Any, count: int) -> Any:

@@ -164,6 +164,10 @@ def render(summary: CaptureSummary) -> None:
         f"({summary.continuation_positions} after the prompts), aux layers {list(summary.aux_layer_ids)}",
         soft_wrap=True,
     )
+    if summary.routing_locality is not None:
+        out.print(escape(summary.routing_locality.text()), soft_wrap=True)
+    if summary.routing_note:
+        note(summary.routing_note)
 
 
 def register(app: typer.Typer) -> None:

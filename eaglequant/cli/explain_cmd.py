@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
@@ -100,8 +99,8 @@ def explain_command(
         typer.Option(
             "--routing-locality",
             help="With --target-config: the chance a sequence's next token routes to the experts its last did, 0 to "
-            "1 (0: every token independently, the bound; default 0.5), or 'fit' to fit it to --measured (three k or "
-            "more).",
+            "1 (0: every token independently, the bound; default 0.5), 'fit' to fit it to --measured (three k or "
+            "more), or a capture file (eaglequant capture OUT) that measured it from the target's router.",
             show_default=False,
         ),
     ] = None,
@@ -206,25 +205,12 @@ def _serving(
         return None
     from eaglequant.api.speedup import Serving
     from eaglequant.speedup.hardware import parse_peaks
-    from eaglequant.speedup.model import ROUTING_LOCALITY
+    from eaglequant.speedup.locality import given_locality
 
-    tp, fit = tensor_parallel_size or 1, routing_locality == "fit"
-    rho = ROUTING_LOCALITY if routing_locality is None or fit else _locality(routing_locality)
+    tp = tensor_parallel_size or 1
+    rho, fit, measured = given_locality(routing_locality)
     return Serving(tp, _concurrencies(concurrency), gpu, bandwidth, parse_peaks(peaks), rho, expert_parallel_size or 1,
-                   draft_tensor_parallel_size, fit, fit_at)  # fmt: skip
-
-
-def _locality(text: str) -> float:
-    try:
-        rho = float(text)
-    except ValueError:
-        rho = math.nan
-    if not 0.0 <= rho <= 1.0:
-        raise InputError(
-            f"--routing-locality {text!r}: not from 0 to 1, nor 'fit'",
-            hint="e.g. --routing-locality 0.5, or fit it: --routing-locality fit --measured ACCEPT.json",
-        )
-    return rho
+                   draft_tensor_parallel_size, fit, routing_measured=measured, fit_concurrency=fit_at)  # fmt: skip
 
 
 def _concurrencies(text: str) -> tuple[int, ...]:

@@ -18,7 +18,9 @@ at a time, and renames it into place: memory holds one sequence, whatever the nu
 
 The header's ``__metadata__`` records what the capture was made for (:class:`CaptureProvenance`): the aux layer
 ids captured and each one's hidden size, the target (as given), its layer count and vocabulary size, and the
-SHA-256 of the prompts' texts; a producer that does not know one leaves it out. :func:`check_capture_for` refuses
+SHA-256 of the prompts' texts; a producer that does not know one leaves it out. A MoE target run with transformers
+adds its routing's counts (``routing``: :mod:`eaglequant.draft.capture_routing`), what its routing locality is
+measured from. :func:`check_capture_for` refuses
 a capture whose aux layer ids, hidden size or target vocabulary are not the draft's, naming the field.
 """
 
@@ -37,7 +39,8 @@ import torch
 
 from eaglequant.common.atomic import replaced_whole
 from eaglequant.common.errors import InputError, Param, given, words
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord, named
+from eaglequant.draft.capture_routing import RoutingLocality
 
 if TYPE_CHECKING:
     from eaglequant.layouts.head import HeadDescription
@@ -55,14 +58,24 @@ SEQUENCE_TENSORS: dict[str, tuple[torch.dtype | None, bool]] = {
 _SAFETENSORS_DTYPE = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64"}
 
 
+def _unless_none(value: Any) -> Any:
+    """Written only where there is one: a dense target's capture writes what it always has."""
+    return NOT_WRITTEN if value is None else value
+
+
 @dataclass(frozen=True)
 class CaptureSummary(JsonRecord):
+    json_values = named(routing_locality=_unless_none, routing_note=_unless_none)
+
     path: Path
     sequences: int
     positions: int
     continuation_positions: int
     aux_layer_ids: tuple[int, ...]
     prompts_from: str
+    # a MoE target's routing locality, measured from its router where capture ran it (None: not measured)
+    routing_locality: RoutingLocality | None = None
+    routing_note: str | None = None  # why a MoE target's routing locality was not measured
 
 
 @dataclass(frozen=True)

@@ -80,14 +80,25 @@ class SpeedModel:
 
     @classmethod
     def of(
-        cls, target: str | Path, tensor_parallel_size: int, measured: str | Path | None, source: RoundCost
+        cls,
+        target: str | Path,
+        tensor_parallel_size: int,
+        measured: str | Path | None,
+        source: RoundCost,
+        inputs: Path | None = None,
     ) -> SpeedModel:
+        """The model for ``target``; its routing locality the one the capture at ``inputs`` measured from the
+        target's router where it did (on the target's own experts and k), else stated."""
         from eaglequant.speedup.calibration import timing_for
+        from eaglequant.speedup.locality import captured_locality, with_measured
+        from eaglequant.speedup.model import ROUTING_LOCALITY
         from eaglequant.speedup.target_step import target_weights
 
         weights = target_weights(Path(target), tensor_parallel_size)
-        timing = timing_for(weights, source, None if measured is None else Path(measured))
-        return cls(weights, timing, str(target), source)
+        locality = None if inputs is None else captured_locality(inputs, weights)
+        rho = ROUTING_LOCALITY if locality is None else locality.estimate
+        timing = timing_for(weights, source, None if measured is None else Path(measured), routing_locality=rho)
+        return cls(weights, with_measured(timing, locality), str(target), source)
 
     def table(self, name: str, cost: RoundCost, acceptance: dict[int, float], concurrency: int = 1) -> SpeedupTable:
         return predict_speedup(

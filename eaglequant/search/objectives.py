@@ -51,17 +51,18 @@ def speed_model(
     target: str | Path | None,
     parallel_measured: tuple[int, Any],
     loads: Loads,
+    inputs: Path | None = None,
 ) -> SpeedModel | None:
     """The cost model the speedup objective prices candidates with (None: no target, the bytes objective):
     ``target``'s forwards on as many ranks as ``parallel_measured`` says, the source draft's round in the first
     targeted engine (an unquantized round reads the same in each), the terms stated or fitted to its measured
-    record. It prices a round at each of ``loads`` now, so that a load it cannot predict at is refused before any
-    candidate is converted."""
+    record, the routing locality the capture at ``inputs`` measured where it did. It prices a round at each of
+    ``loads`` now, so that a load it cannot predict at is refused before any candidate is converted."""
     if target is None:
         return None
     check_draft_fits(head.config, Path(target))
     engine = get_engine(engines[0])
     source = round_cost(head, engine.key, engine.release, {})
-    model = SpeedModel.of(target, *parallel_measured, source)
+    model = SpeedModel.of(target, *parallel_measured, source, inputs)
     model.tables("source", source, {1: 1.0}, loads)
     return model

@@ -224,7 +224,7 @@ def search(
         head = describe_head(checkpoint)
         sequences = captured_sequences(head, Path(inputs), budget)
         sizes = chosen_vocab_sizes(head, counts, vocab_sizes)
-        speed = speed_model(head, engines, target, (tensor_parallel_size, measured), loads)
+        speed = speed_model(head, engines, target, (tensor_parallel_size, measured), loads, Path(inputs))
         priced, skipped = priced_or_refused(head, schemes, engines, sizes, target_layers)
         told(first_line(engines, len(priced), skipped))
         told(f"predicting the source draft on {len(sequences)} sequences")

@@ -14,6 +14,8 @@ cost model in bytes and operations, stated or calibrated on what the engine meas
   round, at most the acceptance length and with its interval; its free terms stated or fitted, with residuals.
 - :mod:`.calibration`: the terms for one target, stated or fitted to an ``accept`` record's source-draft rounds
   (the comparative record or one server's), refusing a record of another target, engine or device.
+- :mod:`.locality`: the routing locality priced: stated, fitted, or measured by ``capture`` from the target's router
+  (checked to be the target's routing).
 - :mod:`.written_draft`: a written draft's speed-up over its target in each engine that loads it, the BF16 head it
   was converted from beside it (:func:`eaglequant.predicted_speedup`).
 """

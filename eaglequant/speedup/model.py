@@ -30,6 +30,7 @@ from typing import Protocol
 
 from eaglequant.common.errors import InputError
 from eaglequant.common.json_fields import JsonRecord, named, rounded
+from eaglequant.draft.capture_routing import RoutingLocality
 from eaglequant.readback.cost import RoundCost
 from eaglequant.speedup.hardware import ACCELERATORS, DEFAULT_ACCELERATOR, Accelerator
 from eaglequant.speedup.roofline import draft_compute_seconds, target_compute_seconds
@@ -48,7 +49,7 @@ ROUND_OVERHEAD_S = 1e-4
 # it is an assumption, printed as such (--routing-locality sets it).
 ROUTING_LOCALITY = 0.5
 # The model's relative error, beside the acceptance interval in a prediction's: the calibration benchmark's largest
-# error away from its calibration point, 11.6% (docs/speedup.md), rounded up.
+# error away from its calibration point, 11.6% (docs/speedup-checks.md), rounded up.
 MODEL_ERROR = 0.15
 # A fitted overhead past this is not an overhead: the record timed something else (another device, a queue).
 MAX_OVERHEAD_S = 1.0
@@ -107,6 +108,7 @@ class Timing(JsonRecord):
     sequence_overhead_s: float = 0.0  # each sequence a target forward runs, however many of its tokens
     step_residuals: tuple[StepResidual, ...] = ()  # the target-alone fit at each concurrency (none: not fitted so)
     token_share_per_percent: float = 0.0  # how far a fitted token share moves for each 1% its round is off (0: stated)
+    routing_measured: RoutingLocality | None = None  # the routing locality measured by capture (None: stated or fit)
 
     @property
     def measured_range(self) -> tuple[int, int] | None:
@@ -135,11 +137,17 @@ class Timing(JsonRecord):
             *(f"target alone at C = {r.concurrency}: measured {r.measured_s * 1e3:.4g} ms a step, predicted "
               f"{r.predicted_s * 1e3:.4g} ms ({r.error:+.1%})" for r in self.step_residuals),
             f"each sequence at {self.context} tokens of context",
-            f"routing locality {self.routing_locality:g}: a sequence's next token routes as its last did with that "
-            "chance, else independently and uniformly (0: the bound, every token independent)",
+            f"{self._locality_text()}: a sequence's next token routes as its last did with that chance, else "
+            "independently and uniformly (0: the bound, every token independent)",
             *(f"fit at k = {r.draft_tokens}, C = {r.concurrency}: measured {r.measured:.3f}x, predicted "
               f"{r.predicted:.3f}x ({r.error:+.1%})" for r in self.residuals),
         ]  # fmt: skip
+
+    def _locality_text(self) -> str:
+        measured = self.routing_measured
+        if measured is None:
+            return f"routing locality {self.routing_locality:g}"
+        return f"{measured.text()}, the speed-up's interval priced at both its ends"
 
     def _token_text(self) -> str:
         if not (self.token_overhead_s or self.sequence_overhead_s):
@@ -351,12 +359,23 @@ def predict_speedup(
         drafting = draft_seconds(draft, k, timing, ranks, concurrency, draft_compute, draft_kv_bytes_per_position)
         per_token = step / (verify + drafting)  # the speed-up a token of acceptance buys: at most 1
         assert per_token <= 1.0 + 1e-12, "a verification costs at least a step"
+        least, most = (step / (step_seconds(target, t, k + 1, concurrency) + t.round_overhead_s + drafting)
+                       for t in _locality_bounds(timing))  # fmt: skip
         low, high = (acceptance_interval or {}).get(k, (length, length))
         low, high = _checked_length(low, k), _checked_length(high, k)
-        interval = (low * per_token * (1 - MODEL_ERROR), min(high, high * per_token * (1 + MODEL_ERROR)))
+        interval = (low * least * (1 - MODEL_ERROR), min(high, high * most * (1 + MODEL_ERROR)))
         points.append(SpeedupPoint(k, length, step, verify, drafting, min(length, length * per_token), *interval))
     return SpeedupTable(draft_name, target, timing, tuple(points), acceptance_from, concurrency,
                         draft_tensor_parallel_size, draft_kv_bytes_per_position)  # fmt: skip
+
+
+def _locality_bounds(timing: Timing) -> tuple[Timing, Timing]:
+    """The terms at the low and the high end of a measured routing locality's interval (fewer tokens sharing their
+    experts: a dearer verification), or ``timing`` twice where the locality is stated or fitted."""
+    measured = timing.routing_measured
+    if measured is None:
+        return timing, timing
+    return replace(timing, routing_locality=measured.low), replace(timing, routing_locality=measured.high)
 
 
 def _checked_length(length: float, draft_tokens: int) -> float:

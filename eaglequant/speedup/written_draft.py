@@ -10,10 +10,12 @@ from pathlib import Path
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_DRAFT_TOKENS
 from eaglequant.common.errors import InputError
+from eaglequant.draft.capture_routing import RoutingLocality
 from eaglequant.readback.cost import RoundCost
 from eaglequant.speedup.calibration import timing_for
 from eaglequant.speedup.draft_fit import check_draft_fits
 from eaglequant.speedup.hardware import DEFAULT_ACCELERATOR, Accelerator
+from eaglequant.speedup.locality import check_measured_on, with_measured
 from eaglequant.speedup.model import ROUTING_LOCALITY, SpeedupTable, predict_speedup
 from eaglequant.speedup.target_step import target_weights
 
@@ -33,6 +35,7 @@ class Serving:
     draft_tensor_parallel_size: int | None = None  # None: the target's
     fit_locality: bool = False  # the routing locality fitted to ``measured`` (three k or more)
     fit_concurrency: int | None = None  # the C whose rounds in ``measured`` fit the round's terms (None: the smallest)
+    routing_measured: RoutingLocality | None = None  # measured by capture: its estimate is ``routing_locality``
 
     def accelerator(self) -> Accelerator:
         from eaglequant.speedup.hardware import accelerator, with_figures
@@ -71,6 +74,8 @@ def predicted_speedup(
     weights = target_weights(Path(target), serving.tensor_parallel_size).on(
         serving.tensor_parallel_size, serving.expert_parallel_size
     )
+    if serving.routing_measured is not None:
+        check_measured_on(serving.routing_measured, weights)
     hardware = serving.accelerator()
     tables = []
     draft_kv = draft_cache_bytes(Path(dst))
@@ -80,6 +85,7 @@ def predicted_speedup(
                             draft_tensor_parallel_size=serving.draft_tensor_parallel_size,
                             draft_kv_bytes_per_position=draft_kv,
                             fit_concurrency=serving.fit_concurrency)  # fmt: skip
+        timing = with_measured(timing, serving.routing_measured)
         for c in serving.concurrency:
             tables.append(
                 predict_speedup(

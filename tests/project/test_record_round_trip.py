@@ -16,6 +16,7 @@ import eaglequant
 from eaglequant.bench.concurrency import ConcurrencyRow
 from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
+from eaglequant.draft.capture_routing import RoutingLocality
 from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
@@ -97,6 +98,7 @@ EXTRA = {
     "Accelerator": lambda: ACCELERATORS["mi355x"],
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
+    "RoutingLocality": lambda: RoutingLocality(0.37, 0.3112, 0.43, 1234, 8, 128, 8, (0.35, 0.4), "capture (c)"),
     "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
 
@@ -109,7 +111,8 @@ def _timing() -> Timing:
     fitted = Timing(3.35e12, 1.625e-3, 1.25e-4, 1e-4, 2048, "accept.json", measured_draft_tokens=(1, 3))
     steps = (StepResidual(4, 0.0120919, 0.0126911), StepResidual(64, 0.03, 0.0304394))
     return replace(fitted, residuals=(Residual(1, 1, 1.2, 1.25), Residual(3, 1, 1.5, 1.45)), token_overhead_s=2.5e-5,
-                   sequence_overhead_s=7.2e-5, step_residuals=steps)  # fmt: skip
+                   sequence_overhead_s=7.2e-5, step_residuals=steps,
+                   routing_measured=RoutingLocality(0.5, 0.44, 0.56, 1234, 8, 384, 8, (0.5,)))  # fmt: skip
 
 
 def _speedup_point() -> SpeedupPoint:
