@@ -74,8 +74,9 @@ def accept(
     in flight in every run, after its prompts one at a time: output tokens per second and the speed-up at each C
     (offline and launched, ``max_num_seqs`` is then the largest C unless ``engine_args`` sets it).
     ``schedule``: a k for each batch size, as vLLM's ``num_speculative_tokens_per_batch_size`` (``"1-2:3,3-8:1"``,
-    or ``[(1, 2, 3), (3, 8, 1)]``): offline, with ``concurrency``, each draft is served once more with it (its
-    largest k as ``num_speculative_tokens``) and measured as a k is, at each C beside the fixed k.
+    or ``[(1, 2, 3), (3, 8, 1)]``; ``"searched"``: the one ``search --objective speedup`` recorded in the DSTs):
+    offline, with ``concurrency``, each draft is served once more with it (its largest k as
+    ``num_speculative_tokens``) and measured as a k is, at each C beside the fixed k.
     ``window_s`` is one running server's option (:func:`accept_server`): given here it is refused in one line,
     before anything runs or is written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
     figures to its card. ``steps``: told of each prompt answered (offline, each run), with the whole command's

@@ -156,8 +156,8 @@ def accept_command(
             "--schedule",
             help="With --concurrency, offline: each draft served once more with a k for each batch size, as vLLM's "
             "num_speculative_tokens_per_batch_size (1-2:3,3-8:1: k = 3 for 1 or 2 requests, 1 from 3 to 8), "
-            "measured at each C beside the fixed k.",
-            metavar="START-END:K[,...]",
+            "measured at each C beside the fixed k; 'searched': the one the DSTs' search recorded.",
+            metavar="START-END:K[,...]|searched",
             show_default=False,
         ),
     ] = None,

@@ -28,6 +28,7 @@ from eaglequant.common.draft_tokens import (
     ScheduleSpec,
     each_draft_tokens,
     each_schedule_range,
+    schedule_text,
     whole_number,
 )
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
@@ -355,7 +356,7 @@ def accept(
     told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
     _check_alone_runs(target_alone_runs)
     each_c = each_concurrency(concurrency)
-    planned = _checked_schedule(schedule, where, each_c)
+    planned = _checked_schedule(schedule, where, each_c, dsts)
     if isinstance(where, OneServer):
         raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
     if not dsts:
@@ -448,13 +449,18 @@ def each_concurrency(concurrency: Concurrency) -> tuple[int, ...]:
     return tuple(found)
 
 
-def _checked_schedule(schedule: ScheduleSpec | None, where: Where, each_c: tuple[int, ...]) -> Schedule:
-    """The schedule to serve each draft with once more (none: no such run): measured offline, where eaglequant reads
-    the engine's counters over whole passes, and at a concurrency, the only place a k for each batch size differs
-    from the k at batch 1."""
+SEARCHED = "searched"  # --schedule searched: the one the DSTs' search recorded
+
+
+def _checked_schedule(
+    schedule: ScheduleSpec | None, where: Where, each_c: tuple[int, ...], dsts: Sequence[str | Path]
+) -> Schedule:
+    """The schedule to serve each draft with once more (none: no such run; :data:`SEARCHED`: the DSTs' search's):
+    measured offline, where eaglequant reads the engine's counters over whole passes, and at a concurrency, the only
+    place a k for each batch size differs from the k at batch 1."""
     if schedule is None:
         return ()
-    planned = each_schedule_range(schedule)
+    planned = _searched_schedule(dsts) if schedule == SEARCHED else each_schedule_range(schedule)
     if not isinstance(where, Offline) or isinstance(where, Launched):
         how = Param("launch") if isinstance(where, Launched) else Param("server")
         raise InputError(
@@ -468,6 +474,35 @@ def _checked_schedule(schedule: ScheduleSpec | None, where: Where, each_c: tuple
             hint=words("give the loads to measure it at, e.g. ", suggested("concurrency", "1,2,4")),
         )
     return planned
+
+
+def _searched_schedule(dsts: Sequence[str | Path]) -> Schedule:
+    """The schedule ``search --objective speedup --concurrency`` recorded in every DST, one for all (a run serves
+    every draft with the same schedule)."""
+    from eaglequant.record.search import read_search
+
+    found: dict[str, Schedule] = {}
+    for dst in dsts:
+        record = read_search(_model_dir(dst, "dsts"))
+        found[str(dst)] = (
+            () if record is None or record.speedup is None else record.speedup.num_speculative_tokens_per_batch_size
+        )
+    missing = [dst for dst, recorded in found.items() if not recorded]
+    if not found:
+        return ()  # no DST: refused as such
+    if missing or len(set(found.values())) > 1:
+        each = "; ".join(f"{dst}: {schedule_text(recorded)}" for dst, recorded in found.items())
+        why = (
+            f"{', '.join(missing)} records no schedule (search --objective speedup writes one where k changes with "
+            "the load)"
+            if missing
+            else f"the DSTs' searches recorded different schedules ({each})"
+        )
+        raise InputError(
+            words(given("schedule", SEARCHED), f": {why}"),
+            hint=words("give the schedule to serve, e.g. ", suggested("schedule", "1-2:3,3-8:1")),
+        )
+    return each_schedule_range(next(iter(found.values())))
 
 
 def _check_alone_runs(runs: int) -> None:

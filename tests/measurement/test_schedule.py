@@ -189,3 +189,32 @@ def test_the_table_shows_the_schedule_beside_the_fixed_k(tmp_path: Path, capsys:
     assert "k = 2 and the schedule 1:3,2-4:1 (k by requests in flight)" in shown, shown
     assert shown.count("│ 1:3,2-4:1 │") == 4 and "none:" in shown, shown  # per draft: one at a time, and at each C
     assert json.dumps(report.to_json())  # the whole record writes
+
+
+def test_searched_is_the_schedule_the_dsts_search_recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``--schedule searched``: the ``speedup.num_speculative_tokens_per_batch_size`` of each DST's search record,
+    one for all; a DST without one, or DSTs that differ, refused in one line."""
+    from types import SimpleNamespace
+
+    from eaglequant.measurement.runners import SEARCHED, Offline, _checked_schedule
+
+    recorded = {PAIR / "draft": SCHEDULE}
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+
+    def read_search(dst: Path) -> Any:
+        schedule = recorded.get(dst)
+        return (
+            None
+            if schedule is None
+            else SimpleNamespace(speedup=SimpleNamespace(num_speculative_tokens_per_batch_size=schedule))
+        )
+
+    monkeypatch.setattr("eaglequant.record.search.read_search", read_search)
+    assert _checked_schedule(SEARCHED, Offline(), (2,), [PAIR / "draft"]) == SCHEDULE
+    with pytest.raises(InputError, match=r"schedule='searched': .*other records no schedule"):
+        _checked_schedule(SEARCHED, Offline(), (2,), [PAIR / "draft", other])
+    recorded[other] = ((1, 4, 2),)
+    with pytest.raises(InputError, match=r"recorded different schedules \(.*draft: 1:3,2-4:1; .*other: 1-4:2\)"):
+        _checked_schedule(SEARCHED, Offline(), (2,), [PAIR / "draft", other])
