@@ -2,9 +2,10 @@
 
 Each run is one process of the engine's interpreter (``engine_load/probes/vllm_accept.py``): the engine is
 built once per (target, draft, k) and every prompt is generated on its own in every decoding mode, its counters
-read before and after and its decode timed (and, asked, a pass of the prompts at each concurrency). The target
-alone, served before the drafts and again after them, gives the greedy reference that speculative decoding must
-reproduce at every k, and the decode throughput each draft's speed-up is over; where its rate moved between its
+read before and after and its decode timed (and, asked, a pass of the prompts at each concurrency; and, asked,
+each draft served once more with a k for each batch size, vLLM's ``num_speculative_tokens_per_batch_size``). The
+target alone, served before the drafts and again after them, gives the greedy reference that speculative decoding
+must reproduce at every k, and the decode throughput each draft's speed-up is over; where its rate moved between its
 runs, or a speed-up breaks a physical limit, no speed-up is reported (:mod:`~eaglequant.measurement.limits`).
 """
 

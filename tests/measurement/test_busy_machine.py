@@ -42,7 +42,8 @@ class Hog:
 
     @property
     def size(self) -> int:
-        return len(os.sched_getaffinity(0)) + 2
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cores + 2
 
     def start(self) -> None:
         command = [sys.executable, "-I", "-S", "-c", "while 1: pass"]
