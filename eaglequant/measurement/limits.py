@@ -72,14 +72,16 @@ def drift(rates: Sequence[float | None]) -> float | None:
     return max(timed) / min(timed) - 1 if len(timed) > 1 else None
 
 
-def drift_problem(target: str, rates: Sequence[float | None]) -> Finding | None:
-    """``target-alone-drifted`` where the target alone's rate moved past :data:`TARGET_DRIFT` between its runs."""
+def drift_problem(target: str, rates: Sequence[float | None], concurrency: int | None = None) -> Finding | None:
+    """``target-alone-drifted`` where the target alone's rate moved past :data:`TARGET_DRIFT` between its runs: its
+    decode rate one prompt at a time, or (``concurrency`` given) its output rate with at most that many in flight."""
     moved = drift(rates)
     if moved is None or moved <= TARGET_DRIFT:
         return None
     shown = ", then ".join("n/a" if rate is None else f"{rate:.1f}" for rate in rates)
+    did = "decoded at" if concurrency is None else f"with at most {concurrency} requests in flight gave"
     said = (
-        f"the target alone decoded at {shown} tok/s in its runs before and after the drafts, {moved:.0%} apart (more "
+        f"the target alone {did} {shown} tok/s in its runs before and after the drafts, {moved:.0%} apart (more "
         f"than {TARGET_DRIFT:.0%}): the machine did not hold still; no speed-up of this run is reported"
     )
     return Finding("target-alone-drifted", target, said)

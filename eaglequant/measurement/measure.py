@@ -618,7 +618,8 @@ def _judged_drift(
         each = [[replace(at, drifted=True) for at in ats] for ats in each]
     for index, passes in enumerate(zip(*(run.concurrent for run in alone_runs), strict=True)):
         rates = [p.output_tokens_per_second().value for p in passes]
-        at_c = drift_problem(f"{target} at concurrency {passes[0].concurrency}", rates)
+        c = passes[0].concurrency
+        at_c = drift_problem(f"{target} at concurrency {c}", rates, c)
         if at_c is None:
             continue
         found.append(at_c)
