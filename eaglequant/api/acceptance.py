@@ -44,6 +44,7 @@ def accept(
     record: bool = True,
     target_alone_runs: int = 2,
     concurrency: str | Sequence[int] = (),
+    schedule: str | Sequence[Sequence[int]] | None = None,
     progress: Callable[[str], None] = lambda _: None,
     steps: Steps | None = None,
 ) -> AcceptanceReport:
@@ -72,6 +73,10 @@ def accept(
     ``concurrency``: each C (``[1, 2, 4]``, or ``"1,2,4"``), a greedy pass of the prompts with at most C requests
     in flight in every run, after its prompts one at a time: output tokens per second and the speed-up at each C
     (offline and launched, ``max_num_seqs`` is then the largest C unless ``engine_args`` sets it).
+    ``schedule``: a k for each batch size, as vLLM's ``num_speculative_tokens_per_batch_size`` (``"1-2:3,3-8:1"``,
+    or ``[(1, 2, 3), (3, 8, 1)]``; ``"searched"``: the one ``search --objective speedup`` recorded in the DSTs):
+    offline, with ``concurrency``, each draft is served once more with it (its largest k as
+    ``num_speculative_tokens``) and measured as a k is, at each C beside the fixed k.
     ``window_s`` is one running server's option (:func:`accept_server`): given here it is refused in one line,
     before anything runs or is written. ``record``: write ``eaglequant_accept.json`` into each DST and add the
     figures to its card. ``steps``: told of each prompt answered (offline, each run), with the whole command's
@@ -83,8 +88,8 @@ def accept(
         max_tokens=max_tokens, temperatures=temperatures, served_as=served_as, dtype=dtype, engine=engine,
         engine_python=engine_python, tensor_parallel_size=tensor_parallel_size, engine_args=engine_args,
         server=server, reference_server=reference_server, launch=launch, port=port, window_s=window_s, seed=seed,
-        record=record, target_alone_runs=target_alone_runs, concurrency=concurrency, progress=progress,
-        steps=steps,
+        record=record, target_alone_runs=target_alone_runs, concurrency=concurrency, schedule=schedule,
+        progress=progress, steps=steps,
     )  # fmt: skip
 
 

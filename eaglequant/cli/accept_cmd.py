@@ -150,6 +150,17 @@ def accept_command(
             show_default=False,
         ),
     ] = None,
+    schedule: Annotated[
+        Optional[str],  # noqa: UP045
+        typer.Option(
+            "--schedule",
+            help="With --concurrency, offline: each draft served once more with a k for each batch size, as vLLM's "
+            "num_speculative_tokens_per_batch_size (1-2:3,3-8:1: k = 3 for 1 or 2 requests, 1 from 3 to 8), "
+            "measured at each C beside the fixed k; 'searched': the one the DSTs' search recorded.",
+            metavar="START-END:K[,...]|searched",
+            show_default=False,
+        ),
+    ] = None,
     target_alone_runs: Annotated[
         Optional[int],  # noqa: UP045
         typer.Option(
@@ -189,7 +200,7 @@ def accept_command(
         from eaglequant.cli.progress_display import steps_display
 
         if not dst and len(server or []) == 1:
-            _one_server_takes_neither(concurrency, target_alone_runs)
+            _one_server_takes_neither(concurrency, target_alone_runs, schedule)
             alone = accept_server(
                 (server or [])[0],
                 window_s=window,
@@ -225,6 +236,7 @@ def accept_command(
             window_s=window,
             target_alone_runs=2 if target_alone_runs is None else target_alone_runs,
             concurrency=concurrency or (),
+            schedule=schedule,
             seed=seed,
             record=not no_record,
             progress=lambda what: info(f"serving {what}"),
@@ -238,11 +250,12 @@ def accept_command(
         raise typer.Exit(code)
 
 
-def _one_server_takes_neither(concurrency: str | None, target_alone_runs: int | None) -> None:
+def _one_server_takes_neither(concurrency: str | None, target_alone_runs: int | None, schedule: str | None) -> None:
     """One server on its own has no target alone to compare with: the speed-up options are refused, not dropped."""
     from eaglequant.common.errors import InputError
 
-    for flag, value in (("--concurrency", concurrency), ("--target-alone-runs", target_alone_runs)):
+    given = (("--concurrency", concurrency), ("--target-alone-runs", target_alone_runs), ("--schedule", schedule))
+    for flag, value in given:
         if value is not None:
             raise InputError(
                 f"{flag} measures speed-ups over the target alone: one --server with no DST has none",
@@ -287,12 +300,16 @@ def render_server(report: ServerAcceptance) -> None:
 
 
 def render(report: AcceptanceReport) -> None:
+    from eaglequant.common.draft_tokens import schedule_text
     from eaglequant.measurement.measure import GREEDY
     from eaglequant.measurement.statistics import change_text
 
     settings = report.settings
+    scheduled = f" and the schedule {schedule_text(settings.schedule)} (k by requests in flight)" * bool(
+        settings.schedule
+    )
     out.print(
-        f"[bold]{escape(report.engine_build)}[/], k = {settings.draft_tokens}: "
+        f"[bold]{escape(report.engine_build)}[/], k = {settings.draft_tokens}{scheduled}: "
         f"{len(settings.prompts)} prompts ({escape(settings.prompts_from)}) × {settings.max_tokens} tokens",
         markup=True,
     )
@@ -338,12 +355,12 @@ def _show_speeds(report: AcceptanceReport) -> None:
     for column in ("draft", "k", "acceptance length", "tok/s", "speed-up (95% interval)", "greedy = target"):
         table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
     for draft in (report.source, *report.quantized):
-        for index, at in enumerate(draft.by_draft_tokens):
+        for index, at in enumerate(_served(draft)):
             drafted = at.run.decode_tokens_per_second()
             same = f"{at.lossless.equal + at.lossless.near_ties}/{at.lossless.prompts}"
             table.add_row(
                 escape(draft.label) if index == 0 else "",
-                str(at.draft_tokens),
+                _k_text(at),
                 at.run.acceptance(GREEDY.name).length().text(),
                 "n/a" if drafted is None else f"{drafted:.1f}",
                 _speedup_text(at),
@@ -370,18 +387,30 @@ def _show_concurrency(report: AcceptanceReport) -> None:
         shown = format_interval(rate["value"], rate["low"], rate["high"])
         table.add_row("target alone" if index == 0 else "", "", str(at_c["concurrency"]), "", f"{shown} ({runs})", "")
     for draft in (report.source, *report.quantized):
-        for at in draft.by_draft_tokens:
+        for at in _served(draft):
             for index, c in enumerate(at.at_concurrency):
                 length = c.drafted.acceptance_length()
                 table.add_row(
                     escape(draft.label) if index == 0 and at is draft.by_draft_tokens[0] else "",
-                    str(at.draft_tokens) if index == 0 else "",
+                    _k_text(at) if index == 0 else "",
                     str(c.concurrency),
                     "n/a" if length is None else f"{length:.3f}",
                     c.drafted.output_tokens_per_second().text(),
                     _speedup_text(c),
                 )
     show(table)
+
+
+def _served(draft: DraftResult) -> list[AtDraftTokens]:
+    """Each k the draft was served at, then the schedule where it was served with one."""
+    return [*draft.by_draft_tokens, *([draft.scheduled] if draft.scheduled is not None else [])]
+
+
+def _k_text(at: AtDraftTokens) -> str:
+    """The k, or the schedule as --schedule takes it (k by batch size)."""
+    from eaglequant.common.draft_tokens import schedule_text
+
+    return schedule_text(at.schedule) if at.schedule else str(at.draft_tokens)
 
 
 def _speedup_text(at: AtDraftTokens | AtConcurrency) -> str:

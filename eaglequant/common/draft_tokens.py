@@ -4,6 +4,7 @@ the check of a given k. Here, below every layer, so that the command line's boun
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 
 from eaglequant.common.errors import InputError, given, suggested, words
 
@@ -80,3 +81,58 @@ def judged_at_text(judged: int, served: int) -> str:
     if judged == served:
         return f"judged at k = {judged}, the k the card serves"
     return f"judged at k = {judged}, the first k measured (the card serves k = {served}, not measured)"
+
+
+ScheduleRange = tuple[int, int, int]  # (first batch size, last batch size, k), inclusive; k = 0: no speculation
+Schedule = tuple[ScheduleRange, ...]  # vLLM's SpeculativeConfig.num_speculative_tokens_per_batch_size
+ScheduleSpec = str | Sequence[Sequence[int]]  # the command line's "1-2:3,3-8:1", or (start, end, k) ranges
+
+
+def each_schedule_range(schedule: ScheduleSpec) -> Schedule:
+    """A k for each batch size, as vLLM's ``num_speculative_tokens_per_batch_size`` takes it, from the command
+    line's ``1-2:3,3-8:1`` (``START-END:K``, or ``N:K`` for one batch size) or (start, end, k) ranges: one clear
+    line where a range is not whole numbers, its k past :data:`MAX_DRAFT_TOKENS`, the first does not start at 1,
+    the ranges overlap or come out of order (vLLM's own rules), or no range drafts."""
+    pieces = schedule.split(",") if isinstance(schedule, str) else list(schedule)
+    ranges = [_schedule_range(piece, schedule) for piece in pieces]
+    why = None
+    if not ranges:
+        why = "no range"
+    elif ranges[0][0] != 1:
+        why = f"the first range starts at {ranges[0][0]}, not 1 (every batch size needs a k)"
+    elif any(start <= before[1] for before, (start, _, _) in pairwise(ranges)):
+        why = "ranges overlap or are out of order (give them by batch size, ascending)"
+    elif not any(k for *_, k in ranges):
+        why = "no range drafts (every k is 0: serve the target alone instead)"
+    if why is not None:
+        raise _schedule_refused(schedule, why)
+    return tuple(ranges)
+
+
+def schedule_text(schedule: Schedule) -> str:
+    """``1-2:3,3-8:1``: the schedule as the command line takes it."""
+    return ",".join(f"{start}-{end}:{k}" if start != end else f"{start}:{k}" for start, end, k in schedule)
+
+
+def _schedule_range(piece: object, schedule: ScheduleSpec) -> ScheduleRange:
+    if isinstance(piece, str):
+        span, _, k_text = piece.partition(":")
+        start_text, _, end_text = span.partition("-")
+        numbers = [whole_number(start_text), whole_number(end_text or start_text), whole_number(k_text)]
+    else:
+        numbers = [whole_number(n) for n in piece] if isinstance(piece, Sequence) and len(piece) == 3 else [None]
+    if any(n is None for n in numbers):
+        raise _schedule_refused(schedule, f"{str(piece).strip() or 'an empty entry'} is not START-END:K")
+    start, end, k = (int(n) for n in numbers if n is not None)
+    if not 1 <= start <= end:
+        raise _schedule_refused(schedule, f"{start}-{end}: not a range of batch sizes (from 1, its end not below it)")
+    if k > MAX_DRAFT_TOKENS:
+        raise _schedule_refused(schedule, f"{start}-{end}:{k}: k past {MAX_DRAFT_TOKENS}")
+    return start, end, k
+
+
+def _schedule_refused(schedule: ScheduleSpec, why: str) -> InputError:
+    return InputError(
+        words(given("schedule", schedule), f": {why}"),
+        hint=words("give inclusive batch-size ranges and their k, from 1, e.g. ", suggested("schedule", "1-2:3,3-8:1")),
+    )

@@ -42,6 +42,7 @@ def measure_and_record(
     record: bool = True,
     target_alone_runs: int = 2,
     concurrency: str | Sequence[int] = (),
+    schedule: str | Sequence[Sequence[int]] | None = None,
     progress: Callable[[str], None] = lambda _: None,
     steps: Steps | None = None,
 ) -> AcceptanceReport:
@@ -60,6 +61,7 @@ def measure_and_record(
         dsts, where, target=target, source=source, prompts=prompts, max_prompts=max_prompts,
         draft_tokens=draft_tokens, max_tokens=max_tokens, temperatures=temperatures, dtype=dtype, seed=seed,
         progress=progress, steps=steps, target_alone_runs=target_alone_runs, concurrency=concurrency,
+        schedule=schedule,
     )  # fmt: skip
     if record:
         recorded(report)

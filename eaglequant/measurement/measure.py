@@ -2,9 +2,10 @@
 
 Each run is one process of the engine's interpreter (``engine_load/probes/vllm_accept.py``): the engine is
 built once per (target, draft, k) and every prompt is generated on its own in every decoding mode, its counters
-read before and after and its decode timed (and, asked, a pass of the prompts at each concurrency). The target
-alone, served before the drafts and again after them, gives the greedy reference that speculative decoding must
-reproduce at every k, and the decode throughput each draft's speed-up is over; where its rate moved between its
+read before and after and its decode timed (and, asked, a pass of the prompts at each concurrency; and, asked,
+each draft served once more with a k for each batch size, vLLM's ``num_speculative_tokens_per_batch_size``). The
+target alone, served before the drafts and again after them, gives the greedy reference that speculative decoding
+must reproduce at every k, and the decode throughput each draft's speed-up is over; where its rate moved between its
 runs, or a speed-up breaks a physical limit, no speed-up is reported (:mod:`~eaglequant.measurement.limits`).
 """
 
@@ -16,7 +17,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, judged_at_text, judged_draft_tokens
+from eaglequant.common.draft_tokens import (
+    DEFAULT_DRAFT_TOKENS,
+    Schedule,
+    judged_at_text,
+    judged_draft_tokens,
+    schedule_text,
+)
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, InputError
 from eaglequant.common.findings import Finding
@@ -76,15 +83,31 @@ class Settings(JsonRecord):
     more_draft_tokens: tuple[int, ...] = ()
     target_alone_runs: int = 2  # before the drafts, then after them (its drift between processes checked)
     concurrency: tuple[int, ...] = ()  # each C: a greedy pass with at most C requests in flight, in every run
+    # vLLM's num_speculative_tokens_per_batch_size: each draft served once more with a k for each batch size
+    schedule: Schedule = ()
 
     @property
     def each_draft_tokens(self) -> tuple[int, ...]:
         """Every k measured, the primary first."""
         return (self.draft_tokens, *self.more_draft_tokens)
 
+    @property
+    def runs_a_draft(self) -> int:
+        """The runs each draft is served in: one a k, and one for the schedule."""
+        return len(self.each_draft_tokens) + bool(self.schedule)
+
     def at(self, draft_tokens: int) -> Settings:
         """These settings for one run at ``draft_tokens``."""
-        return replace(self, draft_tokens=draft_tokens, more_draft_tokens=())
+        return replace(self, draft_tokens=draft_tokens, more_draft_tokens=(), schedule=())
+
+    def scheduled(self) -> Settings:
+        """These settings for the run that serves the schedule: k its largest (vLLM's ``num_speculative_tokens``,
+        which caps every k of the schedule)."""
+        return replace(self, draft_tokens=max(k for *_, k in self.schedule), more_draft_tokens=())
+
+    def served_at(self) -> str:
+        """What a run with these settings drafts, in words: ``k = 3``, or ``the schedule 1-2:3,3-8:1``."""
+        return served_words(self.draft_tokens, self.schedule)
 
     def max_model_len(self) -> int:
         """Room for the prompts, the generation and a draft, within the target's own context."""
@@ -101,6 +124,11 @@ class Settings(JsonRecord):
         return serving_arguments(
             {**batched, **self.engine_args}, dtype=self.dtype, seed=self.seed, max_model_len=self.max_model_len()
         )
+
+
+def served_words(draft_tokens: int, schedule: Schedule) -> str:
+    """``k = 3``, or under a schedule ``the schedule 1-2:3,3-8:1``."""
+    return f"the schedule {schedule_text(schedule)}" if schedule else f"k = {draft_tokens}"
 
 
 class AcceptanceRunError(EngineFailure):
@@ -142,12 +170,19 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
         "modes": [m.to_json() for m in modes],
         "engine_args": settings.served_arguments(),
         "concurrency": list(settings.concurrency),
+        "schedule": [list(entry) for entry in settings.schedule],
     }
     ranks = int(settings.served_arguments().get("tensor_parallel_size", 1))
     try:
         data = run_engine_job(interpreter, "vllm_accept", job, RUN_TIMEOUT_S, ranks)
     except EngineJobError as error:
         raise AcceptanceRunError(f"vLLM could not serve {settings.target} with {label}: {error.message}") from None
+    resolved = data.get("speculative_config") or {}
+    if draft is not None and settings.schedule and not resolved.get("num_speculative_tokens_per_batch_size"):
+        raise AcceptanceRunError(
+            f"vLLM {data['version']} did not serve {settings.served_at()} with {label}: its speculative config "
+            f"resolved without num_speculative_tokens_per_batch_size ({resolved})"
+        )
     clocks = {m["name"]: m.get("clock") for m in data["modes"]}
     return EngineRun(
         str(data["version"]),
@@ -209,6 +244,7 @@ class AtDraftTokens:
 
     drifted: bool = False  # the target alone's rate moved between its runs past the limit: no speed-up reported
     at_concurrency: tuple[AtConcurrency, ...] = ()  # each C asked, in order
+    schedule: Schedule = ()  # served with a k for each batch size (``draft_tokens`` its largest), else one k
 
     @property
     def speed_problems(self) -> list[str]:
@@ -263,6 +299,7 @@ class DraftResult:
     budget_from: str | None = None  # whose budget it is, in words (None: the scheme's)
     by_draft_tokens: list[AtDraftTokens] = field(default_factory=list)  # every k measured, the primary first
     served_draft_tokens: int = DEFAULT_DRAFT_TOKENS  # the k the draft is served at (its search's, else the default)
+    scheduled: AtDraftTokens | None = None  # served with the settings' schedule (None: none asked)
 
     @property
     def judged_draft_tokens(self) -> int:
@@ -317,12 +354,13 @@ class DraftResult:
         found = []
         if not self.lossless.ok:
             found.append(Finding("not-lossless", self.label, lossy_text(self.label, self.lossless)))
-        for other in self.by_draft_tokens[1:]:  # lossless at every k; the budget is judged at the primary k
+        served = [*self.by_draft_tokens, *([self.scheduled] if self.scheduled else [])]
+        for other in served[1:]:  # lossless at every k and the schedule; the budget is judged at the primary k
             if not other.lossless.ok:
-                at = f"{self.label} at k = {other.draft_tokens}"
+                at = f"{self.label} at {served_words(other.draft_tokens, other.schedule)}"
                 found.append(Finding("not-lossless", self.label, lossy_text(at, other.lossless)))
-        found += [problem for at in self.by_draft_tokens for problem in at.problems]
-        found += [problem for at in self.by_draft_tokens for c in at.at_concurrency for problem in c.problems]
+        found += [problem for at in served for problem in at.problems]
+        found += [problem for at in served for c in at.at_concurrency for problem in c.problems]
         verdict = self.verdict_text()
         if verdict is not None and (self.over_budget or self.inconclusive):
             code = "over-budget" if self.over_budget else "acceptance-inconclusive"
@@ -351,6 +389,7 @@ class DraftResult:
                 for m in modes
             },
             "by_draft_tokens": [at.to_json() for at in self.by_draft_tokens],
+            "scheduled": None if self.scheduled is None else _scheduled_json(self.scheduled),
             "seconds": self.run.seconds,
             "problems": self.problems,
         }
@@ -358,6 +397,13 @@ class DraftResult:
 
 def _json(value: Interval | None) -> dict[str, float | None] | None:
     return None if value is None else value.to_json()
+
+
+def _scheduled_json(at: AtDraftTokens) -> dict[str, Any]:
+    """The run with a k for each batch size: the schedule as vLLM took it and as the command line gives it, then
+    the figures of a k (``draft_tokens`` its largest, the one each k is capped at)."""
+    schedule = {"num_speculative_tokens_per_batch_size": [list(entry) for entry in at.schedule]}
+    return {"schedule": schedule_text(at.schedule), **schedule, **at.to_json()}
 
 
 @dataclass
@@ -486,11 +532,13 @@ def measure(
         raise InputError("no quantized draft to measure", hint="give at least one DST")
     progress("the target alone (the greedy reference)")
     alone = runner_at(settings.at(settings.draft_tokens))(0, None, "no draft")
-    several = len(settings.each_draft_tokens) > 1
+    several = settings.runs_a_draft > 1
+    served = [settings.at(k) for k in settings.each_draft_tokens]
+    served += [settings.scheduled()] if settings.schedule else []
     runs_by_k = [
-        (k, _runs_at(settings.at(k), source, drafts, runner_at, progress, measure_same_bytes_once, run_skipped,
-                     f", k = {k}" if several else ""))
-        for k in settings.each_draft_tokens
+        (at, _runs_at(at, source, drafts, runner_at, progress, measure_same_bytes_once, run_skipped,
+                      f", {at.served_at()}" if several else ""))
+        for at in served
     ]  # fmt: skip
     again = []
     for repeat in range(2, settings.target_alone_runs + 1):
@@ -501,20 +549,22 @@ def measure(
         concurrent=tuple(merged(passes) for passes in zip(*(r.concurrent for r in (alone, *again)), strict=True)),
     )  # fmt: skip
     each = [
-        [_at(k, runs[place], runs[0], (alone, timed_alone), place, settings, drafts) for k, runs in runs_by_k]
+        [_at(at, runs[place], runs[0], (alone, timed_alone), place, drafts) for at, runs in runs_by_k]
         for place in range(1 + len(drafts))
     ]
     each, moved = _judged_drift(each, [alone, *again], str(settings.target))
+    fixed = len(settings.each_draft_tokens)  # then the schedule's run, where asked
     source_at = each[0]
     source_result = DraftResult(
-        "source", source, "source", source_at[0].run, source_at[0].lossless, by_draft_tokens=source_at
-    )
+        "source", source, "source", source_at[0].run, source_at[0].lossless, by_draft_tokens=source_at[:fixed],
+        scheduled=next(iter(source_at[fixed:]), None),
+    )  # fmt: skip
     results = []
     for draft, at in zip(drafts, each[1:], strict=True):
         result = DraftResult(
             str(draft.path), draft.path, draft.served_as, at[0].run, at[0].lossless, draft.dequantized,
-            draft.scheme, draft.budget, budget_from=draft.budget_from, by_draft_tokens=at,
-            served_draft_tokens=draft.served_draft_tokens,
+            draft.scheme, draft.budget, budget_from=draft.budget_from, by_draft_tokens=at[:fixed],
+            served_draft_tokens=draft.served_draft_tokens, scheduled=next(iter(at[fixed:]), None),
         )  # fmt: skip
         result.difference = {
             m.name: paired_difference(at[0].run.acceptance(m.name), source_result.run.acceptance(m.name))
@@ -568,7 +618,8 @@ def _judged_drift(
         each = [[replace(at, drifted=True) for at in ats] for ats in each]
     for index, passes in enumerate(zip(*(run.concurrent for run in alone_runs), strict=True)):
         rates = [p.output_tokens_per_second().value for p in passes]
-        at_c = drift_problem(f"{target} at concurrency {passes[0].concurrency}", rates)
+        c = passes[0].concurrency
+        at_c = drift_problem(f"{target} at concurrency {c}", rates, c)
         if at_c is None:
             continue
         found.append(at_c)
@@ -616,18 +667,19 @@ def _runs_at(
 
 
 def _at(
-    k: int,
+    served: Settings,
     run: EngineRun,
     source_run: EngineRun,
     alone: tuple[EngineRun, EngineRun],
     place: int,
-    settings: Settings,
     drafts: Sequence[QuantizedDraft],
 ) -> AtDraftTokens:
-    """One draft's figures at one k: lossless against the target alone's first run, its greedy change against the
-    source draft at the same k (none for the source, at ``place`` 0), its decode speed-up over the target alone
-    (``alone``: its first run, and its runs merged), and what of them breaks a physical limit."""
-    tolerance = NEAR_TIE_NATS.get(settings.dtype, 0.0)
+    """One draft's figures at one k (or the schedule, as ``served``): lossless against the target alone's first
+    run, its greedy change against the source draft served alike (none for the source, at ``place`` 0), its decode
+    speed-up over the target alone (``alone``: its first run, and its runs merged), and what of them breaks a
+    physical limit."""
+    k = served.draft_tokens
+    tolerance = NEAR_TIE_NATS.get(served.dtype, 0.0)
     greedy, alone_greedy = run.modes[GREEDY.name], alone[0].modes[GREEDY.name]
     difference = None
     if place:
@@ -636,20 +688,31 @@ def _at(
     label = "source" if place == 0 else str(drafts[place - 1].path)
     acceptance = run.acceptance(GREEDY.name)
     faster = speedup(greedy, alone[1].modes[GREEDY.name])
-    problems = acceptance_problems(label, k, acceptance) + speedup_problems(label, k, acceptance.length(), faster)
+    at = served.served_at()
+    problems = acceptance_problems(label, k, acceptance, at) + speedup_problems(
+        label, k, acceptance.length(), faster, at
+    )
     at_c = tuple(
-        _at_concurrency(label, k, acceptance.length(), drafted, by_alone)
+        _at_concurrency(label, served, acceptance.length(), drafted, by_alone)
         for drafted, by_alone in zip(run.concurrent, alone[1].concurrent, strict=True)
     )
     return AtDraftTokens(
-        k, run, lossless(greedy, alone_greedy, tolerance), difference, faster, tuple(problems), at_concurrency=at_c
-    )
+        k, run, lossless(greedy, alone_greedy, tolerance), difference, faster, tuple(problems), at_concurrency=at_c,
+        schedule=served.schedule,
+    )  # fmt: skip
 
 
 def _at_concurrency(
-    label: str, k: int, length: Interval, drafted: ConcurrentPass, alone: ConcurrentPass
+    label: str, served: Settings, length: Interval, drafted: ConcurrentPass, alone: ConcurrentPass
 ) -> AtConcurrency:
-    """One draft at one k and one C: its speed-up over the target alone at that C, within the same limits."""
+    """One draft at one k (or the schedule) and one C: its speed-up over the target alone at that C, within the same
+    limits; under a schedule the k at C is the schedule's, so the pass's own acceptance length (1 where it drafted
+    nothing) bounds its speed-up."""
     faster = concurrent_speedup(drafted, alone)
-    problems = speedup_problems(f"{label} with {drafted.concurrency} in flight", k, length, faster)
+    if served.schedule:
+        own = drafted.acceptance_length() or 1.0
+        length = Interval(own, own, own)
+    problems = speedup_problems(
+        f"{label} with {drafted.concurrency} in flight", served.draft_tokens, length, faster, served.served_at()
+    )
     return AtConcurrency(drafted.concurrency, drafted, faster, tuple(problems))

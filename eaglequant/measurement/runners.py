@@ -22,7 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglequant.common.draft_tokens import DraftTokens, each_draft_tokens, whole_number
+from eaglequant.common.draft_tokens import (
+    DraftTokens,
+    Schedule,
+    ScheduleSpec,
+    each_draft_tokens,
+    each_schedule_range,
+    schedule_text,
+    whole_number,
+)
 from eaglequant.common.errors import InputError, Param, given, placeholder, suggested, words
 from eaglequant.common.findings import Finding
 from eaglequant.common.progress import NoSteps, Steps, Tally
@@ -73,9 +81,9 @@ class Offline:
         return counted
 
     def steps(self, settings: Settings, dsts: int) -> int:
-        """The steps progress counts: one a run (the target alone, the source draft and each DST at each k, then the
-        target alone again)."""
-        return settings.target_alone_runs + (1 + dsts) * len(settings.each_draft_tokens)
+        """The steps progress counts: one a run (the target alone, the source draft and each DST at each k and the
+        schedule, then the target alone again)."""
+        return settings.target_alone_runs + (1 + dsts) * settings.runs_a_draft
 
 
 @dataclass(frozen=True)
@@ -341,12 +349,14 @@ def accept(
     steps: Steps | None = None,
     target_alone_runs: int = 2,
     concurrency: Concurrency = (),
+    schedule: ScheduleSpec | None = None,
 ) -> AcceptanceReport:
     """Serve the target with the source draft and with each quantized draft in ``dsts`` where ``where`` says, and
     measure each one's acceptance (see :func:`eaglequant.api.acceptance.accept` for each setting); ``steps`` is
     told of each prompt answered (each run, offline), with the whole command's count for an ETA."""
     _check_alone_runs(target_alone_runs)
     each_c = each_concurrency(concurrency)
+    planned = _checked_schedule(schedule, where, each_c, dsts)
     if isinstance(where, OneServer):
         raise InputError("one server and no DST is measured on its own (accept_one_server), not against a source draft")
     if not dsts:
@@ -354,15 +364,11 @@ def accept(
             "no quantized draft to measure",
             hint=words("give at least one DST, or one ", placeholder("server", "URL"), " to measure that server"),
         )
-    ks = (
-        (_one_k(draft_tokens, "each running server"),)
-        if isinstance(where, Servers)
-        else each_draft_tokens(draft_tokens)
-    )
+    on_servers = isinstance(where, Servers)
+    ks = (_one_k(draft_tokens, "each running server"),) if on_servers else each_draft_tokens(draft_tokens)
     prompt_list, prompts_from = _enough_prompts(prompts, max_prompts)
     destinations = [_model_dir(d, "dsts") for d in dsts]
     source_path = _model_dir(source, "source") if source is not None else _recorded_source(destinations)
-    on_servers = isinstance(where, Servers)
     target_path = _served_target(where) if isinstance(where, Servers) else _model_dir(_given_target(target), "target")
     settings = Settings(
         target_path,
@@ -377,6 +383,7 @@ def accept(
         ks[1:],
         target_alone_runs,
         each_c,
+        planned,
     )
     if isinstance(where, Offline):  # and Launched: what the engine release is known to refuse, before it loads
         check_cpu_build_serves(where.interpreter(), target_path, [source_path, *destinations])
@@ -440,6 +447,62 @@ def each_concurrency(concurrency: Concurrency) -> tuple[int, ...]:
             )
         found.append(c)
     return tuple(found)
+
+
+SEARCHED = "searched"  # --schedule searched: the one the DSTs' search recorded
+
+
+def _checked_schedule(
+    schedule: ScheduleSpec | None, where: Where, each_c: tuple[int, ...], dsts: Sequence[str | Path]
+) -> Schedule:
+    """The schedule to serve each draft with once more (none: no such run; :data:`SEARCHED`: the DSTs' search's):
+    measured offline, where eaglequant reads the engine's counters over whole passes, and at a concurrency, the only
+    place a k for each batch size differs from the k at batch 1."""
+    if schedule is None:
+        return ()
+    planned = _searched_schedule(dsts) if schedule == SEARCHED else each_schedule_range(schedule)
+    if not isinstance(where, Offline) or isinstance(where, Launched):
+        how = Param("launch") if isinstance(where, Launched) else Param("server")
+        raise InputError(
+            words(Param("schedule"), " is measured offline, in the engine eaglequant starts: with ", how,
+                  " each request's counters are checked against one k"),
+            hint=words("leave out ", how, ": offline, eaglequant starts the engine with the schedule itself"),
+        )  # fmt: skip
+    if not each_c:
+        raise InputError(
+            words(Param("schedule"), " picks k by the requests in flight, and one prompt at a time is batch size 1"),
+            hint=words("give the loads to measure it at, e.g. ", suggested("concurrency", "1,2,4")),
+        )
+    return planned
+
+
+def _searched_schedule(dsts: Sequence[str | Path]) -> Schedule:
+    """The schedule ``search --objective speedup --concurrency`` recorded in every DST, one for all (a run serves
+    every draft with the same schedule)."""
+    from eaglequant.record.search import read_search
+
+    found: dict[str, Schedule] = {}
+    for dst in dsts:
+        record = read_search(_model_dir(dst, "dsts"))
+        found[str(dst)] = (
+            () if record is None or record.speedup is None else record.speedup.num_speculative_tokens_per_batch_size
+        )
+    missing = [dst for dst, recorded in found.items() if not recorded]
+    if not found:
+        return ()  # no DST: refused as such
+    if missing or len(set(found.values())) > 1:
+        each = "; ".join(f"{dst}: {schedule_text(recorded)}" for dst, recorded in found.items())
+        why = (
+            f"{', '.join(missing)} records no schedule (search --objective speedup writes one where k changes with "
+            "the load)"
+            if missing
+            else f"the DSTs' searches recorded different schedules ({each})"
+        )
+        raise InputError(
+            words(given("schedule", SEARCHED), f": {why}"),
+            hint=words("give the schedule to serve, e.g. ", suggested("schedule", "1-2:3,3-8:1")),
+        )
+    return each_schedule_range(next(iter(found.values())))
 
 
 def _check_alone_runs(runs: int) -> None:

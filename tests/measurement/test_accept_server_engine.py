@@ -4,9 +4,10 @@ The bundled draft is measured three ways on the same few prompts: offline (``LLM
 servers ``accept --launch`` starts itself, and on running servers (``--server``, started here as a serving
 engineer would). The DST is the source draft itself, so each way starts two engines (the target alone, then with
 the draft; identical bytes are measured once) and the comparison is of the source draft's figures between the
-ways: each must lie within the others' intervals, and greedy output must be the target's alone in each. The
-running servers are then used for the refusals that need vLLM's own /metrics. In CI a missing vLLM fails rather
-than skips (``engine_python``).
+ways: each must lie within the others' intervals, and greedy output must be the target's alone in each. Offline the
+draft is also served with a k for each batch size (``--schedule``, vLLM's ``num_speculative_tokens_per_batch_size``):
+one engine process more. The running servers are then used for the refusals that need vLLM's own /metrics. In CI a
+missing vLLM fails rather than skips (``engine_python``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tests.engine_load.test_engine_load import engine_python
 PAIR = Path(__file__).resolve().parents[2] / "fixtures" / "trained-pair"
 PROMPTS, MAX_TOKENS = 4, 24
 SOURCE_FLOOR = 1.8  # the source draft measured 2.48 [2.40, 2.57] on 24 prompts x 96 tokens (docs/acceptance.md)
+SCHEDULE = "1:3,2-4:1"  # k = 3 one request at a time, k = 1 from 2 to 4 in flight
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
@@ -61,10 +63,11 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
 
 @pytest.fixture(scope="module")
 def three_ways(running: dict[str, str]) -> dict[str, Any]:
-    """Each way also with two requests in flight (a pass of the 4 prompts per run: about 0.2 s each here)."""
+    """Each way also with two requests in flight (a pass of the 4 prompts per run: about 0.2 s each here); offline
+    also the schedule (one process more, about 30 s here)."""
     python = engine_python("vllm")
     return {
-        "offline": measured(target=PAIR / "target", engine_python=python, concurrency=[2]),
+        "offline": measured(target=PAIR / "target", engine_python=python, concurrency=[2], schedule=SCHEDULE),
         "launch": measured(target=PAIR / "target", engine_python=python, launch=True, concurrency=[2]),
         "server": measured(server=[running["draft"]] * 2, reference_server=running["reference"], concurrency=[2]),
     }
@@ -100,6 +103,28 @@ def test_every_way_measures_two_requests_in_flight(three_ways: dict[str, Any]) -
             assert two.drafted.tokens == (MAX_TOKENS,) * PROMPTS and two.drafted.wall_seconds > 0, (way, two)
             length = two.drafted.acceptance_length()
             assert length is not None and 1 < length <= 4 and two.speedup.value > 0, (way, two)
+
+
+def test_offline_serves_vllms_schedule_beside_the_fixed_k(three_ways: dict[str, Any]) -> None:
+    """Issue 62, item 5: vLLM 0.32's CPU build serves ``num_speculative_tokens_per_batch_size``. Its resolved config
+    holds the schedule; one request at a time it drafts k = 3 as the fixed k does (the same acceptance), with two in
+    flight k = 1: fewer tokens accepted a draft than the fixed k = 3's pass, below 2 (k = 1 gives at most 2, and only
+    a pass's tail, one request left, drafts 3); greedy output stays the target's alone (measured here: 2.273 one at a
+    time, 1.672 against 2.273 at C = 2)."""
+    report = three_ways["offline"]
+    assert report.settings.schedule == ((1, 1, 3), (2, 4, 1))
+    for draft in (report.source, *report.quantized):
+        fixed, scheduled = draft.by_draft_tokens[0], draft.scheduled
+        assert scheduled is not None and scheduled.lossless.ok, draft.label
+        resolved = scheduled.run.speculative_config or {}
+        assert resolved["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, 4, 1]], resolved
+        assert resolved["num_speculative_tokens"] == 3 and scheduled.draft_tokens == 3
+        alone, fixed_alone = scheduled.run.acceptance("greedy").length(), fixed.run.acceptance("greedy").length()
+        assert fixed_alone.low <= alone.value <= fixed_alone.high, (alone, fixed_alone)
+        (two,), (fixed_two,) = scheduled.at_concurrency, fixed.at_concurrency
+        length, fixed_length = two.drafted.acceptance_length(), fixed_two.drafted.acceptance_length()
+        assert length is not None and fixed_length is not None and length < min(2.0, fixed_length), (two, fixed_two)
+        assert two.drafted.tokens == (MAX_TOKENS,) * PROMPTS and two.speedup.value > 0
 
 
 def test_server_and_launch_agree_with_offline_within_their_intervals(three_ways: dict[str, Any]) -> None:

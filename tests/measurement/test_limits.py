@@ -98,6 +98,8 @@ def test_the_issues_speedups_are_refused() -> None:
 def test_drift_is_the_fastest_run_over_the_slowest() -> None:
     assert drift([100.0, 110.0]) == pytest.approx(0.1) and drift([100.0]) is None and drift([None, 3.0]) is None
     assert drift_problem("t", [100.0, 100.0 * (1 + TARGET_DRIFT) * 0.999]) is None
+    at_c = drift_problem("t at concurrency 4", [300.0, 100.0], 4)
+    assert at_c is not None and "the target alone with at most 4 requests in flight gave 300.0, then 100.0" in str(at_c)
     moved = drift_problem("t", [217.8, 10.8])
     assert moved is not None and moved.code == "target-alone-drifted" and "217.8, then 10.8" in str(moved)
 

@@ -2,8 +2,9 @@
 
 Run in vLLM's interpreter as ``python -m <package>.vllm_accept JOB.json OUT.json`` (it imports vLLM, never
 eaglequant). JOB holds the target, the draft (null: the target alone, the reference for greedy output), the
-number of speculative tokens, the prompts, the decoding modes and the engine arguments (``LLM(...)``'s
-keywords: eaglequant's settings with the user's ``--engine-arg`` and ``--tensor-parallel-size``). For each mode
+number of speculative tokens (and, given, a k for each batch size: ``num_speculative_tokens_per_batch_size``), the
+prompts, the decoding modes and the engine arguments (``LLM(...)``'s keywords: eaglequant's settings with the user's
+``--engine-arg`` and ``--tensor-parallel-size``). For each mode
 every prompt is generated on its own and vLLM's spec-decode counters (``LLM.get_metrics()``: drafts, draft
 tokens, accepted tokens, accepted tokens per position) are read before and after it, so each prompt's figures
 are the engine's own. OUT gets the engine's version, its speculative configuration as it resolved it, and per
@@ -142,6 +143,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     speculative = None
     if job.get("draft"):
         speculative = {"method": "eagle3", "model": job["draft"], "num_speculative_tokens": k}
+        if job.get("schedule"):  # a k for each batch size, each capped at k (vLLM's dynamic speculative decoding)
+            speculative["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in job["schedule"]]
     started = time.monotonic()
     # engine_args: eaglequant's settings (dtype, seed, max_model_len, ...) with the user's --engine-arg over its
     # defaults; the counters need the stats logged
@@ -155,6 +158,9 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
             "num_speculative_tokens": getattr(config, "num_speculative_tokens", None),
             "draft_sample_method": str(getattr(config, "draft_sample_method", "greedy")),
         }
+        schedule = getattr(config, "num_speculative_tokens_per_batch_size", None)
+        if schedule:  # as vLLM resolved it: None where it dropped the schedule (data parallelism)
+            resolved["num_speculative_tokens_per_batch_size"] = [list(entry) for entry in schedule]
     # One untimed generation first: the first request of a process pays for allocations and warm-up that no later
     # one does, and would otherwise be timed into the first prompt's decode rate (the counters are read around
     # each timed prompt, so this one counts nowhere).
