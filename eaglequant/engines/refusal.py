@@ -21,6 +21,7 @@ class Refused(TextEnum):
     SCHEME = "scheme"  # it does not load the main scheme's kinds from the format
     MODULE_KINDS = "module-kinds"  # it does not read a linear's own scheme from the format (per-module kinds)
     MODULE = "module"  # it runs a module the conversion asks to quantize (fc, lm_head) unquantized
+    KEPT = "kept"  # it cannot load unquantized a module the checkpoint keeps so (the format cannot store it, a rule)
 
 
 REFUSAL_ORDER = tuple(Refused)
@@ -31,7 +32,7 @@ class Refusal:
     engine: Engine
     refused: Refused
     why: str  # the engine's decision's words
-    module: str | None = None  # MODULE: the module it runs unquantized
+    module: str | None = None  # MODULE: the module it runs unquantized; KEPT: the linears kept
 
     @property
     def rank(self) -> int:

@@ -4,10 +4,11 @@ over the targeted engines) or skipped for a stated reason.
 
 Each candidate's plan is built, as ``convert`` builds it (from headers: no tensor is read), and search predicts no
 refusal of its own: what a targeted engine cannot load is the plan's refusal, caught (:class:`EngineRefusal`: the
-scheme in the format, lm_head's own scheme, lm_head run unquantized; each the engine's decision), as are the other
-named refusals a candidate may meet: lm_head's own scheme the format cannot store it in, rules that need the
-target's layer count, a format that stores none of the head's linears in the scheme. Any other error is not a
-candidate's (a release that cannot build the head at all refuses every candidate alike): it surfaces.
+scheme in the format, lm_head's own scheme, lm_head run unquantized, a linear it needs quantized kept; each the
+engine's decision), as are the other named refusals a candidate may meet: lm_head's own scheme the format cannot
+store it in, rules that need the target's layer count, a format that stores none of the head's linears in the
+scheme. Any other error is not a candidate's (a release that cannot build the head at all refuses every candidate
+alike): it surfaces.
 """
 
 from __future__ import annotations
@@ -128,11 +129,13 @@ def _round_cost(head: HeadDescription, request: ConversionRequest) -> RoundCost 
 
 
 # What a release refuses -> the code search counts the candidate under, and its words (a candidate's only rule
-# is lm_head's: the module a release runs unquantized, the module whose own scheme it does not read).
+# is lm_head's: the module a release runs unquantized, the module whose own scheme it does not read; a linear it
+# needs quantized is kept by the format, which cannot store it in the scheme, or by a default).
 SKIPPED: dict[Refused, tuple[str, str]] = {
     Refused.SCHEME: ("engine-does-not-load", "{engine} does not load the scheme in that format"),
     Refused.MODULE_KINDS: ("lm-head-scheme-unread", "{engine} does not read lm_head's own scheme in that format"),
     Refused.MODULE: ("lm-head-unquantized", "{engine} runs {module} unquantized in that format"),
+    Refused.KEPT: ("engine-needs-quantized", "{engine} cannot load {module} unquantized, as the candidate keeps it"),
 }
 
 

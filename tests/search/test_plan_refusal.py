@@ -99,3 +99,19 @@ def test_a_release_that_cannot_build_the_head_is_the_searchs_error() -> None:
     with pytest.raises(EngineRefusal, match="SGLang cannot load this head") as raised:
         priced_candidates(described, {SCHEME.name: SCHEME}, ["trtllm", "sglang"], [None], None)
     assert raised.value.refusal.refused is Refused.HEAD
+
+
+def test_a_linear_the_engine_needs_quantized_kept_skips_the_candidate() -> None:
+    """TensorRT-LLM main dequantizes an MLA draft's kv_b_proj from its block-FP8 scales, and this head's cannot be
+    stored in FP8 blocks: the plan refuses the candidate for that release (an error that stopped the whole search
+    before the refusal was typed)."""
+    with Checkpoint.open(FIXTURES / "torchspec-mla") as checkpoint:
+        described = describe_head(checkpoint)
+    block = load_scheme("fp8-block")
+    with pytest.raises(EngineRefusal) as raised:
+        eaglequant.inspect(FIXTURES / "torchspec-mla", scheme=block.name, format="fp8", engines=["trtllm-main"])
+    assert raised.value.refusal.refused is Refused.KEPT
+    priced, skipped = priced_candidates(described, {block.name: block}, ["trtllm-main"], [None], None)
+    assert not any(candidate.format == "fp8" and not candidate.lm_head for candidate, _ in priced)
+    said = "TensorRT-LLM main (2026) cannot load midlayer.self_attn.kv_b_proj unquantized, as the candidate keeps it"
+    assert _counted(skipped)[("engine-needs-quantized", "trtllm-main", said)] == 1
