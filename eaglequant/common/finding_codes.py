@@ -102,6 +102,7 @@ _CODES = {
     "lm-head-unstorable": "candidates skipped: the format cannot store lm_head in its own scheme",
     "lm-head-scheme-unread": "candidates skipped: an engine does not read lm_head's own scheme in that format",
     "lm-head-unquantized": "candidates skipped: an engine runs lm_head unquantized in that format",
+    "engine-needs-quantized": "candidates skipped: an engine cannot load unquantized a linear the candidate keeps",
     "nothing-quantized": "candidates skipped: the format stores none of the head's linears in that scheme",
     "pruned-source-kept": "the pruned source was left beside the chosen draft",
     # publishing and batches

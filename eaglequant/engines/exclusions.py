@@ -15,6 +15,7 @@ from eaglequant.common.errors import ExclusionProofError, InputError, Param, Wor
 from eaglequant.common.findings import Finding
 from eaglequant.engines.base import TARGET_LAYERS_HINT, LayerCountNeeded, RuntimeModule
 from eaglequant.engines.keep import KeepRequest
+from eaglequant.engines.refusal import EngineRefusal, Refusal, Refused
 from eaglequant.engines.view import EngineView
 from eaglequant.formats.base import Format
 from eaglequant.kinds import KindPair
@@ -338,10 +339,11 @@ def prove(views: list[EngineView], patterns: list[str], quantized: set[str]) -> 
                 reason = view.unquantized_by_engine(module)
                 needed = view.quantized_needs.get(module)
                 if needed is not None and not set(module.members) <= quantized:
-                    raise InputError(
+                    kept = checkpoint_names(head, sorted(set(module.members) - quantized))
+                    raise EngineRefusal(
+                        Refusal(engine, Refused.KEPT, needed, kept),
                         f"{engine.title} cannot load {symbolic_name(module.names[0], count)} unquantized under this "
-                        f"scheme ({needed}), but it is kept unquantized for "
-                        f"{checkpoint_names(head, sorted(set(module.members) - quantized))}",
+                        f"scheme ({needed}), but it is kept unquantized for {kept}",
                         hint=words(
                             "drop the ",
                             Param("exclude"),

@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.engines import Engine
 from eaglequant.engines.exclusions import ModuleVerdict, plan_exclusions
 from eaglequant.engines.keep import KeepRequest
+from eaglequant.engines.refusal import EngineRefusal, Refusal, Refused
 from eaglequant.engines.support import MODULE_QUESTIONS, draft_refusal, engine_support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import EngineView
@@ -50,7 +50,11 @@ def plan_engines(
     for engine in engines:
         refusal = draft_refusal(engine, head, fmt, assignment.main.kinds)
         if refusal is not None:
-            raise InputError(f"{engine.title} cannot load this head: {refusal}", hint="do not target this engine")
+            raise EngineRefusal(
+                Refusal(engine, Refused.HEAD, refusal),
+                f"{engine.title} cannot load this head: {refusal}",
+                hint="do not target this engine",
+            )
     asked = tuple(module for module in MODULE_QUESTIONS if module in request.quantized)
     supported = engine_support(engines, fmt, assignment, head.attention, storage, target, asked)
     scheme = assignment.main

@@ -6,10 +6,12 @@ kinds; each cell names the engine source that decides it, for the release the en
 engines with a probe (:mod:`eaglequant.engine_load`: vLLM, SGLang) are *run*: the engine-load tests load every fixture
 in them with the engine's own code, and a cell that says no must fail there. The others (TensorRT-LLM) are *read*.
 
-:func:`engine_support` is the plan's one question to it: the modules a conversion asks to run quantized and the
-linears' different kinds (each answered by the engine's decision on that module, :meth:`Engine.decide`), the main
-scheme, then what cannot be written as the assignment asks, each refused in one line naming what works. The tables
-``eaglequant schemes`` and ``docs/engines.md`` show are drawn from the same answers (:mod:`.support_tables`).
+:func:`engine_support` is the plan's one question to it: the schemes' kinds, the modules a conversion asks to run
+quantized and the linears' different kinds (each answered by the engine's decision on that module,
+:meth:`Engine.decide`; no cell is read to refuse), then what cannot be written as the assignment asks, each refused
+in one line naming what works; an engine's refusal is raised as :class:`~eaglequant.engines.refusal.EngineRefusal`,
+saying what it refuses, so ``search`` catches it. The tables ``eaglequant schemes`` and ``docs/engines.md`` show are
+drawn from the same answers (:mod:`.support_tables`); the cells give them, and the refusals, their words.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ from eaglequant.engines.cells import (
     KindPair,
     Support,
 )
-from eaglequant.engines.decision import Outcome
+from eaglequant.engines.decision import ModuleDecision, Outcome
+from eaglequant.engines.refusal import EngineRefusal, Refusal, Refused, first_refusal
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS, Format
 from eaglequant.formats.base import HeadStorage
@@ -81,13 +84,13 @@ def support(kinds: KindPair, format_name: str, engine: Engine, attention: Attent
 
 
 def loaded_kinds(engine: Engine, fmt: Format, attention: Attention) -> KindPair | str:
-    """The first scheme kinds ``engine`` loads from ``fmt`` for a draft of this ``attention``; where it loads none,
-    why: the reason most of its cells give."""
+    """The first scheme kinds ``engine`` loads from ``fmt`` for a draft of this ``attention`` (its decision on a
+    decoder linear stored in them); where it loads none, why: the reason most of its cells give."""
     notes = []
     for kinds in SCHEME_KINDS:
-        cell = support(kinds, fmt.name, engine, attention)
-        if cell is not None and cell.loads:
+        if _decoder_decision(engine, fmt, kinds, attention).outcome is not Outcome.REFUSED:
             return kinds
+        cell = support(kinds, fmt.name, engine, attention)
         if cell is not None:
             notes.append(cell.note)
     if not notes:
@@ -117,6 +120,29 @@ def kinds_refusal(
         if decision.outcome is Outcome.REFUSED:
             return decision.why
     return None
+
+
+def checkpoint_refusal(
+    engine: Engine, head: HeadDescription, fmt: Format, kinds: Sequence[KindPair], mixed: bool
+) -> Refusal | None:
+    """Why ``engine`` cannot load a ``fmt`` checkpoint of ``head`` whose linears are stored in ``kinds`` (the main
+    scheme's first; ``mixed``: its config gives linears kinds of their own), in the order the plan refuses: the head
+    whatever the scheme, the main scheme, then the linears' own kinds; None: it loads it. Each is its decision
+    (:meth:`Engine.decide`): ``explain`` reads a written checkpoint's refusal here."""
+    whole = draft_refusal(engine, head, fmt, kinds[0])
+    if whole is not None:
+        return Refusal(engine, Refused.HEAD, whole)
+    main = kinds_refusal(engine, fmt, kinds[:1], head.attention)
+    if main is not None:
+        return Refusal(engine, Refused.SCHEME, main)
+    own = kinds_refusal(engine, fmt, kinds, head.attention, mixed=True) if mixed else None
+    return None if own is None else Refusal(engine, Refused.MODULE_KINDS, own)
+
+
+def _decoder_decision(engine: Engine, fmt: Format, kinds: KindPair, attention: Attention) -> ModuleDecision:
+    """The engine's decision on a decoder linear of a ``fmt`` checkpoint stored in ``kinds``: whether it loads the
+    kinds from the format at all."""
+    return engine.decide(_asked_module("module_kinds", attention), fmt, kinds)
 
 
 # Modules a conversion may ask to run quantized beyond the decoder (--quantize, --scheme-for), as the module table
@@ -168,21 +194,33 @@ class ModuleRequest:
         return " and ".join(self.modules) + (" quantized load" if len(self.modules) > 1 else " quantized loads")
 
 
-def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: Attention) -> str | None:
-    """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint (None: it can)."""
-    title = fmt.title
+def module_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: Attention) -> Refusal | None:
+    """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint (None: it can), each its decision, in the
+    order of :class:`Refused`: the main scheme's kinds, the linears' own kinds (it reads none from ``fmt``, or does
+    not load one of them), then a module asked quantized that it runs unquantized."""
+    main = kinds_refusal(engine, fmt, request.kinds[:1], attention)
+    if main is not None:
+        return Refusal(engine, Refused.SCHEME, main)
     if request.mixed:
         said = answer(engine, fmt, "module_kinds", attention)
         if not said.yes:
-            return said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
-    refusal = kinds_refusal(engine, fmt, request.kinds, attention)
-    if refusal is not None:
-        return refusal
+            why = said.why if said.why.startswith(engine.titled) else f"{engine.titled}: {said.why}"
+            return Refusal(engine, Refused.MODULE_KINDS, why)
+    own = kinds_refusal(engine, fmt, request.kinds[1:], attention)
+    if own is not None:
+        return Refusal(engine, Refused.MODULE_KINDS, own)
     for module in request.modules:
         said = answer(engine, fmt, module, attention)
         if not said.yes:
-            return f"{engine.titled} runs {module} unquantized in {title}: {said.why}"
+            why = f"{engine.titled} runs {module} unquantized in {fmt.title}: {said.why}"
+            return Refusal(engine, Refused.MODULE, why, module)
     return None
+
+
+def request_refusal(engine: Engine, fmt: Format, request: ModuleRequest, attention: Attention) -> str | None:
+    """Why ``engine`` cannot serve ``request`` from a ``fmt`` checkpoint, in words (None: it can)."""
+    refusal = module_refusal(engine, fmt, request, attention)
+    return None if refusal is None else refusal.why
 
 
 def working_formats(engines: Sequence[Engine], request: ModuleRequest, attention: Attention) -> list[Format]:
@@ -217,12 +255,11 @@ def module_hint(engines: Sequence[Engine], request: ModuleRequest, attention: At
 def check_module_request(
     engines: Sequence[Engine], fmt: Format, request: ModuleRequest, attention: Attention, described: str
 ) -> None:
-    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``fmt``
-    checkpoint; ``described``: the conversion's schemes in words."""
-    for engine in engines:
-        refusal = request_refusal(engine, fmt, request, attention)
-        if refusal is not None:
-            raise InputError(f"{refusal} ({described})", hint=module_hint(engines, request, attention))
+    """Refuse, naming what works, a ``request`` some targeted engine cannot serve from a ``fmt`` checkpoint (the
+    first refusal by what it refuses, then by engine); ``described``: the conversion's schemes in words."""
+    refusal = first_refusal([module_refusal(engine, fmt, request, attention) for engine in engines])
+    if refusal is not None:
+        raise EngineRefusal(refusal, f"{refusal.why} ({described})", hint=module_hint(engines, request, attention))
 
 
 def _titles(engines: list[Engine]) -> str:
@@ -254,22 +291,20 @@ def engine_support(
     target: TargetModel,
     asked: tuple[str, ...] = (),
 ) -> EngineSupport:
-    """Refuse, in one line naming what works: a module (``asked``: of :data:`MODULE_QUESTIONS`, to run quantized) or
-    the linears' different kinds a targeted engine cannot serve from ``fmt`` (:func:`check_module_request`); a main
-    scheme it cannot load; then what cannot be written or served as ``assignment`` asks (:func:`check_assignment`;
-    ``storage``: how ``fmt`` stores each linear; ``target``: whose layer count names per-module entries). Else what
-    the engines say of it."""
+    """Refuse, in one line naming what works: the schemes' kinds or a module (``asked``: of
+    :data:`MODULE_QUESTIONS`, to run quantized) a targeted engine cannot serve from ``fmt``
+    (:func:`check_module_request`, whose hint names what serves the whole request), a main scheme it cannot load
+    (:func:`check_engines`), a linear a rule gives a scheme ``fmt`` cannot store it in (``storage``: how ``fmt``
+    stores each linear), then what else cannot be written as ``assignment`` asks (:func:`check_assignment`;
+    ``target``: whose layer count names per-module entries). Else what the engines say of it."""
     if asked or assignment.mixed:
         wanted = ModuleRequest(tuple(scheme.kinds for scheme in assignment.schemes), asked, assignment.mixed)
         check_module_request(engines, fmt, wanted, attention, assignment.describe())
     main = assignment.main
-    notes = check_engines(main.kinds, main.name, fmt, engines, attention, builtin_names_by_kinds())
+    notes = check_engines(main.kinds, main.name, fmt, engines, attention)
+    check_rules_storable(assignment, storage)
+    check_assignment(fmt, assignment, target)
     loading = tuple(f for f in FORMATS.values() if _loads_everywhere(main.kinds, f, engines, attention))
-    kinds = [scheme.kinds for scheme in assignment.schemes]
-    refusals = (
-        [kinds_refusal(engine, fmt, kinds, attention, mixed=True) for engine in engines] if assignment.mixed else []
-    )
-    check_assignment(fmt, assignment, storage, [refusal for refusal in refusals if refusal is not None], target)
     return EngineSupport(notes, loading)
 
 
@@ -277,17 +312,26 @@ class ModuleSchemesNeedLayerCount(InputError):
     """Per-module entries cannot be written without the target's layer count (``search`` counts what it skips)."""
 
 
-def check_assignment(
-    fmt: Format, assignment: SchemeAssignment, storage: HeadStorage, refused_kinds: list[str], target: TargetModel
-) -> None:
-    """Refuse what cannot be written or served as ``assignment`` asks: a linear a rule gives a scheme that ``fmt``
-    cannot store it in (``storage``), then, for linears of different kinds, a format or an engine that does not hold
-    per-module kinds (``refused_kinds``), or an unknown target layer count (per-module entries name each module as
-    the engine does, layer index included)."""
+class UnstorableRule(InputError):
+    """A rule gives ``module`` a scheme the format cannot store it in (``search`` counts what it skips)."""
+
+    def __init__(self, module: str, message: str | Words) -> None:
+        super().__init__(message)
+        self.module = module
+
+
+def check_rules_storable(assignment: SchemeAssignment, storage: HeadStorage) -> None:
+    """Refuse a linear a rule gives a scheme that the format cannot store it in (``storage``)."""
     for module, rule in assignment.by_module.items():
         problem = storage.problems.get(module)
         if problem is not None:
-            raise InputError(words(suggested("scheme_for", rule.text), f": {problem}"))
+            raise UnstorableRule(module, words(suggested("scheme_for", rule.text), f": {problem}"))
+
+
+def check_assignment(fmt: Format, assignment: SchemeAssignment, target: TargetModel) -> None:
+    """Refuse what cannot be written as ``assignment`` asks for linears of different kinds: a format that does not
+    hold per-module kinds, or an unknown target layer count (per-module entries name each module as the engine
+    does, layer index included)."""
     if not assignment.mixed:
         return
     if not fmt.stores_mixed:
@@ -295,11 +339,6 @@ def check_assignment(
         raise InputError(
             f"{fmt.title} cannot store linears of different kinds in one checkpoint ({assignment.describe()})",
             hint=f"formats that can: {able}" if able else "give every linear one scheme",
-        )
-    if refused_kinds:
-        raise InputError(
-            f"{refused_kinds[0]} ({assignment.describe()})",
-            hint="target only engines that do (docs/cli.md#per-module-schemes), or one scheme for all",
         )
     if target.count is None:
         raise ModuleSchemesNeedLayerCount(
@@ -310,7 +349,7 @@ def check_assignment(
 
 
 def _loads_everywhere(kinds: KindPair, fmt: Format, engines: list[Engine], attention: Attention) -> bool:
-    return all((cell := support(kinds, fmt.name, e, attention)) is not None and cell.loads for e in engines)
+    return all(_decoder_decision(e, fmt, kinds, attention).outcome is not Outcome.REFUSED for e in engines)
 
 
 def _weight_bits(kinds: KindPair) -> int:
@@ -323,44 +362,52 @@ def check_engines(
     fmt: Format,
     engines: list[Engine],
     attention: Attention,
-    scheme_names: dict[KindPair, str],
+    scheme_names: dict[KindPair, str] | None = None,
 ) -> list[Finding]:
-    """Refuse, in one line naming a combination that works, what a targeted engine cannot load.
+    """Refuse, in one line naming a combination that works, a main scheme a targeted engine cannot load: its
+    decision (:meth:`Engine.decide`) on a decoder linear stored in ``kinds``.
 
     Returns the conditions under which the targeted engines load it (to show as warnings).
-    ``scheme_names``: scheme kinds -> a built-in scheme name, to suggest another scheme.
+    ``scheme_names``: scheme kinds -> a built-in scheme name, to suggest another scheme (default: the built-ins).
     """
     warnings = []
     for engine in engines:
-        cell = support(kinds, fmt.name, engine, attention)
-        if cell is None:
-            continue
-        if cell.loads:
-            if cell.conditional:
+        decision = _decoder_decision(engine, fmt, kinds, attention)
+        cell = support(kinds, fmt.name, engine, attention)  # the matrix's words on it
+        if decision.outcome is not Outcome.REFUSED:
+            if cell is not None and cell.conditional:
                 warnings.append(Finding("engine-condition", engine.key, f"{engine.title}: {cell.note}"))
             continue
-        others = sorted((k for k in scheme_names if k != kinds), key=lambda k: _weight_bits(k) != _weight_bits(kinds))
-        candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit
-        working = [(k, f) for k in candidates for f in FORMATS.values() if _loads_everywhere(k, f, engines, attention)]
-        titles = _engines_words(engines)
-        hint: str | Words
-        if not working:
-            hint = f"no built-in scheme loads in {titles}; target fewer engines"
-        elif working[0][0] == kinds:
-            hint = words("use ", suggested("format", working[0][1].name), f", which {titles} can load")
-        else:
-            (found, able), name = working[0], scheme_names[working[0][0]]
-            # a scheme named for two kinds (nvfp4: W4A4, W4A16 without calib) gives the first only with calib
-            twice = list(scheme_names.values()).count(name) > 1
-            calib = (" with captured inputs (convert ", placeholder("calib", "FILE"), ")") if twice and found[1] else ()
-            scheme = () if name == scheme_name else (suggested("scheme", name), " ")
-            hint = words("use ", *scheme, suggested("format", able.name), *calib, f", which {titles} can load")
-        raise InputError(
+        raise EngineRefusal(
+            Refusal(engine, Refused.SCHEME, decision.why),
             f"{engine.title} cannot load {scheme_name} ({SCHEME_KINDS.get(kinds, kinds)}) "
-            f"in {fmt.name} format: {cell.note}",
-            hint=hint,
+            f"in {fmt.name} format: {decision.why if cell is None else cell.note}",
+            hint=_scheme_hint(kinds, scheme_name, engines, attention, scheme_names or builtin_names_by_kinds()),
         )
     return warnings
+
+
+def _scheme_hint(
+    kinds: KindPair, scheme_name: str, engines: list[Engine], attention: Attention, scheme_names: dict[KindPair, str]
+) -> str | Words:
+    """A scheme and format every one of ``engines`` loads: ``kinds`` in another format, else another built-in
+    scheme of the same weight width first, else any."""
+    others = sorted((k for k in scheme_names if k != kinds), key=lambda k: _weight_bits(k) != _weight_bits(kinds))
+    candidates = [kinds, *others]  # another scheme of the same weight width first: 4-bit for 4-bit
+    working = ((k, f) for k in candidates for f in FORMATS.values() if _loads_everywhere(k, f, engines, attention))
+    first = next(working, None)
+    titles = _engines_words(engines)
+    if first is None:
+        return f"no built-in scheme loads in {titles}; target fewer engines"
+    found, able = first
+    if found == kinds:
+        return words("use ", suggested("format", able.name), f", which {titles} can load")
+    name = scheme_names[found]
+    # a scheme named for two kinds (nvfp4: W4A4, W4A16 without calib) gives the first only with calib
+    twice = list(scheme_names.values()).count(name) > 1
+    calib = (" with captured inputs (convert ", placeholder("calib", "FILE"), ")") if twice and found[1] else ()
+    scheme = () if name == scheme_name else (suggested("scheme", name), " ")
+    return words("use ", *scheme, suggested("format", able.name), *calib, f", which {titles} can load")
 
 
 def _engines_words(engines: list[Engine]) -> str:

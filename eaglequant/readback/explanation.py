@@ -22,12 +22,13 @@ from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.decision import Outcome
 from eaglequant.engines.exclusions import symbolic_name
-from eaglequant.engines.support import SCHEME_KINDS, draft_refusal, kinds_refusal, support
+from eaglequant.engines.refusal import Refused
+from eaglequant.engines.support import SCHEME_KINDS, checkpoint_refusal, support
 from eaglequant.engines.target import TargetModel
 from eaglequant.engines.view import layer_counts
 from eaglequant.formats import FORMATS, Format, WrittenConfig, format_for_quant_method, format_for_side_files
 from eaglequant.kinds import KindPair, kinds_title
-from eaglequant.layouts.head import Attention, HeadDescription, HeadLinear
+from eaglequant.layouts.head import HeadDescription, HeadLinear
 from eaglequant.readback.cost import RoundCost, round_cost
 from eaglequant.readback.module_kinds import written_schemes
 from eaglequant.schemes.assignment import SchemeAssignment
@@ -193,13 +194,11 @@ def _read_engine(
     draft_tokens: int,
 ) -> EngineReading:
     scheme, patterns = schemes.main, written.patterns
-    whole = draft_refusal(engine, head, fmt, scheme.kinds) or _module_kinds_refusal(
-        engine, fmt, schemes, written, head.attention
-    )
-    refusal = whole or kinds_refusal(engine, fmt, [scheme.kinds], head.attention)
+    kinds = [each.kinds for each in schemes.schemes]  # the main scheme's first
+    refusal = checkpoint_refusal(engine, head, fmt, kinds, mixed=written.listed is not None)  # as the plan refuses
     cell = support(scheme.kinds, fmt.name, engine, head.attention)  # the matrix's words on the scheme: the note
     if refusal is not None:
-        note = whole or (refusal if cell is None else cell.note)
+        note = cell.note if refusal.refused is Refused.SCHEME and cell is not None else refusal.why
         cannot_load = Finding("cannot-load", "", f"cannot load this checkpoint: {note}")
         problems: tuple[Finding, ...] = (cannot_load,) if requested else ()
         return EngineReading(engine.key, engine.title, False, note, (), problems, judged=requested)
@@ -222,15 +221,6 @@ def _read_engine(
     stored = _stored_bytes(head, tensors, modules_by_count[-1], readings)
     cost = round_cost(head, engine.key, engine.release, stored, draft_tokens)
     return EngineReading(engine.key, engine.title, True, cell.note, tuple(readings), problems, notes, round_cost=cost)
-
-
-def _module_kinds_refusal(
-    engine: Engine, fmt: Format, schemes: SchemeAssignment, written: WrittenConfig, attention: Attention
-) -> str | None:
-    """Why the engine cannot load a per-module config as it says (None: it can, or the config is not one)."""
-    if written.listed is None:
-        return None
-    return kinds_refusal(engine, fmt, [scheme.kinds for scheme in schemes.schemes], attention, mixed=True)
 
 
 def _listed(written: WrittenConfig, module: RuntimeModule, spellings: list[tuple[int, tuple[str, ...]]]) -> str | None:

@@ -13,6 +13,7 @@ user's own scheme file works wherever a built-in would.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,11 @@ def load_scheme(name_or_path: str) -> Scheme:
 
 def builtin_names_by_kinds() -> dict[KindPair, str]:
     """Scheme kinds -> the built-in scheme that writes them (nvfp4 also stands for its W4A16 downgrade)."""
+    return dict(_builtin_names_by_kinds())
+
+
+@cache  # the built-in scheme files ship with the package: read once (a search plans every candidate)
+def _builtin_names_by_kinds() -> dict[KindPair, str]:
     names: dict[KindPair, str] = {}
     for name in builtin_scheme_names():
         scheme = load_scheme(name)

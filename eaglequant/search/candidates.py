@@ -2,11 +2,13 @@
 another of its own, and each draft vocabulary; each priced from headers (the weight bytes a round reads, the largest
 over the targeted engines) or skipped for a stated reason.
 
-What a targeted engine cannot load is decided before any plan, from the engine model, by the predicates ``convert``
-refuses with (the support cells, the engines' reading of per-module kinds, the modules an engine runs unquantized);
-a candidate's plan is then built, and the only refusals it may still meet are named ones that depend on the head's
-shapes: rules that need the target's layer count, or a format that stores none of the head's linears in the
-scheme. Any other error is not a candidate's: it surfaces.
+Each candidate's plan is built, as ``convert`` builds it (from headers: no tensor is read), and search predicts no
+refusal of its own: what a targeted engine cannot load is the plan's refusal, caught (:class:`EngineRefusal`: the
+scheme in the format, lm_head's own scheme, lm_head run unquantized, a linear it needs quantized kept; each the
+engine's decision), as are the other named refusals a candidate may meet: lm_head's own scheme the format cannot
+store it in, rules that need the target's layer count, a format that stores none of the head's linears in the
+scheme. Any other error is not a candidate's (a release that cannot build the head at all refuses every candidate
+alike): it surfaces.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from eaglequant.common.findings import Finding
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import build_plan
 from eaglequant.conversion.request import ConversionRequest
-from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError, engine_requirements
-from eaglequant.engines.support import ModuleSchemesNeedLayerCount, kinds_refusal
-from eaglequant.engines.view import EngineView
+from eaglequant.engines.exclusions import LayerCountNeededError, NothingQuantizedError
+from eaglequant.engines.refusal import EngineRefusal, Refusal, Refused
+from eaglequant.engines.support import ModuleSchemesNeedLayerCount, UnstorableRule
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
 from eaglequant.readback.cost import RoundCost
@@ -76,8 +78,8 @@ def priced_candidates(
     target_layers: int | None,
 ) -> tuple[list[tuple[Candidate, int]], dict[Finding, int]]:
     """Every candidate of ``schemes`` (name -> scheme) the targeted engines load, with the bytes a round reads
-    (largest over the engines), smallest first (ties by name); and the others, counted by why they were skipped
-    (:func:`_skip_reason`)."""
+    (largest over the engines), smallest first (ties by name); and the others, counted by why their plan refused
+    them (:func:`_round_cost`)."""
     from eaglequant.vocabulary.pruned_head import pruned_description
 
     described = {size: head if size is None else pruned_description(head, size) for size in sizes}
@@ -93,8 +95,7 @@ def priced_candidates(
         for option in options:
             candidate = option.requested(described[size], tuple(engines), target_layers)
             assert candidate.request is not None
-            skip = _skip_reason(described[size], candidate.lm_head, candidate.request)
-            cost = skip or _round_cost(described[size], candidate.request)
+            cost = _round_cost(described[size], candidate.request)
             if isinstance(cost, Finding):
                 skipped[cost] += 1
             else:
@@ -105,44 +106,40 @@ def priced_candidates(
 NEEDS_LAYER_COUNT = Finding("needs-layer-count", "", "the target's layer count is needed (--target-layers)")
 
 
-def _skip_reason(head: HeadDescription, lm_head: bool, request: ConversionRequest) -> Finding | None:
-    """Why a targeted engine cannot load a candidate (``lm_head``: quantized too; ``request``: its schemes, format
-    and engines), as the engine's decision says and ``convert`` refuses it (:func:`kinds_refusal`): the scheme in
-    the format, the per-module kinds of lm_head's own scheme (and whether the format stores lm_head in it), and
-    whether the engine runs lm_head quantized; None: it loads."""
-    fmt, engines = request.format, request.engines
-    written = request.assignment.as_written(calibrated=False).resolved(head)  # a search converts without --calib
-    kinds = [scheme.kinds for scheme in written.schemes]
-    for engine in engines:
-        if kinds_refusal(engine, fmt, [written.main.kinds], head.attention) is not None:
-            return Finding(
-                "engine-does-not-load", engine.key, f"{engine.titled} does not load the scheme in that format"
-            )
-    if written.mixed:
-        if "lm_head" in fmt.storage(head, written, FORMATS.values()).problems:
-            return Finding("lm-head-unstorable", "lm_head", "the format cannot store lm_head in its own scheme")
-        for engine in engines:
-            if kinds_refusal(engine, fmt, kinds, head.attention, mixed=True) is not None:
-                why = f"{engine.titled} does not read lm_head's own scheme in that format"
-                return Finding("lm-head-scheme-unread", engine.key, why)
-    module_kinds = {module: ruled.kinds for module, ruled in written.module_schemes.items()}
-    for engine in engines if lm_head else ():
-        view = EngineView.of(engine, head, fmt, written.main.kinds, request.target.count, module_kinds)
-        if "lm_head" in engine_requirements([view]):
-            return Finding(
-                "lm-head-unquantized", engine.key, f"{engine.titled} runs lm_head unquantized in that format"
-            )
-    return None
-
-
 def _round_cost(head: HeadDescription, request: ConversionRequest) -> RoundCost | Finding:
-    """What a round of the candidate ``request`` asks for reads in the engine that reads the most; or, where its
-    rules can only be written with the target's layer count or the format stores none of the head's linears in its
-    scheme, why not."""
+    """What a round of the candidate ``request`` asks for reads in the engine that reads the most; or, where its plan
+    refuses it for a targeted engine (:class:`EngineRefusal`), cannot store lm_head in its own scheme, needs the
+    target's layer count for its rules, or stores none of the head's linears, why not. A release that cannot build
+    the head at all refuses every candidate alike: that refusal, like any other error, is the search's."""
     try:
         plan = build_plan(head, request)
+    except EngineRefusal as refused:
+        if refused.refusal.refused is Refused.HEAD:
+            raise
+        return _skipped(refused.refusal)
+    except UnstorableRule as unstorable:
+        if unstorable.module != "lm_head":
+            raise
+        return Finding("lm-head-unstorable", "lm_head", "the format cannot store lm_head in its own scheme")
     except (ModuleSchemesNeedLayerCount, LayerCountNeededError):
         return NEEDS_LAYER_COUNT
     except NothingQuantizedError:
         return Finding("nothing-quantized", "", "the format stores none of the head's linears in that scheme")
     return max(plan.round_costs(), key=lambda cost: cost.bytes_per_round)
+
+
+# What a release refuses -> the code search counts the candidate under, and its words (a candidate's only rule
+# is lm_head's: the module a release runs unquantized, the module whose own scheme it does not read; a linear it
+# needs quantized is kept by the format, which cannot store it in the scheme, or by a default).
+SKIPPED: dict[Refused, tuple[str, str]] = {
+    Refused.SCHEME: ("engine-does-not-load", "{engine} does not load the scheme in that format"),
+    Refused.MODULE_KINDS: ("lm-head-scheme-unread", "{engine} does not read lm_head's own scheme in that format"),
+    Refused.MODULE: ("lm-head-unquantized", "{engine} runs {module} unquantized in that format"),
+    Refused.KEPT: ("engine-needs-quantized", "{engine} cannot load {module} unquantized, as the candidate keeps it"),
+}
+
+
+def _skipped(refusal: Refusal) -> Finding:
+    """A candidate the plan refuses for ``refusal``, as search counts it: by what the release refuses."""
+    code, said = SKIPPED[refusal.refused]
+    return Finding(code, refusal.engine.key, said.format(engine=refusal.engine.titled, module=refusal.module))

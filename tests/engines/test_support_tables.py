@@ -94,12 +94,16 @@ def test_every_refusal_names_only_what_converts(scheme: str, extra: dict) -> Non
 
 
 def test_sglang_is_told_that_mixed_kinds_load_in_vllm() -> None:
-    error = _refusal("fp8-per-channel", "modelopt", ["sglang"], {"scheme_for": ["lm_head=nvfp4"]})
+    error = _refusal("nvfp4", "modelopt", ["sglang"], {"scheme_for": ["lm_head=fp8-per-channel"]})
     assert error is not None
     line = error.one_line()
     assert "SGLang 0.5.23 does not read per-module kinds" in line, line
     assert "only in vLLM 0.32.0 and vLLM 0.33.0 with format='modelopt'" in line, line
     assert "which SGLang can load" not in line
+    # SGLang loads no per-channel FP8 from ModelOpt either: the main scheme is refused first, the hint the same
+    both = _refusal("fp8-per-channel", "modelopt", ["sglang"], {"scheme_for": ["lm_head=nvfp4"]})
+    assert both is not None and both.one_line().startswith("SGLang 0.5.23 does not load W8A8 fp8-channel in NVIDIA")
+    assert "only in vLLM 0.32.0 and vLLM 0.33.0 with format='modelopt'" in both.one_line()
 
 
 def test_schemes_shows_the_table(tmp_path: Path) -> None:
