@@ -24,8 +24,10 @@ sys.path.insert(0, str(ROOT))  # the planted faults are test equipment: tests/pr
 
 
 def cells() -> list[tuple[str, str]]:
+    from eaglequant.engines import ENGINES
     from eaglequant.engines.support import support
     from eaglequant.formats import FORMATS
+    from eaglequant.layouts.head import Attention
     from eaglequant.schemes.model import builtin_scheme_names, load_scheme
 
     found = []
@@ -34,7 +36,7 @@ def cells() -> list[tuple[str, str]]:
         for fmt in FORMATS.values():
             if not fmt.supports(scheme):
                 continue
-            verdict = support(scheme.kinds, fmt.name, "vllm", "mha")
+            verdict = support(scheme.kinds, fmt.name, ENGINES["vllm"], Attention.MHA)
             if verdict is not None and verdict.loads:
                 found.append((name, fmt.name))
     return found

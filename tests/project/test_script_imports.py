@@ -38,3 +38,15 @@ def test_the_check_sees_a_missing_name(tmp_path: Path) -> None:
     script.write_text("def f():\n    from eaglequant.measurement.statistics import interval_text\n", encoding="utf-8")
     module, name = _package_imports(script)[0]
     assert not hasattr(importlib.import_module(module), name)
+
+
+def test_the_acceptance_table_lists_the_cells_vllm_loads() -> None:
+    """scripts/acceptance_table.py asks the support table with the engine and attention themselves (a string for
+    either once broke it where no test ran)."""
+    spec = importlib.util.spec_from_file_location("acceptance_table", SCRIPTS[0].parent / "acceptance_table.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    found = script.cells()
+    assert ("fp8-per-channel", "quark") in found and ("fp8-block", "compressed-tensors") in found
+    assert len(found) == len(set(found))
