@@ -193,7 +193,8 @@ class JsonRecord:
     - ``json_inlined``: fields holding a record whose entries are written in place of the field, first (a wrapper
       record: its own entries then replace theirs in place, or follow them);
     - ``json_read``: field -> how its value is read back, given the object read and the field's key (where the value
-      written is not the field's own by its type: the inverse of its ``json_values`` rule).
+      written is not the field's own by its type: the inverse of its ``json_values`` rule); for an omitted field,
+      how it is read from the entries that are written (a field the JSON holds only within another entry).
 
     A name that is neither a field nor a declared computed entry is refused (``TypeError``) when the record is
     first written."""
@@ -219,9 +220,10 @@ class JsonRecord:
         """The record :meth:`to_json` wrote as ``data``, by the same declarations: each written field from its key
         (renamed as declared), by its type (a nested record by its own ``from_json``, a finding, a tuple, a path,
         an enum), or by its ``json_read`` rule where its written value is not its field's; a field not written
-        (omitted, or absent in the record's version) takes its default. Computed entries are not read. A value
-        that is not what its field takes raises ``error`` (:class:`JsonReadError`), with ``hint``, naming ``where``
-        and the key (``data`` may be a :class:`JsonObject`, whose error and place are then used)."""
+        (omitted without a ``json_read`` rule, or absent in the record's version) takes its default. Computed
+        entries are not read. A value that is not what its field takes raises ``error`` (:class:`JsonReadError`),
+        with ``hint``, naming ``where`` and the key (``data`` may be a :class:`JsonObject`, whose error and place
+        are then used)."""
         error = error or JsonReadError
         obj = data if isinstance(data, JsonObject) else JsonObject(data, where, error, hint)
         return read_record(cls, obj)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from eaglequant.kinds.base import StoredLinear
     from eaglequant.schemes.model import Scheme
 
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 
 PARITY_ROWS = 64  # activations per linear
 
@@ -23,11 +23,18 @@ def finite_or_text(value: float) -> float | str:
     return value if math.isfinite(value) else str(value)
 
 
+def number_or_text(obj: JsonObject, key: str) -> float:
+    """:func:`finite_or_text`'s value read back: a number, or ``inf``, ``-inf`` or ``nan`` as text."""
+    value = obj.get(key)
+    return float(value) if value in ("inf", "-inf", "nan") else obj.number(key)
+
+
 @dataclass(frozen=True)
 class LayerParity(JsonRecord):
     """One quantized linear's figures; an SQNR that is not finite (an exact output) is written as text (``inf``)."""
 
     json_values = named(sqnr_db=finite_or_text)
+    json_read = named(sqnr_db=number_or_text)
     json_renamed = named(max_block_error="max_block_relative_error")
     json_first = ("module", "backend", "sqnr_db", "cosine", "relative_error", "max_block_error", "worst_block")
 

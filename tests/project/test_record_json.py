@@ -34,6 +34,7 @@ from eaglequant.engines.support_tables import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
 from eaglequant.kinds import KindPair
+from eaglequant.layouts.head import Attention
 from eaglequant.measurement.concurrency import ConcurrentPass
 from eaglequant.measurement.measure import (
     GREEDY,
@@ -163,7 +164,7 @@ def _timing(kernel: str) -> Timing:
 def _convert_bench() -> ConvertBench:
     machine = Machine("Xeon", 16, 2**37, "3.12.1", "2.13.0", None, {"amd-quark": "0.13", "llm-compressor": None})
     runs = (
-        Run("tiny", "eaglequant", "fp8", 1.5, 120.25, 2**30, 2**20, 1.25, {"amd-quark ptpc_fp8": 0.5}, None, Path("x")),
+        Run("tiny", "eaglequant", "fp8", 1.5, 120.25, 2**30, 2**20, 1.25, {"amd-quark ptpc_fp8": 0.5}),
         Run("tiny", "amd-quark", "ptpc_fp8", error="not installed"),
     )
     return ConvertBench(machine, 4, "cpu", runs)
@@ -295,7 +296,10 @@ def _scheme_row() -> SchemeRow:
 
 
 def _module_row() -> ModuleRow:
-    said = {"mha": Answer(True, "vllm/model_executor/models/llama_eagle3.py"), "mla": Answer(False, "no MLA")}
+    said = {
+        Attention.MHA: Answer(True, "vllm/model_executor/models/llama_eagle3.py"),
+        Attention.MLA: Answer(False, "no MLA"),
+    }
     return ModuleRow("vllm", "vLLM 0.32.0", "quark", True, **dict.fromkeys(QUESTIONS, said))
 
 

@@ -8,6 +8,7 @@ import importlib
 import json
 import pkgutil
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,13 +17,15 @@ import eaglequant
 from eaglequant.bench.concurrency import ConcurrencyRow
 from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
+from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
 from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
-from tests.project.test_record_json import RECORDS, _load_check
+from eaglequant.verification.fidelity import DistributionShift
+from tests.project.test_record_json import RECORDS, _convert_bench, _load_check
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
@@ -35,29 +38,14 @@ WRITE_ONLY = {
     "JobOutcome": "holds its job, which it does not write",
     "UploadResult": "holds its verification, which it does not write",
     "KernelBench": "writes its timings as rows",
-    "Explanation": "writes its problems with its engines' (all_problems)",
     "VerifyReport": "holds the schemes and hash readings, which it does not write; writes its thresholds as a dict",
-    "ModuleRow": "writes its answers by draft",
-    "LoadJob": "writes its paths resolved",
     "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
     "Interval": "writes its figures rounded (and non-finite ones as text)",
-    "Lossless": "computes what it writes from its counts",
     "Prediction": "writes its acceptances, which write their prompts as counts",
-    "LayerParity": "writes a non-finite SQNR as text",
-    "Run": "holds its destination, which it does not write",
-    "ConvertBench": "writes its runs, which do not write their destination",
     "BatchResult": "writes its shard as text and its jobs as outcomes",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
-    "EngineReading": "writes its round cost, not the engine it came from, and reads back through Explanation",
-    "ModuleReading": "read back through Explanation only",
-    "HeadFidelity": "writes its shifts rounded",
-    "DistributionShift": "writes its figures rounded",
-    "Mode": "written inside Settings",
-    "CaptureSummary": "writes what capture wrote, never read back",
-    "Machine": "written inside ConvertBench",
     "VerifyOutput": "verify --json: a VerifyReport, which is written only",
     "ConvertOutput": "convert --json: with --verify, a VerifyReport, which is written only",
-    "RoundCost": "writes its reduction rounded (read back equal where the reduction is computed, see below)",
 }
 
 
@@ -97,6 +85,10 @@ EXTRA = {
     "Accelerator": lambda: ACCELERATORS["mi355x"],
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
+    "Machine": lambda: _convert_bench().machine,
+    "Run": lambda: _convert_bench().runs[0],
+    "DistributionShift": lambda: DistributionShift(1 / 3, 2 / 7, 1 / 9, 1e-7 / 3, 1 - 1 / 7, 5, 3.0625 / 7),
+    "LoadJob": lambda: LoadJob(Path("out/fp8"), Path("../src"), 61),  # relative: held resolved, as written
     "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
 
