@@ -150,8 +150,9 @@ def _without_count(inputs: str, tokens: int) -> str:
 def render(report: VerifyReport, destination: str, recorded_source: str | None = None) -> None:
     """``recorded_source``: the source DST's report records (named when parity and fidelity could not run)."""
     limits = report.thresholds
-    schemes = report.schemes
-    out.print(f"[bold]{escape(destination)}[/]: {report.format}, {escape(schemes.describe())} ({schemes.label})")
+    out.print(
+        f"[bold]{escape(destination)}[/]: {report.format}, {escape(report.schemes_described)} ({report.scheme_label})"
+    )
     if report.layers:
         show(_parity_table(report.layers, limits))
     if report.fidelity is not None:

@@ -21,6 +21,7 @@ from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
+from eaglequant.schemes.model import load_scheme
 from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
@@ -33,12 +34,11 @@ WRITE_ONLY = {
     "Settings": "writes its prompts as their count",
     "AcceptanceReport": "writes each draft through what it was served as",
     "ServerAcceptance": "writes its acceptances, which write their prompts as counts",
-    "CopyCheck": "writes its tensor sets as their counts, and not its problems",
     "InspectReport": "holds the head and the plan, which it does not write",
     "JobOutcome": "holds its job, which it does not write",
     "UploadResult": "holds its verification, which it does not write",
     "KernelBench": "writes its timings as rows",
-    "VerifyReport": "holds the schemes and hash readings, which it does not write; writes its thresholds as a dict",
+    "VerifyReport": "holds its predicted acceptance, a Prediction, which is written only",
     "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
     "Interval": "writes its figures rounded (and non-finite ones as text)",
     "Prediction": "writes its acceptances, which write their prompts as counts",
@@ -86,6 +86,7 @@ EXTRA = {
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
+    "VerifyThresholds": lambda: load_scheme("nvfp4").verify,
     "Run": lambda: _convert_bench().runs[0],
     "DistributionShift": lambda: DistributionShift(1 / 3, 2 / 7, 1 / 9, 1e-7 / 3, 1 - 1 / 7, 5, 3.0625 / 7),
     "LoadJob": lambda: LoadJob(Path("out/fp8"), Path("../src"), 61),  # relative: held resolved, as written
