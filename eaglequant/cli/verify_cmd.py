@@ -26,13 +26,13 @@ from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import acceptance_table, name_column, show
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
-from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
-    from eaglequant.prediction.predict import Prediction
+    from eaglequant.prediction.figures import PredictionRecord
     from eaglequant.schemes.model import VerifyThresholds
     from eaglequant.verification.fidelity import HeadFidelity
     from eaglequant.verification.layer_parity import LayerParity
@@ -191,7 +191,7 @@ def _inconclusive_text(report: VerifyReport) -> str:
     settle = "more would tell" if more is None else f"{more} more would settle it at this variance"
     return (
         f"{', '.join(report.checks)} hold, but the predicted acceptance's interval straddles the budget: "
-        f"{len(acceptance.quantized.prompts)} captured sequences cannot tell whether DST is within it, {settle} "
+        f"{acceptance.quantized.prompts} captured sequences cannot tell whether DST is within it, {settle} "
         "(capture more prompts); "
         "`eaglequant upload` refuses it"
     )
@@ -217,9 +217,9 @@ def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:
         )
 
 
-def _render_acceptance(prediction: Prediction) -> None:
+def _render_acceptance(prediction: PredictionRecord) -> None:
     """The change (DST minus source) with the bound that decided against the budget (a drop, positive)."""
-    source, quantized = prediction.source.length(), prediction.quantized.length()
+    source, quantized = prediction.source.acceptance_length, prediction.quantized.acceptance_length
     verdict = prediction.judged
     judged = f"{prediction.difference.text(signed=True)} (no budget)" if verdict is None else verdict.text()
     out.print(
@@ -227,8 +227,8 @@ def _render_acceptance(prediction: Prediction) -> None:
         f"{source.value_text(3)} → {quantized.value_text(3)} tokens, change {escape(judged)}",
         soft_wrap=True,
     )
-    if prediction.by_draft_tokens is not NOT_WRITTEN:
-        show(acceptance_table(prediction))
+    if prediction.by_draft_tokens is not None:
+        show(acceptance_table(prediction.by_draft_tokens))
 
 
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:

@@ -33,6 +33,7 @@ from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import (
@@ -52,7 +53,7 @@ from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
 from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 
 if TYPE_CHECKING:
-    from eaglequant.prediction.predict import Prediction, PredictionSettings
+    from eaglequant.prediction.predict import PredictionSettings
 
 PASSED, FAILED, NOT_VERIFIED, INCONCLUSIVE = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED, Verdict.INCONCLUSIVE
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -88,7 +89,7 @@ class VerifyReport(JsonRecord):
     fidelity: HeadFidelity | None = None
     notes: list[Finding] = field(default_factory=list)  # findings, and the engines' notes
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
-    acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
+    acceptance: PredictionRecord | None = None  # predicted from captured inputs with the target's choices
     hashes_read: bool = True  # the files were read again against the report's SHA-256s
     copies: CopyCheck | None = None  # the copied tensors against the source's (None: no source)
     module_schemes: dict[str, str] = field(default_factory=dict)  # module -> its own scheme's name, where it has one
@@ -251,7 +252,8 @@ def verify_checkpoint(
             if judged is not None and inputs is not None:
                 report.notes.append(judged)
             settings = _judged_at_served_k(prediction or PredictionSettings(), dst if written is None else None)
-            report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget, settings)
+            predicted, why = predict_written(checkpoint, head, target, src, inputs, budget, settings)
+            report.acceptance = None if predicted is None else predicted.record()
         if why:
             report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems

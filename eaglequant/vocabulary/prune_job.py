@@ -14,6 +14,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.layouts.detect import describe_head
+from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.vocabulary.counts import read_counts
 from eaglequant.vocabulary.pruned_head import (
     PRUNE_RECORD,
@@ -79,7 +80,7 @@ def prune(
 
 def _predicted(
     source: Checkpoint, pruned: Path, inputs: str | Path | None, sequences: list[Any] | None, steps: Steps
-) -> object:
+) -> PredictionRecord | None:
     """The greedy acceptance of both drafts replayed on the ``sequences`` of ``inputs`` (None without them), each
     prompt replayed told to ``steps``."""
     if inputs is None or sequences is None:
@@ -95,6 +96,7 @@ def _predicted(
     try:
         with Checkpoint.open(pruned, "DST") as written:
             described = f"{Path(inputs).name} ({len(sequences)} sequences)"
-            return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described, replayed)
+            pair = predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described, replayed)
+            return pair.record()
     finally:
         steps.stop()

@@ -32,6 +32,7 @@ from eaglequant.common.json_fields import JsonRecord, named, rounded
 from eaglequant.conversion.options import DEFAULT_MAX_SHARD_BYTES
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
+from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.vocabulary.counts import TokenCounts
 
 PRUNE_RECORD = "eaglequant_prune.json"
@@ -218,7 +219,7 @@ class PruneResult(JsonRecord):
     coverage: float
     source_coverage: float
     lm_head_bytes: tuple[int, int]  # (source, pruned)
-    prediction: Any = None  # an prediction.predict.Prediction with captured inputs
+    prediction: PredictionRecord | None = None  # with captured inputs: both drafts' predicted acceptance
 
 
 def pruned_description(head: HeadDescription, size: int) -> HeadDescription:

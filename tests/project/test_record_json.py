@@ -47,7 +47,8 @@ from eaglequant.measurement.measure import (
 )
 from eaglequant.measurement.one_server import ServerAcceptance, WindowCounts
 from eaglequant.measurement.statistics import Acceptance, Interval, Lossless, PromptCounts
-from eaglequant.prediction.predict import AcceptanceTable, Prediction, TableRow
+from eaglequant.prediction.figures import TableRow
+from eaglequant.prediction.predict import AcceptanceTable, Prediction
 from eaglequant.publish.upload import UploadResult
 from eaglequant.readback.cost import PartCost, RoundCost
 from eaglequant.readback.explanation import EngineReading, ExpectedTensor, Explanation, ModuleReading
@@ -356,14 +357,14 @@ def _verify_report(layers: list[LayerParity], fidelity: HeadFidelity | None) -> 
         engine_loads=[
             replace(_load_check(), problems=[Finding("never-loaded", "lm_head.weight", "lm_head.weight: never loaded")])
         ],
-        acceptance=_prediction() if layers else None,
+        acceptance=_prediction().record() if layers else None,
         copies=_copies() if layers else None,
     )
 
 
 RECORDS: dict[str, Callable[[], Any]] = {
-    "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999),
-    "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.nan),
+    "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999).reported(),
+    "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.inf),
     "Acceptance": _acceptance,
     "Acceptance, no prompts": lambda: Acceptance(()),
     "Lossless": _lossless,
@@ -386,9 +387,9 @@ RECORDS: dict[str, Callable[[], Any]] = {
         "http://s:8000", "m", "0.32.0", 3, None, window=WindowCounts(60.2, 40, 120, 50, (30, 15, 5))
     ),
     "WindowCounts": lambda: WindowCounts(60.2, 40, 120, 50, (30, 15, 5)),
-    "Prediction": _prediction,
-    "Prediction, no budget": lambda: Prediction(_one_prompt(), _one_prompt(), Interval(0, 0, 0), None, "c"),
-    "Prediction, by k": _tabled_prediction,
+    "Prediction": lambda: _prediction().record(),
+    "Prediction, no budget": lambda: Prediction(_one_prompt(), _one_prompt(), Interval(0, 0, 0), None, "c").record(),
+    "Prediction, by k": lambda: _tabled_prediction().record(),
     "TableRow": lambda: TableRow(2, Interval(2.5, 2.25, 2.75), Interval(2.4, 2.1, 2.7), Interval(-0.1, -0.2, 0.0)),
     "UploadOutcome, uploaded": lambda: UploadOutcome(UploadStatus.UPLOADED, "org/fp8", "https://hub/c/1"),
     "UploadOutcome, failed": lambda: UploadOutcome(UploadStatus.FAILED, "org/fp8", error="refused"),
@@ -409,7 +410,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "TargetModel": lambda: TargetModel(32, "--target-layers", 131072),
     "ConfigChange": lambda: ConfigChange("max_position_embeddings", 2048, 131072, "the target's length"),
     "PruneResult": _prune,
-    "PruneResult, predicted": lambda: replace(_prune(), prediction=_prediction()),
+    "PruneResult, predicted": lambda: replace(_prune(), prediction=_prediction().record()),
     "RecordedLinear": lambda: RecordedLinear("fc", (4096, 12288), 0.0123, 38.25),
     "DtypeTotal": lambda: DtypeTotal(7, 1024),
     "RecordedSource": lambda: _manifest().source,

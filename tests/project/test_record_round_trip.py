@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import pkgutil
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
+from eaglequant.measurement.statistics import Interval
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
 from eaglequant.schemes.model import load_scheme
@@ -26,7 +28,7 @@ from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
 from eaglequant.verification.fidelity import DistributionShift
-from tests.project.test_record_json import RECORDS, _convert_bench, _load_check
+from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench, _load_check
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
@@ -38,10 +40,7 @@ WRITE_ONLY = {
     "JobOutcome": "holds its job, which it does not write",
     "UploadResult": "holds its verification, which it does not write",
     "KernelBench": "writes its timings as rows",
-    "VerifyReport": "holds its predicted acceptance, a Prediction, which is written only",
     "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
-    "Interval": "writes its figures rounded (and non-finite ones as text)",
-    "Prediction": "writes its acceptances, which write their prompts as counts",
     "BatchResult": "writes its shard as text and its jobs as outcomes",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
     "VerifyOutput": "verify --json: a VerifyReport, which is written only",
@@ -86,6 +85,8 @@ EXTRA = {
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
+    "AcceptanceFigures": lambda: _acceptance().figures(),
+    "Interval": lambda: Interval(math.nan, math.nan, math.nan),  # no drafts: no value
     "VerifyThresholds": lambda: load_scheme("nvfp4").verify,
     "Run": lambda: _convert_bench().runs[0],
     "DistributionShift": lambda: DistributionShift(1 / 3, 2 / 7, 1 / 9, 1e-7 / 3, 1 - 1 / 7, 5, 3.0625 / 7),
