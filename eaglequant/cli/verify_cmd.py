@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -26,7 +26,6 @@ from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import acceptance_table, name_column, show
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
-from eaglequant.common.json_fields import JsonRecord
 from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
@@ -114,6 +113,8 @@ def verify_command(
                 device=device,
             )
         destination, recorded_source = absolute(report.destination), _recorded_source(dst)
+        from eaglequant.verification.verify import VerifyOutput
+
         shown = VerifyOutput(replace(report, destination=report.destination.absolute()), recorded_source)
         result(shown.to_json(), lambda: render(report, str(destination), recorded_source))
         return report.verdict
@@ -121,17 +122,6 @@ def verify_command(
     verdict = run_guarded(body)
     if verdict.exit_code:
         raise typer.Exit(verdict.exit_code)
-
-
-@dataclass(frozen=True)
-class VerifyOutput(JsonRecord):
-    """What ``verify --json`` prints: the report (its destination absolute), then the source DST's report records
-    (absolute; None without), where verify looks when --source is not given."""
-
-    json_inlined = ("report",)
-
-    report: VerifyReport
-    recorded_source: str | None
 
 
 def _recorded_source(dst: Path) -> str | None:

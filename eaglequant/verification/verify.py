@@ -174,6 +174,17 @@ class VerifyReport(JsonRecord):
         return VerificationSummary(self.passed, self.verdict)
 
 
+@dataclass(frozen=True)
+class VerifyOutput(JsonRecord):
+    """What ``verify --json`` prints: the report (its destination absolute), then the source DST's report records
+    (absolute; None without), where verify looks when --source is not given."""
+
+    json_inlined = ("report",)
+
+    report: VerifyReport
+    recorded_source: str | None
+
+
 def _hashes_read(written: JsonObject) -> bool:
     """Whether a written report's checks read the files' hashes again (a report without checks: they did)."""
     return "checks" not in written.data or "hashes" in written.texts("checks")

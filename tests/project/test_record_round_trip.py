@@ -20,6 +20,7 @@ from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
+from eaglequant.jobs.conversion import ConvertOutput
 from eaglequant.measurement.statistics import Interval
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
@@ -28,7 +29,8 @@ from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
 from eaglequant.verification.fidelity import DistributionShift
-from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench, _load_check
+from eaglequant.verification.verify import VerifyOutput
+from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench, _converted, _load_check
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
@@ -43,8 +45,6 @@ WRITE_ONLY = {
     "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
     "BatchResult": "writes its shard as text and its jobs as outcomes",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
-    "VerifyOutput": "verify --json: a VerifyReport, which is written only",
-    "ConvertOutput": "convert --json: with --verify, a VerifyReport, which is written only",
 }
 
 
@@ -86,6 +86,8 @@ EXTRA = {
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
     "AcceptanceFigures": lambda: _acceptance().figures(),
+    "VerifyOutput": lambda: VerifyOutput(RECORDS["VerifyReport"](), "/data/src"),
+    "ConvertOutput": lambda: _convert_output(),
     "Interval": lambda: Interval(math.nan, math.nan, math.nan),  # no drafts: no value
     "VerifyThresholds": lambda: load_scheme("nvfp4").verify,
     "Run": lambda: _convert_bench().runs[0],
@@ -93,6 +95,13 @@ EXTRA = {
     "LoadJob": lambda: LoadJob(Path("out/fp8"), Path("../src"), 61),  # relative: held resolved, as written
     "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
+
+
+def _convert_output() -> ConvertOutput:
+    """convert --verify --json: the report records the summary of the verification printed beside it."""
+    verification = RECORDS["VerifyReport, structure only"]()
+    converted = replace(_converted(), verification=verification)
+    return ConvertOutput(converted.report(timed=True), verification)
 
 
 def _target_weights() -> TargetWeights:
