@@ -9,7 +9,6 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -198,10 +197,10 @@ def _load_check() -> LoadCheck:
     )
 
 
-def _upload_result(verification: Any) -> UploadResult:
+def _upload_result(verdict: Verdict | None) -> UploadResult:
     files = {"model.safetensors": 100, "config.json": 20}
     return UploadResult(
-        Path("out/fp8"), "org/fp8", "main", False, files, True, verification, notes=[Finding("dry-run", "", "dry run")]
+        Path("out/fp8"), "org/fp8", "main", False, files, True, verdict, notes=[Finding("dry-run", "", "dry run")]
     )
 
 
@@ -401,7 +400,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "KernelBench": lambda: KernelBench("H100", 3000.0, (_timing("fp8-w8a8"), _timing("nvfp4-w4a16"))),
     "ConvertBench": _convert_bench,
     "SourceRef": lambda: SourceRef(Path("/cache/snap"), "org/src", "main", "f" * 40),
-    "UploadResult": lambda: _upload_result(SimpleNamespace(verdict=Verdict.PASSED)),
+    "UploadResult": lambda: _upload_result(Verdict.PASSED),
     "UploadResult, unverified": lambda: _upload_result(None),
     "CaptureSummary": lambda: CaptureSummary(Path("captured.safetensors"), 4, 512, 256, (2, 15, 28), "prompts.jsonl"),
     "LoadJob": lambda: LoadJob(Path("/data/out/fp8")),

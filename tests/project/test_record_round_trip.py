@@ -40,7 +40,6 @@ WRITE_ONLY = {
     "ServerAcceptance": "writes its acceptances, which write their prompts as counts",
     "InspectReport": "holds the head and the plan, which it does not write",
     "JobOutcome": "holds its job, which it does not write",
-    "UploadResult": "holds its verification, which it does not write",
     "KernelBench": "writes its timings as rows",
     "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
     "BatchResult": "writes its shard as text and its jobs as outcomes",
