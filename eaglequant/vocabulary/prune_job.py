@@ -18,6 +18,7 @@ from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.vocabulary.counts import read_counts
 from eaglequant.vocabulary.pruned_head import (
     PRUNE_RECORD,
+    HeadBytes,
     PruneResult,
     choose_vocabulary,
     pruned_config,
@@ -70,7 +71,7 @@ def prune(
                 choice.special,
                 choice.coverage,
                 choice.source_coverage,
-                (row_bytes * lm_head.out_features, row_bytes * choice.size),
+                HeadBytes(row_bytes * lm_head.out_features, row_bytes * choice.size),
                 _predicted(checkpoint, stage.path, inputs, sequences, steps or NoSteps()),
             )
             write_json(stage.path / PRUNE_RECORD, result.to_json())

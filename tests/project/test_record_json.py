@@ -71,7 +71,7 @@ from eaglequant.verification.copies import CopyCheck, CopyComparison
 from eaglequant.verification.fidelity import DistributionShift, HeadFidelity
 from eaglequant.verification.layer_parity import LayerParity
 from eaglequant.verification.verify import VerifyReport
-from eaglequant.vocabulary.pruned_head import PruneResult
+from eaglequant.vocabulary.pruned_head import HeadBytes, PruneResult
 
 PROMPTS = (
     PromptCounts(10, 17, (8, 6, 3), (1, 2, 3), (0.5, None), 26, 0.5),
@@ -206,7 +206,16 @@ def _upload_result(verdict: Verdict | None) -> UploadResult:
 
 def _prune() -> PruneResult:
     return PruneResult(
-        Path("out/p"), Path("src"), 32000, 8000, "captured.st", (0, 2), 0.98765432, 0.9912345678, (1000, 250), None
+        Path("out/p"),
+        Path("src"),
+        32000,
+        8000,
+        "captured.st",
+        (0, 2),
+        0.98765432,
+        0.9912345678,
+        HeadBytes(1000, 250),
+        None,
     )
 
 

@@ -30,7 +30,7 @@ from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepR
 from eaglequant.speedup.target_step import TargetWeights
 from eaglequant.verification.fidelity import DistributionShift
 from eaglequant.verification.verify import VerifyOutput
-from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench, _converted, _load_check
+from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench, _converted, _load_check, _prune
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
@@ -41,7 +41,6 @@ WRITE_ONLY = {
     "InspectReport": "holds the head and the plan, which it does not write",
     "JobOutcome": "holds its job, which it does not write",
     "KernelBench": "writes its timings as rows",
-    "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
     "BatchResult": "writes its shard as text and its jobs as outcomes",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
 }
@@ -85,6 +84,7 @@ EXTRA = {
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
     "AcceptanceFigures": lambda: _acceptance().figures(),
+    "HeadBytes": lambda: _prune().lm_head_bytes,
     "VerifyOutput": lambda: VerifyOutput(RECORDS["VerifyReport"](), "/data/src"),
     "ConvertOutput": lambda: _convert_output(),
     "Interval": lambda: Interval(math.nan, math.nan, math.nan),  # no drafts: no value
