@@ -147,7 +147,7 @@ def test_bench_kernels_renders_each_timing_against_bf16_and_the_copy_bandwidth(
     monkeypatch.setenv("COLUMNS", "200")
     bf16 = Timing("tiny", 2, 256, 512, "torch-bf16", "torch", 0.5, 262144, 0.5)
     nvfp4 = Timing("tiny", 2, 256, 512, "nvfp4-w4a16", "reference", 0.25, 73728, 0.5)
-    render(KernelBench("cpu (torch reference, not the kernels)", 10.0, (bf16, nvfp4)))
+    render(KernelBench.of("cpu (torch reference, not the kernels)", 10.0, (bf16, nvfp4)))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].rstrip() == "cpu (torch reference, not the kernels): copy bandwidth 10 GB/s"
     cells = [[cell.strip() for cell in line.strip("│").split("│")] for line in lines if line.startswith("│")]

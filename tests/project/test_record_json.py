@@ -406,7 +406,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "BatchResult, one shard": lambda: BatchResult(Path("jobs.toml"), "f00d", ["fp8"]),
     "MergedSummary": _merged,
     "Upload": lambda: Upload("abc123", None, "0" * 40),
-    "KernelBench": lambda: KernelBench("H100", 3000.0, (_timing("fp8-w8a8"), _timing("nvfp4-w4a16"))),
+    "KernelBench": lambda: KernelBench.of("H100", 3000.0, (_timing("fp8-w8a8"), _timing("nvfp4-w4a16"))),
     "ConvertBench": _convert_bench,
     "SourceRef": lambda: SourceRef(Path("/cache/snap"), "org/src", "main", "f" * 40),
     "UploadResult": lambda: _upload_result(Verdict.PASSED),

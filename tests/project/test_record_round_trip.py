@@ -40,7 +40,6 @@ WRITE_ONLY = {
     "ServerAcceptance": "writes its acceptances, which write their prompts as counts",
     "InspectReport": "holds the head and the plan, which it does not write",
     "JobOutcome": "holds its job, which it does not write",
-    "KernelBench": "writes its timings as rows",
     "BatchResult": "writes its shard as text and its jobs as outcomes",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
 }
@@ -85,6 +84,7 @@ EXTRA = {
     "Machine": lambda: _convert_bench().machine,
     "AcceptanceFigures": lambda: _acceptance().figures(),
     "HeadBytes": lambda: _prune().lm_head_bytes,
+    "KernelRow": lambda: RECORDS["KernelBench"]().rows[1],
     "VerifyOutput": lambda: VerifyOutput(RECORDS["VerifyReport"](), "/data/src"),
     "ConvertOutput": lambda: _convert_output(),
     "Interval": lambda: Interval(math.nan, math.nan, math.nan),  # no drafts: no value
