@@ -72,7 +72,9 @@ def _expected(hint: Any) -> str:
         return f"an object of {_PLURAL[args[1]]}" if args and args[1] in _PLURAL else "an object"
     if origin in (tuple, list, frozenset, set, collections.abc.Sequence):
         return f"a list of {_PLURAL[args[0]]}" if args and args[0] in _PLURAL else "a list"
-    if hint in (str, Path) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(repr(member.value) for member in hint)
+    if hint in (str, Path):
         return "a string"
     return {int: "an integer", float: "a number", bool: "true or false", Finding: "a finding"}.get(hint, "an object")
 

@@ -14,19 +14,9 @@ if TYPE_CHECKING:
     from eaglequant.kinds.base import StoredLinear
     from eaglequant.schemes.model import Scheme
 
-from eaglequant.common.json_fields import JsonObject, JsonRecord, named
+from eaglequant.common.json_fields import JsonRecord, finite_or_text, named, number_or_text
 
 PARITY_ROWS = 64  # activations per linear
-
-
-def finite_or_text(value: float) -> float | str:
-    return value if math.isfinite(value) else str(value)
-
-
-def number_or_text(obj: JsonObject, key: str) -> float:
-    """:func:`finite_or_text`'s value read back: a number, or ``inf``, ``-inf`` or ``nan`` as text."""
-    value = obj.get(key)
-    return float(value) if value in ("inf", "-inf", "nan") else obj.number(key)
 
 
 @dataclass(frozen=True)

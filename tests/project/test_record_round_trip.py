@@ -24,6 +24,7 @@ from eaglequant.jobs.conversion import ConvertOutput
 from eaglequant.measurement.statistics import Interval
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
+from eaglequant.record.verification import VerificationRecord
 from eaglequant.schemes.model import load_scheme
 from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
@@ -84,6 +85,9 @@ EXTRA = {
     "Machine": lambda: _convert_bench().machine,
     "AcceptanceFigures": lambda: _acceptance().figures(),
     "HeadBytes": lambda: _prune().lm_head_bytes,
+    "VerificationRecord": lambda: _verification_record(),
+    "ParityRecord": lambda: _verification_record().layers[1],
+    "FidelityRecord": lambda: _verification_record().fidelity,
     "KernelRow": lambda: RECORDS["KernelBench"]().rows[1],
     "VerifyOutput": lambda: VerifyOutput(RECORDS["VerifyReport"](), "/data/src"),
     "ConvertOutput": lambda: _convert_output(),
@@ -94,6 +98,11 @@ EXTRA = {
     "LoadJob": lambda: LoadJob(Path("out/fp8"), Path("../src"), 61),  # relative: held resolved, as written
     "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
+
+
+def _verification_record() -> VerificationRecord:
+    """What the card reads of a verification (verify's own report, read as the file is)."""
+    return VerificationRecord.from_json(RECORDS["VerifyReport"]().to_json())
 
 
 def _convert_output() -> ConvertOutput:
