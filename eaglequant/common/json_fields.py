@@ -196,8 +196,9 @@ class JsonRecord:
     - ``json_error``, ``json_hint``: the error a value read wrong raises, and its hint, where the caller names none
       (a file's own error class, and how to repair the file);
     - ``json_read``: field -> how its value is read back, given the object read and the field's key (where the value
-      written is not the field's own by its type: the inverse of its ``json_values`` rule); for an omitted field,
-      how it is read from the entries that are written (a field the JSON holds only within another entry).
+      written is not the field's own by its type: the inverse of its ``json_values`` rule; where the key is missing,
+      the rule says what that means, as for files written before it); for an omitted field, how it is read from the
+      entries that are written (a field the JSON holds only within another entry).
 
     A name that is neither a field nor a declared computed entry is refused (``TypeError``) when the record is
     first written."""

@@ -44,17 +44,18 @@ def read_record(record_type: type[R], obj: JsonObject) -> R:
         if field.name in declared.json_inlined:
             values[field.name] = read_record(hints[field.name], obj)
             continue
-        read = declared.json_read.get(field.name)
-        if field.name in declared.json_omitted:
-            if read:  # not written under a key of its own: read from the entries that are written
-                values[field.name] = read(obj, field.name)
-            continue
         key = declared.json_renamed.get(field.name, field.name)
+        read = declared.json_read.get(field.name)
+        if read:  # from its key, or (omitted) from the entries written; where its key is missing, as the rule says
+            values[field.name] = read(obj, key)
+            continue
+        if field.name in declared.json_omitted:
+            continue
         if key not in obj.data:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 obj.get(key)  # raises: the key is missing
             continue
-        values[field.name] = read(obj, key) if read else _read_value(hints[field.name], obj, key, obj.data[key])
+        values[field.name] = _read_value(hints[field.name], obj, key, obj.data[key])
     return record_type(**values)
 
 

@@ -75,8 +75,8 @@ class FidelityRecord(JsonRecord):
 
 
 def _fidelity(obj: JsonObject, key: str) -> FidelityRecord | None:
-    """Files written without one hold null, or an empty object."""
-    return FidelityRecord.from_json(obj.child(key)) if obj.get(key) else None
+    """Files written without one hold null or an empty object, or (older) nothing."""
+    return FidelityRecord.from_json(obj.child(key)) if obj.data.get(key) else None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from eaglequant.common.json_fields import JsonRecord
 from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
 from eaglequant.jobs.conversion import ConvertOutput
+from eaglequant.measurement.record import AcceptanceRecord
 from eaglequant.measurement.statistics import Interval
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
@@ -85,6 +86,14 @@ EXTRA = {
     "Machine": lambda: _convert_bench().machine,
     "AcceptanceFigures": lambda: _acceptance().figures(),
     "HeadBytes": lambda: _prune().lm_head_bytes,
+    "AcceptanceRecord": lambda: _acceptance_record(),
+    "SettingsRecord": lambda: _acceptance_record().settings,
+    "DraftRecord": lambda: _acceptance_record().quantized[0],
+    "ModeRecord": lambda: _acceptance_record().quantized[0].modes["greedy"],
+    "IntervalRecord": lambda: _acceptance_record().quantized[0].modes["T=0.7"].per_position[0],
+    "LosslessRecord": lambda: _acceptance_record().quantized[0].lossless,
+    "AtDraftTokensRecord": lambda: _acceptance_record().quantized[0].by_draft_tokens[0],
+    "AloneRecord": lambda: _acceptance_record().target_alone,
     "VerificationRecord": lambda: _verification_record(),
     "ParityRecord": lambda: _verification_record().layers[1],
     "FidelityRecord": lambda: _verification_record().fidelity,
@@ -98,6 +107,11 @@ EXTRA = {
     "LoadJob": lambda: LoadJob(Path("out/fp8"), Path("../src"), 61),  # relative: held resolved, as written
     "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
+
+
+def _acceptance_record() -> AcceptanceRecord:
+    """What the card reads of an acceptance measurement (accept's own report, read as the file is)."""
+    return AcceptanceRecord.from_json(RECORDS["AcceptanceReport"]().to_json())
 
 
 def _verification_record() -> VerificationRecord:
