@@ -20,7 +20,7 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, judged_at_text,
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, InputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 from eaglequant.measurement.concurrency import ConcurrentPass, concurrent_speedup, merged
 from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drift, drift_problem, speedup_problems
 from eaglequant.measurement.statistics import (
@@ -57,12 +57,37 @@ def modes_for(temperatures: Sequence[float], seed: int = 0) -> tuple[Mode, ...]:
     return (GREEDY, *sampled)
 
 
-@dataclass(frozen=True)
-class Settings(JsonRecord):
-    """What every run is served with. ``draft_tokens`` is the primary k, the one the gate judges; each draft is
-    also measured at every k of ``more_draft_tokens`` (one engine per (draft, k): vLLM fixes k when it builds)."""
+def _draft_tokens(obj: JsonObject, key: str) -> int:
+    """Records before the one name for k wrote it by vLLM's name."""
+    return obj.integer(key if key in obj.data else "num_speculative_tokens")
 
-    json_values = named(prompts=len)
+
+@dataclass(frozen=True)
+class SettingsRecord(JsonRecord):
+    """What a record holds of the :class:`Settings` it was measured with (:meth:`Settings.record`): the prompts as
+    their count; an entry older records lack reads as its default (not recorded)."""
+
+    json_read = named(draft_tokens=_draft_tokens)
+
+    target: str
+    prompts: int
+    prompts_from: str
+    draft_tokens: int
+    max_tokens: int
+    modes: tuple[Mode, ...] = ()
+    dtype: str | None = None
+    seed: int | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    more_draft_tokens: tuple[int, ...] = ()
+    target_alone_runs: int | None = None
+    concurrency: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run is served with. ``draft_tokens`` is the primary k, the one the gate judges; each draft is
+    also measured at every k of ``more_draft_tokens`` (one engine per (draft, k): vLLM fixes k when it builds).
+    Records hold its :meth:`record`."""
 
     target: Path
     prompts: tuple[str, ...]
@@ -81,6 +106,14 @@ class Settings(JsonRecord):
     def each_draft_tokens(self) -> tuple[int, ...]:
         """Every k measured, the primary first."""
         return (self.draft_tokens, *self.more_draft_tokens)
+
+    def record(self) -> SettingsRecord:
+        """What records hold of it: the prompts as their count."""
+        return SettingsRecord(
+            *(str(self.target), len(self.prompts), self.prompts_from, self.draft_tokens, self.max_tokens, self.modes),
+            *(self.dtype, self.seed, self.engine_args, self.more_draft_tokens, self.target_alone_runs),
+            self.concurrency,
+        )
 
     def at(self, draft_tokens: int) -> Settings:
         """These settings for one run at ``draft_tokens``."""
@@ -366,7 +399,7 @@ class AcceptanceReport(JsonRecord):
     quantized draft, at every k measured; ``device`` is "cpu" where the engine's CPU build ran them (None: not
     known, as on running servers)."""
 
-    json_values = named(source="_served", quantized="_each_served", alone="_alone")
+    json_values = named(settings=Settings.record, source="_served", quantized="_each_served", alone="_alone")
     json_renamed = named(alone="target_alone")
     json_computed = ("engine_build", "ok", "problems")
 

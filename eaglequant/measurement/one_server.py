@@ -60,7 +60,10 @@ class ServerAcceptance(JsonRecord):
     """One running server's acceptance: over the prompts (``settings`` and ``modes``, each mode's decode throughput
     timed by ``clock``) or over a window of its traffic (``window``)."""
 
-    json_values = named(modes=lambda modes: {name: _timed_mode(a) for name, a in modes.items()})
+    json_values = named(
+        settings=lambda settings: None if settings is None else settings.record(),
+        modes=lambda modes: {name: _timed_mode(a) for name, a in modes.items()},
+    )
     json_computed = ("ok",)
 
     server: str

@@ -12,6 +12,7 @@ from eaglequant.common.atomic import write_text_whole
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonObject, JsonRecord, named, read_json_file
+from eaglequant.measurement.measure import SettingsRecord
 from eaglequant.measurement.statistics import format_interval
 
 if TYPE_CHECKING:
@@ -95,24 +96,6 @@ class DraftRecord(JsonRecord):
     lossless: LosslessRecord
     label: str = ""
     by_draft_tokens: tuple[AtDraftTokensRecord, ...] = ()  # every k measured, the primary first (older: none)
-
-
-def _draft_tokens(obj: JsonObject, key: str) -> int:
-    """Records before the one name for k wrote it by vLLM's name."""
-    return obj.integer(key if key in obj.data else "num_speculative_tokens")
-
-
-@dataclass(frozen=True)
-class SettingsRecord(JsonRecord):
-    """What the card says the drafts were measured with."""
-
-    json_read = named(draft_tokens=_draft_tokens)
-
-    target: str
-    draft_tokens: int
-    prompts: int
-    prompts_from: str
-    max_tokens: int
 
 
 @dataclass(frozen=True)

@@ -378,7 +378,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "Lossless": _lossless,
     "Lossless, equal": lambda: Lossless(3, 0, 3, None),
     "Mode": lambda: SAMPLED,
-    "Settings": _settings,
+    "Settings": lambda: _settings().record(),
     "AcceptanceReport": _acceptance_report,
     "ConcurrentPass": lambda: ConcurrentPass(2, (32, 30, 32), (1.0, 1.2, 0.9), 1.7, 20, 31),
     "ServerAcceptance": lambda: ServerAcceptance(

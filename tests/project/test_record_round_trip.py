@@ -37,7 +37,6 @@ from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench,
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
     "Acceptance": "writes its prompts as their count",
-    "Settings": "writes its prompts as their count",
     "AcceptanceReport": "writes each draft through what it was served as",
     "ServerAcceptance": "writes its acceptances, which write their prompts as counts",
     "InspectReport": "holds the head and the plan, which it does not write",
@@ -87,7 +86,6 @@ EXTRA = {
     "AcceptanceFigures": lambda: _acceptance().figures(),
     "HeadBytes": lambda: _prune().lm_head_bytes,
     "AcceptanceRecord": lambda: _acceptance_record(),
-    "SettingsRecord": lambda: _acceptance_record().settings,
     "DraftRecord": lambda: _acceptance_record().quantized[0],
     "ModeRecord": lambda: _acceptance_record().quantized[0].modes["greedy"],
     "IntervalRecord": lambda: _acceptance_record().quantized[0].modes["T=0.7"].per_position[0],
