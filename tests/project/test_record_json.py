@@ -44,7 +44,7 @@ from eaglequant.measurement.measure import (
     Mode,
     Settings,
 )
-from eaglequant.measurement.one_server import ServerAcceptance, WindowCounts
+from eaglequant.measurement.one_server import ServerAcceptance, ServerMode, WindowCounts
 from eaglequant.measurement.statistics import Acceptance, Interval, Lossless, PromptCounts
 from eaglequant.prediction.figures import TableRow
 from eaglequant.prediction.predict import AcceptanceTable, Prediction
@@ -386,8 +386,8 @@ RECORDS: dict[str, Callable[[], Any]] = {
         "m",
         "0.32.0",
         3,
-        _settings(),
-        {GREEDY.name: _acceptance()},
+        _settings().record(),
+        {GREEDY.name: ServerMode.of(_acceptance())},
         notes=[Finding("one-server", "u", "n")],
         clock="engine",
     ),
