@@ -377,7 +377,7 @@ class DraftResult:
             "lossless": self.lossless.to_json(),
             "modes": {
                 m.name: {
-                    **self.run.acceptance(m.name).to_json(),
+                    **self.run.acceptance(m.name).figures().to_json(),
                     "difference": _json(self.reported_difference(m.name)),
                     "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second(m.name)),
                 }

@@ -172,12 +172,8 @@ class AcceptanceFigures(JsonRecord):
 
 
 @dataclass(frozen=True)
-class Acceptance(JsonRecord):
-    """One draft in one decoding mode, over the prompts (its JSON is its :meth:`figures`')."""
-
-    json_values = named(prompts=len)
-    json_computed = ("drafts", "accepted", "length", "per_position")
-    json_renamed = named(length="acceptance_length")
+class Acceptance:
+    """One draft in one decoding mode, over the prompts; what records hold of it is its :meth:`figures`."""
 
     prompts: tuple[PromptCounts, ...]
 

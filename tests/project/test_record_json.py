@@ -373,8 +373,8 @@ def _verify_report(layers: list[LayerParity], fidelity: HeadFidelity | None) -> 
 RECORDS: dict[str, Callable[[], Any]] = {
     "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999).reported(),
     "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.inf),
-    "Acceptance": _acceptance,
-    "Acceptance, no prompts": lambda: Acceptance(()),
+    "Acceptance": lambda: _acceptance().figures(),
+    "Acceptance, no prompts": lambda: Acceptance(()).figures(),
     "Lossless": _lossless,
     "Lossless, equal": lambda: Lossless(3, 0, 3, None),
     "Mode": lambda: SAMPLED,

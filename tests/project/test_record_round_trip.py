@@ -32,11 +32,10 @@ from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepR
 from eaglequant.speedup.target_step import TargetWeights
 from eaglequant.verification.fidelity import DistributionShift
 from eaglequant.verification.verify import VerifyOutput
-from tests.project.test_record_json import RECORDS, _acceptance, _convert_bench, _converted, _load_check, _prune
+from tests.project.test_record_json import RECORDS, _convert_bench, _converted, _load_check, _prune
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
-    "Acceptance": "writes its prompts as their count",
     "AcceptanceReport": "writes each draft through what it was served as",
     "InspectReport": "holds the head and the plan, which it does not write",
     "JobOutcome": "holds its job, which it does not write",
@@ -82,7 +81,6 @@ EXTRA = {
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
-    "AcceptanceFigures": lambda: _acceptance().figures(),
     "HeadBytes": lambda: _prune().lm_head_bytes,
     "ServerMode": lambda: RECORDS["ServerAcceptance"]().modes["greedy"],
     "AcceptanceRecord": lambda: _acceptance_record(),
