@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord, named
 from eaglequant.common.text_enum import TextEnum
 
 
@@ -32,8 +32,11 @@ class UploadStatus(TextEnum):
 
 
 @dataclass(frozen=True)
-class UploadOutcome:
-    """What became of a job's upload."""
+class UploadOutcome(JsonRecord):
+    """What became of a job's upload: written with its commit, or where it failed with what failed (and its exit
+    code, where an error of ours said one)."""
+
+    json_values = named(commit_url="_unless_failed", error="_if_failed", exit_code="_if_failed_with")
 
     status: UploadStatus
     repo_id: str
@@ -41,12 +44,14 @@ class UploadOutcome:
     error: str | None = None  # failed: what, in one line
     exit_code: int | None = None  # failed with an error of ours: its exit code
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"status": self.status, "repo_id": self.repo_id}
-        if self.status is not UploadStatus.FAILED:
-            return {**data, "commit_url": self.commit_url}
-        data["error"] = self.error
-        return data if self.exit_code is None else {**data, "exit_code": self.exit_code}
+    def _unless_failed(self, value: object) -> object:
+        return NOT_WRITTEN if self.status is UploadStatus.FAILED else value
+
+    def _if_failed(self, value: object) -> object:
+        return value if self.status is UploadStatus.FAILED else NOT_WRITTEN
+
+    def _if_failed_with(self, value: object) -> object:
+        return NOT_WRITTEN if value is None else self._if_failed(value)
 
 
 def succeeded(status: str, upload_status: str | None) -> bool:

@@ -3,6 +3,7 @@ each drawn from a typed result built by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -191,8 +192,8 @@ def test_batch_says_each_job_and_its_upload_as_it_ends(capsys: pytest.CaptureFix
     uploaded = UploadOutcome(UploadStatus.UPLOADED, "org/a", "https://hub/org/a/commit/1")
     failed = UploadOutcome(UploadStatus.FAILED, "org/a", error="no token")
     outcomes = [
-        JobOutcome(job, JobStatus.CONVERTED, "absent", verified=True, upload=uploaded),
-        JobOutcome(job, JobStatus.SKIPPED, "complete", upload=failed),
+        replace(JobOutcome.of(job), status=JobStatus.CONVERTED, reason="absent", verified=True, upload=uploaded),
+        replace(JobOutcome.of(job), status=JobStatus.SKIPPED, reason="complete", upload=failed),
     ]
     for number, outcome in enumerate(outcomes, 1):
         _report_job(number, 2, outcome)

@@ -140,7 +140,14 @@ def _tabled_prediction() -> Prediction:
 
 def _job_outcome(upload: UploadOutcome | None) -> JobOutcome:
     job = Job("fp8", "org/src", Path("out/fp8"), ConversionOptions(), upload=UploadSpec("org/fp8"))
-    return JobOutcome(job, JobStatus.CONVERTED, "", 0, 3.14159, True, "abc123", upload)
+    return replace(
+        JobOutcome.of(job),
+        status=JobStatus.CONVERTED,
+        seconds=3.142,
+        verified=True,
+        manifest_key="abc123",
+        upload=upload,
+    )
 
 
 def _batch() -> BatchResult:

@@ -38,8 +38,6 @@ from tests.project.test_record_json import RECORDS, _convert_bench, _converted, 
 WRITE_ONLY = {
     "AcceptanceReport": "writes each draft through what it was served as",
     "InspectReport": "holds the head and the plan, which it does not write",
-    "JobOutcome": "holds its job, which it does not write",
-    "BatchResult": "writes its shard as text and its jobs as outcomes",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
 }
 
