@@ -443,7 +443,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "Explanation": _explanation,
     "SchemeRow": _scheme_row,
     "ModuleRow": _module_row,
-    "InspectReport": _inspected,
+    "InspectReport": lambda: _inspected().record(),
     "ConversionReport, timed (convert --json)": lambda: _converted().report(timed=True),
     "SearchRow": lambda: _search().points[2].row(),
     "SearchRow, lm_head in the decoder's scheme": lambda: _search().points[1].row(),

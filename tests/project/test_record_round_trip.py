@@ -37,7 +37,6 @@ from tests.project.test_record_json import RECORDS, _convert_bench, _converted, 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
     "AcceptanceReport": "writes each draft through what it was served as",
-    "InspectReport": "holds the head and the plan, which it does not write",
     "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
 }
 
@@ -80,6 +79,8 @@ EXTRA = {
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
     "HeadBytes": lambda: _prune().lm_head_bytes,
+    "TensorRow": lambda: RECORDS["InspectReport"]().tensors[0],
+    "RuntimeModuleRow": lambda: RECORDS["InspectReport"]().runtime_modules[0],
     "ServerMode": lambda: RECORDS["ServerAcceptance"]().modes["greedy"],
     "AcceptanceRecord": lambda: _acceptance_record(),
     "DraftRecord": lambda: _acceptance_record().quantized[0],
