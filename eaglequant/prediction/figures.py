@@ -87,3 +87,16 @@ class PredictionRecord(JsonRecord):
     def verdict(self) -> str:
         source, quantized = self.source.acceptance_length.value, self.quantized.acceptance_length.value
         return verdict_text(source, quantized, self.judged, self.quantized.k)
+
+    def acceptance_by_draft_tokens(self) -> dict[int, float]:
+        """k -> the quantized draft's predicted greedy acceptance length, as written (only the verdict's k where no
+        table was predicted)."""
+        if self.by_draft_tokens is None:
+            return {self.quantized.k: self.quantized.acceptance_length.value}
+        return {row.draft_tokens: row.quantized.value for row in self.by_draft_tokens}
+
+    def source_acceptance_by_draft_tokens(self) -> dict[int, float]:
+        """k -> the source draft's, on the same sequences."""
+        if self.by_draft_tokens is None:
+            return {self.source.k: self.source.acceptance_length.value}
+        return {row.draft_tokens: row.source.value for row in self.by_draft_tokens}
