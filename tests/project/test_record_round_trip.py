@@ -37,7 +37,6 @@ from tests.project.test_record_json import RECORDS, _convert_bench, _converted, 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
     "AcceptanceReport": "writes each draft through what it was served as",
-    "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
 }
 
 
@@ -79,6 +78,7 @@ EXTRA = {
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "Machine": lambda: _convert_bench().machine,
     "HeadBytes": lambda: _prune().lm_head_bytes,
+    "SummaryJob": lambda: RECORDS["MergedSummary"]().jobs[1],
     "TensorRow": lambda: RECORDS["InspectReport"]().tensors[0],
     "RuntimeModuleRow": lambda: RECORDS["InspectReport"]().runtime_modules[0],
     "ServerMode": lambda: RECORDS["ServerAcceptance"]().modes["greedy"],
