@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 
 import eaglequant
+from eaglequant.batch.jobs import BatchResult
 from eaglequant.bench.concurrency import ConcurrencyRow
 from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.json_fields import JsonReadError, JsonRecord
 from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
+from eaglequant.engines.support_tables import ModuleRow
 from eaglequant.jobs.conversion import ConvertOutput
 from eaglequant.measurement.record import AcceptanceRecord
 from eaglequant.measurement.statistics import Interval
@@ -31,8 +33,9 @@ from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
 from eaglequant.verification.fidelity import DistributionShift
+from eaglequant.verification.layer_parity import LayerParity
 from eaglequant.verification.verify import VerifyOutput
-from tests.project.test_record_json import RECORDS, _convert_bench, _converted, _load_check, _prune
+from tests.project.test_record_json import RECORDS, _convert_bench, _converted, _load_check, _module_row, _prune
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
@@ -171,3 +174,26 @@ def test_each_record_reads_back_what_it_writes(record_type: type[JsonRecord]) ->
             assert read.to_json() == written  # an older report keeps only what its version writes (notes as text)
         else:
             assert read == record
+
+
+@pytest.mark.parametrize(
+    ("record_type", "written", "said"),
+    [
+        (BatchResult, {"jobs_file": "jobs.toml", "shard": "first"}, "'shard' must be a shard I/N, not a string"),
+        (ModuleRow, {**_module_row().to_json(), "fc": {"gpt": {}}}, "unknown key 'gpt'"),
+        (Interval, {"value": "2.5", "low": None, "high": None}, "'value' must be a number, not a string"),
+        (LayerParity, {**RECORDS["LayerParity"]().to_json(), "sqnr_db": "lots"}, "'sqnr_db' must be a number"),
+    ],
+)
+def test_a_value_read_by_its_own_rule_is_refused_in_one_line_naming_its_key(
+    record_type: type[JsonRecord], written: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(JsonReadError, match=said):
+        record_type.from_json(written)
+
+
+def test_older_files_read_with_what_their_version_meant() -> None:
+    """An interval's null is no value, or beside one an unbounded side; a summary without a shard ran every job."""
+    assert Interval.from_json({"value": 2.5, "low": None, "high": None}) == Interval(2.5, -math.inf, math.inf)
+    assert math.isnan(Interval.from_json({"value": None, "low": None, "high": None}).high)
+    assert BatchResult.from_json({"jobs_file": "jobs.toml"}).shard is None
