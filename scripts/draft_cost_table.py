@@ -114,7 +114,7 @@ def predicted_against_source(dst: Path, inputs: Path) -> dict:
         prediction, why = predict_written(checkpoint, head, target, source, inputs, None)
     if prediction is None:
         raise SystemExit(f"{dst}: {why}")
-    return prediction.to_json()
+    return prediction.record().to_json()
 
 
 def bytes_per_round(dst: Path) -> tuple[int, int]:

@@ -121,7 +121,7 @@ def predicted_against_source(dst: Path, source: Path, inputs: Path) -> dict:
         prediction, why = predict_written(checkpoint, head, target, src, inputs, None)
     if prediction is None:
         raise SystemExit(f"{dst}: {why}")
-    return prediction.to_json()
+    return prediction.record().to_json()
 
 
 def fmt(figure: dict, signed: bool = False) -> str:

@@ -21,7 +21,7 @@ from eaglequant.checkpoint.hashing import file_sha256
 from eaglequant.common import toml
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INTERNAL, EagleQuantError, InputError, OutputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named, rounded
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 from eaglequant.conversion.options import OPTION_SPECS, ConversionOptions
 from eaglequant.hub.client import HUB_PREFIX, parse_repo_ref
 
@@ -56,33 +56,23 @@ class Job:
 
 @dataclass
 class JobOutcome(JsonRecord):
-    """What became of a job; written with the job's name, source and destination first."""
+    """What became of a job (:meth:`of`): its name, source and destination, then what became of it."""
 
-    json_omitted = ("job",)
-    json_computed = ("name", "source", "destination")
-    json_first = ("name", "source", "destination")
-    json_values = named(seconds=rounded(3))
-
-    job: Job
+    name: str
+    source: str  # a resolved local path, or a Hub repo id
+    destination: Path
     status: JobStatus = JobStatus.PENDING
     reason: str = ""  # why it was skipped, or what failed
     exit_code: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # to the millisecond, as written
     verified: bool | None = None
     manifest_key: str | None = None
     upload: UploadOutcome | None = None
 
-    @property
-    def name(self) -> str:
-        return self.job.name
-
-    @property
-    def source(self) -> str:
-        return self.job.source
-
-    @property
-    def destination(self) -> Path:
-        return self.job.destination
+    @classmethod
+    def of(cls, job: Job) -> JobOutcome:
+        """A job not yet run."""
+        return cls(job.name, job.source, job.destination)
 
     @property
     def upload_status(self) -> UploadStatus | None:
@@ -97,6 +87,17 @@ def _shard_text(shard: tuple[int, int] | None) -> str | None:
     return None if shard is None else f"{shard[0]}/{shard[1]}"
 
 
+def _read_shard(obj: JsonObject, key: str) -> tuple[int, int] | None:
+    """:func:`_shard_text`'s ``I/N`` read back (none: every job)."""
+    text = obj.optional_text(key) if key in obj.data else None
+    if text is None:
+        return None
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit()):
+        raise obj.wrong(key, "a shard I/N")
+    return int(index), int(count)
+
+
 @dataclass
 class BatchResult(JsonRecord):
     """A run's summary: the job file (its path and SHA-256), every job it holds, and the outcome of those that ran
@@ -105,6 +106,7 @@ class BatchResult(JsonRecord):
     json_computed = ("eaglequant_version", "ok", "counts")
     json_renamed = named(outcomes="jobs")
     json_values = named(shard=_shard_text)
+    json_read = named(shard=_read_shard)
     json_first = ("jobs_file", "jobs_sha256", "eaglequant_version", "shard", "notes", "job_names", "ok", "counts")
 
     jobs_file: Path
@@ -296,7 +298,7 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
     else (or when the Hub lacks it) in its destination."""
     from eaglequant.conversion.manifest_options import manifest_key
 
-    outcome = JobOutcome(job)
+    outcome = JobOutcome.of(job)
     started = time.perf_counter()
     record: HubRecord | None = None
     try:
@@ -314,7 +316,7 @@ def run_job(job: Job, *, use_hub: bool = True) -> JobOutcome:
         _fail(outcome, exc.one_line(), exc.exit_code)
     except OSError as exc:  # the disk or the network failed this job; the others still run
         _fail(outcome, _os_failure(exc), EXIT_INTERNAL)
-    outcome.seconds = time.perf_counter() - started
+    outcome.seconds = round(time.perf_counter() - started, 3)
     if record is not None and record.done:
         outcome.upload = UploadOutcome(UploadStatus.SKIPPED, record.repo_id, record.commit_url)
     elif job.upload is not None and outcome.status is not JobStatus.FAILED:

@@ -8,10 +8,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from eaglequant.common.errors import InputError
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord, named
 from eaglequant.common.text_enum import TextEnum
 
 
@@ -32,8 +32,11 @@ class UploadStatus(TextEnum):
 
 
 @dataclass(frozen=True)
-class UploadOutcome:
-    """What became of a job's upload."""
+class UploadOutcome(JsonRecord):
+    """What became of a job's upload: written with its commit, or where it failed with what failed (and its exit
+    code, where an error of ours said one)."""
+
+    json_values = named(commit_url="_unless_failed", error="_if_failed", exit_code="_if_failed_with")
 
     status: UploadStatus
     repo_id: str
@@ -41,12 +44,14 @@ class UploadOutcome:
     error: str | None = None  # failed: what, in one line
     exit_code: int | None = None  # failed with an error of ours: its exit code
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"status": self.status, "repo_id": self.repo_id}
-        if self.status is not UploadStatus.FAILED:
-            return {**data, "commit_url": self.commit_url}
-        data["error"] = self.error
-        return data if self.exit_code is None else {**data, "exit_code": self.exit_code}
+    def _unless_failed(self, value: object) -> object:
+        return NOT_WRITTEN if self.status is UploadStatus.FAILED else value
+
+    def _if_failed(self, value: object) -> object:
+        return value if self.status is UploadStatus.FAILED else NOT_WRITTEN
+
+    def _if_failed_with(self, value: object) -> object:
+        return NOT_WRITTEN if value is None else self._if_failed(value)
 
 
 def succeeded(status: str, upload_status: str | None) -> bool:
@@ -75,30 +80,43 @@ def job_counts(jobs: Sequence[CountedJob]) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class SummaryJob:
-    """One job as a runner's summary reports it: what the merge counts and shows. ``recorded``: the job's JSON as
-    the summary holds it, which the merged summary carries unchanged."""
+class SummaryJob(JsonRecord):
+    """One job as a runner's summary reports it (a :class:`~eaglequant.batch.jobs.JobOutcome`'s JSON), which the
+    merged summary writes as it read it; or, in a merge, a job no summary reports (``missing``: written with its name,
+    why, and no exit code, verification or upload, its source, destination, seconds and manifest key left out)."""
+
+    json_values = named(
+        source="_unless_missing",
+        destination="_unless_missing",
+        seconds="_unless_missing",
+        manifest_key="_unless_missing",
+    )
+    json_first = (
+        *("name", "source", "destination", "status", "reason", "exit_code", "seconds", "verified", "manifest_key"),
+        "upload",
+    )
 
     name: str
-    status: str  # "None" when the summary gives none
-    reason: Any  # why it was skipped, or what failed (shown as text)
+    status: JobStatus
+    reason: str  # why it was skipped, or what failed
+    exit_code: int | None
     verified: bool | None
-    upload_status: str | None
-    recorded: dict[str, Any]
+    upload: UploadOutcome | None
+    source: str | None = None
+    destination: str | None = None
+    seconds: float | None = None
+    manifest_key: str | None = None
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> SummaryJob:
-        """``data``: a job of a summary :func:`read_summary` checked (it has a name)."""
-        upload = data.get("upload") or {}
-        status, verified = str(data.get("status")), data.get("verified")
-        return cls(data["name"], status, data.get("reason"), verified, upload.get("status"), data)
+    def _unless_missing(self, value: object) -> object:
+        return NOT_WRITTEN if self.status is JobStatus.MISSING else value
+
+    @property
+    def upload_status(self) -> UploadStatus | None:
+        return None if self.upload is None else self.upload.status
 
     @property
     def succeeded(self) -> bool:
         return succeeded(self.status, self.upload_status)
-
-    def to_json(self) -> dict[str, Any]:
-        return self.recorded
 
 
 @dataclass(frozen=True)
@@ -157,11 +175,12 @@ def read_summary(path: Path) -> RunSummary:
             )
     if not all(isinstance(job, dict) and isinstance(job.get("name"), str) for job in data["jobs"]):
         raise InputError(f"{path}: not a batch summary (a job without a name)")
+    hint = "merge the files `eaglequant batch --summary` wrote, with the same eaglequant version"
     return RunSummary(
         data["jobs_file"],
         data["jobs_sha256"],
         tuple(str(name) for name in data["job_names"]),
-        tuple(SummaryJob.from_json(job) for job in data["jobs"]),
+        tuple(SummaryJob.from_json(job, str(path), InputError, hint) for job in data["jobs"]),
     )
 
 
@@ -190,13 +209,5 @@ def merge_summaries(paths: list[Path]) -> MergedSummary:
 
 
 def _missing(name: str) -> SummaryJob:
-    return SummaryJob.from_json(
-        {
-            "name": name,
-            "status": JobStatus.MISSING,
-            "reason": "no summary reports this job (did its runner fail before writing one?)",
-            "exit_code": None,
-            "verified": None,
-            "upload": None,
-        }
-    )
+    why = "no summary reports this job (did its runner fail before writing one?)"
+    return SummaryJob(name, JobStatus.MISSING, why, None, None, None)

@@ -79,8 +79,6 @@ os.sync()
 
 @dataclass
 class Run(JsonRecord):
-    json_omitted = ("dst",)
-
     head: str
     kind: str  # "copy" | "round-trip" | "eaglequant" | "amd-quark" | "llm-compressor"
     scheme: str  # ours, or the vendor's name
@@ -91,7 +89,6 @@ class Run(JsonRecord):
     vs_copy: float | None = None
     vs_anchors: dict[str, float] = field(default_factory=dict)  # "amd-quark ptpc_fp8" -> our time / theirs
     error: str | None = None
-    dst: Path | None = field(default=None, repr=False)  # an output kept for the next run to read
 
 
 @dataclass(frozen=True)
@@ -178,9 +175,8 @@ def measure_convert(
             if timed_verify:
                 label = f"verify of {scheme} ({fmt})"
                 verify_command = [sys.executable, "-m", "eaglequant", "verify", DST]
-                head_runs.append(
-                    _timed(head, "eaglequant", label, verify_command, work_dir, say, dst=converted.dst, warm=src)
-                )
+                kept = None if converted.error else _output_dir(work_dir, head, "eaglequant", f"{scheme} ({fmt})")
+                head_runs.append(_timed(head, "eaglequant", label, verify_command, work_dir, say, dst=kept, warm=src))
                 label = f"{scheme} ({fmt}) --verify"
                 verified = [*command, *options, "--verify"]
                 head_runs.append(_timed(head, "eaglequant", label, verified, work_dir, say, warm=src))
@@ -231,12 +227,13 @@ def _timed(
     dst: Path | None = None,
     warm: Path | None = None,
 ) -> Run:
-    """Run ``command`` with a fresh output directory in place of its :data:`DST` argument, deleted afterwards unless
-    ``keep`` (then the run's ``dst`` names it). ``dst``: a directory the command reads (kept by an earlier run),
-    deleted afterwards. ``warm``: a directory read first, outside the timing, so that the run finds it cached."""
+    """Run ``command`` with a fresh output directory (:func:`_output_dir`) in place of its :data:`DST` argument,
+    deleted afterwards unless ``keep`` and the run succeeded. ``dst``: a directory the command reads (kept by an
+    earlier run), deleted afterwards. ``warm``: a directory read first, outside the timing, so that the run finds it
+    cached."""
     reads = dst is not None
     if dst is None:
-        dst = work / "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{head}-{kind}-{scheme}")
+        dst = _output_dir(work, head, kind, scheme)
         _remove(dst)
     else:
         os.sync()  # the earlier run's dirty pages are not this run's work
@@ -252,11 +249,14 @@ def _timed(
         run.error = f"exit {figures['exit']}: {last[-1] if last else ''}"[:300]
     elif dst.exists() and not reads:
         run.output_bytes = sum(p.stat().st_size for p in dst.rglob("*") if p.is_file())
-    if keep and run.error is None:
-        run.dst = dst
-    else:
+    if not (keep and run.error is None):
         _remove(dst)
     return run
+
+
+def _output_dir(work: Path, head: str, kind: str, scheme: str) -> Path:
+    """Where a run of ``kind`` and ``scheme`` on ``head`` writes its output, under ``work``."""
+    return work / "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{head}-{kind}-{scheme}")
 
 
 def _ratios(runs: list[Run], source_bytes: int) -> None:

@@ -9,13 +9,12 @@ only the time matters here (correctness is the tests' and ``verify``'s job).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.kernels import StoredLinear, fused_linear
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, KindPair
 
@@ -78,35 +77,43 @@ class Timing:
     def percent_of_copy_bandwidth(self, copy_gbps: float) -> float:
         return 100 * self.gigabytes_per_second / copy_gbps
 
-    def to_json(self, copy_gbps: float) -> dict[str, Any]:
-        return {
-            "shape": self.shape,
-            "m": self.m,
-            "n": self.n,
-            "k": self.k,
-            "kernel": self.kernel,
-            "backend": self.backend,
-            "ms": self.milliseconds,
-            "tflops": self.tflops,
-            "gbps": self.gigabytes_per_second,
-            "percent_of_copy_bandwidth": self.percent_of_copy_bandwidth(copy_gbps),
-            "speedup_vs_bf16": self.speedup_vs_bf16,
-        }
+    def row(self, copy_gbps: float) -> KernelRow:
+        """The timing as ``bench kernels`` records it, against a copy bandwidth of ``copy_gbps``."""
+        return KernelRow(
+            *(self.shape, self.m, self.n, self.k, self.kernel, self.backend, self.milliseconds, self.tflops),
+            *(self.gigabytes_per_second, self.percent_of_copy_bandwidth(copy_gbps), self.speedup_vs_bf16),
+        )
+
+
+@dataclass(frozen=True)
+class KernelRow(JsonRecord):
+    """One timing as ``bench kernels`` records it (:meth:`Timing.row`): the shape and kernel, its milliseconds and
+    what they come to (TFLOP/s, GB/s, the share of the copy bandwidth, the speed-up over bf16)."""
+
+    shape: str
+    m: int
+    n: int
+    k: int
+    kernel: str
+    backend: str
+    ms: float
+    tflops: float
+    gbps: float
+    percent_of_copy_bandwidth: float
+    speedup_vs_bf16: float
 
 
 @dataclass(frozen=True)
 class KernelBench(JsonRecord):
-    """``bench kernels``: every timing, and the device's copy bandwidth they are compared with."""
-
-    json_renamed = named(timings="rows")
-    json_values = named(timings="_rows")
+    """``bench kernels``: every timing's row, and the device's copy bandwidth they are compared with."""
 
     device: str
     copy_gbps: float
-    timings: tuple[Timing, ...]
+    rows: tuple[KernelRow, ...]
 
-    def _rows(self, timings: tuple[Timing, ...]) -> list[dict[str, Any]]:
-        return [timing.to_json(self.copy_gbps) for timing in timings]
+    @classmethod
+    def of(cls, device: str, copy_gbps: float, timings: Sequence[Timing]) -> KernelBench:
+        return cls(device, copy_gbps, tuple(timing.row(copy_gbps) for timing in timings))
 
 
 def registered_kernel_pairs() -> set[KindPair]:
@@ -218,7 +225,7 @@ def bench_kernels(
                 timings.append(Timing(name, m, n, k, kind, backend, ms, _stored_bytes(stored[kind]), bf16_ms))
             rows += timings
     described = torch.cuda.get_device_name() if device == "cuda" else "cpu (torch reference, not the kernels)"
-    return KernelBench(described, copy_gbps, tuple(rows))
+    return KernelBench.of(described, copy_gbps, rows)
 
 
 def _scaled_mm_timing(

@@ -267,7 +267,6 @@ def render_server(report: ServerAcceptance) -> None:
     """One server's acceptance: over the prompts, a row per mode with intervals and its decode rate; over a
     window, its counts."""
     from eaglequant.engines import engine_title
-    from eaglequant.measurement.statistics import decode_rate
 
     title = f"[bold]{engine_title('vllm', report.version)}[/] at {escape(report.server)} ({escape(report.model)})"
     window, settings = report.window, report.settings
@@ -281,7 +280,7 @@ def render_server(report: ServerAcceptance) -> None:
         )
     elif settings is not None:
         out.print(
-            f"{title}, k = {report.draft_tokens}: {len(settings.prompts)} prompts ({escape(settings.prompts_from)}) "
+            f"{title}, k = {report.draft_tokens}: {settings.prompts} prompts ({escape(settings.prompts_from)}) "
             f"× {settings.max_tokens} tokens",
             markup=True,
         )
@@ -289,11 +288,11 @@ def render_server(report: ServerAcceptance) -> None:
         clock = f"decode tok/s ({report.clock} clock)" if report.clock else "decode tok/s"
         for column in ("mode", "acceptance length", "per position", "drafts", clock):
             table.add_column(column, justify="left" if column == "mode" else "right", overflow="fold")
-        for name, acceptance in report.modes.items():
-            per_position = " / ".join(p.value_text() for p in acceptance.per_position())
-            rate = decode_rate(acceptance.prompts)
+        for name, mode in report.modes.items():
+            acceptance, rate = mode.acceptance, mode.decode_tokens_per_second
+            per_position = " / ".join(p.value_text() for p in acceptance.per_position)
             speed = "n/a" if rate is None else f"{rate:.1f}"
-            table.add_row(name, acceptance.length().text(), per_position, str(acceptance.drafts), speed)
+            table.add_row(name, acceptance.acceptance_length.text(), per_position, str(acceptance.drafts), speed)
         show(table)
     for text in report.notes:
         note(text)

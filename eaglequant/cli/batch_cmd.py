@@ -112,7 +112,7 @@ def _report_job(number: int, total: int, outcome: JobOutcome) -> None:
     reason = _WHY_CONVERTED.get(outcome.reason, outcome.reason)
     verified = "; verified" if outcome.verified else ""
     info(
-        f"[{number}/{total}] {escape(outcome.job.name)}: [{_STYLES[outcome.status]}]{outcome.status}[/] "
+        f"[{number}/{total}] {escape(outcome.name)}: [{_STYLES[outcome.status]}]{outcome.status}[/] "
         f"({escape(reason)}){verified}",
         markup=True,
     )

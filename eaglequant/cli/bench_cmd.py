@@ -178,16 +178,16 @@ def render(bench: KernelBench) -> None:
     table = Table(title=f"{bench.device}: copy bandwidth {bench.copy_gbps:.0f} GB/s", title_justify="left")
     for col in ("shape", "M", "kernel", "ms", "TFLOP/s", "GB/s", "% copy bw", "× bf16"):
         table.add_column(col, justify="right" if col not in ("shape", "kernel") else "left")
-    for timing in bench.timings:
+    for row in bench.rows:
         table.add_row(
-            timing.shape,
-            str(timing.m),
-            timing.kernel,
-            f"{timing.milliseconds:.4f}",
-            f"{timing.tflops:.2f}",
-            f"{timing.gigabytes_per_second:.0f}",
-            f"{timing.percent_of_copy_bandwidth(bench.copy_gbps):.0f}",
-            f"{timing.speedup_vs_bf16:.2f}",
+            row.shape,
+            str(row.m),
+            row.kernel,
+            f"{row.ms:.4f}",
+            f"{row.tflops:.2f}",
+            f"{row.gbps:.0f}",
+            f"{row.percent_of_copy_bandwidth:.0f}",
+            f"{row.speedup_vs_bf16:.2f}",
         )
     out.print(table)
 

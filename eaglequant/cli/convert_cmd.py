@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -30,26 +30,11 @@ from eaglequant.cli.output import MODE, absolute, info, note, out, quiet_hub_pro
 from eaglequant.cli.progress_display import progress_display, shown
 from eaglequant.cli.tables import name_column, show, show_round_costs
 from eaglequant.common.errors import EXIT_CHECK_FAILED
-from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord, named
 from eaglequant.common.sizes import decimal_bytes
 from eaglequant.conversion.options import DEFAULT_DEVICE, DEFAULT_FORMAT, DEFAULT_MAX_SHARD_SIZE, DEFAULT_SCHEME
 
 if TYPE_CHECKING:
     from eaglequant.conversion.result import ConversionResult
-    from eaglequant.record.report import ConversionReport
-    from eaglequant.verification.verify import VerifyReport
-
-
-@dataclass(frozen=True)
-class ConvertOutput(JsonRecord):
-    """What ``convert --json`` prints: the report (its destination absolute, with the conversion's seconds), its
-    ``verification`` the full verification where ``--verify`` ran (its destination absolute too)."""
-
-    json_inlined = ("report",)
-    json_values = named(verification=lambda verification: NOT_WRITTEN if verification is None else verification)
-
-    report: ConversionReport
-    verification: VerifyReport | None
 
 
 def convert_command(
@@ -107,6 +92,8 @@ def convert_command(
         verification = converted.verification
         if verification is not None:
             verification = replace(verification, destination=converted.destination.absolute())
+        from eaglequant.jobs.conversion import ConvertOutput
+
         printed = ConvertOutput(replace(converted.report(timed=True), destination=destination), verification)
         result(printed.to_json(), lambda: render(converted))
         for text in converted.plan.notes:

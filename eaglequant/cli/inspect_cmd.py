@@ -64,7 +64,7 @@ def inspect_command(
         )
         source = absolute(report.source)
         shown = replace(report, source=report.source.absolute())
-        result(shown.to_json(), lambda: render(report, str(source)))
+        result(shown.record().to_json(), lambda: render(report, str(source)))
 
     run_guarded(body)
 

@@ -85,7 +85,7 @@ def prune_command(
 
 
 def render(pruned: PruneResult) -> None:
-    before, after = pruned.lm_head_bytes
+    before, after = pruned.lm_head_bytes.source, pruned.lm_head_bytes.pruned
     out.print(
         f"[green]wrote[/] {escape(str(pruned.destination))}: draft vocabulary {pruned.source_size} → {pruned.size} "
         f"tokens, lm_head {decimal_bytes(before)} → {decimal_bytes(after)}",

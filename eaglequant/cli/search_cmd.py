@@ -234,7 +234,7 @@ def render(found: SearchResult) -> None:
         soft_wrap=True,
     )
     out.print(f"  loaded by: {escape(', '.join(found.loaded_by) or 'no engine eaglequant knows')}", soft_wrap=True)
-    show(acceptance_table(found.chosen.prediction))
+    show(acceptance_table(found.chosen.prediction.by_draft_tokens))
     if found.pick is not None:
         _render_pick(found.pick)
 

@@ -6,6 +6,7 @@ that is wider than the console, each row is printed as a name followed by its ot
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from rich.console import Console, RenderableType
@@ -17,7 +18,7 @@ from rich.text import Text
 from eaglequant.cli.output import out
 
 if TYPE_CHECKING:
-    from eaglequant.prediction.predict import Prediction
+    from eaglequant.prediction.figures import TableRow
     from eaglequant.readback.cost import Baseline, RoundCost
     from eaglequant.speedup.model import SpeedupTable
 
@@ -180,14 +181,13 @@ def speedup_terms(tables: list[SpeedupTable]) -> Table:
     return shown
 
 
-def acceptance_table(prediction: Prediction) -> Table:
-    """Predicted acceptance length for every k (tokens drafted a round): the source's, DST's and the change, each
-    with its 95% interval."""
+def acceptance_table(rows: Sequence[TableRow] | None) -> Table:
+    """Predicted acceptance length for every k (tokens drafted a round), a prediction's ``by_draft_tokens``: the
+    source's, DST's and the change, each with its 95% interval."""
     table = Table(title="predicted acceptance length by k, tokens drafted a round [95%]", title_justify="left")
     for header in ("k", "source", "DST", "change"):
         table.add_column(header, justify="right")
-    assert prediction.source_table is not None and prediction.quantized_table is not None
-    for k in range(1, prediction.quantized_table.max_draft_tokens + 1):
-        row = prediction.table_row(k)
-        table.add_row(str(k), row.source.text(), row.quantized.text(), row.difference.text(signed=True))
+    assert rows is not None, "a prediction without a table"
+    for row in rows:
+        table.add_row(str(row.draft_tokens), row.source.text(), row.quantized.text(), row.difference.text(signed=True))
     return table

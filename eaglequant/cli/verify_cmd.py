@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -26,13 +26,12 @@ from eaglequant.cli.output import absolute, note, out, plural, result
 from eaglequant.cli.progress_display import phase
 from eaglequant.cli.tables import acceptance_table, name_column, show
 from eaglequant.common.draft_tokens import DEFAULT_MAX_DRAFT_TOKENS
-from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.record.verification import Verdict
 from eaglequant.verification.fidelity import DEFAULT_TOKENS
 
 if TYPE_CHECKING:
     from eaglequant.engine_load import LoadCheck
-    from eaglequant.prediction.predict import Prediction
+    from eaglequant.prediction.figures import PredictionRecord
     from eaglequant.schemes.model import VerifyThresholds
     from eaglequant.verification.fidelity import HeadFidelity
     from eaglequant.verification.layer_parity import LayerParity
@@ -114,6 +113,8 @@ def verify_command(
                 device=device,
             )
         destination, recorded_source = absolute(report.destination), _recorded_source(dst)
+        from eaglequant.verification.verify import VerifyOutput
+
         shown = VerifyOutput(replace(report, destination=report.destination.absolute()), recorded_source)
         result(shown.to_json(), lambda: render(report, str(destination), recorded_source))
         return report.verdict
@@ -121,17 +122,6 @@ def verify_command(
     verdict = run_guarded(body)
     if verdict.exit_code:
         raise typer.Exit(verdict.exit_code)
-
-
-@dataclass(frozen=True)
-class VerifyOutput(JsonRecord):
-    """What ``verify --json`` prints: the report (its destination absolute), then the source DST's report records
-    (absolute; None without), where verify looks when --source is not given."""
-
-    json_inlined = ("report",)
-
-    report: VerifyReport
-    recorded_source: str | None
 
 
 def _recorded_source(dst: Path) -> str | None:
@@ -150,8 +140,9 @@ def _without_count(inputs: str, tokens: int) -> str:
 def render(report: VerifyReport, destination: str, recorded_source: str | None = None) -> None:
     """``recorded_source``: the source DST's report records (named when parity and fidelity could not run)."""
     limits = report.thresholds
-    schemes = report.schemes
-    out.print(f"[bold]{escape(destination)}[/]: {report.format}, {escape(schemes.describe())} ({schemes.label})")
+    out.print(
+        f"[bold]{escape(destination)}[/]: {report.format}, {escape(report.schemes_described)} ({report.scheme_label})"
+    )
     if report.layers:
         show(_parity_table(report.layers, limits))
     if report.fidelity is not None:
@@ -190,7 +181,7 @@ def _inconclusive_text(report: VerifyReport) -> str:
     settle = "more would tell" if more is None else f"{more} more would settle it at this variance"
     return (
         f"{', '.join(report.checks)} hold, but the predicted acceptance's interval straddles the budget: "
-        f"{len(acceptance.quantized.prompts)} captured sequences cannot tell whether DST is within it, {settle} "
+        f"{acceptance.quantized.prompts} captured sequences cannot tell whether DST is within it, {settle} "
         "(capture more prompts); "
         "`eaglequant upload` refuses it"
     )
@@ -216,9 +207,9 @@ def _render_fidelity(fidelity: HeadFidelity, limits: VerifyThresholds) -> None:
         )
 
 
-def _render_acceptance(prediction: Prediction) -> None:
+def _render_acceptance(prediction: PredictionRecord) -> None:
     """The change (DST minus source) with the bound that decided against the budget (a drop, positive)."""
-    source, quantized = prediction.source.length(), prediction.quantized.length()
+    source, quantized = prediction.source.acceptance_length, prediction.quantized.acceptance_length
     verdict = prediction.judged
     judged = f"{prediction.difference.text(signed=True)} (no budget)" if verdict is None else verdict.text()
     out.print(
@@ -226,8 +217,8 @@ def _render_acceptance(prediction: Prediction) -> None:
         f"{source.value_text(3)} → {quantized.value_text(3)} tokens, change {escape(judged)}",
         soft_wrap=True,
     )
-    if prediction.by_draft_tokens is not NOT_WRITTEN:
-        show(acceptance_table(prediction))
+    if prediction.by_draft_tokens is not None:
+        show(acceptance_table(prediction.by_draft_tokens))
 
 
 def _parity_table(layers: list[LayerParity], limits: VerifyThresholds) -> Table:

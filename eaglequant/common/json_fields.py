@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -192,8 +193,12 @@ class JsonRecord:
       reader already knows, where it is not the fields' own);
     - ``json_inlined``: fields holding a record whose entries are written in place of the field, first (a wrapper
       record: its own entries then replace theirs in place, or follow them);
+    - ``json_error``, ``json_hint``: the error a value read wrong raises, and its hint, where the caller names none
+      (a file's own error class, and how to repair the file);
     - ``json_read``: field -> how its value is read back, given the object read and the field's key (where the value
-      written is not the field's own by its type: the inverse of its ``json_values`` rule).
+      written is not the field's own by its type: the inverse of its ``json_values`` rule; where the key is missing,
+      the rule says what that means, as for files written before it); for an omitted field, how it is read from the
+      entries that are written (a field the JSON holds only within another entry).
 
     A name that is neither a field nor a declared computed entry is refused (``TypeError``) when the record is
     first written."""
@@ -205,6 +210,8 @@ class JsonRecord:
     json_first: ClassVar[tuple[str, ...]] = ()
     json_read: ClassVar[Mapping[str, Callable[[JsonObject, str], Any]]] = {}
     json_inlined: ClassVar[tuple[str, ...]] = ()
+    json_error: ClassVar[ErrorType | None] = None
+    json_hint: ClassVar[str] = ""
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -219,11 +226,12 @@ class JsonRecord:
         """The record :meth:`to_json` wrote as ``data``, by the same declarations: each written field from its key
         (renamed as declared), by its type (a nested record by its own ``from_json``, a finding, a tuple, a path,
         an enum), or by its ``json_read`` rule where its written value is not its field's; a field not written
-        (omitted, or absent in the record's version) takes its default. Computed entries are not read. A value
-        that is not what its field takes raises ``error`` (:class:`JsonReadError`), with ``hint``, naming ``where``
-        and the key (``data`` may be a :class:`JsonObject`, whose error and place are then used)."""
-        error = error or JsonReadError
-        obj = data if isinstance(data, JsonObject) else JsonObject(data, where, error, hint)
+        (omitted without a ``json_read`` rule, or absent in the record's version) takes its default. Computed
+        entries are not read. A value that is not what its field takes raises ``error`` (:class:`JsonReadError`),
+        with ``hint``, naming ``where`` and the key (``data`` may be a :class:`JsonObject`, whose error and place
+        are then used)."""
+        error = error or cls.json_error or JsonReadError
+        obj = data if isinstance(data, JsonObject) else JsonObject(data, where, error, hint or cls.json_hint)
         return read_record(cls, obj)
 
 
@@ -287,6 +295,17 @@ def named(**entries: Any) -> Mapping[str, Any]:
     """A record's declaration by name (``named(tolerance="near_tie_nats")``), read-only: every record of the class
     shares it."""
     return MappingProxyType(entries)
+
+
+def finite_or_text(value: float) -> float | str:
+    """A :data:`ValueRule`: a figure that is not finite (``inf``, ``-inf``, ``nan``) as text, which JSON can hold."""
+    return value if math.isfinite(value) else str(value)
+
+
+def number_or_text(obj: JsonObject, key: str) -> float:
+    """:func:`finite_or_text`'s value read back (a ``json_read`` rule): a number, or ``inf``, ``-inf`` or ``nan``."""
+    value = obj.get(key)
+    return float(value) if value in ("inf", "-inf", "nan") else float(obj.number(key))
 
 
 def rounded(digits: int) -> Callable[[float], float]:

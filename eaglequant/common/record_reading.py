@@ -44,15 +44,18 @@ def read_record(record_type: type[R], obj: JsonObject) -> R:
         if field.name in declared.json_inlined:
             values[field.name] = read_record(hints[field.name], obj)
             continue
+        key = declared.json_renamed.get(field.name, field.name)
+        read = declared.json_read.get(field.name)
+        if read:  # from its key, or (omitted) from the entries written; where its key is missing, as the rule says
+            values[field.name] = read(obj, key)
+            continue
         if field.name in declared.json_omitted:
             continue
-        key = declared.json_renamed.get(field.name, field.name)
         if key not in obj.data:
             if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
                 obj.get(key)  # raises: the key is missing
             continue
-        read = declared.json_read.get(field.name)
-        values[field.name] = read(obj, key) if read else _read_value(hints[field.name], obj, key, obj.data[key])
+        values[field.name] = _read_value(hints[field.name], obj, key, obj.data[key])
     return record_type(**values)
 
 
@@ -70,7 +73,9 @@ def _expected(hint: Any) -> str:
         return f"an object of {_PLURAL[args[1]]}" if args and args[1] in _PLURAL else "an object"
     if origin in (tuple, list, frozenset, set, collections.abc.Sequence):
         return f"a list of {_PLURAL[args[0]]}" if args and args[0] in _PLURAL else "a list"
-    if hint in (str, Path) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return "one of " + ", ".join(repr(member.value) for member in hint)
+    if hint in (str, Path):
         return "a string"
     return {int: "an integer", float: "a number", bool: "true or false", Finding: "a finding"}.get(hint, "an object")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.conversion.options import ConversionOptions
 from eaglequant.conversion.plan import ConversionPlan
 from eaglequant.engines.target import TargetModel
@@ -26,17 +26,64 @@ class TensorPlan:
         return not self.quantized and self.tensor.role is Role.LINEAR
 
 
-@dataclass
-class InspectReport(JsonRecord):
-    """A source's files and head, and the plan for converting it; written with the head's and the plan's entries."""
+@dataclass(frozen=True)
+class TensorRow(JsonRecord):
+    """One tensor of the head, and what the plan does with it (``quantize``, or ``keep`` and why)."""
 
-    json_omitted = ("head", "plan", "draft_tokens")
-    json_computed = (
-        *("layout", "layout_title", "reason", "attention", "num_layers", "features", "dims", "fused_groups"),
-        *("scheme", "scheme_for", "format", "engines", "rows", "exclude", "target_layers", "runtime_modules"),
-        *("source_bytes", "estimated_output_bytes", "round_costs"),
-    )
-    json_renamed = named(rows="tensors")
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    bytes: int
+    file: str
+    role: str
+    action: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class RuntimeModuleRow(JsonRecord):
+    """One runtime module of a targeted engine: whether it runs quantized, and the rule or reason why not."""
+
+    engine: str
+    module: str
+    quantized: bool
+    rule: str | None
+    engine_reason: str | None
+
+
+@dataclass(frozen=True)
+class InspectRecord(JsonRecord):
+    """What ``inspect --json`` prints (:meth:`InspectReport.record`): the source's files, its head, and the plan."""
+
+    source: Path
+    source_format: str
+    files: list[str]
+    layout: str
+    layout_title: str
+    reason: str  # why the head was read as its layout
+    attention: str
+    num_layers: int
+    features: tuple[str, ...]
+    dims: dict[str, Any]  # the dims the head's layout has
+    fused_groups: dict[str, tuple[str, ...]]
+    scheme: str
+    scheme_for: dict[str, str]  # fc / lm_head -> the name of its own scheme
+    format: str
+    engines: tuple[str, ...]
+    tensors: tuple[TensorRow, ...]
+    exclude: list[str]  # the exclusion patterns the config will hold
+    target_layers: TargetModel
+    runtime_modules: tuple[RuntimeModuleRow, ...]
+    source_bytes: int
+    estimated_output_bytes: int
+    round_costs: tuple[RoundCost, ...]
+
+
+@dataclass
+class InspectReport:
+    """A source's files and head, and the plan for converting it; what ``inspect --json`` prints is its
+    :meth:`record`."""
+
     source: Path
     source_format: str
     files: list[str]
@@ -67,20 +114,24 @@ class InspectReport(JsonRecord):
         kept = self.plan.kept  # every tensor the plan does not quantize, and why
         return [TensorPlan(t, t.name not in kept, kept.get(t.name, "")) for t in self.head.tensors]
 
-    def rows(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "name": row.tensor.name,
-                "dtype": row.tensor.info.dtype,
-                "shape": list(row.tensor.info.shape),
-                "bytes": row.tensor.info.nbytes,
-                "file": row.tensor.info.file.name,
-                "role": row.tensor.role.value,
-                "action": "quantize" if row.quantized else "keep",
-                "reason": row.reason,
-            }
+    def rows(self) -> tuple[TensorRow, ...]:
+        return tuple(
+            TensorRow(
+                *(row.tensor.name, row.tensor.info.dtype, tuple(row.tensor.info.shape), row.tensor.info.nbytes),
+                *(row.tensor.info.file.name, row.tensor.role.value, "quantize" if row.quantized else "keep"),
+                row.reason,
+            )
             for row in self.tensor_plans()
-        ]
+        )
+
+    def record(self) -> InspectRecord:
+        """What ``inspect --json`` prints of it."""
+        return InspectRecord(
+            *(self.source, self.source_format, self.files, self.layout, self.layout_title, self.reason),
+            *(str(self.attention), self.num_layers, self.features, self.dims, self.fused_groups, self.scheme),
+            *(self.scheme_for, self.format, self.engines, self.rows(), self.exclude, self.target_layers),
+            *(self.runtime_modules, self.source_bytes, self.estimated_output_bytes, self.round_costs),
+        )
 
     # The head's and the plan's entries, as inspect --json writes them.
 
@@ -144,18 +195,11 @@ class InspectReport(JsonRecord):
         return self.plan.output_bytes
 
     @property
-    def runtime_modules(self) -> list[dict[str, Any]]:
+    def runtime_modules(self) -> tuple[RuntimeModuleRow, ...]:
         """Each targeted engine's runtime modules, and whether it runs each quantized and why not."""
-        return [
-            {
-                "engine": v.engine,
-                "module": v.runtime_name,
-                "quantized": v.quantized,
-                "rule": v.rule,
-                "engine_reason": v.engine_reason,
-            }
-            for v in self.plan.verdicts
-        ]
+        return tuple(
+            RuntimeModuleRow(v.engine, v.runtime_name, v.quantized, v.rule, v.engine_reason) for v in self.plan.verdicts
+        )
 
 
 def inspect_source(src: str | Path, options: ConversionOptions, draft_tokens: int) -> InspectReport:

@@ -125,19 +125,18 @@ def project_venvs(engine: str) -> list[Path]:
     return [Path.cwd() / name, Path(os.path.abspath(sys.prefix)).parent / name]
 
 
-def _resolved(path: Path | None) -> Path | None:
-    return None if path is None else path.resolve()
-
-
 @dataclass(frozen=True)
 class LoadJob(JsonRecord):
-    """A checkpoint for the probe to load; written with absolute paths (the probe runs in a directory of its own)."""
-
-    json_values = named(checkpoint=_resolved, source=_resolved)
+    """A checkpoint for the probe to load; its paths held resolved, as they are written (the probe runs in a
+    directory of its own)."""
 
     checkpoint: Path
     source: Path | None = None
     target_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "checkpoint", self.checkpoint.resolve())
+        object.__setattr__(self, "source", None if self.source is None else self.source.resolve())
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from eaglequant.common.atomic import write_text_whole
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 from eaglequant.engines import ENGINES
 from eaglequant.engines.cells import Answer, Support
 from eaglequant.engines.support import ENGINE_NAMES, FORMAT_NAMES, MATRIX, SCHEME_KINDS, answer
@@ -41,6 +41,13 @@ def _by_draft(said: dict[Attention, Answer]) -> dict[str, Answer]:
     return {ATTENTIONS[attention].lower(): answer for attention, answer in said.items()}
 
 
+def _read_by_draft(obj: JsonObject, key: str) -> dict[Attention, Answer]:
+    """:func:`_by_draft`'s entries under ``key`` read back: attention -> answer."""
+    titled = {title.lower(): attention for attention, title in ATTENTIONS.items()}
+    obj.child(key).refuse_unknown(titled)
+    return {titled[name]: Answer.from_json(entry) for name, entry in obj.child_map(key).items()}
+
+
 @dataclass(frozen=True)
 class ModuleRow(JsonRecord):
     """One engine release and format: each question's answer for Llama and for MLA drafts (a field per question of
@@ -48,6 +55,7 @@ class ModuleRow(JsonRecord):
 
     json_renamed = named(title="release")
     json_values = named(**dict.fromkeys(QUESTIONS, _by_draft))
+    json_read = named(**dict.fromkeys(QUESTIONS, _read_by_draft))
 
     engine: str
     title: str

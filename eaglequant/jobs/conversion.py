@@ -4,11 +4,12 @@ caller made it), the plan built from it, the output written, verified when asked
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eaglequant.checkpoint.destination import check_destination
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord, named
 from eaglequant.common.progress import NoProgress, Progress
 from eaglequant.conversion.manifest_options import manifest_options
 from eaglequant.conversion.options import ConversionOptions
@@ -17,9 +18,23 @@ from eaglequant.conversion.request import ConversionRequest
 from eaglequant.conversion.result import ConversionResult
 from eaglequant.conversion.source import planned
 from eaglequant.hub.client import resolve_source
+from eaglequant.record.report import ConversionReport
+from eaglequant.verification.verify import VerifyReport
 
 if TYPE_CHECKING:
     from eaglequant.checkpoint.destination import StagedDirectory
+
+
+@dataclass(frozen=True)
+class ConvertOutput(JsonRecord):
+    """What ``convert --json`` prints: the report (its destination absolute, with the conversion's seconds), its
+    ``verification`` the full verification where ``--verify`` ran (its destination absolute too)."""
+
+    json_inlined = ("report",)
+    json_values = named(verification=lambda verification: NOT_WRITTEN if verification is None else verification)
+
+    report: ConversionReport
+    verification: VerifyReport | None = None
 
 
 def write_conversion(

@@ -27,7 +27,7 @@ from eaglequant.common.draft_tokens import (
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, InputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 from eaglequant.measurement.concurrency import ConcurrentPass, concurrent_speedup, merged
 from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drift, drift_problem, speedup_problems
 from eaglequant.measurement.statistics import (
@@ -64,12 +64,38 @@ def modes_for(temperatures: Sequence[float], seed: int = 0) -> tuple[Mode, ...]:
     return (GREEDY, *sampled)
 
 
-@dataclass(frozen=True)
-class Settings(JsonRecord):
-    """What every run is served with. ``draft_tokens`` is the primary k, the one the gate judges; each draft is
-    also measured at every k of ``more_draft_tokens`` (one engine per (draft, k): vLLM fixes k when it builds)."""
+def _draft_tokens(obj: JsonObject, key: str) -> int:
+    """Records before the one name for k wrote it by vLLM's name."""
+    return obj.integer(key if key in obj.data else "num_speculative_tokens")
 
-    json_values = named(prompts=len)
+
+@dataclass(frozen=True)
+class SettingsRecord(JsonRecord):
+    """What a record holds of the :class:`Settings` it was measured with (:meth:`Settings.record`): the prompts as
+    their count; an entry older records lack reads as its default (not recorded)."""
+
+    json_read = named(draft_tokens=_draft_tokens)
+
+    target: str
+    prompts: int
+    prompts_from: str
+    draft_tokens: int
+    max_tokens: int
+    modes: tuple[Mode, ...] = ()
+    dtype: str | None = None
+    seed: int | None = None
+    engine_args: dict[str, Any] = field(default_factory=dict)
+    more_draft_tokens: tuple[int, ...] = ()
+    target_alone_runs: int | None = None
+    concurrency: tuple[int, ...] = ()
+    schedule: Schedule = ()  # vLLM's num_speculative_tokens_per_batch_size served beside the fixed k
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run is served with. ``draft_tokens`` is the primary k, the one the gate judges; each draft is
+    also measured at every k of ``more_draft_tokens`` (one engine per (draft, k): vLLM fixes k when it builds).
+    Records hold its :meth:`record`."""
 
     target: Path
     prompts: tuple[str, ...]
@@ -95,6 +121,15 @@ class Settings(JsonRecord):
     def runs_a_draft(self) -> int:
         """The runs each draft is served in: one a k, and one for the schedule."""
         return len(self.each_draft_tokens) + bool(self.schedule)
+
+    def record(self) -> SettingsRecord:
+        """What records hold of it: the prompts as their count."""
+        return SettingsRecord(
+            *(str(self.target), len(self.prompts), self.prompts_from, self.draft_tokens, self.max_tokens, self.modes),
+            *(self.dtype, self.seed, self.engine_args, self.more_draft_tokens, self.target_alone_runs),
+            self.concurrency,
+            self.schedule,
+        )
 
     def at(self, draft_tokens: int) -> Settings:
         """These settings for one run at ``draft_tokens``."""
@@ -382,7 +417,7 @@ class DraftResult:
             "lossless": self.lossless.to_json(),
             "modes": {
                 m.name: {
-                    **self.run.acceptance(m.name).to_json(),
+                    **self.run.acceptance(m.name).figures().to_json(),
                     "difference": _json(self.reported_difference(m.name)),
                     "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second(m.name)),
                 }
@@ -412,7 +447,7 @@ class AcceptanceReport(JsonRecord):
     quantized draft, at every k measured; ``device`` is "cpu" where the engine's CPU build ran them (None: not
     known, as on running servers)."""
 
-    json_values = named(source="_served", quantized="_each_served", alone="_alone")
+    json_values = named(settings=Settings.record, source="_served", quantized="_each_served", alone="_alone")
     json_renamed = named(alone="target_alone")
     json_computed = ("engine_build", "ok", "problems")
 

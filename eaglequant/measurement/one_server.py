@@ -16,14 +16,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.common.progress import Tally
-from eaglequant.measurement.measure import Settings
+from eaglequant.measurement.measure import Settings, SettingsRecord
 from eaglequant.measurement.spec_counters import SpecCounters
-from eaglequant.measurement.statistics import Acceptance, decode_rate
+from eaglequant.measurement.statistics import Acceptance, AcceptanceFigures, decode_rate
 
 
 @dataclass(frozen=True)
@@ -49,10 +48,20 @@ class WindowCounts(JsonRecord):
         return [round(a / self.drafts, 5) for a in self.accepted_per_position]
 
 
-def _timed_mode(acceptance: Acceptance) -> dict[str, Any]:
-    """A mode's acceptance and its decode tokens per second over the prompts (None: not timed)."""
-    rate = decode_rate(acceptance.prompts)
-    return {**acceptance.to_json(), "decode_tokens_per_second": None if rate is None else round(rate, 4)}
+@dataclass(frozen=True)
+class ServerMode(JsonRecord):
+    """One decoding mode's acceptance on the server, as recorded (:meth:`of`): its figures, and its decode tokens
+    per second over the prompts to 4 decimals (None: not timed)."""
+
+    json_inlined = ("acceptance",)
+
+    acceptance: AcceptanceFigures
+    decode_tokens_per_second: float | None
+
+    @classmethod
+    def of(cls, acceptance: Acceptance) -> ServerMode:
+        rate = decode_rate(acceptance.prompts)
+        return cls(acceptance.figures(), None if rate is None else round(rate, 4))
 
 
 @dataclass
@@ -60,15 +69,14 @@ class ServerAcceptance(JsonRecord):
     """One running server's acceptance: over the prompts (``settings`` and ``modes``, each mode's decode throughput
     timed by ``clock``) or over a window of its traffic (``window``)."""
 
-    json_values = named(modes=lambda modes: {name: _timed_mode(a) for name, a in modes.items()})
     json_computed = ("ok",)
 
     server: str
     model: str
     version: str
     draft_tokens: int
-    settings: Settings | None  # the prompts' settings; None over a window
-    modes: dict[str, Acceptance] = field(default_factory=dict)  # per decoding mode, over the prompts
+    settings: SettingsRecord | None  # the prompts' settings; None over a window
+    modes: dict[str, ServerMode] = field(default_factory=dict)  # per decoding mode, over the prompts
     window: WindowCounts | None = None
     notes: list[Finding] = field(default_factory=list)
     clock: str | None = None  # "engine": the server's decode histograms; "wall": the client's; None: not timed
@@ -103,9 +111,9 @@ def measure_one_server(
         return ServerAcceptance(url, model, server.version(), k, None, window=counts, notes=notes)
     assert settings is not None
     run = measure_on_server(server, settings, True, lambda what: tally.finished(f"{what} ({url})"))
-    modes = {mode.name: run.acceptance(mode.name) for mode in settings.modes}
+    modes = {mode.name: ServerMode.of(run.acceptance(mode.name)) for mode in settings.modes}
     return ServerAcceptance(
-        url, model, run.version, settings.draft_tokens, settings, modes, notes=[_one(url)], clock=run.clock
+        url, model, run.version, settings.draft_tokens, settings.record(), modes, notes=[_one(url)], clock=run.clock
     )
 
 

@@ -75,16 +75,36 @@ def _reported(figure: float) -> float | None:
     return round(figure, 5) if math.isfinite(figure) else None
 
 
+def _read_figure(written: Any, key: str) -> float:
+    """A figure :func:`_reported` wrote, read back: null is no value (NaN), or, beside a value, an unknown bound
+    (one prompt has no spread: -inf below, inf above)."""
+    if written.get(key) is not None:
+        return float(written.number(key))
+    if key == "value" or written.data.get("value") is None:
+        return math.nan
+    return -math.inf if key == "low" else math.inf
+
+
 @dataclass(frozen=True)
 class Interval(JsonRecord):
     """A figure and its 95% interval; written with bounds that are not finite (one prompt has no spread to
-    estimate) as null, which JSON can hold, and each to 5 decimals."""
+    estimate) as null, which JSON can hold, and each to 5 decimals. Records hold it :meth:`reported`, so that it
+    reads back as it was held."""
 
     json_values = named(value=_reported, low=_reported, high=_reported)
+    json_read = named(value=_read_figure, low=_read_figure, high=_read_figure)
 
     value: float
     low: float
     high: float
+
+    def reported(self) -> Interval:
+        """The interval as it is written: each finite figure to 5 decimals (those that are not, kept)."""
+
+        def rounded(figure: float) -> float:
+            return round(figure, 5) if math.isfinite(figure) else figure
+
+        return Interval(rounded(self.value), rounded(self.low), rounded(self.high))
 
     @property
     def half_width(self) -> float:
@@ -136,12 +156,24 @@ def format_interval(value: float | None, low: float | None, high: float | None, 
 
 
 @dataclass(frozen=True)
-class Acceptance(JsonRecord):
-    """One draft in one decoding mode, over the prompts."""
+class AcceptanceFigures(JsonRecord):
+    """One draft's acceptance as records hold it (:meth:`Acceptance.figures`): over how many prompts, its drafts and
+    accepted tokens, and its acceptance length and per-position shares, each :meth:`Interval.reported`."""
 
-    json_values = named(prompts=len)
-    json_computed = ("drafts", "accepted", "length", "per_position")
-    json_renamed = named(length="acceptance_length")
+    prompts: int
+    drafts: int
+    accepted: int
+    acceptance_length: Interval
+    per_position: tuple[Interval, ...]
+
+    @property
+    def k(self) -> int:
+        return len(self.per_position)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """One draft in one decoding mode, over the prompts; what records hold of it is its :meth:`figures`."""
 
     prompts: tuple[PromptCounts, ...]
 
@@ -174,6 +206,11 @@ class Acceptance(JsonRecord):
             share_interval(_ratio([p.accepted_per_position[j] for p in self.prompts], [p.drafts for p in self.prompts]))
             for j in range(self.k)
         ]
+
+    def figures(self) -> AcceptanceFigures:
+        """What records hold of it: the counts and the figures as written."""
+        shares = tuple(share.reported() for share in self.per_position())
+        return AcceptanceFigures(len(self.prompts), self.drafts, self.accepted, self.length().reported(), shares)
 
 
 def clipped(interval: Interval, low: float, high: float) -> Interval:

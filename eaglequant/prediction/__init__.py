@@ -10,8 +10,5 @@ for a source draft and a quantized one on the same sequences, in the figures a m
 - :mod:`.chain`: the draft head run as the engine chains it: step 1 on the target's hidden states, steps 2..k on
   its own; on the CPU, or with its weights held on a CUDA device.
 - :mod:`.shared`: what every candidate of a search computes alike, computed once from the source draft.
+- :mod:`.figures`: a prediction as records hold it (its figures and verdict, as written), without torch.
 """
-
-from eaglequant.prediction.predict import predict_written
-
-__all__ = ["predict_written"]

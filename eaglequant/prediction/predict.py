@@ -26,7 +26,6 @@ import torch
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, DEFAULT_MAX_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.errors import InputError, Param, given, suggested, words
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import NOT_WRITTEN, JsonRecord
 from eaglequant.measurement.statistics import (
     Acceptance,
     BudgetVerdict,
@@ -35,6 +34,7 @@ from eaglequant.measurement.statistics import (
     budget_verdict,
     paired_difference,
 )
+from eaglequant.prediction.figures import RULE, PredictionRecord, TableRow, verdict_text
 
 if TYPE_CHECKING:
     from eaglequant.layouts.head import HeadDescription
@@ -263,21 +263,9 @@ def check_max_draft_tokens(max_draft_tokens: object) -> int:
 
 
 @dataclass(frozen=True)
-class TableRow(JsonRecord):
-    """Greedy acceptance length with ``draft_tokens`` drafted a round: the source's, the quantized draft's and their
-    paired difference, each with its 95% interval."""
-
-    draft_tokens: int
-    source: Interval
-    quantized: Interval
-    difference: Interval
-
-
-@dataclass(frozen=True)
-class Prediction(JsonRecord):
-    json_computed = ("rule", "outcome", "failed", "more_sequences", "sequences", "positions", "by_draft_tokens")
-    json_first = ("inputs", "rule")
-    json_omitted = ("source_table", "quantized_table")
+class Prediction:
+    """Predicted greedy acceptance of a quantized draft against its source at one k, with the per-sequence tables it
+    was computed from; what records hold of it is its :meth:`record`."""
 
     source: Acceptance
     quantized: Acceptance
@@ -340,36 +328,43 @@ class Prediction(JsonRecord):
 
     @property
     def verdict(self) -> str:
-        judged = "no budget" if self.judged is None else self.judged.text()
-        k = self.quantized.k
-        return (
-            f"predicted greedy acceptance length {self.source.length().value:.3f} → "
-            f"{self.quantized.length().value:.3f}, change {judged}" + (f"; judged at k = {k}" if k else "")
-        )
+        return verdict_text(self.source.length().value, self.quantized.length().value, self.judged, self.quantized.k)
 
     @property
     def rule(self) -> str:
         """How the prediction drafts and accepts, in words."""
-        return "greedy drafting, greedy target (temperature 0)"
+        return RULE
 
     @property
-    def sequences(self) -> int | object:
+    def sequences(self) -> int | None:
         """The captured sequences the quantized draft was predicted on (fewer than the inputs hold where a search
-        settled its verdict early)."""
-        return NOT_WRITTEN if self.quantized_table is None else self.quantized_table.sequences
+        settled its verdict early); None without a table."""
+        return None if self.quantized_table is None else self.quantized_table.sequences
 
     @property
-    def positions(self) -> int | object:
+    def positions(self) -> int | None:
         """The captured draft positions the quantized draft's chain ran over."""
-        return NOT_WRITTEN if self.quantized_table is None else sum(self.quantized_table.positions)
+        return None if self.quantized_table is None else sum(self.quantized_table.positions)
 
     @property
-    def by_draft_tokens(self) -> tuple[TableRow, ...] | object:
+    def by_draft_tokens(self) -> tuple[TableRow, ...] | None:
         """The table: for every k from 1, the source's and the quantized draft's acceptance length and their paired
-        difference (the row at the verdict's k holds the figures above)."""
+        difference (the row at the verdict's k holds the figures above); None without tables."""
         if self.source_table is None or self.quantized_table is None:
-            return NOT_WRITTEN
+            return None
         return tuple(self.table_row(k) for k in range(1, self.quantized_table.max_draft_tokens + 1))
+
+    def record(self) -> PredictionRecord:
+        """What records hold of it: its figures and verdict as written."""
+        judged, rows = self.judged, self.by_draft_tokens
+        return PredictionRecord(
+            *(self.inputs, self.source.figures(), self.quantized.figures(), self.difference.reported(), self.budget),
+            None if judged is None else judged.outcome,
+            None if judged is None else judged.more_prompts,
+            self.sequences,
+            self.positions,
+            None if rows is None else tuple(row.reported() for row in rows),
+        )
 
     def table_row(self, draft_tokens: int) -> TableRow:
         assert self.source_table is not None and self.quantized_table is not None

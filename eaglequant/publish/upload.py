@@ -32,8 +32,9 @@ class UploadRefused(EagleQuantError):
 
 @dataclass
 class UploadResult(JsonRecord):
-    json_omitted = ("verification",)
-    json_computed = ("total_bytes", "verdict")
+    """What ``upload`` sent (or, dry, would send) and the verdict of the verification it went by."""
+
+    json_computed = ("total_bytes",)
     json_renamed = named(verdict="verified")
     json_first = ("destination", "repo_id", "revision", "private", "dry_run", "files", "total_bytes", "verdict")
 
@@ -43,7 +44,7 @@ class UploadResult(JsonRecord):
     private: bool
     files: dict[str, int]  # path in repo -> bytes
     dry_run: bool
-    verification: VerifyReport | None = None
+    verdict: Verdict | None = None  # the verification's the upload went by (None: sent without one)
     forced: bool = False
     commit_url: str | None = None
     commit_oid: str | None = None
@@ -52,11 +53,6 @@ class UploadResult(JsonRecord):
     @property
     def total_bytes(self) -> int:
         return sum(self.files.values())
-
-    @property
-    def verdict(self) -> Verdict | None:
-        """The verification's verdict the upload went by (None: sent without one)."""
-        return None if self.verification is None else self.verification.verdict
 
 
 def upload_checkpoint(
@@ -79,17 +75,17 @@ def upload_checkpoint(
     if not dst_path.is_dir():
         raise InputError(f"{dst_path}: not a directory", hint="DST is what `eaglequant convert` wrote")
     files = upload_files(dst_path)
-    result = UploadResult(dst_path, repo_id, revision, private, files, dry_run)
-    result.verification = verify(dst_path)
-    refusal = upload_refusal(result.verification)
+    verification = verify(dst_path)
+    result = UploadResult(dst_path, repo_id, revision, private, files, dry_run, verification.verdict)
+    refusal = upload_refusal(verification)
     if refusal is not None:
         if not force:
             dry = " (dry run: nothing sent; a real upload refuses it too)" if dry_run else ""
-            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=_upload_hint(result.verification.verdict))
+            raise UploadRefused(f"{dst_path}: {refusal}{dry}", hint=_upload_hint(verification.verdict))
         result.forced = True
         forced = f"{refusal}; {'a real upload would send' if dry_run else 'sent'} it anyway (force=True)"
         result.notes.append(Finding("forced", "", forced))
-    elif result.verification.verdict is Verdict.NOT_VERIFIED:
+    elif verification.verdict is Verdict.NOT_VERIFIED:
         vouched = (
             "parity and fidelity passed at conversion (eaglequant_verify.json), and every file still has the "
             "SHA-256 the report records"

@@ -18,7 +18,7 @@ from eaglequant.checkpoint.writer import TensorSpec
 from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS, check_draft_tokens
 from eaglequant.common.errors import InputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 from eaglequant.engines import ENGINES, Engine, RuntimeModule
 from eaglequant.engines.decision import Outcome
 from eaglequant.engines.exclusions import symbolic_name
@@ -98,6 +98,7 @@ class Explanation(JsonRecord):
     json_computed = ("ok", "all_problems")
     json_renamed = named(patterns="exclude", target="target_layers", all_problems="problems")
     json_first = ("destination", "format", "scheme", "kinds", "patterns", "target", "ok", "all_problems")
+    json_read = named(problems=lambda obj, _field: _config_problems(obj))
 
     destination: Path
     format: str
@@ -126,6 +127,14 @@ class Explanation(JsonRecord):
             if module.scheme is not None
             for member in module.members
         }
+
+
+def _config_problems(written: JsonObject) -> list[Finding]:
+    """The config files' own problems in a written explanation: its ``problems`` less the engines', which follow
+    them (:attr:`Explanation.all_problems`)."""
+    engines = [EngineReading.from_json(engine) for engine in written.children("engines")]
+    every = written.findings("problems")
+    return list(every[: len(every) - sum(len(engine.all_problems) for engine in engines)])
 
 
 def read_written_config(checkpoint: Checkpoint) -> tuple[Format, WrittenConfig]:

@@ -7,13 +7,12 @@ and ``batch`` read it only through :func:`read_verification` / :meth:`Verificati
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, EXIT_NOT_VERIFIED, InputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonObject, read_json_file
+from eaglequant.common.json_fields import JsonObject, JsonRecord, finite_or_text, named, number_or_text, read_json_file
 from eaglequant.common.text_enum import TextEnum
 from eaglequant.schemes.model import VerifyThresholds
 
@@ -48,8 +47,12 @@ class VerificationRecordError(InputError):
 
 
 @dataclass(frozen=True)
-class ParityRecord:
-    """One quantized linear through the fused kernel against the source GEMM."""
+class ParityRecord(JsonRecord):
+    """One quantized linear through the fused kernel against the source GEMM (an SQNR that is not finite, an exact
+    kernel's, is written as text)."""
+
+    json_values = named(sqnr_db=finite_or_text)
+    json_read = named(sqnr_db=number_or_text)
 
     module: str
     backend: str
@@ -58,49 +61,47 @@ class ParityRecord:
 
 
 @dataclass(frozen=True)
-class FidelityRecord:
+class FidelityRecord(JsonRecord):
     """The whole draft head, source against quantized weights."""
 
+    json_first = ("tokens", "inputs")
+
     tokens: int
-    inputs: str
     top1_agreement: float | None
     mean_kl: float | None
     mean_tv: float | None
     hidden_cosine: float
+    inputs: str = "synthetic"  # files written before the inputs were recorded: synthetic ones
+
+
+def _fidelity(obj: JsonObject, key: str) -> FidelityRecord | None:
+    """Files written without one hold null or an empty object, or (older) nothing."""
+    return FidelityRecord.from_json(obj.child(key)) if obj.data.get(key) else None
 
 
 @dataclass(frozen=True)
-class VerificationRecord:
+class VerificationRecord(JsonRecord):
+    """What the card, ``upload`` and ``batch`` read of the file (from the file, or ``VerifyReport.to_json()``):
+    each entry by its declaration; files written before an entry existed read with its default (``verdict``:
+    passed)."""
+
+    json_error = VerificationRecordError
+    json_hint = _REPAIR
+    json_read = named(fidelity=_fidelity)
+
     ok: bool
-    verdict: Verdict
     problems: tuple[Finding, ...]
     thresholds: VerifyThresholds
     parity_rows: int
     layers: tuple[ParityRecord, ...]
     fidelity: FidelityRecord | None
     notes: tuple[Finding, ...]
+    verdict: Verdict = Verdict.PASSED
 
     @property
     def passed(self) -> bool:
         """The record says parity and fidelity ran and passed."""
         return self.ok and self.verdict is Verdict.PASSED and bool(self.layers)
-
-    @classmethod
-    def from_json(cls, data: Any, where: str = VERIFY_NAME) -> VerificationRecord:
-        """``data``: the file's parsed JSON (or ``VerifyReport.to_json()``); ``where``: the file, named in errors.
-        Records written before a field existed read with its default (``verdict``: passed, ``fidelity``: none)."""
-        top = JsonObject(data, where, VerificationRecordError, _REPAIR)
-        fidelity = top.data.get("fidelity")
-        return cls(
-            ok=top.boolean("ok"),
-            verdict=_verdict(top),
-            problems=top.findings("problems"),
-            thresholds=_thresholds(top.child("thresholds")),
-            parity_rows=top.integer("parity_rows"),
-            layers=tuple(_parity(row) for row in top.children("layers")),
-            fidelity=None if not fidelity else _fidelity(top.child("fidelity")),
-            notes=top.findings("notes"),
-        )
 
 
 def read_verification(dst: Path) -> VerificationRecord | None:
@@ -109,36 +110,3 @@ def read_verification(dst: Path) -> VerificationRecord | None:
     path = dst / VERIFY_NAME
     data = read_json_file(path, VerificationRecordError, _REPAIR)
     return None if data is None else VerificationRecord.from_json(data, str(path))
-
-
-def _verdict(top: JsonObject) -> Verdict:
-    text = top.text("verdict") if "verdict" in top.data else Verdict.PASSED.value
-    try:
-        return Verdict(text)
-    except ValueError:
-        raise top.wrong("verdict", f"one of {', '.join(repr(v.value) for v in Verdict)}") from None
-
-
-def _thresholds(row: JsonObject) -> VerifyThresholds:
-    names = [f.name for f in fields(VerifyThresholds)]
-    return VerifyThresholds(**{name: row.number(name) for name in names if name in row.data})
-
-
-def _parity(row: JsonObject) -> ParityRecord:
-    sqnr = row.get("sqnr_db")  # not finite (an exact kernel: inf) is written as text
-    sqnr_db = float(sqnr) if isinstance(sqnr, str) and sqnr in ("inf", "-inf", "nan") else row.number("sqnr_db")
-    return ParityRecord(row.text("module"), row.text("backend"), sqnr_db, row.number("cosine"))
-
-
-def _fidelity(row: JsonObject) -> FidelityRecord:
-    def optional(name: str) -> float | None:
-        return None if row.data.get(name) is None else row.number(name)
-
-    return FidelityRecord(
-        tokens=row.integer("tokens"),
-        inputs=row.text("inputs") if "inputs" in row.data else "synthetic",
-        top1_agreement=optional("top1_agreement"),
-        mean_kl=optional("mean_kl"),
-        mean_tv=optional("mean_tv"),
-        hidden_cosine=row.number("hidden_cosine"),
-    )

@@ -19,6 +19,7 @@ from typing import Any
 
 from eaglequant.common import toml
 from eaglequant.common.errors import SchemeError, placeholder, words
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.kinds import ACTIVATION_KINDS, WEIGHT_KINDS, KindPair, TensorKind, kinds_label
 from eaglequant.kinds.base import BlockSize
 
@@ -40,7 +41,7 @@ class TensorQuant:
 
 
 @dataclass(frozen=True)
-class VerifyThresholds:
+class VerifyThresholds(JsonRecord):
     """What ``eaglequant verify`` requires of a checkpoint in this scheme.
 
     Per quantized linear, the fused kernel's output against the source GEMM on seeded activations: SQNR (dB),

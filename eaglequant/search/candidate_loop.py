@@ -44,7 +44,7 @@ class SearchPoint:
             candidate.lm_head_scheme or (candidate.scheme if candidate.lm_head else None),
             candidate.vocab,
             self.bytes_per_round,
-            None if prediction is None else prediction.to_json(),
+            None if prediction is None else prediction.record().to_json(),
             self.within,
             None if table is None else table.sequences,
             None if table is None else sum(table.positions),

@@ -65,7 +65,7 @@ def compare_with_source(
         )
     copies = compare_copies(checkpoint, src, quantized)
     config_problems = compare_config(checkpoint.config, src.config, config_changes)
-    compared = SourceComparison(copies.problems + config_problems, [copies.note], copies=copies)
+    compared = SourceComparison(copies.problems + config_problems, [copies.note], copies=copies.record())
     weights = CanonicalWeights(src, src_head)
     generator = torch.Generator().manual_seed(draft_inputs[0])
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from eaglequant.checkpoint.dtypes import QUANTIZED_DTYPES
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonRecord
 from eaglequant.formats import all_scale_params, all_weight_params
 from eaglequant.layouts.names import parse_name
 
@@ -77,17 +77,25 @@ _SAME_SIZE_INT = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 @dataclass(frozen=True)
 class CopyCheck(JsonRecord):
-    """The copied tensors against the source's; written as counts."""
+    """What verify records of the copied tensors against the source's (:class:`CopyComparison`): the counts."""
 
-    json_omitted = ("problems", "note")
-    json_values = named(compared=len, identical=len)
-    json_first = ("compared", "identical")
+    compared: int  # tensors the source has that DST copies
+    identical: int  # of those, the ones whose DST bytes are the source's
+    parity_checked: int = 0  # quantized linears, whose weights parity checks instead
+
+
+@dataclass(frozen=True)
+class CopyComparison:
+    """The copied tensors against the source's: the problems found, and which tensors were compared."""
 
     problems: list[Finding]
     note: Finding  # ``copies-compared``: what was compared, and what was not and why
     identical: frozenset[str]  # canonical names (``fc.weight``, ``d2t``) whose DST bytes are the source's
     compared: frozenset[str] = frozenset()  # canonical names of every tensor the source has that DST copies
     parity_checked: int = 0  # quantized linears, whose weights parity checks instead
+
+    def record(self) -> CopyCheck:
+        return CopyCheck(len(self.compared), len(self.identical), self.parity_checked)
 
 
 def canonical_name(name: str) -> str:
@@ -119,7 +127,7 @@ def _copied(checkpoint: Checkpoint, skipped: set[str]) -> dict[str, str]:
     return copied
 
 
-def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> CopyCheck:
+def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> CopyComparison:
     """Every tensor DST copied against the source's of the same canonical name; ``quantized``: the checkpoint
     modules verify runs parity on. Problems: a source tensor DST lacks (``copy-missing``), a DST tensor the source
     lacks (``not-in-source``), or one that differs (see :func:`compare_tensor`), each about the tensor."""
@@ -152,7 +160,7 @@ def compare_copies(dst: Checkpoint, src: Checkpoint, quantized: set[str]) -> Cop
         f"of the {len(skipped)} quantized linears are checked by parity instead"
     )
     compared = Finding("copies-compared", "", note)
-    return CopyCheck(problems, compared, frozenset(identical), frozenset(theirs), len(skipped))
+    return CopyComparison(problems, compared, frozenset(identical), frozenset(theirs), len(skipped))
 
 
 def compare_tensor(dst: Checkpoint, dst_name: str, src: Checkpoint, src_name: str) -> Finding | None:

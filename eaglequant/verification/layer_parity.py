@@ -14,13 +14,9 @@ if TYPE_CHECKING:
     from eaglequant.kinds.base import StoredLinear
     from eaglequant.schemes.model import Scheme
 
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import JsonRecord, finite_or_text, named, number_or_text
 
 PARITY_ROWS = 64  # activations per linear
-
-
-def finite_or_text(value: float) -> float | str:
-    return value if math.isfinite(value) else str(value)
 
 
 @dataclass(frozen=True)
@@ -28,6 +24,7 @@ class LayerParity(JsonRecord):
     """One quantized linear's figures; an SQNR that is not finite (an exact output) is written as text (``inf``)."""
 
     json_values = named(sqnr_db=finite_or_text)
+    json_read = named(sqnr_db=number_or_text)
     json_renamed = named(max_block_error="max_block_relative_error")
     json_first = ("module", "backend", "sqnr_db", "cosine", "relative_error", "max_block_error", "worst_block")
 

@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING
 from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.background import in_background
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonRecord, named
+from eaglequant.common.json_fields import NOT_WRITTEN, JsonObject, JsonRecord, named
+from eaglequant.engine_load import LoadCheck
 from eaglequant.engines import ENGINES
 from eaglequant.engines.target import TargetModel
 from eaglequant.formats import FORMATS
 from eaglequant.layouts.head import HeadDescription
+from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.readback.explanation import explain_checkpoint
 from eaglequant.record.manifest import changed_files
 from eaglequant.record.report import (
@@ -51,8 +53,7 @@ from eaglequant.verification.fidelity import DEFAULT_TOKENS, HeadFidelity
 from eaglequant.verification.layer_parity import PARITY_ROWS, LayerParity
 
 if TYPE_CHECKING:
-    from eaglequant.engine_load import LoadCheck
-    from eaglequant.prediction.predict import Prediction, PredictionSettings
+    from eaglequant.prediction.predict import PredictionSettings
 
 PASSED, FAILED, NOT_VERIFIED, INCONCLUSIVE = Verdict.PASSED, Verdict.FAILED, Verdict.NOT_VERIFIED, Verdict.INCONCLUSIVE
 # Scales that must be strictly positive (a zero one would erase the linear) vs. block scales (zero only
@@ -65,30 +66,45 @@ class VerifyReport(JsonRecord):
     """What ``verify`` found (``eaglequant_verify.json``); ``ok`` in its JSON is whether it passed (a checkpoint not
     verified numerically is not)."""
 
-    json_omitted = ("schemes", "hashes_read")
-    json_computed = (
-        *("scheme", "scheme_label", "thresholds", "parity_rows", "passed", "verdict", "checks", "problems"),
-        "unsettled",
-    )
+    json_omitted = ("hashes_read",)
+    json_computed = ("parity_rows", "passed", "verdict", "checks", "problems", "unsettled")
     json_renamed = named(passed="ok")
-    json_values = named(thresholds=vars)
+    json_values = named(module_schemes=lambda schemes: schemes or NOT_WRITTEN)  # written where there are some
+    json_read = named(hashes_read=lambda obj, _field: _hashes_read(obj))
     json_first = (
-        *("destination", "source", "format", *json_computed, "structure", "layers", "fidelity", "acceptance"),
-        *("notes", "engine_loads", "copies"),
+        *("destination", "source", "format", "scheme", "module_schemes", "scheme_label", "thresholds"),
+        *(*json_computed, "structure", "layers", "fidelity", "acceptance", "notes", "engine_loads", "copies"),
     )
 
     destination: Path
     source: Path | None
     format: str
-    schemes: SchemeAssignment  # each linear is held to its own scheme's thresholds, the head to head_thresholds
+    scheme: str  # the main scheme's name
+    scheme_label: str  # every scheme's, as SchemeAssignment.label gives it
+    # what the whole head is held to: its scheme's thresholds, the loosest of them for linears in several (each
+    # linear is held to its own scheme's)
+    thresholds: VerifyThresholds
     structure: list[Finding]  # problems
     layers: list[LayerParity] = field(default_factory=list)
     fidelity: HeadFidelity | None = None
     notes: list[Finding] = field(default_factory=list)  # findings, and the engines' notes
     engine_loads: list[LoadCheck] = field(default_factory=list)  # the engines' own loaders (--load-with)
-    acceptance: Prediction | None = None  # predicted from captured inputs with the target's choices
+    acceptance: PredictionRecord | None = None  # predicted from captured inputs with the target's choices
     hashes_read: bool = True  # the files were read again against the report's SHA-256s
     copies: CopyCheck | None = None  # the copied tensors against the source's (None: no source)
+    module_schemes: dict[str, str] = field(default_factory=dict)  # module -> its own scheme's name, where it has one
+
+    @classmethod
+    def of(cls, destination: Path, source: Path | None, fmt: str, schemes: SchemeAssignment) -> VerifyReport:
+        """An empty report on ``destination`` in ``schemes``, the head held to their :meth:`head_thresholds`."""
+        own = {module: scheme.name for module, scheme in schemes.module_schemes.items()}
+        held_to = schemes.head_thresholds()
+        return cls(destination, source, fmt, schemes.main.name, schemes.label, held_to, [], module_schemes=own)
+
+    @property
+    def schemes_described(self) -> str:
+        """``fp8-per-channel`` or ``fp8-per-channel, lm_head nvfp4`` (:meth:`SchemeAssignment.describe`)."""
+        return ", ".join([self.scheme, *(f"{module} {name}" for module, name in sorted(self.module_schemes.items()))])
 
     @property
     def problems(self) -> list[Finding]:
@@ -149,19 +165,6 @@ class VerifyReport(JsonRecord):
         return ran
 
     @property
-    def thresholds(self) -> VerifyThresholds:
-        """What the whole head is held to: its scheme's thresholds, the loosest of them for linears in several."""
-        return self.schemes.head_thresholds()
-
-    @property
-    def scheme(self) -> str:
-        return self.schemes.main.name
-
-    @property
-    def scheme_label(self) -> str:
-        return self.schemes.label
-
-    @property
     def parity_rows(self) -> int:
         """The seeded activations each linear's parity ran on."""
         return PARITY_ROWS
@@ -169,6 +172,22 @@ class VerifyReport(JsonRecord):
     def summary(self) -> VerificationSummary:
         """What the conversion's report records of this verification."""
         return VerificationSummary(self.passed, self.verdict)
+
+
+@dataclass(frozen=True)
+class VerifyOutput(JsonRecord):
+    """What ``verify --json`` prints: the report (its destination absolute), then the source DST's report records
+    (absolute; None without), where verify looks when --source is not given."""
+
+    json_inlined = ("report",)
+
+    report: VerifyReport
+    recorded_source: str | None
+
+
+def _hashes_read(written: JsonObject) -> bool:
+    """Whether a written report's checks read the files' hashes again (a report without checks: they did)."""
+    return "checks" not in written.data or "hashes" in written.texts("checks")
 
 
 def verify_checkpoint(
@@ -199,7 +218,8 @@ def verify_checkpoint(
     explanation = explain_checkpoint(checkpoint, head, engines, target)
     fmt = FORMATS[explanation.format]
     schemes, scheme_note = checkpoint_schemes(checkpoint, recorded, written, head)
-    report = VerifyReport(dst, source, fmt.name, schemes, list(explanation.all_problems))
+    report = VerifyReport.of(dst, source, fmt.name, schemes)
+    report.structure += explanation.all_problems
     if schemes.by_module:
         thresholds = (
             f"{schemes.describe()}: each quantized linear is held to its own scheme's thresholds, the whole head to "
@@ -243,7 +263,8 @@ def verify_checkpoint(
             if judged is not None and inputs is not None:
                 report.notes.append(judged)
             settings = _judged_at_served_k(prediction or PredictionSettings(), dst if written is None else None)
-            report.acceptance, why = predict_written(checkpoint, head, target, src, inputs, budget, settings)
+            predicted, why = predict_written(checkpoint, head, target, src, inputs, budget, settings)
+            report.acceptance = None if predicted is None else predicted.record()
         if why:
             report.notes.append(why)
     report.structure += (hashes.result() if hashes is not None else []) + scale_problems

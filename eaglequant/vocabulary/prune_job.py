@@ -14,9 +14,11 @@ from eaglequant.common.draft_tokens import DEFAULT_DRAFT_TOKENS
 from eaglequant.common.errors import InputError, given, words
 from eaglequant.common.progress import NoSteps, Steps, Tally
 from eaglequant.layouts.detect import describe_head
+from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.vocabulary.counts import read_counts
 from eaglequant.vocabulary.pruned_head import (
     PRUNE_RECORD,
+    HeadBytes,
     PruneResult,
     choose_vocabulary,
     pruned_config,
@@ -69,7 +71,7 @@ def prune(
                 choice.special,
                 choice.coverage,
                 choice.source_coverage,
-                (row_bytes * lm_head.out_features, row_bytes * choice.size),
+                HeadBytes(row_bytes * lm_head.out_features, row_bytes * choice.size),
                 _predicted(checkpoint, stage.path, inputs, sequences, steps or NoSteps()),
             )
             write_json(stage.path / PRUNE_RECORD, result.to_json())
@@ -79,7 +81,7 @@ def prune(
 
 def _predicted(
     source: Checkpoint, pruned: Path, inputs: str | Path | None, sequences: list[Any] | None, steps: Steps
-) -> object:
+) -> PredictionRecord | None:
     """The greedy acceptance of both drafts replayed on the ``sequences`` of ``inputs`` (None without them), each
     prompt replayed told to ``steps``."""
     if inputs is None or sequences is None:
@@ -95,6 +97,7 @@ def _predicted(
     try:
         with Checkpoint.open(pruned, "DST") as written:
             described = f"{Path(inputs).name} ({len(sequences)} sequences)"
-            return predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described, replayed)
+            pair = predict_pair(source, written, sequences, DEFAULT_DRAFT_TOKENS, None, described, replayed)
+            return pair.record()
     finally:
         steps.stop()

@@ -28,10 +28,11 @@ from eaglequant.checkpoint.files import OutputShards
 from eaglequant.checkpoint.reader import Checkpoint, tensor_bytes
 from eaglequant.checkpoint.writer import SafetensorsShard, TensorSpec
 from eaglequant.common.errors import InputError, given, suggested, words
-from eaglequant.common.json_fields import JsonRecord, named, rounded
+from eaglequant.common.json_fields import JsonRecord, named
 from eaglequant.conversion.options import DEFAULT_MAX_SHARD_BYTES
 from eaglequant.layouts.detect import dims_source
 from eaglequant.layouts.head import HeadDescription, HeadLinear, Role
+from eaglequant.prediction.figures import PredictionRecord
 from eaglequant.vocabulary.counts import TokenCounts
 
 PRUNE_RECORD = "eaglequant_prune.json"
@@ -198,8 +199,12 @@ def pruned_config(config: dict[str, Any], size: int) -> dict[str, Any]:
     return {**config, "draft_vocab_size": size}
 
 
-def _source_and_pruned(sizes: tuple[int, int]) -> dict[str, int]:
-    return {"source": sizes[0], "pruned": sizes[1]}
+@dataclass(frozen=True)
+class HeadBytes(JsonRecord):
+    """The lm_head's bytes, the source's and the pruned one's."""
+
+    source: int
+    pruned: int
 
 
 @dataclass(frozen=True)
@@ -207,7 +212,6 @@ class PruneResult(JsonRecord):
     """What ``prune`` wrote and what it keeps of the target's choices (and, with captured inputs, of acceptance)."""
 
     json_renamed = named(source_size="source_draft_vocab_size", size="draft_vocab_size", special="special_tokens_kept")
-    json_values = named(coverage=rounded(6), source_coverage=rounded(6), lm_head_bytes=_source_and_pruned)
 
     destination: Path
     source: Path
@@ -217,8 +221,12 @@ class PruneResult(JsonRecord):
     special: tuple[int, ...]
     coverage: float
     source_coverage: float
-    lm_head_bytes: tuple[int, int]  # (source, pruned)
-    prediction: Any = None  # an prediction.predict.Prediction with captured inputs
+    lm_head_bytes: HeadBytes
+    prediction: PredictionRecord | None = None  # with captured inputs: both drafts' predicted acceptance
+
+    def __post_init__(self) -> None:  # the shares held to 6 decimals, as they are written
+        object.__setattr__(self, "coverage", round(self.coverage, 6))
+        object.__setattr__(self, "source_coverage", round(self.source_coverage, 6))
 
 
 def pruned_description(head: HeadDescription, size: int) -> HeadDescription:

@@ -3,6 +3,7 @@ each drawn from a typed result built by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -147,7 +148,7 @@ def test_bench_kernels_renders_each_timing_against_bf16_and_the_copy_bandwidth(
     monkeypatch.setenv("COLUMNS", "200")
     bf16 = Timing("tiny", 2, 256, 512, "torch-bf16", "torch", 0.5, 262144, 0.5)
     nvfp4 = Timing("tiny", 2, 256, 512, "nvfp4-w4a16", "reference", 0.25, 73728, 0.5)
-    render(KernelBench("cpu (torch reference, not the kernels)", 10.0, (bf16, nvfp4)))
+    render(KernelBench.of("cpu (torch reference, not the kernels)", 10.0, (bf16, nvfp4)))
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].rstrip() == "cpu (torch reference, not the kernels): copy bandwidth 10 GB/s"
     cells = [[cell.strip() for cell in line.strip("│").split("│")] for line in lines if line.startswith("│")]
@@ -191,8 +192,8 @@ def test_batch_says_each_job_and_its_upload_as_it_ends(capsys: pytest.CaptureFix
     uploaded = UploadOutcome(UploadStatus.UPLOADED, "org/a", "https://hub/org/a/commit/1")
     failed = UploadOutcome(UploadStatus.FAILED, "org/a", error="no token")
     outcomes = [
-        JobOutcome(job, JobStatus.CONVERTED, "absent", verified=True, upload=uploaded),
-        JobOutcome(job, JobStatus.SKIPPED, "complete", upload=failed),
+        replace(JobOutcome.of(job), status=JobStatus.CONVERTED, reason="absent", verified=True, upload=uploaded),
+        replace(JobOutcome.of(job), status=JobStatus.SKIPPED, reason="complete", upload=failed),
     ]
     for number, outcome in enumerate(outcomes, 1):
         _report_job(number, 2, outcome)

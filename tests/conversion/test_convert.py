@@ -95,7 +95,7 @@ def test_side_files_config_and_report(tmp_path: Path) -> None:
 
 
 def test_estimated_size_is_the_tensor_bytes_written(tmp_path: Path) -> None:
-    estimate = inspect(FIXTURES / "torchspec-mla").to_json()["estimated_output_bytes"]
+    estimate = inspect(FIXTURES / "torchspec-mla").estimated_output_bytes
     out = convert(FIXTURES / "torchspec-mla", tmp_path / "out").destination
     assert estimate == sum(t.numel() * t.element_size() for t in _all_tensors(out).values())
 

@@ -59,10 +59,10 @@ def test_one_server_and_no_dst_is_measured_on_its_own_over_the_prompts(serve: Ca
     shown = Recorded()
     report = accept_server(url, max_prompts=3, max_tokens=10, steps=shown)
     assert state.completions == 3 and report.window is None and report.model == "stand-in-target"
-    greedy = report.modes["greedy"]
-    length = greedy.length()
+    greedy = report.modes["greedy"].acceptance
+    length = greedy.acceptance_length
     assert length.value > 1 and length.low < length.value < length.high  # an interval over the prompts
-    assert len(greedy.per_position()) == 3
+    assert len(greedy.per_position) == 3
     one = find(report.notes, "one-server")
     assert one is not None and one.subject == url and "not checked" in str(one)
     record = report.to_json()

@@ -76,7 +76,7 @@ def three_ways(running: dict[str, str]) -> dict[str, Any]:
 def test_every_way_measures_the_draft_and_keeps_greedy_output(three_ways: dict[str, Any]) -> None:
     for way, report in three_ways.items():
         source = report.source.run.acceptance("greedy")
-        assert source.drafts > 0 and source.length().value >= SOURCE_FLOOR, (way, source.to_json())
+        assert source.drafts > 0 and source.length().value >= SOURCE_FLOOR, (way, source.figures())
         for draft in (report.source, *report.quantized):
             assert draft.lossless.ok, (way, draft.lossless)
 

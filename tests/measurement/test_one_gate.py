@@ -42,6 +42,8 @@ def test_every_command_judges_the_bound_against_the_budget(difference: Interval,
     prediction = _prediction(difference, 0.1)
     assert prediction.judged is not None and prediction.judged.within is within
     assert prediction.inconclusive is not within and not prediction.failed
+    written = prediction.record()  # what verify records: the verdict as reached
+    assert (written.inconclusive, written.failed, written.verdict) == (not within, False, prediction.verdict)
     assert Budget.parse("0.1").within(_prediction(difference, None), 0.1) is within
     accepted = _accepted(difference, 0.1)
     assert accepted.inconclusive is not within and not accepted.over_budget
@@ -71,7 +73,7 @@ def test_each_verdict_shows_the_bound_that_decided_with_the_budget_a_positive_dr
 def test_verify_prints_the_bound_that_decided(capsys: pytest.CaptureFixture[str]) -> None:
     from eaglequant.cli.verify_cmd import _render_acceptance
 
-    _render_acceptance(_prediction(ESTIMATE_WITHIN_BOUND_PAST, 0.1))
+    _render_acceptance(_prediction(ESTIMATE_WITHIN_BOUND_PAST, 0.1).record())
     shown = " ".join(capsys.readouterr().out.split())
     assert "change -0.071 [-0.117, -0.025]: inconclusive, the interval straddles the 0.1 budget (bound -0.117" in shown
 

@@ -51,7 +51,7 @@ def test_a_correct_conversion_is_within_its_acceptance_budget(captured: Path, tm
     convert(PAIR / "draft", dst, scheme=scheme, format=fmt)
     report = verify(dst, source=PAIR / "draft", inputs=captured, max_draft_tokens=3)
     assert report.acceptance is not None
-    assert report.acceptance.source.length().value > 1.8  # the trained draft drafts well on its target's text
+    assert report.acceptance.source.acceptance_length.value > 1.8  # the trained draft drafts well on its target's text
     assert not report.acceptance.failed, report.acceptance.verdict
     assert report.ok, report.problems
 

@@ -169,7 +169,7 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
     eaglequant.convert(MLA_DRAFT, dst, scheme="fp8-per-channel", format="quark")
     report = eaglequant.verify(dst, source=MLA_DRAFT, inputs=captured_mla)
     assert report.acceptance is not None, report
-    assert report.acceptance.source.length().value > 1.5  # the trained MLA draft drafts on its target's text
+    assert report.acceptance.source.acceptance_length.value > 1.5  # the trained MLA draft drafts on its target's text
     change = report.acceptance.difference
     assert abs(change.value) < 0.1, change  # FP8 barely moves the MLA draft's acceptance
     # four prompts give a wide interval: the one gate decides (within 0.05 by the drop's 95% bound, past it by the
@@ -183,7 +183,7 @@ def test_an_mla_draft_is_predicted_by_verify_prune_and_search(captured_mla: Path
     assert list(report.acceptance.acceptance_by_draft_tokens()) == list(range(1, 9))
     pruned = eaglequant.prune(MLA_DRAFT, tmp_path / "pruned", size=512, counts=captured_mla, inputs=captured_mla)
     assert pruned.prediction is not None  # the same chain on the same sequences as verify's source
-    assert pruned.prediction.source.length().value == report.acceptance.source.length().value
+    assert pruned.prediction.source.acceptance_length == report.acceptance.source.acceptance_length
     found = search(
         MLA_DRAFT,
         tmp_path / "chosen",

@@ -9,7 +9,6 @@ import math
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -34,6 +33,7 @@ from eaglequant.engines.support_tables import QUESTIONS, ModuleRow
 from eaglequant.engines.target import TargetModel
 from eaglequant.hub.client import SourceRef
 from eaglequant.kinds import KindPair
+from eaglequant.layouts.head import Attention
 from eaglequant.measurement.concurrency import ConcurrentPass
 from eaglequant.measurement.measure import (
     GREEDY,
@@ -44,9 +44,10 @@ from eaglequant.measurement.measure import (
     Mode,
     Settings,
 )
-from eaglequant.measurement.one_server import ServerAcceptance, WindowCounts
+from eaglequant.measurement.one_server import ServerAcceptance, ServerMode, WindowCounts
 from eaglequant.measurement.statistics import Acceptance, Interval, Lossless, PromptCounts
-from eaglequant.prediction.predict import AcceptanceTable, Prediction, TableRow
+from eaglequant.prediction.figures import TableRow
+from eaglequant.prediction.predict import AcceptanceTable, Prediction
 from eaglequant.publish.upload import UploadResult
 from eaglequant.readback.cost import PartCost, RoundCost
 from eaglequant.readback.explanation import EngineReading, ExpectedTensor, Explanation, ModuleReading
@@ -66,11 +67,11 @@ from eaglequant.search.budget import Budget
 from eaglequant.search.candidates import NEEDS_LAYER_COUNT, Candidate
 from eaglequant.search.sequential import SequentialPlan
 from eaglequant.search.smallest import SearchPoint, SearchResult
-from eaglequant.verification.copies import CopyCheck
+from eaglequant.verification.copies import CopyCheck, CopyComparison
 from eaglequant.verification.fidelity import DistributionShift, HeadFidelity
 from eaglequant.verification.layer_parity import LayerParity
 from eaglequant.verification.verify import VerifyReport
-from eaglequant.vocabulary.pruned_head import PruneResult
+from eaglequant.vocabulary.pruned_head import HeadBytes, PruneResult
 
 PROMPTS = (
     PromptCounts(10, 17, (8, 6, 3), (1, 2, 3), (0.5, None), 26, 0.5),
@@ -139,7 +140,14 @@ def _tabled_prediction() -> Prediction:
 
 def _job_outcome(upload: UploadOutcome | None) -> JobOutcome:
     job = Job("fp8", "org/src", Path("out/fp8"), ConversionOptions(), upload=UploadSpec("org/fp8"))
-    return JobOutcome(job, JobStatus.CONVERTED, "", 0, 3.14159, True, "abc123", upload)
+    return replace(
+        JobOutcome.of(job),
+        status=JobStatus.CONVERTED,
+        seconds=3.142,
+        verified=True,
+        manifest_key="abc123",
+        upload=upload,
+    )
 
 
 def _batch() -> BatchResult:
@@ -152,7 +160,8 @@ def _batch() -> BatchResult:
 
 def _merged() -> MergedSummary:
     recorded = _job_outcome(None).to_json()
-    jobs = (SummaryJob.from_json(recorded), SummaryJob.from_json({**recorded, "name": "b", "status": "missing"}))
+    missing = SummaryJob("b", JobStatus.MISSING, "no summary reports this job", None, None, None)
+    jobs = (SummaryJob.from_json(recorded), missing)
     return MergedSummary("jobs.toml", "f00d", ("fp8", "b"), jobs, ("a.json", "b.json"))
 
 
@@ -163,7 +172,7 @@ def _timing(kernel: str) -> Timing:
 def _convert_bench() -> ConvertBench:
     machine = Machine("Xeon", 16, 2**37, "3.12.1", "2.13.0", None, {"amd-quark": "0.13", "llm-compressor": None})
     runs = (
-        Run("tiny", "eaglequant", "fp8", 1.5, 120.25, 2**30, 2**20, 1.25, {"amd-quark ptpc_fp8": 0.5}, None, Path("x")),
+        Run("tiny", "eaglequant", "fp8", 1.5, 120.25, 2**30, 2**20, 1.25, {"amd-quark ptpc_fp8": 0.5}),
         Run("tiny", "amd-quark", "ptpc_fp8", error="not installed"),
     )
     return ConvertBench(machine, 4, "cpu", runs)
@@ -196,16 +205,25 @@ def _load_check() -> LoadCheck:
     )
 
 
-def _upload_result(verification: Any) -> UploadResult:
+def _upload_result(verdict: Verdict | None) -> UploadResult:
     files = {"model.safetensors": 100, "config.json": 20}
     return UploadResult(
-        Path("out/fp8"), "org/fp8", "main", False, files, True, verification, notes=[Finding("dry-run", "", "dry run")]
+        Path("out/fp8"), "org/fp8", "main", False, files, True, verdict, notes=[Finding("dry-run", "", "dry run")]
     )
 
 
 def _prune() -> PruneResult:
     return PruneResult(
-        Path("out/p"), Path("src"), 32000, 8000, "captured.st", (0, 2), 0.98765432, 0.9912345678, (1000, 250), None
+        Path("out/p"),
+        Path("src"),
+        32000,
+        8000,
+        "captured.st",
+        (0, 2),
+        0.98765432,
+        0.9912345678,
+        HeadBytes(1000, 250),
+        None,
     )
 
 
@@ -295,7 +313,10 @@ def _scheme_row() -> SchemeRow:
 
 
 def _module_row() -> ModuleRow:
-    said = {"mha": Answer(True, "vllm/model_executor/models/llama_eagle3.py"), "mla": Answer(False, "no MLA")}
+    said = {
+        Attention.MHA: Answer(True, "vllm/model_executor/models/llama_eagle3.py"),
+        Attention.MLA: Answer(False, "no MLA"),
+    }
     return ModuleRow("vllm", "vLLM 0.32.0", "quark", True, **dict.fromkeys(QUESTIONS, said))
 
 
@@ -337,32 +358,35 @@ def _fidelity() -> HeadFidelity:
 
 def _copies() -> CopyCheck:
     note = Finding("copies-compared", "", "3 copied tensors compared")
-    return CopyCheck([], note, frozenset({"fc.weight", "d2t"}), frozenset({"fc.weight", "d2t", "t2d"}), 7)
+    return CopyComparison([], note, frozenset({"fc.weight", "d2t"}), frozenset({"fc.weight", "d2t", "t2d"}), 7).record()
 
 
 def _verify_report(layers: list[LayerParity], fidelity: HeadFidelity | None) -> VerifyReport:
     schemes = SchemeAssignment.per_module(load_scheme("fp8-per-channel"), {"lm_head": load_scheme("fp8-block")})
-    return VerifyReport(
-        *(Path("out/fp8"), Path("src") if layers else None, "quark", schemes),
-        [Finding("missing", "fc.weight_scale", "fc.weight_scale: missing")] if not layers else [],
-        layers,
-        fidelity,
-        [Finding("no-source", "", "a note")],
-        [replace(_load_check(), problems=[Finding("never-loaded", "lm_head.weight", "lm_head.weight: never loaded")])],
-        _prediction() if layers else None,
+    report = VerifyReport.of(Path("out/fp8"), Path("src") if layers else None, "quark", schemes)
+    return replace(
+        report,
+        structure=[Finding("missing", "fc.weight_scale", "fc.weight_scale: missing")] if not layers else [],
+        layers=layers,
+        fidelity=fidelity,
+        notes=[Finding("no-source", "", "a note")],
+        engine_loads=[
+            replace(_load_check(), problems=[Finding("never-loaded", "lm_head.weight", "lm_head.weight: never loaded")])
+        ],
+        acceptance=_prediction().record() if layers else None,
         copies=_copies() if layers else None,
     )
 
 
 RECORDS: dict[str, Callable[[], Any]] = {
-    "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999),
-    "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.nan),
-    "Acceptance": _acceptance,
-    "Acceptance, no prompts": lambda: Acceptance(()),
+    "Interval": lambda: Interval(2.4812345, 2.3951111, 2.5669999).reported(),
+    "Interval, unbounded": lambda: Interval(2.5, -math.inf, math.inf),
+    "Acceptance": lambda: _acceptance().figures(),
+    "Acceptance, no prompts": lambda: Acceptance(()).figures(),
     "Lossless": _lossless,
     "Lossless, equal": lambda: Lossless(3, 0, 3, None),
     "Mode": lambda: SAMPLED,
-    "Settings": _settings,
+    "Settings": lambda: _settings().record(),
     "AcceptanceReport": _acceptance_report,
     "ConcurrentPass": lambda: ConcurrentPass(2, (32, 30, 32), (1.0, 1.2, 0.9), 1.7, 20, 31),
     "ServerAcceptance": lambda: ServerAcceptance(
@@ -370,8 +394,8 @@ RECORDS: dict[str, Callable[[], Any]] = {
         "m",
         "0.32.0",
         3,
-        _settings(),
-        {GREEDY.name: _acceptance()},
+        _settings().record(),
+        {GREEDY.name: ServerMode.of(_acceptance())},
         notes=[Finding("one-server", "u", "n")],
         clock="engine",
     ),
@@ -379,9 +403,9 @@ RECORDS: dict[str, Callable[[], Any]] = {
         "http://s:8000", "m", "0.32.0", 3, None, window=WindowCounts(60.2, 40, 120, 50, (30, 15, 5))
     ),
     "WindowCounts": lambda: WindowCounts(60.2, 40, 120, 50, (30, 15, 5)),
-    "Prediction": _prediction,
-    "Prediction, no budget": lambda: Prediction(_one_prompt(), _one_prompt(), Interval(0, 0, 0), None, "c"),
-    "Prediction, by k": _tabled_prediction,
+    "Prediction": lambda: _prediction().record(),
+    "Prediction, no budget": lambda: Prediction(_one_prompt(), _one_prompt(), Interval(0, 0, 0), None, "c").record(),
+    "Prediction, by k": lambda: _tabled_prediction().record(),
     "TableRow": lambda: TableRow(2, Interval(2.5, 2.25, 2.75), Interval(2.4, 2.1, 2.7), Interval(-0.1, -0.2, 0.0)),
     "UploadOutcome, uploaded": lambda: UploadOutcome(UploadStatus.UPLOADED, "org/fp8", "https://hub/c/1"),
     "UploadOutcome, failed": lambda: UploadOutcome(UploadStatus.FAILED, "org/fp8", error="refused"),
@@ -390,10 +414,10 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "BatchResult, one shard": lambda: BatchResult(Path("jobs.toml"), "f00d", ["fp8"]),
     "MergedSummary": _merged,
     "Upload": lambda: Upload("abc123", None, "0" * 40),
-    "KernelBench": lambda: KernelBench("H100", 3000.0, (_timing("fp8-w8a8"), _timing("nvfp4-w4a16"))),
+    "KernelBench": lambda: KernelBench.of("H100", 3000.0, (_timing("fp8-w8a8"), _timing("nvfp4-w4a16"))),
     "ConvertBench": _convert_bench,
     "SourceRef": lambda: SourceRef(Path("/cache/snap"), "org/src", "main", "f" * 40),
-    "UploadResult": lambda: _upload_result(SimpleNamespace(verdict=Verdict.PASSED)),
+    "UploadResult": lambda: _upload_result(Verdict.PASSED),
     "UploadResult, unverified": lambda: _upload_result(None),
     "CaptureSummary": lambda: CaptureSummary(Path("captured.safetensors"), 4, 512, 256, (2, 15, 28), "prompts.jsonl"),
     "LoadJob": lambda: LoadJob(Path("/data/out/fp8")),
@@ -402,7 +426,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "TargetModel": lambda: TargetModel(32, "--target-layers", 131072),
     "ConfigChange": lambda: ConfigChange("max_position_embeddings", 2048, 131072, "the target's length"),
     "PruneResult": _prune,
-    "PruneResult, predicted": lambda: replace(_prune(), prediction=_prediction()),
+    "PruneResult, predicted": lambda: replace(_prune(), prediction=_prediction().record()),
     "RecordedLinear": lambda: RecordedLinear("fc", (4096, 12288), 0.0123, 38.25),
     "DtypeTotal": lambda: DtypeTotal(7, 1024),
     "RecordedSource": lambda: _manifest().source,
@@ -420,7 +444,7 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "Explanation": _explanation,
     "SchemeRow": _scheme_row,
     "ModuleRow": _module_row,
-    "InspectReport": _inspected,
+    "InspectReport": lambda: _inspected().record(),
     "ConversionReport, timed (convert --json)": lambda: _converted().report(timed=True),
     "SearchRow": lambda: _search().points[2].row(),
     "SearchRow, lm_head in the decoder's scheme": lambda: _search().points[1].row(),
@@ -490,7 +514,7 @@ WRITTEN = {
     "JobOutcome": '{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}',
     "BatchResult": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "eaglequant_version": "{version}", "shard": "1/2", "notes": [{"code": "hub-offline", "subject": "", "message": "offline"}], "job_names": ["fp8", "nvfp4"], "ok": false, "counts": {"converted": 2, "skipped": 0, "failed": 0, "uploaded": 1}, "jobs": [{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": {"status": "uploaded", "repo_id": "org/fp8", "commit_url": "https://hub/c/1"}}, {"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": {"status": "failed", "repo_id": "org/fp8", "error": "refused", "exit_code": 3}}]}',
     "BatchResult, one shard": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "eaglequant_version": "{version}", "shard": null, "notes": [], "job_names": ["fp8"], "ok": true, "counts": {"converted": 0, "skipped": 0, "failed": 0, "uploaded": 0}, "jobs": []}',
-    "MergedSummary": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "summaries": ["a.json", "b.json"], "job_names": ["fp8", "b"], "ok": false, "counts": {"converted": 1, "skipped": 0, "failed": 0, "uploaded": 0, "missing": 1}, "jobs": [{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}, {"name": "b", "source": "org/src", "destination": "out/fp8", "status": "missing", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}]}',
+    "MergedSummary": '{"jobs_file": "jobs.toml", "jobs_sha256": "f00d", "summaries": ["a.json", "b.json"], "job_names": ["fp8", "b"], "ok": false, "counts": {"converted": 1, "skipped": 0, "failed": 0, "uploaded": 0, "missing": 1}, "jobs": [{"name": "fp8", "source": "org/src", "destination": "out/fp8", "status": "converted", "reason": "", "exit_code": 0, "seconds": 3.142, "verified": true, "manifest_key": "abc123", "upload": null}, {"name": "b", "status": "missing", "reason": "no summary reports this job", "exit_code": null, "verified": null, "upload": null}]}',
     "Upload": '{"manifest_key": "abc123", "commit_url": null, "commit_oid": "0000000000000000000000000000000000000000"}',
     "KernelBench": '{"device": "H100", "copy_gbps": 3000.0, "rows": [{"shape": "fc", "m": 16, "n": 7168, "k": 21504, "kernel": "fp8-w8a8", "backend": "triton", "ms": 0.25, "tflops": 19.730006016, "gbps": 621.150208, "percent_of_copy_bandwidth": 20.705006933333333, "speedup_vs_bf16": 2.0}, {"shape": "fc", "m": 16, "n": 7168, "k": 21504, "kernel": "nvfp4-w4a16", "backend": "triton", "ms": 0.25, "tflops": 19.730006016, "gbps": 621.150208, "percent_of_copy_bandwidth": 20.705006933333333, "speedup_vs_bf16": 2.0}]}',
     "ConvertBench": '{"machine": {"cpu": "Xeon", "cores": 16, "memory_bytes": 137438953472, "python": "3.12.1", "torch": "2.13.0", "gpu": null, "vendors": {"amd-quark": "0.13", "llm-compressor": null}}, "workers": 4, "device": "cpu", "runs": [{"head": "tiny", "kind": "eaglequant", "scheme": "fp8", "wall_s": 1.5, "input_mb_per_s": 120.25, "peak_rss_bytes": 1073741824, "output_bytes": 1048576, "vs_copy": 1.25, "vs_anchors": {"amd-quark ptpc_fp8": 0.5}, "error": null}, {"head": "tiny", "kind": "amd-quark", "scheme": "ptpc_fp8", "wall_s": null, "input_mb_per_s": null, "peak_rss_bytes": null, "output_bytes": null, "vs_copy": null, "vs_anchors": {}, "error": "not installed"}]}',
@@ -535,7 +559,7 @@ WRITTEN = {
     "LayerParity": '{"module": "fc", "backend": "triton", "sqnr_db": 38.5, "cosine": 0.9993, "relative_error": 0.0118, "max_block_relative_error": 0.021, "worst_block": [3, 128], "failed": []}',
     "LayerParity, exact": '{"module": "lm_head", "backend": "reference", "sqnr_db": "inf", "cosine": 1.0, "relative_error": 0.0, "max_block_relative_error": 0.0, "worst_block": [0, 0], "failed": ["min_sqnr_db"]}',
     "CopyCheck": '{"compared": 3, "identical": 2, "parity_checked": 7}',
-    "VerifyReport": '{"destination": "out/fp8", "source": "src", "format": "quark", "scheme": "fp8-per-channel", "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "failed", "checks": ["structure", "scales", "hashes", "parity", "fidelity", "acceptance", "vllm load"], "problems": [{"code": "never-loaded", "subject": "lm_head.weight", "message": "vllm load: lm_head.weight: never loaded"}, {"code": "parity-failed", "subject": "lm_head", "message": "lm_head: min_sqnr_db"}, {"code": "fidelity-failed", "subject": "", "message": "draft head: mean_kl"}], "unsettled": [{"code": "acceptance-inconclusive", "subject": "", "message": "acceptance: predicted greedy acceptance length 2.677 \\u2192 2.700, change -0.012: inconclusive, one prompt has no spread to judge the 0.05 budget by: more prompts would tell; judged at k = 3"}], "structure": [], "layers": [{"module": "fc", "backend": "triton", "sqnr_db": 38.5, "cosine": 0.9993, "relative_error": 0.0118, "max_block_relative_error": 0.021, "worst_block": [3, 128], "failed": []}, {"module": "lm_head", "backend": "reference", "sqnr_db": "inf", "cosine": 1.0, "relative_error": 0.0, "max_block_relative_error": 0.0, "worst_block": [0, 0], "failed": ["min_sqnr_db"]}], "fidelity": {"tokens": 256, "inputs": "captured.st", "top1_agreement": 0.98, "mean_kl": 0.006, "mean_tv": 0.02, "hidden_cosine": 0.9991, "shift": {"mean_tv": 0.02, "tv_spread": 0.002, "mean_kl": 0.006, "kl_spread": 0.001, "top1_agreement": 0.98, "flips": 3, "noise_flips": 2.5}, "bf16_floor": {"mean_tv": 0.01, "tv_spread": 0.002, "mean_kl": 0.003, "kl_spread": 0.001, "top1_agreement": 0.99, "flips": 3, "noise_flips": 2.5}, "bf16_floor_positions": 64, "failed": ["mean_kl"]}, "acceptance": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.14729, "high": 0.98552}, {"value": 0.58065, "low": 0.1781, "high": 0.89845}, {"value": 0.32258, "low": 0.13639, "high": 0.58945}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "outcome": "inconclusive", "failed": false, "more_sequences": null}, "notes": [{"code": "no-source", "subject": "", "message": "a note"}], "engine_loads": [{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": [{"code": "never-loaded", "subject": "lm_head.weight", "message": "lm_head.weight: never loaded"}], "notes": [{"code": "postprocess-not-run", "subject": "", "message": "cpu"}], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": [{"code": "value-differs", "subject": "lm_head.weight", "message": "weight: 3 values differ"}], "gemm_relative_error": null}]}], "copies": {"compared": 3, "identical": 2, "parity_checked": 7}}',
-    "VerifyReport, structure only": '{"destination": "out/fp8", "source": null, "format": "quark", "scheme": "fp8-per-channel", "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "failed", "checks": ["structure", "scales", "hashes", "vllm load"], "problems": [{"code": "missing", "subject": "fc.weight_scale", "message": "fc.weight_scale: missing"}, {"code": "never-loaded", "subject": "lm_head.weight", "message": "vllm load: lm_head.weight: never loaded"}], "unsettled": [], "structure": [{"code": "missing", "subject": "fc.weight_scale", "message": "fc.weight_scale: missing"}], "layers": [], "fidelity": null, "acceptance": null, "notes": [{"code": "no-source", "subject": "", "message": "a note"}], "engine_loads": [{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": [{"code": "never-loaded", "subject": "lm_head.weight", "message": "lm_head.weight: never loaded"}], "notes": [{"code": "postprocess-not-run", "subject": "", "message": "cpu"}], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": [{"code": "value-differs", "subject": "lm_head.weight", "message": "weight: 3 values differ"}], "gemm_relative_error": null}]}], "copies": null}',
-    "VerifyReport, not verified numerically": '{"destination": "out/fp8", "source": null, "format": "quark", "scheme": "fp8-per-channel", "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "not verified numerically", "checks": ["structure", "scales", "hashes"], "problems": [], "unsettled": [], "structure": [], "layers": [], "fidelity": null, "acceptance": null, "notes": [{"code": "no-source", "subject": "", "message": "a note"}], "engine_loads": [], "copies": null}',
+    "VerifyReport": '{"destination": "out/fp8", "source": "src", "format": "quark", "scheme": "fp8-per-channel", "module_schemes": {"lm_head": "fp8-block"}, "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "failed", "checks": ["structure", "scales", "hashes", "parity", "fidelity", "acceptance", "vllm load"], "problems": [{"code": "never-loaded", "subject": "lm_head.weight", "message": "vllm load: lm_head.weight: never loaded"}, {"code": "parity-failed", "subject": "lm_head", "message": "lm_head: min_sqnr_db"}, {"code": "fidelity-failed", "subject": "", "message": "draft head: mean_kl"}], "unsettled": [{"code": "acceptance-inconclusive", "subject": "", "message": "acceptance: predicted greedy acceptance length 2.677 \\u2192 2.700, change -0.012: inconclusive, one prompt has no spread to judge the 0.05 budget by: more prompts would tell; judged at k = 3"}], "structure": [], "layers": [{"module": "fc", "backend": "triton", "sqnr_db": 38.5, "cosine": 0.9993, "relative_error": 0.0118, "max_block_relative_error": 0.021, "worst_block": [3, 128], "failed": []}, {"module": "lm_head", "backend": "reference", "sqnr_db": "inf", "cosine": 1.0, "relative_error": 0.0, "max_block_relative_error": 0.0, "worst_block": [0, 0], "failed": ["min_sqnr_db"]}], "fidelity": {"tokens": 256, "inputs": "captured.st", "top1_agreement": 0.98, "mean_kl": 0.006, "mean_tv": 0.02, "hidden_cosine": 0.9991, "shift": {"mean_tv": 0.02, "tv_spread": 0.002, "mean_kl": 0.006, "kl_spread": 0.001, "top1_agreement": 0.98, "flips": 3, "noise_flips": 2.5}, "bf16_floor": {"mean_tv": 0.01, "tv_spread": 0.002, "mean_kl": 0.003, "kl_spread": 0.001, "top1_agreement": 0.99, "flips": 3, "noise_flips": 2.5}, "bf16_floor_positions": 64, "failed": ["mean_kl"]}, "acceptance": {"inputs": "captured.st", "rule": "greedy drafting, greedy target (temperature 0)", "source": {"prompts": 3, "drafts": 31, "accepted": 52, "acceptance_length": {"value": 2.67742, "low": 1.47053, "high": 3.88431}, "per_position": [{"value": 0.77419, "low": 0.14729, "high": 0.98552}, {"value": 0.58065, "low": 0.1781, "high": 0.89845}, {"value": 0.32258, "low": 0.13639, "high": 0.58945}]}, "quantized": {"prompts": 1, "drafts": 10, "accepted": 17, "acceptance_length": {"value": 2.7, "low": null, "high": null}, "per_position": [{"value": 0.8, "low": null, "high": null}, {"value": 0.6, "low": null, "high": null}, {"value": 0.3, "low": null, "high": null}]}, "difference": {"value": -0.01235, "low": null, "high": null}, "budget": 0.05, "outcome": "inconclusive", "failed": false, "more_sequences": null}, "notes": [{"code": "no-source", "subject": "", "message": "a note"}], "engine_loads": [{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": [{"code": "never-loaded", "subject": "lm_head.weight", "message": "lm_head.weight: never loaded"}], "notes": [{"code": "postprocess-not-run", "subject": "", "message": "cpu"}], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": [{"code": "value-differs", "subject": "lm_head.weight", "message": "weight: 3 values differ"}], "gemm_relative_error": null}]}], "copies": {"compared": 3, "identical": 2, "parity_checked": 7}}',
+    "VerifyReport, structure only": '{"destination": "out/fp8", "source": null, "format": "quark", "scheme": "fp8-per-channel", "module_schemes": {"lm_head": "fp8-block"}, "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "failed", "checks": ["structure", "scales", "hashes", "vllm load"], "problems": [{"code": "missing", "subject": "fc.weight_scale", "message": "fc.weight_scale: missing"}, {"code": "never-loaded", "subject": "lm_head.weight", "message": "vllm load: lm_head.weight: never loaded"}], "unsettled": [], "structure": [{"code": "missing", "subject": "fc.weight_scale", "message": "fc.weight_scale: missing"}], "layers": [], "fidelity": null, "acceptance": null, "notes": [{"code": "no-source", "subject": "", "message": "a note"}], "engine_loads": [{"engine": "vllm", "version": "0.32.0", "checkpoint": "out/fp8", "ok": false, "loaded": true, "error": null, "problems": [{"code": "never-loaded", "subject": "lm_head.weight", "message": "lm_head.weight: never loaded"}], "notes": [{"code": "postprocess-not-run", "subject": "", "message": "cpu"}], "patches": ["patch"], "unconsumed": ["x"], "modules": [{"runtime_module": "model.layers.32.qkv_proj", "quant_method": "Fp8LinearMethod", "quantized": true, "planned_quantized": true, "tensors": ["a.weight", "a.scale"], "values_equal": true, "unequal": [], "gemm_relative_error": 0.001}, {"runtime_module": "lm_head", "quant_method": null, "quantized": false, "planned_quantized": null, "tensors": ["lm_head.weight"], "values_equal": false, "unequal": [{"code": "value-differs", "subject": "lm_head.weight", "message": "weight: 3 values differ"}], "gemm_relative_error": null}]}], "copies": null}',
+    "VerifyReport, not verified numerically": '{"destination": "out/fp8", "source": null, "format": "quark", "scheme": "fp8-per-channel", "module_schemes": {"lm_head": "fp8-block"}, "scheme_label": "W8A8 + W8A8", "thresholds": {"min_sqnr_db": 25.0, "min_cosine": 0.995, "max_relative_error": 0.06, "max_block_relative_error": 0.08, "max_mean_tv": 0.11, "min_top1_agreement": 0.9, "max_mean_kl": 0.05, "max_acceptance_drop": 0.05}, "parity_rows": 64, "ok": false, "verdict": "not verified numerically", "checks": ["structure", "scales", "hashes"], "problems": [], "unsettled": [], "structure": [], "layers": [], "fidelity": null, "acceptance": null, "notes": [{"code": "no-source", "subject": "", "message": "a note"}], "engine_loads": [], "copies": null}',
 }

@@ -6,59 +6,41 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import pkgutil
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import eaglequant
+from eaglequant.batch.jobs import BatchResult
 from eaglequant.bench.concurrency import ConcurrencyRow
 from eaglequant.cli.schemes_cmd import EngineCell, FormatRow
-from eaglequant.common.json_fields import JsonRecord
+from eaglequant.common.json_fields import JsonReadError, JsonRecord
 from eaglequant.draft.capture_routing import RoutingLocality
+from eaglequant.engine_load import LoadJob
 from eaglequant.engines.cells import Answer
+from eaglequant.engines.support_tables import ModuleRow
+from eaglequant.jobs.conversion import ConvertOutput
+from eaglequant.measurement.record import AcceptanceRecord
+from eaglequant.measurement.statistics import Interval
 from eaglequant.record.report import REPORT_VERSION
 from eaglequant.record.search import LoadAt, SearchBudget, SearchSpeedup, SpeedupAt
+from eaglequant.record.verification import VerificationRecord
+from eaglequant.schemes.model import load_scheme
 from eaglequant.speedup.hardware import ACCELERATORS
 from eaglequant.speedup.model import Residual, SpeedupPoint, SpeedupTable, StepResidual, Timing
 from eaglequant.speedup.target_step import TargetWeights
-from tests.project.test_record_json import RECORDS, _load_check
+from eaglequant.verification.fidelity import DistributionShift
+from eaglequant.verification.layer_parity import LayerParity
+from eaglequant.verification.verify import VerifyOutput
+from tests.project.test_record_json import RECORDS, _convert_bench, _converted, _load_check, _module_row, _prune
 
 # Records whose JSON is a view of live objects or of figures summarised on writing: they are written, never read.
 WRITE_ONLY = {
-    "Acceptance": "writes its prompts as their count",
-    "Settings": "writes its prompts as their count",
     "AcceptanceReport": "writes each draft through what it was served as",
-    "ServerAcceptance": "writes its acceptances, which write their prompts as counts",
-    "CopyCheck": "writes its tensor sets as their counts, and not its problems",
-    "InspectReport": "holds the head and the plan, which it does not write",
-    "JobOutcome": "holds its job, which it does not write",
-    "UploadResult": "holds its verification, which it does not write",
-    "KernelBench": "writes its timings as rows",
-    "Explanation": "writes its problems with its engines' (all_problems)",
-    "VerifyReport": "holds the schemes and hash readings, which it does not write; writes its thresholds as a dict",
-    "ModuleRow": "writes its answers by draft",
-    "LoadJob": "writes its paths resolved",
-    "PruneResult": "writes its coverage rounded and its lm_head bytes as a pair",
-    "Interval": "writes its figures rounded (and non-finite ones as text)",
-    "Lossless": "computes what it writes from its counts",
-    "Prediction": "writes its acceptances, which write their prompts as counts",
-    "LayerParity": "writes a non-finite SQNR as text",
-    "Run": "holds its destination, which it does not write",
-    "ConvertBench": "writes its runs, which do not write their destination",
-    "BatchResult": "writes its shard as text and its jobs as outcomes",
-    "MergedSummary": "a summary merged from shards, read by batch.summary's own reader",
-    "EngineReading": "writes its round cost, not the engine it came from, and reads back through Explanation",
-    "ModuleReading": "read back through Explanation only",
-    "HeadFidelity": "writes its shifts rounded",
-    "DistributionShift": "writes its figures rounded",
-    "Mode": "written inside Settings",
-    "CaptureSummary": "writes what capture wrote, never read back",
-    "Machine": "written inside ConvertBench",
-    "VerifyOutput": "verify --json: a VerifyReport, which is written only",
-    "ConvertOutput": "convert --json: with --verify, a VerifyReport, which is written only",
-    "RoundCost": "writes its reduction rounded (read back equal where the reduction is computed, see below)",
 }
 
 
@@ -99,8 +81,49 @@ EXTRA = {
     "Residual": lambda: Residual(6, 4, 1.8984, 1.8984),
     "StepResidual": lambda: StepResidual(4, 0.0120919, 0.0126911),
     "RoutingLocality": lambda: RoutingLocality(0.37, 0.3112, 0.43, 1234, 8, 128, 8, (0.35, 0.4), "capture (c)"),
+    "Machine": lambda: _convert_bench().machine,
+    "HeadBytes": lambda: _prune().lm_head_bytes,
+    "SummaryJob": lambda: RECORDS["MergedSummary"]().jobs[1],
+    "TensorRow": lambda: RECORDS["InspectReport"]().tensors[0],
+    "RuntimeModuleRow": lambda: RECORDS["InspectReport"]().runtime_modules[0],
+    "ServerMode": lambda: RECORDS["ServerAcceptance"]().modes["greedy"],
+    "AcceptanceRecord": lambda: _acceptance_record(),
+    "DraftRecord": lambda: _acceptance_record().quantized[0],
+    "ModeRecord": lambda: _acceptance_record().quantized[0].modes["greedy"],
+    "IntervalRecord": lambda: _acceptance_record().quantized[0].modes["T=0.7"].per_position[0],
+    "LosslessRecord": lambda: _acceptance_record().quantized[0].lossless,
+    "AtDraftTokensRecord": lambda: _acceptance_record().quantized[0].by_draft_tokens[0],
+    "AloneRecord": lambda: _acceptance_record().target_alone,
+    "VerificationRecord": lambda: _verification_record(),
+    "ParityRecord": lambda: _verification_record().layers[1],
+    "FidelityRecord": lambda: _verification_record().fidelity,
+    "KernelRow": lambda: RECORDS["KernelBench"]().rows[1],
+    "VerifyOutput": lambda: VerifyOutput(RECORDS["VerifyReport"](), "/data/src"),
+    "ConvertOutput": lambda: _convert_output(),
+    "Interval": lambda: Interval(math.nan, math.nan, math.nan),  # no drafts: no value
+    "VerifyThresholds": lambda: load_scheme("nvfp4").verify,
+    "Run": lambda: _convert_bench().runs[0],
+    "DistributionShift": lambda: DistributionShift(1 / 3, 2 / 7, 1 / 9, 1e-7 / 3, 1 - 1 / 7, 5, 3.0625 / 7),
+    "LoadJob": lambda: LoadJob(Path("out/fp8"), Path("../src"), 61),  # relative: held resolved, as written
     "ConcurrencyRow": lambda: ConcurrencyRow("fp8", 3, 4, 2.3158, 2.2941, 0.7412, 0.6931, (0.71, 0.6931), False),
 }
+
+
+def _acceptance_record() -> AcceptanceRecord:
+    """What the card reads of an acceptance measurement (accept's own report, read as the file is)."""
+    return AcceptanceRecord.from_json(RECORDS["AcceptanceReport"]().to_json())
+
+
+def _verification_record() -> VerificationRecord:
+    """What the card reads of a verification (verify's own report, read as the file is)."""
+    return VerificationRecord.from_json(RECORDS["VerifyReport"]().to_json())
+
+
+def _convert_output() -> ConvertOutput:
+    """convert --verify --json: the report records the summary of the verification printed beside it."""
+    verification = RECORDS["VerifyReport, structure only"]()
+    converted = replace(_converted(), verification=verification)
+    return ConvertOutput(converted.report(timed=True), verification)
 
 
 def _target_weights() -> TargetWeights:
@@ -154,3 +177,26 @@ def test_each_record_reads_back_what_it_writes(record_type: type[JsonRecord]) ->
             assert read.to_json() == written  # an older report keeps only what its version writes (notes as text)
         else:
             assert read == record
+
+
+@pytest.mark.parametrize(
+    ("record_type", "written", "said"),
+    [
+        (BatchResult, {"jobs_file": "jobs.toml", "shard": "first"}, "'shard' must be a shard I/N, not a string"),
+        (ModuleRow, {**_module_row().to_json(), "fc": {"gpt": {}}}, "unknown key 'gpt'"),
+        (Interval, {"value": "2.5", "low": None, "high": None}, "'value' must be a number, not a string"),
+        (LayerParity, {**RECORDS["LayerParity"]().to_json(), "sqnr_db": "lots"}, "'sqnr_db' must be a number"),
+    ],
+)
+def test_a_value_read_by_its_own_rule_is_refused_in_one_line_naming_its_key(
+    record_type: type[JsonRecord], written: dict[str, Any], said: str
+) -> None:
+    with pytest.raises(JsonReadError, match=said):
+        record_type.from_json(written)
+
+
+def test_older_files_read_with_what_their_version_meant() -> None:
+    """An interval's null is no value, or beside one an unbounded side; a summary without a shard ran every job."""
+    assert Interval.from_json({"value": 2.5, "low": None, "high": None}) == Interval(2.5, -math.inf, math.inf)
+    assert math.isnan(Interval.from_json({"value": None, "low": None, "high": None}).high)
+    assert BatchResult.from_json({"jobs_file": "jobs.toml"}).shard is None

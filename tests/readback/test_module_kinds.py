@@ -16,6 +16,7 @@ from eaglequant.readback.explanation import read_written_config
 from eaglequant.readback.module_kinds import linear_kinds
 from eaglequant.readback.written_head import describe_written_head
 from eaglequant.record.report import read_report
+from eaglequant.record.schemes import checkpoint_schemes
 from eaglequant.schemes.model import load_scheme
 from tests.conftest import FIXTURES, run_cli
 
@@ -84,7 +85,10 @@ def test_the_layer_count_is_found_from_the_listed_names(tmp_path: Path) -> None:
 def test_verify_holds_each_linear_to_its_own_scheme(mlp_nvfp4: Path) -> None:
     report = verify(mlp_nvfp4, source=SOURCE)
     assert report.ok, report.problems
-    assert {name: report.schemes.of(name).name for name in _expected_kinds()} == {
+    with Checkpoint.open(mlp_nvfp4) as checkpoint:  # the assignment verify reads, as its report records it
+        schemes, _ = checkpoint_schemes(checkpoint, read_report(mlp_nvfp4))
+    assert (report.scheme_label, report.thresholds) == (schemes.label, schemes.head_thresholds())
+    assert {name: schemes.of(name).name for name in _expected_kinds()} == {
         **{f"layers.0.mlp.{name}": "nvfp4" for name in MLP},
         **{f"layers.0.self_attn.{name}": "fp8-per-channel" for name in ATTENTION},
     }

@@ -25,6 +25,7 @@ from eaglequant.checkpoint.reader import Checkpoint
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_NOT_VERIFIED
 from eaglequant.common.findings import codes, find
 from eaglequant.layouts.detect import describe_head
+from eaglequant.verification.copies import compare_copies
 from eaglequant.verification.fidelity import distribution_shift, target_ids
 from eaglequant.verification.verify import VerifyReport
 from tests.conftest import FIXTURES, run_cli
@@ -128,7 +129,7 @@ def test_untouched_conversions_pass_with_every_copy_identical(converted, capture
         report = verify(converted[key], source=FIXTURES / key[0], inputs=inputs, max_draft_tokens=3)
         assert report.verdict == "passed" and not _copy_problems(report), report.problems
         assert report.copies is not None and report.copies.compared
-        assert report.copies.identical == report.copies.compared
+        assert report.copies.identical == report.copies.compared  # counts: every tensor compared is identical
 
 
 def test_a_quantized_lm_head_is_not_compared(tmp_path: Path) -> None:
@@ -136,8 +137,11 @@ def test_a_quantized_lm_head_is_not_compared(tmp_path: Path) -> None:
     report = verify(result.destination, source=FIXTURES / "specforge-llama")
     assert report.verdict == "passed", report.problems
     assert any(layer.module == "lm_head" for layer in report.layers)
-    assert report.copies is not None and "lm_head.weight" not in report.copies.compared
-    assert len(report.copies.identical) == len(report.copies.compared) == 8 and report.copies.parity_checked == 8
+    assert report.copies is not None
+    assert report.copies.identical == report.copies.compared == 8 and report.copies.parity_checked == 8
+    with Checkpoint.open(result.destination) as dst, Checkpoint.open(FIXTURES / "specforge-llama") as src:
+        compared = compare_copies(dst, src, set())  # the tensors the report counts: a scale marks lm_head quantized
+    assert "lm_head.weight" not in compared.compared and len(compared.compared) == 8
 
 
 def test_shifted_d2t_fails(converted, captured, tmp_path: Path) -> None:

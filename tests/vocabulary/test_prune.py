@@ -191,11 +191,11 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_prediction_replays_both_drafts_on_captured_inputs(captured: Path, tmp_path: Path) -> None:
     roomy = eaglequant.prune(PAIR / "draft", tmp_path / "roomy", size=1024, counts=captured, inputs=captured)
     assert roomy.coverage == roomy.source_coverage  # every token the target chose is still there
-    assert roomy.prediction is not None and roomy.prediction.source.length().value > 1.0
+    assert roomy.prediction is not None and roomy.prediction.source.acceptance_length.value > 1.0
     tiny = eaglequant.prune(PAIR / "draft", tmp_path / "tiny", size=4, counts=captured, inputs=captured)
     assert tiny.prediction is not None and tiny.coverage < 0.5
-    assert tiny.prediction.quantized.length().value < tiny.prediction.source.length().value
-    assert tiny.prediction.source.to_json() == roomy.prediction.source.to_json()
+    assert tiny.prediction.quantized.acceptance_length.value < tiny.prediction.source.acceptance_length.value
+    assert tiny.prediction.source == roomy.prediction.source
 
 
 def test_a_pruned_head_past_the_shard_size_is_sharded_with_its_index(
