@@ -57,9 +57,9 @@ def test_kept_tensors_are_copied_byte_for_byte(name: str, tmp_path: Path) -> Non
     with Checkpoint.open(FIXTURES / name) as source:
         report = inspect(FIXTURES / name)
         for row in report.rows():
-            if row["action"] == "keep":
-                assert _raw(written[row["name"]]) == _raw(source.read(row["name"])), row["name"]
-                assert written[row["name"]].dtype == source.read(row["name"]).dtype
+            if row.action == "keep":
+                assert _raw(written[row.name]) == _raw(source.read(row.name)), row.name
+                assert written[row.name].dtype == source.read(row.name).dtype
 
 
 def test_bin_source_is_written_as_safetensors(tmp_path: Path) -> None:

@@ -53,7 +53,9 @@ def test_a_prediction_from_shared_chain_inputs_equals_the_direct_one_bit_for_bit
         predictor = CandidatePredictor(source, sequences)
         for dst in converted.values():
             direct = _direct(source, dst, sequences)
-            assert predictor.predicted(dst).to_json() == direct.to_json()  # type: ignore[attr-defined]
+            shared = predictor.predicted(dst)
+            assert shared == direct  # every count, table and figure, exactly
+            assert shared.record().to_json() == direct.record().to_json()  # type: ignore[attr-defined]
         assert predictor.reused == 1  # MXFP4 in Quark and in compressed-tensors serve the same bytes
 
 
