@@ -417,8 +417,8 @@ RECORDS: dict[str, Callable[[], Any]] = {
     "Lossless, equal": lambda: Lossless(3, 0, 3, None),
     "Mode": lambda: SAMPLED,
     "Settings": lambda: _settings().record(),
-    "AcceptanceReport": _acceptance_report,
-    "AcceptanceReport, at each C and a schedule": _acceptance_report_at_each_c,
+    "AcceptanceReport": lambda: _acceptance_report().record(),
+    "AcceptanceReport, at each C and a schedule": lambda: _acceptance_report_at_each_c().record(),
     "ConcurrentPass": lambda: ConcurrentPass(2, (32, 30, 32), (1.0, 1.2, 0.9), 1.7, 20, 31),
     "ServerAcceptance": lambda: ServerAcceptance(
         "http://s:8000",
