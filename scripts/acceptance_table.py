@@ -82,16 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         predicted[label] = report.to_json()
         (dst.parent / f"{dst.name}.verify.json").write_text(json.dumps(predicted[label], indent=2))
         print(f"[{time.monotonic() - started:.0f} s] verified {label}: {report.verdict}", file=sys.stderr)
-    measured = accept(
-        [dst for _, dst in drafts],
-        target=PAIR / "target",
-        source=PAIR / "draft",
-        max_prompts=args.max_prompts,
-        max_tokens=args.max_tokens,
-        engine_python=args.engine_python,
-        record=False,
-        progress=lambda what: print(f"[{time.monotonic() - started:.0f} s] serving {what}", file=sys.stderr),
-    ).to_json()
+    measured = (
+        accept(
+            [dst for _, dst in drafts],
+            target=PAIR / "target",
+            source=PAIR / "draft",
+            max_prompts=args.max_prompts,
+            max_tokens=args.max_tokens,
+            engine_python=args.engine_python,
+            record=False,
+            progress=lambda what: print(f"[{time.monotonic() - started:.0f} s] serving {what}", file=sys.stderr),
+        )
+        .record()
+        .to_json()
+    )
     (out / "accept.json").write_text(json.dumps(measured, indent=2))
     print(table(drafts, predicted, measured))
     print(f"[{time.monotonic() - started:.0f} s] done", file=sys.stderr)

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                 [dst], target=PAIR / "target", source=PAIR / "draft", prompts=held_out, max_tokens=args.max_tokens,
                 draft_tokens=k, engine_python=args.engine_python, record=False, temperatures=(),
                 progress=lambda what, repeat=repeat: said(f"repeat {repeat}: serving {what}"),
-            ).to_json()  # fmt: skip
+            ).record().to_json()  # fmt: skip
             (out / f"accept-{repeat}-k{k}.json").write_text(json.dumps(report, indent=2))
             reports.append(report)
     said("measured")

@@ -127,7 +127,7 @@ def measure(args: argparse.Namespace, dst: Path, loads: list[int], ks: list[int]
                 max_prompts=args.max_prompts, max_tokens=args.max_tokens, draft_tokens=k, concurrency=loads,
                 engine_python=args.engine_python, record=False, temperatures=(),
                 progress=lambda what, repeat=repeat: said(f"repeat {repeat}: serving {what}"),
-            ).to_json()  # fmt: skip
+            ).record().to_json()  # fmt: skip
             (out / f"accept-{repeat}-k{k}.json").write_text(json.dumps(report, indent=2))
             reports.append(report)
     said("measured")

@@ -242,7 +242,7 @@ def accept_command(
             progress=lambda what: info(f"serving {what}"),
             steps=steps_display(),
         )
-        result(report.to_json(), lambda: render(report))
+        result(report.record().to_json(), lambda: render(report))
         return report.exit_code
 
     code = run_guarded(body)
@@ -370,21 +370,19 @@ def _show_speeds(report: AcceptanceReport) -> None:
 
 def _show_concurrency(report: AcceptanceReport) -> None:
     """Per C, the target alone's output tokens per second, then each draft's at each k and its speed-up."""
-    from eaglequant.measurement.statistics import format_interval
+    from eaglequant.measurement.measure import alone_record
 
-    alone = report.to_json()["target_alone"] or {}
-    by_c = alone.get("by_concurrency") or []
-    if not by_c:
+    if report.alone is None or not report.alone.concurrent:
         return
+    by_c = alone_record([report.alone, *report.alone_again]).by_concurrency
     title = f"output tokens/s with at most C requests in flight, greedy ({report.engine_build}; wall time of each pass)"
     table = Table(title=escape(title), title_justify="left")
     for column in ("draft", "k", "C", "acceptance length", "output tok/s (95% interval)", "speed-up (95% interval)"):
         table.add_column(column, justify="left" if column == "draft" else "right", overflow="fold")
     for index, at_c in enumerate(by_c):
-        rate = at_c["output_tokens_per_second"]
-        runs = " then ".join("n/a" if r is None else f"{r:.1f}" for r in at_c["runs"])
-        shown = format_interval(rate["value"], rate["low"], rate["high"])
-        table.add_row("target alone" if index == 0 else "", "", str(at_c["concurrency"]), "", f"{shown} ({runs})", "")
+        runs = " then ".join("n/a" if r is None else f"{r:.1f}" for r in at_c.runs)
+        shown = at_c.output_tokens_per_second.text()
+        table.add_row("target alone" if index == 0 else "", "", str(at_c.concurrency), "", f"{shown} ({runs})", "")
     for draft in (report.source, *report.quantized):
         for at in _served(draft):
             for index, c in enumerate(at.at_concurrency):

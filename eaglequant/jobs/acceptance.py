@@ -74,5 +74,5 @@ def recorded(report: AcceptanceReport) -> None:
     from eaglequant.publish.card import refresh_card
 
     for draft in report.quantized:
-        write_acceptance(draft.path, report, draft.label)
+        write_acceptance(draft.path, report.for_draft(draft.label).record())
         refresh_card(draft.path)

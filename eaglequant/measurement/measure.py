@@ -27,9 +27,22 @@ from eaglequant.common.draft_tokens import (
 from eaglequant.common.engine_failure import EngineFailure
 from eaglequant.common.errors import EXIT_CHECK_FAILED, EXIT_INCONCLUSIVE, InputError
 from eaglequant.common.findings import Finding
-from eaglequant.common.json_fields import JsonObject, JsonRecord, named
 from eaglequant.measurement.concurrency import ConcurrentPass, concurrent_speedup, merged
 from eaglequant.measurement.limits import SPEED_CODES, acceptance_problems, drift, drift_problem, speedup_problems
+from eaglequant.measurement.record import (
+    AcceptanceRecord,
+    AloneAtRecord,
+    AloneRecord,
+    AtConcurrencyRecord,
+    AtDraftTokensRecord,
+    DraftRecord,
+    IntervalRecord,
+    LosslessRecord,
+    Mode,
+    ModeRecord,
+    SettingsRecord,
+    interval_record,
+)
 from eaglequant.measurement.statistics import (
     NEAR_TIE_NATS,
     Acceptance,
@@ -48,13 +61,6 @@ RUN_TIMEOUT_S = 3600
 SERVER = "server"  # how a draft on a running server was served: as that server serves it
 
 
-@dataclass(frozen=True)
-class Mode(JsonRecord):
-    name: str
-    temperature: float
-    seed: int = 0
-
-
 GREEDY = Mode("greedy", 0.0)
 
 
@@ -62,33 +68,6 @@ def modes_for(temperatures: Sequence[float], seed: int = 0) -> tuple[Mode, ...]:
     """Greedy first (it is what losslessness is checked on), then one sampled mode per temperature > 0."""
     sampled = [Mode(f"T={t:g}", float(t), seed) for t in dict.fromkeys(temperatures) if t > 0]
     return (GREEDY, *sampled)
-
-
-def _draft_tokens(obj: JsonObject, key: str) -> int:
-    """Records before the one name for k wrote it by vLLM's name."""
-    return obj.integer(key if key in obj.data else "num_speculative_tokens")
-
-
-@dataclass(frozen=True)
-class SettingsRecord(JsonRecord):
-    """What a record holds of the :class:`Settings` it was measured with (:meth:`Settings.record`): the prompts as
-    their count; an entry older records lack reads as its default (not recorded)."""
-
-    json_read = named(draft_tokens=_draft_tokens)
-
-    target: str
-    prompts: int
-    prompts_from: str
-    draft_tokens: int
-    max_tokens: int
-    modes: tuple[Mode, ...] = ()
-    dtype: str | None = None
-    seed: int | None = None
-    engine_args: dict[str, Any] = field(default_factory=dict)
-    more_draft_tokens: tuple[int, ...] = ()
-    target_alone_runs: int | None = None
-    concurrency: tuple[int, ...] = ()
-    schedule: Schedule = ()  # vLLM's num_speculative_tokens_per_batch_size served beside the fixed k
 
 
 @dataclass(frozen=True)
@@ -229,7 +208,8 @@ def run_engine(interpreter: Path, settings: Settings, draft: Path | None, label:
     )
 
 
-def _rate_json(rate: float | None) -> float | None:
+def _four_decimals(rate: float | None) -> float | None:
+    """A rate or a drift as records hold it: to 4 decimals."""
     return None if rate is None else round(rate, 4)
 
 
@@ -252,15 +232,15 @@ class AtConcurrency:
     def reported_speedup(self) -> Interval | None:
         return None if self.speed_problems else self.speedup
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "concurrency": self.concurrency,
-            "output_tokens_per_second": self.drafted.output_tokens_per_second().to_json(),
-            "acceptance_length": self.drafted.acceptance_length(),
-            "speedup": _json(self.reported_speedup),
-            "measured_speedup": self.speedup.to_json(),
-            "speed_problems": self.speed_problems,
-        }
+    def record(self) -> AtConcurrencyRecord:
+        return AtConcurrencyRecord(
+            concurrency=self.concurrency,
+            output_tokens_per_second=IntervalRecord.of(self.drafted.output_tokens_per_second()),
+            acceptance_length=self.drafted.acceptance_length(),
+            speedup=interval_record(self.reported_speedup),
+            measured_speedup=IntervalRecord.of(self.speedup),
+            speed_problems=tuple(self.speed_problems),
+        )
 
 
 @dataclass(frozen=True)
@@ -292,19 +272,21 @@ class AtDraftTokens:
         """The speed-up as reports give it: None where a limit refused it."""
         return None if self.speed_problems else self.speedup
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "draft_tokens": self.draft_tokens,
-            "acceptance_length": self.run.acceptance(GREEDY.name).length().to_json(),
-            "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second()),
-            "clock": self.run.clock,
-            "speedup": _json(self.reported_speedup),
-            "measured_speedup": self.speedup.to_json(),
-            "speed_problems": self.speed_problems,
-            "difference": _json(self.difference),
-            "lossless": self.lossless.to_json(),
-            "by_concurrency": [at.to_json() for at in self.at_concurrency],
-        }
+    def record(self) -> AtDraftTokensRecord:
+        """What records hold of it (under a schedule, the schedule too)."""
+        return AtDraftTokensRecord(
+            schedule=self.schedule,
+            draft_tokens=self.draft_tokens,
+            acceptance_length=IntervalRecord.of(self.run.acceptance(GREEDY.name).length()),
+            decode_tokens_per_second=_four_decimals(self.run.decode_tokens_per_second()),
+            clock=self.run.clock,
+            speedup=interval_record(self.reported_speedup),
+            measured_speedup=IntervalRecord.of(self.speedup),
+            speed_problems=tuple(self.speed_problems),
+            difference=interval_record(self.difference),
+            lossless=lossless_record(self.lossless),
+            by_concurrency=tuple(at.record() for at in self.at_concurrency),
+        )
 
 
 def lossy_text(label: str, found: Lossless) -> str:
@@ -403,53 +385,49 @@ class DraftResult:
             found.append(Finding(code, self.label, change))
         return found
 
-    def to_json(self, modes: Sequence[Mode]) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "path": str(self.path),
-            "served_as": self.served_as,
-            "dequantized": self.dequantized,
-            "scheme": self.scheme,
-            "budget": self.budget,
-            "served_draft_tokens": self.served_draft_tokens,
-            "judged_draft_tokens": self.judged_draft_tokens if self.budget is not None else None,
-            "budget_verdict": None if self.verdict is None else self.verdict.outcome.value,
-            "lossless": self.lossless.to_json(),
-            "modes": {
-                m.name: {
-                    **self.run.acceptance(m.name).figures().to_json(),
-                    "difference": _json(self.reported_difference(m.name)),
-                    "decode_tokens_per_second": _rate_json(self.run.decode_tokens_per_second(m.name)),
-                }
-                for m in modes
-            },
-            "by_draft_tokens": [at.to_json() for at in self.by_draft_tokens],
-            "scheduled": None if self.scheduled is None else _scheduled_json(self.scheduled),
-            "seconds": self.run.seconds,
-            "problems": self.problems,
-        }
+    def record(self, modes: Sequence[Mode]) -> DraftRecord:
+        """What records hold of it, in the modes it was served in (the settings')."""
+        verdict = self.verdict
+        return DraftRecord(
+            label=self.label,
+            path=str(self.path),
+            served_as=self.served_as,
+            dequantized=tuple(self.dequantized),
+            scheme=self.scheme,
+            budget=self.budget,
+            served_draft_tokens=self.served_draft_tokens,
+            judged_draft_tokens=self.judged_draft_tokens if self.budget is not None else None,
+            budget_verdict=None if verdict is None else verdict.outcome,
+            lossless=lossless_record(self.lossless),
+            modes={m.name: self._mode_record(m.name) for m in modes},
+            by_draft_tokens=tuple(at.record() for at in self.by_draft_tokens),
+            scheduled=None if self.scheduled is None else self.scheduled.record(),
+            seconds=self.run.seconds,
+            problems=tuple(self.problems),
+        )
+
+    def _mode_record(self, mode: str) -> ModeRecord:
+        figures = self.run.acceptance(mode).figures()
+        return ModeRecord(
+            prompts=figures.prompts,
+            drafts=figures.drafts,
+            accepted=figures.accepted,
+            acceptance_length=IntervalRecord.of(figures.acceptance_length),
+            per_position=tuple(IntervalRecord.of(share) for share in figures.per_position),
+            difference=interval_record(self.reported_difference(mode)),
+            decode_tokens_per_second=_four_decimals(self.run.decode_tokens_per_second(mode)),
+        )
 
 
-def _json(value: Interval | None) -> dict[str, float | None] | None:
-    return None if value is None else value.to_json()
-
-
-def _scheduled_json(at: AtDraftTokens) -> dict[str, Any]:
-    """The run with a k for each batch size: the schedule as vLLM took it and as the command line gives it, then
-    the figures of a k (``draft_tokens`` its largest, the one each k is capped at)."""
-    schedule = {"num_speculative_tokens_per_batch_size": [list(entry) for entry in at.schedule]}
-    return {"schedule": schedule_text(at.schedule), **schedule, **at.to_json()}
+def lossless_record(found: Lossless) -> LosslessRecord:
+    return LosslessRecord(found.equal, found.prompts, found.near_ties, found.first_difference, found.tolerance)
 
 
 @dataclass
-class AcceptanceReport(JsonRecord):
+class AcceptanceReport:
     """The target alone (``alone``, its decode throughput the speed-ups are over), the source draft and each
     quantized draft, at every k measured; ``device`` is "cpu" where the engine's CPU build ran them (None: not
-    known, as on running servers)."""
-
-    json_values = named(settings=Settings.record, source="_served", quantized="_each_served", alone="_alone")
-    json_renamed = named(alone="target_alone")
-    json_computed = ("engine_build", "ok", "problems")
+    known, as on running servers). What ``accept`` writes is its :meth:`record`."""
 
     engine: str
     version: str
@@ -463,8 +441,6 @@ class AcceptanceReport(JsonRecord):
     alone_again: list[EngineRun] = field(default_factory=list)  # the target alone's later runs (after the drafts)
     drift: list[Finding] = field(default_factory=list)  # ``target-alone-drifted``: sequential, then at each C
 
-    json_omitted = ("alone_again", "drift")
-
     @property
     def engine_build(self) -> str:
         """The engine release that measured, and its CPU build where that ran it: the figures' context,
@@ -474,21 +450,28 @@ class AcceptanceReport(JsonRecord):
         title = engine_title(self.engine, self.version)
         return f"{title} CPU build" if self.device == "cpu" else title
 
-    def _alone(self, run: EngineRun | None) -> dict[str, Any] | None:
-        """The target alone's decode throughput over all its runs, the clock that timed it, each run's own rate
-        (before the drafts, then after them) and how far they moved apart."""
-        if run is None:
-            return None
-        runs = [run, *self.alone_again]
-        rates = [r.decode_tokens_per_second() for r in runs]
-        moved = drift(rates)
-        return {
-            "decode_tokens_per_second": _rate_json(decode_rate(merged_prompts(runs))),
-            "clock": run.clock,
-            "runs": [_rate_json(rate) for rate in rates],
-            "drift": None if moved is None else round(moved, 4),
-            "by_concurrency": [_alone_at(passes) for passes in zip(*(r.concurrent for r in runs), strict=True)],
-        }
+    def record(self) -> AcceptanceRecord:
+        """What ``accept`` writes: the settings' record, each draft's in the modes it was served in, the target
+        alone's over all its runs, and the problems (its drift's and each draft's)."""
+        modes = self.settings.modes
+        return AcceptanceRecord(
+            engine=self.engine,
+            version=self.version,
+            speculative_config=self.speculative_config,
+            settings=self.settings.record(),
+            source=self.source.record(modes),
+            quantized=tuple(draft.record(modes) for draft in self.quantized),
+            notes=tuple(self.notes),
+            target_alone=None if self.alone is None else alone_record([self.alone, *self.alone_again]),
+            device=self.device,
+            engine_build=self.engine_build,
+            problems=tuple(self.problems),
+        )
+
+    def for_draft(self, label: str) -> AcceptanceReport:
+        """The report narrowed to the quantized draft ``label`` (its ok and problems then the source's, the target
+        alone's and this draft's): what its destination records."""
+        return replace(self, quantized=[d for d in self.quantized if d.label == label])
 
     @property
     def problems(self) -> list[Finding]:
@@ -505,13 +488,6 @@ class AcceptanceReport(JsonRecord):
         if not codes:
             return 0
         return EXIT_INCONCLUSIVE if codes == {"acceptance-inconclusive"} else EXIT_CHECK_FAILED
-
-    def _served(self, draft: DraftResult) -> dict[str, Any]:
-        """A draft's figures in the modes it was served in (the settings')."""
-        return draft.to_json(self.settings.modes)
-
-    def _each_served(self, drafts: list[DraftResult]) -> list[dict[str, Any]]:
-        return [self._served(draft) for draft in drafts]
 
 
 @dataclass(frozen=True)
@@ -613,16 +589,28 @@ def measure(
     )  # fmt: skip
 
 
-def _alone_at(passes: Sequence[ConcurrentPass]) -> dict[str, Any]:
+def alone_record(runs: Sequence[EngineRun]) -> AloneRecord:
+    """The target alone's decode throughput over all its ``runs``, the clock that timed it, each run's own rate
+    (before the drafts, then after them) and how far they moved apart; and the same at each C."""
+    rates = [run.decode_tokens_per_second() for run in runs]
+    return AloneRecord(
+        decode_tokens_per_second=_four_decimals(decode_rate(merged_prompts(runs))),
+        clock=runs[0].clock,
+        runs=tuple(_four_decimals(rate) for rate in rates),
+        drift=_four_decimals(drift(rates)),
+        by_concurrency=tuple(_alone_at(passes) for passes in zip(*(run.concurrent for run in runs), strict=True)),
+    )
+
+
+def _alone_at(passes: Sequence[ConcurrentPass]) -> AloneAtRecord:
     """The target alone at one C: its output tokens per second over its runs, each run's, and their drift."""
     rates = [p.output_tokens_per_second().value for p in passes]
-    moved = drift(rates)
-    return {
-        "concurrency": passes[0].concurrency,
-        "output_tokens_per_second": merged(passes).output_tokens_per_second().to_json(),
-        "runs": [_rate_json(rate) for rate in rates],
-        "drift": None if moved is None else round(moved, 4),
-    }
+    return AloneAtRecord(
+        concurrency=passes[0].concurrency,
+        output_tokens_per_second=IntervalRecord.of(merged(passes).output_tokens_per_second()),
+        runs=tuple(_four_decimals(rate) for rate in rates),
+        drift=_four_decimals(drift(rates)),
+    )
 
 
 def merged_prompts(runs: Sequence[EngineRun]) -> tuple[PromptCounts, ...]:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from eaglequant.common.findings import Finding
 from eaglequant.common.json_fields import JsonRecord
 from eaglequant.common.progress import Tally
-from eaglequant.measurement.measure import Settings, SettingsRecord
+from eaglequant.measurement.measure import Settings
+from eaglequant.measurement.record import SettingsRecord
 from eaglequant.measurement.spec_counters import SpecCounters
 from eaglequant.measurement.statistics import Acceptance, AcceptanceFigures, decode_rate
 

@@ -53,7 +53,7 @@ def measured_speeds(
     sequence, the pass's acceptance length."""
     record = AcceptanceRecord.from_json(record_json, where)
     if concurrency is not None:
-        return _speeds_at(record_json, record, concurrency)
+        return _speeds_at(record, concurrency)
     alone = record.target_alone
     if alone is None or not alone.decode_tokens_per_second:
         return []
@@ -84,51 +84,41 @@ def _interval(recorded: IntervalRecord) -> Interval:
     return Interval(value, low, high)
 
 
-def concurrencies(record_json: dict[str, Any]) -> list[int]:
-    """The C the target alone was measured at with at most C requests in flight (none: no ``--concurrency``)."""
-    alone = record_json.get("target_alone") or {}
-    return sorted(int(at["concurrency"]) for at in alone.get("by_concurrency") or [])
-
-
 def alone_steps_by_concurrency(record_json: dict[str, Any], where: str = ACCEPT_NAME) -> dict[int, float]:
     """C -> the seconds a decode step of the target alone took at C (C over the pass's output tokens per second,
     over its runs together), at each C the record holds a rate for, up to its prompts, whose runs held still (a C
     where they drifted past :data:`~eaglequant.measurement.limits.TARGET_DRIFT` is no result, and left out)."""
-    record = AcceptanceRecord.from_json(record_json, where)
+    return _alone_steps(AcceptanceRecord.from_json(record_json, where))
+
+
+def _alone_steps(record: AcceptanceRecord) -> dict[int, float]:
     steps = {}
-    for at in (record_json.get("target_alone") or {}).get("by_concurrency") or []:
-        rate = (at.get("output_tokens_per_second") or {}).get("value")
-        drift = at.get("drift")
-        if not isinstance(rate, (int, float)) or not rate > 0 or (drift is not None and drift > TARGET_DRIFT):
+    for at in () if record.target_alone is None else record.target_alone.by_concurrency:
+        rate, drift = at.output_tokens_per_second.value, at.drift
+        if rate is None or not rate > 0 or (drift is not None and drift > TARGET_DRIFT):
             continue
-        c = int(at["concurrency"])
-        if c <= record.prompts:
-            steps[c] = c / rate
+        if at.concurrency <= record.prompts:
+            steps[at.concurrency] = at.concurrency / rate
     return steps
 
 
-def _speeds_at(record_json: dict[str, Any], record: AcceptanceRecord, concurrency: int) -> list[MeasuredSpeed]:
-    steps = alone_steps_by_concurrency(record_json)
+def _speeds_at(record: AcceptanceRecord, concurrency: int) -> list[MeasuredSpeed]:
+    steps = _alone_steps(record)
     if concurrency not in steps:
-        measured = ", ".join(str(c) for c in concurrencies(record_json)) or "none"
+        alone = () if record.target_alone is None else record.target_alone.by_concurrency
+        measured = ", ".join(str(c) for c in sorted(at.concurrency for at in alone)) or "none"
         raise InputError(
             f"{record.target}: the target alone has no steady rate at concurrency {concurrency} within its "
             f"{record.prompts} prompts (measured at: {measured})",
             hint="fit at a C the record holds, or measure it: accept --concurrency 1,2,4,8",
         )
     found = []
-    for row in [record_json.get("source") or {}, *(record_json.get("quantized") or [])]:
-        label = str(row.get("label") or row.get("served_as"))
-        for at in row.get("by_draft_tokens") or []:
-            for c in at.get("by_concurrency") or []:
-                rate = (c.get("output_tokens_per_second") or {}).get("value")
-                speedup, length = c.get("speedup"), c.get("acceptance_length")
-                if c.get("concurrency") != concurrency or not speedup or not rate or length is None:
+    for draft in (record.source, *record.quantized):
+        for at in draft.by_draft_tokens:
+            for c in at.by_concurrency:
+                rate, length = c.output_tokens_per_second.value, c.acceptance_length
+                if c.concurrency != concurrency or c.speedup is None or not rate or length is None:
                     continue
-                found.append(MeasuredSpeed(label, int(at["draft_tokens"]), float(length), steps[concurrency],
-                                           concurrency / rate, _interval(_as_interval(speedup))))  # fmt: skip
+                found.append(MeasuredSpeed(draft.label, at.draft_tokens, length, steps[concurrency],
+                                           concurrency / rate, _interval(c.speedup)))  # fmt: skip
     return found
-
-
-def _as_interval(row: dict[str, Any]) -> IntervalRecord:
-    return IntervalRecord(row.get("value"), row.get("low"), row.get("high"))

@@ -95,7 +95,7 @@ def test_every_way_measures_two_requests_in_flight(three_ways: dict[str, Any]) -
     """The pass at C = 2: every prompt's tokens, the engine's own counters over it, an output rate and a speed-up
     (the fields, not the speeds)."""
     for way, report in three_ways.items():
-        alone = report.to_json()["target_alone"]["by_concurrency"]
+        alone = report.record().to_json()["target_alone"]["by_concurrency"]
         assert [c["concurrency"] for c in alone] == [2] and alone[0]["output_tokens_per_second"]["value"] > 0, way
         for draft in (report.source, *report.quantized):
             (at,) = draft.by_draft_tokens

@@ -43,7 +43,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> dict:
     plant(bad, FAULT)
     # the target alone once: no engine process more for the suite (its drift between runs is tested on stand-ins)
     report = accept([good, bad], target=PAIR / "target", engine_python=python, record=True, target_alone_runs=1)
-    return {"report": report.to_json(), "good": good, "bad": bad}
+    return {"report": report.record().to_json(), "good": good, "bad": bad}
 
 
 def test_speculative_decoding_is_lossless_for_every_draft(measured: dict) -> None:
@@ -113,7 +113,7 @@ def test_a_pruned_bf16_head_is_measured_as_it_is(tmp_path: Path) -> None:
     report = accept(
         [pruned], target=PAIR / "target", source=PAIR / "draft", max_prompts=4, max_tokens=32,
         engine_python=engine_python("vllm"), record=True, draft_tokens=[3, 1], target_alone_runs=1,
-    ).to_json()  # fmt: skip
+    ).record().to_json()  # fmt: skip
     (draft,) = report["quantized"]
     assert draft["served_as"] == "stored" and draft["budget"] is None
     assert draft["modes"]["greedy"]["acceptance_length"]["value"] >= 1.0

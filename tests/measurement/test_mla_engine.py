@@ -100,7 +100,7 @@ def test_measured_acceptance_of_the_mla_pair_lies_in_the_predicted_interval(tmp_
         dsts, target=PAIR / "target", source=MLA_DRAFT, prompts=prompts, max_tokens=48, record=False,
         engine_python=engine_python("vllm"), target_alone_runs=1,
     )  # fmt: skip
-    measured = report.to_json()
+    measured = report.record().to_json()
     assert measured["source"]["modes"]["greedy"]["accepted"] > 0  # the trained draft drafts on its target's text
     rows = [("source", predicted[0].source, measured["source"])] + [
         (str(dst.name), p.quantized, m) for dst, p, m in zip(dsts, predicted, measured["quantized"], strict=True)

@@ -113,7 +113,7 @@ def test_each_draft_is_served_once_more_with_the_schedule_and_measured_at_each_c
         assert all(c.reported_speedup is not None for c in fixed.at_concurrency)  # the fixed k: within 2.5
     past = [p for p in report.problems if p.code == "speedup-past-acceptance"]
     assert len(past) == 2 and all("at the schedule 1:3,2-4:1" in p.message for p in past), past
-    written = report.to_json()
+    written = report.record().to_json()
     assert written["settings"]["schedule"] == [[1, 1, 3], [2, 4, 1]]
     shown = written["quantized"][0]["scheduled"]
     assert shown["schedule"] == "1:3,2-4:1" and shown["num_speculative_tokens_per_batch_size"] == [[1, 1, 3], [2, 4, 1]]
@@ -188,7 +188,7 @@ def test_the_table_shows_the_schedule_beside_the_fixed_k(tmp_path: Path, capsys:
     shown = " ".join(capsys.readouterr().out.split())
     assert "k = 2 and the schedule 1:3,2-4:1 (k by requests in flight)" in shown, shown
     assert shown.count("│ 1:3,2-4:1 │") == 4 and "none:" in shown, shown  # per draft: one at a time, and at each C
-    assert json.dumps(report.to_json())  # the whole record writes
+    assert json.dumps(report.record().to_json())  # the whole record writes
 
 
 def test_searched_is_the_schedule_the_dsts_search_recorded(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -214,7 +214,7 @@ def test_the_report_and_the_record_give_each_k_and_read_back_typed(tmp_path: Pat
     from eaglequant.measurement.record import write_acceptance
 
     report, _ = several_k(tmp_path, (3, 1))
-    written = report.to_json()
+    written = report.record().to_json()
     assert written["target_alone"]["clock"] == "engine"
     alone_rate = written["target_alone"]["decode_tokens_per_second"]
     assert alone_rate == pytest.approx(4 * 95 / sum(5.0 + 0.2 * i for i in range(4)), rel=1e-4)
@@ -229,7 +229,7 @@ def test_the_report_and_the_record_give_each_k_and_read_back_typed(tmp_path: Pat
     assert written["target_alone"]["runs"] == [alone_rate, alone_rate] and written["target_alone"]["drift"] == 0
     assert set(first["speedup"]) == {"value", "low", "high"} and first["speedup"]["low"] < first["speedup"]["value"]
     assert quantized["modes"]["greedy"]["decode_tokens_per_second"] == first["decode_tokens_per_second"]
-    write_acceptance(tmp_path / "quantized", report, str(tmp_path / "quantized"))
+    write_acceptance(tmp_path / "quantized", report.for_draft(str(tmp_path / "quantized")).record())
     recorded = json.loads((tmp_path / "quantized" / "eaglequant_accept.json").read_text())
     speeds = measured_speeds(recorded)
     assert [(s.label, s.draft_tokens) for s in speeds] == [
@@ -338,7 +338,7 @@ def test_accept_on_running_servers_gives_the_speedup_over_the_reference(serve: C
         [PAIR / "draft"], source=PAIR / "draft", server=[source, dst], reference_server=reference,
         max_prompts=3, max_tokens=10, record=False,
     )  # fmt: skip
-    written = report.to_json()
+    written = report.record().to_json()
     assert written["target_alone"]["clock"] == "engine" and written["device"] is None
     (at,) = written["quantized"][0]["by_draft_tokens"]
     # the stand-ins decode alike, drafting or not: a speed-up of exactly 1, with no spread over prompts

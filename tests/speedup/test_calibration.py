@@ -23,7 +23,7 @@ PAIR = FIXTURES / "trained-pair"
 def record(tmp_path: Path) -> Path:
     report, _ = several_k(tmp_path, (3, 1, 4))
     path = tmp_path / "accept.json"
-    path.write_text(json.dumps(report.to_json()))
+    path.write_text(json.dumps(report.record().to_json()))
     return path
 
 
