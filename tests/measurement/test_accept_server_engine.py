@@ -166,7 +166,7 @@ def test_one_running_server_is_measured_on_its_own_and_over_a_window(running: di
     from eaglequant.api.acceptance import accept_server
 
     alone = accept_server(running["draft"], max_prompts=PROMPTS, max_tokens=MAX_TOKENS)
-    length = alone.modes["greedy"].length()
+    length = alone.modes["greedy"].acceptance.acceptance_length
     assert length.value >= SOURCE_FLOOR and length.low < length.value < length.high, alone.to_json()
     assert alone.clock == "engine" and alone.to_json()["modes"]["greedy"]["decode_tokens_per_second"] > 0
     traffic = threading.Thread(

@@ -108,5 +108,5 @@ def test_measured_acceptance_of_the_mla_pair_lies_in_the_predicted_interval(tmp_
     for name, prediction, figures in rows:
         assert figures["lossless"]["ok"], (name, figures["lossless"])
         value = figures["modes"]["greedy"]["acceptance_length"]["value"]
-        interval = prediction.length().to_json()
+        interval = prediction.acceptance_length.to_json()
         assert interval["low"] <= value <= interval["high"], (name, value, interval)
