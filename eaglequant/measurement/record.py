@@ -245,26 +245,6 @@ class AcceptanceRecord(JsonRecord):
     def ok(self) -> bool:
         return not self.problems
 
-    @property
-    def target(self) -> str:
-        return self.settings.target
-
-    @property
-    def draft_tokens(self) -> int:
-        return self.settings.draft_tokens
-
-    @property
-    def prompts(self) -> int:
-        return self.settings.prompts
-
-    @property
-    def prompts_from(self) -> str:
-        return self.settings.prompts_from
-
-    @property
-    def max_tokens(self) -> int:
-        return self.settings.max_tokens
-
 
 def read_acceptance(dst: Path) -> AcceptanceRecord | None:
     """The measurement ``accept`` recorded in ``dst``; None when there is none."""
@@ -275,7 +255,7 @@ def read_acceptance(dst: Path) -> AcceptanceRecord | None:
 
 def write_acceptance(dst: Path, record: AcceptanceRecord) -> Path:
     """Record in ``dst`` what was measured of it (and of its source, the reference): ``record``, the report's for
-    this draft (``AcceptanceReport.record(label)``); its card, which shows it, is the caller's to refresh
+    this draft (``AcceptanceReport.for_draft(label).record()``); its card, which shows it, is the caller's to refresh
     (:func:`eaglequant.publish.card.refresh_card`)."""
     path = dst / ACCEPT_NAME
     write_text_whole(path, json.dumps(record.to_json(), indent=2) + "\n")

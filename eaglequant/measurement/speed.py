@@ -97,7 +97,7 @@ def _alone_steps(record: AcceptanceRecord) -> dict[int, float]:
         rate, drift = at.output_tokens_per_second.value, at.drift
         if rate is None or not rate > 0 or (drift is not None and drift > TARGET_DRIFT):
             continue
-        if at.concurrency <= record.prompts:
+        if at.concurrency <= record.settings.prompts:
             steps[at.concurrency] = at.concurrency / rate
     return steps
 
@@ -108,8 +108,8 @@ def _speeds_at(record: AcceptanceRecord, concurrency: int) -> list[MeasuredSpeed
         alone = () if record.target_alone is None else record.target_alone.by_concurrency
         measured = ", ".join(str(c) for c in sorted(at.concurrency for at in alone)) or "none"
         raise InputError(
-            f"{record.target}: the target alone has no steady rate at concurrency {concurrency} within its "
-            f"{record.prompts} prompts (measured at: {measured})",
+            f"{record.settings.target}: the target alone has no steady rate at concurrency {concurrency} within its "
+            f"{record.settings.prompts} prompts (measured at: {measured})",
             hint="fit at a C the record holds, or measure it: accept --concurrency 1,2,4,8",
         )
     found = []

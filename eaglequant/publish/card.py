@@ -208,13 +208,13 @@ def _verification(verification: VerificationRecord | None) -> str:
 def _acceptance(acceptance: AcceptanceRecord | None) -> str:
     if acceptance is None:
         return ""
-    source = acceptance.source
+    source, settings = acceptance.source, acceptance.settings
     lines = [
         "## Acceptance",
         "",
         f"Measured with {engine_title(acceptance.engine, acceptance.version)}'s own EAGLE-3 speculative decoding "
-        f"(`eaglequant accept`): target `{acceptance.target}`, {acceptance.draft_tokens} speculative "
-        f"tokens, {acceptance.prompts} prompts ({acceptance.prompts_from}) × {acceptance.max_tokens} tokens. "
+        f"(`eaglequant accept`): target `{settings.target}`, {settings.draft_tokens} speculative "
+        f"tokens, {settings.prompts} prompts ({settings.prompts_from}) × {settings.max_tokens} tokens. "
         "Acceptance length: tokens per target forward (1 + accepted drafted tokens); 95% intervals over prompts.",
         "",
         "| draft | mode | acceptance length | per position | vs source |",

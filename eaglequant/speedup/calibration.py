@@ -159,7 +159,7 @@ def _source_rounds(
     from eaglequant.measurement.speed import alone_steps_by_concurrency, measured_speeds
 
     record = AcceptanceRecord.from_json(data, str(path))
-    _same(path, "settings.target", _name(record.target), target.name.lower(), "target")
+    _same(path, "settings.target", _name(record.settings.target), target.name.lower(), "target")
     _same(path, "engine", record.engine, source.engine, "engine")
     _same(path, "version", record.version, source.release, "engine release")
     if record.device == "cpu" and stated.hardware.source != "given":

@@ -82,7 +82,7 @@ def test_k_reads_by_its_one_name_and_by_the_name_older_records_wrote() -> None:
     ``num_speculative_tokens``) still reads."""
     settings = {k: v for k, v in RECORD["settings"].items() if k != "num_speculative_tokens"}  # type: ignore[attr-defined]
     current = AcceptanceRecord.from_json({**RECORD, "settings": {**settings, "draft_tokens": 5}})
-    assert current.draft_tokens == 5 and AcceptanceRecord.from_json(RECORD).draft_tokens == 3
+    assert current.settings.draft_tokens == 5 and AcceptanceRecord.from_json(RECORD).settings.draft_tokens == 3
 
 
 def test_an_inconclusive_budget_is_not_shown_as_a_problem() -> None:
