@@ -87,6 +87,12 @@ def timing_for(
         settings = data.get("settings")
         if isinstance(settings, dict) and isinstance(settings.get("target"), str):
             _same(measured, "settings.target", _name(settings["target"]), target.name.lower(), "target")
+        if fit_concurrency is not None:
+            raise InputError(
+                f"{measured}: one server's record, measured at one load, has no concurrency to fit at "
+                f"(C = {fit_concurrency} given)",
+                hint="drop --fit-at, or fit a comparative record: accept DST --concurrency 1,2,4,8 --json",
+            )
         rounds: list[Any] = _server_rounds(data, measured)
         what = f"{measured.name}'s server (its target alone not measured: the target's forward overhead as stated)"
     else:

@@ -130,6 +130,8 @@ def test_one_servers_record_is_read_its_target_overhead_stated(record: Path, tmp
     assert fitted.measured_draft_tokens == (3,) and "server.json's server" in (fitted.calibrated_on or "")
     (residual,) = fitted.residuals
     assert residual.draft_tokens == 3 and residual.error == pytest.approx(0.0, abs=1e-3)
+    with pytest.raises(InputError, match="one server's record, measured at one load, has no concurrency to fit at"):
+        timing_for(target, cost, server, fit_concurrency=4)  # --fit-at is refused, never ignored
     data = json.loads(server.read_text())
     server.write_text(json.dumps({**data, "version": "0.19.0"}))
     with pytest.raises(InputError, match=r"server.json: 'version' is '0.19.0', and the engine release priced is"):
